@@ -1,0 +1,110 @@
+"""Configuration of the relay's virtual desktops, in one place, read once from the environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wire.errors import InvalidArgs
+
+# Chosen by benchmarks/bench_x11vnc_flags.py (numbers in docs/desktops.md): x11vnc's defaults
+# batch updates for ~20 ms and nap when idle; these flags answer a 1x1 change in a few ms
+# while idle CPU stays low.
+LOW_LATENCY_X11VNC_FLAGS: tuple[str, ...] = ("-wait", "5", "-defer", "5", "-nonap")
+# What the Anthropic computer-use demo and E2B desktops run; the benchmark baseline.
+BASELINE_X11VNC_FLAGS: tuple[str, ...] = ("-wait", "50")
+
+DEFAULT_NOVNC_DIR = Path("/usr/share/novnc")
+DEFAULT_APPS: tuple[str, ...] = ("xterm",)
+
+
+def _default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "relaydesk"
+
+
+@dataclass(frozen=True)
+class DesktopConfig:
+    """Limits, paths and binaries of virtual desktops on one relay."""
+
+    max_desktops: int = 4
+    watchdog_interval_s: float = 2.0
+    novnc_dir: Path = DEFAULT_NOVNC_DIR
+    state_dir: Path = field(default_factory=_default_state_dir)
+    apps: tuple[str, ...] = DEFAULT_APPS
+    x11vnc_flags: tuple[str, ...] = LOW_LATENCY_X11VNC_FLAGS
+    window_manager: tuple[str, ...] = ("openbox", "--sm-disable")
+    start_timeout_s: float = 15.0
+    probe_timeout_s: float = 3.0
+    stop_grace_s: float = 3.0
+    xvfb_binary: str = "Xvfb"
+    x11vnc_binary: str = "x11vnc"
+    dbus_binary: str = "dbus-daemon"
+    clipboard_binary: str = "autocutsel"
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "desktops.json"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "desktop-logs"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> DesktopConfig:
+        """Build a config from ``RELAYDESK_*`` variables; ``overrides`` win over both."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for var, (name, parse) in _ENV_FIELDS.items():
+            raw = env.get(var)
+            if raw is not None and raw.strip():
+                values[name] = _parse(var, raw.strip(), parse)
+        values.update(overrides)
+        return cls(**values)
+
+
+def _parse(var: str, raw: str, parse: Callable[[str], Any]) -> Any:
+    try:
+        return parse(raw)
+    except ValueError as err:
+        raise InvalidArgs(var, f"cannot parse {raw!r}") from err
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError(raw)
+    return value
+
+
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if value <= 0:
+        raise ValueError(raw)
+    return value
+
+
+def _comma_list(raw: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+def _word_list(raw: str) -> tuple[str, ...]:
+    return tuple(raw.split())
+
+
+_ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "RELAYDESK_MAX_DESKTOPS": ("max_desktops", _positive_int),
+    "RELAYDESK_WATCHDOG_INTERVAL_S": ("watchdog_interval_s", _positive_float),
+    "RELAYDESK_NOVNC_DIR": ("novnc_dir", Path),
+    "RELAYDESK_STATE_DIR": ("state_dir", Path),
+    "RELAYDESK_DESKTOP_APPS": ("apps", _comma_list),
+    "RELAYDESK_X11VNC_FLAGS": ("x11vnc_flags", _word_list),
+    "RELAYDESK_WINDOW_MANAGER": ("window_manager", _word_list),
+    "RELAYDESK_DESKTOP_START_TIMEOUT_S": ("start_timeout_s", _positive_float),
+    "RELAYDESK_DESKTOP_PROBE_TIMEOUT_S": ("probe_timeout_s", _positive_float),
+    "RELAYDESK_XVFB_BINARY": ("xvfb_binary", str),
+    "RELAYDESK_X11VNC_BINARY": ("x11vnc_binary", str),
+}

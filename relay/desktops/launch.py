@@ -1,0 +1,353 @@
+"""Starting one virtual desktop: Xvfb, a private D-Bus, a window manager, x11vnc, websockify,
+autocutsel and the start-up apps, each in its own process group, each probed until ready."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Protocol
+
+import aiohttp
+
+from relay.desktops.config import DesktopConfig
+from relay.desktops.probe import (
+    LOOPBACK,
+    ProbeFailed,
+    poll_until_ready,
+    probe_chain,
+    rfb_banner_tcp,
+)
+from relay.desktops.process import ChildProcess, DesktopProcesses
+from relay.desktops.validation import StartRequest
+from wire.errors import ErrorCode, OpError
+
+logger = logging.getLogger(__name__)
+
+# The X server keeps its locks and sockets here whatever TMPDIR says.
+X_TMP = Path("/tmp")  # noqa: S108
+_LOCK_RE = re.compile(r"^\.X([0-9]+)-lock$")
+# Only these variables of the relay reach desktop apps: the relay's own secrets (tokens in
+# RELAYDESK_*) and its DISPLAY/D-Bus/XDG session must never leak into a desktop agents drive.
+_INHERITED_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ"})
+_ACCESSIBILITY_ENV = {"GTK_MODULES": "gail:atk-bridge", "QT_ACCESSIBILITY": "1"}
+
+
+class AudioStarter(Protocol):
+    """Hook for audio (later work: PulseAudio with a null sink).
+
+    Starts what the desktop needs into ``procs`` and returns extra env (``PULSE_SERVER``).
+    """
+
+    async def __call__(
+        self, req: StartRequest, env: dict[str, str], procs: DesktopProcesses
+    ) -> dict[str, str]: ...
+
+
+def missing_binaries(config: DesktopConfig | None = None) -> list[str]:
+    """What a virtual desktop needs but this host lacks (empty: the capability is available)."""
+    cfg = config or DesktopConfig()
+    missing = [b for b in (cfg.xvfb_binary, cfg.x11vnc_binary) if shutil.which(b) is None]
+    if importlib.util.find_spec("websockify") is None:
+        missing.append("websockify")
+    if not (cfg.novnc_dir / "vnc.html").is_file():
+        missing.append("noVNC")
+    return missing
+
+
+def clean_stale_x_locks(tmp: Path = X_TMP) -> list[int]:
+    """Remove X lock files and sockets whose server pid is dead; returns the displays freed."""
+    freed = []
+    for lock in tmp.glob(".X*-lock"):
+        match = _LOCK_RE.fullmatch(lock.name)
+        pid = _lock_pid(lock) if match else None
+        if match is None or pid is None or _pid_running(pid):
+            continue
+        with contextlib.suppress(OSError):
+            (tmp / ".X11-unix" / f"X{match[1]}").unlink(missing_ok=True)
+            lock.unlink()
+            freed.append(int(match[1]))
+            logger.info("removed stale X lock of display :%s (pid %d gone)", match[1], pid)
+    return freed
+
+
+def _lock_pid(lock: Path) -> int | None:
+    try:
+        return int(lock.read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def free_ports(count: int) -> list[int]:
+    """Loopback ports the kernel just handed out (all held at once so they differ)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind((LOOPBACK, 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def desktop_env(display: int, dbus_address: str | None) -> dict[str, str]:
+    """Environment of every desktop child: a filtered copy of ours plus this display."""
+    env = {k: v for k, v in os.environ.items() if k in _INHERITED_ENV or k.startswith("LC_")}
+    env.update(_ACCESSIBILITY_ENV)
+    env["DISPLAY"] = f":{display}"
+    if dbus_address:
+        env["DBUS_SESSION_BUS_ADDRESS"] = dbus_address
+    return env
+
+
+def _open_log(path: Path) -> IO[bytes]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("wb")
+
+
+async def read_line(fd: int, deadline: float, what: str) -> str:
+    """Read one line a child writes to ``fd`` (its readiness signal); EOF means it died.
+
+    The caller keeps ownership of ``fd``; a duplicate is handed to the event loop.
+    """
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    pipe = os.fdopen(os.dup(fd), "rb", buffering=0)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    try:
+        async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+            line = await reader.readline()
+    except TimeoutError:
+        raise ProbeFailed(f"{what} not ready in time") from None
+    finally:
+        transport.close()
+    if not line.endswith(b"\n"):
+        raise ProbeFailed(f"{what} exited before it was ready")
+    return line.decode("ascii", "replace").strip()
+
+
+@dataclass
+class LaunchedDesktop:
+    """Processes and endpoints of a desktop that answered every readiness probe."""
+
+    display: int
+    vnc_port: int
+    websockify_port: int
+    dbus_address: str | None
+    processes: DesktopProcesses
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class Launcher:
+    """Builds one desktop; on any failure it stops every group it started before raising."""
+
+    def __init__(
+        self,
+        config: DesktopConfig,
+        http: aiohttp.ClientSession,
+        audio: AudioStarter | None = None,
+    ) -> None:
+        self._config = config
+        self._http = http
+        self._audio = audio
+
+    async def launch(self, req: StartRequest, log_name: str) -> LaunchedDesktop:
+        procs = DesktopProcesses()
+        log = _open_log(self._config.log_dir / f"{log_name}.log")
+        try:
+            return await self._launch(req, procs, log)
+        except BaseException as err:
+            # Cleanup must finish even when the start itself was cancelled.
+            await asyncio.shield(procs.stop(self._config.stop_grace_s))
+            if isinstance(err, ProbeFailed | OSError):
+                logger.warning("desktop %s failed to start: %s", req.slot, err)
+                raise OpError(ErrorCode.START_FAILED, f"desktop did not start: {err}") from err
+            raise
+        finally:
+            log.close()
+
+    async def _launch(
+        self, req: StartRequest, procs: DesktopProcesses, log: IO[bytes]
+    ) -> LaunchedDesktop:
+        deadline = time.monotonic() + self._config.start_timeout_s
+        clean_stale_x_locks()
+        vnc_port, ws_port = free_ports(2)
+        fds: list[int] = []
+        try:
+            # websockify and D-Bus do not need the display: they start while Xvfb comes up.
+            fds.append(xvfb_fd := self._spawn_xvfb(req, procs, log))
+            dbus_fd = self._spawn_dbus(procs, log)
+            fds.extend([dbus_fd] if dbus_fd is not None else [])
+            self._spawn_websockify(procs, ws_port, vnc_port)
+            display = _display_number(await read_line(xvfb_fd, deadline, "Xvfb"))
+            dbus_address = await read_line(dbus_fd, deadline, "dbus-daemon") if dbus_fd else None
+        finally:
+            for fd in fds:
+                os.close(fd)
+        env = desktop_env(display, dbus_address)
+        extra = await self._audio(req, env, procs) if (req.audio and self._audio) else {}
+        env.update(extra)
+        self._spawn_x11vnc(procs, env, display, vnc_port, log)
+        self._spawn_session(req, procs, env, log)
+        await self._await_ready(procs, vnc_port, ws_port, deadline)
+        return LaunchedDesktop(display, vnc_port, ws_port, dbus_address, procs, dict(extra))
+
+    def _spawn_xvfb(self, req: StartRequest, procs: DesktopProcesses, log: IO[bytes]) -> int:
+        read_fd, write_fd = os.pipe()
+        argv = [
+            self._config.xvfb_binary, "-displayfd", str(write_fd),
+            "-screen", "0", f"{req.geometry}x{req.depth}",
+            "-nolisten", "tcp", "-noreset",
+        ]  # fmt: skip
+        try:
+            procs.add(_spawn("Xvfb", argv, desktop_env(0, None), True, log, (write_fd,)))
+        except OSError:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        return read_fd
+
+    def _spawn_dbus(self, procs: DesktopProcesses, log: IO[bytes]) -> int | None:
+        if shutil.which(self._config.dbus_binary) is None:
+            logger.info("no %s: desktop runs without a session bus", self._config.dbus_binary)
+            return None
+        read_fd, write_fd = os.pipe()
+        argv = [
+            self._config.dbus_binary, "--session", "--nofork", "--nopidfile",
+            f"--print-address={write_fd}",
+        ]  # fmt: skip
+        try:
+            procs.add(_spawn("dbus-daemon", argv, _base_env(), False, log, (write_fd,)))
+        except OSError:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        return read_fd
+
+    def _spawn_websockify(self, procs: DesktopProcesses, ws_port: int, vnc_port: int) -> None:
+        argv = [
+            sys.executable, "-m", "websockify", "--web", str(self._config.novnc_dir),
+            "--file-only", f"{LOOPBACK}:{ws_port}", f"{LOOPBACK}:{vnc_port}",
+        ]  # fmt: skip
+        # websockify logs every connection (the watchdog makes one per interval): not kept.
+        procs.add(_spawn("websockify", argv, _base_env(), True, None, ()))
+
+    def _spawn_x11vnc(
+        self, procs: DesktopProcesses, env: dict[str, str], display: int, port: int,
+        log: IO[bytes],
+    ) -> None:  # fmt: skip
+        argv = [
+            self._config.x11vnc_binary, "-display", f":{display}", "-localhost", "-noipv6",
+            "-shared", "-forever", "-nopw", "-quiet", "-rfbport", str(port),
+            *self._config.x11vnc_flags,
+        ]  # fmt: skip
+        # x11vnc spends ~250 ms on SIGTERM restoring settings of a display that is going away.
+        procs.add(_spawn("x11vnc", argv, env, True, log, (), stop_signal=signal.SIGKILL))
+
+    def _spawn_session(
+        self, req: StartRequest, procs: DesktopProcesses, env: dict[str, str], log: IO[bytes]
+    ) -> None:
+        """Window manager, clipboard bridge and apps: useful but not essential."""
+        optional: list[tuple[str, Sequence[str]]] = []
+        if self._config.window_manager:
+            optional.append(("wm", self._config.window_manager))
+        if shutil.which(self._config.clipboard_binary):
+            optional.append(("autocutsel", [self._config.clipboard_binary]))
+            optional.append(
+                ("autocutsel-primary", [self._config.clipboard_binary, "-selection", "PRIMARY"])
+            )
+        optional.extend((f"app:{words[0]}", words) for words in req.apps)
+        for name, argv in optional:
+            try:
+                procs.add(_spawn(name, argv, env, False, log, ()))
+            except OSError as err:
+                logger.warning("desktop %s: %s not started: %s", req.slot, name, err)
+
+    async def _await_ready(
+        self, procs: DesktopProcesses, vnc_port: int, ws_port: int, deadline: float
+    ) -> None:
+        """Probe the whole chain: vnc.html and the RFB banner through websockify.
+
+        The banner can only come from x11vnc, so one chain probe proves x11vnc is ready too;
+        a separate direct probe would cost one more x11vnc greeting (~0.1-0.25 s).
+        """
+        timeout = self._config.probe_timeout_s
+
+        async def chain() -> None:
+            result = await probe_chain(self._http, ws_port, timeout)
+            if not result.ok:
+                raise ProbeFailed(result.reason or "probe failed")
+
+        def essentials_alive() -> bool:
+            return not procs.dead_essentials()
+
+        try:
+            await poll_until_ready(chain, deadline, "desktop", essentials_alive)
+        except ProbeFailed:
+            if dead := procs.dead_essentials():
+                raise ProbeFailed(f"exited during start: {', '.join(dead)}") from None
+            # Name the culprit: x11vnc if it does not greet directly, else websockify.
+            await _direct_banner(vnc_port, timeout)
+            raise
+
+
+async def _direct_banner(vnc_port: int, timeout_s: float) -> None:
+    try:
+        await rfb_banner_tcp(vnc_port, timeout_s)
+    except (OSError, ProbeFailed, TimeoutError) as err:
+        raise ProbeFailed(f"x11vnc not answering: {err or type(err).__name__}") from None
+
+
+def _display_number(line: str) -> int:
+    if not line.isdigit():
+        raise ProbeFailed(f"Xvfb reported an unexpected display {line[:20]!r}")
+    return int(line)
+
+
+def _base_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k in _INHERITED_ENV or k.startswith("LC_")}
+
+
+def _spawn(
+    name: str,
+    argv: Sequence[str],
+    env: dict[str, str],
+    essential: bool,
+    log: IO[bytes] | None,
+    pass_fds: Sequence[int],
+    stop_signal: int = signal.SIGTERM,
+) -> ChildProcess:
+    output: IO[bytes] | int = log if log is not None else subprocess.DEVNULL
+    return ChildProcess.spawn(
+        name,
+        argv,
+        env=env,
+        essential=essential,
+        pass_fds=pass_fds,
+        output=output,
+        stop_signal=stop_signal,
+    )

@@ -1,0 +1,316 @@
+"""``DesktopManager``: the relay's virtual desktops, one per (kind, slot).
+
+Start, status, the watchdog's teardown and compare-and-stop all run under one lock, so the
+session-id comparison and the stop it guards are atomic against a racing restart of the slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+
+from relay.desktops.config import DesktopConfig
+from relay.desktops.launch import AudioStarter, LaunchedDesktop, Launcher, missing_binaries
+from relay.desktops.probe import ProbeResult, probe_chain
+from relay.desktops.state import Desktop, StateFile
+from relay.desktops.validation import (
+    StartRequest,
+    check_session_id,
+    check_slot,
+    normalise_kind,
+    parse_start,
+)
+from relay.desktops.watchdog import Watchdog
+from wire.errors import ErrorCode, OpError
+from wire.ids import DesktopSessionId
+
+logger = logging.getLogger(__name__)
+
+OnChange = Callable[[dict[str, Any]], Awaitable[None]]
+Event = dict[str, Any]
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _failed_event(desktop: Desktop, reason: str) -> Event:
+    return desktop.to_row() | {"state": "failed", "reason": reason, "updated_at": _now_iso()}
+
+
+class DesktopManager:
+    """Starts, watches, stops and re-adopts the relay's virtual desktops."""
+
+    def __init__(
+        self,
+        config: DesktopConfig | None = None,
+        *,
+        on_change: OnChange | None = None,
+        audio: AudioStarter | None = None,
+    ) -> None:
+        self.config = config or DesktopConfig.from_env()
+        self.on_change = on_change
+        self._audio = audio
+        self._desktops: dict[tuple[str, str], Desktop] = {}
+        self._lock = asyncio.Lock()
+        self._state = StateFile(self.config.state_file)
+        self._http: aiohttp.ClientSession | None = None
+        self._watchdog = Watchdog(self.check_all, self.config.watchdog_interval_s)
+
+    # -- public operations --------------------------------------------------------------
+
+    async def start(
+        self,
+        *,
+        kind: str = "virtual",
+        slot: str = "main",
+        geometry: str = "1280x800",
+        depth: int = 24,
+        audio: bool = False,
+        started_by: str | None = None,
+        apps: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Start a desktop in the slot, or return the one already running there."""
+        req = parse_start(
+            kind=kind, slot=slot, geometry=geometry, depth=depth, audio=audio,
+            started_by=started_by, apps=apps, default_apps=self.config.apps,
+        )  # fmt: skip
+        events: list[Event] = []
+        try:
+            async with self._lock:
+                running = await self._running_in(req.kind, req.slot, events)
+                if running is not None:
+                    return running.to_row() | {"already_running": True}
+                self._check_can_start(req)
+                desktop = await self._launch(req)
+                return desktop.to_row() | {"already_running": False}
+        finally:
+            await self._emit(events)
+
+    async def status(self) -> list[dict[str, Any]]:
+        """Rows of the live desktops; ones whose essential processes died are failed first."""
+        events: list[Event] = []
+        try:
+            async with self._lock:
+                for desktop in list(self._desktops.values()):
+                    await self._running_in(desktop.kind, desktop.slot, events)
+                return [d.to_row() for d in self._sorted()]
+        finally:
+            await self._emit(events)
+
+    async def stop(self, *, kind: str, slot: str, desktop_session_id: str) -> dict[str, Any]:
+        """Compare-and-stop: stop the slot only if it still holds ``desktop_session_id``."""
+        key = (normalise_kind(kind), check_slot(slot))
+        session_id = check_session_id(desktop_session_id)
+        async with self._lock:
+            current = self._desktops.get(key)
+            if current is None:
+                return {"stopped": False, "was_running": False}
+            if current.desktop_session_id != session_id:
+                logger.info("stop of slot %s refused: a newer session holds it", key[1])
+                return {
+                    "stopped": False,
+                    "conflict": True,
+                    "current_session_id": current.desktop_session_id,
+                }
+            await self._remove(current, "stopped")
+            return {"stopped": True, "stopped_session_id": session_id}
+
+    async def probe(self, kind: str, slot: str) -> dict[str, Any]:
+        """Probe one slot end to end (processes, ``vnc.html``, RFB through websockify)."""
+        desktop = self._desktops.get((normalise_kind(kind), check_slot(slot)))
+        if desktop is None:
+            return {"kind": kind, "slot": slot, "running": False, "ok": False,
+                    "reason": "not_running"}  # fmt: skip
+        result = await self._health(desktop)
+        return {
+            "kind": desktop.kind,
+            "slot": desktop.slot,
+            "running": True,
+            "desktop_session_id": desktop.desktop_session_id,
+            **result.to_dict(),
+        }
+
+    async def adopt_from_state(self) -> list[dict[str, Any]]:
+        """Re-adopt desktops of an earlier relay that still pass the probe; clean up the rest."""
+        records = await asyncio.to_thread(self._state.load)
+        adopted: list[Desktop] = []
+        async with self._lock:
+            for record in records:
+                desktop = self._parse_record(record)
+                if desktop is not None and await self._adopt_one(desktop):
+                    adopted.append(desktop)
+            await self._save()
+        return [d.to_row() for d in adopted]
+
+    def start_watchdog(self) -> None:
+        """Begin periodic health checks (idempotent)."""
+        self._watchdog.start()
+
+    async def close(self, stop_desktops: bool) -> None:
+        """Stop the watchdog; stop every desktop too when asked, else leave them for adoption."""
+        await self._watchdog.stop()
+        async with self._lock:
+            if stop_desktops:
+                for desktop in self._sorted():
+                    await self._remove(desktop, "relay closing", save=False)
+            await self._save()
+            self._desktops.clear()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def check_all(self) -> None:
+        """One watchdog round: probe every desktop, tear down those that fail."""
+        snapshot = list(self._desktops.values())
+        if not snapshot:
+            return
+        results = await asyncio.gather(*(self._health(d, retry=True) for d in snapshot))
+        pairs = zip(snapshot, results, strict=True)
+        failed = [(d, r.reason or "unhealthy") for d, r in pairs if not r.ok]
+        if failed:
+            await self._fail_all(failed)
+
+    # -- internals ----------------------------------------------------------------------
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        # Connections are not reused: websockify forks a worker per connection.
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True), trust_env=False
+            )
+        return self._http
+
+    def _sorted(self) -> list[Desktop]:
+        return [self._desktops[k] for k in sorted(self._desktops)]
+
+    def _check_can_start(self, req: StartRequest) -> None:
+        if len(self._desktops) >= self.config.max_desktops:
+            raise OpError(
+                ErrorCode.LIMIT_REACHED,
+                f"at most {self.config.max_desktops} desktops on this relay",
+                {"max_desktops": self.config.max_desktops},
+            )
+        if missing := missing_binaries(self.config):
+            raise OpError(ErrorCode.UNAVAILABLE, f"missing: {', '.join(missing)}")
+        if req.audio and self._audio is None:
+            raise OpError(ErrorCode.UNAVAILABLE, "audio is not available on this relay")
+
+    async def _launch(self, req: StartRequest) -> Desktop:
+        session_id = DesktopSessionId(secrets.token_hex(16))
+        launcher = Launcher(self.config, self.http, self._audio)
+        launched = await launcher.launch(req, log_name=f"{req.kind}-{req.slot}")
+        desktop = self._desktop_from(req, session_id, launched)
+        self._desktops[desktop.key] = desktop
+        await self._save()
+        logger.info(
+            "desktop started kind=%s slot=%s display=:%d", req.kind, req.slot, launched.display
+        )
+        return desktop
+
+    @staticmethod
+    def _desktop_from(
+        req: StartRequest, session_id: DesktopSessionId, launched: LaunchedDesktop
+    ) -> Desktop:
+        return Desktop(
+            desktop_session_id=session_id, kind=req.kind, slot=req.slot,
+            geometry=req.geometry, depth=req.depth, display=launched.display,
+            started_at=_now_iso(), started_by=req.started_by,
+            websockify_port=launched.websockify_port, vnc_port=launched.vnc_port,
+            audio=req.audio, processes=launched.processes, dbus_address=launched.dbus_address,
+        )  # fmt: skip
+
+    async def _running_in(self, kind: str, slot: str, events: list[Event]) -> Desktop | None:
+        """The slot's desktop if its essential processes run; a dead one is failed here."""
+        desktop = self._desktops.get((kind, slot))
+        if desktop is None:
+            return None
+        if dead := desktop.processes.dead_essentials():
+            reason = f"process exited: {', '.join(dead)}"
+            await self._remove(desktop, reason)
+            events.append(_failed_event(desktop, reason))
+            return None
+        return desktop
+
+    async def _health(self, desktop: Desktop, retry: bool = False) -> ProbeResult:
+        """Essential processes first (cheap), then the end-to-end chain."""
+        if dead := desktop.processes.dead_essentials():
+            reason = f"process exited: {', '.join(dead)}"
+            return ProbeResult(ok=False, reason=reason, checks={"processes": False})
+        timeout = self.config.probe_timeout_s
+        result = await probe_chain(self.http, desktop.websockify_port, timeout)
+        if not result.ok and retry and not desktop.processes.dead_essentials():
+            # One immediate second look: a single slow answer must not kill a healthy desktop.
+            result = await probe_chain(self.http, desktop.websockify_port, timeout)
+        result.checks = {"processes": True, **result.checks}
+        return result
+
+    async def _fail_all(self, failed: Iterable[tuple[Desktop, str]]) -> None:
+        events: list[Event] = []
+        async with self._lock:
+            for desktop, reason in failed:
+                # A stop or restart may have replaced this incarnation while it was probed.
+                if self._desktops.get(desktop.key) is desktop:
+                    await self._remove(desktop, reason, save=False)
+                    events.append(_failed_event(desktop, reason))
+            if events:
+                await self._save()
+        await self._emit(events)
+
+    async def _remove(self, desktop: Desktop, reason: str, save: bool = True) -> None:
+        """Forget the desktop and stop its whole process set (caller holds the lock)."""
+        self._desktops.pop(desktop.key, None)
+        desktop.state = "stopping"
+        clean = await desktop.processes.stop(self.config.stop_grace_s)
+        desktop.state = "stopped" if reason == "stopped" else "failed"
+        log = logger.info if reason in ("stopped", "relay closing") else logger.warning
+        log(
+            "desktop %s kind=%s slot=%s: %s%s",
+            desktop.state, desktop.kind, desktop.slot, reason,
+            "" if clean else " (some processes remain)",
+        )  # fmt: skip
+        if save:
+            await self._save()
+
+    def _parse_record(self, record: dict[str, Any]) -> Desktop | None:
+        try:
+            return Desktop.from_record(record)
+        except (KeyError, TypeError, ValueError) as err:
+            logger.warning("skipping malformed desktop record: %s", type(err).__name__)
+            return None
+
+    async def _adopt_one(self, desktop: Desktop) -> bool:
+        clash = desktop.key in self._desktops
+        full = len(self._desktops) >= self.config.max_desktops
+        result = await self._health(desktop) if not (clash or full) else None
+        if result is not None and result.ok:
+            self._desktops[desktop.key] = desktop
+            logger.info("re-adopted desktop kind=%s slot=%s", desktop.kind, desktop.slot)
+            return True
+        reason = "slot taken" if clash else "limit" if full else (result and result.reason)
+        logger.info("not re-adopting desktop slot=%s: %s", desktop.slot, reason)
+        await desktop.processes.stop(self.config.stop_grace_s)
+        return False
+
+    async def _save(self) -> None:
+        try:
+            await asyncio.to_thread(self._state.save, self._sorted())
+        except OSError as err:
+            # Desktops keep running; only re-adoption after a restart is at risk.
+            logger.error("cannot write desktop state file: %s", type(err).__name__)
+
+    async def _emit(self, events: list[Event]) -> None:
+        if self.on_change is None:
+            return
+        for event in events:
+            try:
+                await self.on_change(event)
+            except Exception:
+                logger.exception("desktop on_change callback failed")

@@ -1,0 +1,211 @@
+"""One supervised child process and the process group it leads.
+
+Every desktop child is started with ``start_new_session=True``: it leads its own session and
+process group, so a relay restart (which kills the relay's own group) leaves it running, and
+killing the group also takes the grandchildren it spawned (an xterm's shell, websockify's
+per-connection workers). A desktop is the set of these groups; see ``DesktopProcesses``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import psutil
+
+logger = logging.getLogger(__name__)
+
+# A group is polled while it shuts down; short enough to keep stop() fast, long enough
+# to stay cheap.
+_POLL_S = 0.01
+_CREATE_TIME_TOLERANCE_S = 0.05
+
+
+def _reap(pid: int) -> None:
+    """Collect a zombie child so its pid (and group) can disappear."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def group_exists(pgid: int) -> bool:
+    """True while any process (zombies included) remains in process group ``pgid``."""
+    _reap(pgid)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def pid_create_time(pid: int) -> float | None:
+    """The kernel's start time of ``pid``, or ``None`` when it is gone or a zombie."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc.create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+@dataclass(eq=False)
+class ChildProcess:
+    """A child that leads its own process group; ``pgid == pid``."""
+
+    name: str
+    pid: int
+    create_time: float
+    essential: bool
+    stop_signal: int = signal.SIGTERM
+    _popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @classmethod
+    def spawn(
+        cls,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        essential: bool,
+        pass_fds: Sequence[int] = (),
+        output: IO[Any] | int = subprocess.DEVNULL,
+        stop_signal: int = signal.SIGTERM,
+    ) -> ChildProcess:
+        """Start ``argv`` in a new session; raises ``OSError`` when it cannot be executed."""
+        popen = subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+            pass_fds=tuple(pass_fds),
+            start_new_session=True,
+            close_fds=True,
+        )
+        created = pid_create_time(popen.pid) or time.time()
+        logger.debug("started %s pid=%d", name, popen.pid)
+        return cls(name, popen.pid, created, essential, stop_signal, popen)
+
+    @classmethod
+    def adopt(
+        cls, name: str, pid: int, create_time: float, essential: bool, stop_signal: int
+    ) -> ChildProcess:
+        """Wrap a process started by an earlier relay (it is not our child any more)."""
+        return cls(name, pid, create_time, essential, stop_signal)
+
+    @property
+    def pgid(self) -> int:
+        return self.pid
+
+    def returncode(self) -> int | None:
+        """Exit code when it is known (only for our own children)."""
+        return None if self._popen is None else self._popen.poll()
+
+    def is_alive(self) -> bool:
+        """True while the leader runs and is still the process we started (no pid reuse)."""
+        if self._popen is not None:
+            return self._popen.poll() is None
+        started = pid_create_time(self.pid)
+        return started is not None and abs(started - self.create_time) < _CREATE_TIME_TOLERANCE_S
+
+    def owns_group(self) -> bool:
+        """True while the group is still this desktop's.
+
+        Linux never reuses a pid while a group of that id exists, so a group whose leader has
+        exited is still ours; a live leader with another start time means the id was reused.
+        """
+        if self.is_alive():
+            return True
+        if self._popen is None and pid_create_time(self.pid) is not None:
+            return False
+        return group_exists(self.pgid)
+
+    def terminate(self) -> None:
+        """Ask the whole group to exit (with this child's ``stop_signal``)."""
+        if self.owns_group():
+            _signal_group(self.pgid, signal.Signals(self.stop_signal))
+
+    def kill(self) -> None:
+        """Kill the whole group."""
+        if self.owns_group():
+            _signal_group(self.pgid, signal.SIGKILL)
+
+    def group_gone(self) -> bool:
+        if self._popen is not None:
+            self._popen.poll()
+        return not group_exists(self.pgid)
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "create_time": self.create_time,
+            "essential": self.essential,
+            "stop_signal": int(self.stop_signal),
+        }
+
+
+async def _wait_until(predicate: Any, timeout_s: float) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(_POLL_S)
+    return True
+
+
+@dataclass
+class DesktopProcesses:
+    """Every process group of one desktop, stopped together in reverse start order."""
+
+    children: list[ChildProcess] = field(default_factory=list)
+
+    def add(self, child: ChildProcess) -> ChildProcess:
+        self.children.append(child)
+        return child
+
+    def find(self, name: str) -> ChildProcess | None:
+        return next((c for c in self.children if c.name == name), None)
+
+    def dead_essentials(self) -> list[str]:
+        """Names of essential processes that are no longer running."""
+        return [c.name for c in self.children if c.essential and not c.is_alive()]
+
+    def remaining_groups(self) -> list[int]:
+        return [c.pgid for c in self.children if not c.group_gone()]
+
+    async def stop(self, grace_s: float, kill_wait_s: float = 2.0) -> bool:
+        """Signal every group, SIGKILL what is left after ``grace_s``; True when none remain."""
+        live = [c for c in reversed(self.children) if c.owns_group()]
+        for child in live:
+            child.terminate()
+        if await _wait_until(lambda: all(c.group_gone() for c in live), grace_s):
+            return True
+        for child in live:
+            if not child.group_gone():
+                logger.info("%s pid=%d ignored SIGTERM; killing its group", child.name, child.pid)
+                _signal_group(child.pgid, signal.SIGKILL)
+        gone = await _wait_until(lambda: all(c.group_gone() for c in live), kill_wait_s)
+        if not gone:
+            logger.error("process groups still present after SIGKILL: %s", self.remaining_groups())
+        return gone
+
+    def to_records(self) -> list[dict[str, Any]]:
+        return [c.to_record() for c in self.children]

@@ -1,0 +1,150 @@
+"""A running desktop's record, and the small JSON file that lets a restarted relay find it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from relay.desktops.process import ChildProcess, DesktopProcesses
+from wire.ids import DesktopSessionId
+
+logger = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+
+# Row keys that travel to the server (status rows, hello, events).
+ROW_KEYS = (
+    "desktop_session_id", "kind", "slot", "state", "geometry", "depth", "display",
+    "started_at", "started_by", "websockify_port", "vnc_port", "audio",
+)  # fmt: skip
+
+
+@dataclass
+class Desktop:
+    """One live desktop incarnation in a slot."""
+
+    desktop_session_id: DesktopSessionId
+    kind: str
+    slot: str
+    geometry: str
+    depth: int
+    display: int
+    started_at: str
+    started_by: str | None
+    websockify_port: int
+    vnc_port: int
+    audio: bool
+    processes: DesktopProcesses
+    dbus_address: str | None = None
+    state: str = "running"
+    adopted: bool = field(default=False, compare=False)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kind, self.slot)
+
+    def to_row(self) -> dict[str, Any]:
+        """The status row: what the server's inventory needs, no pids or host paths."""
+        return {
+            "desktop_session_id": self.desktop_session_id,
+            "kind": self.kind,
+            "slot": self.slot,
+            "state": self.state,
+            "geometry": self.geometry,
+            "depth": self.depth,
+            "display": f":{self.display}",
+            "started_at": self.started_at,
+            "started_by": self.started_by,
+            "websockify_port": self.websockify_port,
+            "vnc_port": self.vnc_port,
+            "audio": self.audio,
+        }
+
+    def to_record(self) -> dict[str, Any]:
+        """Row plus what re-adoption needs (pids, start times, bus address)."""
+        record = self.to_row()
+        record["display"] = self.display
+        record["dbus_address"] = self.dbus_address
+        record["processes"] = self.processes.to_records()
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Desktop:
+        """Rebuild a desktop from the state file; raises KeyError, TypeError or ValueError."""
+        children = [
+            ChildProcess.adopt(
+                str(p["name"]),
+                int(p["pid"]),
+                float(p["create_time"]),
+                bool(p["essential"]),
+                _stop_signal(p.get("stop_signal")),
+            )
+            for p in record["processes"]
+        ]
+        if any(c.pid <= 1 for c in children):
+            raise ValueError("implausible pid in state file")
+        return cls(
+            desktop_session_id=DesktopSessionId(str(record["desktop_session_id"])),
+            kind=str(record["kind"]),
+            slot=str(record["slot"]),
+            geometry=str(record["geometry"]),
+            depth=int(record["depth"]),
+            display=int(record["display"]),
+            started_at=str(record["started_at"]),
+            started_by=None if record.get("started_by") is None else str(record["started_by"]),
+            websockify_port=int(record["websockify_port"]),
+            vnc_port=int(record["vnc_port"]),
+            audio=bool(record.get("audio", False)),
+            processes=DesktopProcesses(children),
+            dbus_address=record.get("dbus_address"),
+            adopted=True,
+        )
+
+
+def _stop_signal(value: object) -> int:
+    allowed = {int(signal.SIGTERM), int(signal.SIGKILL), int(signal.SIGINT)}
+    return value if isinstance(value, int) and value in allowed else int(signal.SIGTERM)
+
+
+class StateFile:
+    """``desktops.json``: written atomically (temp file, fsync, rename), mode 0600."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> list[dict[str, Any]]:
+        """Records of the last relay; a missing or corrupt file yields none (and is logged)."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as err:
+            logger.warning("ignoring unreadable desktop state file: %s", type(err).__name__)
+            return []
+        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+            logger.warning("ignoring desktop state file of another version")
+            return []
+        records = data.get("desktops")
+        return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+
+    def save(self, desktops: list[Desktop]) -> None:
+        payload = {"version": STATE_VERSION, "desktops": [d.to_record() for d in desktops]}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".desktops.", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(payload, out, indent=1)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise

@@ -1,0 +1,141 @@
+"""Checks of start/stop arguments; every failure names its field (``InvalidArgs``)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.ids import DesktopSessionId
+
+VIRTUAL = "virtual"
+MIN_GEOMETRY = (640, 480)
+MAX_GEOMETRY = (7680, 4320)
+DEPTHS = frozenset({16, 24})
+SLOT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+GEOMETRY_RE = re.compile(r"^([0-9]{1,5})x([0-9]{1,5})$")
+# Minted with secrets.token_hex(16) or longer; anything else cannot name a session of ours.
+SESSION_ID_RE = re.compile(r"^[0-9a-f]{32,128}$")
+MAX_STARTED_BY = 200
+
+# kind → the kind this manager runs it as; None = served by another component.
+_KINDS: dict[str, str | None] = {VIRTUAL: VIRTUAL, "docker": VIRTUAL, "local": None}
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """A validated ``start``."""
+
+    kind: str
+    slot: str
+    width: int
+    height: int
+    depth: int
+    audio: bool
+    started_by: str | None
+    apps: tuple[tuple[str, ...], ...]
+
+    @property
+    def geometry(self) -> str:
+        return f"{self.width}x{self.height}"
+
+
+def normalise_kind(kind: object) -> str:
+    """Map ``docker`` to ``virtual``; ``local`` belongs to the host helper."""
+    if not isinstance(kind, str) or kind not in _KINDS:
+        raise InvalidArgs("kind", f"unknown kind {kind!r}; expected one of {sorted(_KINDS)}")
+    normalised = _KINDS[kind]
+    if normalised is None:
+        raise OpError(
+            ErrorCode.UNAVAILABLE,
+            f"{kind} desktops are not run by the virtual desktop manager",
+            {"field": "kind"},
+        )
+    return normalised
+
+
+def check_slot(slot: object) -> str:
+    if not isinstance(slot, str) or not SLOT_RE.fullmatch(slot):
+        raise InvalidArgs("slot", "must match ^[a-z0-9][a-z0-9_-]{0,31}$")
+    return slot
+
+
+def parse_geometry(geometry: object) -> tuple[int, int]:
+    match = GEOMETRY_RE.fullmatch(geometry) if isinstance(geometry, str) else None
+    if match is None:
+        raise InvalidArgs("geometry", "expected WIDTHxHEIGHT, e.g. 1280x800")
+    width, height = int(match[1]), int(match[2])
+    (min_w, min_h), (max_w, max_h) = MIN_GEOMETRY, MAX_GEOMETRY
+    if not (min_w <= width <= max_w and min_h <= height <= max_h):
+        raise InvalidArgs(
+            "geometry", f"{width}x{height} outside {min_w}x{min_h} .. {max_w}x{max_h}"
+        )
+    return width, height
+
+
+def check_depth(depth: object) -> int:
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth not in DEPTHS:
+        raise InvalidArgs("depth", f"must be one of {sorted(DEPTHS)}")
+    return depth
+
+
+def check_session_id(value: object) -> DesktopSessionId:
+    if not isinstance(value, str) or not SESSION_ID_RE.fullmatch(value):
+        raise InvalidArgs("desktop_session_id", "malformed desktop session id")
+    return DesktopSessionId(value)
+
+
+def check_started_by(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_STARTED_BY:
+        raise InvalidArgs("started_by", f"must be a string of at most {MAX_STARTED_BY} chars")
+    return value
+
+
+def check_apps(apps: object, default: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Parse start-up commands (shell-like words, never run through a shell)."""
+    if apps is None:
+        apps = default
+    if isinstance(apps, str) or not isinstance(apps, list | tuple):
+        raise InvalidArgs("apps", "must be a list of command lines")
+    try:
+        parsed = tuple(tuple(shlex.split(app)) for app in apps if isinstance(app, str))
+    except ValueError as err:
+        raise InvalidArgs("apps", "unparsable command line") from err
+    if len(parsed) != len(apps) or any(not words for words in parsed):
+        raise InvalidArgs("apps", "every entry must be a non-empty command line")
+    return parsed
+
+
+def check_audio(audio: object) -> bool:
+    if not isinstance(audio, bool):
+        raise InvalidArgs("audio", "must be true or false")
+    return audio
+
+
+def parse_start(
+    *,
+    kind: object,
+    slot: object,
+    geometry: object,
+    depth: object,
+    audio: object,
+    started_by: object,
+    apps: object,
+    default_apps: tuple[str, ...],
+) -> StartRequest:
+    """Validate every start argument, kind first (it decides who handles the rest)."""
+    normalised = normalise_kind(kind)
+    width, height = parse_geometry(geometry)
+    return StartRequest(
+        kind=normalised,
+        slot=check_slot(slot),
+        width=width,
+        height=height,
+        depth=check_depth(depth),
+        audio=check_audio(audio),
+        started_by=check_started_by(started_by),
+        apps=check_apps(apps, default_apps),
+    )

@@ -1,0 +1,97 @@
+"""Argument checks for screen actions: each failure is ``InvalidArgs`` naming the field.
+
+Coordinates are validated against the current screen and never clamped: a point outside
+the screen is the caller's mistake, and silently moving it would click something else.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from wire.errors import InvalidArgs
+from wire.guard import CropRect, RGBArray, decode_crop
+
+MAX_TEXT_LENGTH = 10_000
+MAX_SCROLL_AMOUNT = 50
+BUTTONS: dict[str | int, int] = {"left": 1, "middle": 2, "right": 3, 1: 1, 2: 2, 3: 3}
+BUTTON_NAMES = {1: "left", 2: "middle", 3: "right"}
+_DISPLAY_RE = re.compile(r"^[A-Za-z0-9_.\-]*:\d+(\.\d+)?$")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A reference crop and where on the screen it was cut."""
+
+    crop: RGBArray
+    rect: CropRect
+
+
+def display_name(value: object) -> str:
+    if not isinstance(value, str) or not _DISPLAY_RE.match(value):
+        raise InvalidArgs("display", "must be an X display like ':1'")
+    return value
+
+
+def integer(args: dict[str, Any], name: str, default: int | None = None) -> int:
+    value = args.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgs(name, "must be an integer")
+    return value
+
+
+def bounded(args: dict[str, Any], name: str, low: int, high: int, default: int) -> int:
+    value = integer(args, name, default)
+    if not low <= value <= high:
+        raise InvalidArgs(name, f"must be between {low} and {high}")
+    return value
+
+
+def point(
+    args: dict[str, Any], size: tuple[int, int], names: tuple[str, str] = ("x", "y")
+) -> tuple[int, int]:
+    """An on-screen point from two integer fields."""
+    coords = (integer(args, names[0]), integer(args, names[1]))
+    for name, value, limit in zip(names, coords, size, strict=True):
+        if not 0 <= value < limit:
+            raise InvalidArgs(name, f"{value} is outside the screen (0..{limit - 1})")
+    return coords
+
+
+def button(args: dict[str, Any]) -> int:
+    value = args.get("button", "left")
+    key = value.casefold() if isinstance(value, str) else value
+    if isinstance(key, bool) or key not in BUTTONS:
+        raise InvalidArgs("button", "must be left, middle, right (or 1, 2, 3)")
+    return BUTTONS[key]
+
+
+def choice(args: dict[str, Any], name: str, options: tuple[str, ...], default: str) -> str:
+    value = args.get(name, default)
+    if value not in options:
+        raise InvalidArgs(name, f"must be one of {', '.join(options)}")
+    return str(value)
+
+
+def text(args: dict[str, Any], name: str = "text", limit: int = MAX_TEXT_LENGTH) -> str:
+    value = args.get(name)
+    if not isinstance(value, str):
+        raise InvalidArgs(name, "must be a string")
+    if len(value) > limit:
+        raise InvalidArgs(name, f"is {len(value)} characters; the limit is {limit}")
+    return value
+
+
+def guard(args: dict[str, Any]) -> Guard | None:
+    """The optional ``guard: {crop, rect}`` the server attached (its presence is not checked)."""
+    value = args.get("guard")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidArgs("guard", "must be an object with crop and rect")
+    crop = decode_crop(value.get("crop"), "guard.crop")
+    rect = CropRect.from_dict(value.get("rect"), "guard.rect")
+    if crop.shape[:2] != (rect.height, rect.width):
+        raise InvalidArgs("guard.crop", "size differs from guard.rect")
+    return Guard(crop, rect)

@@ -1,0 +1,124 @@
+"""Screen capture with mss (one instance per display) and image encoding.
+
+A :class:`ScreenCapture` belongs to one display and is used from that display's worker
+thread only. Captures are HxWx3 RGB numpy arrays, the same layout ``wire.guard`` compares.
+Encoder settings were measured with ``benchmarks/bench_screen_local.py``; see
+``docs/screen-tool.md``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import mss
+import numpy as np
+import numpy.typing as npt
+from PIL import Image
+
+from wire.errors import ErrorCode, OpError
+from wire.guard import CropRect
+
+logger = logging.getLogger(__name__)
+
+RGBArray = npt.NDArray[np.uint8]
+ImageFormat = Literal["png", "jpeg", "webp"]
+IMAGE_FORMATS: tuple[ImageFormat, ...] = ("png", "jpeg", "webp")
+
+# Desktop screenshots are flat colours and text: zlib level 1 is ~4-8x faster than Pillow's
+# default (6) for a few percent more bytes, and ``optimize`` costs a second full pass.
+PNG_COMPRESS_LEVEL = 1
+DEFAULT_JPEG_QUALITY = 80
+DEFAULT_WEBP_QUALITY = 80
+# WebP "method" trades speed for size (0 fastest .. 6 smallest); 4 is Pillow's default.
+WEBP_METHOD = 2
+
+
+@dataclass(frozen=True)
+class EncodedImage:
+    """Encoded bytes plus the size they show."""
+
+    format: ImageFormat
+    width: int
+    height: int
+    data: bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "width": self.width,
+            "height": self.height,
+            "format": self.format,
+            "image": base64.b64encode(self.data).decode("ascii"),
+        }
+
+
+def _open_mss(display: str) -> Any:
+    # mss >= 10.2 names the class MSS; older releases only have the mss() factory.
+    factory = getattr(mss, "MSS", None) or mss.mss
+    return factory(display=display)
+
+
+class ScreenCapture:
+    """Grabs pixels from one X display through a private mss instance."""
+
+    def __init__(self, display: str) -> None:
+        try:
+            self._mss = _open_mss(display)
+        except mss.ScreenShotError as err:
+            raise OpError(ErrorCode.UNAVAILABLE, f"cannot capture display {display}") from err
+        self._display = display
+
+    def grab(
+        self, region: CropRect | None = None, screen_size: tuple[int, int] | None = None
+    ) -> RGBArray:
+        """Full screen (``screen_size`` or mss's view of it) or a region, as RGB."""
+        if region is None:
+            if screen_size is None:
+                monitor = dict(self._mss.monitors[0])
+            else:
+                monitor = {"left": 0, "top": 0, "width": screen_size[0], "height": screen_size[1]}
+        else:
+            monitor = {"left": region.x, "top": region.y,
+                       "width": region.width, "height": region.height}  # fmt: skip
+        try:
+            shot = self._mss.grab(monitor)
+        except mss.ScreenShotError as err:
+            raise OpError(ErrorCode.UNAVAILABLE, f"capture failed on {self._display}") from err
+        return bgra_to_rgb(np.asarray(shot))
+
+    def close(self) -> None:
+        self._mss.close()
+
+
+def bgra_to_rgb(bgra: npt.NDArray[np.uint8]) -> RGBArray:
+    """mss returns BGRA rows; the guard and encoders want contiguous RGB."""
+    return np.ascontiguousarray(bgra[:, :, 2::-1])
+
+
+def encode(
+    rgb: RGBArray, fmt: ImageFormat = "png", quality: int | None = None
+) -> EncodedImage:
+    """Encode an RGB array as PNG (tuned), JPEG or WebP."""
+    image = Image.fromarray(rgb, "RGB")
+    buffer = io.BytesIO()
+    if fmt == "png":
+        image.save(buffer, "PNG", compress_level=PNG_COMPRESS_LEVEL)
+    elif fmt == "jpeg":
+        image.save(buffer, "JPEG", quality=quality or DEFAULT_JPEG_QUALITY)
+    else:
+        image.save(buffer, "WEBP", quality=quality or DEFAULT_WEBP_QUALITY, method=WEBP_METHOD)
+    height, width = rgb.shape[:2]
+    return EncodedImage(fmt, width, height, buffer.getvalue())
+
+
+def preview(rgb: RGBArray, max_width: int) -> RGBArray:
+    """A downscaled copy no wider than ``max_width`` (aspect kept); coordinates stay full-size."""
+    height, width = rgb.shape[:2]
+    if width <= max_width:
+        return rgb
+    new_height = max(1, round(height * max_width / width))
+    small = Image.fromarray(rgb, "RGB").resize((max_width, new_height), Image.Resampling.BILINEAR)
+    return np.asarray(small, dtype=np.uint8)

@@ -1,0 +1,328 @@
+"""The relay's screen service: one action at a time per display, X work off the event loop.
+
+Each display gets a :class:`_DisplayWorker`: an asyncio lock (actions on one display are
+serialised, so a guard check and the input it guards are never interleaved with another
+action) and a single-thread executor that owns the display's input connection and mss
+instance (neither is thread-safe). Handlers are small synchronous functions run in that
+thread, dispatched from :data:`HANDLERS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+from Xlib import error as xerror
+
+from relay.screen import args as check
+from relay.screen.backends import DEFAULT_BACKEND, BackendFactory, InputBackend, backend_factory
+from relay.screen.capture import IMAGE_FORMATS, EncodedImage, RGBArray, ScreenCapture, encode
+from relay.screen.capture import preview as make_preview
+from relay.screen.xinput import SCROLL_BUTTONS
+from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.guard import STALE_THRESHOLD, compare
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+ACTIONS = ("screenshot", "click", "double_click", "move", "drag", "scroll", "type", "key",
+           "mouse_position", "screen_size", "keyboard_state")  # fmt: skip
+GUARDED_ACTIONS = frozenset({"click", "double_click", "drag"})
+
+
+@dataclass
+class ScreenshotResult:
+    """A capture and its encodings; ``pixels`` is the raw full-resolution RGB the server keeps."""
+
+    pixels: RGBArray
+    image: EncodedImage
+    preview: EncodedImage | None = None
+
+    @property
+    def width(self) -> int:
+        return int(self.pixels.shape[1])
+
+    @property
+    def height(self) -> int:
+        return int(self.pixels.shape[0])
+
+    @property
+    def rgb(self) -> bytes:
+        """Raw RGB24 bytes, row-major, ``width * height * 3`` long."""
+        return self.pixels.tobytes()
+
+    def to_dict(self) -> dict[str, Any]:
+        result = self.image.to_dict()
+        if self.preview is not None:
+            small = self.preview.to_dict()
+            result["preview"] = {key: small[key] for key in ("width", "height", "image")}
+        result["coordinates"] = "full_resolution"
+        return result
+
+
+@dataclass
+class ScreenContext:
+    """What handlers get: the display's input backend and capture, created in its thread."""
+
+    display: str
+    input: InputBackend
+    capture: ScreenCapture
+    max_text_length: int = check.MAX_TEXT_LENGTH
+
+    def size(self) -> tuple[int, int]:
+        return self.input.screen_size()
+
+    def close(self) -> None:
+        self.input.close()
+        self.capture.close()
+
+
+Handler = Callable[[ScreenContext, dict[str, Any]], dict[str, Any]]
+
+
+# -- guard -----------------------------------------------------------------------------------
+
+
+def check_guard(ctx: ScreenContext, args: dict[str, Any], at: tuple[int, int]) -> dict[str, Any]:
+    """Compare the guard crop with the screen now; stale raises before any input is sent."""
+    guard = check.guard(args)
+    if guard is None:
+        return {"checked": False}
+    if not guard.rect.contains(at):
+        raise InvalidArgs("guard.rect", f"does not contain the point {at}")
+    if not guard.rect.fits(ctx.size()):
+        details = {"difference": 1.0, "threshold": STALE_THRESHOLD}
+        raise OpError(ErrorCode.STALE_SCREEN, "the screen size changed", details)
+    result = compare(guard.crop, ctx.capture.grab(guard.rect))
+    if result.stale:
+        logger.info("stale screen on %s: difference %.3f", ctx.display, result.score)
+        raise OpError(
+            ErrorCode.STALE_SCREEN,
+            "the screen changed around the target since the screenshot; take a new one",
+            {**result.to_dict(), "rect": guard.rect.to_dict()},
+        )
+    return {"checked": True, **result.to_dict()}
+
+
+# -- handlers (run in the display's worker thread) --------------------------------------------
+
+
+def capture_screenshot(ctx: ScreenContext, args: dict[str, Any]) -> ScreenshotResult:
+    fmt = check.choice(args, "format", IMAGE_FORMATS, "png")
+    quality = check.bounded(args, "quality", 1, 100, 80) if "quality" in args else None
+    max_width = args.get("preview_max_width")
+    pixels = ctx.capture.grab(None, ctx.size())
+    if max_width is not None:
+        max_width = check.bounded(args, "preview_max_width", 16, 100_000, 0)
+    image = encode(pixels, fmt, quality)  # type: ignore[arg-type]
+    small = None
+    if max_width is not None:
+        small = encode(make_preview(pixels, max_width), fmt, quality)  # type: ignore[arg-type]
+    return ScreenshotResult(pixels, image, small)
+
+
+def _screenshot(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    return capture_screenshot(ctx, args).to_dict()
+
+
+def _click_n(count: int) -> Handler:
+    def handler(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+        x, y = check.point(args, ctx.size())
+        button = check.button(args)
+        guard = check_guard(ctx, args, (x, y))
+        ctx.input.click(x, y, button, count)
+        return {"x": x, "y": y, "button": check.BUTTON_NAMES[button], "guard": guard}
+
+    return handler
+
+
+def _move(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    x, y = check.point(args, ctx.size())
+    ctx.input.move(x, y)
+    return {"x": x, "y": y}
+
+
+def _drag(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    size = ctx.size()
+    start = check.point(args, size)
+    end = check.point(args, size, ("to_x", "to_y"))
+    button = check.button(args)
+    guard = check_guard(ctx, args, start)
+    ctx.input.drag(start, end, button)
+    return {"x": start[0], "y": start[1], "to_x": end[0], "to_y": end[1],
+            "button": check.BUTTON_NAMES[button], "guard": guard}  # fmt: skip
+
+
+def _scroll(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    direction = check.choice(args, "direction", tuple(SCROLL_BUTTONS), "down")
+    amount = check.bounded(args, "amount", 1, check.MAX_SCROLL_AMOUNT, 3)
+    at = check.point(args, ctx.size()) if "x" in args or "y" in args else None
+    if at is not None:
+        ctx.input.move(*at)
+    ctx.input.scroll(direction, amount)
+    x, y = at or ctx.input.mouse_position()
+    return {"direction": direction, "amount": amount, "x": x, "y": y}
+
+
+def _type(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    text = check.text(args, "text", ctx.max_text_length)
+    ctx.input.type_text(text)
+    return {"typed": len(text)}  # never echo the text: it may be a password
+
+
+def _key(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    keys = args.get("keys", args.get("key"))
+    if not isinstance(keys, str):
+        raise InvalidArgs("keys", "must be a key chord like 'ctrl+shift+t'")
+    ctx.input.key(keys)
+    return {"keys": keys}
+
+
+def _mouse_position(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    x, y = ctx.input.mouse_position()
+    return {"x": x, "y": y}
+
+
+def _screen_size(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    width, height = ctx.size()
+    return {"width": width, "height": height}
+
+
+def _keyboard_state(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    return {**ctx.input.keyboard_state(), "source": "led_mask"}
+
+
+HANDLERS: dict[str, Handler] = {
+    "screenshot": _screenshot,
+    "click": _click_n(1),
+    "double_click": _click_n(2),
+    "move": _move,
+    "drag": _drag,
+    "scroll": _scroll,
+    "type": _type,
+    "key": _key,
+    "mouse_position": _mouse_position,
+    "screen_size": _screen_size,
+    "keyboard_state": _keyboard_state,
+}
+assert set(HANDLERS) == set(ACTIONS)
+
+
+# -- per-display worker ----------------------------------------------------------------------
+
+
+@dataclass
+class _DisplayWorker:
+    display: str
+    factory: BackendFactory
+    max_text_length: int
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    context: ScreenContext | None = None
+
+    def __post_init__(self) -> None:
+        prefix = f"screen{self.display}"
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=prefix)
+
+    def _context(self) -> ScreenContext:
+        if self.context is None:
+            backend = self.factory(self.display)
+            try:
+                capture = ScreenCapture(self.display)
+            except BaseException:
+                backend.close()
+                raise
+            self.context = ScreenContext(self.display, backend, capture, self.max_text_length)
+        return self.context
+
+    def _call(self, fn: Callable[[ScreenContext, dict[str, Any]], T], args: dict[str, Any]) -> T:
+        try:
+            return fn(self._context(), args)
+        except (xerror.ConnectionClosedError, xerror.XError, OSError) as err:
+            # The display went away (desktop stopped/restarted): reopen on the next action.
+            self.close_context()
+            raise OpError(ErrorCode.UNAVAILABLE, f"display {self.display} failed: {err}") from err
+
+    async def call(
+        self, fn: Callable[[ScreenContext, dict[str, Any]], T], args: dict[str, Any]
+    ) -> T:
+        async with self.lock:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.executor, self._call, fn, args)
+
+    def close_context(self) -> None:
+        if self.context is not None:
+            context, self.context = self.context, None
+            context.close()
+
+    def shutdown(self) -> None:
+        try:
+            self.executor.submit(self.close_context).result()
+        finally:
+            self.executor.shutdown(wait=True)
+
+
+class ScreenService:
+    """Runs screen actions on a relay's displays (one service per relay)."""
+
+    def __init__(
+        self, input_backend: str = DEFAULT_BACKEND, max_text_length: int = check.MAX_TEXT_LENGTH
+    ) -> None:
+        self._factory = backend_factory(input_backend)
+        self._max_text_length = max_text_length
+        self._workers: dict[str, _DisplayWorker] = {}
+        self._closed = False
+
+    def _worker(self, display: object) -> _DisplayWorker:
+        if self._closed:
+            raise OpError(ErrorCode.UNAVAILABLE, "the screen service is closed")
+        name = check.display_name(display)
+        worker = self._workers.get(name)
+        if worker is None:
+            worker = _DisplayWorker(name, self._factory, self._max_text_length)
+            self._workers[name] = worker
+        return worker
+
+    async def run(self, display: str, action: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Run one action; returns its JSON-safe result or raises ``OpError``."""
+        handler = HANDLERS.get(action)
+        if handler is None:
+            raise InvalidArgs("action", f"unknown screen action {action!r}")
+        if not isinstance(args, dict):
+            raise InvalidArgs("args", "must be an object")
+        logger.debug("screen %s on %s", action, display)
+        return await self._worker(display).call(handler, args)
+
+    async def screenshot(self, display: str, args: dict[str, Any]) -> ScreenshotResult:
+        """Like ``run(display, "screenshot", args)`` but keeps the raw RGB capture."""
+        return await self._worker(display).call(capture_screenshot, args)
+
+    async def release_display(self, display: str) -> None:
+        """Forget a display (its desktop stopped): close its connections and thread."""
+        worker = self._workers.pop(display, None)
+        if worker is not None:
+            async with worker.lock:
+                await asyncio.to_thread(worker.shutdown)
+
+    def close(self) -> None:
+        """Close every display's connections and threads (waits for running actions)."""
+        self._closed = True
+        workers, self._workers = list(self._workers.values()), {}
+        for worker in workers:
+            try:
+                worker.shutdown()
+            except Exception:
+                logger.exception("closing screen worker for %s failed", worker.display)
+
+    async def aclose(self) -> None:
+        """:meth:`close` without blocking the event loop."""
+        await asyncio.to_thread(self.close)
+
+
+def pixels_from_rgb(rgb: bytes, width: int, height: int) -> RGBArray:
+    """Inverse of ``ScreenshotResult.rgb`` for whoever keeps the capture."""
+    return np.frombuffer(rgb, dtype=np.uint8).reshape(height, width, 3)

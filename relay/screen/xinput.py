@@ -1,0 +1,269 @@
+"""XTEST input on one X display through its own python-xlib connection.
+
+One :class:`XTestInput` per display, used from a single thread (the display's screen
+worker): python-xlib connections are not thread-safe, and a private connection per display
+means several desktops never share a process-global ``DISPLAY``.
+
+Every action ends with ``sync()``: when it returns, the server has generated all events,
+so a guard capture, a result or a test's sentinel is ordered after them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from Xlib import XK, X
+from Xlib import error as xerror
+from Xlib.display import Display
+from Xlib.ext import xtest
+
+from relay.screen.keys import Chord, char_to_keysym, parse_chord
+from wire.errors import ErrorCode, OpError
+
+logger = logging.getLogger(__name__)
+
+SCROLL_BUTTONS = {"up": 4, "down": 5, "left": 6, "right": 7}
+# Well inside every toolkit's double-click time (GTK and Qt default to 400 ms), and long
+# enough that clients see two distinct clicks.
+DOUBLE_CLICK_GAP_S = 0.04
+DRAG_STEPS = 12
+DRAG_DURATION_S = 0.12
+# Clients re-read the keymap when they process MappingNotify, which can be after we restore
+# a remapped spare keycode; this grace keeps the temporary keysym in place meanwhile.
+REMAP_RESTORE_DELAY_S = 0.05
+# LED bits in the core keyboard control's led_mask under XKB's default indicator map.
+LED_CAPS_LOCK, LED_NUM_LOCK, LED_SCROLL_LOCK = 0x1, 0x2, 0x4
+
+KeyStroke = tuple[int, bool]  # (keycode, needs shift)
+
+
+class XTestInput:
+    """Mouse and keyboard input for one display via the XTEST extension."""
+
+    def __init__(self, display_name: str) -> None:
+        try:
+            self._display = Display(display_name)
+        except (xerror.DisplayError, OSError) as err:
+            raise OpError(ErrorCode.UNAVAILABLE, f"cannot open display {display_name}") from err
+        if not self._display.has_extension("XTEST"):
+            self._display.close()
+            raise OpError(ErrorCode.UNAVAILABLE, f"display {display_name} has no XTEST")
+        self._root = self._display.screen().root
+        self._keymap: dict[int, list[tuple[int, int]]] = {}
+        self._spares: list[int] = []
+        self._row_width = 2
+
+    # -- queries -------------------------------------------------------------------------
+
+    def screen_size(self) -> tuple[int, int]:
+        """Current root window size (follows RandR changes, unlike the connection info)."""
+        geometry = self._root.get_geometry()
+        return int(geometry.width), int(geometry.height)
+
+    def mouse_position(self) -> tuple[int, int]:
+        pointer = self._root.query_pointer()
+        return int(pointer.root_x), int(pointer.root_y)
+
+    def keyboard_state(self) -> dict[str, bool]:
+        """Lock states from the core keyboard LEDs (``get_keyboard_control().led_mask``)."""
+        leds = int(self._display.get_keyboard_control().led_mask)
+        return {
+            "num_lock": bool(leds & LED_NUM_LOCK),
+            "caps_lock": bool(leds & LED_CAPS_LOCK),
+            "scroll_lock": bool(leds & LED_SCROLL_LOCK),
+        }
+
+    # -- pointer ------------------------------------------------------------------------
+
+    def _fake(self, event_type: int, detail: int = 0, x: int = 0, y: int = 0) -> None:
+        if event_type == X.MotionNotify:
+            xtest.fake_input(self._display, event_type, x=x, y=y)
+        else:
+            xtest.fake_input(self._display, event_type, detail)
+
+    def move(self, x: int, y: int) -> None:
+        self._fake(X.MotionNotify, x=x, y=y)
+        self._display.sync()
+
+    def press(self, button: int) -> None:
+        self._fake(X.ButtonPress, button)
+        self._display.sync()
+
+    def release(self, button: int) -> None:
+        self._fake(X.ButtonRelease, button)
+        self._display.sync()
+
+    def click(self, x: int, y: int, button: int = 1, count: int = 1) -> None:
+        """Move to (x, y) and click ``count`` times (2 = a double click)."""
+        self._fake(X.MotionNotify, x=x, y=y)
+        for index in range(count):
+            if index:
+                self._display.sync()
+                time.sleep(DOUBLE_CLICK_GAP_S)
+            self._fake(X.ButtonPress, button)
+            self._fake(X.ButtonRelease, button)
+        self._display.sync()
+
+    def drag(self, start: tuple[int, int], end: tuple[int, int], button: int = 1) -> None:
+        """Press at ``start``, move in interpolated steps, release at ``end``."""
+        self._fake(X.MotionNotify, x=start[0], y=start[1])
+        self._fake(X.ButtonPress, button)
+        self._display.sync()
+        for step in range(1, DRAG_STEPS + 1):
+            # Toolkits start a drag only after motion past a threshold while pressed;
+            # intermediate points with pauses look like a hand-made drag.
+            x = start[0] + (end[0] - start[0]) * step // DRAG_STEPS
+            y = start[1] + (end[1] - start[1]) * step // DRAG_STEPS
+            self._fake(X.MotionNotify, x=x, y=y)
+            self._display.sync()
+            time.sleep(DRAG_DURATION_S / DRAG_STEPS)
+        self._fake(X.ButtonRelease, button)
+        self._display.sync()
+
+    def scroll(self, direction: str, amount: int) -> None:
+        """Wheel clicks: buttons 4/5 (up/down) and 6/7 (left/right)."""
+        button = SCROLL_BUTTONS[direction]
+        for _ in range(amount):
+            self._fake(X.ButtonPress, button)
+            self._fake(X.ButtonRelease, button)
+        self._display.sync()
+
+    # -- keyboard -----------------------------------------------------------------------
+
+    def _load_keymap(self) -> None:
+        """Fetch the server's keymap (another client may have changed it since last time)."""
+        info = self._display.display.info
+        first, count = info.min_keycode, info.max_keycode - info.min_keycode + 1
+        rows = self._display.get_keyboard_mapping(first, count)
+        modifier_codes = {code for mod in self._display.get_modifier_mapping() for code in mod}
+        self._keymap, self._spares = {}, []
+        for offset, row in enumerate(rows):
+            code = first + offset
+            if not any(row) and code not in modifier_codes:
+                self._spares.append(code)
+            for index, keysym in enumerate(row[:2]):
+                if keysym:
+                    self._keymap.setdefault(keysym, []).append((code, index))
+        self._spares.reverse()  # the highest codes are the least likely to be claimed
+        self._row_width = len(rows[0]) if rows else 2
+
+    def _stroke_for(self, keysym: int) -> KeyStroke | None:
+        """A keycode typing ``keysym`` on level 0 or 1 (shift), or None when unmapped."""
+        entries = self._keymap.get(keysym)
+        if not entries:
+            return None
+        code, index = min(entries, key=lambda entry: entry[1])
+        return code, index == 1
+
+    def _tap(self, stroke: KeyStroke) -> None:
+        code, shifted = stroke
+        shift = self._shift_code() if shifted else 0
+        if shift:
+            self._fake(X.KeyPress, shift)
+        self._fake(X.KeyPress, code)
+        self._fake(X.KeyRelease, code)
+        if shift:
+            self._fake(X.KeyRelease, shift)
+
+    def _shift_code(self) -> int:
+        stroke = self._stroke_for(XK.XK_Shift_L) or self._stroke_for(XK.XK_Shift_R)
+        return stroke[0] if stroke else 0
+
+    @contextmanager
+    def _remapped(self, keysyms: Sequence[int]) -> Iterator[dict[int, int]]:
+        """Bind each keysym to a spare keycode for the duration of the block, then restore."""
+        if len(keysyms) > len(self._spares):
+            raise OpError(ErrorCode.UNAVAILABLE, "no spare keycode left to type a character")
+        bound = dict(zip(keysyms, self._spares, strict=False))
+        for keysym, code in bound.items():
+            # Same keysym on both levels so Shift held elsewhere cannot change it.
+            row = [keysym, keysym] + [X.NoSymbol] * (self._row_width - 2)
+            self._display.change_keyboard_mapping(code, [row])
+        self._display.sync()
+        try:
+            yield bound
+        finally:
+            self._display.sync()
+            time.sleep(REMAP_RESTORE_DELAY_S)
+            blank = [X.NoSymbol] * self._row_width
+            for code in bound.values():
+                self._display.change_keyboard_mapping(code, [blank])
+            self._display.sync()
+
+    def key(self, chord_text: str) -> None:
+        """Press a chord like ``ctrl+shift+t``: modifiers down in order, key tap, modifiers up."""
+        chord = parse_chord(chord_text)
+        self._load_keymap()
+        missing = [ks for ks in (*chord.modifiers, chord.key) if self._stroke_for(ks) is None]
+        if missing:
+            with self._remapped(list(dict.fromkeys(missing))) as bound:
+                self._press_chord(chord, bound)
+        else:
+            self._press_chord(chord, {})
+        self._display.sync()
+
+    def _press_chord(self, chord: Chord, bound: dict[int, int]) -> None:
+        def code_of(keysym: int) -> KeyStroke:
+            if keysym in bound:
+                return bound[keysym], False
+            return self._stroke_for(keysym) or (0, False)
+
+        modifier_codes = [code_of(ks)[0] for ks in chord.modifiers]
+        key_code, shifted = code_of(chord.key)
+        shift = self._shift_code() if shifted else 0
+        held = [*modifier_codes, *([shift] if shift and shift not in modifier_codes else [])]
+        for code in held:
+            self._fake(X.KeyPress, code)
+        self._fake(X.KeyPress, key_code)
+        self._fake(X.KeyRelease, key_code)
+        for code in reversed(held):
+            self._fake(X.KeyRelease, code)
+
+    def type_text(self, text: str) -> None:
+        """Type ``text`` exactly, whatever the layout: unmapped characters use spare keycodes."""
+        self._load_keymap()
+        caps_on = self.keyboard_state()["caps_lock"]
+        caps = self._stroke_for(XK.XK_Caps_Lock)
+        if caps_on and caps:
+            self._tap(caps)  # CapsLock would turn typed letters upper-case; off meanwhile
+        try:
+            for segment, missing in self._segments(text):
+                self._type_segment(segment, missing)
+        finally:
+            if caps_on and caps:
+                self._tap(caps)
+            self._display.sync()
+
+    def _segments(self, text: str) -> Iterator[tuple[str, list[int]]]:
+        """Split text so each piece needs at most as many remaps as there are spare keycodes."""
+        start, missing = 0, list[int]()
+        for index, char in enumerate(text):
+            keysym = char_to_keysym(char)
+            if self._stroke_for(keysym) is not None or keysym in missing:
+                continue
+            if len(missing) == max(1, len(self._spares)):
+                yield text[start:index], missing
+                start, missing = index, []
+            missing.append(keysym)
+        yield text[start:], missing
+
+    def _type_segment(self, segment: str, missing: list[int]) -> None:
+        if not missing:
+            for char in segment:
+                self._tap(self._stroke_for(char_to_keysym(char)) or (0, False))
+            self._display.sync()
+            return
+        with self._remapped(missing) as bound:
+            for char in segment:
+                keysym = char_to_keysym(char)
+                stroke = (bound[keysym], False) if keysym in bound else self._stroke_for(keysym)
+                self._tap(stroke or (0, False))
+
+    def close(self) -> None:
+        try:
+            self._display.close()
+        except (xerror.ConnectionClosedError, OSError):
+            logger.debug("display connection already closed")

@@ -1,0 +1,44 @@
+"""The relay process: desktops + worker, started and stopped in a fixed order."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from relay.config import RelayConfig
+from relay.desktops.config import DesktopConfig
+from relay.desktops.launch import missing_binaries
+from relay.desktops.manager import DesktopManager
+from relay.handlers import Handlers
+from relay.worker import RelayWorker
+
+log = logging.getLogger(__name__)
+
+
+class RelayService:
+    """Owns the desktop manager and the server connection of one relay process."""
+
+    def __init__(self, config: RelayConfig) -> None:
+        self.config = config
+        desktop_config = DesktopConfig.from_env()
+        self.desktops = DesktopManager(desktop_config, on_change=self._desktop_changed)
+        self.handlers = Handlers(self.desktops, missing=missing_binaries(desktop_config))
+        self.worker = RelayWorker(config, self.handlers)
+
+    async def _desktop_changed(self, row: dict[str, Any]) -> None:
+        await self.worker.send_event("desktop.changed", row)
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+    async def run(self) -> None:
+        """Re-adopt surviving desktops, serve the server, then shut down in order."""
+        adopted = await self.desktops.adopt_from_state()
+        if adopted:
+            log.info("re-adopted %d desktop(s) from the previous relay run", len(adopted))
+        self.desktops.start_watchdog()
+        try:
+            await self.worker.run()
+        finally:
+            await self.desktops.close(stop_desktops=self.config.stop_desktops_on_exit)
+            log.info("relay stopped")

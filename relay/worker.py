@@ -1,0 +1,163 @@
+"""The relay worker: dial out, say hello, serve the server's requests, reconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from typing import Any
+
+import aiohttp
+
+from relay import __version__
+from relay.config import RelayConfig
+from relay.handlers import Handlers
+from relay.link import ServerLink
+from wire.connection import Connection, Role, WelcomeReceived
+from wire.errors import CloseCode, ProtocolError
+from wire.messages import PROTOCOL_VERSION, SUBPROTOCOL, Hello
+
+log = logging.getLogger(__name__)
+
+WELCOME_TIMEOUT_S = 10.0
+
+
+class RelayWorker:
+    """Keeps one outbound connection to the server alive and serves it."""
+
+    def __init__(self, config: RelayConfig, handlers: Handlers) -> None:
+        self.config = config
+        self.handlers = handlers
+        self.link: ServerLink | None = None
+        self.connected = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.replaced = False
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def send_event(self, name: str, data: dict[str, Any]) -> None:
+        """Tell the server something happened (dropped while disconnected: hello resyncs)."""
+        if self.link is not None:
+            try:
+                await self.link.send_event(name, data)
+            except (ConnectionError, ProtocolError, aiohttp.ClientError) as err:
+                log.info("event %s not delivered: %s", name, err)
+
+    async def run(self) -> None:
+        """Connect, serve, and reconnect with bounded exponential backoff and jitter."""
+        attempt = 0
+        async with aiohttp.ClientSession() as session:
+            while not self._stopping.is_set():
+                welcomed = await self._connect_once(session)
+                attempt = 0 if welcomed else attempt + 1
+                if not self._stopping.is_set():
+                    await self._wait_backoff(attempt)
+
+    async def _wait_backoff(self, attempt: int) -> None:
+        base = min(
+            self.config.backoff_max_s, self.config.backoff_initial_s * (2 ** min(attempt, 16))
+        )
+        delay = base * random.uniform(0.5, 1.0)
+        log.info("reconnecting in %.2f s", delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), delay)
+
+    async def _connect_once(self, session: aiohttp.ClientSession) -> bool:
+        headers = {"Authorization": f"Bearer {self.config.token}"}
+        try:
+            async with session.ws_connect(
+                self.config.connect_url,
+                headers=headers,
+                protocols=(SUBPROTOCOL,),
+                heartbeat=self.config.heartbeat_s,
+                max_msg_size=self.config.max_text + 16,
+            ) as ws:
+                return await self._serve(ws)
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+            log.warning("cannot reach the server at %s: %s", self.config.server_url, err)
+            return False
+        except ProtocolError as err:
+            log.error("server broke the protocol: %s", err.message)
+            return False
+
+    async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> bool:
+        connection = Connection(
+            Role.RELAY, max_text=self.config.max_text, max_payload=self.config.max_frame
+        )
+        connection.send_hello(await self._hello())
+        link = ServerLink(
+            connection, _sender(ws), self.handlers.dispatch, self.config.max_concurrency
+        )
+        await link.flush()
+        if not await self._await_welcome(ws, connection):
+            return False
+        self.link = link
+        self.connected.set()
+        log.info("connected to %s", self.config.server_url)
+        try:
+            async for message in ws:
+                events = _receive(connection, message)
+                if events is None:
+                    break
+                await link.handle(events)
+        except ProtocolError as err:
+            log.error("server broke the protocol: %s", err.message)
+            await ws.close(code=err.close_code, message=err.message.encode()[:120])
+        finally:
+            self.connected.clear()
+            self.link = None
+            await link.shutdown()
+        self._after_close(ws)
+        return True
+
+    async def _hello(self) -> Hello:
+        return Hello(
+            protocol=PROTOCOL_VERSION,
+            relay_version=__version__,
+            capabilities=tuple(self.handlers.capabilities()),
+            desktops=tuple(await self.handlers.desktop_rows()),
+        )
+
+    async def _await_welcome(
+        self, ws: aiohttp.ClientWebSocketResponse, connection: Connection
+    ) -> bool:
+        async with asyncio.timeout(WELCOME_TIMEOUT_S):
+            message = await ws.receive()
+        events = _receive(connection, message)
+        if events and isinstance(events[0], WelcomeReceived):
+            return True
+        self._after_close(ws)
+        return False
+
+    def _after_close(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        code = ws.close_code
+        if code == CloseCode.UNAUTHORIZED:
+            log.error("the server refused this relay's token; check RELAYDESK_RELAY_TOKEN")
+        elif code == CloseCode.REPLACED:
+            # Only another process holding the same token can replace a live connection:
+            # reconnecting would make the two fight, so this one steps aside.
+            log.error("another relay process connected with this token; this one stops")
+            self.replaced = True
+            self._stopping.set()
+        else:
+            log.info("disconnected from the server (close code %s)", code)
+
+
+def _sender(ws: aiohttp.ClientWebSocketResponse) -> Any:
+    async def send(frame: str | bytes) -> None:
+        if isinstance(frame, str):
+            await ws.send_str(frame)
+        else:
+            await ws.send_bytes(frame)
+
+    return send
+
+
+def _receive(connection: Connection, message: aiohttp.WSMessage) -> list[Any] | None:
+    if message.type == aiohttp.WSMsgType.TEXT:
+        return list(connection.receive_text(message.data))
+    if message.type == aiohttp.WSMsgType.BINARY:
+        return list(connection.receive_bytes(message.data))
+    return None

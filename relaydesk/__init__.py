@@ -1,0 +1,1 @@
+"""relaydesk's command line: the composition root that wires server, relay and host helper."""

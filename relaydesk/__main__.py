@@ -1,0 +1,3 @@
+from relaydesk.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,145 @@
+"""``relaydesk admin …``: users, tokens, relays, conversations, audit (secrets shown once)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from server import admin
+from server.config import Settings
+from server.db.migrate import upgrade
+from server.db.store import Store
+
+AdminCall = Callable[[Store, argparse.Namespace], Awaitable[Any]]
+
+
+def _json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
+
+
+def _read_password(args: argparse.Namespace) -> str | None:
+    if not args.password_stdin:
+        return None
+    password = sys.stdin.readline().rstrip("\n")
+    if not password:
+        raise SystemExit("relaydesk: empty password on standard input")
+    return password
+
+
+async def _create_user(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.create_user(
+        store, args.name, password=_read_password(args), is_admin=args.admin
+    )
+
+
+async def _create_token(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.create_token(store, args.user)
+
+
+async def _add_relay(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.add_relay(store, args.name, args.owner)
+
+
+async def _create_conversation(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.create_conversation(store, args.title, args.member)
+
+
+async def _share_relay(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.share_relay(store, args.relay, args.conversation)
+
+
+async def _list(store: Store, args: argparse.Namespace) -> Any:
+    listers = {
+        "users": admin.list_users,
+        "relays": admin.list_relays,
+        "conversations": admin.list_conversations,
+    }
+    return await listers[args.what](store)
+
+
+async def _audit(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.list_audit(store, since=args.since, relay=args.relay)
+
+
+def _add(sub: Any, name: str, help_text: str, call: AdminCall) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
+    _json_flag(p)
+    p.set_defaults(func=lambda args: run_admin(call, args))
+    return p
+
+
+def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "admin",
+        help="manage users, tokens, relays and conversations",
+        description="Administer the database named by RELAYDESK_DATABASE_URL. Secrets "
+        "(passwords, tokens) are printed once and stored only as hashes.",
+    )
+    asub = p.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+    u = _add(asub, "create-user", "create a user; prints a generated password once", _create_user)
+    u.add_argument("name")
+    u.add_argument("--admin", action="store_true", help="make the user an administrator")
+    u.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    t = _add(
+        asub, "create-token", "create an API token (rdk_…) for a user; shown once", _create_token
+    )
+    t.add_argument("user", help="user name")
+    r = _add(asub, "add-relay", "register a relay; prints its token once", _add_relay)
+    r.add_argument("name")
+    r.add_argument("--owner", required=True, help="user name of the relay's owner")
+    c = _add(
+        asub, "create-conversation", "create a conversation with members", _create_conversation
+    )
+    c.add_argument("title")
+    c.add_argument(
+        "--member",
+        action="append",
+        default=[],
+        metavar="USER:ROLE",
+        help="member and role (read, write, owner); repeatable",
+    )
+    s = _add(asub, "share-relay", "make a relay visible in a conversation", _share_relay)
+    s.add_argument("relay", help="relay name or id")
+    s.add_argument("conversation", help="conversation id")
+    li = _add(asub, "list", "list users, relays or conversations", _list)
+    li.add_argument("what", choices=["users", "relays", "conversations"])
+    a = _add(asub, "audit", "read the audit log", _audit)
+    a.add_argument("--since", default=None, help="ISO 8601 time; only newer rows")
+    a.add_argument("--relay", default=None, help="relay name or id")
+
+
+def run_admin(call: AdminCall, args: argparse.Namespace) -> int:
+    """Open the store, run one admin call, print its result."""
+    try:
+        result = asyncio.run(_with_store(call, args))
+    except admin.AdminError as err:
+        print(f"relaydesk: {err.message}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, default=str))
+    else:
+        _print_human(result)
+    return 0
+
+
+async def _with_store(call: AdminCall, args: argparse.Namespace) -> Any:
+    settings = Settings.from_env()
+    await upgrade(settings.database_url)
+    store = await Store.open(settings.database_url)
+    try:
+        return await call(store, args)
+    finally:
+        await store.close()
+
+
+def _print_human(result: Any) -> None:
+    rows = result if isinstance(result, list) else [result]
+    for row in rows:
+        if isinstance(row, dict):
+            print("  ".join(f"{k}={v}" for k, v in row.items()))
+        else:
+            print(row)

@@ -1,0 +1,103 @@
+"""Long-running commands: ``server``, ``relay`` and ``host-helper``."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+log = logging.getLogger("relaydesk")
+
+
+def run_server(host: str | None, port: int | None) -> int:
+    """Serve the Starlette app with uvicorn until SIGINT/SIGTERM."""
+    import uvicorn
+
+    from server.app import create_app
+    from server.config import Settings
+
+    settings = Settings.from_env()
+    settings = dataclasses.replace(
+        settings, host=host or settings.host, port=port if port is not None else settings.port
+    )
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        ws="websockets-sansio",
+        ws_ping_interval=settings.heartbeat_s,
+        ws_ping_timeout=max(1.0, settings.liveness_timeout_s - settings.heartbeat_s),
+        ws_max_size=max(settings.max_text_frame, settings.max_channel_frame + 5) + 64,
+        # Viewer capability paths carry a token: uvicorn's access log would write it down.
+        access_log=False,
+        log_config=None,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    except OSError as err:
+        print(f"relaydesk: cannot serve on {settings.host}:{settings.port}: {err}", file=sys.stderr)
+        return 1
+    return 0 if server.started else 1
+
+
+def _relay_config(server_url: str | None, token_file: str | None, stop_desktops: bool) -> Any:
+    from relay.config import RelayConfig, default_state_dir, env_float, read_token
+
+    url = server_url or os.environ.get("RELAYDESK_SERVER_URL", "")
+    token = read_token(token_file)
+    if not url:
+        raise SystemExit("relaydesk relay: --server (or RELAYDESK_SERVER_URL) is required")
+    if not token:
+        raise SystemExit("relaydesk relay: no token (use --token-file or RELAYDESK_RELAY_TOKEN)")
+    return RelayConfig(
+        server_url=url,
+        token=token,
+        state_dir=default_state_dir(),
+        heartbeat_s=env_float("HEARTBEAT_S", 10.0),
+        backoff_max_s=env_float("RELAY_BACKOFF_MAX_S", 10.0),
+        stop_desktops_on_exit=stop_desktops,
+        host_helper_url=os.environ.get("RELAYDESK_HOST_HELPER", ""),
+    )
+
+
+def run_relay(server_url: str | None, token_file: str | None, *, stop_desktops: bool) -> int:
+    """Run the relay worker until SIGINT/SIGTERM."""
+    config = _relay_config(server_url, token_file, stop_desktops)
+    return asyncio.run(_relay_main(config))
+
+
+async def _relay_main(config: Any) -> int:
+    from relay.service import RelayService
+
+    service = RelayService(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, service.stop)
+    await service.run()
+    return 3 if service.worker.replaced else 0
+
+
+def run_host_helper(host: str, port: int, display: str | None) -> int:
+    """Run the host helper until SIGINT/SIGTERM."""
+    from host_helper.app import HelperConfig, serve
+
+    token = os.environ.get("RELAYDESK_HOST_HELPER_TOKEN", "")
+    if not token:
+        print("relaydesk host-helper: RELAYDESK_HOST_HELPER_TOKEN is required", file=sys.stderr)
+        return 2
+    config = HelperConfig(
+        host=host,
+        port=port,
+        token=token,
+        display=display or os.environ.get("DISPLAY", ""),
+        allow_remote_desktop=os.environ.get("RELAYDESK_ALLOW_REMOTE_DESKTOP", "0") in {"1", "true"},
+    )
+    asyncio.run(serve(config))
+    return 0

@@ -1,0 +1,233 @@
+"""Administration used by ``relaydesk admin …`` and ``relaydesk up``.
+
+Every function takes an open ``Store`` and returns JSON-ready dicts. Secrets (passwords,
+tokens) appear only in the return value of the call that created them, to be shown once.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+from server.db.errors import StoreError
+from server.db.records import (
+    AuditRecord,
+    ConversationRecord,
+    RelayRecord,
+    Role,
+    UserRecord,
+    parse_role,
+)
+from server.db.store import Store
+from wire.errors import ErrorCode, RelaydeskError
+from wire.ids import ConversationId, UserId
+
+ADMIN_USERNAME = "admin"
+DESKTOP_CONVERSATION = "Desktop"
+LOCAL_RELAY = "local"
+GENERATED_PASSWORD_BYTES = 18
+
+
+class AdminError(RelaydeskError):
+    """An admin command cannot be carried out; the message says why."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.INVALID_ARGS) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+@asynccontextmanager
+async def _as_admin_error() -> AsyncIterator[None]:
+    try:
+        yield
+    except StoreError as err:
+        raise AdminError(err.message, err.code) from err
+
+
+async def _user(store: Store, username_or_id: str) -> UserRecord:
+    user = await store.get_user_by_name(username_or_id) or await store.get_user(username_or_id)
+    if user is None:
+        raise AdminError(f"no user {username_or_id!r}", ErrorCode.NOT_FOUND)
+    return user
+
+
+async def _relay(store: Store, name_or_id: str) -> RelayRecord:
+    relay = await store.get_relay_by_name(name_or_id) or await store.get_relay(name_or_id)
+    if relay is None:
+        raise AdminError(f"no relay {name_or_id!r}", ErrorCode.RELAY_NOT_FOUND)
+    return relay
+
+
+def parse_member(spec: str) -> tuple[str, Role]:
+    """``"alice:write"`` → ``("alice", "write")``."""
+    user, sep, role = spec.rpartition(":")
+    if not sep or not user:
+        raise AdminError(f"member {spec!r} must look like USER:ROLE")
+    try:
+        return user, parse_role(role)
+    except ValueError as err:
+        raise AdminError(f"member {spec!r}: {err}") from err
+
+
+async def create_user(
+    store: Store, username: str, password: str | None = None, *, is_admin: bool = False
+) -> dict[str, Any]:
+    """Create a user; a strong password is generated when none is given."""
+    password = password or secrets.token_urlsafe(GENERATED_PASSWORD_BYTES)
+    async with _as_admin_error():
+        user = await store.create_user(username, password, is_admin=is_admin)
+    return {"user_id": user.user_id, "username": user.username, "password": password}
+
+
+async def create_token(store: Store, username: str, name: str = "default") -> dict[str, Any]:
+    """A new API token for the user, shown once."""
+    user = await _user(store, username)
+    async with _as_admin_error():
+        token, _record = await store.create_api_token(user.user_id, name)
+    return {"token": token}
+
+
+async def add_relay(store: Store, name: str, owner: str) -> dict[str, Any]:
+    """Register a relay owned by ``owner`` (username or id); its token is shown once."""
+    user = await _user(store, owner)
+    async with _as_admin_error():
+        relay, token = await store.add_relay(name, user.user_id)
+    return {"relay_id": relay.relay_id, "name": relay.name, "token": token}
+
+
+async def create_conversation(
+    store: Store, title: str, members: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Create a conversation; ``members`` are ``"USER:ROLE"`` (role read, write or owner)."""
+    resolved: list[tuple[UserId, Role]] = []
+    for spec in members:
+        username, role = parse_member(spec)
+        resolved.append(((await _user(store, username)).user_id, role))
+    async with _as_admin_error():
+        conversation = await store.create_conversation(title, resolved)
+    return {"conversation_id": conversation.conversation_id}
+
+
+async def share_relay(store: Store, relay_name_or_id: str, conversation_id: str) -> dict[str, Any]:
+    """Make a relay visible in a conversation."""
+    relay = await _relay(store, relay_name_or_id)
+    async with _as_admin_error():
+        await store.share_relay(relay.relay_id, ConversationId(conversation_id))
+    return {"relay_id": relay.relay_id, "conversation_id": conversation_id}
+
+
+async def list_users(store: Store) -> list[dict[str, Any]]:
+    return [
+        {
+            "user_id": u.user_id,
+            "username": u.username,
+            "is_admin": u.is_admin,
+            "created_at": _iso(u.created_at),
+        }
+        for u in await store.list_users()
+    ]
+
+
+async def list_relays(store: Store) -> list[dict[str, Any]]:
+    return [_relay_json(relay) for relay in await store.list_relays()]
+
+
+async def list_conversations(store: Store) -> list[dict[str, Any]]:
+    return [await _conversation_json(store, c) for c in await store.list_conversations()]
+
+
+async def list_audit(
+    store: Store,
+    *,
+    since: datetime | None = None,
+    relay: str | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """Recent audit rows, oldest first; ``relay`` is a name or id."""
+    relay_id = (await _relay(store, relay)).relay_id if relay else None
+    return [
+        _audit_json(a) for a in await store.list_audit(since=since, relay_id=relay_id, limit=limit)
+    ]
+
+
+async def bootstrap_all_in_one(store: Store, *, login_link_ttl_s: int = 900) -> dict[str, Any]:
+    """Ensure admin, the "Desktop" conversation and the shared "local" relay exist.
+
+    Idempotent. Every call rotates the relay's token and mints a new one-time login
+    link, returning both (``relay_token``, ``login_token``).
+    """
+    admin = await store.get_user_by_name(ADMIN_USERNAME)
+    if admin is None:
+        password = secrets.token_urlsafe(GENERATED_PASSWORD_BYTES)  # unused: sign in by link
+        admin = await store.create_user(ADMIN_USERNAME, password, is_admin=True)
+    conversation = await store.get_conversation_by_title(DESKTOP_CONVERSATION)
+    if conversation is None:
+        conversation = await store.create_conversation(DESKTOP_CONVERSATION, [])
+    if await store.get_role(conversation.conversation_id, admin.user_id) != "owner":
+        await store.add_member(conversation.conversation_id, admin.user_id, "owner")
+    relay = await store.get_relay_by_name(LOCAL_RELAY)
+    if relay is None:
+        relay, relay_token = await store.add_relay(LOCAL_RELAY, admin.user_id)
+    else:
+        relay_token = await store.rotate_relay_token(relay.relay_id)
+    await store.share_relay(relay.relay_id, conversation.conversation_id)
+    return {
+        "user_id": admin.user_id,
+        "username": admin.username,
+        "conversation_id": conversation.conversation_id,
+        "relay_id": relay.relay_id,
+        "relay_name": relay.name,
+        "relay_token": relay_token,
+        "login_token": await store.create_login_link(admin.user_id, login_link_ttl_s),
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _relay_json(relay: RelayRecord) -> dict[str, Any]:
+    return {
+        "relay_id": relay.relay_id,
+        "name": relay.name,
+        "owner_id": relay.owner_id,
+        "connected": relay.connected,
+        "last_seen_at": _iso(relay.last_seen_at),
+        "protocol_version": relay.protocol_version,
+        "relay_version": relay.relay_version,
+        "capabilities": list(relay.capabilities),
+        "revoked": relay.revoked,
+        "created_at": _iso(relay.created_at),
+    }
+
+
+async def _conversation_json(store: Store, conv: ConversationRecord) -> dict[str, Any]:
+    members = await store.list_members(conv.conversation_id)
+    relays = await store.relays_visible_in(conv.conversation_id)
+    return {
+        "conversation_id": conv.conversation_id,
+        "title": conv.title,
+        "created_at": _iso(conv.created_at),
+        "members": [{"username": m.username, "role": m.role} for m in members],
+        "relays": [r.name for r in relays],
+    }
+
+
+def _audit_json(row: AuditRecord) -> dict[str, Any]:
+    return {
+        "audit_id": row.audit_id,
+        "at": _iso(row.at),
+        "op": row.op,
+        "actor": row.actor,
+        "outcome": row.outcome,
+        "conversation_id": row.conversation_id,
+        "relay_id": row.relay_id,
+        "desktop_session_id": row.desktop_session_id,
+        "reason": row.reason,
+        "source": row.source,
+        "request_id": row.request_id,
+        "details": row.details,
+    }

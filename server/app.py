@@ -1,0 +1,50 @@
+"""The server's Starlette application: routes, shared state and lifecycle."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute, WebSocketRoute
+
+from server.auth.routes import auth_routes
+from server.config import Settings
+from server.db.migrate import upgrade
+from server.db.store import Store
+from server.health import health_routes
+from server.relays.endpoint import relay_connect
+from server.relays.hub import RelayHub
+
+log = logging.getLogger(__name__)
+
+
+def _routes() -> list[BaseRoute]:
+    return [
+        *health_routes,
+        *auth_routes,
+        WebSocketRoute("/relay/v1/connect", relay_connect),
+    ]
+
+
+def create_app(settings: Settings) -> Starlette:
+    """Build the application; the database opens (and migrates) on start-up."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if settings.migrate_on_start:
+            await upgrade(settings.database_url)
+        store = await Store.open(settings.database_url)
+        hub = RelayHub(store)
+        app.state.settings = settings
+        app.state.store = store
+        app.state.hub = hub
+        log.info("server ready on %s:%s", settings.host, settings.port)
+        try:
+            yield
+        finally:
+            await hub.close_all("server shutting down")
+            await store.close()
+
+    return Starlette(routes=_routes(), lifespan=lifespan)

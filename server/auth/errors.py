@@ -1,0 +1,62 @@
+"""Authentication errors and their JSON responses.
+
+Tree (under ``wire.errors.RelaydeskError``)::
+
+    AuthError           the request cannot proceed as this caller
+    ├── Unauthorized    no valid credentials (401)
+    ├── Forbidden       valid credentials, but not allowed (missing CSRF token, …) (403)
+    └── RateLimited     too many failed logins; carries ``retry_after_s`` (429)
+"""
+
+from __future__ import annotations
+
+import math
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from wire.errors import ErrorCode, RelaydeskError
+
+
+class AuthError(RelaydeskError):
+    """The request cannot proceed as this caller; ``status`` is the HTTP status."""
+
+    status: int = 401
+
+
+class Unauthorized(AuthError):
+    code = ErrorCode.UNAUTHORIZED
+    status = 401
+
+    def default_message(self) -> str:
+        return "authentication required"
+
+
+class Forbidden(AuthError):
+    code = ErrorCode.FORBIDDEN
+    status = 403
+
+
+class RateLimited(AuthError):
+    code = ErrorCode.LIMIT_REACHED
+    status = 429
+
+    def __init__(self, retry_after_s: float) -> None:
+        self.retry_after_s = max(1, math.ceil(retry_after_s))
+        super().__init__(f"too many failed logins; retry in {self.retry_after_s} s")
+
+
+def error_response(err: AuthError) -> JSONResponse:
+    """``{ok: false, error: {code, message}}`` with the error's status."""
+    headers = {"Retry-After": str(err.retry_after_s)} if isinstance(err, RateLimited) else None
+    if isinstance(err, Unauthorized):
+        headers = {"WWW-Authenticate": 'Bearer realm="relaydesk"'}
+    body = {"ok": False, "error": {"code": err.code.value, "message": err.message}}
+    return JSONResponse(body, status_code=err.status, headers=headers)
+
+
+async def auth_error_handler(_request: Request, exc: Exception) -> Response:
+    """Starlette exception handler: ``exception_handlers={AuthError: auth_error_handler}``."""
+    if not isinstance(exc, AuthError):
+        raise exc
+    return error_response(exc)

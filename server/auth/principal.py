@@ -1,0 +1,24 @@
+"""Who is making a request, once authenticated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from wire.ids import UserId
+
+AuthMethod = Literal["cookie", "token"]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated user and how they proved it.
+
+    ``csrf_token`` is set for cookie sessions only, so ``/api/v1/me`` can hand it to the page.
+    """
+
+    user_id: UserId
+    username: str
+    is_admin: bool
+    via: AuthMethod
+    csrf_token: str | None = field(default=None, repr=False, compare=False)

@@ -1,0 +1,104 @@
+"""The audit trail: one row per audited operation, never a secret in it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from server.db import models
+from server.db.base import StoreBase
+from server.db.records import AuditRecord
+from wire.ids import ConversationId, DesktopSessionId, RelayId
+
+REDACTED = "[redacted]"
+# Keys whose values are never written to the audit trail, whatever a caller passes.
+_SECRET_KEY_PARTS = ("token", "password", "secret", "cookie", "authorization", "csrf")
+MAX_AUDIT_PAGE = 10_000
+
+
+def redact(details: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A copy of ``details`` with secret-looking keys blanked, recursively."""
+    if details is None:
+        return None
+    return {key: _redact_value(key, value) for key, value in details.items()}
+
+
+def _redact_value(key: str, value: Any) -> Any:
+    if any(part in key.lower() for part in _SECRET_KEY_PARTS):
+        return REDACTED
+    if isinstance(value, dict):
+        return redact(value)
+    return value
+
+
+class AuditStore(StoreBase):
+    """Append-only audit rows; see ``docs/data-model.md``."""
+
+    async def write_audit(
+        self,
+        *,
+        op: str,
+        actor: str,
+        outcome: str,
+        conversation_id: str | None = None,
+        relay_id: str | None = None,
+        desktop_session_id: str | None = None,
+        reason: str | None = None,
+        source: str | None = None,
+        request_id: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> AuditRecord:
+        """Append one audit row; secret-looking keys in ``details`` are redacted."""
+        row = models.AuditEvent(
+            at=self._now(),
+            op=op,
+            actor=actor,
+            outcome=outcome,
+            conversation_id=conversation_id,
+            relay_id=relay_id,
+            desktop_session_id=desktop_session_id,
+            reason=reason,
+            source=source,
+            request_id=request_id,
+            details=redact(details),
+        )
+        async with self._sessions.begin() as session:
+            session.add(row)
+        return _audit_record(row)
+
+    async def list_audit(
+        self, *, since: datetime | None = None, relay_id: str | None = None, limit: int = 1000
+    ) -> list[AuditRecord]:
+        """The newest ``limit`` rows (at or after ``since``), oldest first."""
+        query = select(models.AuditEvent)
+        if since is not None:
+            query = query.where(models.AuditEvent.at >= since)
+        if relay_id is not None:
+            query = query.where(models.AuditEvent.relay_id == relay_id)
+        query = query.order_by(models.AuditEvent.id.desc()).limit(
+            max(1, min(limit, MAX_AUDIT_PAGE))
+        )
+        async with self._sessions() as session:
+            rows = list(await session.scalars(query))
+        return [_audit_record(row) for row in reversed(rows)]
+
+
+def _audit_record(row: models.AuditEvent) -> AuditRecord:
+    return AuditRecord(
+        audit_id=row.id,
+        at=row.at,
+        op=row.op,
+        actor=row.actor,
+        outcome=row.outcome,
+        conversation_id=ConversationId(row.conversation_id) if row.conversation_id else None,
+        relay_id=RelayId(row.relay_id) if row.relay_id else None,
+        desktop_session_id=(
+            DesktopSessionId(row.desktop_session_id) if row.desktop_session_id else None
+        ),
+        reason=row.reason,
+        source=row.source,
+        request_id=row.request_id,
+        details=row.details,
+    )

@@ -1,0 +1,79 @@
+"""What every part of the ``Store`` shares: the session factory, the clock, conversions."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, Result
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from server.auth.passwords import Passwords
+from server.db import models
+from server.db.errors import AlreadyExists
+from server.db.records import RelayRecord, UserRecord
+from wire.ids import RelayId, UserId
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class StoreBase:
+    """State shared by the store's parts (identity, conversations, relays, audit)."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        passwords: Passwords,
+        clock: Clock = utc_now,
+    ) -> None:
+        self._sessions = sessions
+        self._passwords = passwords
+        self._clock = clock
+
+    def _now(self) -> datetime:
+        return self._clock()
+
+    @asynccontextmanager
+    async def _unique(self, entity: str, name: str) -> AsyncIterator[AsyncSession]:
+        """A transaction whose unique-constraint violation becomes ``AlreadyExists``."""
+        try:
+            async with self._sessions.begin() as session:
+                yield session
+        except IntegrityError as err:
+            raise AlreadyExists(entity, name) from err
+
+
+def user_record(row: models.User) -> UserRecord:
+    return UserRecord(
+        user_id=UserId(row.id),
+        username=row.username,
+        is_admin=row.is_admin,
+        created_at=row.created_at,
+    )
+
+
+def relay_record(row: models.Relay) -> RelayRecord:
+    return RelayRecord(
+        relay_id=RelayId(row.id),
+        name=row.name,
+        owner_id=UserId(row.owner_id),
+        connected=row.connected,
+        last_seen_at=row.last_seen_at,
+        protocol_version=row.protocol_version,
+        relay_version=row.relay_version,
+        capabilities=tuple(row.capabilities or ()),
+        created_at=row.created_at,
+        revoked=row.token_revoked_at is not None,
+    )
+
+
+def rowcount(result: Result[Any]) -> int:
+    """Rows matched by an UPDATE or DELETE."""
+    return int(cast("CursorResult[Any]", result).rowcount)

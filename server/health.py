@@ -1,0 +1,21 @@
+"""``/healthz`` (the process is up) and ``/readyz`` (the database answers)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+
+async def healthz(request: Request) -> JSONResponse:
+    return JSONResponse({"ok": True})
+
+
+async def readyz(request: Request) -> JSONResponse:
+    state = request.app.state
+    database = await state.store.ping()
+    body = {"ok": database, "database": database, "relays_connected": state.hub.connected_count}
+    return JSONResponse(body, status_code=200 if database else 503)
+
+
+health_routes = [Route("/healthz", healthz), Route("/readyz", readyz)]

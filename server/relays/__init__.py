@@ -1,0 +1,1 @@
+"""Relay connections: the ``/relay/v1/connect`` endpoint, links and the router."""

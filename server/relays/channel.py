@@ -1,0 +1,100 @@
+"""A relay channel seen from the server: an ordered byte stream with a credit window."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING
+
+from wire.errors import ChannelCloseCode
+from wire.ids import ChannelId
+
+if TYPE_CHECKING:
+    from server.relays.link import RelayLink
+
+
+class ChannelClosedError(Exception):
+    """The channel is closed; ``code`` and ``reason`` say why."""
+
+    def __init__(self, code: ChannelCloseCode, reason: str) -> None:
+        self.code = code
+        self.reason = reason
+        super().__init__(f"channel closed ({code.name}): {reason}")
+
+
+class ServerChannel:
+    """Bytes to and from one relay-side target (a VNC stream, audio).
+
+    Received bytes are buffered only up to the credit window the relay was granted, so the
+    buffer is bounded whatever the consumer's speed: credit is returned when :meth:`read`
+    hands bytes to the consumer.
+    """
+
+    def __init__(self, channel_id: ChannelId, link: RelayLink) -> None:
+        self.channel_id = channel_id
+        self._link = link
+        self._inbox: deque[bytes] = deque()
+        self._readable = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._closed: ChannelClosedError | None = None
+
+    def feed(self, payload: bytes) -> None:
+        self._inbox.append(payload)
+        self._readable.set()
+
+    def credit_arrived(self) -> None:
+        self._writable.set()
+
+    def closed_by_peer(self, code: ChannelCloseCode, reason: str) -> None:
+        self._closed = ChannelClosedError(code, reason)
+        self._readable.set()
+        self._writable.set()
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed is not None
+
+    @property
+    def close_info(self) -> ChannelClosedError | None:
+        return self._closed
+
+    async def read(self) -> bytes:
+        """Next chunk of bytes; raise :class:`ChannelClosedError` once closed and drained."""
+        while not self._inbox:
+            if self._closed is not None:
+                raise self._closed
+            self._readable.clear()
+            await self._readable.wait()
+        payload = self._inbox.popleft()
+        self._link.connection.consumed(self.channel_id, len(payload))
+        await self._link.flush()
+        return payload
+
+    async def write(self, data: bytes) -> None:
+        """Send ``data``, waiting for credit whenever the window is used up."""
+        view = memoryview(data)
+        while view:
+            if self._closed is not None:
+                raise self._closed
+            taken = self._link.connection.send_data(self.channel_id, bytes(view))
+            if taken:
+                view = view[taken:]
+                await self._link.flush()
+                continue
+            self._writable.clear()
+            await self._writable.wait()
+
+    async def close(
+        self, code: ChannelCloseCode = ChannelCloseCode.NORMAL, reason: str = ""
+    ) -> None:
+        """Close locally and tell the relay (idempotent)."""
+        if self._closed is None:
+            self._closed = ChannelClosedError(code, reason)
+        self._readable.set()
+        self._writable.set()
+        self._link.forget_channel(self.channel_id)
+        if self._link.connection.close_channel(self.channel_id, code, reason):
+            try:
+                await self._link.flush()
+            except Exception:  # the relay is gone: nothing left to tell it
+                return

@@ -1,0 +1,126 @@
+"""``GET /relay/v1/connect``: authenticate a relay, run the handshake, then pump frames."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from server.relays.hub import RelayHub
+from server.relays.link import RelayLink
+from wire.connection import Connection, HelloReceived, Role
+from wire.errors import CloseCode, ErrorCode, OpError, ProtocolError
+from wire.ids import RelayId
+from wire.messages import SUBPROTOCOL, Request, Welcome
+
+log = logging.getLogger(__name__)
+
+HELLO_TIMEOUT_S = 10.0
+
+
+async def _server_ops(request: Request) -> Any:
+    """Requests a relay may send the server."""
+    if request.op == "ping":
+        return {}
+    raise OpError(ErrorCode.UNKNOWN_OP, f"unknown op {request.op[:64]!r}")
+
+
+def _bearer(websocket: WebSocket) -> str:
+    header = websocket.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def _client(websocket: WebSocket) -> str:
+    return websocket.client.host if websocket.client else "?"
+
+
+async def relay_connect(websocket: WebSocket) -> None:
+    """The relay WebSocket endpoint."""
+    state = websocket.app.state
+    if SUBPROTOCOL not in websocket.scope.get("subprotocols", []):
+        await websocket.close(CloseCode.UNSUPPORTED_PROTOCOL, f"subprotocol {SUBPROTOCOL} required")
+        return
+    token = _bearer(websocket)
+    relay = await state.store.authenticate_relay(token) if token else None
+    await websocket.accept(subprotocol=SUBPROTOCOL)
+    if relay is None:
+        log.warning(
+            "relay connection refused: unknown or revoked token from %s", _client(websocket)
+        )
+        await websocket.close(CloseCode.UNAUTHORIZED, "unknown or revoked relay token")
+        return
+    settings = state.settings
+    connection = Connection(
+        Role.SERVER, max_text=settings.max_text_frame, max_payload=settings.max_channel_frame
+    )
+    try:
+        await _serve(websocket, connection, relay.relay_id, state.hub, settings)
+    except ProtocolError as err:
+        log.warning("relay %s broke the protocol: %s", relay.name, err.message)
+        await _close(websocket, err.close_code, err.message)
+
+
+async def _close(websocket: WebSocket, code: int, reason: str) -> None:
+    try:
+        await websocket.close(code, reason[:120])
+    except (RuntimeError, OSError):
+        log.debug("websocket already closed")
+
+
+async def _receive(websocket: WebSocket, connection: Connection) -> list[Any] | None:
+    message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        return None
+    if message.get("text") is not None:
+        return list(connection.receive_text(message["text"]))
+    return list(connection.receive_bytes(message.get("bytes") or b""))
+
+
+async def _handshake(websocket: WebSocket, connection: Connection) -> HelloReceived | None:
+    async with asyncio.timeout(HELLO_TIMEOUT_S):
+        events = await _receive(websocket, connection)
+    if not events:
+        return None
+    first = events[0]
+    assert isinstance(first, HelloReceived)
+    return first
+
+
+async def _serve(
+    websocket: WebSocket, connection: Connection, relay_id: RelayId, hub: RelayHub, settings: Any
+) -> None:
+    hello = await _handshake(websocket, connection)
+    if hello is None:
+        return
+
+    async def send(frame: str | bytes) -> None:
+        if isinstance(frame, str):
+            await websocket.send_text(frame)
+        else:
+            await websocket.send_bytes(frame)
+
+    link = RelayLink(
+        relay_id, connection, send, on_event=hub.dispatch_event, on_request=_server_ops
+    )
+    link.capabilities = frozenset(hello.hello.capabilities)
+    link.close_transport = lambda code, reason: _close(websocket, code, reason)
+    connection.accept(Welcome(relay_id, settings.heartbeat_s, settings.max_channel_frame))
+    await link.flush()
+    await hub.register(link, hello.hello)
+    log.info("relay %s connected (version %s)", relay_id, hello.hello.relay_version)
+    reason = "disconnected"
+    try:
+        while (events := await _receive(websocket, connection)) is not None:
+            await link.handle(events)
+    except WebSocketDisconnect:
+        pass
+    except ProtocolError as err:
+        reason = f"protocol error: {err.message}"
+        raise
+    finally:
+        await hub.unregister(link)
+        await link.shutdown(reason)
+        log.info("relay %s %s", relay_id, reason)

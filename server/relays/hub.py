@@ -1,0 +1,123 @@
+"""Which relays are connected, and how to reach them (the in-process ``RelayRouter``).
+
+One server process holds the live links of the relays connected to it. A newer authenticated
+connection for the same relay replaces the older one (closed with 4009). Observers (the
+inventory) hear about connects, disconnects and events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from server.relays.link import RelayLink
+from wire.errors import CloseCode, ErrorCode, OpError
+from wire.ids import RelayId
+from wire.messages import Event, Hello
+
+log = logging.getLogger(__name__)
+
+
+class RelayObserver(Protocol):
+    """Hears what relays say about themselves (implemented by the inventory)."""
+
+    async def relay_connected(self, relay_id: RelayId, hello: Hello) -> None: ...
+
+    async def relay_disconnected(self, relay_id: RelayId) -> None: ...
+
+    async def relay_event(self, relay_id: RelayId, event: Event) -> None: ...
+
+
+class PresenceStore(Protocol):
+    async def set_relay_presence(
+        self,
+        relay_id: str,
+        *,
+        connected: bool,
+        relay_version: str | None = None,
+        protocol_version: int | None = None,
+        capabilities: list[str] | None = None,
+    ) -> None: ...
+
+
+class RelayHub:
+    """Live relay links of this server process."""
+
+    def __init__(self, store: PresenceStore) -> None:
+        self._store = store
+        self._links: dict[RelayId, RelayLink] = {}
+        self._observers: list[RelayObserver] = []
+        self._lock = asyncio.Lock()
+
+    def add_observer(self, observer: RelayObserver) -> None:
+        self._observers.append(observer)
+
+    def is_connected(self, relay_id: RelayId) -> bool:
+        return relay_id in self._links
+
+    def get(self, relay_id: RelayId) -> RelayLink:
+        """The live link of ``relay_id`` or ``relay_unreachable``."""
+        link = self._links.get(relay_id)
+        if link is None or link.closed.is_set():
+            raise OpError(ErrorCode.RELAY_UNREACHABLE, "relay is not connected")
+        return link
+
+    def capabilities(self, relay_id: RelayId) -> frozenset[str]:
+        link = self._links.get(relay_id)
+        return link.capabilities if link else frozenset()
+
+    @property
+    def connected_count(self) -> int:
+        return len(self._links)
+
+    async def request(
+        self,
+        relay_id: RelayId,
+        op: str,
+        args: dict[str, Any] | None = None,
+        timeout_s: float = 30.0,
+    ) -> Any:
+        return await self.get(relay_id).request(op, args, timeout_s)
+
+    async def register(self, link: RelayLink, hello: Hello) -> None:
+        """Make ``link`` the relay's live connection, replacing an older one."""
+        async with self._lock:
+            old = self._links.get(link.relay_id)
+            self._links[link.relay_id] = link
+        if old is not None:
+            log.info("relay %s reconnected: replacing the older connection", link.relay_id)
+            await old.close_transport(CloseCode.REPLACED, "replaced by a newer connection")
+        await self._store.set_relay_presence(
+            link.relay_id,
+            connected=True,
+            relay_version=hello.relay_version,
+            protocol_version=hello.protocol,
+            capabilities=list(hello.capabilities),
+        )
+        for observer in self._observers:
+            await observer.relay_connected(link.relay_id, hello)
+
+    async def unregister(self, link: RelayLink) -> None:
+        """Forget ``link`` if it is still the live one, and record the relay as gone."""
+        async with self._lock:
+            current = self._links.get(link.relay_id) is link
+            if current:
+                del self._links[link.relay_id]
+        if not current:
+            return
+        await self._store.set_relay_presence(link.relay_id, connected=False)
+        for observer in self._observers:
+            await observer.relay_disconnected(link.relay_id)
+
+    async def dispatch_event(self, relay_id: RelayId, event: Event) -> None:
+        for observer in self._observers:
+            try:
+                await observer.relay_event(relay_id, event)
+            except Exception:
+                log.exception("observer failed on %s from relay %s", event.name, relay_id)
+
+    async def close_all(self, reason: str) -> None:
+        """Shutdown: close every relay connection with ``going away``."""
+        for link in list(self._links.values()):
+            await link.close_transport(CloseCode.GOING_AWAY, reason)

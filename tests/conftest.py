@@ -1,0 +1,85 @@
+"""Test-wide setup: a private environment, child-process tracking and artifact folders."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import ProcessFactory, ProcessTracker
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS_ROOT = REPO_ROOT / "test-artifacts"
+
+# A test must never reach the developer's own screen, sound server or session bus: every
+# desktop a test uses is one it started itself.
+_HOST_SESSION_VARIABLES = ("DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "PULSE_SERVER")
+
+_session_data_dir: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Strip the host session from the environment and point the data dir at a temp dir."""
+    global _session_data_dir
+    for name in _HOST_SESSION_VARIABLES:
+        os.environ.pop(name, None)
+    _session_data_dir = Path(tempfile.mkdtemp(prefix="relaydesk-test-data-"))
+    os.environ["RELAYDESK_DATA_DIR"] = str(_session_data_dir)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _session_data_dir is not None:
+        shutil.rmtree(_session_data_dir, ignore_errors=True)
+
+
+_phase_reports = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Keep each phase's report on the item so fixtures can see whether the test failed."""
+    report = yield
+    item.stash.setdefault(_phase_reports, {})[report.when] = report
+    return report
+
+
+def _test_failed(request: pytest.FixtureRequest) -> bool:
+    reports = request.node.stash.get(_phase_reports, {})
+    return any(report.failed for report in reports.values())
+
+
+@pytest.fixture
+def process_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProcessFactory]:
+    """Start child processes in their own groups; any still running are killed at teardown."""
+    tracker = ProcessTracker(tmp_path / "processes")
+    yield tracker.start
+    left = tracker.cleanup()
+    if _test_failed(request):
+        for process in tracker.processes:
+            print(f"\n----- {process.name} (pid {process.pid}) {process.log_path} -----")
+            print(process.log_tail())
+    elif left:
+        names = ", ".join(process.name for process in left)
+        print(f"process_factory: terminated processes still running at teardown: {names}")
+
+
+def _artifact_dir_name(nodeid: str) -> str:
+    path, _, name = nodeid.partition("::")
+    stem = Path(path).with_suffix("").as_posix().removeprefix("tests/").replace("/", ".")
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{stem}.{name}").strip("_")[:150]
+
+
+@pytest.fixture
+def artifacts_dir(request: pytest.FixtureRequest) -> Path:
+    """An empty ``test-artifacts/<test>/`` folder for screenshots and other evidence."""
+    path = ARTIFACTS_ROOT / _artifact_dir_name(request.node.nodeid)
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path

@@ -1,0 +1,103 @@
+"""The relay connection with real ``relaydesk server`` and ``relaydesk relay`` processes."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import ProcessFactory, scaled
+from tests.support.stack import (
+    Seed,
+    inprocess_server,
+    seed_database,
+    start_relay,
+    start_server,
+    wait_until,
+)
+from wire.ids import RelayId
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def seed(tmp_path: Path) -> Seed:
+    return await seed_database(tmp_path / "data")
+
+
+async def test_relay_connects_and_a_wrong_token_is_refused_without_being_logged(
+    seed: Seed, process_factory: ProcessFactory
+) -> None:
+    server = await start_server(process_factory, seed)
+    start_relay(process_factory, seed, server.url)
+    await wait_until(lambda: server.relays_connected() == 1, 20, "the relay to connect")
+
+    wrong = "rdr_this-token-was-never-issued-0123456789"
+    intruder = start_relay(process_factory, seed, server.url, token=wrong, name="intruder")
+    await intruder.wait_for_line_async("refused this relay's token", scaled(20))
+    await server.process.wait_for_line_async("relay connection refused", scaled(10))
+
+    assert server.relays_connected() == 1, "a refused relay must not disturb the connected one"
+    assert wrong not in server.process.log_text()
+    assert seed.relay_token not in server.process.log_text()
+    assert wrong not in intruder.log_text()
+
+
+async def test_relay_comes_back_after_a_server_restart(
+    seed: Seed, process_factory: ProcessFactory
+) -> None:
+    server = await start_server(process_factory, seed)
+    relay = start_relay(process_factory, seed, server.url)
+    await wait_until(lambda: server.relays_connected() == 1, 20, "the relay to connect")
+
+    server.process.terminate(scaled(10))
+    await relay.wait_for_line_async("cannot reach the server|disconnected", scaled(10))
+    restarted = await start_server(process_factory, seed, port=server.port)
+    # backoff is bounded at 1 s in these tests: the relay must be back well within a few
+    await wait_until(lambda: restarted.relays_connected() == 1, 5, "the relay to reconnect")
+    assert relay.is_alive()
+
+
+async def test_a_killed_relay_is_marked_disconnected_within_the_liveness_timeout(
+    seed: Seed, process_factory: ProcessFactory
+) -> None:
+    server = await start_server(process_factory, seed)
+    relay = start_relay(process_factory, seed, server.url)
+    await wait_until(lambda: server.relays_connected() == 1, 20, "the relay to connect")
+
+    relay.send_signal(signal.SIGKILL)
+    # liveness timeout is 3 s in FAST_ENV; allow one more second
+    await wait_until(lambda: server.relays_connected() == 0, 4, "the server to drop the relay")
+
+
+async def test_a_second_relay_with_the_same_token_replaces_the_first(
+    seed: Seed, process_factory: ProcessFactory
+) -> None:
+    server = await start_server(process_factory, seed)
+    first = start_relay(process_factory, seed, server.url, name="first")
+    await wait_until(lambda: server.relays_connected() == 1, 20, "the first relay to connect")
+    await first.wait_for_line_async("connected to", scaled(10))
+
+    second = start_relay(process_factory, seed, server.url, name="second")
+    await second.wait_for_line_async("connected to", scaled(20))
+    await first.wait_for_line_async("another relay process connected", scaled(10))
+    assert first.wait(scaled(10)) == 3, "the replaced relay steps aside with exit code 3"
+    assert second.is_alive()
+    assert server.relays_connected() == 1
+
+
+async def test_200_concurrent_requests_over_one_connection_are_all_answered(
+    seed: Seed, process_factory: ProcessFactory
+) -> None:
+    async with inprocess_server(seed) as (app, url):
+        start_relay(process_factory, seed, url)
+        relay_id = RelayId(seed.relay["relay_id"])
+        await wait_until(lambda: app.state.hub.is_connected(relay_id), 20, "the relay to connect")
+
+        answers = await asyncio.gather(
+            *(app.state.hub.request(relay_id, "ping", {"echo": n}, 20.0) for n in range(200))
+        )
+        assert [answer["echo"] for answer in answers] == list(range(200))
+        assert app.state.hub.get(relay_id).connection.pending_requests == 0

@@ -1,0 +1,106 @@
+"""Fixtures for relay tests that run real desktop processes (Xvfb, x11vnc, websockify)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay.desktops import DesktopConfig, DesktopManager
+from relay.desktops.process import group_exists
+
+TIMEOUT_SCALE = float(os.environ.get("RELAYDESK_TEST_TIMEOUT_SCALE", "1"))
+NEEDS_X = shutil.which("Xvfb") is None or shutil.which("x11vnc") is None
+
+
+def scaled(seconds: float) -> float:
+    """A test timeout, stretched on slow machines by RELAYDESK_TEST_TIMEOUT_SCALE."""
+    return seconds * TIMEOUT_SCALE
+
+
+async def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` (never a fixed sleep) until it holds or the scaled timeout passes."""
+    deadline = time.monotonic() + scaled(timeout_s)
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def state_records(config: DesktopConfig) -> list[dict[str, Any]]:
+    if not config.state_file.exists():
+        return []
+    data = json.loads(config.state_file.read_text())
+    return list(data["desktops"])
+
+
+def record_for(config: DesktopConfig, session_id: str) -> dict[str, Any]:
+    return next(r for r in state_records(config) if r["desktop_session_id"] == session_id)
+
+
+def pgids_of(record: dict[str, Any]) -> list[int]:
+    return [int(p["pgid"]) for p in record["processes"]]
+
+
+def pid_of(record: dict[str, Any], name: str) -> int:
+    return next(int(p["pid"]) for p in record["processes"] if p["name"] == name)
+
+
+def live_groups(pgids: list[int]) -> list[int]:
+    return [g for g in pgids if group_exists(g)]
+
+
+@pytest.fixture(autouse=True)
+def _no_developer_display(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Desktops must never fall back to the developer's own screen.
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+
+
+@pytest.fixture
+def light_config(tmp_path: Path) -> DesktopConfig:
+    """Real Xvfb, x11vnc, websockify and D-Bus; no WM and no apps, to keep starts fast."""
+    if NEEDS_X:
+        pytest.skip("Xvfb and x11vnc are not installed")
+    return DesktopConfig(
+        state_dir=tmp_path / "state",
+        apps=(),
+        window_manager=(),
+        watchdog_interval_s=0.25,
+        start_timeout_s=scaled(15),
+        probe_timeout_s=scaled(3),
+    )
+
+
+class Recorder:
+    """Collects ``on_change`` events."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    async def __call__(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+
+@pytest.fixture
+def events() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+async def manager(light_config: DesktopConfig, events: Recorder) -> AsyncIterator[DesktopManager]:
+    mgr = DesktopManager(light_config, on_change=events)
+    try:
+        yield mgr
+    finally:
+        records = state_records(light_config)
+        await mgr.close(stop_desktops=True)
+        leftover = live_groups([g for r in records for g in pgids_of(r)])
+        assert not leftover, f"process groups left behind: {leftover}"

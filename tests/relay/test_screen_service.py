@@ -1,0 +1,271 @@
+"""The relay's screen service against real Xvfb displays, with an event-recording X client."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from PIL import Image
+from Xlib import XK, X, display
+
+from relay.screen.service import ScreenService
+from tests.support.xrecorder import XRecorder
+from tests.support.xvfb import XvfbServer, private_xvfb, scaled, xvfb_available
+from wire.errors import ErrorCode, OpError
+from wire.guard import crop_rect, cut, encode_crop
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not xvfb_available(), reason="needs Xvfb"),
+]
+
+WIDTH, HEIGHT = 1280, 800
+
+
+@pytest.fixture(scope="module")
+def xvfb() -> Iterator[XvfbServer]:
+    with private_xvfb(WIDTH, HEIGHT) as server:
+        yield server
+
+
+@pytest.fixture
+def recorder(xvfb: XvfbServer) -> Iterator[XRecorder]:
+    rec = XRecorder(xvfb.display, scaled(10.0))
+    try:
+        yield rec
+    finally:
+        rec.stop()
+
+
+@pytest.fixture
+def service() -> Iterator[ScreenService]:
+    svc = ScreenService()
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+async def _guard_for(svc: ScreenService, disp: str, point: tuple[int, int]) -> dict[str, object]:
+    shot = await svc.screenshot(disp, {})
+    rect = crop_rect(point, (shot.width, shot.height))
+    return {"crop": encode_crop(cut(shot.pixels, rect)), "rect": rect.to_dict()}
+
+
+def _presses(events: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [ev for ev in events if ev["type"] == "ButtonPress"]
+
+
+async def test_unchanged_guarded_click_presses_once(xvfb, recorder, service):
+    guard = await _guard_for(service, xvfb.display, (400, 300))
+    result = await service.run(xvfb.display, "click", {"x": 400, "y": 300, "guard": guard})
+    assert result["guard"]["checked"] is True
+    assert result["guard"]["difference"] == 0.0
+    presses = _presses(recorder.drain())
+    assert len(presses) == 1
+    assert (presses[0]["x"], presses[0]["y"], presses[0]["button"]) == (400, 300, 1)
+
+
+async def test_changed_region_is_stale_and_sends_nothing(xvfb, recorder, service):
+    recorder.drain()
+    guard = await _guard_for(service, xvfb.display, (400, 300))
+    recorder.paint(360, 270, 80, 60, 0xFFFFFF)  # a dialog appeared under the target
+    with pytest.raises(OpError) as info:
+        await service.run(xvfb.display, "click", {"x": 400, "y": 300, "guard": guard})
+    assert info.value.code is ErrorCode.STALE_SCREEN
+    assert info.value.details["difference"] > info.value.details["threshold"]
+    assert recorder.drain() == []
+
+
+async def test_change_elsewhere_does_not_block(xvfb, recorder, service):
+    guard = await _guard_for(service, xvfb.display, (400, 300))
+    recorder.paint(900, 600, 200, 150, 0xFF0000)
+    await service.run(xvfb.display, "double_click", {"x": 400, "y": 300, "guard": guard})
+    presses = _presses(recorder.drain())
+    assert [(p["x"], p["y"]) for p in presses] == [(400, 300), (400, 300)]
+
+
+async def test_stale_drag_sends_nothing(xvfb, recorder, service):
+    guard = await _guard_for(service, xvfb.display, (200, 200))
+    recorder.paint(150, 150, 100, 100, 0x00FF00)
+    args = {"x": 200, "y": 200, "to_x": 500, "to_y": 400, "guard": guard}
+    with pytest.raises(OpError) as info:
+        await service.run(xvfb.display, "drag", args)
+    assert info.value.code is ErrorCode.STALE_SCREEN
+    assert recorder.drain() == []
+
+
+async def test_drag_holds_button_while_moving(xvfb, recorder, service):
+    await service.run(xvfb.display, "drag", {"x": 100, "y": 100, "to_x": 300, "to_y": 200})
+    events = recorder.drain()
+    kinds = [ev["type"] for ev in events]
+    assert kinds.count("ButtonPress") == 1
+    assert kinds.count("ButtonRelease") == 1
+    press, release = kinds.index("ButtonPress"), kinds.index("ButtonRelease")
+    assert (events[press]["x"], events[press]["y"]) == (100, 100)
+    assert (events[release]["x"], events[release]["y"]) == (300, 200)
+    held = [ev for ev in events[press:release] if ev["type"] == "MotionNotify"]
+    assert len(held) >= 5
+    assert all(ev["state"] & X.Button1Mask for ev in held)
+
+
+async def test_scroll_uses_wheel_buttons(xvfb, recorder, service):
+    await service.run(xvfb.display, "scroll", {"x": 50, "y": 60, "direction": "up", "amount": 2})
+    await service.run(xvfb.display, "scroll", {"direction": "right", "amount": 1})
+    buttons = [(p["button"], p["x"], p["y"]) for p in _presses(recorder.drain())]
+    assert buttons == [(4, 50, 60), (4, 50, 60), (7, 50, 60)]
+
+
+async def test_type_unicode_exactly(xvfb, recorder, service):
+    text = "Hello, wörld! ☃"
+    result = await service.run(xvfb.display, "type", {"text": text})
+    assert result == {"typed": len(text)}
+    presses = [ev for ev in recorder.drain() if ev["type"] == "KeyPress"]
+    typed = "".join(ev["char"] for ev in presses if ev["char"])
+    assert typed == text
+    assert 0x1002603 in {ev["keysym"] for ev in presses}  # ☃ via its Unicode keysym
+    assert await service.run(xvfb.display, "type", {"text": "ö"}) == {"typed": 1}
+    # the spare keycodes were restored: nothing is left bound to the snowman
+    conn = display.Display(xvfb.display)
+    try:
+        assert conn.keysym_to_keycodes(0x1002603) == []
+    finally:
+        conn.close()
+
+
+async def test_chord_arrives_with_modifiers(xvfb, recorder, service):
+    await service.run(xvfb.display, "key", {"keys": "CTRL+Shift+t"})
+    presses = [ev for ev in recorder.drain() if ev["type"] == "KeyPress"]
+    assert [ev["keysym"] for ev in presses[:2]] == [XK.XK_Control_L, XK.XK_Shift_L]
+    final = presses[-1]
+    assert final["state"] & X.ControlMask
+    assert final["state"] & X.ShiftMask
+    assert final["keysym"] in (XK.XK_t, XK.XK_T)
+    assert len(presses) == 3
+
+
+async def test_named_keys(xvfb, recorder, service):
+    await service.run(xvfb.display, "key", {"keys": "Return"})
+    await service.run(xvfb.display, "key", {"keys": "alt+F4"})
+    presses = [ev["keysym"] for ev in recorder.drain() if ev["type"] == "KeyPress"]
+    assert presses == [XK.XK_Return, XK.XK_Alt_L, XK.XK_F4]
+
+
+async def test_unknown_key_names_it_and_sends_nothing(xvfb, recorder, service):
+    with pytest.raises(OpError) as info:
+        await service.run(xvfb.display, "key", {"keys": "ctrl+bogus_key"})
+    assert info.value.code is ErrorCode.INVALID_ARGS
+    assert "bogus_key" in info.value.message
+    assert recorder.drain() == []
+
+
+@pytest.mark.parametrize(
+    ("action", "args", "field"),
+    [
+        ("click", {"x": WIDTH, "y": 10}, "x"),
+        ("click", {"x": 10, "y": -1}, "y"),
+        ("move", {"x": 10, "y": HEIGHT}, "y"),
+        ("drag", {"x": 10, "y": 10, "to_x": 99999, "to_y": 10}, "to_x"),
+        ("type", {"text": "a" * 10_001}, "text"),
+        ("scroll", {"direction": "sideways"}, "direction"),
+        ("click", {"x": 1, "y": 1, "button": "fourth"}, "button"),
+    ],
+)
+async def test_invalid_args_send_nothing(xvfb, recorder, service, action, args, field):
+    with pytest.raises(OpError) as info:
+        await service.run(xvfb.display, action, args)
+    assert info.value.code is ErrorCode.INVALID_ARGS
+    assert info.value.details["field"] == field
+    assert recorder.drain() == []
+
+
+async def test_queries(xvfb, recorder, service):
+    assert await service.run(xvfb.display, "screen_size", {}) == {"width": WIDTH, "height": HEIGHT}
+    await service.run(xvfb.display, "move", {"x": 321, "y": 123})
+    assert await service.run(xvfb.display, "mouse_position", {}) == {"x": 321, "y": 123}
+    state = await service.run(xvfb.display, "keyboard_state", {})
+    await service.run(xvfb.display, "key", {"keys": "numlock"})
+    toggled = await service.run(xvfb.display, "keyboard_state", {})
+    assert toggled["num_lock"] is not state["num_lock"]
+    await service.run(xvfb.display, "key", {"keys": "numlock"})
+
+
+def _xlib_capture(disp: str, width: int, height: int) -> np.ndarray:
+    conn = display.Display(disp)
+    try:
+        raw = conn.screen().root.get_image(0, 0, width, height, X.ZPixmap, 0xFFFFFFFF)
+        bgrx = np.frombuffer(raw.data, np.uint8).reshape(height, width, 4)
+        return bgrx[:, :, 2::-1]
+    finally:
+        conn.close()
+
+
+async def test_screenshot_matches_independent_capture(xvfb, recorder, service):
+    recorder.paint(10, 10, 300, 200, 0xFF8800)
+    recorder.paint(700, 500, 64, 64, 0x00AAFF)
+    result = await service.run(xvfb.display, "screenshot", {"preview_max_width": 640})
+    assert (result["width"], result["height"]) == (WIDTH, HEIGHT)
+    assert result["coordinates"] == "full_resolution"
+    assert (result["preview"]["width"], result["preview"]["height"]) == (640, 400)
+    import base64
+
+    png = Image.open(io.BytesIO(base64.b64decode(result["image"])))
+    assert png.format == "PNG"
+    assert png.size == (WIDTH, HEIGHT)
+    expected = _xlib_capture(xvfb.display, WIDTH, HEIGHT)
+    assert np.array_equal(np.asarray(png.convert("RGB")), expected)
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "webp"])
+async def test_lossy_formats(xvfb, recorder, service, fmt):
+    shot = await service.screenshot(xvfb.display, {"format": fmt, "quality": 70})
+    assert shot.image.format == fmt
+    assert len(shot.rgb) == WIDTH * HEIGHT * 3
+    decoded = Image.open(io.BytesIO(shot.image.data))
+    assert decoded.size == (WIDTH, HEIGHT)
+
+
+async def test_two_displays_do_not_interfere(xvfb, recorder, service):
+    with private_xvfb(800, 600) as other:
+        other_recorder = XRecorder(other.display, scaled(10.0))
+        try:
+            sizes = await asyncio.gather(
+                service.run(xvfb.display, "screen_size", {}),
+                service.run(other.display, "screen_size", {}),
+            )
+            expected = [{"width": WIDTH, "height": HEIGHT}, {"width": 800, "height": 600}]
+            assert list(sizes) == expected
+            await asyncio.gather(
+                service.run(xvfb.display, "click", {"x": 11, "y": 12}),
+                service.run(other.display, "click", {"x": 21, "y": 22, "button": "right"}),
+                service.run(other.display, "type", {"text": "ß"}),
+            )
+            mine = _presses(recorder.drain())
+            theirs = other_recorder.drain()
+            assert [(p["x"], p["y"], p["button"]) for p in mine] == [(11, 12, 1)]
+            assert [(p["x"], p["y"], p["button"]) for p in _presses(theirs)] == [(21, 22, 3)]
+            assert [ev["char"] for ev in theirs if ev["type"] == "KeyPress"] == ["ß"]
+        finally:
+            other_recorder.stop()
+            await service.release_display(other.display)
+
+
+async def test_display_that_went_away_is_unavailable(service):
+    with private_xvfb(640, 480) as short_lived:
+        assert (await service.run(short_lived.display, "screen_size", {}))["width"] == 640
+    with pytest.raises(OpError) as info:
+        await service.run(short_lived.display, "screen_size", {})
+    assert info.value.code is ErrorCode.UNAVAILABLE
+
+
+async def test_unknown_action_and_closed_service(xvfb):
+    svc = ScreenService()
+    with pytest.raises(OpError) as info:
+        await svc.run(xvfb.display, "teleport", {})
+    assert info.value.code is ErrorCode.INVALID_ARGS
+    await svc.aclose()
+    with pytest.raises(OpError):
+        await svc.run(xvfb.display, "screen_size", {})

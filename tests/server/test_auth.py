@@ -1,0 +1,255 @@
+"""Login, sessions, CSRF, bearer tokens, rate limiting and login links over HTTP."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from server.auth.dependencies import CSRF_HEADER, SESSION_COOKIE, authenticate
+from server.auth.errors import AuthError, auth_error_handler
+from server.auth.passwords import fast_hasher
+from server.auth.ratelimit import ADDRESS_FACTOR, LoginRateLimiter
+from server.auth.routes import BAD_CREDENTIALS, auth_routes
+from server.config import Settings
+from server.db.store import Store
+from tests.support import postgres
+
+T = TypeVar("T")
+PASSWORD = "correct horse battery staple"
+MAX_FAILURES = 3
+
+# Fixtures shared with the other server suites.
+database_url = postgres.database_url
+postgres_cluster = postgres.postgres_cluster
+sqlite_template = postgres.sqlite_template
+
+
+async def whoami(request: Request) -> JSONResponse:
+    principal = await authenticate(request)
+    return JSONResponse({"ok": True, "username": principal.username, "via": principal.via})
+
+
+def make_app(url: str, settings: Settings) -> Starlette:
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        app.state.settings = settings
+        app.state.store = await Store.open(url, password_hasher=fast_hasher())
+        yield
+        await app.state.store.close()
+
+    routes = [*auth_routes, Route("/api/v1/whoami", whoami, methods=["GET", "POST"])]
+    return Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={AuthError: auth_error_handler}
+    )
+
+
+@dataclass
+class Harness:
+    client: TestClient
+    app: Starlette
+
+    @property
+    def store(self) -> Store:
+        store: Store = self.app.state.store
+        return store
+
+    def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call a Store coroutine on the app's own event loop."""
+        assert self.client.portal is not None
+        return self.client.portal.call(functools.partial(func, *args, **kwargs))
+
+    def login(self, username: str = "alice", password: str = PASSWORD) -> Any:
+        return self.client.post("/api/v1/login", json={"username": username, "password": password})
+
+
+def _harness(url: str, **overrides: Any) -> Iterator[Harness]:
+    settings = Settings(login_max_failures=MAX_FAILURES, login_window_s=60, **overrides)
+    app = make_app(url, settings)
+    with TestClient(app) as client:
+        harness = Harness(client, app)
+        harness.run(harness.store.create_user, "alice", PASSWORD)
+        harness.run(harness.store.create_user, "bob", PASSWORD)
+        yield harness
+
+
+@pytest.fixture
+def web(database_url: str) -> Iterator[Harness]:
+    yield from _harness(database_url)
+
+
+def _error_code(response: Any) -> str:
+    body = response.json()
+    assert body["ok"] is False
+    return str(body["error"]["code"])
+
+
+def test_login_sets_session_cookie(web: Harness) -> None:
+    response = web.login()
+    assert response.status_code == 200
+    body = response.json()
+    assert body["ok"] is True
+    assert body["user"]["username"] == "alice"
+    assert body["csrf_token"]
+    cookie = response.headers["set-cookie"]
+    assert cookie.startswith(f"{SESSION_COOKIE}=rds_")
+    assert "HttpOnly" in cookie
+    assert "SameSite=lax" in cookie
+    assert "Path=/" in cookie
+    assert "Secure" not in cookie
+    assert response.headers["cache-control"] == "no-store"
+    me = web.client.get("/api/v1/me").json()
+    assert me["user"]["username"] == "alice"
+    assert me["via"] == "cookie"
+    assert me["csrf_token"] == body["csrf_token"]
+
+
+def test_secure_cookie_behind_tls(database_url: str) -> None:
+    for harness in _harness(database_url, cookie_secure=True):
+        assert "Secure" in harness.login().headers["set-cookie"]
+
+
+def test_wrong_password_and_unknown_user_look_the_same(web: Harness) -> None:
+    wrong = web.login(password="nope")
+    unknown = web.login(username="mallory")
+    assert wrong.status_code == unknown.status_code == 401
+    assert wrong.json() == unknown.json()
+    assert wrong.json()["error"] == {"code": "unauthorized", "message": BAD_CREDENTIALS}
+
+
+def test_malformed_login_body(web: Harness) -> None:
+    response = web.client.post("/api/v1/login", content=b"{not json")
+    assert response.status_code == 400
+    assert _error_code(response) == "invalid_args"
+    response = web.client.post("/api/v1/login", json={"username": "alice"})
+    assert response.status_code == 400
+
+
+def test_rate_limit_after_failures(web: Harness) -> None:
+    for _ in range(MAX_FAILURES):
+        assert web.login(password="guess").status_code == 401
+    blocked = web.login()  # even the right password is refused now
+    assert blocked.status_code == 429
+    assert _error_code(blocked) == "limit_reached"
+    assert 1 <= int(blocked.headers["retry-after"]) <= 60
+    # Another account from the same address is unaffected.
+    assert web.login(username="bob").status_code == 200
+
+
+def test_limiter_counts_addresses_with_a_larger_allowance() -> None:
+    now = [0.0]
+    limiter = LoginRateLimiter(2, 10, clock=lambda: now[0])
+    for i in range(2 * ADDRESS_FACTOR):
+        assert limiter.retry_after(f"user{i}", "10.0.0.1") is None
+        limiter.record_failure(f"user{i}", "10.0.0.1")
+    assert limiter.retry_after("someone-else", "10.0.0.1") == 10
+    assert limiter.retry_after("someone-else", "10.0.0.2") is None
+    now[0] = 10.5
+    assert limiter.retry_after("someone-else", "10.0.0.1") is None
+
+
+def test_success_clears_user_failures() -> None:
+    limiter = LoginRateLimiter(2, 10, clock=lambda: 0.0)
+    limiter.record_failure("Alice", "a")
+    limiter.record_success("alice")
+    limiter.record_failure("alice", "a")
+    assert limiter.retry_after("alice", "a") is None
+
+
+def test_cookie_post_needs_csrf(web: Harness) -> None:
+    csrf = web.login().json()["csrf_token"]
+    assert web.client.get("/api/v1/whoami").status_code == 200
+    missing = web.client.post("/api/v1/whoami")
+    assert missing.status_code == 403
+    assert _error_code(missing) == "forbidden"
+    wrong = web.client.post("/api/v1/whoami", headers={CSRF_HEADER: "x" * len(csrf)})
+    assert wrong.status_code == 403
+    ok = web.client.post("/api/v1/whoami", headers={CSRF_HEADER: csrf})
+    assert ok.status_code == 200
+    assert ok.json()["via"] == "cookie"
+
+
+def test_no_credentials(web: Harness) -> None:
+    response = web.client.get("/api/v1/me")
+    assert response.status_code == 401
+    assert _error_code(response) == "unauthorized"
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_bearer_token(web: Harness) -> None:
+    alice = web.run(web.store.get_user_by_name, "alice")
+    token, record = web.run(web.store.create_api_token, alice.user_id)
+    auth = {"Authorization": f"Bearer {token}"}
+    response = web.client.post("/api/v1/whoami", headers=auth)  # no CSRF needed
+    assert response.status_code == 200
+    assert response.json()["via"] == "token"
+    assert web.client.get("/api/v1/me", headers=auth).json()["csrf_token"] is None
+    web.run(web.store.revoke_api_token, record.token_id)
+    revoked = web.client.get("/api/v1/me", headers=auth)
+    assert revoked.status_code == 401
+    assert _error_code(revoked) == "unauthorized"
+
+
+def test_bad_bearer_does_not_fall_back_to_cookie(web: Harness) -> None:
+    web.login()
+    response = web.client.get("/api/v1/me", headers={"Authorization": "Bearer rdk_wrong"})
+    assert response.status_code == 401
+    response = web.client.get("/api/v1/me", headers={"Authorization": "Basic abc"})
+    assert response.status_code == 401
+
+
+def test_logout(web: Harness) -> None:
+    csrf = web.login().json()["csrf_token"]
+    assert web.client.post("/api/v1/logout").status_code == 403
+    secret = web.client.cookies[SESSION_COOKIE]
+    response = web.client.post("/api/v1/logout", headers={CSRF_HEADER: csrf})
+    assert response.status_code == 200
+    assert f'{SESSION_COOKIE}=""' in response.headers["set-cookie"]
+    assert web.run(web.store.get_web_session, secret) is None
+    assert web.client.get("/api/v1/me").status_code == 401
+
+
+def test_login_link_is_one_time(web: Harness) -> None:
+    alice = web.run(web.store.get_user_by_name, "alice")
+    token = web.run(web.store.create_login_link, alice.user_id, 60)
+    first = web.client.get(f"/login/{token}", follow_redirects=False)
+    assert first.status_code == 303
+    assert first.headers["location"] == "/"
+    assert "HttpOnly" in first.headers["set-cookie"]
+    assert first.headers["referrer-policy"] == "no-referrer"
+    assert web.client.get("/api/v1/me").json()["user"]["username"] == "alice"
+    web.client.cookies.clear()
+    again = web.client.get(f"/login/{token}", follow_redirects=False)
+    assert again.status_code == 400
+    assert "no longer valid" in again.text
+    assert "set-cookie" not in again.headers
+    assert web.client.get("/login/rdl_bogus").status_code == 400
+
+
+def test_no_secret_reaches_the_logs(web: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    alice = web.run(web.store.get_user_by_name, "alice")
+    api_token, _ = web.run(web.store.create_api_token, alice.user_id)
+    link = web.run(web.store.create_login_link, alice.user_id, 60)
+    web.login(password="wrong-" + PASSWORD)
+    csrf = web.login().json()["csrf_token"]
+    session = web.client.cookies[SESSION_COOKIE]
+    web.client.post("/api/v1/whoami", headers={CSRF_HEADER: csrf})
+    web.client.get("/api/v1/me", headers={"Authorization": f"Bearer {api_token}"})
+    web.client.get(f"/login/{link}", follow_redirects=False)
+    # httpx logs the request URL on the client side; that is the test client, not the server.
+    server_lines = [r.getMessage() for r in caplog.records if not r.name.startswith("httpx")]
+    text = "\n".join(server_lines)
+    assert "login failed user='alice'" in text
+    for secret in (PASSWORD, api_token, link, session, csrf):
+        assert secret not in text

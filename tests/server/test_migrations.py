@@ -1,0 +1,90 @@
+"""Alembic on both engines: upgrades are repeatable and match the models exactly."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Connection, inspect
+
+from server.db.engine import create_engine
+from server.db.errors import SchemaMismatch, StoreUnavailable
+from server.db.migrate import current_revision, head_revision, upgrade
+from server.db.models import Base
+from server.db.store import Store
+from tests.support import postgres
+from tests.support.postgres import PostgresCluster
+from tests.support.processes import free_port
+
+# Fixtures shared with the other server suites.
+postgres_cluster = postgres.postgres_cluster
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database with no tables at all."""
+    if request.param == "sqlite":
+        # A directory that does not exist yet: upgrade must create it.
+        return f"sqlite+aiosqlite:///{tmp_path / 'new' / 'dir' / 'relaydesk.db'}"
+    cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
+    return cluster.create_database(f"m_{uuid.uuid4().hex[:16]}")
+
+
+def _diff(connection: Connection) -> list[Any]:
+    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    return list(compare_metadata(context, Base.metadata))
+
+
+def _tables(connection: Connection) -> set[str]:
+    return set(inspect(connection).get_table_names())
+
+
+async def _inspect(url: str) -> tuple[set[str], list[Any]]:
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(_tables), await conn.run_sync(_diff)
+    finally:
+        await engine.dispose()
+
+
+async def test_upgrade_twice_matches_models(empty_database_url: str) -> None:
+    assert await current_revision(empty_database_url) is None
+    await upgrade(empty_database_url)
+    await upgrade(empty_database_url)  # already at head: a no-op
+    assert await current_revision(empty_database_url) == head_revision() == "0001"
+    tables, diff = await _inspect(empty_database_url)
+    assert tables == set(Base.metadata.tables) | {"alembic_version"}
+    assert diff == []
+
+
+async def test_store_works_after_upgrade(empty_database_url: str) -> None:
+    await upgrade(empty_database_url)
+    store = await Store.open(empty_database_url)
+    try:
+        assert await store.ping()
+        assert await store.list_users() == []
+    finally:
+        await store.close()
+
+
+async def test_upgrade_accepts_plain_driver_names(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'plain.db'}"
+    await upgrade(url)
+    assert await current_revision(url) == "0001"
+
+
+async def test_open_refuses_an_unmigrated_database(empty_database_url: str) -> None:
+    with pytest.raises(SchemaMismatch, match="relaydesk db upgrade") as caught:
+        await Store.open(empty_database_url)
+    assert caught.value.current is None
+    assert caught.value.expected == "0001"
+
+
+async def test_open_unreachable_database_fails_clearly() -> None:
+    with pytest.raises(StoreUnavailable):
+        await Store.open(f"postgresql+asyncpg://nobody@127.0.0.1:{free_port()}/none")

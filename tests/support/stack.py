@@ -1,0 +1,194 @@
+"""Bring up real relaydesk processes for tests: a database, a server, relays."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from server import admin
+from server.app import create_app
+from server.config import Settings
+from server.db.migrate import upgrade
+from server.db.store import Store
+from tests.support.processes import ManagedProcess, ProcessFactory, free_port, scaled
+
+# Short liveness figures so tests see disconnects quickly (never timing assertions).
+FAST_ENV = {
+    "RELAYDESK_HEARTBEAT_S": "1",
+    "RELAYDESK_LIVENESS_TIMEOUT_S": "3",
+    "RELAYDESK_RELAY_BACKOFF_MAX_S": "1",
+    "RELAYDESK_LOG_LEVEL": "info",
+}
+
+
+@dataclass
+class Seed:
+    """What a fresh database holds for a test: a user, a conversation, a relay."""
+
+    data_dir: Path
+    database_url: str
+    user: dict[str, Any]
+    api_token: str
+    conversation_id: str
+    relay: dict[str, Any]
+
+    @property
+    def relay_token(self) -> str:
+        return str(self.relay["token"])
+
+    def env(self) -> dict[str, str]:
+        return {
+            **FAST_ENV,
+            "RELAYDESK_DATA_DIR": str(self.data_dir),
+            "RELAYDESK_DATABASE_URL": self.database_url,
+            "RELAYDESK_STATE_DIR": str(self.data_dir / "relay-state"),
+        }
+
+
+async def seed_database(data_dir: Path, relay_name: str = "relay-1") -> Seed:
+    """Migrate a SQLite database in ``data_dir`` and create the usual test principals."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite+aiosqlite:///{data_dir / 'relaydesk.db'}"
+    await upgrade(url)
+    store = await Store.open(url)
+    try:
+        user = await admin.create_user(store, "alice", is_admin=True)
+        token = await admin.create_token(store, "alice")
+        conversation = await admin.create_conversation(store, "Team", ["alice:owner"])
+        relay = await admin.add_relay(store, relay_name, "alice")
+        await admin.share_relay(store, relay["relay_id"], conversation["conversation_id"])
+    finally:
+        await store.close()
+    return Seed(data_dir, url, user, token["token"], conversation["conversation_id"], relay)
+
+
+async def add_relay(seed: Seed, name: str) -> dict[str, Any]:
+    store = await Store.open(seed.database_url)
+    try:
+        relay = await admin.add_relay(store, name, "alice")
+        await admin.share_relay(store, relay["relay_id"], seed.conversation_id)
+        return relay
+    finally:
+        await store.close()
+
+
+def relaydesk_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "relaydesk", *args]
+
+
+def get_json(url: str, timeout: float = 2.0) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+async def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> None:
+    """Poll ``predicate`` (sync or async) until true; fail naming ``what``."""
+    deadline = asyncio.get_running_loop().time() + scaled(timeout)
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {scaled(timeout):.1f}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+@dataclass
+class ServerProcess:
+    process: ManagedProcess
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def relays_connected(self) -> int:
+        try:
+            status, body = get_json(f"{self.url}/readyz", timeout=1.0)
+        except (urllib.error.URLError, OSError):
+            return -1
+        return int(body["relays_connected"]) if status == 200 else -1
+
+
+async def start_server(
+    factory: ProcessFactory, seed: Seed, port: int | None = None, env: dict[str, str] | None = None
+) -> ServerProcess:
+    port = port or free_port()
+    process = factory(
+        relaydesk_argv("server", "--host", "127.0.0.1", "--port", str(port)),
+        name="server",
+        env={**seed.env(), **(env or {})},
+    )
+    server = ServerProcess(process, port)
+    await wait_until(lambda: server.relays_connected() >= 0, 30, "the server to be ready")
+    return server
+
+
+def start_relay(
+    factory: ProcessFactory,
+    seed: Seed,
+    server_url: str,
+    token: str | None = None,
+    *,
+    name: str = "relay",
+    extra_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> ManagedProcess:
+    token_file = seed.data_dir / f"{name}.token"
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token if token is not None else seed.relay_token)
+    argv = relaydesk_argv("relay", "--server", server_url, "--token-file", str(token_file))
+    return factory([*argv, *extra_args], name=name, env={**seed.env(), **(env or {})})
+
+
+@contextlib.asynccontextmanager
+async def inprocess_server(seed: Seed, **overrides: Any) -> AsyncIterator[tuple[Any, str]]:
+    """The real server app under uvicorn, in this event loop, on a free loopback port."""
+    port = free_port()
+    settings = Settings(
+        data_dir=seed.data_dir,
+        database_url=seed.database_url,
+        host="127.0.0.1",
+        port=port,
+        secret_key="test-secret-key",
+        heartbeat_s=1.0,
+        liveness_timeout_s=3.0,
+        **overrides,
+    )
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        ws="websockets-sansio",
+        access_log=False,
+        log_config=None,
+        ws_ping_interval=1.0,
+        ws_ping_timeout=2.0,
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    await wait_until(lambda: server.started, 30, "the in-process server to start")
+    try:
+        yield app, f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, scaled(15))

@@ -1,0 +1,166 @@
+"""Error and close codes, defined once, and the relaydesk exception tree.
+
+Tree::
+
+    RelaydeskError            every error relaydesk raises on purpose
+    ├── ProtocolError         the peer broke wire protocol v1 (carries a CloseCode)
+    │   └── FrameTooLarge     a frame above the negotiated limit
+    └── OpError               an operation failed; travels as a ``res`` error
+        ├── InvalidArgs       arguments do not fit the op's contract
+        ├── SessionConflict   another desktop session now holds the slot
+        └── RequestTimeout    the peer did not answer in time
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+from typing import Any
+
+
+class ErrorCode(StrEnum):
+    """Codes carried in ``res`` errors and HTTP error bodies."""
+
+    INVALID_ARGS = "invalid_args"
+    UNKNOWN_OP = "unknown_op"
+    DUPLICATE_REQUEST = "duplicate_request"
+    UNKNOWN_CHANNEL = "unknown_channel"
+    PROTOCOL_ERROR = "protocol_error"
+    INTERNAL = "internal"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    BUSY = "busy"
+    NOT_FOUND = "not_found"
+    UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    SESSION_CONFLICT = "session_conflict"
+    NOT_RUNNING = "not_running"
+    LIMIT_REACHED = "limit_reached"
+    UNAVAILABLE = "unavailable"
+    START_FAILED = "start_failed"
+    RELAY_UNREACHABLE = "relay_unreachable"
+    RELAY_TIMEOUT = "relay_timeout"
+    RELAY_NOT_FOUND = "relay_not_found"
+    STALE_SCREEN = "stale_screen"
+
+
+class CloseCode(IntEnum):
+    """WebSocket close codes used on relay and viewer connections."""
+
+    NORMAL = 1000
+    GOING_AWAY = 1001
+    PROTOCOL_ERROR = 1002
+    UNSUPPORTED_DATA = 1003
+    POLICY_VIOLATION = 1008
+    MESSAGE_TOO_BIG = 1009
+    INTERNAL_ERROR = 1011
+    UNAUTHORIZED = 4001
+    UNSUPPORTED_PROTOCOL = 4002
+    HELLO_EXPECTED = 4003
+    HEARTBEAT_TIMEOUT = 4008
+    REPLACED = 4009
+    RELAY_REVOKED = 4010
+    # viewer streams
+    UNKNOWN_SESSION = 4404
+    VIEWER_EXPIRED = 4401
+    VIEWER_FORBIDDEN = 4403
+    RELAY_UNREACHABLE = 4502
+    DESKTOP_STOPPED = 4410
+
+
+class RelaydeskError(Exception):
+    """Root of every error relaydesk raises on purpose."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or self.default_message()
+        super().__init__(self.message)
+
+    def default_message(self) -> str:
+        return self.code.value.replace("_", " ")
+
+
+class ProtocolError(RelaydeskError):
+    """The peer broke the wire protocol; the connection closes with ``close_code``."""
+
+    code = ErrorCode.PROTOCOL_ERROR
+
+    def __init__(self, message: str, close_code: CloseCode = CloseCode.PROTOCOL_ERROR) -> None:
+        self.close_code = close_code
+        super().__init__(message)
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame exceeded the configured limit."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"frame of {size} bytes exceeds limit {limit}", CloseCode.MESSAGE_TOO_BIG)
+
+
+class OpError(RelaydeskError):
+    """An operation failed; serialised as ``{code, message, details}``."""
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        self.code = code
+        self.details = details or {}
+        super().__init__(message)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code.value, "message": self.message, "details": self.details}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OpError:
+        try:
+            code = ErrorCode(str(data.get("code")))
+        except ValueError:
+            code = ErrorCode.INTERNAL
+        details = data.get("details")
+        extra = details if isinstance(details, dict) else {}
+        return cls(code, str(data.get("message") or ""), extra)
+
+
+class InvalidArgs(OpError):
+    """Arguments that do not fit the op's contract (names the field)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(ErrorCode.INVALID_ARGS, f"{field}: {problem}", {"field": field})
+
+
+class SessionConflict(OpError):
+    """Another desktop session holds the slot the caller named."""
+
+    def __init__(self, current_session_id: str) -> None:
+        self.current_session_id = current_session_id
+        super().__init__(
+            ErrorCode.SESSION_CONFLICT,
+            "another desktop session now holds this slot",
+            {"current_session_id": current_session_id},
+        )
+
+
+class RequestTimeout(OpError):
+    """The peer did not answer within the request's timeout."""
+
+    def __init__(self, op: str, timeout_ms: int) -> None:
+        super().__init__(ErrorCode.TIMEOUT, f"{op} did not answer within {timeout_ms} ms")
+
+
+class ChannelCloseCode(IntEnum):
+    """Codes carried in a channel ``CLOSE`` frame."""
+
+    NORMAL = 0
+    ERROR = 1
+    UNKNOWN_CHANNEL = 2
+    CREDIT_EXCEEDED = 3
+    TARGET_UNAVAILABLE = 4
+    TARGET_CLOSED = 5
+    DESKTOP_STOPPED = 6
+    RELAY_GONE = 7
+    VIEWER_GONE = 8

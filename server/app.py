@@ -1,4 +1,8 @@
-"""The server's Starlette application: routes, shared state and lifecycle."""
+"""The server's Starlette application: routes, shared state and lifecycle.
+
+Each feature contributes its routes here and builds its shared objects in ``lifespan`` (kept on
+``app.state``), in dependency order; shutdown runs in reverse.
+"""
 
 from __future__ import annotations
 
@@ -21,11 +25,15 @@ log = logging.getLogger(__name__)
 
 
 def _routes() -> list[BaseRoute]:
-    return [
+    routes: list[BaseRoute] = [
         *health_routes,
         *auth_routes,
         WebSocketRoute("/relay/v1/connect", relay_connect),
     ]
+    # -- inventory, actions, events (feature: inventory) --
+    # -- viewer (feature: viewer) --
+    # -- chat and web UI (feature: chat) --
+    return routes
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -40,11 +48,16 @@ def create_app(settings: Settings) -> Starlette:
         app.state.settings = settings
         app.state.store = store
         app.state.hub = hub
-        log.info("server ready on %s:%s", settings.host, settings.port)
-        try:
-            yield
-        finally:
-            await hub.close_all("server shutting down")
-            await store.close()
+        async with contextlib.AsyncExitStack() as features:
+            app.state.features = features
+            # -- inventory, actions, events (feature: inventory) --
+            # -- viewer (feature: viewer) --
+            # -- chat and web UI (feature: chat) --
+            log.info("server ready on %s:%s", settings.host, settings.port)
+            try:
+                yield
+            finally:
+                await hub.close_all("server shutting down")
+        await store.close()
 
     return Starlette(routes=_routes(), lifespan=lifespan)

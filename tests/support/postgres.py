@@ -5,7 +5,7 @@ directory on a free loopback port (as the ``postgres`` system user when we are r
 probed until it accepts connections, and stopped by the pid we started. A missing
 PostgreSQL fails the tests that need it; it is never skipped.
 
-Fixtures: ``postgres_cluster`` (session), ``database_url`` (a fresh migrated database,
+Fixtures: ``postgres_cluster`` (session), ``database_url`` (a migrated database with no rows,
 parametrised over ``sqlite`` and ``postgres``). Import them into a test module, or list
 this module in ``pytest_plugins``.
 """

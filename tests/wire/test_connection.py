@@ -31,7 +31,14 @@ from wire.connection import (
     WelcomeReceived,
     WireEvent,
 )
-from wire.errors import ChannelCloseCode, CloseCode, ErrorCode, FrameTooLarge, OpError, ProtocolError
+from wire.errors import (
+    ChannelCloseCode,
+    CloseCode,
+    ErrorCode,
+    FrameTooLarge,
+    OpError,
+    ProtocolError,
+)
 from wire.frames import CloseFrame, CreditFrame, DataFrame, decode_frame, encode_frame
 from wire.ids import ChannelId, RelayId, RequestId
 from wire.messages import (
@@ -93,6 +100,11 @@ def data(channel_id: int, payload: bytes) -> bytes:
     return encode_frame(DataFrame(ChannelId(channel_id), payload))
 
 
+def phase(connection: Connection) -> Phase:
+    """The phase, read afresh (an earlier assert must not narrow it for the type checker)."""
+    return connection.phase
+
+
 def text(message: Any) -> str:
     return encode_message(message)
 
@@ -107,6 +119,7 @@ def test_handshake():
 
     relay.send_hello(HELLO)
     [hello_text] = relay.data_to_send()
+    assert isinstance(hello_text, str)
     assert json.loads(hello_text)["type"] == "hello"
     assert server.receive_text(hello_text) == [HelloReceived(HELLO)]
     # the server admits the relay only once the adapter accepts it
@@ -114,8 +127,9 @@ def test_handshake():
     assert server.data_to_send() == []
 
     server.accept(WELCOME)
-    assert server.phase is Phase.OPEN
+    assert phase(server) is Phase.OPEN
     [welcome_text] = server.data_to_send()
+    assert isinstance(welcome_text, str)
     assert parse_message(welcome_text) == WELCOME
     assert relay.receive_text(welcome_text) == [WelcomeReceived(WELCOME)]
     assert relay.phase is Phase.OPEN
@@ -174,7 +188,9 @@ def test_server_rejects_requests_between_hello_and_accept():
 
 
 @pytest.mark.parametrize("role", list(Role))
-@pytest.mark.parametrize("payload", [data(7, b"hi"), b"\x02\x00\x00\x00\x07\x00\x00\x00\x01", b"", b"\xff"])
+@pytest.mark.parametrize(
+    "payload", [data(7, b"hi"), b"\x02\x00\x00\x00\x07\x00\x00\x00\x01", b"", b"\xff"]
+)
 def test_binary_before_handshake(role, payload):
     connection = Connection(role)
     with pytest.raises(ProtocolError, match="before the handshake") as info:
@@ -307,7 +323,9 @@ def test_responses_are_matched_by_id_in_any_order():
     relay.send_result(second, "B")
     relay.send_result(first, "A")
     answers = deliver(relay, server)
-    assert [(e.response.id, e.response.result) for e in answers if isinstance(e, ResponseReceived)] == [
+    assert [
+        (e.response.id, e.response.result) for e in answers if isinstance(e, ResponseReceived)
+    ] == [
         (second, "B"),
         (first, "A"),
     ]
@@ -315,7 +333,7 @@ def test_responses_are_matched_by_id_in_any_order():
 
 
 def test_response_for_unknown_id_is_a_notice():
-    server, relay = connected()
+    server, _relay = connected()
     events = server.receive_text(text(Response(RequestId("s99"), True, 1)))
     assert len(events) == 1
     assert isinstance(events[0], Notice)
@@ -334,9 +352,11 @@ def test_second_response_for_the_same_id_is_a_notice():
 
 
 def test_duplicate_in_flight_request_id_gets_an_error_response():
-    server, relay = connected()
+    _server, relay = connected()
     request = text(Request(RequestId("s1"), "desktop.start"))
-    assert relay.receive_text(request) == [RequestReceived(Request(RequestId("s1"), "desktop.start"))]
+    assert relay.receive_text(request) == [
+        RequestReceived(Request(RequestId("s1"), "desktop.start"))
+    ]
     [notice] = relay.receive_text(request)
     assert isinstance(notice, Notice)
     assert "duplicate" in notice.message
@@ -344,13 +364,15 @@ def test_duplicate_in_flight_request_id_gets_an_error_response():
     assert isinstance(queued, Response)
     assert (queued.id, queued.ok) == ("s1", False)
     assert queued.error is not None
-    assert queued.error["code"] == ErrorCode.DUPLICATE_REQUEST == "duplicate_request"
+    assert queued.error["code"] == ErrorCode.DUPLICATE_REQUEST.value == "duplicate_request"
     # the first request is still answered, exactly once
     relay.send_result(RequestId("s1"), "done")
     relay.send_result(RequestId("s1"), "again")
     assert frames(relay) == [Response(RequestId("s1"), True, "done")]
     # once answered, the id is free again
-    assert relay.receive_text(request) == [RequestReceived(Request(RequestId("s1"), "desktop.start"))]
+    assert relay.receive_text(request) == [
+        RequestReceived(Request(RequestId("s1"), "desktop.start"))
+    ]
 
 
 def test_same_id_in_both_directions_is_not_a_duplicate():
@@ -379,11 +401,12 @@ def test_late_answer_after_cancel_is_a_notice():
     deliver(server, relay)
     relay.send_result(request_id, "late")  # already on the wire when the server gives up
     server.cancel(request_id)
-    cancel = server.data_to_send()
+    [cancel] = server.data_to_send()
+    assert isinstance(cancel, str)
     [notice] = deliver(relay, server)
     assert isinstance(notice, Notice)
     # the cancel then reaches a relay that already answered: nothing more is sent
-    assert relay.receive_text(cancel[0]) == [CancelReceived(request_id)]
+    assert relay.receive_text(cancel) == [CancelReceived(request_id)]
     assert relay.data_to_send() == []
 
 
@@ -405,7 +428,7 @@ def test_cancel_for_unknown_request_is_reported():
 
 
 def test_answer_for_a_request_never_received_sends_nothing():
-    server, relay = connected()
+    _server, relay = connected()
     relay.send_result(RequestId("s1"), 1)
     relay.send_error(RequestId("s1"), OpError(ErrorCode.INTERNAL))
     assert relay.data_to_send() == []
@@ -485,7 +508,7 @@ def test_malformed_binary_when_open(bad):
 
 
 def test_oversized_text():
-    server, relay = connected(max_text=200)
+    server, _relay = connected(max_text=200)
     message = text(Event("x", {"pad": ""}))
     padded = text(Event("x", {"pad": "p" * (200 - len(message))}))
     assert len(padded) == 200
@@ -504,7 +527,7 @@ def test_oversized_text_during_handshake():
 
 
 def test_oversized_binary():
-    server, relay = with_channel(max_payload=16)
+    server, _relay = with_channel(max_payload=16)
     assert server.receive_bytes(data(7, b"x" * 16)) == [ChannelData(CH, b"x" * 16)]
     with pytest.raises(FrameTooLarge) as info:
         server.receive_bytes(data(7, b"x" * 17))
@@ -550,7 +573,7 @@ def test_default_window_is_one_mebibyte():
 
 
 def test_data_on_unknown_channel_is_answered_with_close():
-    server, relay = connected()
+    _server, relay = connected()
     [notice] = relay.receive_bytes(data(42, b"hello"))
     assert isinstance(notice, Notice)
     assert frames(relay) == [
@@ -561,12 +584,14 @@ def test_data_on_unknown_channel_is_answered_with_close():
 def test_credit_or_close_on_unknown_channel_is_ignored():
     server, _ = connected()
     assert server.receive_bytes(encode_frame(CreditFrame(ChannelId(3), 10))) == []
-    assert server.receive_bytes(encode_frame(CloseFrame(ChannelId(3), ChannelCloseCode.NORMAL))) == []
+    assert (
+        server.receive_bytes(encode_frame(CloseFrame(ChannelId(3), ChannelCloseCode.NORMAL))) == []
+    )
     assert server.data_to_send() == []
 
 
 def test_send_data_splits_into_max_payload_frames_within_credit():
-    server, relay = with_channel(max_payload=4, window=10)
+    server, _relay = with_channel(max_payload=4, window=10)
     assert server.send_data(CH, b"abcdefghijklmnopqrstuvwxy") == 10
     assert frames(server) == [
         DataFrame(CH, b"abcd"),
@@ -630,7 +655,7 @@ def test_credit_is_capped():
 
 
 def test_sender_exceeding_credit_gets_the_channel_closed():
-    server, relay = with_channel(window=8)
+    _server, relay = with_channel(window=8)
     assert relay.receive_bytes(data(7, b"12345")) == [ChannelData(CH, b"12345")]
     reason = "sender exceeded its credit window"
     assert relay.receive_bytes(data(7, b"6789")) == [
@@ -641,14 +666,14 @@ def test_sender_exceeding_credit_gets_the_channel_closed():
 
 
 def test_a_frame_larger_than_the_whole_window_is_a_violation():
-    server, relay = with_channel(window=8)
+    _server, relay = with_channel(window=8)
     [closed] = relay.receive_bytes(data(7, b"123456789"))
     assert isinstance(closed, ChannelClosed)
     assert closed.code is ChannelCloseCode.CREDIT_EXCEEDED
 
 
 def test_credit_returned_makes_room_again():
-    server, relay = with_channel(window=8)
+    _server, relay = with_channel(window=8)
     relay.receive_bytes(data(7, b"12345678"))
     relay.consumed(CH, 8)
     [grant] = frames(relay)
@@ -674,7 +699,7 @@ def test_close_channel_from_either_side():
 
 
 def test_close_channel_defaults_to_normal():
-    server, relay = with_channel()
+    server, _relay = with_channel()
     server.close_channel(CH)
     assert frames(server) == [CloseFrame(CH, ChannelCloseCode.NORMAL, "")]
 

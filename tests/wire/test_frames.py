@@ -82,7 +82,9 @@ def test_channel_close_code_values_are_fixed():
     }
 
 
-@pytest.mark.parametrize("data", [bytearray(b"\x01\x00\x00\x00\x07hi"), memoryview(b"\x01\x00\x00\x00\x07hi")])
+@pytest.mark.parametrize(
+    "data", [bytearray(b"\x01\x00\x00\x00\x07hi"), memoryview(b"\x01\x00\x00\x00\x07hi")]
+)
 def test_decode_accepts_buffers_and_returns_bytes(data):
     frame = decode_frame(data)
     assert frame == DataFrame(ChannelId(7), b"hi")

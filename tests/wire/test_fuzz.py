@@ -7,6 +7,7 @@ seeded random mutations that runs the same inputs on every machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import struct
@@ -183,24 +184,20 @@ def check_output(connection: Connection) -> None:
 
 
 def parse_or_protocol_error(text: str) -> None:
-    try:
+    with contextlib.suppress(ProtocolError):
         parse_message(text, 4096)
-    except ProtocolError:
-        pass
 
 
 def decode_or_protocol_error(data: bytes) -> None:
-    try:
+    with contextlib.suppress(ProtocolError):
         decode_frame(data, 64)
-    except ProtocolError:
-        pass
 
 
 # -- seeded mutators -----------------------------------------------------------------------
 
 SEED = 20_250_601
 ROUNDS = 20_000
-JSON_PIECES = list('{}[]":,-.0123456789eE \\') + ["true", "null", "1e999", '"type"', '"id"']
+JSON_PIECES = [*list('{}[]":,-.0123456789eE \\'), "true", "null", "1e999", '"type"', '"id"']
 
 
 def _random_bytes(rng: random.Random) -> bytes:
@@ -218,7 +215,9 @@ def _random_text(rng: random.Random) -> str:
         at = rng.randrange(0, len(text) + 1)
         roll = rng.random()
         if roll < 0.4:
-            piece = rng.choice(JSON_PIECES) if rng.random() < 0.8 else chr(rng.randrange(0, 0x110000))
+            piece = (
+                rng.choice(JSON_PIECES) if rng.random() < 0.8 else chr(rng.randrange(0, 0x110000))
+            )
             text = text[:at] + piece + text[at:]
         elif roll < 0.7:
             text = text[:at] + text[at + 1 :]
@@ -240,8 +239,9 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
     max_leaves=4,
 )
 FIELDS = [
@@ -316,6 +316,7 @@ def test_connection_mixed_fuzz(state, inputs):
 
 
 # -- deterministic seeded loop --------------------------------------------------------------
+
 
 def test_seeded_random_inputs():
     rng = random.Random(SEED)

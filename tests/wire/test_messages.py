@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -125,7 +126,9 @@ def test_non_ascii_is_escaped_and_comes_back():
 
 def test_error_response_from_op_error():
     error = OpError(ErrorCode.NOT_RUNNING, "desktop is not running", {"slot": "main"})
-    response = parse_message(encode_message(Response(RequestId("r1"), False, error=error.to_dict())))
+    response = parse_message(
+        encode_message(Response(RequestId("r1"), False, error=error.to_dict()))
+    )
     assert isinstance(response, Response)
     assert response.error == {
         "code": "not_running",
@@ -151,7 +154,10 @@ def test_error_response_from_op_error():
         ('{"type":"req","id":"a","op":"ping"}', Request(RequestId("a"), "ping", {}, 30_000)),
         ('{"type":"res","id":"a","ok":true}', Response(RequestId("a"), True, None)),
         ('{"type":"event","name":"n"}', Event("n", {})),
-        ('{"type":"welcome","relay_id":"r","heartbeat_s":5,"max_frame":9}', Welcome(RelayId("r"), 5.0, 9)),
+        (
+            '{"type":"welcome","relay_id":"r","heartbeat_s":5,"max_frame":9}',
+            Welcome(RelayId("r"), 5.0, 9),
+        ),
         # unknown fields are ignored (forward compatibility within v1)
         ('{"type":"cancel","id":"a","extra":[1,2]}', Cancel(RequestId("a"))),
         ('{"id":"a","type":"cancel"}', Cancel(RequestId("a"))),
@@ -315,9 +321,11 @@ def test_wrong_fields_are_protocol_errors(text):
     assert info.value.code is ErrorCode.PROTOCOL_ERROR
 
 
-@pytest.mark.parametrize("text", [_obj("hello", **{**HELLO, "protocol": True}), _obj("req", **REQ, timeout_ms=True)])
+@pytest.mark.parametrize(
+    "text", [_obj("hello", **{**HELLO, "protocol": True}), _obj("req", **REQ, timeout_ms=True)]
+)
 def test_bool_is_not_a_number(text):
-    with pytest.raises(ProtocolError, match="must be a number|must be an integer"):
+    with pytest.raises(ProtocolError, match=r"must be (a number|an integer)"):
         parse_message(text)
 
 
@@ -343,10 +351,8 @@ def test_limit_is_checked_before_parsing():
 def test_deep_nesting_is_an_error_or_a_message_never_a_crash(depth):
     for inner in ("[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth):
         for text in (inner, '{"type":"event","name":"n","data":{"x":' + inner + "}}"):
-            try:
+            with contextlib.suppress(ProtocolError):
                 parse_message(text)
-            except ProtocolError:
-                pass
 
 
 @pytest.mark.xfail(
@@ -390,8 +396,9 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 json_objects = st.dictionaries(st.text(max_size=8), json_values, max_size=4)

@@ -1,0 +1,1 @@
+"""The server's canonical inventory of desktops."""

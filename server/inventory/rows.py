@@ -1,0 +1,51 @@
+"""Inventory rows and the read-side interface other server parts depend on."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Protocol
+
+DesktopState = Literal["starting", "running", "stopping", "stopped", "failed", "unknown"]
+DesktopKind = Literal["virtual", "local"]
+LIVE_STATES: frozenset[str] = frozenset({"starting", "running", "stopping", "unknown"})
+
+
+@dataclass(frozen=True)
+class DesktopRow:
+    """One desktop incarnation, keyed by ``(relay_id, desktop_session_id)``."""
+
+    relay_id: str
+    desktop_session_id: str
+    kind: str
+    slot: str
+    state: str
+    started_at: str | None
+    started_by: str | None
+    updated_at: str
+    reason: str | None = None
+    geometry: str | None = None
+    display: str | None = None
+    relay_name: str | None = None
+
+    @property
+    def can_stop(self) -> bool:
+        return self.state in {"starting", "running", "unknown"}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "can_stop": self.can_stop}
+
+
+RowListener = Callable[[DesktopRow], Awaitable[None]]
+
+
+class DesktopDirectory(Protocol):
+    """What viewers, chat and the screen tool need to know of the inventory."""
+
+    async def get_by_session(self, desktop_session_id: str) -> DesktopRow | None:
+        """The row of this desktop session, whatever its state, or None."""
+        ...
+
+    def add_listener(self, listener: RowListener) -> None:
+        """Call ``listener`` with the new row after every change of any row."""
+        ...

@@ -1,0 +1,1 @@
+"""Viewing desktops: viewer capabilities, the viewer page and the VNC stream proxy."""

@@ -1,0 +1,119 @@
+"""Viewer capabilities: HMAC-signed, expiring grants bound to one desktop session.
+
+A token is ``base64url(payload) . base64url(hmac_sha256(key, payload))`` where the payload is
+compact JSON ``{u, c, r, s, e}`` (user, conversation, relay, desktop session, expiry). It travels
+only in viewer paths (``/vnc/{sid}/{token}/…``), never in API URLs.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+
+from wire.errors import CloseCode
+
+_DOMAIN = b"relaydesk.viewer.v1"
+
+
+class Denial(StrEnum):
+    """Why a viewer token was refused; each maps to one close code."""
+
+    MALFORMED = "malformed"
+    FORGED = "forged"
+    EXPIRED = "expired"
+    OTHER_SESSION = "other_session"
+
+    @property
+    def close_code(self) -> CloseCode:
+        if self is Denial.EXPIRED:
+            return CloseCode.VIEWER_EXPIRED
+        return CloseCode.VIEWER_FORBIDDEN
+
+
+class ViewerDenied(Exception):
+    """The viewer token does not grant access to this desktop session."""
+
+    def __init__(self, denial: Denial) -> None:
+        self.denial = denial
+        super().__init__(f"viewer access denied: {denial.value}")
+
+
+@dataclass(frozen=True)
+class ViewerGrant:
+    """What a verified token grants."""
+
+    user_id: str
+    conversation_id: str
+    relay_id: str
+    desktop_session_id: str
+    expires_at: int
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _signature(key: str, payload: bytes) -> bytes:
+    return hmac.new(key.encode(), _DOMAIN + b"." + payload, hashlib.sha256).digest()
+
+
+def mint(key: str, grant: ViewerGrant) -> str:
+    """A token for ``grant``."""
+    payload = json.dumps(
+        {
+            "u": grant.user_id,
+            "c": grant.conversation_id,
+            "r": grant.relay_id,
+            "s": grant.desktop_session_id,
+            "e": grant.expires_at,
+        },
+        separators=(",", ":"),
+    ).encode()
+    return f"{_b64(payload)}.{_b64(_signature(key, payload))}"
+
+
+def grant_for(
+    user_id: str, conversation_id: str, relay_id: str, desktop_session_id: str, ttl_s: int
+) -> ViewerGrant:
+    return ViewerGrant(
+        user_id, conversation_id, relay_id, desktop_session_id, int(time.time()) + ttl_s
+    )
+
+
+def _decode(token: str) -> tuple[bytes, bytes]:
+    body, dot, signature = token.partition(".")
+    if not dot or not body or not signature or len(token) > 2048:
+        raise ViewerDenied(Denial.MALFORMED)
+    try:
+        return _unb64(body), _unb64(signature)
+    except (binascii.Error, ValueError) as err:
+        raise ViewerDenied(Denial.MALFORMED) from err
+
+
+def verify(key: str, token: str, desktop_session_id: str, now: float | None = None) -> ViewerGrant:
+    """The grant in ``token`` if it is genuine, unexpired and for ``desktop_session_id``."""
+    payload, signature = _decode(token)
+    if not hmac.compare_digest(signature, _signature(key, payload)):
+        raise ViewerDenied(Denial.FORGED)
+    try:
+        data = json.loads(payload)
+        grant = ViewerGrant(
+            str(data["u"]), str(data["c"]), str(data["r"]), str(data["s"]), int(data["e"])
+        )
+    except (ValueError, KeyError, TypeError) as err:
+        raise ViewerDenied(Denial.MALFORMED) from err
+    if grant.expires_at <= (time.time() if now is None else now):
+        raise ViewerDenied(Denial.EXPIRED)
+    if not hmac.compare_digest(grant.desktop_session_id, desktop_session_id):
+        raise ViewerDenied(Denial.OTHER_SESSION)
+    return grant

@@ -1,0 +1,60 @@
+"""Viewer capability tokens: genuine, bound to one session, expiring, unforgeable."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from server.viewer.capability import Denial, ViewerDenied, grant_for, mint, verify
+from wire.errors import CloseCode
+
+pytestmark = pytest.mark.unit
+KEY = "k" * 32
+
+
+def _token(session: str = "s1", ttl: int = 60) -> str:
+    return mint(KEY, grant_for("u1", "c1", "r1", session, ttl))
+
+
+def test_a_genuine_token_verifies_and_carries_its_binding() -> None:
+    grant = verify(KEY, _token(), "s1")
+    assert (grant.user_id, grant.conversation_id, grant.relay_id) == ("u1", "c1", "r1")
+    assert grant.desktop_session_id == "s1"
+
+
+@pytest.mark.parametrize(
+    ("token", "session", "key", "denial"),
+    [
+        (lambda: _token("s1"), "s2", KEY, Denial.OTHER_SESSION),
+        (lambda: _token(ttl=-1), "s1", KEY, Denial.EXPIRED),
+        (lambda: _token(), "s1", "another-key", Denial.FORGED),
+        (lambda: "nodot", "s1", KEY, Denial.MALFORMED),
+        (lambda: "a.b.c", "s1", KEY, Denial.MALFORMED),
+        (lambda: "!!!.???", "s1", KEY, Denial.FORGED),
+    ],
+)
+def test_bad_tokens_are_denied_with_the_reason(token, session, key, denial) -> None:
+    with pytest.raises(ViewerDenied) as caught:
+        verify(key, token(), session)
+    assert caught.value.denial is denial
+
+
+def test_a_tampered_payload_is_forged() -> None:
+    body, _, signature = _token().partition(".")
+    other_body, _, _ = mint(KEY, grant_for("u2", "c1", "r1", "s1", 60)).partition(".")
+    with pytest.raises(ViewerDenied) as caught:
+        verify(KEY, f"{other_body}.{signature}", "s1")
+    assert caught.value.denial is Denial.FORGED
+    assert body != other_body
+
+
+def test_expiry_maps_to_its_own_close_code() -> None:
+    assert Denial.EXPIRED.close_code is CloseCode.VIEWER_EXPIRED
+    assert Denial.FORGED.close_code is CloseCode.VIEWER_FORBIDDEN
+
+
+@given(st.text(max_size=300))
+def test_arbitrary_text_never_verifies_and_never_crashes(text: str) -> None:
+    with pytest.raises(ViewerDenied):
+        verify(KEY, text, "s1")

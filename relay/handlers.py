@@ -34,7 +34,13 @@ class Desktops(Protocol):
 class Handlers:
     """Routes each op to its handler; unknown ops get ``unknown_op``."""
 
-    def __init__(self, desktops: Desktops | None, *, missing: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        desktops: Desktops | None,
+        *,
+        missing: list[str] | None = None,
+        extra_ops: dict[str, Handler] | None = None,
+    ) -> None:
         self.desktops = desktops
         self.missing = missing or []
         self._table: dict[str, Handler] = {
@@ -43,6 +49,7 @@ class Handlers:
             "desktop.status": self._desktop_status,
             "desktop.stop": self._desktop_stop,
             "channel.open": self._channel_open,
+            **(extra_ops or {}),  # screen.<action> (relay/screen_ops.py)
         }
 
     def capabilities(self) -> list[str]:

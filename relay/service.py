@@ -10,6 +10,8 @@ from relay.desktops.config import DesktopConfig
 from relay.desktops.launch import missing_binaries
 from relay.desktops.manager import DesktopManager
 from relay.handlers import Handlers
+from relay.screen.service import ScreenService
+from relay.screen_ops import ScreenOps
 from relay.worker import RelayWorker
 
 log = logging.getLogger(__name__)
@@ -22,7 +24,12 @@ class RelayService:
         self.config = config
         desktop_config = DesktopConfig.from_env()
         self.desktops = DesktopManager(desktop_config, on_change=self._desktop_changed)
-        self.handlers = Handlers(self.desktops, missing=missing_binaries(desktop_config))
+        self.screen = ScreenService()
+        self.handlers = Handlers(
+            self.desktops,
+            missing=missing_binaries(desktop_config),
+            extra_ops=ScreenOps(self.desktops, self.screen).table(),
+        )
         self.worker = RelayWorker(config, self.handlers)
 
     async def _desktop_changed(self, row: dict[str, Any]) -> None:
@@ -40,5 +47,6 @@ class RelayService:
         try:
             await self.worker.run()
         finally:
+            await self.screen.aclose()
             await self.desktops.close(stop_desktops=self.config.stop_desktops_on_exit)
             log.info("relay stopped")

@@ -6,6 +6,7 @@ Each feature contributes its routes here and builds its shared objects in ``life
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, WebSocketRoute
 
+from server.auth.errors import AuthError, auth_error_handler
 from server.auth.routes import auth_routes
 from server.config import Settings
 from server.db.migrate import upgrade
@@ -20,6 +22,7 @@ from server.db.store import Store
 from server.health import health_routes
 from server.relays.endpoint import relay_connect
 from server.relays.hub import RelayHub
+from server.viewer.routes import start_viewer, viewer_routes
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,7 @@ def _routes() -> list[BaseRoute]:
     ]
     # -- inventory, actions, events (feature: inventory) --
     # -- viewer (feature: viewer) --
+    routes.extend(viewer_routes)
     # -- chat and web UI (feature: chat) --
     return routes
 
@@ -48,16 +52,24 @@ def create_app(settings: Settings) -> Starlette:
         app.state.settings = settings
         app.state.store = store
         app.state.hub = hub
+        presence = asyncio.create_task(hub.keep_presence(settings.presence_interval_s))
         async with contextlib.AsyncExitStack() as features:
             app.state.features = features
             # -- inventory, actions, events (feature: inventory) --
             # -- viewer (feature: viewer) --
+            viewer = start_viewer(app.state)
+            features.callback(viewer.close_all, "server shutting down")
             # -- chat and web UI (feature: chat) --
             log.info("server ready on %s:%s", settings.host, settings.port)
             try:
                 yield
             finally:
+                presence.cancel()
                 await hub.close_all("server shutting down")
         await store.close()
 
-    return Starlette(routes=_routes(), lifespan=lifespan)
+    return Starlette(
+        routes=_routes(),
+        lifespan=lifespan,
+        exception_handlers={AuthError: auth_error_handler},
+    )

@@ -46,6 +46,7 @@ class Settings:
     login_window_s: int = 300
     heartbeat_s: float = 10.0
     liveness_timeout_s: float = 30.0
+    presence_interval_s: float = 10.0
     max_text_frame: int = 16 * 1024 * 1024
     max_channel_frame: int = 1024 * 1024
     request_timeout_s: float = 30.0
@@ -54,6 +55,8 @@ class Settings:
     max_body_bytes: int = 1024 * 1024
     audit_retention_days: int = 90
     history_retention_days: int = 30
+    screen_revision_ttl_s: int = 300
+    screen_revision_memory_bytes: int = 256 * 1024 * 1024
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -73,6 +76,7 @@ class Settings:
             login_window_s=_env_int("LOGIN_WINDOW_S", 300),
             heartbeat_s=_env_float("HEARTBEAT_S", 10.0),
             liveness_timeout_s=_env_float("LIVENESS_TIMEOUT_S", 30.0),
+            presence_interval_s=_env_float("PRESENCE_INTERVAL_S", 10.0),
             max_text_frame=_env_int("MAX_TEXT_FRAME", 16 * 1024 * 1024),
             max_channel_frame=_env_int("MAX_CHANNEL_FRAME", 1024 * 1024),
             request_timeout_s=_env_float("REQUEST_TIMEOUT_S", 30.0),
@@ -81,6 +85,10 @@ class Settings:
             max_body_bytes=_env_int("MAX_BODY_BYTES", 1024 * 1024),
             audit_retention_days=_env_int("AUDIT_RETENTION_DAYS", 90),
             history_retention_days=_env_int("HISTORY_RETENTION_DAYS", 30),
+            screen_revision_ttl_s=_env_int("SCREEN_REVISION_TTL_S", 300),
+            screen_revision_memory_bytes=_env_int(
+                "SCREEN_REVISION_MEMORY_BYTES", 256 * 1024 * 1024
+            ),
         )
 
 

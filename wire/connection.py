@@ -155,6 +155,7 @@ class Connection:
         self.window = window
         self.phase = Phase.HANDSHAKE
         self._hello_seen = False
+        self._hello_sent = False
         self._out: list[str | bytes] = []
         self._ids = itertools.count(1)
         self._pending_out: dict[RequestId, str] = {}
@@ -180,6 +181,7 @@ class Connection:
         """Relay: open the handshake."""
         self._expect_role(Role.RELAY, "hello")
         self._send(hello)
+        self._hello_sent = True
 
     def accept(self, welcome: Welcome) -> None:
         """Server: admit the relay after its ``hello`` was authenticated and checked."""
@@ -278,7 +280,7 @@ class Connection:
         if window is None:
             return
         window.unacked += size
-        if window.unacked >= self.window // 4:
+        if window.unacked > 0 and window.unacked >= self.window // 4:
             window.recv_allowance += window.unacked
             self._send_frame(CreditFrame(channel_id, window.unacked))
             window.unacked = 0
@@ -312,10 +314,12 @@ class Connection:
                 )
             self._hello_seen = True
             return HelloReceived(message)
-        if self.role is Role.RELAY and isinstance(message, Welcome):
+        if self.role is Role.RELAY and isinstance(message, Welcome) and self._hello_sent:
             self.phase = Phase.OPEN
             return WelcomeReceived(message)
-        expected = "hello" if self.role is Role.SERVER else "welcome"
+        if self.role is Role.SERVER and isinstance(message, Hello):
+            raise ProtocolError("hello was already received", CloseCode.HELLO_EXPECTED)
+        expected = "hello" if self.role is Role.SERVER else "welcome (after hello)"
         raise ProtocolError(f"expected {expected} first", CloseCode.HELLO_EXPECTED)
 
     def _dispatch(self, message: Message) -> list[WireEvent]:

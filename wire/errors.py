@@ -41,6 +41,9 @@ class ErrorCode(StrEnum):
     RELAY_TIMEOUT = "relay_timeout"
     RELAY_NOT_FOUND = "relay_not_found"
     STALE_SCREEN = "stale_screen"
+    MISSING_SCREEN_REVISION = "missing_screen_revision"
+    REVISION_MISMATCH = "revision_mismatch"
+    REVISION_EXPIRED = "revision_expired"
 
 
 class CloseCode(IntEnum):

@@ -66,7 +66,8 @@ def encode_frame(frame: ChannelFrame) -> bytes:
         case CreditFrame():
             return HEADER.pack(FrameKind.CREDIT, frame.channel_id) + CREDIT_BODY.pack(frame.credit)
         case CloseFrame():
-            reason = frame.reason.encode("utf-8")[:MAX_REASON_BYTES]
+            cut = frame.reason.encode("utf-8")[:MAX_REASON_BYTES]
+            reason = cut.decode("utf-8", "ignore").encode("utf-8")
             body = CLOSE_CODE.pack(frame.code) + reason
             return HEADER.pack(FrameKind.CLOSE, frame.channel_id) + body
 

@@ -7,6 +7,7 @@ raises :class:`~wire.errors.ProtocolError` on anything malformed.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -110,11 +111,22 @@ def _parse_hello(obj: dict[str, Any]) -> Hello:
     )
 
 
+def _positive(obj: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = _require(obj, key, kind)
+    try:
+        number = float(value)
+    except OverflowError as err:
+        raise ProtocolError(f"field {key!r} is out of range") from err
+    if not math.isfinite(number) or number <= 0:
+        raise ProtocolError(f"field {key!r} must be a positive number")
+    return value
+
+
 def _parse_welcome(obj: dict[str, Any]) -> Welcome:
     return Welcome(
         relay_id=RelayId(_require(obj, "relay_id", str)),
-        heartbeat_s=float(_require(obj, "heartbeat_s", (int, float))),
-        max_frame=_require(obj, "max_frame", int),
+        heartbeat_s=float(_positive(obj, "heartbeat_s", (int, float))),
+        max_frame=_positive(obj, "max_frame", int),
     )
 
 
@@ -164,12 +176,23 @@ _PARSERS: Final[dict[str, Callable[[dict[str, Any]], Message]]] = {
 }
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
 def parse_message(text: str, max_size: int = DEFAULT_MAX_TEXT) -> Message:
     """Parse one text frame; raise :class:`ProtocolError` on anything malformed."""
     if len(text) > max_size:
         raise FrameTooLarge(len(text), max_size)
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as err:
         raise ProtocolError("text frame is not valid JSON", CloseCode.UNSUPPORTED_DATA) from err
     if not isinstance(obj, dict):

@@ -11,9 +11,9 @@ from typing import Any
 from wire.errors import InvalidArgs
 
 # Chosen by benchmarks/bench_x11vnc_flags.py (numbers in docs/desktops.md): x11vnc's defaults
-# batch updates for ~20 ms and nap when idle; these flags answer a 1x1 change in a few ms
-# while idle CPU stays low.
-LOW_LATENCY_X11VNC_FLAGS: tuple[str, ...] = ("-wait", "5", "-defer", "5", "-nonap")
+# batch updates for ~20 ms and nap when nobody types; these answer a 1x1 change in ~7 ms for
+# ~3 % of a core per watched idle desktop (-wait 1 halves the latency but doubles that).
+LOW_LATENCY_X11VNC_FLAGS: tuple[str, ...] = ("-wait", "2", "-defer", "2", "-nonap")
 # What the Anthropic computer-use demo and E2B desktops run; the benchmark baseline.
 BASELINE_X11VNC_FLAGS: tuple[str, ...] = ("-wait", "50")
 

@@ -29,7 +29,7 @@ class ConversationStore(StoreBase):
     """Who may see and do what where: conversations and member roles."""
 
     async def create_conversation(
-        self, title: str, members: Iterable[tuple[UserId, Role]] = ()
+        self, title: str, members: Iterable[tuple[str, Role]] = ()
     ) -> ConversationRecord:
         """Create a conversation with its initial members."""
         if not title.strip():
@@ -42,9 +42,7 @@ class ConversationStore(StoreBase):
                 await _put_member(session, ConversationId(row.id), user_id, role)
         return _conversation_record(row)
 
-    async def add_member(
-        self, conversation_id: ConversationId, user_id: UserId, role: Role
-    ) -> None:
+    async def add_member(self, conversation_id: str, user_id: str, role: Role) -> None:
         """Add a member, or change the role of an existing one."""
         async with self._sessions.begin() as session:
             if await session.get(models.Conversation, conversation_id) is None:
@@ -124,8 +122,8 @@ class ConversationStore(StoreBase):
 
     async def add_message(
         self,
-        conversation_id: ConversationId,
-        author_id: UserId | None,
+        conversation_id: str,
+        author_id: str | None,
         text: str,
         *,
         kind: str = "user",
@@ -160,7 +158,7 @@ class ConversationStore(StoreBase):
 
 
 async def _put_member(
-    session: AsyncSession, conversation_id: ConversationId, user_id: UserId, role: Role
+    session: AsyncSession, conversation_id: str, user_id: str, role: Role
 ) -> None:
     try:
         parse_role(role)

@@ -77,7 +77,7 @@ class IdentityStore(StoreBase):
             await self.set_password(UserId(row.id), password)
         return user_record(row)
 
-    async def set_password(self, user_id: UserId, password: str) -> None:
+    async def set_password(self, user_id: str, password: str) -> None:
         password_hash = await self._passwords.hash(check_password(password))
         async with self._sessions.begin() as session:
             result = await session.execute(
@@ -89,7 +89,7 @@ class IdentityStore(StoreBase):
     # -- API tokens -------------------------------------------------------------------
 
     async def create_api_token(
-        self, user_id: UserId, name: str = "default"
+        self, user_id: str, name: str = "default"
     ) -> tuple[str, TokenRecord]:
         """A new ``rdk_`` token (returned once) and its record; only the hash is stored."""
         token = tokens.new_secret(tokens.API_TOKEN_PREFIX)
@@ -106,7 +106,7 @@ class IdentityStore(StoreBase):
             session.add(row)
         return token, _token_record(row)
 
-    async def list_api_tokens(self, user_id: UserId) -> list[TokenRecord]:
+    async def list_api_tokens(self, user_id: str) -> list[TokenRecord]:
         async with self._sessions() as session:
             rows = await session.scalars(
                 select(models.ApiToken)
@@ -145,7 +145,7 @@ class IdentityStore(StoreBase):
 
     # -- web sessions -----------------------------------------------------------------
 
-    async def create_web_session(self, user_id: UserId, ttl_s: int) -> tuple[str, str]:
+    async def create_web_session(self, user_id: str, ttl_s: int) -> tuple[str, str]:
         """A new browser session: (session secret for the cookie, CSRF token)."""
         secret = tokens.new_secret(tokens.SESSION_PREFIX)
         now = self._now()
@@ -200,7 +200,7 @@ class IdentityStore(StoreBase):
 
     # -- login links ------------------------------------------------------------------
 
-    async def create_login_link(self, user_id: UserId, ttl_s: int) -> str:
+    async def create_login_link(self, user_id: str, ttl_s: int) -> str:
         """A one-time ``rdl_`` login token valid for ``ttl_s`` seconds."""
         token = tokens.new_secret(tokens.LOGIN_LINK_PREFIX)
         now = self._now()

@@ -12,7 +12,6 @@ from server.db import models
 from server.db.base import StoreBase, relay_record, rowcount
 from server.db.errors import InvalidValue, NotFound
 from server.db.records import RelayRecord
-from wire.ids import ConversationId, RelayId, UserId
 
 RELAY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -20,7 +19,7 @@ RELAY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 class RelayStore(StoreBase):
     """The relays registered with this server and where they are shared."""
 
-    async def add_relay(self, name: str, owner_id: UserId) -> tuple[RelayRecord, str]:
+    async def add_relay(self, name: str, owner_id: str) -> tuple[RelayRecord, str]:
         """Register a relay; returns its record and its ``rdr_`` token (shown once)."""
         if not RELAY_NAME_RE.fullmatch(name):
             raise InvalidValue("name", "1-64 letters, digits, '.', '_' or '-'")
@@ -40,7 +39,7 @@ class RelayStore(StoreBase):
             session.add(row)
         return relay_record(row), token
 
-    async def rotate_relay_token(self, relay_id: RelayId) -> str:
+    async def rotate_relay_token(self, relay_id: str) -> str:
         """Replace the relay's token (the old one stops working) and lift a revocation."""
         token = tokens.new_secret(tokens.RELAY_TOKEN_PREFIX)
         async with self._sessions.begin() as session:
@@ -53,7 +52,7 @@ class RelayStore(StoreBase):
                 raise NotFound("relay", relay_id)
         return token
 
-    async def revoke_relay(self, relay_id: RelayId) -> None:
+    async def revoke_relay(self, relay_id: str) -> None:
         """Refuse the relay's token from now on (the server closes its connection)."""
         async with self._sessions.begin() as session:
             result = await session.execute(
@@ -91,7 +90,7 @@ class RelayStore(StoreBase):
 
     async def set_relay_presence(
         self,
-        relay_id: RelayId,
+        relay_id: str,
         *,
         connected: bool,
         relay_version: str | None = None,
@@ -108,11 +107,28 @@ class RelayStore(StoreBase):
             values["capabilities"] = list(capabilities)
         await self._update_relay(relay_id, values)
 
-    async def touch_relay(self, relay_id: RelayId) -> None:
+    async def touch_relay(self, relay_id: str) -> None:
         """Note that the relay was heard from just now."""
         await self._update_relay(relay_id, {"last_seen_at": self._now()})
 
-    async def share_relay(self, relay_id: RelayId, conversation_id: ConversationId) -> None:
+    async def touch_relays(self, relay_ids: Sequence[str]) -> list[str]:
+        """Note that these relays were heard from; return those whose token was revoked."""
+        if not relay_ids:
+            return []
+        async with self._sessions.begin() as session:
+            await session.execute(
+                update(models.Relay)
+                .where(models.Relay.id.in_(relay_ids))
+                .values(last_seen_at=self._now())
+            )
+            revoked = await session.scalars(
+                select(models.Relay.id).where(
+                    models.Relay.id.in_(relay_ids), models.Relay.token_revoked_at.is_not(None)
+                )
+            )
+            return list(revoked)
+
+    async def share_relay(self, relay_id: str, conversation_id: str) -> None:
         """Make the relay visible in the conversation (idempotent)."""
         async with self._sessions.begin() as session:
             if await session.get(models.Relay, relay_id) is None:
@@ -122,7 +138,7 @@ class RelayStore(StoreBase):
             if await session.get(models.RelayShare, (relay_id, conversation_id)) is None:
                 session.add(models.RelayShare(relay_id=relay_id, conversation_id=conversation_id))
 
-    async def unshare_relay(self, relay_id: RelayId, conversation_id: ConversationId) -> None:
+    async def unshare_relay(self, relay_id: str, conversation_id: str) -> None:
         async with self._sessions.begin() as session:
             share = await session.get(models.RelayShare, (relay_id, conversation_id))
             if share is not None:
@@ -151,7 +167,7 @@ class RelayStore(StoreBase):
             )
             return bool(found)
 
-    async def _update_relay(self, relay_id: RelayId, values: dict[str, object]) -> None:
+    async def _update_relay(self, relay_id: str, values: dict[str, object]) -> None:
         async with self._sessions.begin() as session:
             result = await session.execute(
                 update(models.Relay).filter_by(id=relay_id).values(**values)

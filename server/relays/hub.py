@@ -19,6 +19,9 @@ from wire.messages import Event, Hello
 log = logging.getLogger(__name__)
 
 
+PRESENCE_INTERVAL_S = 10.0
+
+
 class RelayObserver(Protocol):
     """Hears what relays say about themselves (implemented by the inventory)."""
 
@@ -39,6 +42,8 @@ class PresenceStore(Protocol):
         protocol_version: int | None = None,
         capabilities: list[str] | None = None,
     ) -> None: ...
+
+    async def touch_relays(self, relay_ids: list[str]) -> list[str]: ...
 
 
 class RelayHub:
@@ -116,6 +121,20 @@ class RelayHub:
                 await observer.relay_event(relay_id, event)
             except Exception:
                 log.exception("observer failed on %s from relay %s", event.name, relay_id)
+
+    async def keep_presence(self, interval_s: float = PRESENCE_INTERVAL_S) -> None:
+        """Record ``last_seen`` of live relays and drop those whose token was revoked."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                revoked = await self._store.touch_relays(list(self._links))
+            except Exception:
+                log.exception("could not record relay presence")
+                continue
+            for relay_id in revoked:
+                if link := self._links.get(RelayId(relay_id)):
+                    log.warning("relay %s: token revoked; closing its connection", relay_id)
+                    await link.close_transport(CloseCode.RELAY_REVOKED, "relay token revoked")
 
     async def close_all(self, reason: str) -> None:
         """Shutdown: close every relay connection with ``going away``."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from server.db.store import Store
 from tests.support.processes import ProcessFactory, scaled
 from tests.support.stack import (
     Seed,
@@ -70,6 +71,27 @@ async def test_a_killed_relay_is_marked_disconnected_within_the_liveness_timeout
     relay.send_signal(signal.SIGKILL)
     # liveness timeout is 3 s in FAST_ENV; allow one more second
     await wait_until(lambda: server.relays_connected() == 0, 4, "the server to drop the relay")
+
+
+async def test_revoking_a_relay_token_closes_its_live_connection(
+    seed: Seed, process_factory: ProcessFactory
+) -> None:
+    server = await start_server(process_factory, seed)
+    relay = start_relay(process_factory, seed, server.url)
+    await wait_until(lambda: server.relays_connected() == 1, 20, "the relay to connect")
+
+    store = await Store.open(seed.database_url)
+    try:
+        await store.revoke_relay(seed.relay["relay_id"])
+        await wait_until(lambda: server.relays_connected() == 0, 5, "the revoked relay to go")
+        await relay.wait_for_line_async("refused this relay's token", scaled(10))
+        assert server.relays_connected() == 0, "a revoked token must not reconnect"
+        (row,) = [r for r in await store.list_relays() if r.relay_id == seed.relay["relay_id"]]
+        assert row.revoked
+        assert not row.connected
+        assert row.last_seen_at is not None
+    finally:
+        await store.close()
 
 
 async def test_a_second_relay_with_the_same_token_replaces_the_first(

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, inspect
 
 from server.db.engine import create_engine
 from server.db.errors import SchemaMismatch, StoreUnavailable
-from server.db.migrate import current_revision, head_revision, upgrade
+from server.db.migrate import alembic_config, current_revision, head_revision, upgrade
 from server.db.models import Base
 from server.db.store import Store
 from tests.support import postgres
@@ -88,3 +90,13 @@ async def test_open_refuses_an_unmigrated_database(empty_database_url: str) -> N
 async def test_open_unreachable_database_fails_clearly() -> None:
     with pytest.raises(StoreUnavailable):
         await Store.open(f"postgresql+asyncpg://nobody@127.0.0.1:{free_port()}/none")
+
+
+def test_downgrade_and_upgrade_through_alembic_commands(tmp_path: Path) -> None:
+    # Outside an event loop, env.py runs its own: the path an operator's script takes.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'cmd.db'}"
+    command.upgrade(alembic_config(url), "head")
+    command.downgrade(alembic_config(url), "base")
+    assert asyncio.run(_inspect(url))[0] == {"alembic_version"}
+    command.upgrade(alembic_config(url), "head")
+    assert asyncio.run(_inspect(url))[1] == []

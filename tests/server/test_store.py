@@ -132,7 +132,7 @@ async def test_set_password(store: Store) -> None:
     assert await store.verify_password("alice", "old") is None
     assert await store.verify_password("alice", "new") == user
     with pytest.raises(NotFound):
-        await store.set_password(user.user_id[::-1], "x")  # type: ignore[arg-type]
+        await store.set_password(user.user_id[::-1], "x")
     with pytest.raises(InvalidValue):
         await store.set_password(user.user_id, "")
 
@@ -167,7 +167,7 @@ async def test_unknown_and_revoked_tokens_fail(store: Store) -> None:
 
 async def test_token_for_unknown_user(store: Store) -> None:
     with pytest.raises(NotFound):
-        await store.create_api_token("f" * 32)  # type: ignore[arg-type]
+        await store.create_api_token("f" * 32)
 
 
 # -- web sessions and login links -----------------------------------------------------
@@ -235,12 +235,12 @@ async def test_bad_role_and_unknown_member(store: Store) -> None:
     with pytest.raises(InvalidValue, match="role"):
         await store.add_member(conv.conversation_id, alice.user_id, "admin")  # type: ignore[arg-type]
     with pytest.raises(NotFound):
-        await store.add_member(conv.conversation_id, "e" * 32, "read")  # type: ignore[arg-type]
+        await store.add_member(conv.conversation_id, "e" * 32, "read")
     with pytest.raises(NotFound):
-        await store.add_member("e" * 32, alice.user_id, "read")  # type: ignore[arg-type]
+        await store.add_member("e" * 32, alice.user_id, "read")
     # A failed creation leaves nothing behind.
     with pytest.raises(NotFound):
-        await store.create_conversation("half", [(alice.user_id, "read"), ("e" * 32, "read")])  # type: ignore[list-item]
+        await store.create_conversation("half", [(alice.user_id, "read"), ("e" * 32, "read")])
     assert await store.get_conversation_by_title("half") is None
 
 
@@ -292,7 +292,7 @@ async def test_relay_names(store: Store) -> None:
     with pytest.raises(InvalidValue):
         await store.add_relay("bad name", owner.user_id)
     with pytest.raises(NotFound):
-        await store.add_relay("orphan", "0" * 32)  # type: ignore[arg-type]
+        await store.add_relay("orphan", "0" * 32)
     assert await store.get_relay_by_name("lab") == relay
     assert [r.name for r in await store.list_relays()] == ["lab"]
 
@@ -322,7 +322,7 @@ async def test_relay_presence(store: Store, clock: FakeClock) -> None:
     assert gone.relay_version == "0.1.0"
     assert gone.protocol_version == 1
     with pytest.raises(NotFound):
-        await store.touch_relay("0" * 32)  # type: ignore[arg-type]
+        await store.touch_relay("0" * 32)
 
 
 async def test_relay_visibility(store: Store) -> None:
@@ -339,7 +339,7 @@ async def test_relay_visibility(store: Store) -> None:
     await store.unshare_relay(relay.relay_id, shared.conversation_id)
     assert not await store.is_relay_visible(relay.relay_id, shared.conversation_id)
     with pytest.raises(NotFound):
-        await store.share_relay(relay.relay_id, "0" * 32)  # type: ignore[arg-type]
+        await store.share_relay(relay.relay_id, "0" * 32)
 
 
 # -- audit and messages ----------------------------------------------------------------
@@ -388,7 +388,7 @@ async def test_messages_page_backwards(store: Store) -> None:
     assert [m.message_id for m in older] == ids[:3]
     assert result.kind == "result"
     with pytest.raises(NotFound):
-        await store.add_message("0" * 32, alice.user_id, "x")  # type: ignore[arg-type]
+        await store.add_message("0" * 32, alice.user_id, "x")
 
 
 # -- admin functions (the CLI's back end) ----------------------------------------------

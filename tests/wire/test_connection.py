@@ -173,7 +173,7 @@ def test_server_needs_hello_first(message):
 def test_relay_needs_welcome_first(message):
     relay = Connection(Role.RELAY)
     relay.send_hello(HELLO)
-    with pytest.raises(ProtocolError, match="expected welcome first") as info:
+    with pytest.raises(ProtocolError, match="expected welcome") as info:
         relay.receive_text(text(message))
     assert info.value.close_code is CloseCode.HELLO_EXPECTED
     assert relay.phase is Phase.HANDSHAKE

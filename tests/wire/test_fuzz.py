@@ -355,6 +355,10 @@ def test_seeded_random_inputs():
         '{"type":"req","id":"\\ud800","op":"\\udfff"}',
         "\ufeff" + VALID_TEXTS[0],
         "\x00" * 100,
+        pytest.param(
+            '{"type":"welcome","relay_id":"r","heartbeat_s":1' + "0" * 400 + ',"max_frame":1}',
+            id="huge-integer-heartbeat",
+        ),
     ],
 )
 def test_pathological_text(text):

@@ -1,0 +1,134 @@
+"""Virtual desktop start time, memory and idle CPU.
+
+* start → first RFB banner through websockify (what a viewer needs), p50 over 10 starts
+  (target <= 1.5 s), full desktop: Xvfb, D-Bus, openbox, x11vnc, websockify, autocutsel, xterm;
+* relay-side RSS (this process plays the relay) and desktop-side PSS with 4 desktops;
+* idle CPU of every desktop process group over 30 s with the watchdog running (2 s interval),
+  plus the relay's own CPU for the watchdog.
+
+Run: ``.venv/bin/python -m benchmarks.bench_desktop_start [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import psutil
+
+from relay.desktops import DesktopConfig, DesktopManager
+from relay.desktops.probe import rfb_banner_ws
+
+TARGET_START_S = 1.5
+
+
+def group_members(config: DesktopConfig) -> list[psutil.Process]:
+    data = json.loads(config.state_file.read_text())
+    pgids = {p["pgid"] for d in data["desktops"] for p in d["processes"]}
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != 0 and os.getpgid(proc.pid) in pgids:
+                members.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return members
+
+
+def cpu_seconds(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            continue
+    return total
+
+
+def pss_mb(procs: list[psutil.Process]) -> float:
+    """Proportional set size: shared pages (libraries, forked websockify) counted once."""
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_full_info().pss
+        except (psutil.Error, AttributeError):
+            continue
+    return total / 1e6
+
+
+async def time_starts(config: DesktopConfig, count: int) -> list[float]:
+    mgr = DesktopManager(config)
+    times = []
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(count):
+                started = time.perf_counter()
+                row = await mgr.start()
+                await rfb_banner_ws(http, row["websockify_port"], 5)
+                times.append(time.perf_counter() - started)
+                await mgr.stop(
+                    kind="virtual", slot="main", desktop_session_id=row["desktop_session_id"]
+                )
+    finally:
+        await mgr.close(stop_desktops=True)
+    return times
+
+
+async def idle_profile(config: DesktopConfig, idle_s: float) -> dict[str, float]:
+    relay = psutil.Process()
+    mgr = DesktopManager(config)
+    try:
+        for i in range(4):
+            await mgr.start(slot=f"bench{i}")
+        mgr.start_watchdog()
+        members = group_members(config)
+        relay_before, groups_before = cpu_seconds([relay]), cpu_seconds(members)
+        await asyncio.sleep(idle_s)
+        relay_cpu = (cpu_seconds([relay]) - relay_before) / idle_s * 100
+        groups_cpu = (cpu_seconds(members) - groups_before) / idle_s * 100
+        return {
+            "relay_rss_mb": relay.memory_info().rss / 1e6,
+            "relay_pss_mb": pss_mb([relay]),
+            "desktops_pss_mb": pss_mb(group_members(config)),
+            "groups_cpu_pct": groups_cpu,
+            "relay_cpu_pct": relay_cpu,
+            "processes": float(len(members)),
+        }
+    finally:
+        await mgr.close(stop_desktops=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: 3 starts, 3 s idle")
+    args = parser.parse_args(argv)
+    starts, idle_s = (3, 3.0) if args.quick else (10, 30.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = DesktopConfig(state_dir=Path(tmp))
+        times = asyncio.run(time_starts(config, starts))
+        profile = asyncio.run(idle_profile(config, idle_s))
+    p50 = statistics.median(times)
+    print(f"desktop start → RFB banner via websockify over {starts} starts:")
+    print(f"  p50 {p50:.3f} s  min {min(times):.3f} s  max {max(times):.3f} s"
+          f"  p50/target {p50 / TARGET_START_S:.2f} (target {TARGET_START_S} s)")  # fmt: skip
+    print(f"4 desktops ({profile['processes']:.0f} processes), watchdog on, idle {idle_s:.0f} s:")
+    desktops_mb = profile["desktops_pss_mb"]
+    print(f"  relay RSS {profile['relay_rss_mb']:.1f} MB (PSS {profile['relay_pss_mb']:.1f} MB),"
+          f" desktop processes PSS"
+          f" {desktops_mb:.1f} MB ({desktops_mb / 4:.1f} MB each)")  # fmt: skip
+    print(f"  idle CPU: desktop groups {profile['groups_cpu_pct']:.2f} % of one core"
+          f" ({profile['groups_cpu_pct'] / 4:.2f} % each), relay watchdog"
+          f" {profile['relay_cpu_pct']:.2f} %")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

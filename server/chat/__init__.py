@@ -1,0 +1,1 @@
+"""Chat: conversations, the transcript, and ``/desktop`` slash commands."""

@@ -1,0 +1,60 @@
+"""What chat needs from the rest of the server, as small interfaces.
+
+The typed actions and the event stream belong to other modules; chat reaches them only
+through these seams, so its tests run with fakes and any front end gets identical behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from server.auth.principal import Principal
+from server.db.records import MembershipRecord, MemberRecord, MessageRecord, RelayRecord, Role
+
+ActionResult = tuple[int, dict[str, Any]]
+# invoke(app_state, principal, name, body) -> (HTTP status, JSON body): the typed actions.
+InvokeAction = Callable[[Any, Principal, str, dict[str, Any]], Awaitable[ActionResult]]
+# publish(app_state, conversation_id, event name, data): one event on the conversation stream.
+PublishEvent = Callable[[Any, str, str, dict[str, Any]], Awaitable[None]]
+
+
+class ChatStore(Protocol):
+    """The parts of ``Store`` chat uses."""
+
+    async def get_role(self, conversation_id: str, user_id: str) -> Role | None: ...
+
+    async def list_conversations_for(self, user_id: str) -> list[MembershipRecord]: ...
+
+    async def list_members(self, conversation_id: str) -> list[MemberRecord]: ...
+
+    async def relays_visible_in(self, conversation_id: str) -> list[RelayRecord]: ...
+
+    async def add_message(
+        self,
+        conversation_id: str,
+        author_id: str | None,
+        text: str,
+        *,
+        kind: str = "user",
+        payload: dict[str, Any] | None = None,
+    ) -> MessageRecord: ...
+
+    async def list_messages(
+        self, conversation_id: str, *, before_id: int | None = None, limit: int = 50
+    ) -> list[MessageRecord]: ...
+
+    async def write_audit(
+        self,
+        *,
+        op: str,
+        actor: str,
+        outcome: str,
+        conversation_id: str | None = None,
+        relay_id: str | None = None,
+        desktop_session_id: str | None = None,
+        reason: str | None = None,
+        source: str | None = None,
+        request_id: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> Any: ...

@@ -1,0 +1,156 @@
+"""The desktop inventory's rows: one per ``(relay_id, desktop_session_id)``, history kept."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy import Select, delete, select
+
+from server.db import models
+from server.db.base import StoreBase, rowcount
+from server.inventory.rows import LIVE_STATES, DesktopRow
+
+TERMINAL_STATES: frozenset[str] = frozenset({"stopped", "failed"})
+
+RowQuery = Select[tuple[models.Desktop, str]]
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _parse(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def desktop_row(row: models.Desktop, relay_name: str | None) -> DesktopRow:
+    return DesktopRow(
+        relay_id=row.relay_id,
+        desktop_session_id=row.desktop_session_id,
+        kind=row.kind,
+        slot=row.slot,
+        state=row.state,
+        started_at=_iso(row.started_at),
+        started_by=row.started_by,
+        updated_at=_iso(row.updated_at) or "",
+        reason=row.reason,
+        geometry=row.geometry,
+        display=row.display,
+        relay_name=relay_name,
+    )
+
+
+def _with_names() -> RowQuery:
+    return select(models.Desktop, models.Relay.name).join(
+        models.Relay, models.Relay.id == models.Desktop.relay_id
+    )
+
+
+def _ordered(query: RowQuery) -> RowQuery:
+    return query.order_by(models.Relay.name, models.Desktop.kind, models.Desktop.slot)
+
+
+class InventoryStore(StoreBase):
+    """Persistence of :class:`DesktopRow`; the rules of the inventory live in ``server.inventory``."""
+
+    async def upsert_desktop(self, row: DesktopRow) -> None:
+        """Insert or replace the row with this ``(relay_id, desktop_session_id)``."""
+        async with self._sessions.begin() as session:
+            await session.merge(
+                models.Desktop(
+                    relay_id=row.relay_id,
+                    desktop_session_id=row.desktop_session_id,
+                    kind=row.kind,
+                    slot=row.slot,
+                    state=row.state,
+                    started_at=_parse(row.started_at),
+                    started_by=row.started_by,
+                    updated_at=_parse(row.updated_at) or self._now(),
+                    reason=row.reason,
+                    geometry=row.geometry,
+                    display=row.display,
+                )
+            )
+
+    async def upsert_desktops(self, rows: Iterable[DesktopRow]) -> None:
+        for row in rows:
+            await self.upsert_desktop(row)
+
+    async def desktop_by_session(self, desktop_session_id: str) -> DesktopRow | None:
+        """The newest row with this session id, whatever its state."""
+        query = _with_names().where(models.Desktop.desktop_session_id == desktop_session_id)
+        return await self._first(query.order_by(models.Desktop.updated_at.desc()))
+
+    async def desktop(self, relay_id: str, desktop_session_id: str) -> DesktopRow | None:
+        query = _with_names().where(
+            models.Desktop.relay_id == relay_id,
+            models.Desktop.desktop_session_id == desktop_session_id,
+        )
+        return await self._first(query)
+
+    async def desktops_for_relay(
+        self, relay_id: str, states: Sequence[str] | None = None
+    ) -> list[DesktopRow]:
+        """The relay's rows (only those in ``states`` when given)."""
+        query = _with_names().where(models.Desktop.relay_id == relay_id)
+        if states is not None:
+            query = query.where(models.Desktop.state.in_(states))
+        return await self._all(_ordered(query))
+
+    async def visible_desktops(
+        self, conversation_id: str, states: Sequence[str] = tuple(LIVE_STATES)
+    ) -> list[DesktopRow]:
+        """Rows in ``states`` of the relays shared with the conversation."""
+        query = (
+            _with_names()
+            .join(models.RelayShare, models.RelayShare.relay_id == models.Desktop.relay_id)
+            .where(
+                models.RelayShare.conversation_id == conversation_id,
+                models.Desktop.state.in_(states),
+            )
+        )
+        return await self._all(_ordered(query))
+
+    async def conversations_sharing(self, relay_id: str) -> list[str]:
+        """Ids of the conversations the relay is shared with."""
+        async with self._sessions() as session:
+            ids = await session.scalars(
+                select(models.RelayShare.conversation_id).where(
+                    models.RelayShare.relay_id == relay_id
+                )
+            )
+            return list(ids)
+
+    async def mark_relay_unknown(self, relay_id: str) -> list[DesktopRow]:
+        """Turn the relay's live rows ``unknown``; returns the rows that changed."""
+        live = await self.desktops_for_relay(relay_id, ("starting", "running", "stopping"))
+        now = self._now().isoformat()
+        changed = [_replace_state(row, "unknown", "relay_disconnected", now) for row in live]
+        await self.upsert_desktops(changed)
+        return changed
+
+    async def prune_history(self, older_than: datetime) -> int:
+        """Delete stopped and failed rows last updated before ``older_than``."""
+        async with self._sessions.begin() as session:
+            result = await session.execute(
+                delete(models.Desktop).where(
+                    models.Desktop.state.in_(TERMINAL_STATES),
+                    models.Desktop.updated_at < older_than,
+                )
+            )
+        return rowcount(result)
+
+    async def _first(self, query: RowQuery) -> DesktopRow | None:
+        rows = await self._all(query.limit(1))
+        return rows[0] if rows else None
+
+    async def _all(self, query: RowQuery) -> list[DesktopRow]:
+        async with self._sessions() as session:
+            result = await session.execute(query)
+            return [desktop_row(row, name) for row, name in result.tuples()]
+
+
+def _replace_state(row: DesktopRow, state: str, reason: str, updated_at: str) -> DesktopRow:
+    return replace(row, state=state, reason=reason, updated_at=updated_at)

@@ -1,0 +1,320 @@
+"""``Inventory``: the canonical desktop inventory, fed only by what relays say.
+
+Sources (DESIGN §5): results of ``desktop.start`` / ``desktop.stop``, ``desktop.status`` probes,
+``desktop.changed`` events and the ``hello`` reconciliation. Changes of one relay's rows are
+serialised by a per-relay lock, and listeners hear about them in that order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Protocol
+
+from server.db.base import Clock, utc_now
+from server.inventory.rows import LIVE_STATES, DesktopRow, RowListener
+from wire.errors import ErrorCode, OpError
+from wire.ids import RelayId
+from wire.messages import Event, Hello
+
+log = logging.getLogger(__name__)
+
+SESSION_IDENTITY = "session_identity"
+TERMINAL_STATES = frozenset({"stopped", "failed"})
+KNOWN_STATES = frozenset(LIVE_STATES | TERMINAL_STATES)
+MAX_SESSION_ID = 64
+RELAY_RESTARTED = "relay_restarted"
+NOT_ON_RELAY = "not_on_relay"
+REPLACED = "replaced"
+
+BatchListener = Callable[[RelayId, list[DesktopRow]], Awaitable[None]]
+
+
+class InventoryPersistence(Protocol):
+    """The ``Store`` methods the inventory uses (``server.db.inventory``)."""
+
+    async def upsert_desktops(self, rows: Sequence[DesktopRow]) -> None: ...
+
+    async def desktop(self, relay_id: str, desktop_session_id: str) -> DesktopRow | None: ...
+
+    async def desktop_by_session(self, desktop_session_id: str) -> DesktopRow | None: ...
+
+    async def desktops_for_relay(
+        self, relay_id: str, states: Sequence[str] | None = None
+    ) -> list[DesktopRow]: ...
+
+    async def visible_desktops(
+        self, conversation_id: str, states: Sequence[str] = ...
+    ) -> list[DesktopRow]: ...
+
+    async def mark_relay_unknown(self, relay_id: str) -> list[DesktopRow]: ...
+
+    async def prune_history(self, older_than: datetime) -> int: ...
+
+
+class RelayRequests(Protocol):
+    """The ``RelayHub`` methods the inventory uses."""
+
+    def capabilities(self, relay_id: RelayId) -> frozenset[str]: ...
+
+    async def request(
+        self, relay_id: RelayId, op: str, args: dict[str, Any] | None = None, timeout_s: float = ...
+    ) -> Any: ...
+
+
+def _is_after(updated_at: str, moment: datetime) -> bool:
+    return datetime.fromisoformat(updated_at.replace("Z", "+00:00")) > moment
+
+
+def _text(data: Mapping[str, Any], key: str, default: str | None = None) -> str | None:
+    value = data.get(key, default)
+    return value if isinstance(value, str) else default
+
+
+def row_from_relay(relay_id: str, data: Mapping[str, Any], state: str, now: str) -> DesktopRow:
+    """A row from what a relay reported; ``invalid_args`` when it names no session."""
+    session_id = data.get("desktop_session_id")
+    if not isinstance(session_id, str) or not 0 < len(session_id) <= MAX_SESSION_ID:
+        raise OpError(ErrorCode.INVALID_ARGS, "relay row without a valid desktop_session_id")
+    return DesktopRow(
+        relay_id=relay_id,
+        desktop_session_id=session_id,
+        kind=_text(data, "kind", "virtual") or "virtual",
+        slot=_text(data, "slot", "main") or "main",
+        state=state,
+        started_at=_text(data, "started_at"),
+        started_by=_text(data, "started_by"),
+        updated_at=now,
+        reason=_text(data, "reason"),
+        geometry=_text(data, "geometry"),
+        display=_text(data, "display"),
+    )
+
+
+class Inventory:
+    """The server's desktop inventory: a ``RelayObserver`` and a ``DesktopDirectory``."""
+
+    def __init__(
+        self,
+        store: InventoryPersistence,
+        hub: RelayRequests,
+        *,
+        clock: Clock = utc_now,
+        probe_timeout_s: float = 10.0,
+    ) -> None:
+        self._store = store
+        self._hub = hub
+        self._clock = clock
+        self.probe_timeout_s = probe_timeout_s
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._listeners: list[RowListener] = []
+        self._batch_listeners: list[BatchListener] = []
+        self._event_handlers: dict[str, Callable[[RelayId, dict[str, Any]], Awaitable[None]]] = {
+            "desktop.changed": self._desktop_changed,
+        }
+
+    # -- DesktopDirectory ---------------------------------------------------------------
+
+    async def get_by_session(self, desktop_session_id: str) -> DesktopRow | None:
+        """The row of this desktop session, whatever its state, or None."""
+        return await self._store.desktop_by_session(desktop_session_id)
+
+    def add_listener(self, listener: RowListener) -> None:
+        """Call ``listener`` with each changed row, after the change is stored."""
+        self._listeners.append(listener)
+
+    def add_batch_listener(self, listener: BatchListener) -> None:
+        """Call ``listener`` once per change of one relay's rows (the event stream uses it)."""
+        self._batch_listeners.append(listener)
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def visible(self, conversation_id: str) -> list[DesktopRow]:
+        """Live rows of the relays shared with the conversation."""
+        return await self._store.visible_desktops(conversation_id)
+
+    async def live_rows(self, relay_id: str) -> list[DesktopRow]:
+        return await self._store.desktops_for_relay(relay_id, tuple(LIVE_STATES))
+
+    async def row(self, relay_id: str, desktop_session_id: str) -> DesktopRow | None:
+        return await self._store.desktop(relay_id, desktop_session_id)
+
+    async def live_in_slot(self, relay_id: str, kind: str, slot: str) -> DesktopRow | None:
+        """The live row holding ``(kind, slot)`` on the relay, if any."""
+        for row in await self.live_rows(relay_id):
+            if row.kind == kind and row.slot == slot:
+                return row
+        return None
+
+    def tracks(self, relay_id: RelayId) -> bool:
+        """True when the relay announced ``session_identity`` (only those are inventoried)."""
+        return SESSION_IDENTITY in self._hub.capabilities(relay_id)
+
+    # -- RelayObserver ------------------------------------------------------------------
+
+    async def relay_connected(self, relay_id: RelayId, hello: Hello) -> None:
+        if SESSION_IDENTITY not in hello.capabilities:
+            log.info("relay %s has no session identity: kept out of the inventory", relay_id)
+            return
+        await self.reconcile(relay_id, hello.desktops, since=None, missing_reason=RELAY_RESTARTED)
+
+    async def relay_disconnected(self, relay_id: RelayId) -> None:
+        async with self._locks[relay_id]:
+            changed = await self._store.mark_relay_unknown(relay_id)
+            await self._notify(relay_id, changed)
+
+    async def relay_event(self, relay_id: RelayId, event: Event) -> None:
+        handler = self._event_handlers.get(event.name)
+        if handler is not None and self.tracks(relay_id):
+            await handler(relay_id, event.data)
+
+    # -- authoritative updates ------------------------------------------------------------
+
+    async def probe(self, relay_id: RelayId) -> list[DesktopRow]:
+        """Ask the relay for ``desktop.status`` and reconcile; returns the relay's live rows."""
+        since = self._clock()
+        result = await self._hub.request(relay_id, "desktop.status", {}, self.probe_timeout_s)
+        rows = result.get("desktops") if isinstance(result, dict) else None
+        if not isinstance(rows, list):
+            raise OpError(ErrorCode.INTERNAL, "relay answered desktop.status without desktops")
+        await self.reconcile(relay_id, rows, since=since, missing_reason=NOT_ON_RELAY)
+        return await self.live_rows(relay_id)
+
+    async def reconcile(
+        self,
+        relay_id: RelayId,
+        reported: Sequence[Mapping[str, Any]],
+        *,
+        since: datetime | None,
+        missing_reason: str,
+    ) -> list[DesktopRow]:
+        """Reported rows become running; live rows not reported become stopped.
+
+        ``since`` is when the report was asked for: rows changed after it are newer than the
+        report and left alone. ``None`` (``hello``) makes the report win outright.
+        """
+        async with self._locks[relay_id]:
+            now = self._now()
+            live = {r.desktop_session_id: r for r in await self.live_rows(relay_id)}
+            changed = await self._reported_rows(relay_id, reported, live, since, now)
+            seen = {r.desktop_session_id for r in changed} | self._ids(reported)
+            for session_id, old in live.items():
+                if session_id not in seen and not (since and _is_after(old.updated_at, since)):
+                    changed.append(replace(old, state="stopped", reason=missing_reason,
+                                           updated_at=now))  # fmt: skip
+            await self._store.upsert_desktops(changed)
+            await self._notify(relay_id, changed)
+            return changed
+
+    async def record_started(self, relay_id: RelayId, result: Mapping[str, Any]) -> DesktopRow:
+        """Store a ``desktop.start`` result; a different live row in that slot is replaced."""
+        async with self._locks[relay_id]:
+            now = self._now()
+            row = row_from_relay(relay_id, result, "running", now)
+            old = await self.row(relay_id, row.desktop_session_id)
+            if old is not None and old.state in TERMINAL_STATES:
+                return old  # the watchdog's failure overtook the start result
+            row = replace(row, started_by=row.started_by or (old.started_by if old else None))
+            displaced = [
+                replace(r, state="stopped", reason=REPLACED, updated_at=now)
+                for r in await self.live_rows(relay_id)
+                if (r.kind, r.slot) == (row.kind, row.slot)
+                and r.desktop_session_id != row.desktop_session_id
+            ]
+            unchanged = old is not None and old.state == "running"
+            changed = displaced if unchanged else [*displaced, row]
+            await self._store.upsert_desktops(changed)
+            await self._notify(relay_id, changed)
+            return old if unchanged and old is not None else row
+
+    async def record_ended(
+        self, relay_id: RelayId, desktop_session_id: str, state: str, reason: str
+    ) -> DesktopRow | None:
+        """Mark a live row ``stopped`` or ``failed``; returns the row as it is now."""
+        async with self._locks[relay_id]:
+            old = await self.row(relay_id, desktop_session_id)
+            if old is None or old.state in TERMINAL_STATES:
+                return old
+            row = replace(old, state=state, reason=reason, updated_at=self._now())
+            await self._store.upsert_desktops([row])
+            await self._notify(relay_id, [row])
+            return row
+
+    async def prune_history(self, older_than: datetime) -> int:
+        return await self._store.prune_history(older_than)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _now(self) -> str:
+        return self._clock().isoformat()
+
+    @staticmethod
+    def _ids(reported: Sequence[Mapping[str, Any]]) -> set[str]:
+        return {str(r.get("desktop_session_id")) for r in reported}
+
+    async def _reported_rows(
+        self,
+        relay_id: RelayId,
+        reported: Sequence[Mapping[str, Any]],
+        live: dict[str, DesktopRow],
+        since: datetime | None,
+        now: str,
+    ) -> list[DesktopRow]:
+        changed: list[DesktopRow] = []
+        for data in reported:
+            try:
+                fresh = row_from_relay(relay_id, data, "running", now)
+            except OpError:
+                log.warning("relay %s reported a desktop without a session id", relay_id)
+                continue
+            old = live.get(fresh.desktop_session_id) or await self.row(
+                relay_id, fresh.desktop_session_id
+            )
+            if old is not None and since is not None and _is_after(old.updated_at, since):
+                continue
+            if old is not None and old.state == "running":
+                continue
+            started_by = fresh.started_by or (old.started_by if old else None)
+            changed.append(replace(fresh, started_by=started_by))
+        return changed
+
+    async def _desktop_changed(self, relay_id: RelayId, data: dict[str, Any]) -> None:
+        state = data.get("state")
+        session_id = data.get("desktop_session_id")
+        if state not in KNOWN_STATES or not isinstance(session_id, str):
+            log.warning("relay %s sent desktop.changed without state or session", relay_id)
+            return
+        if state in TERMINAL_STATES:
+            reason = _text(data, "reason") or str(state)
+            ended = await self.record_ended(relay_id, session_id, str(state), reason)
+            if ended is None:
+                await self._record_unseen(relay_id, data, str(state))
+        elif state in ("running", "starting"):
+            await self.record_started(relay_id, data)
+
+    async def _record_unseen(self, relay_id: RelayId, data: dict[str, Any], state: str) -> None:
+        """A failure of a desktop the inventory never saw still belongs to its history."""
+        async with self._locks[relay_id]:
+            row = row_from_relay(relay_id, data, state, self._now())
+            await self._store.upsert_desktops([row])
+            await self._notify(relay_id, [row])
+
+    async def _notify(self, relay_id: RelayId, changed: list[DesktopRow]) -> None:
+        if not changed:
+            return
+        for row in changed:
+            for listener in self._listeners:
+                await self._call(listener(row))
+        for batch in self._batch_listeners:
+            await self._call(batch(relay_id, changed))
+
+    @staticmethod
+    async def _call(awaitable: Awaitable[None]) -> None:
+        try:
+            await awaitable
+        except Exception:
+            log.exception("inventory listener failed")

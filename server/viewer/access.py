@@ -1,0 +1,104 @@
+"""Who may open a viewer stream: every check runs before any transport opens.
+
+Order matters: the token is verified first (pure, no I/O), so a forged, expired or
+other-session token costs one HMAC and never reaches the database, the inventory or a relay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from server.db.records import Role, role_allows
+from server.inventory.rows import DesktopDirectory, DesktopRow
+from server.viewer.capability import ViewerDenied, ViewerGrant, verify
+from wire.errors import CloseCode
+from wire.ids import RelayId
+
+# The one place the page's reasons are worded; the page maps close codes, not these strings.
+REASONS: dict[CloseCode, str] = {
+    CloseCode.UNKNOWN_SESSION: "unknown desktop session",
+    CloseCode.VIEWER_EXPIRED: "viewer access expired",
+    CloseCode.VIEWER_FORBIDDEN: "viewer access forbidden",
+    CloseCode.RELAY_UNREACHABLE: "relay unreachable",
+    CloseCode.DESKTOP_STOPPED: "desktop stopped",
+}
+VIEWABLE_STATES = frozenset({"starting", "running"})
+VIEWER_ROLE: Role = "write"
+
+
+class ViewerRefused(Exception):
+    """The viewer stream may not open (or must close); carries its close code and reason."""
+
+    def __init__(self, code: CloseCode, detail: str | None = None) -> None:
+        self.code = code
+        base = REASONS.get(code)
+        if base and detail:
+            self.reason = f"{base}: {detail}"
+        else:
+            self.reason = base or detail or code.name.lower().replace("_", " ")
+        super().__init__(self.reason)
+
+
+class MembershipStore(Protocol):
+    """What the checks need of the ``Store``."""
+
+    async def get_role(self, conversation_id: str, user_id: str) -> Role | None: ...
+
+    async def is_relay_visible(self, relay_id: str, conversation_id: str) -> bool: ...
+
+
+class RelayPresence(Protocol):
+    def is_connected(self, relay_id: RelayId) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ViewerTarget:
+    """A checked viewer request: the grant and the desktop row it names."""
+
+    grant: ViewerGrant
+    row: DesktopRow
+
+    @property
+    def relay_id(self) -> RelayId:
+        return RelayId(self.row.relay_id)
+
+
+def refusal_for_state(state: str) -> ViewerRefused | None:
+    """Why a row in ``state`` cannot be viewed (None: it can)."""
+    if state in VIEWABLE_STATES:
+        return None
+    if state == "unknown":
+        return ViewerRefused(CloseCode.RELAY_UNREACHABLE)
+    return ViewerRefused(CloseCode.DESKTOP_STOPPED)
+
+
+async def check_viewer(
+    *,
+    secret_key: str,
+    token: str,
+    desktop_session_id: str,
+    directory: DesktopDirectory | None,
+    store: MembershipStore,
+    relays: RelayPresence,
+) -> ViewerTarget:
+    """The checked target, or :class:`ViewerRefused` naming the first failed check."""
+    try:
+        grant = verify(secret_key, token, desktop_session_id)
+    except ViewerDenied as err:
+        raise ViewerRefused(err.denial.close_code) from None
+    row = await directory.get_by_session(desktop_session_id) if directory else None
+    if row is None:
+        raise ViewerRefused(CloseCode.UNKNOWN_SESSION)
+    if row.relay_id != grant.relay_id:
+        raise ViewerRefused(CloseCode.VIEWER_FORBIDDEN)
+    role = await store.get_role(grant.conversation_id, grant.user_id)
+    if not role_allows(role, VIEWER_ROLE):
+        raise ViewerRefused(CloseCode.VIEWER_FORBIDDEN)
+    if not await store.is_relay_visible(grant.relay_id, grant.conversation_id):
+        raise ViewerRefused(CloseCode.VIEWER_FORBIDDEN)
+    if (refused := refusal_for_state(row.state)) is not None:
+        raise refused
+    if not relays.is_connected(RelayId(row.relay_id)):
+        raise ViewerRefused(CloseCode.RELAY_UNREACHABLE)
+    return ViewerTarget(grant, row)

@@ -1,0 +1,115 @@
+"""One viewer stream: bytes between the browser's WebSocket and a VNC backend.
+
+Two pumps, one per direction. Each waits on the side it writes to before it reads again:
+``websocket.send_bytes`` waits while the viewer's socket is above its high-water mark, and the
+backend's ``write`` waits for relay credit. So a viewer that stops reading holds at most one
+credit window plus one chunk on the server, and the relay stops reading x11vnc for that viewer
+alone. Whoever ends first (either pump, or :meth:`ViewerSession.end` from the registry) names
+the close code; the other pump is cancelled and both ends are released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from server.viewer.access import ViewerRefused, ViewerTarget
+from server.viewer.backends import BackendEnded, VncBackend
+from wire.errors import CloseCode
+
+log = logging.getLogger(__name__)
+
+# Decides what a backend end means for the viewer (e.g. "desktop stopped" vs "VNC hung up").
+Judge = Callable[[BackendEnded], Awaitable[ViewerRefused]]
+_SEND_ERRORS = (WebSocketDisconnect, OSError, RuntimeError)
+
+
+class ViewerSession:
+    """Pumps one viewer's stream until either side ends or the registry ends it."""
+
+    def __init__(
+        self, websocket: WebSocket, backend: VncBackend, target: ViewerTarget, judge: Judge
+    ) -> None:
+        self.websocket = websocket
+        self.backend = backend
+        self.target = target
+        self._judge = judge
+        self._ended = asyncio.Event()
+        self._close: tuple[CloseCode, str] | None = None
+        self._viewer_gone = False
+        self.bytes_down = 0
+        self.bytes_up = 0
+
+    @property
+    def desktop_session_id(self) -> str:
+        return self.target.row.desktop_session_id
+
+    def end(self, code: CloseCode, reason: str, *, viewer_gone: bool = False) -> None:
+        """Ask the session to close with ``code``; the first caller's reason wins."""
+        if self._close is None:
+            self._close = (code, reason)
+            self._viewer_gone = viewer_gone
+        self._ended.set()
+
+    async def run(self) -> tuple[CloseCode, str]:
+        """Pump until the end; returns the close code and reason that were sent."""
+        pumps = [
+            asyncio.create_task(self._downstream(), name="viewer-down"),
+            asyncio.create_task(self._upstream(), name="viewer-up"),
+        ]
+        try:
+            await self._ended.wait()
+        finally:
+            for task in pumps:
+                task.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+            await self._release()
+        assert self._close is not None
+        return self._close
+
+    async def _release(self) -> None:
+        try:
+            await self.backend.close()
+        except Exception:
+            log.exception("closing a viewer backend failed")
+        code, reason = self._close or (CloseCode.GOING_AWAY, "server shutting down")
+        if not self._viewer_gone:
+            with contextlib.suppress(*_SEND_ERRORS):
+                await self.websocket.close(code, reason[:120])
+
+    async def _downstream(self) -> None:
+        """Backend → viewer."""
+        try:
+            while True:
+                data = await self.backend.read()
+                await self.websocket.send_bytes(data)
+                self.bytes_down += len(data)
+        except BackendEnded as ended:
+            verdict = await self._judge(ended)
+            self.end(verdict.code, verdict.reason)
+        except _SEND_ERRORS:
+            self.end(CloseCode.GOING_AWAY, "viewer gone", viewer_gone=True)
+
+    async def _upstream(self) -> None:
+        """Viewer → backend, in order; waits for credit before reading the next message."""
+        try:
+            while True:
+                message = await self.websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    self.end(CloseCode.NORMAL, "viewer closed", viewer_gone=True)
+                    return
+                data = message.get("bytes")
+                if data is None:
+                    self.end(CloseCode.UNSUPPORTED_DATA, "binary frames only")
+                    return
+                await self.backend.write(data)
+                self.bytes_up += len(data)
+        except BackendEnded as ended:
+            verdict = await self._judge(ended)
+            self.end(verdict.code, verdict.reason)
+        except _SEND_ERRORS:
+            self.end(CloseCode.GOING_AWAY, "viewer gone", viewer_gone=True)

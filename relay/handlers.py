@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
+import mimetypes
+import os
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from relay.channels import TcpChannel
+from relay.desktops.config import DesktopConfig
+from relay.screen.service import ScreenService
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ids import ChannelId
 from wire.messages import Request
@@ -19,12 +25,30 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[["ServerLink", dict[str, Any]], Awaitable[Any]]
 CONNECT_TIMEOUT_S = 5.0
+# keyboard.state is read while the viewer holds key events: bounded, and short.
+KEYBOARD_STATE_TIMEOUT_S = 1.5
+# noVNC files the server may ask for when it has no tree of its own (``novnc.asset``).
+NOVNC_ALLOWED_DIRS: Final = ("core/", "vendor/", "app/")
+NOVNC_ALLOWED_FILES: Final = frozenset({"vnc.html"})
+NOVNC_MAX_FILE: Final = 4 * 1024 * 1024
+# Set on a relay running beside the server: the server may then reach x11vnc itself.
+DIRECT_HOST_ENV: Final = "RELAYDESK_DIRECT_VNC_HOST"
 
 
 class Desktops(Protocol):
     """What the handlers need of the desktop manager."""
 
-    async def start(self, **kwargs: Any) -> dict[str, Any]: ...
+    async def start(
+        self,
+        *,
+        kind: str = ...,
+        slot: str = ...,
+        geometry: str = ...,
+        depth: int = ...,
+        audio: bool = ...,
+        started_by: str | None = ...,
+        apps: list[str] | None = ...,
+    ) -> dict[str, Any]: ...
 
     async def status(self) -> list[dict[str, Any]]: ...
 
@@ -34,21 +58,31 @@ class Desktops(Protocol):
 class Handlers:
     """Routes each op to its handler; unknown ops get ``unknown_op``."""
 
+    # The screen service ``keyboard.state`` reads through; whoever owns the relay's screen
+    # service may set it (one X connection per display), else the first call creates one.
+    screen: ScreenService | None = None
+
     def __init__(
         self,
         desktops: Desktops | None,
         *,
         missing: list[str] | None = None,
         extra_ops: dict[str, Handler] | None = None,
+        novnc_dir: Path | None = None,
+        direct_host: str | None = None,
     ) -> None:
         self.desktops = desktops
         self.missing = missing or []
+        self.novnc_dir = novnc_dir or DesktopConfig.from_env().novnc_dir
+        self.direct_host = direct_host or os.environ.get(DIRECT_HOST_ENV) or None
+        self.channel_opens = 0
         self._table: dict[str, Handler] = {
             "ping": self._ping,
             "desktop.start": self._desktop_start,
             "desktop.status": self._desktop_status,
             "desktop.stop": self._desktop_stop,
             "channel.open": self._channel_open,
+            "novnc.asset": self._novnc_asset,
             **(extra_ops or {}),  # screen.<action> (relay/screen_ops.py)
         }
 
@@ -56,10 +90,19 @@ class Handlers:
         caps = ["session_identity"]
         if self.desktops is not None and not self.missing:
             caps.append("virtual_desktop")
+        if (self.novnc_dir / "core").is_dir():
+            caps.append("novnc_asset")
+        if self.direct_host:
+            caps.append("direct_vnc")
         return caps
 
     async def desktop_rows(self) -> list[dict[str, Any]]:
-        return await self.desktops.status() if self.desktops is not None else []
+        rows = await self.desktops.status() if self.desktops is not None else []
+        if self.direct_host:
+            # A relay beside the server: the server may reach x11vnc itself (viewer direct path).
+            direct = self.direct_host
+            rows = [row | {"direct": {"host": direct, "port": row["vnc_port"]}} for row in rows]
+        return rows
 
     async def dispatch(self, link: ServerLink, request: Request) -> Any:
         handler = self._table.get(request.op)
@@ -80,7 +123,7 @@ class Handlers:
         return self.desktops
 
     async def _desktop_start(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        allowed = {"kind", "slot", "geometry", "depth", "audio", "started_by", "apps"}
+        allowed = {"kind", "slot", "geometry", "depth", "audio", "started_by"}
         unknown = sorted(set(args) - allowed)
         if unknown:
             raise InvalidArgs(unknown[0], "unknown argument")
@@ -105,7 +148,32 @@ class Handlers:
                 return row
         raise OpError(ErrorCode.NOT_RUNNING, "no running desktop has this session id")
 
+    async def _keyboard_state(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+        """Lock-key LEDs of one running desktop's own display; never starts a desktop."""
+        row = await self._find_desktop(args.get("desktop_session_id"))
+        display = row.get("display")
+        if not isinstance(display, str):
+            raise OpError(ErrorCode.UNAVAILABLE, "this desktop has no display to read")
+        if self.screen is None:
+            self.screen = ScreenService()
+            self._owns_screen = True
+        try:
+            async with asyncio.timeout(KEYBOARD_STATE_TIMEOUT_S):
+                state = await self.screen.run(display, "keyboard_state", {})
+        except TimeoutError:
+            raise OpError(ErrorCode.TIMEOUT, "reading the keyboard state timed out") from None
+        return {key: state.get(key) for key in ("num_lock", "caps_lock", "scroll_lock", "source")}
+
+    async def aclose(self) -> None:
+        """Release the display connections ``keyboard.state`` opened (if it owns them)."""
+        if self.screen is not None and getattr(self, "_owns_screen", False):
+            screen, self.screen = self.screen, None
+            await screen.aclose()
+
     async def _channel_open(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+        # Counted and logged before any check: tests assert that refused viewers never get here.
+        self.channel_opens += 1
+        log.info("channel.open requested (%d so far)", self.channel_opens)
         channel_id = args.get("channel_id")
         target = args.get("target")
         if not isinstance(channel_id, int) or isinstance(channel_id, bool) or channel_id < 0:
@@ -123,3 +191,34 @@ class Handlers:
             ) from err
         link.add_channel(TcpChannel(ChannelId(channel_id), link, reader, writer))
         return {"channel_id": channel_id}
+
+    async def _novnc_asset(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+        """One file of the relay's noVNC tree, for a server that has none."""
+        path = novnc_asset_path(args.get("path"))
+        root = self.novnc_dir.resolve()
+        file = (root / path).resolve()
+        if not file.is_relative_to(root) or not file.is_file():
+            raise OpError(ErrorCode.NOT_FOUND, "no such noVNC file")
+        data = await asyncio.to_thread(_read_limited, file)
+        content_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
+        # Named the way websockify names it; the server canonicalises backend headers.
+        return {"headers": {"Content-type": content_type},
+                "data": base64.b64encode(data).decode("ascii")}  # fmt: skip
+
+
+def novnc_asset_path(raw: object) -> str:
+    """``raw`` if it is an allowed relative noVNC path (no traversal), else ``invalid_args``."""
+    if not isinstance(raw, str) or not raw or len(raw) > 256:
+        raise InvalidArgs("path", "must be a relative path")
+    parts = raw.split("/")
+    if "\\" in raw or "\x00" in raw or any(p in ("", ".", "..") for p in parts):
+        raise InvalidArgs("path", "must be a plain relative path")
+    if raw not in NOVNC_ALLOWED_FILES and not raw.startswith(NOVNC_ALLOWED_DIRS):
+        raise InvalidArgs("path", "outside core/, vendor/, app/ and vnc.html")
+    return raw
+
+
+def _read_limited(file: Path) -> bytes:
+    if file.stat().st_size > NOVNC_MAX_FILE:
+        raise OpError(ErrorCode.LIMIT_REACHED, "noVNC file too large")
+    return file.read_bytes()

@@ -32,6 +32,15 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["RELAYDESK_DATA_DIR"] = str(_session_data_dir)
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop desktops that test relays left running (a killed relay cannot stop its own)."""
+    from tests.support.stack import reap_desktops
+
+    reaped = reap_desktops()
+    if reaped:
+        print(f"\nstopped {reaped} desktop(s) left behind by test relays")
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _session_data_dir is not None:
         shutil.rmtree(_session_data_dir, ignore_errors=True)

@@ -22,8 +22,8 @@ DEFAULT_APPS: tuple[str, ...] = ("xterm",)
 
 
 def _default_state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "relaydesk"
+    data_dir = os.environ.get("RELAYDESK_DATA_DIR") or str(Path.home() / ".local/share/relaydesk")
+    return Path(data_dir) / "relay"
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class DesktopConfig:
     novnc_dir: Path = DEFAULT_NOVNC_DIR
     state_dir: Path = field(default_factory=_default_state_dir)
     apps: tuple[str, ...] = DEFAULT_APPS
+    # Command lines a start may ask for besides ``apps`` (operator's choice, never the wire's).
+    allowed_apps: tuple[str, ...] = ()
     x11vnc_flags: tuple[str, ...] = LOW_LATENCY_X11VNC_FLAGS
     window_manager: tuple[str, ...] = ("openbox", "--sm-disable")
     start_timeout_s: float = 15.0
@@ -101,6 +103,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "RELAYDESK_NOVNC_DIR": ("novnc_dir", Path),
     "RELAYDESK_STATE_DIR": ("state_dir", Path),
     "RELAYDESK_DESKTOP_APPS": ("apps", _comma_list),
+    "RELAYDESK_DESKTOP_ALLOWED_APPS": ("allowed_apps", _comma_list),
     "RELAYDESK_X11VNC_FLAGS": ("x11vnc_flags", _word_list),
     "RELAYDESK_WINDOW_MANAGER": ("window_manager", _word_list),
     "RELAYDESK_DESKTOP_START_TIMEOUT_S": ("start_timeout_s", _positive_float),

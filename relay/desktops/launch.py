@@ -175,14 +175,18 @@ class Launcher:
 
     async def launch(self, req: StartRequest, log_name: str) -> LaunchedDesktop:
         procs = DesktopProcesses()
-        log = _open_log(self._config.log_dir / f"{log_name}.log")
+        log_path = self._config.log_dir / f"{log_name}.log"
+        log = _open_log(log_path)
         try:
             return await self._launch(req, procs, log)
         except BaseException as err:
             # Cleanup must finish even when the start itself was cancelled.
             await asyncio.shield(procs.stop(self._config.stop_grace_s))
             if isinstance(err, ProbeFailed | OSError):
-                logger.warning("desktop %s failed to start: %s", req.slot, err)
+                logger.warning(
+                    "desktop %s failed to start: %s; children's output:\n%s",
+                    req.slot, err, _tail(log_path),
+                )  # fmt: skip
                 raise OpError(ErrorCode.START_FAILED, f"desktop did not start: {err}") from err
             raise
         finally:
@@ -320,6 +324,14 @@ async def _direct_banner(vnc_port: int, timeout_s: float) -> None:
         await rfb_banner_tcp(vnc_port, timeout_s)
     except (OSError, ProbeFailed, TimeoutError) as err:
         raise ProbeFailed(f"x11vnc not answering: {err or type(err).__name__}") from None
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def _display_number(line: str) -> int:

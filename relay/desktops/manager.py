@@ -80,6 +80,7 @@ class DesktopManager:
         req = parse_start(
             kind=kind, slot=slot, geometry=geometry, depth=depth, audio=audio,
             started_by=started_by, apps=apps, default_apps=self.config.apps,
+            allowed_apps=frozenset(self.config.allowed_apps),
         )  # fmt: skip
         events: list[Event] = []
         try:

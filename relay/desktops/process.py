@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -17,6 +18,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 import psutil
@@ -27,6 +29,8 @@ logger = logging.getLogger(__name__)
 # to stay cheap.
 _POLL_S = 0.01
 _CREATE_TIME_TOLERANCE_S = 0.05
+_SYSV_SHM = Path("/proc/sysvipc/shm")
+_IPC_RMID = 0
 
 
 def _reap(pid: int) -> None:
@@ -50,6 +54,31 @@ def group_exists(pgid: int) -> bool:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def release_shared_memory(creators: set[int]) -> int:
+    """Remove SysV shared memory segments left behind by ``creators`` once nobody attaches.
+
+    x11vnc polls the screen through MIT-SHM segments and frees them only on a clean exit; a
+    killed or crashed x11vnc would leak one framebuffer-sized segment per tile row until the
+    host runs out (shmget: No space left on device).
+    """
+    try:
+        rows = _SYSV_SHM.read_text(encoding="ascii").splitlines()
+    except OSError:
+        return 0
+    header = rows[0].split() if rows else []
+    removed = 0
+    for row in rows[1:]:
+        seg = dict(zip(header, row.split(), strict=False))
+        if int(seg.get("cpid", -1)) in creators and seg.get("nattch") == "0":
+            removed += _shm_remove(int(seg["shmid"]))
+    return removed
+
+
+def _shm_remove(shmid: int) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return 1 if libc.shmctl(shmid, _IPC_RMID, None) == 0 else 0
 
 
 def pid_create_time(pid: int) -> float | None:
@@ -197,6 +226,7 @@ class DesktopProcesses:
         for child in live:
             child.terminate()
         if await _wait_until(lambda: all(c.group_gone() for c in live), grace_s):
+            self.release_shared_memory()
             return True
         for child in live:
             if not child.group_gone():
@@ -205,7 +235,14 @@ class DesktopProcesses:
         gone = await _wait_until(lambda: all(c.group_gone() for c in live), kill_wait_s)
         if not gone:
             logger.error("process groups still present after SIGKILL: %s", self.remaining_groups())
+        self.release_shared_memory()
         return gone
+
+    def release_shared_memory(self) -> None:
+        """Free SysV segments of children that are gone (see ``release_shared_memory``)."""
+        dead = {c.pid for c in self.children if not c.is_alive()}
+        if dead and (count := release_shared_memory(dead)):
+            logger.debug("released %d shared memory segments", count)
 
     def to_records(self) -> list[dict[str, Any]]:
         return [c.to_record() for c in self.children]

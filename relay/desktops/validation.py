@@ -94,12 +94,20 @@ def check_started_by(value: object) -> str | None:
     return value
 
 
-def check_apps(apps: object, default: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
-    """Parse start-up commands (shell-like words, never run through a shell)."""
+def check_apps(
+    apps: object, default: tuple[str, ...], allowed: frozenset[str] = frozenset()
+) -> tuple[tuple[str, ...], ...]:
+    """Parse start-up commands (shell-like words, never run through a shell).
+
+    A caller-chosen list may only name command lines the relay's operator allowed (the
+    default list, plus ``allowed``): ``apps`` must never become remote command execution.
+    """
     if apps is None:
         apps = default
     if isinstance(apps, str) or not isinstance(apps, list | tuple):
         raise InvalidArgs("apps", "must be a list of command lines")
+    if any(app not in default and app not in allowed for app in apps):
+        raise InvalidArgs("apps", "not among this relay's allowed apps")
     try:
         parsed = tuple(tuple(shlex.split(app)) for app in apps if isinstance(app, str))
     except ValueError as err:
@@ -125,6 +133,7 @@ def parse_start(
     started_by: object,
     apps: object,
     default_apps: tuple[str, ...],
+    allowed_apps: frozenset[str] = frozenset(),
 ) -> StartRequest:
     """Validate every start argument, kind first (it decides who handles the rest)."""
     normalised = normalise_kind(kind)
@@ -137,5 +146,5 @@ def parse_start(
         depth=check_depth(depth),
         audio=check_audio(audio),
         started_by=check_started_by(started_by),
-        apps=check_apps(apps, default_apps),
+        apps=check_apps(apps, default_apps, allowed_apps),
     )

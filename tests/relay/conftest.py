@@ -57,6 +57,16 @@ def live_groups(pgids: list[int]) -> list[int]:
     return [g for g in pgids if group_exists(g)]
 
 
+def leaked_shm(record: dict[str, Any]) -> list[str]:
+    """SysV shared memory segments still held for processes of this desktop record."""
+    pids = {str(p["pid"]) for p in record["processes"]}
+    try:
+        rows = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    except OSError:
+        return []
+    return [r.split()[1] for r in rows if r.split()[4] in pids and r.split()[6] == "0"]
+
+
 @pytest.fixture(autouse=True)
 def _no_developer_display(monkeypatch: pytest.MonkeyPatch) -> None:
     # Desktops must never fall back to the developer's own screen.
@@ -104,3 +114,4 @@ async def manager(light_config: DesktopConfig, events: Recorder) -> AsyncIterato
         await mgr.close(stop_desktops=True)
         leftover = live_groups([g for r in records for g in pgids_of(r)])
         assert not leftover, f"process groups left behind: {leftover}"
+        assert not [s for r in records for s in leaked_shm(r)], "shared memory leaked"

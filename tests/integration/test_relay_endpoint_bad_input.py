@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
-from tests.support.processes import ProcessFactory, scaled
+from tests.support.processes import ProcessTracker, scaled
 from tests.support.stack import (
     Seed,
     add_relay,
@@ -25,29 +25,34 @@ from wire.errors import ChannelCloseCode, CloseCode
 from wire.frames import CloseFrame, DataFrame, decode_frame, encode_frame
 from wire.ids import ChannelId, RelayId
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 HELLO = json.dumps({"type": "hello", "protocol": 1, "relay_version": "test", "capabilities": []})
 MAX_TEXT = 64 * 1024
 MAX_FRAME = 16 * 1024
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(
-    tmp_path: Path, process_factory: ProcessFactory
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[tuple[Any, str, Seed, dict[str, Any]]]:
+    tmp_path = tmp_path_factory.mktemp("bad-input")
+    tracker = ProcessTracker(tmp_path / "processes")
     seed = await seed_database(tmp_path / "data")
     raw = await add_relay(seed, "raw-client")
     async with inprocess_server(seed, max_text_frame=MAX_TEXT, max_channel_frame=MAX_FRAME) as (
         app,
         url,
     ):
-        start_relay(process_factory, seed, url)
+        start_relay(tracker.start, seed, url)
         bystander = RelayId(seed.relay["relay_id"])
-        await wait_until(lambda: app.state.hub.is_connected(bystander), 20, "the real relay")
-        yield app, url, seed, raw
-        assert app.state.hub.is_connected(bystander), "bad input disturbed another relay"
-        assert await app.state.hub.request(bystander, "ping", {"echo": 1}) == {"echo": 1}
+        try:
+            await wait_until(lambda: app.state.hub.is_connected(bystander), 20, "the real relay")
+            yield app, url, seed, raw
+            assert app.state.hub.is_connected(bystander), "bad input disturbed another relay"
+            assert await app.state.hub.request(bystander, "ping", {"echo": 1}) == {"echo": 1}
+        finally:
+            tracker.cleanup()
 
 
 def _ws_url(url: str) -> str:
@@ -98,9 +103,10 @@ async def test_missing_or_wrong_token_closes_with_unauthorized(stack, token, cap
 
 
 async def test_a_revoked_relay_token_is_refused(stack) -> None:
-    app, url, _, raw = stack
-    await app.state.store.revoke_relay(raw["relay_id"])
-    code, _ = await _closed_with(await _open(url, raw["token"]))
+    app, url, seed, _ = stack
+    doomed = await add_relay(seed, "to-be-revoked")
+    await app.state.store.revoke_relay(doomed["relay_id"])
+    code, _ = await _closed_with(await _open(url, doomed["token"]))
     assert code == CloseCode.UNAUTHORIZED
 
 

@@ -94,8 +94,7 @@ async def test_stop_of_empty_slot_is_idempotent(config: DesktopConfig) -> None:
 
 
 async def test_audio_without_a_hook_is_unavailable(config: DesktopConfig) -> None:
-    if missing_binaries(config):
-        pytest.skip("desktop binaries missing")
+    assert missing_binaries(config) == [], "scripts/install installs the desktop binaries"
     mgr = DesktopManager(config)
     with pytest.raises(OpError) as err:
         await mgr.start(audio=True)

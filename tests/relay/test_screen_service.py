@@ -13,14 +13,11 @@ from Xlib import XK, X, display
 
 from relay.screen.service import ScreenService
 from tests.support.xrecorder import XRecorder
-from tests.support.xvfb import XvfbServer, private_xvfb, scaled, xvfb_available
+from tests.support.xvfb import XvfbServer, private_xvfb, scaled
 from wire.errors import ErrorCode, OpError
 from wire.guard import crop_rect, cut, encode_crop
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(not xvfb_available(), reason="needs Xvfb"),
-]
+pytestmark = pytest.mark.integration
 
 WIDTH, HEIGHT = 1280, 800
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from server import admin
@@ -61,6 +62,15 @@ async def _list(store: Store, args: argparse.Namespace) -> Any:
     return await listers[args.what](store)
 
 
+def _since(text: str) -> datetime:
+    """``--since``: an ISO 8601 time (UTC when it names no offset)."""
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from err
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
 async def _audit(store: Store, args: argparse.Namespace) -> Any:
     return await admin.list_audit(store, since=args.since, relay=args.relay)
 
@@ -108,7 +118,7 @@ def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     li = _add(asub, "list", "list users, relays or conversations", _list)
     li.add_argument("what", choices=["users", "relays", "conversations"])
     a = _add(asub, "audit", "read the audit log", _audit)
-    a.add_argument("--since", default=None, help="ISO 8601 time; only newer rows")
+    a.add_argument("--since", default=None, type=_since, help="ISO 8601 time; only newer rows")
     a.add_argument("--relay", default=None, help="relay name or id")
 
 

@@ -5,11 +5,28 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import time
 from typing import Any
 
-_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
+
+# Defence in depth: capability paths and tokens never reach a log line, whoever logs them
+# (uvicorn's own "WebSocket /vnc/<sid>/<token>/websockify" line, for one).
+_SECRETS = (
+    (re.compile(r"(/vnc/[^/\s\"']+/)[^/\s\"']+"), r"\1[redacted]"),
+    (re.compile(r"(/login/)[^/\s\"']+"), r"\1[redacted]"),
+    (re.compile(r"\b(rd[krl]_)[A-Za-z0-9_-]+"), r"\1[redacted]"),
+    (re.compile(r"(?i)(bearer\s+)[^\s\"']+"), r"\1[redacted]"),
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with viewer tokens, login links and API/relay tokens masked."""
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
@@ -34,12 +51,12 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "process": self.process,
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": redact(record.getMessage()),
             **_extras(record),
         }
         if record.exc_info:
             body["exc"] = self.formatException(record.exc_info)
-        return json.dumps(body, default=str)
+        return redact(json.dumps(body, default=str))
 
 
 class TextFormatter(logging.Formatter):
@@ -53,10 +70,10 @@ class TextFormatter(logging.Formatter):
         extras = " ".join(f"{k}={v}" for k, v in _extras(record).items())
         line = (
             f"{_timestamp(record)} {record.levelname.lower():7} {self.process} "
-            f"{record.name}: {record.getMessage()}"
+            f"{record.name}: {redact(record.getMessage())}"
         )
         if extras:
-            line = f"{line} {extras}"
+            line = f"{line} {redact(extras)}"
         if record.exc_info:
             line = f"{line}\n{self.formatException(record.exc_info)}"
         return line

@@ -98,15 +98,19 @@ async def main_async(count: int) -> int:
             base = f"http://127.0.0.1:{port}"
             while get_json(f"{base}/readyz")[0] != 200:
                 await asyncio.sleep(0.05)
-            rss_idle = psutil.Process(server.pid).memory_info().rss / 2**20
+            proc = psutil.Process(server.pid)
+            rss_idle = proc.memory_info().rss / 2**20
             baseline = await http_baseline(base, count)
+            cpu_before = sum(proc.cpu_times()[:2])
             elapsed = await fleet(f"ws://127.0.0.1:{port}/relay/v1/connect", tokens)
-            rss = psutil.Process(server.pid).memory_info().rss / 2**20
+            server_cpu = sum(proc.cpu_times()[:2]) - cpu_before
+            rss = proc.memory_info().rss / 2**20
         finally:
             server.terminate(10)
     print(f"baseline {count} concurrent GET /healthz: {baseline:.2f} s")
     print(f"{count} relays welcomed in {elapsed:.2f} s (target <= 10 s)")
     print(f"ratio relays/baseline time: {elapsed / baseline:.2f}x")
+    print(f"server CPU while relays connected: {server_cpu:.2f} s")
     print(
         f"server RSS idle {rss_idle:.0f} MB, after {count} relays {rss:.0f} MB (target <= 300 MB)"
     )

@@ -1,30 +1,61 @@
-"""The host helper's HTTP service: token-authenticated, loopback by default."""
+"""The host helper's HTTP service: token-authenticated, loopback by default.
+
+Routes (every one needs ``Authorization: Bearer <RELAYDESK_HOST_HELPER_TOKEN>``)::
+
+    GET  /v1/status                 helper and local desktop status (alias of local/status)
+    POST /v1/local/start            {started_by?} → the running session (new or existing)
+    GET  /v1/local/status           {running, desktop, last_failure, ...}
+    POST /v1/local/stop             {local_screen_session_id} → compare-and-stop result
+    GET  /v1/local/connect?port=N   WebSocket bridged to the local desktop's websockify
+    POST /v1/screen/{action}        screen action on the host display (host_helper/screen.py)
+
+Errors are ``{ok: false, error: {code, message, details}}`` with a fitting HTTP status.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
+import signal
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
+
+from host_helper.config import HelperConfig
+from host_helper.connect import connect
+from host_helper.desktop import LocalDesktops
+from host_helper.screen import HostScreen
+from wire.errors import ErrorCode, InvalidArgs, OpError
+
+__all__ = ["HelperConfig", "build_app", "serve"]
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-CONFIG_KEY: web.AppKey[HelperConfig] = web.AppKey("config")
+CONFIG_KEY: web.AppKey[HelperConfig] = web.AppKey("config", HelperConfig)
+DESKTOPS_KEY: web.AppKey[LocalDesktops] = web.AppKey("desktops", LocalDesktops)
+SCREEN_KEY: web.AppKey[HostScreen] = web.AppKey("screen", HostScreen)
+# A guard crop is at most 1024x1024 RGB, base64-encoded: ~4 MiB.
+MAX_BODY = 8 * 1024 * 1024
+STATUS_OF: dict[ErrorCode, int] = {
+    ErrorCode.INVALID_ARGS: 400,
+    ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.FORBIDDEN: 403,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.NOT_RUNNING: 409,
+    ErrorCode.STALE_SCREEN: 409,
+    ErrorCode.START_FAILED: 502,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.TIMEOUT: 504,
+}
 
 
-@dataclass(frozen=True)
-class HelperConfig:
-    """What the helper shares and who may ask."""
-
-    host: str
-    port: int
-    token: str
-    display: str
-    allow_remote_desktop: bool = False
+def error_response(err: OpError) -> web.Response:
+    body = {"ok": False, "error": err.to_dict()}
+    return web.json_response(body, status=STATUS_OF.get(err.code, 500))
 
 
 def _authorised(request: web.Request, token: str) -> bool:
@@ -34,43 +65,110 @@ def _authorised(request: web.Request, token: str) -> bool:
 
 @web.middleware
 async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every route needs the shared token (compared in constant time)."""
+    """Every route needs the shared token (compared in constant time, never logged)."""
     if not _authorised(request, request.app[CONFIG_KEY].token):
-        log.warning("request without a valid token from %s", request.remote)
-        body = {"ok": False, "error": {"code": "unauthorized", "message": "valid token required"}}
-        return web.json_response(body, status=401)
+        log.warning("refused %s %s: no valid token (from %s)", request.method, request.path,
+                    request.remote)  # fmt: skip
+        return error_response(OpError(ErrorCode.UNAUTHORIZED, "valid token required"))
     return await handler(request)
 
 
-async def status(request: web.Request) -> web.Response:
-    config = request.app[CONFIG_KEY]
-    return web.json_response(
-        {
-            "ok": True,
-            "display": config.display,
-            "allow_remote_desktop": config.allow_remote_desktop,
-            "desktops": [],
-        }
-    )
+@web.middleware
+async def op_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """``OpError`` → its JSON body; anything unexpected → logged ``internal``."""
+    try:
+        return await handler(request)
+    except OpError as err:
+        return error_response(err)
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return error_response(OpError(ErrorCode.INTERNAL, "internal error"))
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        data = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InvalidArgs("body", "must be a JSON object") from err
+    if not isinstance(data, dict):
+        raise InvalidArgs("body", "must be a JSON object")
+    return data
+
+
+async def local_start(request: web.Request) -> web.Response:
+    body = await _body(request)
+    desktop = await request.app[DESKTOPS_KEY].start(body.get("started_by"))
+    return web.json_response({"ok": True, **desktop})
+
+
+async def local_status(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True, **await request.app[DESKTOPS_KEY].status()})
+
+
+async def local_stop(request: web.Request) -> web.Response:
+    body = await _body(request)
+    result = await request.app[DESKTOPS_KEY].stop(body.get("local_screen_session_id"))
+    return web.json_response({"ok": True, **result})
+
+
+async def local_connect(request: web.Request) -> web.StreamResponse:
+    return await connect(request, request.app[DESKTOPS_KEY])
+
+
+async def screen_action(request: web.Request) -> web.Response:
+    body = await _body(request)
+    result = await request.app[SCREEN_KEY].run(request.match_info["action"], body)
+    return web.json_response({"ok": True, **result})
+
+
+async def _close_services(app: web.Application) -> None:
+    await app[DESKTOPS_KEY].close()
+    await app[SCREEN_KEY].aclose()
+
+
+async def _start_watchdog(app: web.Application) -> None:
+    app[DESKTOPS_KEY].start_watchdog()
 
 
 def build_app(config: HelperConfig) -> web.Application:
-    app = web.Application(middlewares=[require_token])
+    app = web.Application(middlewares=[require_token, op_errors], client_max_size=MAX_BODY)
     app[CONFIG_KEY] = config
-    app.router.add_get("/v1/status", status)
+    app[DESKTOPS_KEY] = LocalDesktops(config)
+    app[SCREEN_KEY] = HostScreen(config.display, config.input_backend)
+    app.on_startup.append(_start_watchdog)
+    # After open connections (viewer bridges) are closed: stop what the helper started.
+    app.on_cleanup.append(_close_services)
+    app.router.add_get("/v1/status", local_status)
+    app.router.add_post("/v1/local/start", local_start)
+    app.router.add_get("/v1/local/status", local_status)
+    app.router.add_post("/v1/local/stop", local_stop)
+    app.router.add_get("/v1/local/connect", local_connect)
+    app.router.add_post("/v1/screen/{action}", screen_action)
     return app
 
 
 async def serve(config: HelperConfig) -> None:
-    """Serve until cancelled (SIGINT/SIGTERM end ``asyncio.run``)."""
-    runner = web.AppRunner(build_app(config), access_log=None)
+    """Serve until SIGINT/SIGTERM, then stop accepting, close streams, stop the desktop."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+    runner = web.AppRunner(build_app(config), access_log=None, shutdown_timeout=5.0)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port)
-    await site.start()
-    log.info(
-        "host helper listening on %s:%s (display %s)", config.host, config.port, config.display
-    )
     try:
-        await asyncio.Event().wait()
+        site = web.TCPSite(runner, config.host, config.port)
+        await site.start()
+        log.info(
+            "host helper listening on %s:%s (display %s, sharing %s)", config.host, config.port,
+            config.display or "unset", "allowed" if config.allow_remote_desktop else "disabled",
+        )  # fmt: skip
+        await stopping.wait()
+        log.info("host helper stopping")
     finally:
         await runner.cleanup()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from wire.errors import ChannelCloseCode
@@ -21,6 +22,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 256 * 1024
+# Says why the target hung up (e.g. "desktop stopped" when its desktop is going away).
+TargetEnd = Callable[[], Awaitable[tuple[ChannelCloseCode, str]]]
+
+
+async def _target_closed() -> tuple[ChannelCloseCode, str]:
+    return ChannelCloseCode.TARGET_CLOSED, "target closed the connection"
 
 
 class TcpChannel:
@@ -32,8 +39,10 @@ class TcpChannel:
         link: ServerLink,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        target_end: TargetEnd = _target_closed,
     ) -> None:
         self.channel_id = channel_id
+        self._target_end = target_end
         self._link = link
         self._reader = reader
         self._writer = writer
@@ -63,7 +72,8 @@ class TcpChannel:
                 await self._send(data)
         except (ConnectionError, OSError):
             pass
-        await self.close(ChannelCloseCode.TARGET_CLOSED, "target closed the connection")
+        if not self._closed:
+            await self.close(*await self._target_end())
 
     async def _send(self, data: bytes) -> None:
         view = memoryview(data)

@@ -11,19 +11,22 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from relay.channels import TcpChannel
+from relay.channels import TargetEnd, TcpChannel
 from relay.desktops.config import DesktopConfig
 from relay.screen.service import ScreenService
-from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
 from wire.ids import ChannelId
 from wire.messages import Request
 
 if TYPE_CHECKING:
     from relay.link import ServerLink
+    from relay.local_desktop import LocalDesktop
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[["ServerLink", dict[str, Any]], Awaitable[Any]]
+# ``channel.open`` of other target types: (link, channel id, the desktop's status row) → result.
+ChannelOpener = Callable[["ServerLink", ChannelId, dict[str, Any]], Awaitable[dict[str, Any]]]
 CONNECT_TIMEOUT_S = 5.0
 # keyboard.state is read while the viewer holds key events: bounded, and short.
 KEYBOARD_STATE_TIMEOUT_S = 1.5
@@ -61,6 +64,8 @@ class Handlers:
     # The screen service ``keyboard.state`` reads through; whoever owns the relay's screen
     # service may set it (one X connection per display), else the first call creates one.
     screen: ScreenService | None = None
+    # The host helper's local desktop (relay/local_desktop.py), set when RELAYDESK_HOST_HELPER is.
+    local: LocalDesktop | None = None
 
     def __init__(
         self,
@@ -70,6 +75,7 @@ class Handlers:
         extra_ops: dict[str, Handler] | None = None,
         novnc_dir: Path | None = None,
         direct_host: str | None = None,
+        channel_targets: dict[str, ChannelOpener] | None = None,
     ) -> None:
         self.desktops = desktops
         self.missing = missing or []
@@ -85,6 +91,7 @@ class Handlers:
             "novnc.asset": self._novnc_asset,
             **(extra_ops or {}),  # screen.<action> (relay/screen_ops.py)
         }
+        self._channel_targets = channel_targets or {}  # audio (relay/audio.py)
 
     def capabilities(self) -> list[str]:
         caps = ["session_identity"]
@@ -94,6 +101,10 @@ class Handlers:
             caps.append("novnc_asset")
         if self.direct_host:
             caps.append("direct_vnc")
+        if self.local is not None:
+            caps.append("local_desktop")
+        if "audio" in self._channel_targets:
+            caps.append("audio")
         return caps
 
     async def desktop_rows(self) -> list[dict[str, Any]]:
@@ -102,7 +113,7 @@ class Handlers:
             # A relay beside the server: the server may reach x11vnc itself (viewer direct path).
             direct = self.direct_host
             rows = [row | {"direct": {"host": direct, "port": row["vnc_port"]}} for row in rows]
-        return rows
+        return rows + (await self.local.rows() if self.local is not None else [])
 
     async def dispatch(self, link: ServerLink, request: Request) -> Any:
         handler = self._table.get(request.op)
@@ -127,6 +138,8 @@ class Handlers:
         unknown = sorted(set(args) - allowed)
         if unknown:
             raise InvalidArgs(unknown[0], "unknown argument")
+        if self.local is not None and args.get("kind") == "local":
+            return await self.local.start(args)
         return await self._manager().start(**args)
 
     async def _desktop_status(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
@@ -136,6 +149,8 @@ class Handlers:
         session_id = args.get("desktop_session_id")
         if not isinstance(session_id, str) or not session_id:
             raise InvalidArgs("desktop_session_id", "required")
+        if self.local is not None and args.get("kind") == "local":
+            return await self.local.stop(args)
         return await self._manager().stop(
             kind=str(args.get("kind", "virtual")),
             slot=str(args.get("slot", "main")),
@@ -178,9 +193,15 @@ class Handlers:
         target = args.get("target")
         if not isinstance(channel_id, int) or isinstance(channel_id, bool) or channel_id < 0:
             raise InvalidArgs("channel_id", "must be a non-negative integer")
+        kind = target.get("type") if isinstance(target, dict) else None
+        if isinstance(target, dict) and (opener := self._channel_targets.get(str(kind))):
+            row = await self._find_desktop(target.get("desktop_session_id"))
+            return await opener(link, ChannelId(channel_id), row)
         if not isinstance(target, dict) or target.get("type") != "vnc":
             raise InvalidArgs("target", "must be {type: 'vnc', desktop_session_id}")
         row = await self._find_desktop(target.get("desktop_session_id"))
+        if self.local is not None and row.get("kind") == "local":
+            return await self.local.open_channel(link, ChannelId(channel_id), row)
         port = int(row["vnc_port"])
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
@@ -189,8 +210,26 @@ class Handlers:
             raise OpError(
                 ErrorCode.UNAVAILABLE, "the desktop's VNC server does not answer"
             ) from err
-        link.add_channel(TcpChannel(ChannelId(channel_id), link, reader, writer))
+        target_end = self._desktop_end(row)
+        link.add_channel(TcpChannel(ChannelId(channel_id), link, reader, writer, target_end))
         return {"channel_id": channel_id}
+
+    def _desktop_end(self, row: dict[str, Any]) -> TargetEnd:
+        """Why a desktop's x11vnc hung up: its desktop is going away, or just this stream.
+
+        The manager forgets a desktop before it stops its processes, so a lock-free probe
+        tells a stop apart at once (status would wait for the whole stop under the lock).
+        """
+        probe = getattr(self.desktops, "probe", None)
+
+        async def ended() -> tuple[ChannelCloseCode, str]:
+            if probe is not None:
+                result = await probe(row.get("kind", "virtual"), row.get("slot", "main"))
+                if result.get("desktop_session_id") != row["desktop_session_id"]:
+                    return ChannelCloseCode.DESKTOP_STOPPED, "desktop stopped"
+            return ChannelCloseCode.TARGET_CLOSED, "target closed the connection"
+
+        return ended
 
     async def _novnc_asset(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
         """One file of the relay's noVNC tree, for a server that has none."""

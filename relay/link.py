@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
-from relay.channels import TcpChannel
 from wire.connection import (
     CancelReceived,
     ChannelClosed,
@@ -34,6 +33,22 @@ SendFrame = Callable[[str | bytes], Awaitable[None]]
 Dispatch = Callable[["ServerLink", Request], Awaitable[Any]]
 
 
+class LinkChannel(Protocol):
+    """A relay channel end (``relay.channels.TcpChannel``, ``relay.audio.AudioChannel``)."""
+
+    channel_id: ChannelId
+
+    def start(self) -> None: ...
+
+    def feed(self, payload: bytes) -> None: ...
+
+    def credit_arrived(self) -> None: ...
+
+    async def close(
+        self, code: ChannelCloseCode, reason: str, *, tell_peer: bool = True
+    ) -> None: ...
+
+
 class ServerLink:
     """One live connection to the server, seen from the relay."""
 
@@ -46,7 +61,7 @@ class ServerLink:
         self._pool = asyncio.Semaphore(max_concurrency)
         self._write_lock = asyncio.Lock()
         self._requests: dict[RequestId, asyncio.Task[None]] = {}
-        self._channels: dict[ChannelId, TcpChannel] = {}
+        self._channels: dict[ChannelId, LinkChannel] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.closed = False
 
@@ -62,7 +77,7 @@ class ServerLink:
         self.connection.send_event(name, data)
         await self.flush()
 
-    def add_channel(self, channel: TcpChannel) -> None:
+    def add_channel(self, channel: LinkChannel) -> None:
         self.connection.open_channel(channel.channel_id)
         self._channels[channel.channel_id] = channel
         channel.start()
@@ -102,7 +117,7 @@ class ServerLink:
                 log.warning("unexpected event from server: %s", type(event).__name__)
 
     def _spawn_close(
-        self, channel: TcpChannel, code: ChannelCloseCode, reason: str, *, tell_peer: bool
+        self, channel: LinkChannel, code: ChannelCloseCode, reason: str, *, tell_peer: bool
     ) -> None:
         task = asyncio.create_task(channel.close(code, reason, tell_peer=tell_peer))
         self._background.add(task)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from relay.audio import AudioStreams
 from relay.config import RelayConfig
+from relay.desktops.audio import AudioSettings, PulseAudioStarter
 from relay.desktops.config import DesktopConfig
 from relay.desktops.launch import missing_binaries
 from relay.desktops.manager import DesktopManager
 from relay.handlers import Handlers
+from relay.local_desktop import LocalDesktop
 from relay.screen.service import ScreenService
 from relay.screen_ops import ScreenOps
 from relay.worker import RelayWorker
@@ -23,13 +26,31 @@ class RelayService:
     def __init__(self, config: RelayConfig) -> None:
         self.config = config
         desktop_config = DesktopConfig.from_env()
-        self.desktops = DesktopManager(desktop_config, on_change=self._desktop_changed)
+        audio = AudioSettings.from_env()  # relay/desktops/audio.py, docs/audio.md
+        self.desktops = DesktopManager(
+            desktop_config,
+            on_change=self._desktop_changed,
+            audio=PulseAudioStarter(audio) if audio.available else None,
+            audio_default=audio.default_on,
+        )
+        self.audio = AudioStreams()
         self.screen = ScreenService()
+        # The host helper's local desktop (relay/local_desktop.py, docs/host-helper.md).
+        self.local = (
+            LocalDesktop.from_env(config.host_helper_url, self._desktop_changed)
+            if config.host_helper_url
+            else None
+        )
         self.handlers = Handlers(
             self.desktops,
             missing=missing_binaries(desktop_config),
-            extra_ops=ScreenOps(self.desktops, self.screen).table(),
+            extra_ops={
+                **ScreenOps(self.desktops, self.screen).table(),
+                **(self.local.table() if self.local is not None else {}),
+            },
+            channel_targets={"audio": self.audio.open_channel} if audio.available else None,
         )
+        self.handlers.local = self.local
         self.worker = RelayWorker(config, self.handlers)
 
     async def _desktop_changed(self, row: dict[str, Any]) -> None:
@@ -44,9 +65,14 @@ class RelayService:
         if adopted:
             log.info("re-adopted %d desktop(s) from the previous relay run", len(adopted))
         self.desktops.start_watchdog()
+        if self.local is not None:
+            self.local.start_watch()
         try:
             await self.worker.run()
         finally:
             await self.screen.aclose()
+            await self.audio.aclose()
+            if self.local is not None:
+                await self.local.aclose()
             await self.desktops.close(stop_desktops=self.config.stop_desktops_on_exit)
             log.info("relay stopped")

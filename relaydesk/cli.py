@@ -84,6 +84,12 @@ def _add_host_helper(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8401, help="port (default 8401)")
     p.add_argument("--display", default=None, help="X display to share (default: $DISPLAY)")
+    p.add_argument(
+        "--allow-remote-desktop",
+        action="store_true",
+        help="allow the relay to share this screen (or RELAYDESK_ALLOW_REMOTE_DESKTOP=1); "
+        "without it every start is refused",
+    )
     p.set_defaults(func=_cmd_host_helper)
 
 
@@ -139,7 +145,9 @@ def _cmd_relay(args: argparse.Namespace) -> int:
 def _cmd_host_helper(args: argparse.Namespace) -> int:
     from relaydesk.run import run_host_helper
 
-    return run_host_helper(args.host, args.port, args.display)
+    return run_host_helper(
+        args.host, args.port, args.display, allow_remote_desktop=args.allow_remote_desktop
+    )
 
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:

@@ -84,11 +84,14 @@ async def _relay_main(config: Any) -> int:
     return 3 if service.worker.replaced else 0
 
 
-def run_host_helper(host: str, port: int, display: str | None) -> int:
-    """Run the host helper until SIGINT/SIGTERM."""
+def run_host_helper(
+    host: str, port: int, display: str | None, *, allow_remote_desktop: bool = False
+) -> int:
+    """Run the host helper until SIGINT/SIGTERM (then it stops what it started)."""
     from host_helper.app import HelperConfig, serve
+    from host_helper.config import env_flag
 
-    token = os.environ.get("RELAYDESK_HOST_HELPER_TOKEN", "")
+    token = os.environ.get("RELAYDESK_HOST_HELPER_TOKEN", "").strip()
     if not token:
         print("relaydesk host-helper: RELAYDESK_HOST_HELPER_TOKEN is required", file=sys.stderr)
         return 2
@@ -97,7 +100,12 @@ def run_host_helper(host: str, port: int, display: str | None) -> int:
         port=port,
         token=token,
         display=display or os.environ.get("DISPLAY", ""),
-        allow_remote_desktop=os.environ.get("RELAYDESK_ALLOW_REMOTE_DESKTOP", "0") in {"1", "true"},
+        allow_remote_desktop=allow_remote_desktop
+        or env_flag(os.environ.get("RELAYDESK_ALLOW_REMOTE_DESKTOP")),
     )
-    asyncio.run(serve(config))
+    try:
+        asyncio.run(serve(config))
+    except OSError as err:
+        print(f"relaydesk host-helper: cannot serve on {host}:{port}: {err}", file=sys.stderr)
+        return 1
     return 0

@@ -34,9 +34,19 @@ def _routes() -> list[BaseRoute]:
         WebSocketRoute("/relay/v1/connect", relay_connect),
     ]
     # -- inventory, actions, events (feature: inventory) --
+    from server.inventory import feature as inventory_feature
+
+    routes.extend(inventory_feature.routes())
     # -- viewer (feature: viewer) --
     routes.extend(viewer_routes)
+    from server.viewer import audio as viewer_audio  # WS /vnc/{sid}/{token}/audio
+
+    routes.extend(viewer_audio.routes())
     # -- chat and web UI (feature: chat) --
+    from server.chat import feature as chat_feature
+
+    routes[:0] = chat_feature.priority_routes()  # /viewer/bridge.js before /viewer/{name}
+    routes.extend(chat_feature.routes())
     return routes
 
 
@@ -56,10 +66,20 @@ def create_app(settings: Settings) -> Starlette:
         async with contextlib.AsyncExitStack() as features:
             app.state.features = features
             # -- inventory, actions, events (feature: inventory) --
+            from server.inventory import feature as inventory_feature
+
+            await features.enter_async_context(inventory_feature.lifespan(app.state, settings))
             # -- viewer (feature: viewer) --
             viewer = start_viewer(app.state)
             features.callback(viewer.close_all, "server shutting down")
             # -- chat and web UI (feature: chat) --
+            from server.chat import feature as chat_feature
+
+            chat_feature.start_chat(app.state)
+            # -- screen tool (feature: screen) --
+            from server.screen import feature as screen_feature
+
+            screen_feature.start_screen(app.state, settings)
             log.info("server ready on %s:%s", settings.host, settings.port)
             try:
                 yield

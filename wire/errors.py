@@ -68,6 +68,7 @@ class CloseCode(IntEnum):
     VIEWER_FORBIDDEN = 4403
     RELAY_UNREACHABLE = 4502
     DESKTOP_STOPPED = 4410
+    AUDIO_UNAVAILABLE = 4415  # the desktop has no sound (never had, or its sound server died)
 
 
 class RelaydeskError(Exception):

@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 
+from relay.desktops.audio import REASON_FAILED, audio_lost, audio_outcome
 from relay.desktops.config import DesktopConfig
 from relay.desktops.launch import AudioStarter, LaunchedDesktop, Launcher, missing_binaries
 from relay.desktops.probe import ProbeResult, probe_chain
@@ -53,10 +54,13 @@ class DesktopManager:
         *,
         on_change: OnChange | None = None,
         audio: AudioStarter | None = None,
+        audio_default: bool = False,
     ) -> None:
         self.config = config or DesktopConfig.from_env()
         self.on_change = on_change
         self._audio = audio
+        # What a start that does not say ``audio`` gets (relay/desktops/audio.py: AudioMode).
+        self._audio_default = audio_default and audio is not None
         self._desktops: dict[tuple[str, str], Desktop] = {}
         self._lock = asyncio.Lock()
         self._state = StateFile(self.config.state_file)
@@ -72,11 +76,12 @@ class DesktopManager:
         slot: str = "main",
         geometry: str = "1280x800",
         depth: int = 24,
-        audio: bool = False,
+        audio: bool | None = None,
         started_by: str | None = None,
         apps: list[str] | None = None,
     ) -> dict[str, Any]:
         """Start a desktop in the slot, or return the one already running there."""
+        audio = self._audio_default if audio is None else audio
         req = parse_start(
             kind=kind, slot=slot, geometry=geometry, depth=depth, audio=audio,
             started_by=started_by, apps=apps, default_apps=self.config.apps,
@@ -100,7 +105,8 @@ class DesktopManager:
         try:
             async with self._lock:
                 for desktop in list(self._desktops.values()):
-                    await self._running_in(desktop.kind, desktop.slot, events)
+                    if await self._running_in(desktop.kind, desktop.slot, events):
+                        self._note_audio_lost(desktop, events)
                 return [d.to_row() for d in self._sorted()]
         finally:
             await self._emit(events)
@@ -177,6 +183,8 @@ class DesktopManager:
         failed = [(d, r.reason or "unhealthy") for d, r in pairs if not r.ok]
         if failed:
             await self._fail_all(failed)
+        if any(d.audio and audio_lost(d.processes) for d in snapshot):
+            await self._audio_lost()
 
     # -- internals ----------------------------------------------------------------------
 
@@ -201,8 +209,6 @@ class DesktopManager:
             )
         if missing := missing_binaries(self.config):
             raise OpError(ErrorCode.UNAVAILABLE, f"missing: {', '.join(missing)}")
-        if req.audio and self._audio is None:
-            raise OpError(ErrorCode.UNAVAILABLE, "audio is not available on this relay")
 
     async def _launch(self, req: StartRequest) -> Desktop:
         session_id = DesktopSessionId(secrets.token_hex(16))
@@ -216,16 +222,18 @@ class DesktopManager:
         )
         return desktop
 
-    @staticmethod
     def _desktop_from(
-        req: StartRequest, session_id: DesktopSessionId, launched: LaunchedDesktop
+        self, req: StartRequest, session_id: DesktopSessionId, launched: LaunchedDesktop
     ) -> Desktop:
+        # No sound server is no reason to refuse a desktop: the row says why it is silent.
+        audio_reason = audio_outcome(req.audio, self._audio is not None, launched.extra_env)
         return Desktop(
             desktop_session_id=session_id, kind=req.kind, slot=req.slot,
             geometry=req.geometry, depth=req.depth, display=launched.display,
             started_at=_now_iso(), started_by=req.started_by,
             websockify_port=launched.websockify_port, vnc_port=launched.vnc_port,
-            audio=req.audio, processes=launched.processes, dbus_address=launched.dbus_address,
+            audio=audio_reason is None, processes=launched.processes,
+            dbus_address=launched.dbus_address, audio_reason=audio_reason,
         )  # fmt: skip
 
     async def _running_in(self, kind: str, slot: str, events: list[Event]) -> Desktop | None:
@@ -252,6 +260,22 @@ class DesktopManager:
             result = await probe_chain(self.http, desktop.websockify_port, timeout)
         result.checks = {"processes": True, **result.checks}
         return result
+
+    async def _audio_lost(self) -> None:
+        """Watchdog: desktops whose sound server died keep running, without audio."""
+        events: list[Event] = []
+        async with self._lock:
+            for desktop in list(self._desktops.values()):
+                self._note_audio_lost(desktop, events)
+            if events:
+                await self._save()
+        await self._emit(events)
+
+    def _note_audio_lost(self, desktop: Desktop, events: list[Event]) -> None:
+        if desktop.audio and audio_lost(desktop.processes):
+            desktop.audio, desktop.audio_reason = False, REASON_FAILED
+            logger.warning("desktop slot=%s lost its sound server", desktop.slot)
+            events.append(desktop.to_row() | {"reason": REASON_FAILED, "updated_at": _now_iso()})
 
     async def _fail_all(self, failed: Iterable[tuple[Desktop, str]]) -> None:
         events: list[Event] = []

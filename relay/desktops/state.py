@@ -22,7 +22,7 @@ STATE_VERSION = 1
 # Row keys that travel to the server (status rows, hello, events).
 ROW_KEYS = (
     "desktop_session_id", "kind", "slot", "state", "geometry", "depth", "display",
-    "started_at", "started_by", "websockify_port", "vnc_port", "audio",
+    "started_at", "started_by", "websockify_port", "vnc_port", "audio", "audio_reason",
 )  # fmt: skip
 
 
@@ -43,6 +43,7 @@ class Desktop:
     audio: bool
     processes: DesktopProcesses
     dbus_address: str | None = None
+    audio_reason: str | None = None
     state: str = "running"
     adopted: bool = field(default=False, compare=False)
 
@@ -65,6 +66,7 @@ class Desktop:
             "websockify_port": self.websockify_port,
             "vnc_port": self.vnc_port,
             "audio": self.audio,
+            "audio_reason": self.audio_reason,
         }
 
     def to_record(self) -> dict[str, Any]:
@@ -104,6 +106,7 @@ class Desktop:
             audio=bool(record.get("audio", False)),
             processes=DesktopProcesses(children),
             dbus_address=record.get("dbus_address"),
+            audio_reason=record.get("audio_reason"),
             adopted=True,
         )
 

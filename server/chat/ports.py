@@ -10,13 +10,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from server.auth.principal import Principal
-from server.db.records import MembershipRecord, MemberRecord, MessageRecord, RelayRecord, Role
+from server.db.records import MemberRecord, MembershipRecord, MessageRecord, RelayRecord, Role
 
 ActionResult = tuple[int, dict[str, Any]]
 # invoke(app_state, principal, name, body) -> (HTTP status, JSON body): the typed actions.
 InvokeAction = Callable[[Any, Principal, str, dict[str, Any]], Awaitable[ActionResult]]
 # publish(app_state, conversation_id, event name, data): one event on the conversation stream.
-PublishEvent = Callable[[Any, str, str, dict[str, Any]], Awaitable[None]]
+PublishEvent = Callable[[Any, str, str, dict[str, Any]], Awaitable[object]]
 
 
 class ChatStore(Protocol):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Select, delete, select
+from sqlalchemy import delete, select
 
 from server.db import models
 from server.db.base import StoreBase, rowcount
@@ -14,7 +15,8 @@ from server.inventory.rows import LIVE_STATES, DesktopRow
 
 TERMINAL_STATES: frozenset[str] = frozenset({"stopped", "failed"})
 
-RowQuery = Select[tuple[models.Desktop, str]]
+# Select's type parameters differ between SQLAlchemy 2.0 and 2.1.
+RowQuery = Any
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -53,7 +55,7 @@ def _ordered(query: RowQuery) -> RowQuery:
 
 
 class InventoryStore(StoreBase):
-    """Persistence of :class:`DesktopRow`; the rules of the inventory live in ``server.inventory``."""
+    """Persistence of :class:`DesktopRow`; the inventory's rules live in ``server.inventory``."""
 
     async def upsert_desktop(self, row: DesktopRow) -> None:
         """Insert or replace the row with this ``(relay_id, desktop_session_id)``."""
@@ -149,7 +151,7 @@ class InventoryStore(StoreBase):
     async def _all(self, query: RowQuery) -> list[DesktopRow]:
         async with self._sessions() as session:
             result = await session.execute(query)
-            return [desktop_row(row, name) for row, name in result.tuples()]
+            return [desktop_row(pair[0], pair[1]) for pair in result.all()]
 
 
 def _replace_state(row: DesktopRow, state: str, reason: str, updated_at: str) -> DesktopRow:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -229,7 +229,9 @@ class Inventory:
             changed = displaced if unchanged else [*displaced, row]
             await self._store.upsert_desktops(changed)
             await self._notify(relay_id, changed)
-            return old if unchanged and old is not None else row
+            if unchanged and old is not None:
+                return old
+            return await self.row(relay_id, row.desktop_session_id) or row
 
     async def record_ended(
         self, relay_id: RelayId, desktop_session_id: str, state: str, reason: str
@@ -243,6 +245,11 @@ class Inventory:
             await self._store.upsert_desktops([row])
             await self._notify(relay_id, [row])
             return row
+
+    async def forget_connections(self, relay_ids: Iterable[RelayId]) -> None:
+        """Server start: rows of relays not (yet) connected can only be ``unknown``."""
+        for relay_id in relay_ids:
+            await self.relay_disconnected(relay_id)
 
     async def prune_history(self, older_than: datetime) -> int:
         return await self._store.prune_history(older_than)

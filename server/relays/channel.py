@@ -22,6 +22,13 @@ class ChannelClosedError(Exception):
         super().__init__(f"channel closed ({code.name}): {reason}")
 
 
+# The window starts at the connection's (1 MiB) and grows, 1 MiB at a time, up to this, but
+# only for a consumer that drained a whole window and is waiting again: like TCP autotuning,
+# a fast viewer gets the bandwidth-delay product it needs and a slow one never grows.
+MAX_WINDOW = 8 * 1024 * 1024
+WINDOW_STEP = 1024 * 1024
+
+
 class ServerChannel:
     """Bytes to and from one relay-side target (a VNC stream, audio).
 
@@ -37,10 +44,22 @@ class ServerChannel:
         self._readable = asyncio.Event()
         self._writable = asyncio.Event()
         self._closed: ChannelClosedError | None = None
+        self.window = link.connection.window
+        self._since_growth = 0
 
     def feed(self, payload: bytes) -> None:
         self._inbox.append(payload)
+        self._since_growth += len(payload)
         self._readable.set()
+
+    def _grow_window(self) -> bool:
+        """Grant the relay one more step of credit if the window, not the source, limits us."""
+        if self._since_growth < self.window or self.window >= MAX_WINDOW:
+            return False
+        self.window += WINDOW_STEP
+        self._since_growth = 0
+        self._link.connection.consumed(self.channel_id, WINDOW_STEP)
+        return True
 
     def credit_arrived(self) -> None:
         self._writable.set()
@@ -49,6 +68,11 @@ class ServerChannel:
         self._closed = ChannelClosedError(code, reason)
         self._readable.set()
         self._writable.set()
+
+    @property
+    def buffered(self) -> int:
+        """Received bytes not yet read (at most :attr:`window`)."""
+        return sum(len(chunk) for chunk in self._inbox)
 
     @property
     def is_closed(self) -> bool:
@@ -63,6 +87,8 @@ class ServerChannel:
         while not self._inbox:
             if self._closed is not None:
                 raise self._closed
+            if self._grow_window():
+                await self._link.flush()
             self._readable.clear()
             await self._readable.wait()
         payload = self._inbox.popleft()

@@ -24,7 +24,9 @@ class HubAssetRelays:
     async def connected_with(self, capability: str) -> list[RelayId]:
         relays = await self._store.list_relays()
         ids = [RelayId(relay.relay_id) for relay in relays]
-        return [r for r in ids if self._hub.is_connected(r) and capability in self._hub.capabilities(r)]
+        return [
+            r for r in ids if self._hub.is_connected(r) and capability in self._hub.capabilities(r)
+        ]
 
     async def request(self, relay_id: RelayId, op: str, args: dict[str, Any]) -> Any:
         return await self._hub.request(relay_id, op, args, ASSET_TIMEOUT_S)

@@ -1,0 +1,238 @@
+"""The screen tool end to end: HTTP → server → relay → server, on real desktops, one run.
+
+1. screenshot round trip (``POST /api/v1/actions/screen``) at 1280x800 and 1920x1080, p50/p99,
+   next to the relay-local capture + PNG encode cost of the same desktop measured in the same
+   run (targets: round trip <= 1.5x local, <= 40 ms p50 at 1280x800 PNG);
+2. guard overhead on the relay: guarded vs unguarded click through ``ScreenService`` (target
+   <= 3 ms added at p50), and the same pair end to end;
+3. click round trip end to end with a revision (target p50 <= 10 ms);
+4. server memory per retained revision (tracemalloc) and the memory bound under many
+   screenshots (1,000; ``--quick``: 40).
+
+Run: ``python -m benchmarks.bench_screen [--quick]``. Needs Xvfb, x11vnc and websockify.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_screen_local import _paint_desktop_like
+from benchmarks.common import parser, percentile
+from relay.screen.capture import ScreenCapture, encode
+from relay.screen.service import ScreenService
+from server.screen.revisions import Binding, Capture, RevisionStore
+from tests.support.processes import ProcessTracker
+from tests.support.stack import Seed, inprocess_server, seed_database, start_relay, wait_until
+from wire.guard import crop_rect, cut, encode_crop
+from wire.ids import RelayId
+
+SIZES = ((1280, 800), (1920, 1080))
+CLICK_AT = (640, 400)
+
+
+@dataclass
+class Bench:
+    app: Any
+    client: httpx.AsyncClient
+    seed: Seed
+    relay_id: str
+
+    async def screen(self, **body: Any) -> dict[str, Any]:
+        payload = {"conversation_id": self.seed.conversation_id, **body}
+        response = await self.client.post("/api/v1/actions/screen", json=payload)
+        result: dict[str, Any] = response.json()
+        if response.status_code != 200:
+            raise RuntimeError(f"screen {body.get('action')} failed: {result}")
+        return result
+
+
+def _line(name: str, samples: list[float]) -> str:
+    p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
+    return f"{name:44s} p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  (n={len(samples)})"
+
+
+async def _timed(fn: Any, repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        await fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def _local_cost(display: str, size: tuple[int, int], repeat: int) -> list[float]:
+    """What the relay spends on a screenshot itself: mss capture + PNG encode."""
+    capture = ScreenCapture(display)
+    times = []
+    try:
+        for _ in range(repeat):
+            start = time.perf_counter()
+            encode(capture.grab(None, size), "png")
+            times.append((time.perf_counter() - start) * 1000)
+    finally:
+        capture.close()
+    return times
+
+
+@contextlib.asynccontextmanager
+async def running_stack(root: Path) -> AsyncIterator[Bench]:
+    seed = await seed_database(root / "data")
+    tracker = ProcessTracker(root / "processes")
+    async with inprocess_server(seed) as (app, url):
+        env = {"RELAYDESK_DESKTOP_APPS": ",", "RELAYDESK_LOG_LEVEL": "warning"}
+        start_relay(tracker.start, seed, url, env=env, extra_args=("--stop-desktops-on-exit",))
+        relay_id = seed.relay["relay_id"]
+        headers = {"Authorization": f"Bearer {seed.api_token}"}
+        try:
+            await wait_until(lambda: app.state.hub.is_connected(RelayId(relay_id)), 30,
+                             "the relay to connect")  # fmt: skip
+            async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+                yield Bench(app, client, seed, relay_id)
+        finally:
+            tracker.cleanup()
+
+
+async def _desktop(bench: Bench, slot: str, size: tuple[int, int]) -> dict[str, Any]:
+    args = {"kind": "virtual", "slot": slot, "geometry": f"{size[0]}x{size[1]}"}
+    row: dict[str, Any] = await bench.app.state.hub.request(
+        RelayId(bench.relay_id), "desktop.start", args, 60
+    )
+    return row
+
+
+async def bench_screenshots(bench: Bench, rows: dict[tuple[int, int], Any], repeat: int) -> None:
+    print("\n1. screenshot round trip (HTTP -> server -> relay -> server) vs relay-local cost")
+    for size, row in rows.items():
+        body = {"action": "screenshot", "desktop_session_id": row["desktop_session_id"]}
+        await bench.screen(**body)  # warm up
+        trip = await _timed(lambda body=body: bench.screen(**body), repeat)
+        local = await asyncio.to_thread(_local_cost, row["display"], size, repeat)
+        ratio = percentile(trip, 0.5) / percentile(local, 0.5)
+        label = f"{size[0]}x{size[1]}"
+        print(_line(f"  {label} round trip (PNG)", trip))
+        print(_line(f"  {label} local capture + PNG encode", local))
+        target = " and <= 40 ms p50" if size == (1280, 800) else ""
+        print(f"  {label} ratio round trip / local p50: x{ratio:.2f} (target <= 1.5{target})")
+
+
+async def _relay_clicks(display: str, guarded: bool, repeat: int) -> list[float]:
+    svc = ScreenService()
+    try:
+        args: dict[str, Any] = {"x": CLICK_AT[0], "y": CLICK_AT[1]}
+        if guarded:
+            shot = await svc.screenshot(display, {})
+            rect = crop_rect(CLICK_AT, (shot.width, shot.height))
+            args["guard"] = {"crop": encode_crop(cut(shot.pixels, rect)), "rect": rect.to_dict()}
+        await svc.run(display, "click", args)  # opens the display's connections
+        return await _timed(lambda: svc.run(display, "click", args), repeat)
+    finally:
+        await svc.aclose()
+
+
+async def bench_clicks(bench: Bench, row: dict[str, Any], repeat: int) -> None:
+    print("\n2. guard overhead (1280x800, default 128x96 crop)")
+    plain = await _relay_clicks(row["display"], False, repeat)
+    guarded = await _relay_clicks(row["display"], True, repeat)
+    added = percentile(guarded, 0.5) - percentile(plain, 0.5)
+    print(_line("  relay: unguarded click", plain))
+    print(_line("  relay: guarded click", guarded))
+    print(f"  relay: guard adds p50 {added:.2f} ms (target <= 3 ms)")
+
+    session = row["desktop_session_id"]
+    shot = await bench.screen(action="screenshot", desktop_session_id=session)
+    move = {"action": "move", "x": CLICK_AT[0], "y": CLICK_AT[1], "desktop_session_id": session}
+    click = {**move, "action": "click", "expected_screen_revision": shot["screen_revision"]}
+    await bench.screen(**click)
+    moves: list[float] = []
+    clicks: list[float] = []
+    for _ in range(repeat):  # interleaved, so load on the machine hits both alike
+        moves += await _timed(lambda: bench.screen(**move), 1)
+        clicks += await _timed(lambda: bench.screen(**click), 1)
+    print("\n3. click round trip end to end (HTTP -> server guard -> relay compare -> XTEST)")
+    print(_line("  unguarded pointer action (move)", moves))
+    print(_line("  guarded click with revision", clicks))
+    end_added = percentile(clicks, 0.5) - percentile(moves, 0.5)
+    print(f"  click p50 {percentile(clicks, 0.5):.2f} ms (target <= 10 ms); "
+          f"guard + crop cut add p50 {end_added:.2f} ms end to end")  # fmt: skip
+
+
+async def bench_memory(bench: Bench, row: dict[str, Any], count: int) -> None:
+    print(f"\n4. revision memory (1280x800, {count} screenshots)")
+    tool = bench.app.state.screen_tool
+    session = row["desktop_session_id"]
+    body = {"action": "screenshot", "desktop_session_id": session}
+    # Retained memory of the store itself, for the relay's real screenshot answers.
+    answers = [
+        await bench.app.state.hub.request(RelayId(bench.relay_id), "screen.screenshot",
+                                          {"desktop_session_id": session}, 60)
+        for _ in range(10)
+    ]  # fmt: skip
+    store = RevisionStore("bench-key", memory_bytes=1 << 40)
+    binding = Binding(bench.relay_id, session, str(row["display"]))
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for answer in answers:
+        store.keep(binding, Capture.from_wire(answer["capture"]))
+    per_revision = (tracemalloc.get_traced_memory()[0] - before) / len(answers)
+    tracemalloc.stop()
+    stats = store.stats()
+    raw = 1280 * 800 * 3
+    print(f"  retained per revision (tracemalloc): {per_revision / 1024:.1f} KiB; accounted "
+          f"{stats.memory_bytes / stats.entries / 1024:.1f} KiB; raw RGB would be "
+          f"{raw / 1024:.0f} KiB (ratio x{per_revision / raw:.3f})")  # fmt: skip
+
+    bound = int(per_revision * count / 10)  # room for ~1/10 of the screenshots
+    tool.revisions = RevisionStore("bench-key", memory_bytes=bound)
+    peak = 0
+    for _ in range(count):
+        await bench.screen(**body)
+        peak = max(peak, tool.revisions.stats().memory_bytes)
+    stats = tool.revisions.stats()
+    print(f"  bound {bound / 1024:.0f} KiB: peak accounted {peak / 1024:.0f} KiB "
+          f"(ratio peak/bound x{peak / bound:.2f}), kept {stats.entries}, "
+          f"evicted {stats.evicted_for_memory}")  # fmt: skip
+    if peak > bound:
+        raise SystemExit("the revision store exceeded its memory bound")
+
+
+async def run(quick: bool) -> None:
+    repeat = 10 if quick else 100
+    with tempfile.TemporaryDirectory(prefix="bench-screen-") as tmp:
+        async with running_stack(Path(tmp)) as bench:
+            rows = {size: await _desktop(bench, f"s{size[0]}", size) for size in SIZES}
+            # Painting blocks for a while: off the loop that serves the relay's heartbeats.
+            painters = [
+                await asyncio.to_thread(_paint_desktop_like, r["display"], *size)
+                for size, r in rows.items()
+            ]
+            try:
+                await bench_screenshots(bench, rows, repeat)
+                await bench_clicks(bench, rows[SIZES[0]], 20 if quick else 200)
+                await bench_memory(bench, rows[SIZES[0]], 40 if quick else 1000)
+            finally:
+                for painter in painters:
+                    painter.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = parser(__doc__ or "").parse_args(argv)
+    asyncio.run(run(options.quick))
+
+
+if __name__ == "__main__":
+    main()

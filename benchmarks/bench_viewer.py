@@ -1,0 +1,194 @@
+"""Viewing through the server vs. straight to the relay's websockify, interleaved A/B.
+
+Same RFB client (``benchmarks/rfb.py``), same 1280x800 desktop, one run:
+
+- (a) the relay's websockify directly (what a viewer beside the relay would get), the baseline;
+- (b) the server's viewer WebSocket: server → relay channel (DATA frames with credit) → x11vnc;
+- (c) reference: raw TCP to x11vnc, no WebSocket at all (what websockify's layer costs).
+
+Measures full-screen Raw update throughput (MB/s), 1x1 update round trip (p50, p99), CPU
+seconds per GB carried by the server and the relay processes, and both processes' RSS with
+10 viewers. Targets: throughput (b) >= 0.8 x (a); round-trip p50 (b) <= (a) + 1.5 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+import psutil
+
+from benchmarks.common import parser, percentile
+from benchmarks.rfb import RFBClient
+from tests.e2e.viewer_stack import kill_desktops_from_state
+from tests.support.processes import ProcessTracker
+from tests.support.stack import Seed, seed_database, start_relay, start_server, wait_until
+
+Opener = Callable[[], Awaitable[RFBClient]]
+DESKTOP_ENV = {"RELAYDESK_WINDOW_MANAGER": "true", "RELAYDESK_DESKTOP_APPS": "xterm"}
+# Idle benchmark clients answer no pings while another one is measured: production liveness.
+SERVER_ENV = {"RELAYDESK_HEARTBEAT_S": "10", "RELAYDESK_LIVENESS_TIMEOUT_S": "30"}
+
+
+async def throughput(client: RFBClient, seconds: float) -> tuple[float, int]:
+    """(MB/s, bytes) of back-to-back full-screen Raw updates."""
+    received = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        await client.request_update(incremental=False)
+        for rect in await client.read_update():
+            received += len(rect.pixels) + 12
+    return received / (time.perf_counter() - start) / 1e6, received
+
+
+async def round_trips(client: RFBClient, count: int) -> list[float]:
+    samples = []
+    for n in range(count):
+        start = time.perf_counter()
+        await client.request_update(False, n % 64, 0, 1, 1)
+        await client.read_update()
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+async def start_stack(workdir: Path, tracker: ProcessTracker) -> tuple[dict[str, str], list[int]]:
+    seed = await seed_database(workdir / "data")
+    server = await start_server(tracker.start, seed, env=SERVER_ENV)
+    relay = start_relay(tracker.start, seed, server.url, env=DESKTOP_ENV)
+    await wait_until(lambda: server.relays_connected() == 1, 30, "the relay")
+    headers = {"Authorization": f"Bearer {seed.api_token}"}
+    async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+        answer = (
+            await http.post(
+                "/api/v1/actions/desktop_start",
+                json={"conversation_id": seed.conversation_id, "geometry": "1280x800"},
+                headers=headers,
+            )
+        ).json()
+    result = answer.get("result", answer)
+    viewer = result["viewer_url"] or ""
+    path = viewer if viewer.startswith("/") else "/" + viewer.split("/", 3)[3]
+    ports = relay_ports(seed, result["desktop"]["desktop_session_id"])
+    urls = {
+        "direct": f"ws://127.0.0.1:{ports[0]}/websockify",
+        "server": f"ws://127.0.0.1:{server.port}{path}websockify",
+    }
+    return urls, [server.process.pid, relay.pid, ports[1]]
+
+
+def relay_ports(seed: Seed, session_id: str) -> tuple[int, int]:
+    """websockify and x11vnc ports of the desktop, from the relay's state file."""
+    state = seed.data_dir / "relay-state" / "desktops.json"
+    for record in json.loads(state.read_text())["desktops"]:
+        if record["desktop_session_id"] == session_id:
+            return int(record["websockify_port"]), int(record["vnc_port"])
+    raise RuntimeError("desktop not in the relay's state file")
+
+
+async def run(quick: bool) -> int:
+    rounds, seconds, rtts = (2, 1.0, 100) if quick else (5, 3.0, 500)
+    with tempfile.TemporaryDirectory(prefix="bench-viewer-") as tmp:
+        tracker = ProcessTracker(Path(tmp) / "processes")
+        try:
+            urls, (server_pid, relay_pid, vnc_port) = await start_stack(Path(tmp), tracker)
+            server, relay = psutil.Process(server_pid), psutil.Process(relay_pid)
+            openers: dict[str, Opener] = {
+                "direct": lambda: RFBClient.open_websocket(urls["direct"]),
+                "server": lambda: RFBClient.open_websocket(urls["server"]),
+                "tcp": lambda: RFBClient.open_tcp(vnc_port),
+            }
+            clients = {name: await opener() for name, opener in openers.items()}
+            rates: dict[str, list[float]] = {name: [] for name in clients}
+            latency: dict[str, list[float]] = {name: [] for name in clients}
+            carried, cpu = 0, {"server": 0.0, "relay": 0.0}
+            for client in clients.values():  # warm-up
+                await throughput(client, 0.3)
+            for _ in range(rounds):
+                for name, client in clients.items():
+                    before = (cpu_seconds(server), cpu_seconds(relay))
+                    rate, size = await throughput(client, seconds)
+                    rates[name].append(rate)
+                    if name == "server":
+                        carried += size
+                        cpu["server"] += cpu_seconds(server) - before[0]
+                        cpu["relay"] += cpu_seconds(relay) - before[1]
+                    latency[name].extend(await round_trips(client, rtts // rounds))
+            for client in clients.values():
+                await client.close()
+            rss = await rss_with_viewers(openers["server"], server, relay, 10)
+        finally:
+            tracker.cleanup()
+            kill_desktops(Path(tmp))
+    report(rates, latency, carried, cpu, rss)
+    return 0
+
+
+async def rss_with_viewers(
+    opener: Opener, server: psutil.Process, relay: psutil.Process, count: int
+) -> dict[str, float]:
+    idle = {"server": server.memory_info().rss / 1e6, "relay": relay.memory_info().rss / 1e6}
+    viewers = [await opener() for _ in range(count)]
+    await asyncio.gather(*(throughput(v, 1.0) for v in viewers))
+    loaded = {"server": server.memory_info().rss / 1e6, "relay": relay.memory_info().rss / 1e6}
+    for viewer in viewers:
+        await viewer.close()
+    return {f"{k}_idle": v for k, v in idle.items()} | {f"{k}_10": v for k, v in loaded.items()}
+
+
+def kill_desktops(workdir: Path) -> None:
+    kill_desktops_from_state(workdir / "data" / "relay-state")
+
+
+def report(
+    rates: dict[str, list[float]],
+    latency: dict[str, list[float]],
+    carried: int,
+    cpu: dict[str, float],
+    rss: dict[str, float],
+) -> None:
+    median = {name: percentile(values, 0.5) for name, values in rates.items()}
+    p50 = {name: percentile(values, 0.5) for name, values in latency.items()}
+    p99 = {name: percentile(values, 0.99) for name, values in latency.items()}
+    labels = {"direct": "(a) websockify direct", "server": "(b) through the server",
+              "tcp": "(c) raw TCP to x11vnc"}  # fmt: skip
+    for name, label in labels.items():
+        print(
+            f"{label:26s} throughput {median[name]:7.1f} MB/s   "
+            f"1x1 round trip p50 {p50[name]:6.3f} ms  p99 {p99[name]:6.3f} ms"
+        )
+    ratio = median["server"] / median["direct"]
+    added = p50["server"] - p50["direct"]
+    print(f"throughput ratio server/direct: {ratio:.2f} (target >= 0.80)")
+    print(f"round-trip p50 added by the server: {added:+.3f} ms (target <= +1.5 ms)")
+    print(f"websockify layer vs raw TCP: throughput ratio {median['direct'] / median['tcp']:.2f}")
+    gigabytes = carried / 1e9
+    print(
+        f"CPU per GB carried: server {cpu['server'] / gigabytes:.2f} s/GB, "
+        f"relay {cpu['relay'] / gigabytes:.2f} s/GB ({gigabytes:.2f} GB)"
+    )
+    print(
+        f"RSS idle → 10 viewers: server {rss['server_idle']:.0f} → {rss['server_10']:.0f} MB, "
+        f"relay {rss['relay_idle']:.0f} → {rss['relay_10']:.0f} MB"
+    )
+
+
+def main() -> int:
+    args = parser(__doc__ or "").parse_args()
+    os.environ.setdefault("RELAYDESK_LOG_LEVEL", "warning")
+    return asyncio.run(run(args.quick))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,394 @@
+"""Screen actions on the host display: XTEST input and mss capture, one worker thread.
+
+A compact sibling of the relay's screen service (the helper may not import it). Actions run
+one at a time in a single thread that owns the display connection and the mss instance
+(neither is thread-safe), so a guard check and the input it guards are never interleaved with
+another action. Guarded clicks compare with ``wire.guard`` before any input is sent.
+
+Input backends: ``xtest`` (default, verified) and ``pyautogui`` (for non-X11 hosts; unverified
+here, see docs/host-helper.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import logging
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import mss
+import numpy as np
+from PIL import Image
+from Xlib import XK, X
+from Xlib import error as xerror
+from Xlib.display import Display
+from Xlib.ext import xtest
+
+from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.guard import STALE_THRESHOLD, CropRect, RGBArray, compare, decode_crop
+
+log = logging.getLogger(__name__)
+
+ACTIONS = ("screenshot", "click", "double_click", "move", "scroll", "type", "key",
+           "mouse_position", "screen_size", "keyboard_state")  # fmt: skip
+BUTTONS: dict[Any, int] = {"left": 1, "middle": 2, "right": 3, 1: 1, 2: 2, 3: 3}
+SCROLL_BUTTONS = {"up": 4, "down": 5, "left": 6, "right": 7}
+LED_CAPS_LOCK, LED_NUM_LOCK, LED_SCROLL_LOCK = 0x1, 0x2, 0x4
+MAX_TEXT = 10_000
+DOUBLE_CLICK_GAP_S = 0.04
+REMAP_RESTORE_DELAY_S = 0.05
+CAPTURE_BAND_ROWS = 64
+ALIASES = {
+    "ctrl": "Control_L", "control": "Control_L", "shift": "Shift_L", "alt": "Alt_L",
+    "super": "Super_L", "win": "Super_L", "cmd": "Super_L", "meta": "Meta_L",
+    "enter": "Return", "esc": "Escape", "backspace": "BackSpace", "del": "Delete",
+    "pageup": "Prior", "pagedown": "Next", "space": "space", "tab": "Tab",
+}  # fmt: skip
+
+
+def _int(args: dict[str, Any], name: str) -> int:
+    value = args.get(name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgs(name, "must be an integer")
+    return value
+
+
+def _point(args: dict[str, Any], size: tuple[int, int]) -> tuple[int, int]:
+    x, y = _int(args, "x"), _int(args, "y")
+    if not (0 <= x < size[0] and 0 <= y < size[1]):
+        raise InvalidArgs("x", f"({x}, {y}) is outside the {size[0]}x{size[1]} screen")
+    return x, y
+
+
+def _button(args: dict[str, Any]) -> int:
+    value = args.get("button", "left")
+    key = value.casefold() if isinstance(value, str) else value
+    if isinstance(key, bool) or key not in BUTTONS:
+        raise InvalidArgs("button", "must be left, middle or right")
+    return BUTTONS[key]
+
+
+def keysym_of(name: str) -> int:
+    """A key name (``Return``, ``ctrl``, ``a``, ``F4``) → keysym; unknown → ``InvalidArgs``."""
+    keysym = XK.string_to_keysym(ALIASES.get(name.casefold(), name))
+    if not keysym and len(name) == 1:
+        keysym = char_keysym(name)
+    if not keysym:
+        raise InvalidArgs("keys", f"unknown key {name!r}")
+    return int(keysym)
+
+
+def char_keysym(char: str) -> int:
+    special = {"\n": XK.XK_Return, "\t": XK.XK_Tab}
+    if char in special:
+        return int(special[char])
+    code = ord(char)
+    return code if 0x20 <= code <= 0x7E or 0xA0 <= code <= 0xFF else 0x01000000 | code
+
+
+def encode_capture(pixels: RGBArray) -> dict[str, Any]:
+    """The raw capture as zlib bands of RGB24 rows (the relay's format for the revision store)."""
+    bands = [pixels[top : top + CAPTURE_BAND_ROWS].tobytes()
+             for top in range(0, pixels.shape[0], CAPTURE_BAND_ROWS)]  # fmt: skip
+    return {
+        "encoding": "zlib-rgb24-bands",
+        "width": int(pixels.shape[1]),
+        "height": int(pixels.shape[0]),
+        "band_rows": CAPTURE_BAND_ROWS,
+        "bands": [base64.b64encode(zlib.compress(band, 1)).decode("ascii") for band in bands],
+    }
+
+
+class XScreen:
+    """XTEST input and mss capture on one X display (used from one thread only)."""
+
+    def __init__(self, display_name: str) -> None:
+        try:
+            self.display = Display(display_name)
+        except (xerror.DisplayError, xerror.ConnectionClosedError, OSError) as err:
+            raise OpError(ErrorCode.UNAVAILABLE, f"cannot open display {display_name}") from err
+        if not self.display.has_extension("XTEST"):
+            self.display.close()
+            raise OpError(ErrorCode.UNAVAILABLE, f"display {display_name} has no XTEST")
+        self.root = self.display.screen().root
+        factory = getattr(mss, "MSS", None) or mss.mss
+        self.mss = factory(display=display_name)
+
+    def size(self) -> tuple[int, int]:
+        geometry = self.root.get_geometry()
+        return int(geometry.width), int(geometry.height)
+
+    def grab(self, rect: CropRect | None = None) -> RGBArray:
+        if rect is None:
+            width, height = self.size()
+            rect = CropRect(0, 0, width, height)
+        shot = self.mss.grab(rect.to_dict() | {"left": rect.x, "top": rect.y})
+        return np.ascontiguousarray(np.asarray(shot)[:, :, 2::-1])
+
+    def fake(self, event_type: int, detail: int = 0, x: int = 0, y: int = 0) -> None:
+        if event_type == X.MotionNotify:
+            xtest.fake_input(self.display, event_type, x=x, y=y)
+        else:
+            xtest.fake_input(self.display, event_type, detail)
+
+    def click(self, x: int, y: int, button: int, count: int) -> None:
+        self.fake(X.MotionNotify, x=x, y=y)
+        for index in range(count):
+            if index:
+                self.display.sync()
+                time.sleep(DOUBLE_CLICK_GAP_S)
+            self.fake(X.ButtonPress, button)
+            self.fake(X.ButtonRelease, button)
+        self.display.sync()
+
+    def stroke(self, keysym: int) -> tuple[int, bool] | None:
+        """(keycode, needs shift) typing ``keysym`` on level 0 or 1, or None when unmapped."""
+        for code, index in sorted(self.display.keysym_to_keycodes(keysym), key=lambda e: e[1]):
+            if index in (0, 1):
+                return code, index == 1
+        return None
+
+    @contextmanager
+    def remapped(self, keysyms: list[int]) -> Iterator[dict[int, int]]:
+        """Bind unmapped keysyms to spare keycodes for the block, then restore them."""
+        info = self.display.display.info
+        first = info.min_keycode
+        rows = self.display.get_keyboard_mapping(first, info.max_keycode - first + 1)
+        spares = [first + i for i, row in reversed(list(enumerate(rows))) if not any(row)]
+        if len(keysyms) > len(spares):
+            raise InvalidArgs("text", "too many distinct characters outside the keyboard layout")
+        bound = dict(zip(keysyms, spares, strict=False))
+        width = len(rows[0]) if rows else 2
+        for keysym, code in bound.items():
+            self.display.change_keyboard_mapping(code, [[keysym] * 2 + [X.NoSymbol] * (width - 2)])
+        self.display.sync()
+        try:
+            yield bound
+        finally:
+            self.display.sync()
+            time.sleep(REMAP_RESTORE_DELAY_S)  # clients re-read the keymap after MappingNotify
+            for code in bound.values():
+                self.display.change_keyboard_mapping(code, [[X.NoSymbol] * width])
+            self.display.sync()
+
+    def tap(self, code: int, shifted: bool, held: tuple[int, ...] = ()) -> None:
+        shift = self.stroke(XK.XK_Shift_L) if shifted else None
+        mods = (*held, *([shift[0]] if shift else []))
+        for mod in mods:
+            self.fake(X.KeyPress, mod)
+        self.fake(X.KeyPress, code)
+        self.fake(X.KeyRelease, code)
+        for mod in reversed(mods):
+            self.fake(X.KeyRelease, mod)
+
+    def type_text(self, text: str) -> None:
+        keysyms = [char_keysym(char) for char in text]
+        missing = list(dict.fromkeys(k for k in keysyms if self.stroke(k) is None))
+        with self.remapped(missing) if missing else _nothing() as bound:
+            for keysym in keysyms:
+                stroke = (bound[keysym], False) if keysym in bound else self.stroke(keysym)
+                if stroke is not None:
+                    self.tap(*stroke)
+        self.display.sync()
+
+    def key(self, chord: str) -> None:
+        parts = [part.strip() for part in chord.split("+")]
+        if not all(parts):
+            raise InvalidArgs("keys", f"empty key name in {chord!r}")
+        keysyms = [keysym_of(part) for part in parts]
+        strokes = [self.stroke(keysym) for keysym in keysyms]
+        if any(stroke is None for stroke in strokes):
+            raise InvalidArgs("keys", f"{chord!r} has a key this keyboard layout lacks")
+        modifiers = tuple(stroke[0] for stroke in strokes[:-1] if stroke is not None)
+        last = strokes[-1]
+        assert last is not None
+        self.tap(last[0], last[1], modifiers)
+        self.display.sync()
+
+    def keyboard_state(self) -> dict[str, bool]:
+        leds = int(self.display.get_keyboard_control().led_mask)
+        return {
+            "num_lock": bool(leds & LED_NUM_LOCK),
+            "caps_lock": bool(leds & LED_CAPS_LOCK),
+            "scroll_lock": bool(leds & LED_SCROLL_LOCK),
+        }
+
+    def close(self) -> None:
+        self.mss.close()
+        self.display.close()
+
+
+@contextmanager
+def _nothing() -> Iterator[dict[int, int]]:
+    yield {}
+
+
+# -- actions (run in the worker thread) ------------------------------------------------------
+
+
+def check_guard(screen: XScreen, args: dict[str, Any], at: tuple[int, int]) -> dict[str, Any]:
+    """Compare the server's reference crop with the screen now; stale → no input at all."""
+    guard = args.get("guard")
+    if guard is None:
+        return {"checked": False}
+    if not isinstance(guard, dict):
+        raise InvalidArgs("guard", "must be an object with crop and rect")
+    crop = decode_crop(guard.get("crop"), "guard.crop")
+    rect = CropRect.from_dict(guard.get("rect"), "guard.rect")
+    if crop.shape[:2] != (rect.height, rect.width) or not rect.contains(at):
+        raise InvalidArgs("guard.rect", "must match the crop and contain the point")
+    if not rect.fits(screen.size()):
+        details = {"difference": 1.0, "threshold": STALE_THRESHOLD}
+        raise OpError(ErrorCode.STALE_SCREEN, "the screen size changed", details)
+    result = compare(crop, screen.grab(rect))
+    if result.stale:
+        raise OpError(
+            ErrorCode.STALE_SCREEN,
+            "the screen changed around the target since the screenshot; take a new one",
+            {**result.to_dict(), "rect": rect.to_dict()},
+        )
+    return {"checked": True, **result.to_dict()}
+
+
+def _screenshot(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+    pixels = screen.grab()
+    buffer = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(buffer, "PNG", compress_level=1)
+    height, width = pixels.shape[:2]
+    image = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return {"width": width, "height": height, "format": "png", "image": image,
+            "coordinates": "full_resolution", "capture": encode_capture(pixels)}  # fmt: skip
+
+
+def _clicks(count: int) -> Callable[[XScreen, dict[str, Any]], dict[str, Any]]:
+    def click(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+        x, y = _point(args, screen.size())
+        button = _button(args)
+        guard = check_guard(screen, args, (x, y))
+        screen.click(x, y, button, count)
+        return {"x": x, "y": y, "button": button, "guard": guard}
+
+    return click
+
+
+def _move(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+    x, y = _point(args, screen.size())
+    screen.fake(X.MotionNotify, x=x, y=y)
+    screen.display.sync()
+    return {"x": x, "y": y}
+
+
+def _scroll(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+    direction = args.get("direction", "down")
+    amount = args.get("amount", 3)
+    if direction not in SCROLL_BUTTONS:
+        raise InvalidArgs("direction", "must be up, down, left or right")
+    if not isinstance(amount, int) or isinstance(amount, bool) or not 1 <= amount <= 50:
+        raise InvalidArgs("amount", "must be between 1 and 50")
+    for _ in range(amount):
+        screen.fake(X.ButtonPress, SCROLL_BUTTONS[direction])
+        screen.fake(X.ButtonRelease, SCROLL_BUTTONS[direction])
+    screen.display.sync()
+    return {"direction": direction, "amount": amount}
+
+
+def _type(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+    text = args.get("text")
+    if not isinstance(text, str) or len(text) > MAX_TEXT:
+        raise InvalidArgs("text", f"must be a string of at most {MAX_TEXT} characters")
+    screen.type_text(text)
+    return {"typed": len(text)}  # never echo the text: it may be a password
+
+
+def _key(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+    keys = args.get("keys", args.get("key"))
+    if not isinstance(keys, str) or not keys.strip():
+        raise InvalidArgs("keys", "must be a key chord like 'ctrl+shift+t'")
+    screen.key(keys.strip())
+    return {"keys": keys}
+
+
+def _mouse_position(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+    pointer = screen.root.query_pointer()
+    return {"x": int(pointer.root_x), "y": int(pointer.root_y)}
+
+
+def _screen_size(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+    width, height = screen.size()
+    return {"width": width, "height": height}
+
+
+def _keyboard_state(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+    return {**screen.keyboard_state(), "source": "led_mask"}
+
+
+HANDLERS: dict[str, Callable[[XScreen, dict[str, Any]], dict[str, Any]]] = {
+    "screenshot": _screenshot,
+    "click": _clicks(1),
+    "double_click": _clicks(2),
+    "move": _move,
+    "scroll": _scroll,
+    "type": _type,
+    "key": _key,
+    "mouse_position": _mouse_position,
+    "screen_size": _screen_size,
+    "keyboard_state": _keyboard_state,
+}
+assert set(HANDLERS) == set(ACTIONS)
+
+
+class HostScreen:
+    """Runs screen actions on the helper's display, one at a time, off the event loop."""
+
+    def __init__(self, display: str, backend: str = "xtest") -> None:
+        if backend not in ("xtest", "pyautogui"):
+            raise InvalidArgs("input_backend", "must be xtest or pyautogui")
+        self.display = display
+        self.backend = backend
+        self._screen: XScreen | None = None
+        self._lock = asyncio.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="host-screen")
+
+    async def run(self, action: str, args: dict[str, Any]) -> dict[str, Any]:
+        handler = HANDLERS.get(action)
+        if handler is None:
+            raise OpError(ErrorCode.NOT_FOUND, f"unknown screen action {action[:40]!r}")
+        if self.backend != "xtest":
+            # Non-X11 hosts: documented in docs/host-helper.md, not built or verified here.
+            raise OpError(ErrorCode.UNAVAILABLE, "the pyautogui input backend is not built yet")
+        async with self._lock:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(self._executor, self._call, handler, args)
+        return {**result, "display": self.display}
+
+    def _call(
+        self, handler: Callable[[XScreen, dict[str, Any]], dict[str, Any]], args: dict[str, Any]
+    ) -> dict[str, Any]:
+        if not self.display:
+            raise OpError(ErrorCode.UNAVAILABLE, "the host helper has no display to drive")
+        if self._screen is None:
+            self._screen = XScreen(self.display)
+        try:
+            return handler(self._screen, args)
+        except (xerror.ConnectionClosedError, xerror.XError, mss.ScreenShotError, OSError) as err:
+            self._close()  # the display went away: reopen on the next action
+            raise OpError(ErrorCode.UNAVAILABLE, f"display {self.display} failed: {err}") from err
+
+    def _close(self) -> None:
+        if self._screen is not None:
+            screen, self._screen = self._screen, None
+            try:
+                screen.close()
+            except (xerror.ConnectionClosedError, OSError):
+                log.debug("host display connection already closed")
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._close)
+        self._executor.shutdown(wait=True)

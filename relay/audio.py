@@ -1,0 +1,442 @@
+"""Desktop audio on the relay: capture the null sink's monitor, encode Opus, fan out to channels.
+
+One capture per desktop (``parec`` on ``relaydesk.monitor``, 48 kHz stereo s16le, 20 ms
+frames) runs while at least one audio channel of that desktop is open: it starts with the first
+listener and stops after the last. Every 20 ms frame is encoded once and handed to each
+listener's bounded queue. A listener whose credit runs short loses its *oldest* packets (audio
+that late is worthless), never stalls the capture or the other listeners, and never touches a
+video channel's window: every listener is a channel of its own.
+
+A channel ``DATA`` payload is one packet: :data:`PACKET_HEADER` (capture time in µs since the
+epoch, sequence number) followed by one Opus packet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import struct
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import opuslib.api
+import opuslib.constants as opus_const
+
+from relay.desktops.audio import (
+    CHANNELS,
+    MONITOR_SOURCE,
+    SAMPLE_RATE,
+    display_number,
+    pulse_server,
+)
+from wire.errors import ChannelCloseCode, ErrorCode, OpError
+from wire.ids import ChannelId
+
+if TYPE_CHECKING:
+    from relay.link import ServerLink
+
+log = logging.getLogger(__name__)
+
+FRAME_MS: Final = 20
+FRAME_SAMPLES: Final = SAMPLE_RATE * FRAME_MS // 1000  # per channel
+FRAME_BYTES: Final = FRAME_SAMPLES * CHANNELS * 2  # s16le
+PACKET_HEADER: Final = struct.Struct(">QI")  # capture time (µs, wall clock), sequence
+MAX_PACKET: Final = 1500
+DEFAULT_BITRATE: Final = 96_000
+BITRATE_ENV: Final = "RELAYDESK_AUDIO_BITRATE"
+# Per listener: 15 packets = 300 ms; older audio is dropped rather than played late.
+QUEUE_PACKETS: Final = 15
+CAPTURE_STOP_S: Final = 2.0
+PAREC_BINARY: Final = "parec"
+
+
+class OpusFailed(OpError):
+    """libopus refused a call; carries its negative status."""
+
+    def __init__(self, what: str, status: int) -> None:
+        self.status = status
+        super().__init__(ErrorCode.INTERNAL, f"{what} failed (libopus status {status})")
+
+
+def _opus_functions() -> dict[str, Any]:
+    """libopus entry points with explicit pointer-sized signatures.
+
+    ``CDLL[name]`` hands out a fresh function object each time, so these declarations never
+    touch the ones opuslib keeps for itself. Without them ctypes would pass and return the
+    encoder pointer as a C ``int`` and cut an encoder allocated above 4 GiB in half.
+    """
+    lib = opuslib.api.libopus
+    spec: dict[str, tuple[list[Any], Any]] = {
+        "opus_encoder_get_size": ([ctypes.c_int], ctypes.c_int),
+        "opus_encoder_create": (
+            [ctypes.c_int32, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)],
+            ctypes.c_void_p,
+        ),
+        "opus_encoder_init": (
+            [ctypes.c_void_p, ctypes.c_int32, ctypes.c_int, ctypes.c_int],
+            ctypes.c_int,
+        ),
+        "opus_encode": (
+            [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int32],
+            ctypes.c_int32,
+        ),
+        # Variadic in C; every request relaydesk sends takes exactly one opus_int32.
+        "opus_encoder_ctl": ([ctypes.c_void_p, ctypes.c_int, ctypes.c_int32], ctypes.c_int),
+        "opus_encoder_destroy": ([ctypes.c_void_p], None),
+    }
+    functions: dict[str, Any] = {}
+    for name, (argtypes, restype) in spec.items():
+        function = lib[name]
+        function.argtypes = argtypes
+        function.restype = restype
+        functions[name] = function
+    return functions
+
+
+_OPUS: Final = _opus_functions()
+
+
+class OpusEncoder:
+    """One libopus encoder (48 kHz stereo by default); :meth:`close` releases it."""
+
+    def __init__(self, state: int, *, owned: bool, channels: int) -> None:
+        self._state: int | None = state
+        self._owned = owned
+        self.channels = channels
+        self._out = ctypes.create_string_buffer(MAX_PACKET)
+
+    @classmethod
+    def create(
+        cls,
+        sample_rate: int = SAMPLE_RATE,
+        channels: int = CHANNELS,
+        application: int = opus_const.APPLICATION_RESTRICTED_LOWDELAY,
+    ) -> OpusEncoder:
+        """Allocate with ``opus_encoder_create`` (libopus owns the memory)."""
+        status = ctypes.c_int(0)
+        state = _OPUS["opus_encoder_create"](
+            sample_rate, channels, application, ctypes.byref(status)
+        )
+        if status.value != opus_const.OK or not state:
+            raise OpusFailed("opus_encoder_create", status.value)
+        return cls(int(state), owned=True, channels=channels)
+
+    @staticmethod
+    def size(channels: int = CHANNELS) -> int:
+        """Bytes an encoder state needs (for :meth:`init_at`)."""
+        return int(_OPUS["opus_encoder_get_size"](channels))
+
+    @classmethod
+    def init_at(
+        cls,
+        address: int,
+        sample_rate: int = SAMPLE_RATE,
+        channels: int = CHANNELS,
+        application: int = opus_const.APPLICATION_RESTRICTED_LOWDELAY,
+    ) -> OpusEncoder:
+        """Initialise an encoder in caller-owned memory at ``address`` (:meth:`size` bytes)."""
+        status = int(_OPUS["opus_encoder_init"](address, sample_rate, channels, application))
+        if status != opus_const.OK:
+            raise OpusFailed("opus_encoder_init", status)
+        return cls(address, owned=False, channels=channels)
+
+    @property
+    def address(self) -> int:
+        if self._state is None:
+            raise ValueError("encoder is closed")
+        return self._state
+
+    def ctl(self, request: int, value: int) -> None:
+        status = int(_OPUS["opus_encoder_ctl"](self.address, request, value))
+        if status != opus_const.OK:
+            raise OpusFailed(f"opus_encoder_ctl({request})", status)
+
+    def set_bitrate(self, bits_per_second: int) -> None:
+        self.ctl(opus_const.SET_BITRATE_REQUEST, bits_per_second)
+
+    def encode(self, pcm: bytes, frame_samples: int = FRAME_SAMPLES) -> bytes:
+        """One Opus packet from ``frame_samples`` interleaved s16 samples per channel."""
+        if len(pcm) != frame_samples * self.channels * 2:
+            raise ValueError(f"expected {frame_samples} samples per channel")
+        size = int(_OPUS["opus_encode"](self.address, pcm, frame_samples, self._out, MAX_PACKET))
+        if size < 0:
+            raise OpusFailed("opus_encode", size)
+        return self._out.raw[:size]
+
+    def close(self) -> None:
+        """Destroy the encoder (memory from :meth:`init_at` stays the caller's)."""
+        state, self._state = self._state, None
+        if state is not None and self._owned:
+            _OPUS["opus_encoder_destroy"](state)
+
+    def __enter__(self) -> OpusEncoder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def bitrate_from_env() -> int:
+    raw = os.environ.get(BITRATE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_BITRATE
+    try:
+        value = int(raw)
+    except ValueError:
+        log.warning("%s=%r is not a number; using %d", BITRATE_ENV, raw, DEFAULT_BITRATE)
+        return DEFAULT_BITRATE
+    return min(max(value, 6_000), 510_000)
+
+
+def frame_packet(captured_us: int, sequence: int, opus: bytes) -> bytes:
+    """The channel payload of one encoded frame."""
+    return PACKET_HEADER.pack(captured_us, sequence & 0xFFFFFFFF) + opus
+
+
+def parse_packet(payload: bytes) -> tuple[int, int, bytes]:
+    """``(captured_us, sequence, opus)`` of a channel payload (raises ``ValueError``)."""
+    if len(payload) < PACKET_HEADER.size:
+        raise ValueError("audio packet shorter than its header")
+    captured_us, sequence = PACKET_HEADER.unpack_from(payload)
+    return captured_us, sequence, payload[PACKET_HEADER.size :]
+
+
+class AudioChannel:
+    """One listener: a relay channel fed from a bounded, drop-oldest packet queue."""
+
+    def __init__(
+        self,
+        channel_id: ChannelId,
+        link: ServerLink,
+        on_close: Callable[[AudioChannel], None],
+        max_packets: int = QUEUE_PACKETS,
+    ) -> None:
+        self.channel_id = channel_id
+        self._link = link
+        self._on_close = on_close
+        self._queue: deque[bytes] = deque(maxlen=max_packets)
+        self._wake = asyncio.Event()
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+        self.sent = 0
+        self.dropped = 0
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._pump(), name=f"audio-{self.channel_id}")
+
+    def push(self, packet: bytes) -> None:
+        """Queue a packet; a full queue forgets its oldest one."""
+        if self._closed:
+            return
+        if len(self._queue) == self._queue.maxlen:
+            self.dropped += 1
+        self._queue.append(packet)
+        self._wake.set()
+
+    def feed(self, payload: bytes) -> None:
+        """Audio flows one way: whatever the server sends is acknowledged and dropped."""
+        self._link.connection.consumed(self.channel_id, len(payload))
+
+    def credit_arrived(self) -> None:
+        self._wake.set()
+
+    async def _pump(self) -> None:
+        try:
+            while not self._closed:
+                head = self._queue[0] if self._queue else None
+                # One packet per DATA frame: a packet waits for credit for all of it.
+                if head is None or self._link.connection.send_window(self.channel_id) < len(head):
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                packet = self._queue.popleft()
+                self._link.connection.send_data(self.channel_id, packet)
+                self.sent += 1
+                await self._link.flush()
+        except (ConnectionError, OSError) as err:
+            log.info("audio channel %d: link gone (%s)", self.channel_id, err)
+            await self.close(ChannelCloseCode.RELAY_GONE, "connection lost", tell_peer=False)
+
+    async def close(self, code: ChannelCloseCode, reason: str, *, tell_peer: bool = True) -> None:
+        """Stop sending; tell the server unless it closed first (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.clear()
+        self._wake.set()
+        self._link.forget_channel(self.channel_id)
+        self._on_close(self)
+        if tell_peer and self._link.connection.close_channel(self.channel_id, code, reason):
+            with contextlib.suppress(Exception):
+                await self._link.flush()
+        task = self._task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+@dataclass
+class CaptureStats:
+    frames: int = 0
+    encoded_bytes: int = 0
+
+
+class DesktopAudio:
+    """The capture of one desktop and the listeners it fans out to."""
+
+    def __init__(self, desktop_session_id: str, display: int, bitrate: int) -> None:
+        self.desktop_session_id = desktop_session_id
+        self.display = display
+        self.bitrate = bitrate
+        self.listeners: set[AudioChannel] = set()
+        self.stats = CaptureStats()
+        self._task: asyncio.Task[None] | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._ending = False
+
+    @property
+    def capturing(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def add(self, listener: AudioChannel) -> None:
+        self.listeners.add(listener)
+        if not self.capturing:
+            self._task = asyncio.create_task(
+                self._capture(), name=f"audio-capture-{self.desktop_session_id[:8]}"
+            )
+
+    def remove(self, listener: AudioChannel) -> None:
+        self.listeners.discard(listener)
+
+    async def stop(self) -> None:
+        """End the capture (the capture task kills ``parec``); bounded wait."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            if not self._ending:  # an ending capture is still telling its listeners why
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(task, CAPTURE_STOP_S)
+
+    async def _capture(self) -> None:
+        reason = "the desktop's sound server stopped"
+        try:
+            with OpusEncoder.create() as encoder:
+                encoder.set_bitrate(self.bitrate)
+                await self._run(encoder)
+        except OSError as err:
+            log.warning("audio capture of :%d could not start: %s", self.display, err)
+            reason = "audio capture could not start"
+        except OpError as err:
+            log.error("audio capture of :%d: %s", self.display, err.message)
+            reason = "audio encoder failed"
+        finally:
+            await self._kill_parec()
+        # Only an unexpected end gets here (a stop cancels the task): tell every listener.
+        self._ending = True
+        for listener in list(self.listeners):
+            await listener.close(ChannelCloseCode.TARGET_CLOSED, reason)
+
+    async def _run(self, encoder: OpusEncoder) -> None:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "PULSE_SERVER": pulse_server(self.display)}  # fmt: skip
+        self._process = process = await asyncio.create_subprocess_exec(
+            PAREC_BINARY, "--raw", "--format=s16le", f"--rate={SAMPLE_RATE}",
+            f"--channels={CHANNELS}", f"--latency-msec={FRAME_MS}", "-d", MONITOR_SOURCE,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, env=env, start_new_session=True,
+        )  # fmt: skip
+        assert process.stdout is not None
+        log.info("audio capture of :%d started", self.display)
+        sequence = 0
+        while True:
+            try:
+                pcm = await process.stdout.readexactly(FRAME_BYTES)
+            except asyncio.IncompleteReadError:
+                log.info("audio capture of :%d ended (parec exited)", self.display)
+                return
+            captured_us = time.time_ns() // 1000
+            packet = frame_packet(captured_us, sequence, encoder.encode(pcm))
+            sequence += 1
+            self.stats.frames += 1
+            self.stats.encoded_bytes += len(packet)
+            for listener in self.listeners:
+                listener.push(packet)
+
+    async def _kill_parec(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), CAPTURE_STOP_S)
+
+
+class AudioStreams:
+    """The relay's audio channels by desktop session (``channel.open {type: audio}``)."""
+
+    def __init__(self, bitrate: int | None = None) -> None:
+        self.bitrate = bitrate or bitrate_from_env()
+        self.desktops: dict[str, DesktopAudio] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
+
+    async def open_channel(
+        self, link: ServerLink, channel_id: ChannelId, row: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Attach a listener to the desktop of ``row``; refuse a desktop without sound."""
+        if not row.get("audio"):
+            why = row.get("audio_reason") or "not requested"
+            raise OpError(
+                ErrorCode.UNAVAILABLE, f"this desktop has no audio ({why})", {"audio": False}
+            )
+        session_id = str(row["desktop_session_id"])
+        desktop = self.desktops.get(session_id)
+        if desktop is None:
+            display = display_number(str(row.get("display", "")))
+            desktop = DesktopAudio(session_id, display, self.bitrate)
+            self.desktops[session_id] = desktop
+        listener = AudioChannel(channel_id, link, self._listener_closed(desktop))
+        link.add_channel(listener)
+        desktop.add(listener)
+        log.info("audio listener %d on desktop %s… (%d)", channel_id, session_id[:8],
+                 len(desktop.listeners))  # fmt: skip
+        return {"channel_id": channel_id, "sample_rate": SAMPLE_RATE, "channels": CHANNELS,
+                "frame_ms": FRAME_MS, "bitrate": self.bitrate}  # fmt: skip
+
+    def _listener_closed(self, desktop: DesktopAudio) -> Callable[[AudioChannel], None]:
+        def closed(listener: AudioChannel) -> None:
+            desktop.remove(listener)
+            if desktop.listeners:
+                return
+            # The last listener left: stop capturing (no CPU spent on audio nobody hears).
+            if self.desktops.get(desktop.desktop_session_id) is desktop:
+                del self.desktops[desktop.desktop_session_id]
+            task = asyncio.create_task(desktop.stop())
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+
+        return closed
+
+    def capturing(self, desktop_session_id: str) -> bool:
+        desktop = self.desktops.get(desktop_session_id)
+        return desktop is not None and desktop.capturing
+
+    async def aclose(self) -> None:
+        """Stop every capture (relay shutdown)."""
+        for desktop in list(self.desktops.values()):
+            await desktop.stop()
+        self.desktops.clear()
+        if self._stopping:
+            await asyncio.gather(*self._stopping, return_exceptions=True)

@@ -1,0 +1,88 @@
+"""What an action handler is given: the caller, the conversation, and the server's parts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from server.actions.errors import relay_error
+from server.auth.principal import Principal
+from server.config import Settings
+from server.db.records import RelayRecord, Role
+from server.db.store import Store
+from server.inventory.service import Inventory
+from server.relays.hub import RelayHub
+from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.ids import RelayId
+
+
+@dataclass
+class ActionContext:
+    """One action call; handlers fill ``relay``, ``desktop_session_id`` and ``outcome``."""
+
+    app_state: Any
+    principal: Principal
+    conversation_id: str
+    role: Role
+    source: str
+    request_id: str
+    relay: RelayRecord | None = None
+    desktop_session_id: str | None = None
+    outcome: str = "ok"
+
+    @property
+    def store(self) -> Store:
+        store: Store = self.app_state.store
+        return store
+
+    @property
+    def hub(self) -> RelayHub:
+        hub: RelayHub = self.app_state.hub
+        return hub
+
+    @property
+    def inventory(self) -> Inventory:
+        inventory: Inventory = self.app_state.inventory
+        return inventory
+
+    @property
+    def settings(self) -> Settings:
+        settings: Settings = self.app_state.settings
+        return settings
+
+    @property
+    def relay_id(self) -> RelayId:
+        if self.relay is None:
+            raise OpError(ErrorCode.INTERNAL, "no relay resolved")
+        return self.relay.relay_id
+
+    async def resolve_relay(self, name_or_id: str | None) -> RelayRecord:
+        """The relay (name or id) if shared with the conversation, else ``relay_not_found``.
+
+        Without a name, the conversation's only relay; several make the name required.
+        """
+        visible = await self.store.relays_visible_in(self.conversation_id)
+        if name_or_id is None:
+            if len(visible) != 1:
+                raise InvalidArgs(
+                    "relay", f"required: this conversation sees {len(visible)} relays"
+                )
+            self.relay = visible[0]
+            return self.relay
+        for relay in visible:
+            if name_or_id in (relay.name, relay.relay_id):
+                self.relay = relay
+                return relay
+        raise OpError(ErrorCode.RELAY_NOT_FOUND, "no such relay in this conversation")
+
+    async def relay_call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Ask the resolved relay to run ``op``; its errors become the action's errors."""
+        try:
+            result = await self.hub.request(
+                self.relay_id, op, args, self.settings.request_timeout_s
+            )
+        except OpError as err:
+            raise relay_error(err) from err
+        if not isinstance(result, dict):
+            raise OpError(ErrorCode.INTERNAL, f"relay answered {op} without an object")
+        return result

@@ -1,0 +1,249 @@
+"""The desktop actions: list, start, status, attach, stop-request and compare-and-stop.
+
+Every handler resolves the relay in the caller's conversation first (``relay_not_found``
+otherwise), talks to the relay only through ``ActionContext.relay_call``, and records what the
+relay answered in the inventory — the inventory is never guessed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+from server.actions.context import ActionContext
+from server.actions.registry import Action, tool_schema
+from server.actions.schema import Schema
+from server.inventory.rows import DesktopRow
+from server.viewer.capability import grant_for, mint
+from wire.errors import ErrorCode, OpError, SessionConflict
+
+RELAY: Final[Schema] = {
+    "type": "string", "minLength": 1, "maxLength": 64,
+    "description": "Relay name or id. May be omitted when the conversation sees one relay.",
+}  # fmt: skip
+KIND: Final[Schema] = {
+    "type": "string", "enum": ["virtual", "docker", "local"], "default": "virtual",
+    "description": "virtual: a desktop the relay creates (docker is an alias); "
+    "local: the relay host's real screen.",
+}  # fmt: skip
+SLOT: Final[Schema] = {
+    "type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,31}$", "default": "main",
+    "description": "Named place of the desktop on its relay; 'main' unless you need another.",
+}  # fmt: skip
+SESSION_ID: Final[Schema] = {
+    "type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$",
+    "description": "The desktop_session_id of the exact desktop incarnation you mean.",
+}  # fmt: skip
+EXACT_KIND: Final[Schema] = {k: v for k, v in KIND.items() if k != "default"}
+EXACT_SLOT: Final[Schema] = {k: v for k, v in SLOT.items() if k != "default"}
+VIRTUAL: Final = "virtual"
+KIND_ALIASES: Final = {"docker": VIRTUAL}
+
+
+def _kind(args: dict[str, Any]) -> str:
+    kind = str(args.get("kind", VIRTUAL))
+    return KIND_ALIASES.get(kind, kind)
+
+
+async def _tracked_relay(ctx: ActionContext, args: dict[str, Any]) -> None:
+    """Resolve the relay and require exact session identity from it."""
+    relay = await ctx.resolve_relay(args.get("relay"))
+    if ctx.hub.is_connected(relay.relay_id) and not ctx.inventory.tracks(relay.relay_id):
+        raise OpError(ErrorCode.UNAVAILABLE, "this relay does not report desktop session ids")
+
+
+def _viewer(ctx: ActionContext, row: DesktopRow) -> dict[str, Any]:
+    settings = ctx.settings
+    grant = grant_for(
+        ctx.principal.user_id, ctx.conversation_id, row.relay_id, row.desktop_session_id,
+        settings.viewer_token_ttl_s,
+    )  # fmt: skip
+    path = f"/vnc/{row.desktop_session_id}/{mint(settings.secret_key, grant)}/"
+    base = settings.public_url.rstrip("/")
+    return {"viewer_url": base + path, "viewer_expires_at": grant.expires_at}
+
+
+def _desktop_reply(ctx: ActionContext, row: DesktopRow) -> dict[str, Any]:
+    ctx.desktop_session_id = row.desktop_session_id
+    return {"desktop": row.to_dict(), **_viewer(ctx, row)}
+
+
+async def _live_row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow | None:
+    """The live row the arguments name: by session id if given, else by (kind, slot)."""
+    session_id = args.get("desktop_session_id")
+    if isinstance(session_id, str):
+        ctx.desktop_session_id = session_id
+        row = await ctx.inventory.row(ctx.relay_id, session_id)
+        return row if row is not None and row.can_stop else None
+    return await ctx.inventory.live_in_slot(ctx.relay_id, _kind(args), str(args["slot"]))
+
+
+# -- handlers ------------------------------------------------------------------------------
+
+
+async def list_active(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    probes: dict[str, str] = {}
+    if args.get("probe"):
+        probes = await _probe_visible(ctx)
+    rows = await ctx.inventory.visible(ctx.conversation_id)
+    return {"desktops": [row.to_dict() for row in rows], "probes": probes}
+
+
+async def _probe_visible(ctx: ActionContext) -> dict[str, str]:
+    relays = [
+        r for r in await ctx.store.relays_visible_in(ctx.conversation_id)
+        if ctx.hub.is_connected(r.relay_id) and ctx.inventory.tracks(r.relay_id)
+    ]  # fmt: skip
+    results = await asyncio.gather(
+        *(ctx.inventory.probe(r.relay_id) for r in relays), return_exceptions=True
+    )
+    return {r.name: _probe_outcome(result) for r, result in zip(relays, results, strict=True)}
+
+
+def _probe_outcome(result: object) -> str:
+    if isinstance(result, OpError):
+        return result.code.value
+    return "failed" if isinstance(result, BaseException) else "ok"
+
+
+async def start(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    await _tracked_relay(ctx, args)
+    request: dict[str, Any] = {
+        k: args[k] for k in ("kind", "slot", "geometry", "depth", "audio") if k in args
+    }
+    result = await ctx.relay_call(
+        "desktop.start", {**request, "started_by": ctx.principal.username}
+    )
+    row = await ctx.inventory.record_started(ctx.relay_id, result)
+    already = bool(result.get("already_running"))
+    ctx.outcome = "already_running" if already else "ok"
+    return {**_desktop_reply(ctx, row), "already_running": already}
+
+
+async def status(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    await _tracked_relay(ctx, args)
+    rows = await ctx.inventory.probe(ctx.relay_id)
+    return {"relay": ctx.relay.name if ctx.relay else None, "desktops": [r.to_dict() for r in rows]}
+
+
+async def attach(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    await _tracked_relay(ctx, args)
+    row = await _live_row(ctx, args)
+    if row is not None and row.state == "unknown":
+        raise OpError(ErrorCode.RELAY_UNREACHABLE, "the relay of this desktop is not connected")
+    if row is None or row.state != "running":
+        raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
+    return _desktop_reply(ctx, row)
+
+
+async def stop_request(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    await _tracked_relay(ctx, args)
+    row = await _live_row(ctx, args)
+    if row is None:
+        raise OpError(ErrorCode.NOT_RUNNING, "no desktop is running there")
+    ctx.desktop_session_id = row.desktop_session_id
+    confirm = {
+        "conversation_id": ctx.conversation_id, "relay": row.relay_id, "kind": row.kind,
+        "slot": row.slot, "desktop_session_id": row.desktop_session_id,
+    }  # fmt: skip
+    return {
+        "confirm_required": True,
+        "desktop": row.to_dict(),
+        "confirm": {"action": "desktop_stop_confirm", "args": confirm},
+    }
+
+
+async def stop_confirm(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    await _tracked_relay(ctx, args)
+    session_id = str(args["desktop_session_id"])
+    ctx.desktop_session_id = session_id
+    observed = await ctx.inventory.row(ctx.relay_id, session_id)
+    kind = _kind(args) if "kind" in args or observed is None else observed.kind
+    slot = str(args.get("slot") or (observed.slot if observed else "main"))
+    holder = await ctx.inventory.live_in_slot(ctx.relay_id, kind, slot)
+    if holder is not None and holder.desktop_session_id != session_id:
+        raise SessionConflict(holder.desktop_session_id)
+    return await _compare_and_stop(ctx, kind, slot, session_id)
+
+
+async def _compare_and_stop(
+    ctx: ActionContext, kind: str, slot: str, session_id: str
+) -> dict[str, Any]:
+    """The relay's compare-and-stop under its lifecycle lock, and its answer recorded."""
+    answer = await ctx.relay_call(
+        "desktop.stop", {"kind": kind, "slot": slot, "desktop_session_id": session_id}
+    )
+    if answer.get("conflict"):
+        await ctx.inventory.record_ended(ctx.relay_id, session_id, "stopped", "replaced")
+        raise SessionConflict(str(answer.get("current_session_id")))
+    stopped = bool(answer.get("stopped"))
+    reason = f"stopped by {ctx.principal.username}" if stopped else "not_on_relay"
+    row = await ctx.inventory.record_ended(ctx.relay_id, session_id, "stopped", reason)
+    ctx.outcome = "stopped" if stopped else "was_not_running"
+    body: dict[str, Any] = {"stopped": stopped, "was_running": stopped}
+    if stopped:
+        body["stopped_session_id"] = session_id
+    if row is not None:
+        body["desktop"] = row.to_dict()
+    return body
+
+
+DESKTOP_ACTIONS: Final[tuple[Action, ...]] = (
+    Action(
+        "desktop_list_active", "read",
+        tool_schema({"probe": {
+            "type": "boolean", "default": False,
+            "description": "Ask every connected relay for its status first (slower, exact).",
+        }}),
+        "List the desktops running on the relays of this conversation (state, slot, session "
+        "id, who started them). Use it before starting or stopping one.",
+        list_active,
+    ),
+    Action(
+        "desktop_start", "write",
+        tool_schema({
+            "relay": RELAY, "kind": KIND, "slot": SLOT,
+            "geometry": {"type": "string", "pattern": "^[0-9]{2,5}x[0-9]{2,5}$",
+                         "default": "1280x800", "description": "Screen size WIDTHxHEIGHT."},
+            "depth": {"type": "integer", "enum": [16, 24], "default": 24,
+                      "description": "Colour depth in bits."},
+            "audio": {"type": "boolean",  # absent: the relay's default (docs/audio.md)
+                      "description": "Capture the desktop's sound for the viewer."},
+        }),
+        "Start a desktop in a slot of a relay, or return the one already running there. "
+        "Answers with the desktop row and a viewer_url to open it.",
+        start, audit_op="desktop.start",
+    ),
+    Action(
+        "desktop_status", "read",
+        tool_schema({"relay": RELAY}),
+        "Ask one relay which desktops it runs right now and update the inventory.",
+        status,
+    ),
+    Action(
+        "desktop_attach", "write",
+        tool_schema({"relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID}),
+        "Get a fresh viewer_url for a desktop that is already running (never starts one; "
+        "answers not_running instead).",
+        attach, audit_op="desktop.attach",
+    ),
+    Action(
+        "desktop_stop_request", "read",
+        tool_schema({"relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID}),
+        "First step of stopping a desktop: shows exactly which desktop a stop would end. "
+        "Nothing stops; confirm with desktop_stop_confirm and the returned args.",
+        stop_request, audit_op="desktop.stop_request",
+    ),
+    Action(
+        "desktop_stop_confirm", "write",
+        tool_schema(
+            {"relay": RELAY, "kind": EXACT_KIND, "slot": EXACT_SLOT,
+             "desktop_session_id": SESSION_ID},
+            ("relay", "desktop_session_id"),
+        ),
+        "Stop the desktop whose desktop_session_id you observed, only if it still holds the "
+        "slot: a newer desktop there answers session_conflict and keeps running; an empty "
+        "slot answers was_running false.",
+        stop_confirm, audit_op="desktop.stop_confirm",
+    ),
+)  # fmt: skip

@@ -1,0 +1,132 @@
+"""``invoke``: the one path every action call takes (HTTP, chat slash commands, screen tool).
+
+Order: known action → JSON object → ``conversation_id`` → role → schema → handler. Audited
+actions write one audit row per attempt, whatever its outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from server.actions import audit
+from server.actions.context import ActionContext
+from server.actions.errors import ActionError, error_body, status_of
+from server.actions.registry import Action, ActionRegistry
+from server.actions.schema import validate, with_defaults
+from server.auth.principal import Principal
+from server.db.records import role_allows
+from wire.errors import ErrorCode, InvalidArgs, OpError
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID_RE: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+OUTCOMES: Final[dict[ErrorCode, str]] = {ErrorCode.SESSION_CONFLICT: "conflict"}
+
+
+@dataclass(frozen=True)
+class OversizedBody:
+    """A body that was not read because it is larger than ``max_body_bytes``."""
+
+    size: int
+
+
+Body = bytes | str | Mapping[str, Any] | OversizedBody | None
+
+
+def request_id_from(candidate: str | None) -> str:
+    """The caller's request id when it is a sane token, else a fresh one."""
+    if candidate and REQUEST_ID_RE.fullmatch(candidate):
+        return candidate
+    return secrets.token_hex(8)
+
+
+def _parse_body(body: Body, limit: int) -> dict[str, Any]:
+    if isinstance(body, OversizedBody) or (isinstance(body, bytes | str) and len(body) > limit):
+        raise ActionError(
+            ErrorCode.LIMIT_REACHED, f"request body exceeds {limit} bytes", status=413
+        )
+    if isinstance(body, bytes | str):
+        try:
+            body = json.loads(body) if body else None
+        except (ValueError, RecursionError) as err:
+            raise InvalidArgs("body", "is not valid JSON") from err
+    if not isinstance(body, Mapping):
+        raise InvalidArgs("body", "must be a JSON object")
+    return dict(body)
+
+
+async def _admit(action: Action, ctx: ActionContext, body: Body) -> dict[str, Any]:
+    """Parse, find the conversation and the caller's role, check the schema."""
+    args = _parse_body(body, ctx.settings.max_body_bytes)
+    conversation_id = args.get("conversation_id")
+    if not isinstance(conversation_id, str) or not conversation_id:
+        raise InvalidArgs("conversation_id", "required (a string)")
+    ctx.conversation_id = conversation_id
+    role = await ctx.store.get_role(conversation_id, ctx.principal.user_id)
+    if not role_allows(role, action.role):
+        raise OpError(ErrorCode.FORBIDDEN, f"{action.name} needs role {action.role} here")
+    if role is not None:
+        ctx.role = role
+    validate(action.json_schema, args)
+    return with_defaults(action.json_schema, args)
+
+
+async def _run(action: Action, ctx: ActionContext, body: Body) -> tuple[int, dict[str, Any]]:
+    try:
+        result = await action.handler(ctx, await _admit(action, ctx, body))
+    except OpError as err:
+        await _audit(action, ctx, OUTCOMES.get(err.code, err.code.value), err.message)
+        return status_of(err), error_body(err)
+    except Exception:
+        log.exception("action %s failed (request %s)", action.name, ctx.request_id)
+        await _audit(action, ctx, "failed", "internal error")
+        return 500, error_body(OpError(ErrorCode.INTERNAL, "internal error"))
+    await _audit(action, ctx, ctx.outcome, None)
+    return 200, {"ok": True, **result}
+
+
+async def _audit(action: Action, ctx: ActionContext, outcome: str, reason: str | None) -> None:
+    if action.audit_op is None:
+        return
+    try:
+        await audit.record(ctx, action.audit_op, outcome, reason)
+    except Exception:
+        log.exception("cannot write the audit row of %s", action.name)
+
+
+def unknown_action(registry: ActionRegistry, name: str) -> tuple[int, dict[str, Any]]:
+    err = OpError(
+        ErrorCode.NOT_FOUND, f"unknown action {name[:64]!r}", {"actions": registry.names()}
+    )
+    return 404, error_body(err)
+
+
+async def invoke(
+    app_state: Any,
+    principal: Principal,
+    name: str,
+    body: Body,
+    *,
+    source: str = "api",
+    request_id: str | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """Run action ``name`` for ``principal``; returns ``(http_status, json_body)``.
+
+    ``body`` is the raw JSON (bytes/str) or an already parsed mapping; it must carry
+    ``conversation_id``. Never raises for a caller's mistake: errors come back as
+    ``{ok: false, error: {code, message}}`` with their status.
+    """
+    registry: ActionRegistry = app_state.actions
+    action = registry.get(name)
+    if action is None:
+        return unknown_action(registry, name)
+    ctx = ActionContext(
+        app_state, principal, "", "read", source, request_id or request_id_from(None)
+    )
+    return await _run(action, ctx, body)

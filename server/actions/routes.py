@@ -1,0 +1,67 @@
+"""``GET /api/v1/actions`` (tool definitions) and ``POST /api/v1/actions/{name}``."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from server.actions.invoke import Body, OversizedBody, invoke, request_id_from
+from server.actions.registry import ActionRegistry
+from server.auth.dependencies import authenticate
+from server.auth.errors import AuthError, error_response
+
+REQUEST_ID_HEADER: Final = "X-Request-ID"
+NO_STORE: Final = {"Cache-Control": "no-store"}
+SOURCES: Final = {"cookie": "web", "token": "api"}
+
+
+async def _read_body(request: Request, limit: int) -> Body:
+    """The body, or ``OversizedBody`` as soon as it is known to exceed ``limit``."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return OversizedBody(int(declared))
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return OversizedBody(size)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def list_actions(request: Request) -> Response:
+    try:
+        await authenticate(request)
+    except AuthError as err:
+        return error_response(err)
+    registry: ActionRegistry = request.app.state.actions
+    return JSONResponse({"ok": True, "actions": registry.definitions()}, headers=NO_STORE)
+
+
+async def call_action(request: Request) -> Response:
+    try:
+        principal = await authenticate(request)
+    except AuthError as err:
+        return error_response(err)
+    request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER))
+    body = await _read_body(request, request.app.state.settings.max_body_bytes)
+    status, payload = await invoke(
+        request.app.state,
+        principal,
+        request.path_params["name"],
+        body,
+        source=SOURCES[principal.via],
+        request_id=request_id,
+    )
+    headers = {**NO_STORE, REQUEST_ID_HEADER: request_id}
+    return JSONResponse(payload, status_code=status, headers=headers)
+
+
+action_routes = [
+    Route("/api/v1/actions", list_actions, methods=["GET"]),
+    Route("/api/v1/actions/{name}", call_action, methods=["POST"]),
+]

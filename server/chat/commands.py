@@ -1,0 +1,299 @@
+"""Run a parsed ``/desktop`` command through the typed actions and shape its result message.
+
+Every command goes through the same actions as the HTTP API (``invoke``), so chat can never do
+what the caller could not do directly. The result is a :class:`Reply`: a one-line ``text`` for
+any chat front end, a structured ``payload`` the web UI renders (stored in the transcript,
+never holding a secret), and ``private`` data for the sender only (the viewer URL: it carries
+a capability bound to the sender, so it is never stored or broadcast).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, assert_never
+
+from server.chat import slash
+from server.chat.ports import ActionResult, ChatStore
+from wire.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+CHAT_SLOT = "main"
+# Bound invoke: (action name, body) -> (status, body), already knowing app and principal.
+Invoke = Callable[[str, dict[str, Any]], Awaitable[ActionResult]]
+
+
+@dataclass
+class Reply:
+    """What a command answers: ``text`` + ``payload`` (stored), ``private`` (sender only)."""
+
+    text: str
+    payload: dict[str, Any]
+    private: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CommandContext:
+    """Who runs the command, where, and how to reach the actions and the store."""
+
+    conversation_id: str
+    username: str
+    invoke: Invoke
+    store: ChatStore
+
+
+def _payload(command: str, outcome: str, **extra: Any) -> dict[str, Any]:
+    return {"command": command, "outcome": outcome, **extra}
+
+
+def _error_reply(command: str, status: int, body: dict[str, Any], **extra: Any) -> Reply:
+    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    assert isinstance(error, dict)
+    code = str(error.get("code") or ErrorCode.INTERNAL.value)
+    message = str(error.get("message") or "the action failed")
+    details = {k: v for k, v in error.items() if k not in {"code", "message"}}
+    payload = _payload(
+        command, "error", error={"code": code, "message": message, "status": status, **details},
+        **extra,
+    )  # fmt: skip
+    return Reply(f"{command}: {message}", payload)
+
+
+def _row_of(body: dict[str, Any]) -> dict[str, Any] | None:
+    for key in ("desktop", "row"):
+        value = body.get(key)
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def _rows_of(body: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = body.get("desktops", body.get("rows", []))
+    return [row for row in rows if isinstance(row, dict)] if isinstance(rows, list) else []
+
+
+def _viewer_url(body: dict[str, Any]) -> str | None:
+    url = body.get("viewer_url")
+    if isinstance(url, str):
+        return url
+    row = _row_of(body)
+    url = row.get("viewer_url") if row else None
+    return url if isinstance(url, str) else None
+
+
+def _public_row(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A row as stored in the transcript: no viewer URL (it is a capability)."""
+    if row is None:
+        return None
+    return {key: value for key, value in row.items() if key not in {"viewer_url", "token"}}
+
+
+def _relay_matches(row: dict[str, Any], relay: str) -> bool:
+    return relay in {row.get("relay_name"), row.get("relay"), row.get("relay_id")}
+
+
+def _chat_row(rows: list[dict[str, Any]], relay: str, kind: str) -> dict[str, Any] | None:
+    for row in rows:
+        same_slot = row.get("slot", CHAT_SLOT) == CHAT_SLOT
+        if _relay_matches(row, relay) and row.get("kind") == kind and same_slot:
+            return row
+    return None
+
+
+def _short(session_id: object) -> str:
+    return str(session_id or "")[:8]
+
+
+class CommandRunner:
+    """Executes one parsed command in one conversation for one caller."""
+
+    def __init__(self, ctx: CommandContext) -> None:
+        self.ctx = ctx
+
+    async def run(self, command: slash.Command | slash.ParseError) -> Reply:
+        if isinstance(command, slash.ParseError):
+            return self._parse_error(command)
+        if isinstance(command, slash.OpenDesktop):
+            return await self._with_relay(command.relay, "open", self._open, command.kind)
+        if isinstance(command, slash.AttachDesktop):
+            return await self._with_relay(command.relay, "attach", self._attach, command.kind)
+        if isinstance(command, slash.StopDesktop):
+            return await self._with_relay(command.relay, "stop", self._stop, command.kind)
+        if isinstance(command, slash.DesktopStatus):
+            return await self._with_relay(command.relay, "status", self._status, "virtual")
+        if isinstance(command, slash.ListDesktops):
+            return await self._list()
+        if isinstance(command, slash.CloseViewer):
+            return self._close()
+        if isinstance(command, slash.Help):
+            return self._help(command.topic)
+        assert_never(command)
+
+    # -- shared steps ----------------------------------------------------------------------
+
+    async def _call(self, name: str, **args: Any) -> ActionResult:
+        body = {"conversation_id": self.ctx.conversation_id, **args}
+        return await self.ctx.invoke(name, body)
+
+    async def _with_relay(
+        self,
+        name: str | None,
+        command: str,
+        then: Callable[[str, str], Awaitable[Reply]],
+        kind: str,
+    ) -> Reply:
+        relays = await self.ctx.store.relays_visible_in(self.ctx.conversation_id)
+        resolved = slash.resolve_relay(name, [relay.name for relay in relays])
+        if isinstance(resolved, slash.RelayResolved):
+            return await then(resolved.name, kind)
+        choices = list(resolved.choices)
+        if isinstance(resolved, slash.RelayAmbiguous):
+            text = f"Several relays are visible here; name one: {', '.join(choices)}"
+            return Reply(text, _payload(command, "choose_relay", relays=choices, kind=kind))
+        if resolved.name is None:
+            text = "No relay is shared with this conversation."
+            return Reply(text, _payload(command, "no_relay", relays=choices))
+        hint = f" Did you mean {resolved.suggestion}?" if resolved.suggestion else ""
+        text = f"No relay named {resolved.name!r} is visible here.{hint}"
+        payload = _payload(
+            command, "unknown_relay", relay=resolved.name, relays=choices,
+            suggestion=resolved.suggestion,
+        )  # fmt: skip
+        return Reply(text, payload)
+
+    def _parse_error(self, error: slash.ParseError) -> Reply:
+        hint = f" Try {error.suggestion}." if error.suggestion else ""
+        payload = _payload("parse", "parse_error", message=error.message)
+        payload["suggestion"] = error.suggestion
+        return Reply(f"{error.message}.{hint}", payload)
+
+    # -- commands --------------------------------------------------------------------------
+
+    async def _open(self, relay: str, kind: str) -> Reply:
+        recorded = await self._recorded_running(relay, kind)
+        if recorded is not None:
+            status, body = await self._call("desktop_status", relay=relay)
+            probed = _chat_row(_rows_of(body), relay, kind) if status == 200 else None
+            same = probed is not None and probed.get("desktop_session_id") == recorded.get(
+                "desktop_session_id"
+            )
+            if same and probed is not None and probed.get("state") == "running":
+                return await self._attach(relay, kind)
+            await self._audit_replacement(relay, recorded, status)
+            return await self._start(relay, kind, replaced=recorded)
+        return await self._start(relay, kind)
+
+    async def _recorded_running(self, relay: str, kind: str) -> dict[str, Any] | None:
+        status, body = await self._call("desktop_list_active")
+        if status != 200:
+            return None
+        row = _chat_row(_rows_of(body), relay, kind)
+        return row if row is not None and row.get("state") == "running" else None
+
+    async def _audit_replacement(self, relay: str, row: dict[str, Any], status: int) -> None:
+        session = str(row.get("desktop_session_id") or "")
+        await self.ctx.store.write_audit(
+            op="chat_open_replace",
+            actor=self.ctx.username,
+            outcome="not_answering",
+            conversation_id=self.ctx.conversation_id,
+            relay_id=str(row.get("relay_id") or "") or None,
+            desktop_session_id=session or None,
+            reason="recorded running but the probe did not confirm it",
+            source="chat",
+            details={"relay": relay, "status_http": status},
+        )
+        log.info(
+            "[desktop-audit] op=chat_open_replace actor=%s relay=%s session=%s "
+            "outcome=not_answering reason=probe_failed",
+            self.ctx.username, relay, session,
+        )  # fmt: skip
+
+    async def _start(self, relay: str, kind: str, replaced: dict[str, Any] | None = None) -> Reply:
+        status, body = await self._call("desktop_start", relay=relay, kind=kind, slot=CHAT_SLOT)
+        if status >= 400:
+            return _error_reply("open", status, body, relay=relay, kind=kind)
+        row = _row_of(body)
+        reused = bool(body.get("already_running") or (row or {}).get("already_running"))
+        outcome = "restarted" if replaced else ("attached" if reused else "started")
+        old = _short(replaced.get("desktop_session_id")) if replaced else ""
+        what = "local screen" if kind == "local" else "desktop"
+        text = {
+            "started": f"Started the {what} on {relay}.",
+            "attached": f"Opened the running {what} on {relay}.",
+            "restarted": (
+                f"The {what} on {relay} (session {old})"
+                " was recorded as running but did not answer; started a new session."
+            ),
+        }[outcome]
+        payload = _payload("open", outcome, relay=relay, kind=kind, desktop=_public_row(row))
+        if replaced:
+            payload["replaced_session_id"] = replaced.get("desktop_session_id")
+        return self._with_viewer(Reply(text, payload), body)
+
+    def _with_viewer(self, reply: Reply, body: dict[str, Any]) -> Reply:
+        url = _viewer_url(body)
+        reply.payload["open_viewer"] = url is not None
+        if url is not None:
+            reply.private["viewer_url"] = url
+        return reply
+
+    async def _attach(self, relay: str, kind: str) -> Reply:
+        status, body = await self._call("desktop_attach", relay=relay, kind=kind, slot=CHAT_SLOT)
+        if status == 409:
+            text = f"No desktop is running on {relay}; /desktop {relay} starts one."
+            return Reply(text, _payload("attach", "not_running", relay=relay, kind=kind))
+        if status >= 400:
+            return _error_reply("attach", status, body, relay=relay, kind=kind)
+        row = _public_row(_row_of(body))
+        payload = _payload("attach", "attached", relay=relay, kind=kind, desktop=row)
+        return self._with_viewer(Reply(f"Opened the running desktop on {relay}.", payload), body)
+
+    async def _stop(self, relay: str, kind: str) -> Reply:
+        status, body = await self._call(
+            "desktop_stop_request", relay=relay, kind=kind, slot=CHAT_SLOT
+        )
+        row = _row_of(body) if status < 400 else None
+        if status == 409 or (status < 400 and row is None):
+            text = f"No desktop is running on {relay}; nothing to stop."
+            return Reply(text, _payload("stop", "not_running", relay=relay, kind=kind))
+        if status >= 400:
+            return _error_reply("stop", status, body, relay=relay, kind=kind)
+        assert row is not None
+        text = (
+            f"Stopping the desktop on {relay} (session {_short(row.get('desktop_session_id'))})"
+            " needs confirmation."
+        )
+        payload = _payload(
+            "stop", "confirm_required", relay=relay, kind=kind, desktop=_public_row(row),
+            confirm_required=True,
+        )  # fmt: skip
+        return Reply(text, payload)
+
+    async def _status(self, relay: str, kind: str) -> Reply:
+        status, body = await self._call("desktop_status", relay=relay)
+        if status >= 400:
+            return _error_reply("status", status, body, relay=relay)
+        rows = [_public_row(row) for row in _rows_of(body)]
+        text = f"{relay}: {len(rows)} desktop(s)." if rows else f"{relay}: no desktop is running."
+        return Reply(text, _payload("status", "status", relay=relay, desktops=rows))
+
+    async def _list(self) -> Reply:
+        status, body = await self._call("desktop_list_active")
+        if status >= 400:
+            return _error_reply("list", status, body)
+        rows = [_public_row(row) for row in _rows_of(body)]
+        text = f"{len(rows)} active desktop(s)." if rows else "No desktop is active here."
+        return Reply(text, _payload("list", "listed", desktops=rows))
+
+    def _close(self) -> Reply:
+        text = "Closed this browser's viewer tab. The desktop keeps running."
+        return Reply(text, _payload("close", "close_viewer"))
+
+    def _help(self, topic: str | None) -> Reply:
+        lines = slash.help_lines(topic)
+        text = "\n".join(f"{usage} — {description}" for usage, description in lines)
+        rows = [{"usage": usage, "description": description} for usage, description in lines]
+        return Reply(text, _payload("help", "help", lines=rows))

@@ -1,0 +1,37 @@
+"""The chat feature's wiring: its routes and the service built in the app's lifespan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.routing import BaseRoute
+
+from server.actions.invoke import invoke
+from server.auth.principal import Principal
+from server.chat.routes import ChatService, chat_routes
+from server.chat.web import bridge_route, web_routes
+from server.events.hub import publish_conversation
+from server.viewer.keyboard_state import keyboard_state_route
+
+
+async def chat_invoke(
+    app_state: Any, principal: Principal, name: str, body: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    """The typed actions, audited with ``source=chat``."""
+    return await invoke(app_state, principal, name, body, source="chat")
+
+
+def routes() -> list[BaseRoute]:
+    """Chat API, the viewer's keyboard-state endpoint, and the web app (``/``, ``/app/…``)."""
+    return [*chat_routes, keyboard_state_route, *web_routes()]
+
+
+def priority_routes() -> list[BaseRoute]:
+    """Routes that must come before the viewer's ``/viewer/{name}`` (which would shadow them)."""
+    return [bridge_route]
+
+
+def start_chat(state: Any) -> ChatService:
+    service = ChatService(invoke=chat_invoke, publish=publish_conversation)
+    state.chat = service
+    return service

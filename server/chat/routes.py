@@ -1,0 +1,276 @@
+"""Chat HTTP routes: conversations, the transcript, and posting (with ``/desktop`` commands).
+
+``POST /api/v1/conversations/{id}/messages {text}`` needs role ``write`` to store a message.
+A ``/desktop`` command from a ``read`` member still runs (the actions check each command's own
+role, exactly as over the HTTP API) but its reply goes to that member only and nothing is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from server.auth.dependencies import authenticate
+from server.auth.principal import Principal
+from server.auth.routes import json_errors
+from server.chat import slash
+from server.chat.commands import CommandContext, CommandRunner, Reply
+from server.chat.ports import ChatStore, InvokeAction, PublishEvent
+from server.db.records import MessageRecord, Role, role_allows
+from wire.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_CHARS = 4000
+MAX_BODY_BYTES = 64 * 1024
+DEFAULT_PAGE, MAX_PAGE = 50, 200
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+@dataclass
+class ChatService:
+    """What the routes need, built once in the app's lifespan (``app.state.chat``)."""
+
+    invoke: InvokeAction
+    publish: PublishEvent
+
+
+class ChatError(Exception):
+    """A request the chat routes refuse; becomes ``{ok: false, error}`` with ``status``."""
+
+    def __init__(self, status: int, code: ErrorCode, message: str) -> None:
+        self.status, self.code, self.message = status, code, message
+        super().__init__(message)
+
+    def response(self) -> JSONResponse:
+        body = {"ok": False, "error": {"code": self.code.value, "message": self.message}}
+        return JSONResponse(body, status_code=self.status, headers=NO_STORE)
+
+
+def _store(request: Request) -> ChatStore:
+    store: ChatStore = request.app.state.store
+    return store
+
+
+def _service(request: Request) -> ChatService:
+    service: ChatService | None = getattr(request.app.state, "chat", None)
+    if service is None:
+        raise ChatError(503, ErrorCode.UNAVAILABLE, "chat is not ready")
+    return service
+
+
+async def _role(request: Request, principal: Principal, needed: Role) -> Role:
+    conversation_id = request.path_params["conversation_id"]
+    role = await _store(request).get_role(conversation_id, principal.user_id)
+    if role is None:
+        # Same answer for "no such conversation" and "not a member": existence is not leaked.
+        raise ChatError(404, ErrorCode.NOT_FOUND, "conversation not found")
+    if not role_allows(role, needed):
+        raise ChatError(403, ErrorCode.FORBIDDEN, f"this needs role {needed}; yours is {role}")
+    return role
+
+
+def message_json(record: MessageRecord, names: dict[str, str]) -> dict[str, Any]:
+    author = None
+    if record.author_id is not None:
+        author = {"user_id": record.author_id, "username": names.get(record.author_id, "?")}
+    return {
+        "id": record.message_id,
+        "conversation_id": record.conversation_id,
+        "author": author,
+        "kind": record.kind,
+        "text": record.text,
+        "payload": record.payload,
+        "created_at": record.created_at.isoformat(),
+    }
+
+
+async def _names(store: ChatStore, conversation_id: str) -> dict[str, str]:
+    return {str(m.user_id): m.username for m in await store.list_members(conversation_id)}
+
+
+def _int_param(request: Request, name: str, low: int, high: int, default: int | None) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ChatError(400, ErrorCode.INVALID_ARGS, f"{name} must be an integer") from None
+    if not low <= value <= high:
+        raise ChatError(400, ErrorCode.INVALID_ARGS, f"{name} must be in {low}..{high}")
+    return value
+
+
+def _chat_errors(endpoint: Any) -> Any:
+    @json_errors
+    async def wrapped(request: Request) -> Response:
+        try:
+            response: Response = await endpoint(request)
+            return response
+        except ChatError as err:
+            return err.response()
+
+    return wrapped
+
+
+@_chat_errors
+async def list_conversations(request: Request) -> Response:
+    """``GET /api/v1/conversations``: the caller's conversations with their role."""
+    principal = await authenticate(request)
+    memberships = await _store(request).list_conversations_for(principal.user_id)
+    conversations = [
+        {"conversation_id": m.conversation_id, "title": m.title, "role": m.role,
+         "created_at": m.created_at.isoformat()}
+        for m in memberships
+    ]  # fmt: skip
+    return JSONResponse({"ok": True, "conversations": conversations}, headers=NO_STORE)
+
+
+@_chat_errors
+async def get_conversation(request: Request) -> Response:
+    """``GET /api/v1/conversations/{id}``: title, role, members and visible relays."""
+    principal = await authenticate(request)
+    role = await _role(request, principal, "read")
+    store, conversation_id = _store(request), request.path_params["conversation_id"]
+    title = next(
+        (m.title for m in await store.list_conversations_for(principal.user_id)
+         if m.conversation_id == conversation_id), "",
+    )  # fmt: skip
+    relays = [
+        {"relay_id": r.relay_id, "name": r.name, "connected": r.connected}
+        for r in await store.relays_visible_in(conversation_id)
+    ]
+    members = [{"username": m.username, "role": m.role} for m in await store.list_members(
+        conversation_id)]  # fmt: skip
+    body = {"ok": True, "conversation_id": conversation_id, "title": title, "role": role,
+            "relays": relays, "members": members}  # fmt: skip
+    return JSONResponse(body, headers=NO_STORE)
+
+
+@_chat_errors
+async def list_messages(request: Request) -> Response:
+    """``GET …/messages?before=&limit=``: a page of the transcript, oldest first."""
+    principal = await authenticate(request)
+    await _role(request, principal, "read")
+    before = _int_param(request, "before", 1, 2**62, None)
+    limit = _int_param(request, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
+    assert limit is not None
+    store, conversation_id = _store(request), request.path_params["conversation_id"]
+    records = await store.list_messages(conversation_id, before_id=before, limit=limit)
+    names = await _names(store, conversation_id)
+    body = {
+        "ok": True,
+        "messages": [message_json(r, names) for r in records],
+        "has_more": len(records) == limit,
+    }
+    return JSONResponse(body, headers=NO_STORE)
+
+
+async def _text_of(request: Request) -> str:
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise ChatError(413, ErrorCode.LIMIT_REACHED, _too_long_message())
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ChatError(400, ErrorCode.INVALID_ARGS, "expected a JSON object {text}") from None
+    text = body.get("text") if isinstance(body, dict) else None
+    if not isinstance(text, str):
+        raise ChatError(400, ErrorCode.INVALID_ARGS, "text: must be a string")
+    if not text.strip():
+        raise ChatError(400, ErrorCode.INVALID_ARGS, "text: must not be empty")
+    if len(text) > MAX_MESSAGE_CHARS:
+        raise ChatError(413, ErrorCode.LIMIT_REACHED, _too_long_message(len(text)))
+    return text
+
+
+def _too_long_message(length: int | None = None) -> str:
+    size = f" ({length:,} characters)" if length is not None else ""
+    return f"message too long{size}: the limit is {MAX_MESSAGE_CHARS:,} characters"
+
+
+@_chat_errors
+async def post_message(request: Request) -> Response:
+    """``POST …/messages {text}``: store and publish; ``/desktop …`` also runs the command."""
+    principal = await authenticate(request)
+    role = await _role(request, principal, "read")
+    text = await _text_of(request)
+    command = slash.is_desktop_command(text)
+    if not command and not role_allows(role, "write"):
+        raise ChatError(403, ErrorCode.FORBIDDEN, f"posting needs role write; yours is {role}")
+    store, conversation_id = _store(request), request.path_params["conversation_id"]
+    names = {str(principal.user_id): principal.username}
+    stored = role_allows(role, "write")
+    message = None
+    if stored:
+        record = await store.add_message(conversation_id, principal.user_id, text)
+        message = message_json(record, names)
+        await _publish(request, conversation_id, message)
+    reply = await _run_command(request, principal, text) if command else None
+    reply_json = await _reply_json(request, reply, message, stored, principal)
+    body = {"ok": True, "message": message, "reply": reply_json,
+            "private": reply.private if reply else {}}  # fmt: skip
+    return JSONResponse(body, status_code=201 if stored else 200, headers=NO_STORE)
+
+
+async def _run_command(request: Request, principal: Principal, text: str) -> Reply:
+    service = _service(request)
+    conversation_id = request.path_params["conversation_id"]
+
+    async def invoke(name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return await service.invoke(request.app.state, principal, name, body)
+
+    ctx = CommandContext(conversation_id, principal.username, invoke, _store(request))
+    return await CommandRunner(ctx).run(slash.parse(text.strip()))
+
+
+async def _reply_json(
+    request: Request,
+    reply: Reply | None,
+    message: dict[str, Any] | None,
+    stored: bool,
+    principal: Principal,
+) -> dict[str, Any] | None:
+    if reply is None:
+        return None
+    payload = {**reply.payload, "requested_by": principal.username}
+    if message is not None:
+        payload["reply_to"] = message["id"]
+    conversation_id = request.path_params["conversation_id"]
+    if not stored:
+        return {"id": None, "conversation_id": conversation_id, "author": None, "kind": "result",
+                "text": reply.text, "payload": {**payload, "ephemeral": True},
+                "created_at": None}  # fmt: skip
+    store = _store(request)
+    record = await store.add_message(
+        conversation_id, None, reply.text, kind="result", payload=payload
+    )
+    result = message_json(record, {})
+    await _publish(request, conversation_id, result)
+    return result
+
+
+async def _publish(request: Request, conversation_id: str, message: dict[str, Any]) -> None:
+    service = _service(request)
+    try:
+        await service.publish(request.app.state, conversation_id, "message_created", message)
+    except Exception:
+        # The message is stored; a live-update failure must not fail the post.
+        log.exception("publishing message %s failed", message.get("id"))
+
+
+chat_routes = [
+    Route("/api/v1/conversations", list_conversations, methods=["GET"]),
+    Route("/api/v1/conversations/{conversation_id}", get_conversation, methods=["GET"]),
+    Route("/api/v1/conversations/{conversation_id}/messages", list_messages, methods=["GET"]),
+    Route("/api/v1/conversations/{conversation_id}/messages", post_message, methods=["POST"]),
+]

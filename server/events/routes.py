@@ -1,0 +1,102 @@
+"""``GET /api/v1/events?conversation_id=…``: the conversation's events as Server-Sent Events.
+
+A subscriber must be a member with at least ``read``; membership is checked again while it
+listens (at most ``RECHECK_S`` apart), and a subscriber that lost it is disconnected. With
+``Last-Event-ID`` the missed events are replayed from the bounded history; without it (or
+when the history no longer reaches back that far) the stream opens with a snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from server.actions.errors import error_body, status_of
+from server.auth.dependencies import authenticate_connection
+from server.auth.errors import AuthError, error_response
+from server.db.records import role_allows
+from server.events.bus import BusEvent, Feed
+from server.events.hub import INVENTORY_CHANGED, STREAM_RESET, ConversationEvents
+from wire.errors import ErrorCode, InvalidArgs, OpError
+
+log = logging.getLogger(__name__)
+
+RECHECK_S: Final = 30.0
+HEADERS: Final = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+def _json(data: dict[str, Any]) -> str:
+    return json.dumps(data, separators=(",", ":"))
+
+
+def _sse(event: BusEvent) -> ServerSentEvent:
+    return ServerSentEvent(data=_json(event.data), event=event.event, id=event.id)
+
+
+async def _member(request: Request, conversation_id: str, user_id: str) -> bool:
+    role = await request.app.state.store.get_role(conversation_id, user_id)
+    return role_allows(role, "read")
+
+
+async def _stream(
+    request: Request,
+    events: ConversationEvents,
+    feed: Feed,
+    conversation_id: str,
+    user_id: str,
+    resumed: bool,
+) -> AsyncIterator[ServerSentEvent]:
+    try:
+        if not feed.complete:
+            if resumed:
+                yield ServerSentEvent(
+                    data=_json({"reason": "history_exceeded"}), event=STREAM_RESET
+                )
+            snapshot = await events.snapshot(conversation_id)
+            yield ServerSentEvent(data=_json(snapshot), event=INVENTORY_CHANGED)
+        for event in feed.replay:
+            yield _sse(event)
+        checked = time.monotonic()
+        while (live := await feed.next()) is not None:
+            if time.monotonic() - checked > RECHECK_S:
+                if not await _member(request, conversation_id, user_id):
+                    return
+                checked = time.monotonic()
+            yield _sse(live)
+    finally:
+        await events.close(feed)
+
+
+def _error(err: OpError) -> Response:
+    return JSONResponse(error_body(err), status_code=status_of(err))
+
+
+async def event_stream(request: Request) -> Response:
+    try:
+        principal = await authenticate_connection(request)
+    except AuthError as err:
+        return error_response(err)
+    conversation_id = request.query_params.get("conversation_id", "")
+    if not conversation_id:
+        return _error(InvalidArgs("conversation_id", "required"))
+    if not await _member(request, conversation_id, principal.user_id):
+        return _error(OpError(ErrorCode.FORBIDDEN, "not a member of this conversation"))
+    events: ConversationEvents = request.app.state.events
+    last_id = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+    try:
+        feed = await events.open(conversation_id, last_id)
+    except OpError as err:
+        return _error(err)
+    stream = _stream(request, events, feed, conversation_id, principal.user_id, bool(last_id))
+    return EventSourceResponse(stream, ping=events.ping_s, headers=HEADERS, send_timeout=30)
+
+
+event_routes = [Route("/api/v1/events", event_stream, methods=["GET"])]

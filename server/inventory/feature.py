@@ -1,0 +1,70 @@
+"""Wiring of the inventory feature into the app: inventory, actions, events, history pruning.
+
+``server.app`` calls :func:`routes` and enters :func:`lifespan`; everything built here lives
+on ``app.state`` (``inventory``, ``actions``, ``events``, ``bus``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any, Final
+
+from starlette.routing import BaseRoute
+
+from server.actions.desktop import DESKTOP_ACTIONS
+from server.actions.registry import ActionRegistry
+from server.actions.routes import action_routes
+from server.config import Settings
+from server.db.base import utc_now
+from server.events.bus import create_bus
+from server.events.hub import ConversationEvents
+from server.events.routes import event_routes
+from server.inventory.service import Inventory
+
+log = logging.getLogger(__name__)
+
+PRUNE_INTERVAL_S: Final = 3600.0
+
+
+def routes() -> list[BaseRoute]:
+    return [*action_routes, *event_routes]
+
+
+async def _prune_forever(inventory: Inventory, retention_days: int) -> None:
+    while True:
+        try:
+            removed = await inventory.prune_history(utc_now() - timedelta(days=retention_days))
+            if removed:
+                log.info("pruned %d desktop history rows", removed)
+        except Exception:
+            log.exception("pruning desktop history failed")
+        await asyncio.sleep(PRUNE_INTERVAL_S)
+
+
+@contextlib.asynccontextmanager
+async def lifespan(state: Any, settings: Settings) -> AsyncIterator[None]:
+    """Build the feature's objects on ``state``; stop the pruner and close the bus on exit."""
+    bus = create_bus(settings.redis_url)
+    inventory = Inventory(state.store, state.hub, probe_timeout_s=settings.request_timeout_s)
+    events = ConversationEvents(bus, state.store)
+    inventory.add_batch_listener(events.inventory_changed)
+    if not settings.redis_url:
+        # One replica: no relay is connected yet, so nothing confirms last run's rows.
+        await inventory.forget_connections(r.relay_id for r in await state.store.list_relays())
+    state.hub.add_observer(inventory)
+    state.bus, state.inventory, state.events = bus, inventory, events
+    state.actions = ActionRegistry(DESKTOP_ACTIONS)
+    pruner = asyncio.create_task(
+        _prune_forever(inventory, settings.history_retention_days), name="inventory-prune"
+    )
+    try:
+        yield
+    finally:
+        pruner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pruner
+        await bus.close()

@@ -1,0 +1,337 @@
+"""Screen revisions: signed names for screenshots, and the captures kept behind them.
+
+A revision is ``sr1.<base64url(payload)>.<base64url(hmac)>``; the payload is compact JSON
+``{i, r, s, d, t}`` (random id, relay, desktop session, display, issue time) and the HMAC
+(SHA-256 with the server's secret key, truncated to 128 bits) covers all of it. Agents treat
+it as opaque; the server can tell a forged revision, one for another target, and one whose
+capture expired apart without a lookup.
+
+The :class:`RevisionStore` keeps each revision's full-resolution capture as zlib-compressed
+bands of RGB24 rows (what the relay sends; lossless, ~1-2 % of the raw size for desktop
+pixels; a guard crop decompresses only its bands), with a TTL and a total memory bound
+enforced by least-recently-used eviction.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import logging
+import re
+import secrets
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.guard import CropRect, RGBArray
+
+logger = logging.getLogger(__name__)
+
+CAPTURE_ENCODING = "zlib-rgb24-bands"
+REVISION_PREFIX = "sr1"
+MAX_REVISION_LENGTH = 1024
+MAX_CAPTURE_PIXELS = 16384 * 16384
+_DOMAIN = b"relaydesk.screen_revision.v1"
+_MAC_BYTES = 16
+_TOKEN_RE = re.compile(rf"{REVISION_PREFIX}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+# Per-entry bookkeeping beyond the compressed bytes (objects, dict slots), measured with
+# tracemalloc in benchmarks/bench_screen.py and rounded up.
+ENTRY_OVERHEAD_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The one target a revision belongs to."""
+
+    relay_id: str
+    desktop_session_id: str
+    display: str
+
+
+@dataclass(frozen=True)
+class Revision:
+    """A verified revision: its id, target and issue time (unix seconds)."""
+
+    revision_id: str
+    binding: Binding
+    issued_at: float
+
+
+@dataclass(frozen=True)
+class Capture:
+    """A full-resolution screenshot kept as zlib-compressed bands of RGB24 rows."""
+
+    width: int
+    height: int
+    band_rows: int
+    bands: tuple[bytes, ...]
+
+    @classmethod
+    def from_pixels(cls, pixels: RGBArray, band_rows: int = 64, level: int = 1) -> Capture:
+        """Compress an HxWx3 array (tests and tools; relays send :meth:`from_wire` data)."""
+        bands = tuple(
+            zlib.compress(pixels[top : top + band_rows].tobytes(), level)
+            for top in range(0, pixels.shape[0], band_rows)
+        )
+        return cls(int(pixels.shape[1]), int(pixels.shape[0]), band_rows, bands)
+
+    @classmethod
+    def from_wire(cls, value: Any) -> Capture:
+        """Parse the relay's ``capture: {encoding, width, height, band_rows, bands}``."""
+        if not isinstance(value, dict) or value.get("encoding") != CAPTURE_ENCODING:
+            raise _bad_capture("has no usable raw capture")
+        width, height = _dimension(value.get("width")), _dimension(value.get("height"))
+        band_rows = _dimension(value.get("band_rows"))
+        bands = value.get("bands")
+        if width * height > MAX_CAPTURE_PIXELS:
+            raise _bad_capture("is larger than any screen")
+        if not isinstance(bands, list) or len(bands) != -(-height // band_rows):
+            raise _bad_capture(f"does not have {-(-height // band_rows)} bands")
+        try:
+            data = tuple(base64.b64decode(str(band), validate=True) for band in bands)
+        except (binascii.Error, ValueError) as err:
+            raise _bad_capture("is not base64") from err
+        return cls(width, height, band_rows, data)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(len(band) for band in self.bands) + ENTRY_OVERHEAD_BYTES
+
+    def rows(self, start: int, stop: int) -> RGBArray:
+        """Rows ``start .. stop-1`` as an array (decompresses only the bands they lie in)."""
+        start, stop = max(0, start), min(stop, self.height)
+        first, last = start // self.band_rows, -(-stop // self.band_rows)
+        stride = self.width * 3
+        parts = [self._band(index, stride) for index in range(first, last)]
+        block = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(-1, self.width, 3)
+        offset = first * self.band_rows
+        return block[start - offset : stop - offset]
+
+    def _band(self, index: int, stride: int) -> bytes:
+        expected = stride * min(self.band_rows, self.height - index * self.band_rows)
+        try:
+            raw = zlib.decompress(self.bands[index])
+        except zlib.error as err:
+            raise OpError(ErrorCode.INTERNAL, "a kept screen capture is corrupt") from err
+        if len(raw) != expected:
+            raise OpError(ErrorCode.INTERNAL, "a kept screen capture has a wrong size")
+        return raw
+
+    def pixels(self) -> RGBArray:
+        """The whole capture as an HxWx3 array."""
+        return self.rows(0, self.height)
+
+    def region(self, rect: CropRect) -> RGBArray:
+        """The pixels of ``rect`` (a copy)."""
+        if not rect.fits((self.width, self.height)):
+            raise InvalidArgs("rect", "is outside the screenshot")
+        rows = self.rows(rect.y, rect.y + rect.height)
+        return rows[:, rect.x : rect.x + rect.width].copy()
+
+
+def _bad_capture(problem: str) -> OpError:
+    return OpError(ErrorCode.PROTOCOL_ERROR, f"the relay's screenshot capture {problem}")
+
+
+def _dimension(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise _bad_capture("has no valid size")
+    return value
+
+
+# -- revision tokens ---------------------------------------------------------------------------
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _mac(key: str, payload: bytes) -> bytes:
+    digest = hmac.new(key.encode(), _DOMAIN + b"." + payload, hashlib.sha256).digest()
+    return digest[:_MAC_BYTES]
+
+
+def new_revision(binding: Binding, now: float) -> Revision:
+    """A fresh revision for ``binding`` (issue time kept to the millisecond, as signed)."""
+    return Revision(secrets.token_hex(12), binding, round(now, 3))
+
+
+def token_for(key: str, revision: Revision) -> str:
+    """The signed token naming ``revision``."""
+    b = revision.binding
+    payload = json.dumps(
+        {"i": revision.revision_id, "r": b.relay_id, "s": b.desktop_session_id,
+         "d": b.display, "t": revision.issued_at},
+        separators=(",", ":"),
+    ).encode()  # fmt: skip
+    return f"{REVISION_PREFIX}.{_b64(payload)}.{_b64(_mac(key, payload))}"
+
+
+def _forged() -> OpError:
+    return OpError(
+        ErrorCode.REVISION_MISMATCH,
+        "this screen_revision was not issued by this server; take a new screenshot",
+        {"reason": "not_issued_here"},
+    )
+
+
+def _malformed() -> InvalidArgs:
+    return InvalidArgs("expected_screen_revision", "is not a screen_revision from a screenshot")
+
+
+def verify(key: str, token: object) -> Revision:
+    """The revision ``token`` names, if this server signed it."""
+    if not isinstance(token, str) or not token or len(token) > MAX_REVISION_LENGTH:
+        raise InvalidArgs("expected_screen_revision", "must be a screen_revision string")
+    if not _TOKEN_RE.fullmatch(token):
+        raise _malformed()
+    parts = token.split(".")
+    try:
+        payload, mac = _unb64(parts[1]), _unb64(parts[2])
+    except (binascii.Error, ValueError) as err:
+        raise _malformed() from err
+    if not hmac.compare_digest(mac, _mac(key, payload)):
+        raise _forged()
+    try:
+        data = json.loads(payload)
+        binding = Binding(str(data["r"]), str(data["s"]), str(data["d"]))
+        return Revision(str(data["i"]), binding, float(data["t"]))
+    except (ValueError, KeyError, TypeError) as err:
+        raise _forged() from err
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeptCapture:
+    """A verified revision and the capture kept for it."""
+
+    revision: Revision
+    capture: Capture
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    """Counters for operators and the benchmark."""
+
+    entries: int
+    memory_bytes: int
+    memory_limit: int
+    evicted_for_memory: int
+    expired: int
+
+
+class RevisionStore:
+    """Captures by revision id: TTL, total memory bound, least-recently-used eviction."""
+
+    def __init__(
+        self,
+        key: str,
+        ttl_s: float = 300.0,
+        memory_bytes: int = 256 * 1024 * 1024,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not key:
+            raise ValueError("the revision store needs the server's secret key")
+        self._key = key
+        self.ttl_s = ttl_s
+        self.memory_limit = memory_bytes
+        self.clock = clock
+        self._used: OrderedDict[str, KeptCapture] = OrderedDict()  # least recently used first
+        self._born: OrderedDict[str, float] = OrderedDict()  # oldest first (TTL sweeps)
+        self._latest: dict[Binding, tuple[str, str]] = {}  # binding -> (revision_id, token)
+        self._memory = 0
+        self._evicted = 0
+        self._expired = 0
+
+    def __len__(self) -> int:
+        return len(self._used)
+
+    def stats(self) -> StoreStats:
+        return StoreStats(len(self._used), self._memory, self.memory_limit,
+                          self._evicted, self._expired)  # fmt: skip
+
+    def keep(self, binding: Binding, capture: Capture) -> str:
+        """Keep ``capture`` under a new revision for ``binding``; returns its token."""
+        now = self.clock()
+        revision = new_revision(binding, now)
+        token = token_for(self._key, revision)
+        self._sweep(now)
+        if capture.size_bytes > self.memory_limit:
+            logger.warning("a screen capture of %d bytes is larger than the revision store; "
+                           "not kept", capture.size_bytes)  # fmt: skip
+            return token
+        rid = revision.revision_id
+        self._used[rid] = KeptCapture(revision, capture)
+        self._born[rid] = revision.issued_at
+        self._latest[binding] = (rid, token)
+        self._memory += capture.size_bytes
+        while self._memory > self.memory_limit:
+            self._remove(next(iter(self._used)))
+            self._evicted += 1
+        return token
+
+    def lookup(self, token: object, relay_id: str, desktop_session_id: str | None) -> KeptCapture:
+        """The capture behind ``token`` if it belongs to this target and is still kept.
+
+        ``desktop_session_id`` None means the relay's default desktop: the relay then checks
+        that its default is the revision's session and display before any input.
+        """
+        revision = verify(self._key, token)
+        binding = revision.binding
+        session = desktop_session_id or binding.desktop_session_id
+        same_relay = hmac.compare_digest(binding.relay_id, relay_id)
+        if not (same_relay and hmac.compare_digest(binding.desktop_session_id, session)):
+            raise OpError(
+                ErrorCode.REVISION_MISMATCH,
+                "this screen_revision belongs to another relay or desktop session",
+                {"reason": "other_target"},
+            )
+        now = self.clock()
+        self._sweep(now)
+        kept = self._used.get(revision.revision_id)
+        if kept is None or kept.revision != revision:
+            reason = "ttl" if now - revision.issued_at >= self.ttl_s else "evicted"
+            raise OpError(
+                ErrorCode.REVISION_EXPIRED,
+                "the screenshot of this screen_revision is no longer kept; take a new one",
+                {"reason": reason, "ttl_s": self.ttl_s},
+            )
+        self._used.move_to_end(revision.revision_id)
+        return kept
+
+    def latest(self, binding: Binding) -> str | None:
+        """The newest kept revision of ``binding``, if any (a hint after a stale click)."""
+        latest = self._latest.get(binding)
+        return latest[1] if latest is not None and latest[0] in self._used else None
+
+    def _sweep(self, now: float) -> None:
+        """Drop every capture older than the TTL (oldest first, so this stops early)."""
+        while self._born:
+            rid, born = next(iter(self._born.items()))
+            if now - born < self.ttl_s:
+                break
+            self._remove(rid)
+            self._expired += 1
+
+    def _remove(self, revision_id: str) -> None:
+        kept = self._used.pop(revision_id)
+        del self._born[revision_id]
+        self._memory -= kept.capture.size_bytes
+        binding = kept.revision.binding
+        if self._latest.get(binding, ("", ""))[0] == revision_id:
+            del self._latest[binding]

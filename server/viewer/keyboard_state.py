@@ -1,0 +1,79 @@
+"""``GET /vnc/{sid}/{token}/keyboard-state``: the desktop's lock-key LEDs for the viewer bridge.
+
+The viewer page reads this before the first key press and after focus returns, to align the
+remote NumLock with the browser's. It is protected like the viewer stream (the capability is
+verified first, then the holder's role and the relay's visibility) and never cached. The relay
+answers ``keyboard.state`` only for a desktop it runs with that session id, reading that
+desktop's own display; an unknown state is reported as ``null``, never guessed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from server.config import Settings
+from server.db.records import role_allows
+from server.viewer.capability import Denial, ViewerDenied, verify
+from wire.errors import ErrorCode, OpError
+from wire.ids import RelayId
+
+log = logging.getLogger(__name__)
+
+KEYBOARD_STATE_OP = "keyboard.state"
+# The page holds key events while it waits: a short bound keeps typing responsive.
+RELAY_TIMEOUT_S = 2.0
+HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+LOCKS = ("num_lock", "caps_lock", "scroll_lock")
+
+
+def _answer(status: int, body: dict[str, Any]) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers=HEADERS)
+
+
+def _unknown(status: int, code: ErrorCode, message: str) -> JSONResponse:
+    body = {"ok": False, "known": False, **dict.fromkeys(LOCKS),
+            "error": {"code": code.value, "message": message}}  # fmt: skip
+    return _answer(status, body)
+
+
+def _lock(result: dict[str, Any], name: str) -> bool | None:
+    value = result.get(name)
+    return value if isinstance(value, bool) else None
+
+
+async def keyboard_state(request: Request) -> Response:
+    """The lock states of the capability's desktop, or ``known: false`` with the reason."""
+    sid, token = request.path_params["sid"], request.path_params["token"]
+    settings: Settings = request.app.state.settings
+    try:
+        grant = verify(settings.secret_key, token, sid)
+    except ViewerDenied as err:
+        status = 401 if err.denial is Denial.EXPIRED else 403
+        return _unknown(status, ErrorCode.FORBIDDEN, str(err))
+    store = request.app.state.store
+    role = await store.get_role(grant.conversation_id, grant.user_id)
+    visible = await store.is_relay_visible(grant.relay_id, grant.conversation_id)
+    if not role_allows(role, "write") or not visible:
+        return _unknown(403, ErrorCode.FORBIDDEN, "viewer access forbidden")
+    try:
+        result = await request.app.state.hub.request(
+            RelayId(grant.relay_id), KEYBOARD_STATE_OP, {"desktop_session_id": sid},
+            RELAY_TIMEOUT_S,
+        )  # fmt: skip
+    except OpError as err:
+        status = {ErrorCode.NOT_RUNNING: 410, ErrorCode.TIMEOUT: 504}.get(err.code, 502)
+        return _unknown(status, err.code, err.message)
+    if not isinstance(result, dict):
+        return _unknown(502, ErrorCode.PROTOCOL_ERROR, "malformed keyboard state")
+    locks = {name: _lock(result, name) for name in LOCKS}
+    return _answer(200, {"ok": True, "known": locks["num_lock"] is not None, **locks})
+
+
+keyboard_state_route = Route(
+    "/vnc/{sid}/{token}/keyboard-state", keyboard_state, methods=["GET"], name="keyboard-state"
+)

@@ -1,0 +1,90 @@
+"""Fixtures for the chat browser tests: one server + relay per module, Chromium, signed-in pages."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+from playwright.async_api import Browser, BrowserContext, Page, ViewportSize, async_playwright
+
+from tests.e2e.viewer_stack import ViewerStack, viewer_stack
+from tests.support.processes import scaled
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run", "--disable-sync",
+]  # fmt: skip
+VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def chat_stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ViewerStack]:
+    async with viewer_stack(tmp_path_factory.mktemp("chat-e2e")) as stack:
+        yield stack
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        await browser.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def context(browser: Browser, chat_stack: ViewerStack) -> AsyncIterator[BrowserContext]:
+    context = await browser.new_context(viewport=VIEWPORT)
+    await context.grant_permissions(["clipboard-read", "clipboard-write"], origin=chat_stack.url)
+    context.set_default_timeout(scaled(15) * 1000)
+    yield context
+    await context.close()
+
+
+async def sign_in(page: Page, stack: ViewerStack) -> None:
+    """Through the login form, as the seeded user."""
+    await page.goto(stack.url + "/")
+    await page.get_by_label("Username").fill(stack.seed.user["username"])
+    await page.get_by_label("Password").fill(stack.seed.user["password"])
+    await page.get_by_role("button", name="Sign in").click()
+    await page.wait_for_selector("body[data-view='app']")
+    await page.wait_for_selector("#conversation-title:has-text('Team')")
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def chat_page(context: BrowserContext, chat_stack: ViewerStack) -> Page:
+    page = await context.new_page()
+    await sign_in(page, chat_stack)
+    return page
+
+
+async def send(page: Page, text: str) -> None:
+    composer = page.get_by_label("Message", exact=True)
+    await composer.fill(text)
+    await composer.press("Enter")
+
+
+async def last_result(page: Page, outcome: str | None = None) -> Any:
+    selector = "#transcript .message-result"
+    if outcome:
+        selector += f"[data-outcome='{outcome}']"
+    locator = page.locator(selector).last
+    await locator.wait_for()
+    return locator
+
+
+async def api_action(stack: ViewerStack, name: str, **args: Any) -> tuple[int, Any]:
+    """A typed action as a second client (bearer token), answer as it is."""
+    body = {"conversation_id": stack.seed.conversation_id, **args}
+    headers = {"Authorization": f"Bearer {stack.seed.api_token}"}
+    async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(30)) as client:
+        response = await client.post(f"/api/v1/actions/{name}", json=body, headers=headers)
+    return response.status_code, response.json()
+
+
+async def shot(page: Page, folder: Path, name: str) -> None:
+    await page.screenshot(path=folder / f"{name}.png")

@@ -1,0 +1,223 @@
+"""The web chat in headless Chromium against the real server, relay and desktops."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from playwright.async_api import BrowserContext, Page, expect
+
+from server.chat.routes import MAX_MESSAGE_CHARS
+from tests.e2e import chat_fixtures
+from tests.e2e.chat_fixtures import api_action, last_result, send, shot, sign_in
+from tests.e2e.viewer_stack import ViewerStack, paint_root
+from tests.support.processes import scaled
+from tests.support.stack import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
+
+# The shared fixtures, made visible to this module's tests.
+browser = chat_fixtures.browser
+chat_stack = chat_fixtures.chat_stack
+context = chat_fixtures.context
+chat_page = chat_fixtures.chat_page
+
+
+async def live_sessions(stack: ViewerStack, slot: str) -> list[str]:
+    status, body = await api_action(stack, "desktop_list_active")
+    assert status == 200, body
+    return [row["desktop_session_id"] for row in body["desktops"]
+            if row["slot"] == slot and row["state"] == "running"]  # fmt: skip
+
+
+async def viewer_connected(viewer: Page) -> None:
+    await viewer.wait_for_url("**/vnc/**")
+    await viewer.wait_for_function(
+        "document.body.dataset.state === 'connected'", timeout=scaled(20) * 1000
+    )
+    await viewer.wait_for_function(
+        "(() => { const c = document.querySelector('#screen canvas');"
+        " return c && c.width >= 640 && c.height >= 400; })()",
+        timeout=scaled(10) * 1000,
+    )
+
+
+async def paint_desktop(stack: ViewerStack, session: str) -> None:
+    status = await stack.hub.request(stack.relay_id, "desktop.status", {}, 10.0)
+    row = next(d for d in status["desktops"] if d["desktop_session_id"] == session)
+    await asyncio.to_thread(paint_root, row["display"])
+
+
+async def canvas_is_painted(viewer: Page) -> bool:
+    """The root's painted bands (never black) reach the canvas through the whole chain."""
+    colours = await viewer.evaluate(
+        "() => { const c = document.querySelector('#screen canvas');"
+        " const g = c.getContext('2d'); const out = [];"
+        " for (const y of [60, 400, 700]) { const d = g.getImageData(20, y, 1, 1).data;"
+        " out.push(d[0] + d[1] + d[2]); } return out; }"
+    )
+    return all(total > 40 for total in colours)
+
+
+async def test_login_desktop_list_and_close(
+    context: BrowserContext, chat_stack: ViewerStack, artifacts_dir: Path
+) -> None:
+    page = await context.new_page()
+    await page.goto(chat_stack.url + "/")
+    await page.wait_for_selector("body[data-view='login']")
+    await shot(page, artifacts_dir, "01-login")
+    await sign_in(page, chat_stack)
+    await shot(page, artifacts_dir, "02-conversation")
+
+    await page.get_by_label("Message", exact=True).fill("/desk")
+    await expect(page.locator("#suggestions")).to_be_visible()
+    await shot(page, artifacts_dir, "03-autocomplete")
+
+    async with context.expect_page() as opened:
+        await send(page, "/desktop")
+    viewer = await opened.value
+    await viewer_connected(viewer)
+    result = await last_result(page)
+    assert await result.get_attribute("data-outcome") in {"started", "attached"}
+    [session] = await live_sessions(chat_stack, "main")
+    await paint_desktop(chat_stack, session)
+    await wait_until(lambda: canvas_is_painted(viewer), 10, "the canvas to show the desktop")
+    await shot(viewer, artifacts_dir, "04-viewer")
+
+    await send(page, "/desktop list")
+    listed = await last_result(page, "listed")
+    await expect(listed.locator(f"tr[data-session='{session}']")).to_contain_text("running")
+    await shot(page, artifacts_dir, "05-list")
+
+    await send(page, "/desktop close")
+    closed = await last_result(page, "close_viewer")
+    await expect(closed).to_contain_text("keeps running")
+    await wait_until(viewer.is_closed, 5, "the viewer tab to close")
+    assert await live_sessions(chat_stack, "main") == [session]
+    await shot(page, artifacts_dir, "06-closed")
+    await page.close()
+
+
+async def test_badge_is_live_open_from_dock_and_stop_with_confirmation(
+    context: BrowserContext, chat_page: Page, chat_stack: ViewerStack, artifacts_dir: Path
+) -> None:
+    page = chat_page
+    badge = page.locator("#dock-count")
+    _, listed = await api_action(chat_stack, "desktop_list_active")
+    before = len(listed["desktops"])
+    await expect(badge).to_have_text(str(before))  # the page's first count has arrived
+    status, body = await api_action(chat_stack, "desktop_start", slot="dock", geometry="1280x800")
+    assert status == 200, body
+    session = body["desktop"]["desktop_session_id"]
+    # the second client's start reaches this page's badge over SSE within a second
+    await expect(badge).to_have_text(str(before + 1), timeout=scaled(1) * 1000)
+
+    await page.get_by_role("button", name="Active Desktops").click()
+    row = page.locator(f"#dock-rows tr[data-session='{session}']")
+    await expect(row).to_contain_text("running")
+    await shot(page, artifacts_dir, "01-dock")
+
+    async with context.expect_page() as opened:
+        await row.get_by_role("button", name="Open").click()
+    viewer = await opened.value
+    await viewer_connected(viewer)
+
+    await row.get_by_role("button", name="Stop").click()
+    dialog = page.locator("#stop-dialog")
+    await expect(dialog).to_be_visible()
+    await expect(dialog).to_contain_text(session)
+    await expect(dialog).to_contain_text("relay-1")
+    await shot(page, artifacts_dir, "02-stop-dialog")
+    await page.get_by_role("button", name="Stop desktop").click()
+    await expect(dialog).to_be_hidden()
+    await expect(row).to_have_count(0)
+    await expect(badge).to_have_text(str(before))
+    await viewer.wait_for_function("document.body.dataset.state === 'stopped'")
+    await expect(viewer.locator("#overlay")).to_be_visible()
+    await shot(viewer, artifacts_dir, "03-viewer-stopped")
+    await shot(page, artifacts_dir, "04-dock-after-stop")
+    await viewer.close()
+
+
+async def test_a_stale_confirmation_stops_nothing(
+    chat_page: Page, chat_stack: ViewerStack, artifacts_dir: Path
+) -> None:
+    page = chat_page
+    status, body = await api_action(chat_stack, "desktop_start", slot="stale", geometry="1280x800")
+    old = body["desktop"]["desktop_session_id"]
+    await page.get_by_role("button", name="Active Desktops").click()
+    row = page.locator(f"#dock-rows tr[data-session='{old}']")
+    await row.get_by_role("button", name="Stop").click()
+    await expect(page.locator("#stop-dialog")).to_contain_text(old)
+
+    # meanwhile someone else restarts that slot
+    status, _ = await api_action(chat_stack, "desktop_stop_confirm", relay="relay-1",
+                                 kind="virtual", slot="stale", desktop_session_id=old)  # fmt: skip
+    assert status == 200
+    status, body = await api_action(chat_stack, "desktop_start", slot="stale", geometry="1280x800")
+    new = body["desktop"]["desktop_session_id"]
+    assert new != old
+
+    await page.get_by_role("button", name="Stop desktop").click()
+    error = page.locator("#stop-error")
+    await expect(error).to_contain_text("Nothing was stopped")
+    await expect(error).to_contain_text(new[:8])
+    await shot(page, artifacts_dir, "01-conflict")
+    assert await live_sessions(chat_stack, "stale") == [new]
+    await page.get_by_role("button", name="Close", exact=True).click()
+    await expect(page.locator(f"#dock-rows tr[data-session='{new}']")).to_contain_text("running")
+    status, _ = await api_action(chat_stack, "desktop_stop_confirm", relay="relay-1",
+                                 kind="virtual", slot="stale", desktop_session_id=new)  # fmt: skip
+    assert status == 200
+
+
+async def test_html_is_text_and_a_long_message_gets_a_clear_error(
+    chat_page: Page, artifacts_dir: Path
+) -> None:
+    page = chat_page
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: dialogs.append(dialog.message))
+    attack = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script><b>bold</b>'
+    await send(page, attack)
+    message = page.locator("#transcript .message-user .message-text").last
+    await expect(message).to_have_text(attack)
+    assert await message.locator("img, script, b").count() == 0
+    assert await page.evaluate("() => window.__xss") is None
+    assert dialogs == []
+
+    long_text = "z" * (MAX_MESSAGE_CHARS + 1)
+    await send(page, long_text)
+    error = page.locator("#composer-error")
+    await expect(error).to_contain_text("too long")
+    await expect(error).to_contain_text("4,000")
+    assert await page.get_by_label("Message", exact=True).input_value() == long_text
+    await shot(page, artifacts_dir, "01-xss-and-long")
+
+
+async def test_an_expired_session_returns_to_login_and_keeps_the_draft(
+    chat_page: Page, chat_stack: ViewerStack, artifacts_dir: Path
+) -> None:
+    page = chat_page
+    cookies = await page.context.cookies()
+    secret = next(c["value"] for c in cookies if c["name"] == "relaydesk_session")
+    draft = "a draft that must survive /desktop"
+    composer = page.get_by_label("Message", exact=True)
+    await composer.fill(draft)
+    await chat_stack.app.state.store.delete_web_session(secret)
+    # Sending finds the session gone (unless the event stream noticed first): login either way.
+    if await composer.is_visible():
+        await composer.press("Enter")
+    await page.wait_for_selector("body[data-view='login']")
+    await expect(page.locator("#login-note")).to_contain_text("session has ended")
+    await shot(page, artifacts_dir, "01-expired")
+    await sign_in(page, chat_stack)
+    await expect(composer).to_have_value(draft)
+    await shot(page, artifacts_dir, "02-restored")
+
+
+async def test_narrow_window_is_usable(chat_page: Page, artifacts_dir: Path) -> None:
+    await chat_page.set_viewport_size({"width": 420, "height": 800})
+    await expect(chat_page.get_by_label("Message", exact=True)).to_be_visible()
+    await expect(chat_page.get_by_role("button", name="Active Desktops")).to_be_visible()
+    await shot(chat_page, artifacts_dir, "01-narrow")

@@ -1,0 +1,228 @@
+"""A real viewing stack for tests: in-process server, relay subprocess, desktops, tokens.
+
+Shared by the viewer integration tests and the browser tests. The server runs in the test's
+event loop (so its hub, links and viewer registry can be counted); the relay is a real
+``relaydesk relay`` process whose desktops are real Xvfb + x11vnc + websockify.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import mss
+import numpy as np
+from Xlib import display as xdisplay
+
+from server.viewer.capability import grant_for, mint
+from tests.support.processes import ManagedProcess, ProcessTracker, scaled
+from tests.support.stack import Seed, inprocess_server, relaydesk_argv, seed_database, wait_until
+from wire.ids import RelayId
+
+# Desktops without a window manager or apps: the root window shows exactly what tests paint.
+DESKTOP_ENV = {
+    "RELAYDESK_WINDOW_MANAGER": "true",
+    "RELAYDESK_DESKTOP_APPS": "true",
+    "RELAYDESK_WATCHDOG_INTERVAL_S": "30",
+}
+CHANNEL_OPEN_LINE = re.compile(r"channel\.open requested")
+
+
+@dataclass
+class Desktop:
+    """A running desktop as the tests see it."""
+
+    desktop_session_id: str
+    slot: str
+    display: str
+    vnc_port: int
+    websockify_port: int
+    viewer_url: str
+
+
+@dataclass
+class ViewerStack:
+    app: Any
+    url: str
+    seed: Seed
+    tracker: ProcessTracker
+    relay: ManagedProcess
+    desktops: list[Desktop] = field(default_factory=list)
+
+    @property
+    def relay_id(self) -> RelayId:
+        return RelayId(self.seed.relay["relay_id"])
+
+    @property
+    def hub(self) -> Any:
+        return self.app.state.hub
+
+    @property
+    def ws_base(self) -> str:
+        return self.url.replace("http://", "ws://")
+
+    def token(self, desktop_session_id: str, ttl_s: int = 600, **grant: Any) -> str:
+        values = {
+            "user_id": self.seed.user["user_id"],
+            "conversation_id": self.seed.conversation_id,
+            "relay_id": self.relay_id,
+            "desktop_session_id": desktop_session_id,
+            "ttl_s": ttl_s,
+        } | grant
+        return mint(self.app.state.settings.secret_key, grant_for(**values))
+
+    def viewer_path(self, desktop: Desktop, token: str | None = None) -> str:
+        """The path ``desktop_start`` answered with, or one carrying ``token``."""
+        if token is None:
+            return urlsplit(desktop.viewer_url).path
+        return f"/vnc/{desktop.desktop_session_id}/{token}/"
+
+    def socket_url(self, desktop: Desktop, token: str | None = None) -> str:
+        return f"{self.ws_base}{self.viewer_path(desktop, token)}websockify"
+
+    def channel_opens(self) -> int:
+        """``channel.open`` requests the relay received so far (from its log)."""
+        return len(CHANNEL_OPEN_LINE.findall(self.relay.log_text()))
+
+    def server_channels(self) -> int:
+        try:
+            return int(self.hub.get(self.relay_id).open_channels)
+        except Exception:
+            return 0
+
+    def viewers(self, desktop_session_id: str | None = None) -> int:
+        return int(self.app.state.viewer.registry.count(desktop_session_id))
+
+    async def action(self, name: str, **args: Any) -> Any:
+        """Call a typed action as the seeded user (``POST /api/v1/actions/{name}``)."""
+        body = {"conversation_id": self.seed.conversation_id, **args}
+        headers = {"Authorization": f"Bearer {self.seed.api_token}"}
+        async with httpx.AsyncClient(base_url=self.url, timeout=scaled(30)) as client:
+            response = await client.post(f"/api/v1/actions/{name}", json=body, headers=headers)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def start_desktop(self, slot: str = "main") -> Desktop:
+        """``desktop_start`` through the server: the inventory records it, a viewer URL back."""
+        answer = await self.action("desktop_start", slot=slot, geometry="1280x800")
+        row = answer.get("result", answer)
+        sid = row["desktop"]["desktop_session_id"]
+        status = await self.hub.request(self.relay_id, "desktop.status", {}, 10.0)
+        ports = next(d for d in status["desktops"] if d["desktop_session_id"] == sid)
+        desktop = Desktop(
+            sid, slot, ports["display"], ports["vnc_port"], ports["websockify_port"],
+            row["viewer_url"],
+        )  # fmt: skip
+        self.desktops.append(desktop)
+        return desktop
+
+    async def stop_desktop(self, desktop: Desktop) -> None:
+        """``desktop_stop_confirm`` through the server (compare-and-stop)."""
+        answer = await self.action(
+            "desktop_stop_confirm", relay=self.relay_id, kind="virtual", slot=desktop.slot,
+            desktop_session_id=desktop.desktop_session_id,
+        )  # fmt: skip
+        assert answer.get("result", answer)["stopped"], answer
+
+    def start_relay(self) -> ManagedProcess:
+        self.relay = _start_relay(self.tracker, self.seed, self.url)
+        return self.relay
+
+
+def _start_relay(tracker: ProcessTracker, seed: Seed, url: str) -> ManagedProcess:
+    token_file = seed.data_dir / "relay.token"
+    token_file.write_text(seed.relay_token)
+    token_file.chmod(0o600)
+    argv = relaydesk_argv("relay", "--server", url, "--token-file", str(token_file))
+    return tracker.start(argv, name="relay", env={**seed.env(), **DESKTOP_ENV})
+
+
+def paint_root(display: str, width: int = 1280, height: int = 800) -> None:
+    """Give the root window a fixed, many-coloured background (stays: nothing repaints it)."""
+    conn = xdisplay.Display(display)
+    try:
+        screen = conn.screen()
+        root = screen.root
+        pixmap = root.create_pixmap(width, height, screen.root_depth)
+        colours = [0x204080, 0xE04020, 0x20C060, 0xF0F0F0, 0x101010, 0xC0A000, 0x8020C0]
+        for index, colour in enumerate(colours):
+            gc = root.create_gc(foreground=colour)
+            band = height // len(colours)
+            pixmap.fill_rectangle(gc, 0, index * band, width, band + 1)
+            gc.change(foreground=colours[-1 - index])
+            pixmap.fill_rectangle(gc, index * 150 + 40, 40, 100, height - 80)
+            gc.free()
+        root.change_attributes(background_pixmap=pixmap)
+        root.clear_area(0, 0, width, height)
+        pixmap.free()
+        conn.sync()
+    finally:
+        conn.close()
+
+
+def capture(display: str) -> np.ndarray:
+    """The display's pixels as an ``(h, w, 3)`` RGB array, via mss."""
+    with mss.MSS(display=display) as grabber:
+        shot = grabber.grab(grabber.monitors[0])
+        bgra = np.frombuffer(shot.bgra, dtype=np.uint8).reshape(shot.height, shot.width, 4)
+    return bgra[:, :, 2::-1].copy()
+
+
+def kill_desktops_from_state(state_dir: Path) -> None:
+    """Teardown safety net: stop every desktop process group a relay left behind."""
+    state_file = state_dir / "desktops.json"
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        for record in json.loads(state_file.read_text())["desktops"]:
+            for process in record["processes"]:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(int(process["pgid"]), signal.SIGKILL)
+
+
+@contextlib.asynccontextmanager
+async def viewer_stack(workdir: Path) -> AsyncIterator[ViewerStack]:
+    """Server (with its real inventory) + relay."""
+    seed = await seed_database(workdir / "data")
+    tracker = ProcessTracker(workdir / "processes")
+    async with inprocess_server(seed) as (app, url):
+        relay = _start_relay(tracker, seed, url)
+        stack = ViewerStack(app, url, seed, tracker, relay)
+        try:
+            await wait_until(lambda: stack.hub.is_connected(stack.relay_id), 20, "the relay")
+            yield stack
+        finally:
+            for desktop in stack.desktops:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(stack.stop_desktop(desktop), 10)
+            tracker.cleanup()
+            kill_desktops_from_state(seed.data_dir / "relay-state")
+
+
+def pointer_position(display: str) -> tuple[int, int]:
+    conn = xdisplay.Display(display)
+    try:
+        reply = conn.screen().root.query_pointer()
+        return int(reply.root_x), int(reply.root_y)
+    finally:
+        conn.close()
+
+
+def without_cursor(frame: np.ndarray, display: str, size: int = 32) -> np.ndarray:
+    """``frame`` with the pointer's box blanked.
+
+    x11vnc composites the cursor into the framebuffer for clients that do not take cursor
+    shapes separately; an X capture never contains it.
+    """
+    x, y = pointer_position(display)
+    masked = frame.copy()
+    masked[max(0, y - size) : y + size, max(0, x - size) : x + size] = 0
+    return masked

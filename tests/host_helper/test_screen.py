@@ -1,0 +1,92 @@
+"""Screen actions on the host display through the helper: guarded clicks, typing, key state."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.host_helper.conftest import Helper
+from tests.support.processes import scaled
+from tests.support.xrecorder import XRecorder
+from tests.support.xvfb import XvfbServer
+from wire.guard import crop_rect, cut, encode_crop
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def recorder(host_screen: XvfbServer) -> Iterator[XRecorder]:
+    rec = XRecorder(host_screen.display, scaled(10))
+    try:
+        yield rec
+    finally:
+        rec.stop()
+
+
+def pixels_of(shot: dict[str, Any]) -> np.ndarray:
+    image = Image.open(io.BytesIO(base64.b64decode(shot["image"])))
+    return np.asarray(image.convert("RGB"), dtype=np.uint8)
+
+
+def guard_for(pixels: np.ndarray, at: tuple[int, int]) -> dict[str, Any]:
+    rect = crop_rect(at, (pixels.shape[1], pixels.shape[0]))
+    return {"crop": encode_crop(cut(pixels, rect)), "rect": rect.to_dict()}
+
+
+async def drained(recorder: XRecorder, kind: str) -> list[dict[str, Any]]:
+    events = await asyncio.to_thread(recorder.drain)
+    return [event for event in events if event["type"] == kind]
+
+
+async def test_guarded_click_lands_and_a_stale_one_is_refused(
+    helper: Helper, recorder: XRecorder
+) -> None:
+    status, shot = await helper.call("POST", "/v1/screen/screenshot", {})
+    assert status == 200, shot
+    assert (shot["width"], shot["height"]) == (800, 600)
+    assert shot["capture"]["encoding"] == "zlib-rgb24-bands"
+    pixels = pixels_of(shot)
+    guard = guard_for(pixels, (200, 150))
+
+    status, body = await helper.call("POST", "/v1/screen/click", {"x": 200, "y": 150,
+                                                                  "guard": guard})  # fmt: skip
+    assert status == 200, body
+    assert body["guard"]["checked"] is True and body["guard"]["stale"] is False
+    presses = await drained(recorder, "ButtonPress")
+    assert [(e["x"], e["y"], e["button"]) for e in presses] == [(200, 150, 1)]
+
+    await asyncio.to_thread(recorder.paint, 150, 110, 100, 80, 0xFF0000)
+    status, body = await helper.call("POST", "/v1/screen/click", {"x": 200, "y": 150,
+                                                                  "guard": guard})  # fmt: skip
+    assert (status, body["error"]["code"]) == (409, "stale_screen")
+    assert body["error"]["details"]["difference"] > body["error"]["details"]["threshold"]
+    events = await asyncio.to_thread(recorder.drain)
+    assert not [e for e in events if e["type"] in ("ButtonPress", "MotionNotify")]
+
+
+async def test_type_key_and_keyboard_state(helper: Helper, recorder: XRecorder) -> None:
+    status, body = await helper.call("POST", "/v1/screen/type", {"text": "Hi é"})
+    assert status == 200 and body == {"ok": True, "typed": 4, "display": helper.display}
+    chars = [e["char"] for e in await drained(recorder, "KeyPress") if e["char"]]
+    assert "".join(c for c in chars if c in "Hi é") == "Hi é"
+
+    status, body = await helper.call("POST", "/v1/screen/key", {"keys": "ctrl+a"})
+    assert status == 200, body
+    presses = await drained(recorder, "KeyPress")
+    assert presses[-1]["char"] in ("a", "\x01") and presses[-1]["state"] & 0x4
+
+    status, body = await helper.call("POST", "/v1/screen/keyboard_state", {})
+    assert status == 200
+    assert set(body) >= {"num_lock", "caps_lock", "scroll_lock"} and body["source"] == "led_mask"
+
+    status, body = await helper.call("POST", "/v1/screen/click", {"x": 5000, "y": 1})
+    assert (status, body["error"]["code"]) == (400, "invalid_args")
+    status, body = await helper.call("POST", "/v1/screen/nonsense", {})
+    assert (status, body["error"]["code"]) == (404, "not_found")

@@ -1,0 +1,387 @@
+"""The screen tool end to end: in-process server, a real relay process, real desktops.
+
+An X client on each desktop (``tests/support/xrecorder.py``) records every input event, so
+"no input at all" is checked exactly (and without sleeping: it echoes a sentinel).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import pytest_asyncio
+from PIL import Image
+from Xlib import XK, X, display
+
+from tests.support.processes import ProcessTracker, scaled
+from tests.support.stack import Seed, inprocess_server, seed_database, start_relay, wait_until
+from tests.support.xrecorder import XRecorder
+from wire.ids import RelayId
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+MAIN = (1280, 800)
+SECOND = (800, 600)
+TYPED = "Hello, wörld! ☃"
+
+
+@dataclass
+class Desktop:
+    session_id: str
+    display: str
+    width: int
+    height: int
+    recorder: XRecorder
+    stopped: bool = False
+
+
+@dataclass
+class Stack:
+    app: Any
+    url: str
+    seed: Seed
+    relay_id: str
+    main: Desktop
+    second: Desktop
+
+    async def screen(self, **body: Any) -> tuple[int, dict[str, Any]]:
+        """``POST /api/v1/actions/screen`` as the seeded user (an agent's bearer token)."""
+        return await call_screen(self, body)
+
+
+async def call_screen(stack: Stack, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    import httpx
+
+    payload = {"conversation_id": stack.seed.conversation_id, **body}
+    headers = {"Authorization": f"Bearer {stack.seed.api_token}"}
+    async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(30)) as client:
+        response = await client.post("/api/v1/actions/screen", json=payload, headers=headers)
+    return response.status_code, response.json()
+
+
+async def _start_desktop(app: Any, relay_id: str, slot: str, size: tuple[int, int]) -> Desktop:
+    args = {"kind": "virtual", "slot": slot, "geometry": f"{size[0]}x{size[1]}"}
+    row = await app.state.hub.request(RelayId(relay_id), "desktop.start", args, scaled(30))
+    recorder = XRecorder(row["display"], scaled(10))
+    return Desktop(row["desktop_session_id"], row["display"], *size, recorder)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    root = tmp_path_factory.mktemp("screen")
+    seed = await seed_database(root / "data")
+    tracker = ProcessTracker(root / "processes")
+    env = {"RELAYDESK_DESKTOP_APPS": ",", "DISPLAY": ""}
+    async with inprocess_server(seed) as (app, url):
+        relay = start_relay(
+            tracker.start, seed, url, env=env, extra_args=("--stop-desktops-on-exit",)
+        )
+        relay_id = seed.relay["relay_id"]
+        try:
+            await wait_until(
+                lambda: app.state.hub.is_connected(RelayId(relay_id)), 20, "the relay to connect"
+            )
+            main = await _start_desktop(app, relay_id, "main", MAIN)
+            second = await _start_desktop(app, relay_id, "second", SECOND)
+            yield Stack(app, url, seed, relay_id, main, second)
+            for desktop in (main, second):
+                if not desktop.stopped:
+                    desktop.recorder.stop()
+        except BaseException:
+            print(relay.log_tail())
+            raise
+        finally:
+            tracker.cleanup()
+
+
+@pytest.fixture
+def main(stack: Stack) -> Desktop:
+    stack.main.recorder.drain()  # start every test from a quiet recorder
+    return stack.main
+
+
+def _presses(events: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+    return [(ev["x"], ev["y"], ev["button"]) for ev in events if ev["type"] == "ButtonPress"]
+
+
+def _xlib_capture(disp: str, width: int, height: int) -> np.ndarray:
+    conn = display.Display(disp)
+    try:
+        raw = conn.screen().root.get_image(0, 0, width, height, X.ZPixmap, 0xFFFFFFFF)
+        bgrx = np.frombuffer(raw.data, np.uint8).reshape(height, width, 4)
+        return bgrx[:, :, 2::-1]
+    finally:
+        conn.close()
+
+
+async def _shot(stack: Stack, **body: Any) -> dict[str, Any]:
+    status, result = await stack.screen(action="screenshot", **body)
+    assert status == 200, result
+    return result
+
+
+def _error(status: int, body: dict[str, Any], code: str, http: int) -> dict[str, Any]:
+    assert (status, body["ok"], body["error"]["code"]) == (http, False, code), body
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+def _stale_figures(message: str) -> tuple[float, float]:
+    """``(difference, threshold)`` as the stale_screen message states them."""
+    match = re.search(r"difference ([0-9.]+) > threshold ([0-9.]+)", message)
+    assert match, message
+    return float(match[1]), float(match[2])
+
+
+# -- screenshots -------------------------------------------------------------------------------
+
+
+async def test_screenshot_is_full_resolution_png_matching_an_independent_capture(stack, main):
+    main.recorder.paint(10, 10, 300, 200, 0xFF8800)
+    shot = await _shot(stack)
+    assert (shot["width"], shot["height"], shot["format"]) == (*MAIN, "png")
+    assert shot["coordinates"] == "full_resolution"
+    assert shot["desktop_session_id"] == main.session_id
+    assert shot["screen_revision"].startswith("sr1.")
+    assert "capture" not in shot and "display" not in shot
+    png = Image.open(io.BytesIO(base64.b64decode(shot["image"])))
+    assert (png.format, png.size) == ("PNG", MAIN)
+    expected = _xlib_capture(main.display, *MAIN)
+    assert np.array_equal(np.asarray(png.convert("RGB")), expected)
+
+
+async def test_each_desktop_reports_its_own_geometry(stack):
+    second = await _shot(stack, desktop_session_id=stack.second.session_id, format="jpeg")
+    assert (second["width"], second["height"], second["format"]) == (*SECOND, "jpeg")
+    assert second["desktop_session_id"] == stack.second.session_id
+    status, size = await stack.screen(action="screen_size")
+    assert (status, size["width"], size["height"]) == (200, *MAIN)
+
+
+# -- the guard ---------------------------------------------------------------------------------
+
+
+async def test_an_unchanged_region_click_presses_once_at_the_point(stack, main):
+    shot = await _shot(stack)
+    status, result = await stack.screen(
+        action="click", x=400, y=300, expected_screen_revision=shot["screen_revision"]
+    )
+    assert status == 200, result
+    assert result["guard"]["checked"] is True
+    assert _presses(main.recorder.drain()) == [(400, 300, 1)]
+
+
+async def test_a_change_under_the_target_is_stale_and_sends_nothing(stack, main):
+    shot = await _shot(stack)
+    main.recorder.paint(360, 270, 80, 60, 0xFFFFFF)  # a dialog appeared under the target
+    status, body = await stack.screen(
+        action="click", x=400, y=300, expected_screen_revision=shot["screen_revision"]
+    )
+    error = _error(status, body, "stale_screen", 409)
+    difference, threshold = _stale_figures(error["message"])
+    assert difference > threshold
+    assert "take a new screenshot" in error["message"]
+    assert main.recorder.drain() == []
+    # a double click and a drag from there are refused the same way
+    for extra in (
+        {"action": "double_click", "x": 400, "y": 300},
+        {"action": "drag", "from": {"x": 400, "y": 300}, "to": {"x": 600, "y": 500}},
+    ):
+        status, body = await stack.screen(**extra, expected_screen_revision=shot["screen_revision"])
+        _error(status, body, "stale_screen", 409)
+    assert main.recorder.drain() == []
+
+
+async def test_a_change_elsewhere_does_not_block(stack, main):
+    shot = await _shot(stack)
+    main.recorder.paint(900, 600, 200, 150, 0xFF0000)
+    status, result = await stack.screen(
+        action="double_click", x=400, y=300, expected_screen_revision=shot["screen_revision"]
+    )
+    assert status == 200, result
+    assert _presses(main.recorder.drain()) == [(400, 300, 1), (400, 300, 1)]
+
+
+async def test_target_bbox_guards_the_box_and_must_contain_the_point(stack, main):
+    shot = await _shot(stack)
+    revision = shot["screen_revision"]
+    bbox = {"x": 500, "y": 500, "width": 200, "height": 40}
+    status, body = await stack.screen(
+        action="click", x=450, y=510, target_bbox=bbox, expected_screen_revision=revision
+    )
+    assert _error(status, body, "invalid_args", 400)["field"] == "target_bbox"
+    # the right half of the box changes: outside the default 128x96 crop around the point
+    main.recorder.paint(600, 500, 100, 40, 0x000000)
+    status, body = await stack.screen(
+        action="click", x=520, y=520, target_bbox=bbox, expected_screen_revision=revision
+    )
+    _error(status, body, "stale_screen", 409)
+    assert main.recorder.drain() == []
+    status, body = await stack.screen(
+        action="click", x=520, y=520, expected_screen_revision=revision
+    )
+    assert status == 200, body
+    assert _presses(main.recorder.drain()) == [(520, 520, 1)]
+
+
+async def test_a_click_chosen_on_a_half_size_preview_lands_where_intended(stack, main):
+    main.recorder.paint(0, 0, *MAIN, 0x336699)
+    main.recorder.paint(1000, 620, 40, 40, 0x00FF00)  # the "button" the agent wants
+    shot = await _shot(stack, preview_max_width=MAIN[0] // 2)
+    preview = shot["preview"]
+    assert (preview["width"], preview["height"]) == (MAIN[0] // 2, MAIN[1] // 2)
+    small = np.asarray(Image.open(io.BytesIO(base64.b64decode(preview["image"]))).convert("RGB"))
+    ys, xs = np.nonzero((small[:, :, 1] > 200) & (small[:, :, 0] < 60))
+    px, py = int(xs.mean()), int(ys.mean())  # the centre of the button on the preview
+    # documented: coordinates are full resolution, so scale preview pixels by width ratio
+    scale = shot["width"] / preview["width"]
+    x, y = round(px * scale), round(py * scale)
+    status, result = await stack.screen(
+        action="click", x=x, y=y, expected_screen_revision=shot["screen_revision"]
+    )
+    assert status == 200, result
+    [(cx, cy, _)] = _presses(main.recorder.drain())
+    assert 1000 <= cx < 1040 and 620 <= cy < 660
+    assert abs(cx - 1020) <= 2 and abs(cy - 640) <= 2
+
+
+# -- refused revisions -------------------------------------------------------------------------
+
+
+async def test_a_missing_revision_is_refused(stack, main):
+    for body in (
+        {"action": "click", "x": 5, "y": 5},
+        {"action": "drag", "from": {"x": 5, "y": 5}, "to": {"x": 50, "y": 50}},
+    ):
+        status, result = await stack.screen(**body)
+        _error(status, result, "missing_screen_revision", 400)
+    assert main.recorder.drain() == []
+
+
+async def test_a_revision_from_another_desktop_is_refused(stack, main):
+    other = await _shot(stack, desktop_session_id=stack.second.session_id)
+    stack.second.recorder.drain()
+    revision = other["screen_revision"]
+    # explicitly naming the main desktop with the second desktop's revision
+    status, body = await stack.screen(
+        action="click",
+        x=100,
+        y=100,
+        desktop_session_id=main.session_id,
+        expected_screen_revision=revision,
+    )
+    _error(status, body, "revision_mismatch", 409)
+    # the default desktop (main) with the second desktop's revision: refused by the relay
+    status, body = await stack.screen(
+        action="click", x=100, y=100, expected_screen_revision=revision
+    )
+    _error(status, body, "revision_mismatch", 409)
+    assert main.recorder.drain() == []
+    assert stack.second.recorder.drain() == []
+
+
+async def test_forged_and_expired_revisions_are_refused(stack, main):
+    shot = await _shot(stack)
+    prefix, payload, signature = shot["screen_revision"].split(".")
+    forged = f"{prefix}.{payload}.{'A' * len(signature)}"
+    status, body = await stack.screen(action="click", x=10, y=10, expected_screen_revision=forged)
+    _error(status, body, "revision_mismatch", 409)
+    status, body = await stack.screen(
+        action="click", x=10, y=10, expected_screen_revision="made-up"
+    )
+    _error(status, body, "invalid_args", 400)
+    revisions = stack.app.state.screen_tool.revisions
+    real_clock = revisions.clock
+    revisions.clock = lambda: real_clock() + revisions.ttl_s + 1
+    try:
+        status, body = await stack.screen(
+            action="click", x=10, y=10, expected_screen_revision=shot["screen_revision"]
+        )
+    finally:
+        revisions.clock = real_clock
+    _error(status, body, "revision_expired", 409)
+    assert main.recorder.drain() == []
+
+
+async def test_coordinates_outside_the_screen_are_refused_not_clamped(stack, main):
+    shot = await _shot(stack)
+    revision = shot["screen_revision"]
+    for body, field in (
+        ({"action": "click", "x": MAIN[0], "y": 10}, "x"),
+        ({"action": "click", "x": 10, "y": -1}, "y"),
+        ({"action": "drag", "from": {"x": 5, "y": 5}, "to": {"x": 5, "y": 9999}}, "to.y"),
+    ):
+        status, result = await stack.screen(**body, expected_screen_revision=revision)
+        assert _error(status, result, "invalid_args", 400)["field"] == field
+    status, result = await stack.screen(action="move", x=10, y=MAIN[1])
+    assert _error(status, result, "invalid_args", 400)["field"] == "y"
+    assert main.recorder.drain() == []
+
+
+# -- keyboard ----------------------------------------------------------------------------------
+
+
+async def test_type_arrives_exactly(stack, main):
+    status, result = await stack.screen(action="type", text=TYPED)
+    assert (status, result["typed"]) == (200, len(TYPED))
+    presses = [ev for ev in main.recorder.drain() if ev["type"] == "KeyPress"]
+    assert "".join(ev["char"] for ev in presses if ev["char"]) == TYPED
+
+
+async def test_a_chord_arrives_as_one_chord(stack, main):
+    status, _ = await stack.screen(action="key", key="ctrl+shift+t")
+    assert status == 200
+    presses = [ev for ev in main.recorder.drain() if ev["type"] == "KeyPress"]
+    assert [ev["keysym"] for ev in presses[:2]] == [XK.XK_Control_L, XK.XK_Shift_L]
+    assert len(presses) == 3
+    assert presses[2]["state"] & X.ControlMask and presses[2]["state"] & X.ShiftMask
+    assert presses[2]["keysym"] in (XK.XK_t, XK.XK_T)
+
+
+async def test_the_audit_trail_has_shapes_but_never_typed_text(stack, main):
+    await stack.screen(action="type", text="hunter2-secret")
+    main.recorder.drain()
+    rows = await stack.app.state.store.list_audit(relay_id=stack.relay_id)
+    screen_rows = [row for row in rows if row.op.startswith("screen.")]
+    assert {"screen.screenshot", "screen.click", "screen.type", "screen.key"} <= {
+        row.op for row in screen_rows
+    }
+    dumped = repr([(row.details, row.reason) for row in rows])
+    assert "hunter2-secret" not in dumped and TYPED not in dumped
+    assert "ctrl" not in dumped  # keys are counted, never named
+    typed = [row for row in screen_rows if row.op == "screen.type"][-1]
+    assert typed.details == {"action": "type", "local": False, "text_length": 14, "guarded": False}
+    stale = [row for row in screen_rows if row.reason == "stale_screen"]
+    assert stale and all("image" not in (row.details or {}) for row in screen_rows)
+
+
+async def test_the_local_screen_is_not_configured_yet(stack):
+    status, body = await stack.screen(action="screenshot", local=True)
+    error = _error(status, body, "unavailable", 503)
+    assert "host helper" in error["message"]
+
+
+# -- a desktop that stopped (last: it stops the second desktop) ---------------------------------
+
+
+async def test_a_desktop_that_stopped_after_the_screenshot_gets_no_input(stack):
+    second = stack.second
+    shot = await _shot(stack, desktop_session_id=second.session_id)
+    second.recorder.stop()
+    second.stopped = True
+    stop = {"kind": "virtual", "slot": "second", "desktop_session_id": second.session_id}
+    await stack.app.state.hub.request(RelayId(stack.relay_id), "desktop.stop", stop, scaled(20))
+    status, body = await stack.screen(
+        action="click",
+        x=10,
+        y=10,
+        desktop_session_id=second.session_id,
+        expected_screen_revision=shot["screen_revision"],
+    )
+    _error(status, body, "not_running", 409)

@@ -1,0 +1,291 @@
+"""The viewer tunnel against a real relay and desktop: RFB through the server, refusals, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+import numpy as np
+import psutil
+import pytest
+import pytest_asyncio
+
+from benchmarks.rfb import RFBClient, WebSocketTransport
+from server.relays.channel import MAX_WINDOW
+from tests.e2e.viewer_stack import (
+    Desktop,
+    ViewerStack,
+    capture,
+    paint_root,
+    viewer_stack,
+    without_cursor,
+)
+from tests.support.processes import scaled
+from tests.support.stack import wait_until
+from wire.errors import CloseCode
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ViewerStack]:
+    async with viewer_stack(tmp_path_factory.mktemp("viewer")) as stack:
+        yield stack
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def desktop(stack: ViewerStack) -> Desktop:
+    desktop = await stack.start_desktop()
+    await asyncio.to_thread(paint_root, desktop.display)
+    return desktop
+
+
+async def open_viewer(url: str) -> RFBClient:
+    client = RFBClient(await WebSocketTransport.connect(url))
+    await asyncio.wait_for(client.handshake(), scaled(10))
+    return client
+
+
+async def close_of(url: str, headers: dict[str, str] | None = None) -> tuple[int | None, str]:
+    """Connect and wait for the server's close: (code, reason)."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(url, protocols=("binary",), headers=headers or {}) as ws,
+    ):
+        message = await asyncio.wait_for(ws.receive(), scaled(10))
+        assert message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED), message
+        return ws.close_code, str(message.extra or "")
+
+
+def settled(stack: ViewerStack) -> bool:
+    return stack.viewers() == 0 and stack.server_channels() == 0
+
+
+def relay_vnc_connections(stack: ViewerStack, desktop: Desktop) -> int:
+    """Relay-side channel ends: the relay's TCP connections to the desktop's x11vnc."""
+    connections = psutil.Process(stack.relay.pid).net_connections(kind="tcp")
+    return sum(1 for c in connections if c.raddr and c.raddr.port == desktop.vnc_port)
+
+
+async def full_frame(client: RFBClient) -> np.ndarray:
+    await client.request_update(incremental=False)
+    frame = np.zeros((client.height, client.width, 3), dtype=np.uint8)
+    covered = 0
+    while covered < client.width * client.height:
+        for rect in await asyncio.wait_for(client.read_update(), scaled(10)):
+            pixels = np.frombuffer(rect.pixels, dtype=np.uint8).reshape(rect.height, rect.width, 4)
+            frame[rect.y : rect.y + rect.height, rect.x : rect.x + rect.width] = pixels[:, :, 2::-1]
+            covered += rect.width * rect.height
+    return frame
+
+
+async def test_rfb_through_the_server_shows_exactly_the_xvfb_screen(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    transport = await WebSocketTransport.connect(stack.socket_url(desktop))
+    banner = await asyncio.wait_for(transport.read_exactly(12), scaled(10))
+    assert banner == b"RFB 003.008\n"
+    client = RFBClient(transport)
+    # The banner is consumed: replay it through a transport that starts after it.
+    transport._buf[:0] = banner
+    await asyncio.wait_for(client.handshake(), scaled(10))
+    assert (client.width, client.height) == (1280, 800)
+    frame = await full_frame(client)
+    expected = await asyncio.to_thread(capture, desktop.display)
+    await client.close()
+    assert frame.shape == expected.shape
+    frame, expected = (without_cursor(image, desktop.display) for image in (frame, expected))
+    assert np.array_equal(frame, expected), "the framebuffer differs from the Xvfb capture"
+    assert len(np.unique(expected.reshape(-1, 3), axis=0)) >= 5, "the painted screen is missing"
+    await wait_until(lambda: settled(stack), 5, "the viewer to be released")
+
+
+@pytest.mark.parametrize(
+    ("case", "code"),
+    [
+        ("forged", CloseCode.VIEWER_FORBIDDEN),
+        ("malformed", CloseCode.VIEWER_FORBIDDEN),
+        ("expired", CloseCode.VIEWER_EXPIRED),
+        ("other_session", CloseCode.VIEWER_FORBIDDEN),
+        ("wrong_relay", CloseCode.VIEWER_FORBIDDEN),
+        ("not_a_member", CloseCode.VIEWER_FORBIDDEN),
+        ("unknown_session", CloseCode.UNKNOWN_SESSION),
+        ("cross_origin", CloseCode.VIEWER_FORBIDDEN),
+    ],
+)
+async def test_refused_viewers_never_open_a_relay_channel(
+    stack: ViewerStack, desktop: Desktop, case: str, code: CloseCode
+) -> None:
+    sid = desktop.desktop_session_id
+    good = stack.token(sid)
+    headers: dict[str, str] = {}
+    path_sid, token = sid, good
+    if case == "forged":
+        token = good[:-4] + ("AAAA" if not good.endswith("AAAA") else "BBBB")
+    elif case == "malformed":
+        token = "not-a-token"
+    elif case == "expired":
+        token = stack.token(sid, ttl_s=-5)
+    elif case == "other_session":
+        token = stack.token("f" * 32)
+    elif case == "wrong_relay":
+        token = stack.token(sid, relay_id="someone-elses-relay")
+    elif case == "not_a_member":
+        token = stack.token(sid, user_id="user-who-is-not-a-member")
+    elif case == "unknown_session":
+        path_sid = token_sid = "e" * 32
+        token = stack.token(token_sid)
+    elif case == "cross_origin":
+        headers = {"Origin": "http://evil.example"}
+    opens = stack.channel_opens()
+    url = f"{stack.ws_base}/vnc/{path_sid}/{token}/websockify"
+    close_code, reason = await close_of(url, headers)
+    assert close_code == code, (close_code, reason)
+    assert reason, "every refusal names its reason"
+    assert token not in reason
+    assert stack.channel_opens() == opens, "a refused viewer reached the relay"
+    assert settled(stack)
+
+
+async def test_same_origin_browser_is_admitted(stack: ViewerStack, desktop: Desktop) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(
+            stack.socket_url(desktop), protocols=("binary",), headers={"Origin": stack.url}
+        ) as ws,
+    ):
+        assert ws.protocol == "binary"
+        message = await asyncio.wait_for(ws.receive(), scaled(10))
+        assert message.type == aiohttp.WSMsgType.BINARY
+        assert message.data.startswith(b"RFB 003.008")
+    await wait_until(lambda: settled(stack), 5, "the viewer to be released")
+
+
+async def test_garbage_is_forwarded_and_the_tunnel_closes_cleanly(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    tasks_before = len(asyncio.all_tasks())
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(stack.socket_url(desktop), protocols=("binary",)) as ws,
+    ):
+        await asyncio.wait_for(ws.receive(), scaled(10))  # the banner
+        await ws.send_bytes(os.urandom(4096))
+        while (message := await asyncio.wait_for(ws.receive(), scaled(10))).type not in (
+            aiohttp.WSMsgType.CLOSE,
+            aiohttp.WSMsgType.CLOSED,
+        ):
+            pass
+        # x11vnc hangs up on the bad handshake; the desktop still runs, so no "stopped".
+        assert ws.close_code == CloseCode.NORMAL, (ws.close_code, message.extra)
+        assert "VNC server ended the stream" in str(message.extra)
+    await wait_until(lambda: settled(stack), 5, "the viewer to be released")
+    await wait_until(lambda: relay_vnc_connections(stack, desktop) == 0, 5, "relay side closed")
+    await wait_until(lambda: len(asyncio.all_tasks()) <= tasks_before, 5, "tasks to finish")
+
+
+async def test_text_frames_are_refused_with_a_reason(stack: ViewerStack, desktop: Desktop) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(stack.socket_url(desktop), protocols=("binary",)) as ws,
+    ):
+        await ws.send_str("hello")
+        while (await asyncio.wait_for(ws.receive(), scaled(10))).type not in (
+            aiohttp.WSMsgType.CLOSE,
+            aiohttp.WSMsgType.CLOSED,
+        ):
+            pass
+        assert ws.close_code == CloseCode.UNSUPPORTED_DATA
+    await wait_until(lambda: settled(stack), 5, "the viewer to be released")
+
+
+async def measure(client: RFBClient, seconds: float) -> float:
+    """MB/s of full-screen updates for ``seconds``."""
+    received = 0
+    deadline = time.perf_counter() + seconds
+    start = time.perf_counter()
+    while time.perf_counter() < deadline:
+        await client.request_update(incremental=False)
+        for rect in await client.read_update():
+            received += len(rect.pixels)
+    return received / (time.perf_counter() - start) / 1e6
+
+
+async def test_a_viewer_that_stops_reading_does_not_slow_another(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    fast = await open_viewer(stack.socket_url(desktop))
+    alone = await measure(fast, 3)
+    stalled = await open_viewer(stack.socket_url(desktop))
+    # Ask for a flood of full updates and then never read again.
+    for _ in range(40):
+        await stalled.request_update(incremental=False)
+    rss_before = psutil.Process().memory_info().rss
+    shared = await measure(fast, 10)
+    rss_after = psutil.Process().memory_info().rss
+    buffered = [s.backend.channel.buffered for s in _sessions(stack)]
+    await fast.close()
+    await stalled.close()
+    assert shared >= 0.8 * alone, f"{shared:.1f} MB/s beside a stalled viewer, {alone:.1f} alone"
+    # One credit window per channel at most, whatever the viewer does.
+    assert all(size <= MAX_WINDOW for size in buffered), buffered
+    assert rss_after - rss_before < 64 * 1024 * 1024
+    await wait_until(lambda: settled(stack), 10, "both viewers to be released")
+
+
+def _sessions(stack: ViewerStack) -> list:  # type: ignore[type-arg]
+    registry = stack.app.state.viewer.registry
+    return [s for group in registry._sessions.values() for s in group]
+
+
+async def test_many_viewers_and_closing_one_stops_nothing(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    clients = [await open_viewer(stack.socket_url(desktop)) for _ in range(5)]
+    assert stack.viewers(desktop.desktop_session_id) == 5
+    await clients[0].close()
+    await wait_until(lambda: stack.viewers() == 4, 5, "one viewer to close")
+    for client in clients[1:]:
+        frame = await full_frame(client)
+        assert frame.shape == (800, 1280, 3)
+    for client in clients[1:]:
+        await client.close()
+    await wait_until(lambda: settled(stack), 5, "all viewers to be released")
+    status = await stack.hub.request(stack.relay_id, "desktop.status", {}, 10)
+    sessions = [row["desktop_session_id"] for row in status["desktops"]]
+    assert desktop.desktop_session_id in sessions, "closing viewers stopped the desktop"
+
+
+async def test_stopping_the_desktop_closes_every_viewer_and_its_tokens(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    clients = [await open_viewer(stack.socket_url(desktop)) for _ in range(3)]
+    closes: list[tuple[float, int | None]] = []
+
+    async def wait_close(client: RFBClient) -> None:
+        ws = client.t._ws  # type: ignore[attr-defined]
+        while (await ws.receive()).type not in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
+            pass
+        closes.append((time.perf_counter(), ws.close_code))
+
+    waiters = [asyncio.create_task(wait_close(c)) for c in clients]
+    started = time.perf_counter()
+    await stack.stop_desktop(desktop)
+    stack.desktops.remove(desktop)
+    await asyncio.wait_for(asyncio.gather(*waiters), scaled(5))
+    assert all(code == CloseCode.DESKTOP_STOPPED for _, code in closes), closes
+    assert max(at for at, _ in closes) - started < 2.0
+    for client in clients:
+        await client.close()
+    await wait_until(lambda: settled(stack), 5, "all viewers to be released")
+
+    # A token for the stopped (or since replaced) session opens nothing.
+    replacement = await stack.start_desktop()
+    opens = stack.channel_opens()
+    code, reason = await close_of(stack.socket_url(desktop))
+    assert code == CloseCode.DESKTOP_STOPPED, (code, reason)
+    assert stack.channel_opens() == opens
+    assert replacement.desktop_session_id != desktop.desktop_session_id

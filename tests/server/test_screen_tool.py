@@ -1,0 +1,268 @@
+"""The server's screen tool against a scripted relay: request checks, guard args, audit."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+import pytest
+
+from server.screen.action import SCREEN_ACTION
+from server.screen.request import parse
+from server.screen.revisions import Capture, RevisionStore
+from server.screen.tool import Caller, ScreenTool
+from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.guard import decode_crop
+
+pytestmark = pytest.mark.unit
+
+WIDTH, HEIGHT = 320, 200
+SESSION, DISPLAY = "sess-1", ":7"
+CALLER = Caller("alice", "conv-1", "relay-1")
+
+
+def _screen() -> np.ndarray:
+    pixels = np.zeros((HEIGHT, WIDTH, 3), np.uint8)
+    pixels[:, :, 0] = np.arange(WIDTH, dtype=np.uint8)[None, :]
+    pixels[:, :, 1] = np.arange(HEIGHT, dtype=np.uint8)[:, None]
+    return pixels
+
+
+class FakeRelay:
+    """Answers ``screen.*`` like a relay; remembers every request."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.error: OpError | None = None
+
+    async def request(
+        self, relay_id: Any, op: str, args: dict[str, Any] | None = None, timeout_s: float = 30
+    ) -> Any:
+        self.requests.append((op, dict(args or {})))
+        if self.error is not None:
+            raise self.error
+        if op == "screen.screenshot":
+            capture = Capture.from_pixels(_screen())
+            wire = {
+                "encoding": "zlib-rgb24-bands",
+                "width": WIDTH,
+                "height": HEIGHT,
+                "band_rows": capture.band_rows,
+                "bands": [base64.b64encode(band).decode() for band in capture.bands],
+            }
+            return {
+                "width": WIDTH,
+                "height": HEIGHT,
+                "format": "png",
+                "image": "cG5n",
+                "coordinates": "full_resolution",
+                "desktop_session_id": SESSION,
+                "display": DISPLAY,
+                "capture": wire,
+            }
+        return {"ok_from_relay": op, "desktop_session_id": SESSION, "display": DISPLAY}
+
+
+class FakeAudit:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    async def write_audit(self, **row: Any) -> None:
+        self.rows.append(row)
+
+
+@pytest.fixture
+def relay() -> FakeRelay:
+    return FakeRelay()
+
+
+@pytest.fixture
+def audit() -> FakeAudit:
+    return FakeAudit()
+
+
+@pytest.fixture
+def tool(relay: FakeRelay, audit: FakeAudit) -> ScreenTool:
+    return ScreenTool(relay, RevisionStore("k"), audit)
+
+
+async def test_screenshot_keeps_the_capture_and_hides_host_details(tool, relay, audit):
+    shot = await tool.run(CALLER, {"action": "screenshot"})
+    assert "capture" not in shot and "display" not in shot
+    assert shot["desktop_session_id"] == SESSION
+    kept = tool.revisions.lookup(shot["screen_revision"], "relay-1", SESSION)
+    assert kept.revision.binding.display == DISPLAY
+    assert np.array_equal(kept.capture.pixels(), _screen())
+    assert relay.requests == [("screen.screenshot", {"format": "png"})]
+    assert audit.rows[-1]["details"] == {
+        "action": "screenshot",
+        "local": False,
+        "format": "png",
+        "guarded": False,
+        "width": WIDTH,
+        "height": HEIGHT,
+    }
+
+
+async def test_a_guarded_click_carries_the_reference_crop_and_target(tool, relay):
+    shot = await tool.run(CALLER, {"action": "screenshot"})
+    await tool.run(
+        CALLER,
+        {"action": "click", "x": 100, "y": 50, "expected_screen_revision": shot["screen_revision"]},
+    )
+    op, args = relay.requests[-1]
+    assert op == "screen.click"
+    assert args["revision_target"] == {"desktop_session_id": SESSION, "display": DISPLAY}
+    rect = args["guard"]["rect"]
+    assert rect == {"x": 36, "y": 2, "width": 128, "height": 96}
+    crop = decode_crop(args["guard"]["crop"])
+    assert np.array_equal(crop, _screen()[2:98, 36:164])
+    assert "desktop_session_id" not in args  # the relay's default desktop, checked there
+
+
+async def test_the_drag_start_is_guarded(tool, relay):
+    shot = await tool.run(CALLER, {"action": "screenshot"})
+    body = {
+        "action": "drag",
+        "from": {"x": 10, "y": 10},
+        "to": [300, 190],
+        "expected_screen_revision": shot["screen_revision"],
+    }
+    await tool.run(CALLER, body)
+    _, args = relay.requests[-1]
+    assert (args["x"], args["y"], args["to_x"], args["to_y"]) == (10, 10, 300, 190)
+    assert args["guard"]["rect"]["x"] == 0  # clamped by intersection at the edge
+
+
+async def test_stale_answers_carry_figures_and_a_hint(tool, relay):
+    shot = await tool.run(CALLER, {"action": "screenshot"})
+    newer = await tool.run(CALLER, {"action": "screenshot"})
+    relay.error = OpError(
+        ErrorCode.STALE_SCREEN,
+        "stale",
+        {"difference": 0.4, "threshold": 0.06, "mean_abs_delta": 0.2},
+    )
+    with pytest.raises(OpError) as info:
+        await tool.run(
+            CALLER,
+            {
+                "action": "click",
+                "x": 5,
+                "y": 5,
+                "expected_screen_revision": shot["screen_revision"],
+            },
+        )
+    details = info.value.details
+    assert (details["difference"], details["threshold"]) == (0.4, 0.06)
+    assert details["latest_screen_revision"] == newer["screen_revision"]
+    assert "new screenshot" in details["hint"]
+    assert "difference 0.4 > threshold 0.06" in info.value.message
+
+
+async def test_refusals_send_nothing_to_the_relay(tool, relay, audit):
+    shot = await tool.run(CALLER, {"action": "screenshot"})
+    sent = len(relay.requests)
+    cases = [
+        ({"action": "click", "x": 1, "y": 1}, ErrorCode.MISSING_SCREEN_REVISION),
+        (
+            {
+                "action": "click",
+                "x": WIDTH,
+                "y": 1,
+                "expected_screen_revision": shot["screen_revision"],
+            },
+            ErrorCode.INVALID_ARGS,
+        ),
+        (
+            {
+                "action": "click",
+                "x": 1,
+                "y": 1,
+                "target_bbox": [50, 50, 10, 10],
+                "expected_screen_revision": shot["screen_revision"],
+            },
+            ErrorCode.INVALID_ARGS,
+        ),
+        (
+            {
+                "action": "click",
+                "x": 1,
+                "y": 1,
+                "desktop_session_id": "other",
+                "expected_screen_revision": shot["screen_revision"],
+            },
+            ErrorCode.REVISION_MISMATCH,
+        ),
+        ({"action": "screenshot", "local": True}, ErrorCode.UNAVAILABLE),
+        ({"action": "teleport"}, ErrorCode.INVALID_ARGS),
+    ]
+    for body, code in cases:
+        with pytest.raises(OpError) as info:
+            await tool.run(CALLER, body)
+        assert info.value.code is code, body
+    assert len(relay.requests) == sent
+    assert [row["reason"] for row in audit.rows[-len(cases) :]] == [c.value for _, c in cases]
+    assert audit.rows[-1]["op"] == "screen.invalid"
+
+
+async def test_audit_rows_never_hold_typed_text_or_key_names(tool, audit):
+    await tool.run(CALLER, {"action": "type", "text": "p4ssw0rd"})
+    await tool.run(CALLER, {"action": "key", "key": "ctrl+alt+Delete"})
+    assert audit.rows[0]["details"]["text_length"] == 8
+    assert audit.rows[1]["details"]["key_count"] == 3
+    dumped = repr(audit.rows)
+    assert "p4ssw0rd" not in dumped and "Delete" not in dumped
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"action": "click", "x": 1}, "y"),
+        ({"action": "click", "x": "1", "y": 1}, "x"),
+        ({"action": "type"}, "text"),
+        ({"action": "key"}, "key"),
+        ({"action": "scroll", "direction": "sideways"}, "direction"),
+        ({"action": "scroll", "amount": 0}, "amount"),
+        ({"action": "drag", "to": {"x": 1, "y": 1}}, "from"),
+        ({"action": "drag", "from": {"x": 1, "y": 1}, "x": 1, "y": 1, "to": [2, 2]}, "from"),
+        ({"action": "move", "x": 1, "y": 1, "target_bbox": [0, 0, 5, 5]}, "target_bbox"),
+        ({"action": "screenshot", "format": "gif"}, "format"),
+        ({"action": "screenshot", "timeout": 0}, "timeout"),
+        ({"action": "screenshot", "bogus": 1}, "bogus"),
+        ({"action": "click", "x": 1, "y": 1, "target_bbox": {"x": 0, "y": 0}}, "target_bbox"),
+    ],
+)
+def test_bad_requests_name_the_field(body: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidArgs) as info:
+        parse(body)
+    assert info.value.details["field"] == field
+
+
+def test_the_action_is_a_write_tool_with_an_llm_ready_schema() -> None:
+    definition = SCREEN_ACTION.definition()
+    schema = definition["input_schema"]
+    assert definition["required_role"] == "write"
+    assert schema["required"] == ["conversation_id", "action"]
+    assert schema["properties"]["action"]["enum"][0] == "screenshot"
+    for name in (
+        "relay",
+        "desktop_session_id",
+        "local",
+        "x",
+        "y",
+        "button",
+        "text",
+        "key",
+        "amount",
+        "direction",
+        "from",
+        "to",
+        "target_bbox",
+        "expected_screen_revision",
+        "preview_max_width",
+        "format",
+        "timeout",
+    ):
+        assert name in schema["properties"], name
+    assert "full-resolution" in schema["properties"]["x"]["description"].lower()

@@ -1,0 +1,143 @@
+// The "Active Desktops" dock: a live count badge and a panel with one row per desktop, each
+// with Open and Stop. Stop always goes through a dialog naming the exact session; confirming
+// sends desktop_stop_confirm with that session id, so a desktop restarted meanwhile is never
+// stopped by a stale confirmation (the conflict is shown and the rows refresh). No bulk stop.
+import { action } from "./api.js";
+import { byId, el, formatTime, relayName, shortId, STATE_NOTES } from "./dom.js";
+
+const LIVE = new Set(["starting", "running", "stopping", "unknown"]);
+
+export class Dock {
+  constructor({ openDesktop }) {
+    this.openDesktop = openDesktop;
+    this.conversationId = null;
+    this.rows = [];
+    this.pending = null;
+    this.button = byId("dock-button");
+    this.panel = byId("dock-panel");
+    this.dialog = byId("stop-dialog");
+    this.button.addEventListener("click", () => this.toggle());
+    byId("dock-close").addEventListener("click", () => this.toggle(false));
+    byId("stop-cancel").addEventListener("click", () => this.closeDialog());
+    byId("stop-confirm").addEventListener("click", () => this.confirmStop());
+    this.dialog.addEventListener("close", () => { this.pending = null; });
+    this.panel.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") this.toggle(false);
+    });
+  }
+
+  use(conversationId) {
+    this.conversationId = conversationId;
+    this.show([]);
+    return this.refresh();
+  }
+
+  async refresh() {
+    if (!this.conversationId) return;
+    const { status, body } = await action("desktop_list_active",
+      { conversation_id: this.conversationId });
+    if (status === 200) this.show(body.desktops || []);
+  }
+
+  toggle(open = this.panel.hidden) {
+    this.panel.hidden = !open;
+    this.button.setAttribute("aria-expanded", String(open));
+    if (open) {
+      this.refresh();
+      (this.panel.querySelector("button") || this.panel).focus();
+    } else {
+      this.button.focus();
+    }
+  }
+
+  show(rows) {
+    this.rows = rows.filter((row) => LIVE.has(row.state));
+    const count = this.rows.length;
+    const badge = byId("dock-count");
+    badge.textContent = String(count);
+    badge.dataset.count = String(count);
+    this.button.setAttribute("aria-label", `Active Desktops: ${count}`);
+    byId("dock-empty").hidden = count > 0;
+    byId("dock-table").hidden = count === 0;
+    byId("dock-rows").replaceChildren(...this.rows.map((row) => this.renderRow(row)));
+  }
+
+  renderRow(row) {
+    const state = row.state;
+    const label = `${relayName(row)} ${row.kind} ${row.slot || "main"}`;
+    const stateCell = el("td", { class: "state" }, el("span", { class: `pill state-${state}`, text: state }));
+    if (state === "unknown" || row.reason) {
+      stateCell.append(el("span", { class: "why",
+        text: state === "unknown" ? STATE_NOTES.unknown : row.reason }));
+    }
+    const actions = el("td", { class: "row-actions" });
+    if (state === "running") {
+      actions.append(el("button", { type: "button", "aria-label": `Open ${label}`,
+        onclick: () => this.openDesktop(row) }, "Open"));
+    }
+    if (row.can_stop !== false) {
+      actions.append(el("button", { type: "button", class: "danger", "aria-label": `Stop ${label}`,
+        onclick: () => this.askStop(row) }, "Stop…"));
+    }
+    return el("tr", { class: `dock-row state-${state}`, dataset: { session: row.desktop_session_id, state } },
+      el("th", { scope: "row", text: relayName(row) }),
+      el("td", { text: row.slot && row.slot !== "main" ? `${row.kind} (${row.slot})` : row.kind }),
+      stateCell,
+      el("td", { text: row.started_by || "—" }),
+      el("td", {}, el("time", { datetime: row.started_at || "", text: formatTime(row.started_at) })),
+      el("td", {}, el("code", { title: row.desktop_session_id, text: shortId(row.desktop_session_id) })),
+      actions);
+  }
+
+  askStop(row) {
+    this.pending = row;
+    const details = byId("stop-details");
+    const pairs = [
+      ["Relay", relayName(row)], ["Kind", row.kind], ["Slot", row.slot || "main"],
+      ["Started at", formatTime(row.started_at)], ["Started by", row.started_by || "—"],
+      ["Session", row.desktop_session_id],
+    ];
+    details.replaceChildren(...pairs.flatMap(([name, value]) =>
+      [el("dt", { text: name }), el("dd", { text: value })]));
+    byId("stop-error").textContent = "";
+    byId("stop-confirm").disabled = false;
+    byId("stop-confirm").hidden = false;
+    byId("stop-cancel").textContent = "Cancel";
+    this.dialog.showModal();
+    byId("stop-cancel").focus();
+  }
+
+  closeDialog() {
+    if (this.dialog.open) this.dialog.close();
+  }
+
+  async confirmStop() {
+    const row = this.pending;
+    if (!row) return;
+    const confirm = byId("stop-confirm");
+    confirm.disabled = true;
+    const { status, body } = await action("desktop_stop_confirm", {
+      conversation_id: this.conversationId,
+      relay: relayName(row),
+      kind: row.kind,
+      slot: row.slot || "main",
+      desktop_session_id: row.desktop_session_id,
+    });
+    if (status === 200) {
+      this.closeDialog();
+      byId("dock-message").textContent =
+        body.was_running === false ? "That desktop had already stopped." : "Desktop stopped.";
+      await this.refresh();
+      return;
+    }
+    const error = body?.error || {};
+    const current = error.current_session_id || error.details?.current_session_id;
+    byId("stop-error").textContent = error.code === "session_conflict"
+      ? `Nothing was stopped: this desktop was restarted meanwhile and now runs session ${shortId(current)}. The list is refreshed; check the new session before stopping it.`
+      : `Nothing was stopped: ${error.message || `error ${status}`}`;
+    confirm.hidden = true;
+    byId("stop-cancel").textContent = "Close";
+    byId("stop-cancel").focus();
+    await this.refresh();
+  }
+}

@@ -1,0 +1,281 @@
+// The viewer's "local feel" bridge: what a local desktop gives and a plain noVNC page does not.
+//
+//   * remote clipboard → browser clipboard (noVNC's "clipboard" event → navigator.clipboard);
+//   * browser paste → remote clipboard: Ctrl+V (or Cmd+V) is kept from noVNC so the browser
+//     fires its native "paste" event; its text goes to the remote with clipboardPasteFrom, and
+//     only then the V press is sent, so the remote application pastes the new text;
+//   * held repeatable keys: the browser's auto-repeat keydowns become release+press pairs,
+//     which the X server delivers as repeated key events (x11vnc turns server auto-repeat off);
+//   * NumLock: before the first key press, and again after focus returns, the remote LED is
+//     read from keyboardStateUrl; when both states are known and differ, exactly one NumLock
+//     press is sent. Key events that arrive meanwhile are held and replayed in order. When
+//     either state is unknown nothing is sent (no guessing);
+//   * benign "ResizeObserver loop" errors never reach noVNC's fatal error handler;
+//   * `/desktop close` in the chat (a BroadcastChannel message) closes this viewer tab only.
+//
+// installBridge(rfb, {keyboardStateUrl, canvasContainer}) → {uninstall}. Call it for every new
+// RFB (the viewer reconnects with a new one); the previous installation removes itself when
+// its RFB disconnects.
+
+const XK_NUM_LOCK = 0xff7f;
+const STATE_TIMEOUT_MS = 1500;
+const CLOSE_CHANNEL = "relaydesk-viewers";
+const MODIFIER_CODES = new Set(["ShiftLeft", "ShiftRight", "ControlLeft", "ControlRight",
+  "AltLeft", "AltRight", "MetaLeft", "MetaRight", "CapsLock", "NumLock", "ScrollLock",
+  "OSLeft", "OSRight", "AltGraph"]);
+const LOCK_MODIFIERS = ["CapsLock", "NumLock", "ScrollLock", "AltGraph"];
+const isMac = /Mac|iPhone|iPad/.test(navigator.platform || "");
+
+// Shared across installations: page-wide, installed once.
+let pageHooksInstalled = false;
+function installPageHooks() {
+  if (pageHooksInstalled) return;
+  pageHooksInstalled = true;
+  window.addEventListener("error", (event) => {
+    if (/ResizeObserver loop/.test(event.message || "")) {
+      event.stopImmediatePropagation();
+      event.preventDefault();
+    }
+  }, true);
+  if ("BroadcastChannel" in window) {
+    const channel = new BroadcastChannel(CLOSE_CHANNEL);
+    channel.addEventListener("message", (event) => {
+      if (event.data && event.data.type === "close") window.close();
+    });
+  }
+}
+
+export const stats = { numLockPresses: 0, aligns: [], pastes: 0, repeats: 0, clipboardWrites: 0 };
+
+function browserNumLock(event) {
+  if (isMac || typeof event.getModifierState !== "function") return null;
+  const value = event.getModifierState("NumLock");
+  return typeof value === "boolean" ? value : null;
+}
+
+function cloneKeyEvent(event, type = event.type) {
+  const init = {
+    key: event.key, code: event.code, location: event.location, repeat: event.repeat,
+    ctrlKey: event.ctrlKey, shiftKey: event.shiftKey, altKey: event.altKey,
+    metaKey: event.metaKey, bubbles: true, cancelable: true, composed: true,
+  };
+  for (const name of LOCK_MODIFIERS) {
+    if (typeof event.getModifierState === "function") {
+      init[`modifier${name}`] = event.getModifierState(name);
+    }
+  }
+  return new KeyboardEvent(type, init);
+}
+
+function keysymOfChar(key) {
+  if (!key || [...key].length !== 1) return null;
+  const codePoint = key.codePointAt(0);
+  if (codePoint >= 0x20 && codePoint <= 0xff) return codePoint;
+  return 0x01000000 | codePoint;
+}
+
+export async function readKeyboardState(url, fetchImpl = fetch) {
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), STATE_TIMEOUT_MS);
+  try {
+    const response = await fetchImpl(url, {
+      cache: "no-store", credentials: "same-origin", signal: abort.signal,
+    });
+    if (!response.ok) return null;
+    const body = await response.json();
+    return body && body.known === true && typeof body.num_lock === "boolean" ? body.num_lock : null;
+  } catch {
+    return null;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+class Bridge {
+  constructor(rfb, { keyboardStateUrl, canvasContainer, fetchImpl }) {
+    this.rfb = rfb;
+    this.url = keyboardStateUrl;
+    this.container = canvasContainer;
+    this.fetchImpl = fetchImpl || ((...args) => window.fetch(...args));
+    this.needAlign = true;
+    this.held = null;           // key events held while the remote state is read
+    this.replayed = new WeakSet();
+    this.paste = null;          // {keysym, code, sent} while a Ctrl+V waits for "paste"
+    this.pendingRemoteText = null;
+    this.listeners = [];
+  }
+
+  listen(target, type, handler, options) {
+    target.addEventListener(type, handler, options);
+    this.listeners.push(() => target.removeEventListener(type, handler, options));
+  }
+
+  install() {
+    installPageHooks();
+    const key = (event) => this.onKey(event);
+    this.listen(this.container, "keydown", key, true);
+    this.listen(this.container, "keyup", key, true);
+    this.listen(document, "paste", (event) => this.onPaste(event), true);
+    this.listen(window, "focus", () => this.focusReturned());
+    this.listen(document, "visibilitychange", () => {
+      if (document.visibilityState === "visible") this.focusReturned();
+    });
+    this.listen(this.rfb, "clipboard", (event) => this.remoteClipboard(event.detail.text));
+    this.listen(this.rfb, "disconnect", () => this.uninstall());
+    return this;
+  }
+
+  uninstall() {
+    for (const remove of this.listeners.splice(0)) remove();
+    this.held = null;
+  }
+
+  focusReturned() {
+    this.needAlign = true;
+    if (this.pendingRemoteText !== null) this.remoteClipboard(this.pendingRemoteText);
+  }
+
+  // -- clipboard ------------------------------------------------------------------------
+
+  async remoteClipboard(text) {
+    if (typeof text !== "string" || !navigator.clipboard) return;
+    try {
+      await navigator.clipboard.writeText(text);
+      this.pendingRemoteText = null;
+      stats.clipboardWrites += 1;
+    } catch {
+      // Not focused (or not allowed) now: write it when focus returns.
+      this.pendingRemoteText = text;
+    }
+  }
+
+  isPasteChord(event) {
+    return event.type === "keydown" && event.code === "KeyV" && !event.altKey &&
+      (isMac ? event.metaKey : event.ctrlKey) && !event.repeat;
+  }
+
+  startPaste(event) {
+    // Hidden from noVNC, not prevented: the browser's default action fires "paste".
+    event.stopImmediatePropagation();
+    this.paste = { keysym: keysymOfChar(event.key) || 0x76, code: event.code, sent: false };
+  }
+
+  onPaste(event) {
+    const text = event.clipboardData ? event.clipboardData.getData("text/plain") : "";
+    event.preventDefault();
+    if (text) {
+      this.rfb.clipboardPasteFrom(text);
+      stats.pastes += 1;
+    }
+    this.sendPasteKeyDown();
+  }
+
+  sendPasteKeyDown() {
+    if (!this.paste || this.paste.sent) return;
+    this.paste.sent = true;
+    this.rfb.sendKey(this.paste.keysym, this.paste.code, true);
+  }
+
+  endPaste(event) {
+    event.stopImmediatePropagation();
+    event.preventDefault();
+    this.sendPasteKeyDown();  // no paste event came (empty or blocked clipboard)
+    this.rfb.sendKey(this.paste.keysym, this.paste.code, false);
+    this.paste = null;
+  }
+
+  // -- keys -----------------------------------------------------------------------------
+
+  onKey(event) {
+    if (this.replayed.has(event)) return;
+    if (this.held !== null) {
+      this.hold(event);
+      return;
+    }
+    if (event.type === "keydown" && this.needAlign) {
+      this.needAlign = false;
+      this.hold(event);
+      this.align(event);
+      return;
+    }
+    this.route(event);
+  }
+
+  // What this key event means for the bridge: "paste-start", "paste-end", "repeat" or "pass".
+  classify(event) {
+    if (this.paste && event.type === "keyup" && event.code === this.paste.code) return "paste-end";
+    if (this.isPasteChord(event)) return "paste-start";
+    if (event.type === "keydown" && event.repeat && !MODIFIER_CODES.has(event.code)) return "repeat";
+    return "pass";
+  }
+
+  route(event) {
+    const kind = this.classify(event);
+    if (kind === "paste-end") this.endPaste(event);
+    else if (kind === "paste-start") this.startPaste(event);
+    else if (kind === "repeat") this.releaseBeforeRepeat(event, event.target);
+  }
+
+  // An auto-repeat: release first, so the remote sees a new press (see the module comment).
+  releaseBeforeRepeat(event, target) {
+    this.replay(cloneKeyEvent(event, "keyup"), target);
+    stats.repeats += 1;
+  }
+
+  hold(event) {
+    event.stopImmediatePropagation();
+    event.preventDefault();
+    this.held = this.held || [];
+    this.held.push({ event, target: event.target });
+  }
+
+  async align(first) {
+    const local = first.code === "NumLock" ? null : browserNumLock(first);
+    const remote = local === null ? null : await readKeyboardState(this.url, this.fetchImpl);
+    const record = { local, remote, sent: false };
+    if (local !== null && remote !== null && local !== remote) {
+      this.rfb.sendKey(XK_NUM_LOCK, "NumLock", true);
+      this.rfb.sendKey(XK_NUM_LOCK, "NumLock", false);
+      stats.numLockPresses += 1;
+      record.sent = true;
+    }
+    stats.aligns.push(record);
+    const held = this.held || [];
+    this.held = null;
+    for (const { event, target } of held) this.replayHeld(event, target);
+  }
+
+  // A held event cannot trigger the browser's native paste any more: read the clipboard
+  // through the async API instead (it may ask for permission; without it only V is sent).
+  replayHeld(event, target) {
+    const kind = this.classify(event);
+    if (kind === "paste-start") {
+      this.paste = { keysym: keysymOfChar(event.key) || 0x76, code: event.code, sent: false };
+      const paste = this.paste;
+      (navigator.clipboard?.readText?.() ?? Promise.reject(new Error("no clipboard")))
+        .then((text) => { if (text && this.paste === paste) this.rfb.clipboardPasteFrom(text); })
+        .catch(() => {})
+        .finally(() => { if (this.paste === paste) this.sendPasteKeyDown(); });
+      return;
+    }
+    if (kind === "paste-end") {
+      this.sendPasteKeyDown();
+      this.rfb.sendKey(this.paste.keysym, this.paste.code, false);
+      this.paste = null;
+      return;
+    }
+    if (kind === "repeat") this.releaseBeforeRepeat(event, target);
+    this.replay(cloneKeyEvent(event), target);
+  }
+
+  replay(event, target) {
+    this.replayed.add(event);
+    (target || this.container).dispatchEvent(event);
+  }
+}
+
+export function installBridge(rfb, { keyboardStateUrl, canvasContainer, fetchImpl } = {}) {
+  const bridge = new Bridge(rfb, { keyboardStateUrl, canvasContainer, fetchImpl }).install();
+  window.relaydeskBridge = stats;
+  return { uninstall: () => bridge.uninstall(), bridge };
+}

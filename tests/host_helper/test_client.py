@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 def test_the_helper_refuses_to_start_without_a_token() -> None:
     env = {"PATH": "/usr/bin:/bin", "RELAYDESK_HOST_HELPER_TOKEN": " "}
-    done = subprocess.run(  # noqa: S603 (our own CLI)
+    done = subprocess.run(
         relaydesk_argv("host-helper", "--port", str(free_port())),
         env=env, capture_output=True, text=True, timeout=scaled(30), check=False,
     )  # fmt: skip

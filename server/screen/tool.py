@@ -23,6 +23,7 @@ from wire.ids import RelayId
 
 log = logging.getLogger(__name__)
 
+LOCAL_OP = "screen.local"
 OP_PREFIX = "screen."
 STALE_HINT = "the screen changed around the target: take a new screenshot and choose again"
 # Results of the relay that stay on the server (host details, the raw capture).
@@ -104,11 +105,6 @@ class ScreenTool:
         await self._audit(caller, request, body, None, error)
 
     async def _run(self, caller: Caller, request: ScreenRequest) -> dict[str, Any]:
-        if request.local:
-            raise OpError(
-                ErrorCode.UNAVAILABLE,
-                "the host helper is not configured: the local screen cannot be driven yet",
-            )
         if request.action == "screenshot":
             return await self._screenshot(caller, request)
         args = dict(request.relay_args)
@@ -130,6 +126,11 @@ class ScreenTool:
         self, caller: Caller, request: ScreenRequest, args: dict[str, Any]
     ) -> dict[str, Any]:
         op = f"{OP_PREFIX}{request.action}"
+        if request.local:
+            # The relay hands local-screen actions to its host helper, which runs the same
+            # guard compare on the host display.
+            local_args = {k: v for k, v in args.items() if k != "desktop_session_id"}
+            op, args = LOCAL_OP, {"action": request.action, "args": local_args}
         result = await self.relays.request(caller.relay, op, args, request.timeout_s)
         if not isinstance(result, dict):
             raise OpError(ErrorCode.PROTOCOL_ERROR, "the relay answered without a result object")

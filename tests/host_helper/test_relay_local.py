@@ -55,6 +55,27 @@ async def local_rows(app: Any, relay_id: RelayId) -> list[dict[str, Any]]:
     return [row for row in result["desktops"] if row["kind"] == "local"]
 
 
+async def screen(client: httpx.AsyncClient, seed: Any, **body: Any) -> tuple[int, Any]:
+    payload = {"conversation_id": seed.conversation_id, "local": True, **body}
+    headers = {"Authorization": f"Bearer {seed.api_token}"}
+    response = await client.post("/api/v1/actions/screen", json=payload, headers=headers)
+    return response.status_code, response.json()
+
+
+async def drive_host_screen(client: httpx.AsyncClient, seed: Any, session: str) -> None:
+    """The screen tool with ``local: true`` reaches the host display, behind the guard."""
+    status, shot = await screen(client, seed, action="screenshot")
+    assert status == 200, shot
+    assert (shot["width"], shot["height"]) == (800, 600)
+    status, clicked = await screen(
+        client, seed, action="click", x=40, y=30, expected_screen_revision=shot["screen_revision"]
+    )
+    assert status == 200, clicked
+    status, refused = await screen(client, seed, action="click", x=40, y=30)
+    assert status == 400, refused
+    assert refused["error"]["code"] == "missing_screen_revision"
+
+
 async def test_local_desktop_through_relay_and_server(
     tmp_path: Path, process_factory: ProcessFactory, host_screen: XvfbServer
 ) -> None:
@@ -126,11 +147,13 @@ async def test_local_desktop_through_relay_and_server(
                 json={"conversation_id": seed.conversation_id, "kind": "local"},
                 headers={"Authorization": f"Bearer {seed.api_token}"},
             )
-        assert response.status_code == 200, response.text
-        desktop = response.json()["desktop"]
-        assert desktop["kind"] == "local" and desktop["state"] == "running"
-        fresh = desktop["desktop_session_id"]
-        assert fresh != session
+            assert response.status_code == 200, response.text
+            desktop = response.json()["desktop"]
+            assert desktop["kind"] == "local"
+            assert desktop["state"] == "running"
+            fresh = desktop["desktop_session_id"]
+            assert fresh != session
+            await drive_host_screen(client, seed, fresh)
         stopped = await request(
             app, relay_id, "desktop.stop", {"kind": "local", "desktop_session_id": fresh}
         )

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from server.auth.principal import Principal
+from server.db.audit import AuditWriter
 from server.db.records import MemberRecord, MembershipRecord, MessageRecord, RelayRecord, Role
 
 ActionResult = tuple[int, dict[str, Any]]
@@ -19,7 +20,7 @@ InvokeAction = Callable[[Any, Principal, str, dict[str, Any]], Awaitable[ActionR
 PublishEvent = Callable[[Any, str, str, dict[str, Any]], Awaitable[object]]
 
 
-class ChatStore(Protocol):
+class ChatStore(AuditWriter, Protocol):
     """The parts of ``Store`` chat uses."""
 
     async def get_role(self, conversation_id: str, user_id: str) -> Role | None: ...
@@ -44,17 +45,3 @@ class ChatStore(Protocol):
         self, conversation_id: str, *, before_id: int | None = None, limit: int = 50
     ) -> list[MessageRecord]: ...
 
-    async def write_audit(
-        self,
-        *,
-        op: str,
-        actor: str,
-        outcome: str,
-        conversation_id: str | None = None,
-        relay_id: str | None = None,
-        desktop_session_id: str | None = None,
-        reason: str | None = None,
-        source: str | None = None,
-        request_id: str | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> Any: ...

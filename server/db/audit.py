@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 
@@ -31,6 +31,25 @@ def _redact_value(key: str, value: Any) -> Any:
     if isinstance(value, dict):
         return redact(value)
     return value
+
+
+class AuditWriter(Protocol):
+    """What code that audits needs of the store (``Store`` satisfies it)."""
+
+    async def write_audit(
+        self,
+        *,
+        op: str,
+        actor: str,
+        outcome: str,
+        conversation_id: str | None = None,
+        relay_id: str | None = None,
+        desktop_session_id: str | None = None,
+        reason: str | None = None,
+        source: str | None = None,
+        request_id: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> Any: ...
 
 
 class AuditStore(StoreBase):

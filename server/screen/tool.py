@@ -15,6 +15,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from server.db.audit import AuditWriter
 from server.screen.request import ACTIONS, ScreenRequest, audit_shape, parse
 from server.screen.revisions import Binding, Capture, KeptCapture, RevisionStore
 from wire.errors import ErrorCode, InvalidArgs, OpError
@@ -36,25 +37,6 @@ class RelayRequester(Protocol):
     def request(
         self, relay_id: RelayId, op: str, args: dict[str, Any] | None = ..., timeout_s: float = ...
     ) -> Awaitable[Any]: ...
-
-
-class AuditWriter(Protocol):
-    """The ``Store`` method the tool uses."""
-
-    async def write_audit(
-        self,
-        *,
-        op: str,
-        actor: str,
-        outcome: str,
-        conversation_id: str | None = None,
-        relay_id: str | None = None,
-        desktop_session_id: str | None = None,
-        reason: str | None = None,
-        source: str | None = None,
-        request_id: str | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> Any: ...
 
 
 @dataclass(frozen=True)

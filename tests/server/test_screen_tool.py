@@ -194,7 +194,6 @@ async def test_refusals_send_nothing_to_the_relay(tool, relay, audit):
             },
             ErrorCode.REVISION_MISMATCH,
         ),
-        ({"action": "screenshot", "local": True}, ErrorCode.UNAVAILABLE),
         ({"action": "teleport"}, ErrorCode.INVALID_ARGS),
     ]
     for body, code in cases:

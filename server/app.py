@@ -45,7 +45,6 @@ def _routes() -> list[BaseRoute]:
     # -- chat and web UI (feature: chat) --
     from server.chat import feature as chat_feature
 
-    routes[:0] = chat_feature.priority_routes()  # /viewer/bridge.js before /viewer/{name}
     routes.extend(chat_feature.routes())
     return routes
 

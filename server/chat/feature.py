@@ -9,7 +9,7 @@ from starlette.routing import BaseRoute
 from server.actions.invoke import invoke
 from server.auth.principal import Principal
 from server.chat.routes import ChatService, chat_routes
-from server.chat.web import bridge_route, web_routes
+from server.chat.web import web_routes
 from server.events.hub import publish_conversation
 from server.viewer.keyboard_state import keyboard_state_route
 
@@ -24,11 +24,6 @@ async def chat_invoke(
 def routes() -> list[BaseRoute]:
     """Chat API, the viewer's keyboard-state endpoint, and the web app (``/``, ``/app/…``)."""
     return [*chat_routes, keyboard_state_route, *web_routes()]
-
-
-def priority_routes() -> list[BaseRoute]:
-    """Routes that must come before the viewer's ``/viewer/{name}`` (which would shadow them)."""
-    return [bridge_route]
 
 
 def start_chat(state: Any) -> ChatService:

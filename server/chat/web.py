@@ -74,14 +74,3 @@ def web_routes() -> list[BaseRoute]:
         Mount("/app", app=AppFiles(directory=web_dir(), check_dir=False), name="web-app"),
     ]
 
-
-VIEWER_DIR = Path(__file__).resolve().parents[2] / "web" / "viewer"
-
-
-async def bridge_script(request: Request) -> Response:
-    """``GET /viewer/bridge.js``: the viewer page's clipboard/keyboard bridge module."""
-    path = VIEWER_DIR / "bridge.js"
-    return _secure(FileResponse(path), str(path))
-
-
-bridge_route = Route("/viewer/bridge.js", bridge_script, methods=["GET", "HEAD"])

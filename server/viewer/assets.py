@@ -186,9 +186,12 @@ def _kept_headers(raw: object) -> dict[str, str]:
     return {name: value for name, value in headers.items() if name in _KEPT}
 
 
+VIEWER_FILES = frozenset({"viewer.js", "viewer.css", "bridge.js", "audio.js", "audio-worklet.js"})
+
+
 async def viewer_file(request: Request) -> Response:
     """``/viewer/{name}``: the viewer page's script and style sheet."""
     name = request.path_params["name"]
-    if name not in {"viewer.js", "viewer.css"}:
+    if name not in VIEWER_FILES:
         return PlainTextResponse("not found", status_code=404)
     return FileResponse(VIEWER_DIR / name, media_type=content_type(name), headers=ASSET_HEADERS)

@@ -13,15 +13,16 @@ from typing import Any
 import httpx
 import pytest
 from starlette.applications import Starlette
+from starlette.routing import Route
 
 from server import admin
 from server.auth.errors import AuthError, auth_error_handler
 from server.auth.principal import Principal
-from server.chat.feature import priority_routes
 from server.chat.routes import MAX_MESSAGE_CHARS, ChatService, chat_routes
 from server.chat.web import CSP, web_routes
 from server.config import Settings
 from server.db.store import Store
+from server.viewer.assets import viewer_file
 from server.viewer.capability import grant_for, mint
 from server.viewer.keyboard_state import keyboard_state_route
 from tests.support.stack import Seed, seed_database
@@ -150,7 +151,12 @@ async def env(tmp_path: Path, template: tuple[Seed, str]) -> AsyncIterator[Env]:
         return "1"
 
     app = Starlette(
-        routes=[*priority_routes(), *chat_routes, keyboard_state_route, *web_routes()],
+        routes=[
+            *chat_routes,
+            keyboard_state_route,
+            *web_routes(),
+            Route("/viewer/{name}", viewer_file),
+        ],
         exception_handlers={AuthError: auth_error_handler},
     )
     app.state.store = store

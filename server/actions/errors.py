@@ -32,7 +32,21 @@ STATUS: Final[dict[ErrorCode, int]] = {
 }
 # Detail keys that may reach a client; anything else a relay adds stays on the server.
 PUBLIC_DETAILS: Final = frozenset(
-    {"field", "current_session_id", "actions", "max_desktops", "limit", "desktop_session_id"}
+    {
+        "field",
+        "current_session_id",
+        "actions",
+        "max_desktops",
+        "limit",
+        "desktop_session_id",
+        # the stale-screen guard's figures and where to look next
+        "difference",
+        "threshold",
+        "hint",
+        "screen_revision",
+        "latest_screen_revision",
+        "reason",
+    }
 )
 
 

@@ -27,27 +27,44 @@ def _parse(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
-def desktop_row(row: models.Desktop, relay_name: str | None) -> DesktopRow:
+_COLUMNS = (
+    models.Desktop.relay_id,
+    models.Desktop.desktop_session_id,
+    models.Desktop.kind,
+    models.Desktop.slot,
+    models.Desktop.state,
+    models.Desktop.started_at,
+    models.Desktop.started_by,
+    models.Desktop.updated_at,
+    models.Desktop.reason,
+    models.Desktop.geometry,
+    models.Desktop.display,
+    models.Relay.name,
+)
+
+
+def desktop_row(values: Sequence[Any]) -> DesktopRow:
+    """A row from the column tuple of ``_with_names`` (plain columns: no ORM objects to build)."""
+    relay_id, session_id, kind, slot, state, started_at, started_by, updated_at = values[:8]
+    reason, geometry, display, relay_name = values[8:]
     return DesktopRow(
-        relay_id=row.relay_id,
-        desktop_session_id=row.desktop_session_id,
-        kind=row.kind,
-        slot=row.slot,
-        state=row.state,
-        started_at=_iso(row.started_at),
-        started_by=row.started_by,
-        updated_at=_iso(row.updated_at) or "",
-        reason=row.reason,
-        geometry=row.geometry,
-        display=row.display,
+        relay_id=relay_id,
+        desktop_session_id=session_id,
+        kind=kind,
+        slot=slot,
+        state=state,
+        started_at=_iso(started_at),
+        started_by=started_by,
+        updated_at=_iso(updated_at) or "",
+        reason=reason,
+        geometry=geometry,
+        display=display,
         relay_name=relay_name,
     )
 
 
 def _with_names() -> RowQuery:
-    return select(models.Desktop, models.Relay.name).join(
-        models.Relay, models.Relay.id == models.Desktop.relay_id
-    )
+    return select(*_COLUMNS).join(models.Relay, models.Relay.id == models.Desktop.relay_id)
 
 
 def _ordered(query: RowQuery) -> RowQuery:
@@ -151,7 +168,7 @@ class InventoryStore(StoreBase):
     async def _all(self, query: RowQuery) -> list[DesktopRow]:
         async with self._sessions() as session:
             result = await session.execute(query)
-            return [desktop_row(pair[0], pair[1]) for pair in result.all()]
+            return [desktop_row(values) for values in result.all()]
 
 
 def _replace_state(row: DesktopRow, state: str, reason: str, updated_at: str) -> DesktopRow:

@@ -7,6 +7,7 @@ inventory payloads are built for exactly the relays shared with that conversatio
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
@@ -43,6 +44,8 @@ class ConversationEvents:
         self.bus = bus
         self._store = store
         self.ping_s = ping_s
+        self._pending: dict[str, list[DesktopRow]] = {}
+        self._publishers: dict[str, asyncio.Task[None]] = {}
 
     async def publish_conversation(
         self, conversation_id: str, event: str, data: dict[str, Any]
@@ -51,11 +54,40 @@ class ConversationEvents:
         return await self.bus.publish(topic_for(conversation_id), event, data)
 
     async def inventory_changed(self, relay_id: RelayId, changed: list[DesktopRow]) -> None:
-        """Inventory batch listener: one event per conversation that sees the relay."""
+        """Inventory batch listener: an event for each conversation that sees the relay.
+
+        Changes that arrive while a conversation's event is being built are coalesced into the
+        next one (``changed`` lists them all), so a burst of reconnecting relays costs one
+        snapshot per conversation per round instead of one per relay.
+        """
         for conversation_id in await self._store.conversations_sharing(relay_id):
-            await self.publish_conversation(
-                conversation_id, INVENTORY_CHANGED, await self.snapshot(conversation_id, changed)
-            )
+            self._pending.setdefault(conversation_id, []).extend(changed)
+            if conversation_id not in self._publishers:
+                task = asyncio.create_task(self._publish_pending(conversation_id))
+                self._publishers[conversation_id] = task
+
+    async def _publish_pending(self, conversation_id: str) -> None:
+        try:
+            while changed := self._pending.pop(conversation_id, None):
+                snapshot = await self.snapshot(conversation_id, changed)
+                await self.publish_conversation(conversation_id, INVENTORY_CHANGED, snapshot)
+        except Exception:
+            log.exception("publishing the inventory of %s failed", conversation_id)
+        finally:
+            self._publishers.pop(conversation_id, None)
+
+    async def settled(self) -> None:
+        """Wait until every pending inventory event is published."""
+        while self._publishers:
+            await asyncio.wait(list(self._publishers.values()))
+
+    async def aclose(self) -> None:
+        """Finish pending inventory events (bounded), then stop."""
+        tasks = list(self._publishers.values())
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=5.0)
+            for task in pending:
+                task.cancel()
 
     async def snapshot(
         self, conversation_id: str, changed: Sequence[DesktopRow] = ()

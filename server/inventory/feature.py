@@ -67,4 +67,5 @@ async def lifespan(state: Any, settings: Settings) -> AsyncIterator[None]:
         pruner.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await pruner
+        await events.aclose()
         await bus.close()

@@ -95,6 +95,14 @@ def row_from_relay(relay_id: str, data: Mapping[str, Any], state: str, now: str)
     )
 
 
+def reported_state(data: Mapping[str, Any]) -> str:
+    """A reported desktop runs, unless the relay itself cannot confirm it (``unknown``).
+
+    A relay reports its local desktop ``unknown`` while its host helper does not answer.
+    """
+    return "unknown" if data.get("state") == "unknown" else "running"
+
+
 class Inventory:
     """The server's desktop inventory: a ``RelayObserver`` and a ``DesktopDirectory``."""
 
@@ -274,7 +282,7 @@ class Inventory:
         changed: list[DesktopRow] = []
         for data in reported:
             try:
-                fresh = row_from_relay(relay_id, data, "running", now)
+                fresh = row_from_relay(relay_id, data, reported_state(data), now)
             except OpError:
                 log.warning("relay %s reported a desktop without a session id", relay_id)
                 continue
@@ -283,7 +291,7 @@ class Inventory:
             )
             if old is not None and since is not None and _is_after(old.updated_at, since):
                 continue
-            if old is not None and old.state == "running":
+            if old is not None and old.state == fresh.state:
                 continue
             started_by = fresh.started_by or (old.started_by if old else None)
             changed.append(replace(fresh, started_by=started_by))

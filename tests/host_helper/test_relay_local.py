@@ -121,6 +121,9 @@ async def test_local_desktop_through_relay_and_server(
         assert not await asyncio.to_thread(x11vnc_on, host_screen.display)
         rows = await local_rows(app, relay_id)
         assert [(r["desktop_session_id"], r["state"]) for r in rows] == [(session, "unknown")]
+        await app.state.inventory.probe(relay_id)
+        stored = await app.state.inventory.row(relay_id, session)
+        assert (stored.state, stored.reason) == ("unknown", "host_helper_unreachable")
         with pytest.raises(OpError) as refused:
             await request(app, relay_id, "desktop.start", {"kind": "local"})
         assert refused.value.code is ErrorCode.UNAVAILABLE

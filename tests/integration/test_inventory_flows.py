@@ -115,12 +115,20 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
             async with httpx.AsyncClient(base_url=url, timeout=scaled(30)) as client:
                 stack.client = client
                 yield stack
+                await _stop_everything(stack)
             tracker.cleanup()
     finally:
         root_logger.removeHandler(capture)
         root_logger.setLevel(level)
         for process in tracker.processes:
             print(f"----- {process.name}: {process.log_tail(1500)}")
+
+
+async def _stop_everything(stack: Stack) -> None:
+    """Leave no desktop behind: compare-and-stop every live row (relays may have restarted)."""
+    for row in await stack.app.state.inventory.live_rows(stack.relay_id):
+        await stack.call("desktop_stop_confirm", relay="relay-1", kind=row.kind, slot=row.slot,
+                         desktop_session_id=row.desktop_session_id)  # fmt: skip
 
 
 async def _running_main(stack: Stack) -> dict[str, Any]:

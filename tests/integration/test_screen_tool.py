@@ -186,6 +186,8 @@ async def test_a_change_under_the_target_is_stale_and_sends_nothing(stack, main)
     error = _error(status, body, "stale_screen", 409)
     difference, threshold = _stale_figures(error["message"])
     assert difference > threshold
+    assert (error["difference"], error["threshold"]) == (difference, threshold)
+    assert error["screen_revision"] == shot["screen_revision"]
     assert "take a new screenshot" in error["message"]
     assert main.recorder.drain() == []
     # a double click and a drag from there are refused the same way

@@ -102,6 +102,7 @@ async def test_reconnect_with_last_event_id_gets_exactly_the_missed_events(serve
     missed_ids = []
     for n, slot in enumerate(("s1", "s2", "s3")):
         await app.state.inventory.record_started(relay, _row(str(n) * 32, slot))
+        await app.state.events.settled()  # one event per change, not a coalesced one
     await publish_conversation(app.state, seed.conversation_id, "message_created", {"text": "hi"})
     assert seen.id is not None
     headers = {**_auth(seed.api_token), "Last-Event-ID": seen.id}

@@ -89,6 +89,7 @@ class Handlers:
             "desktop.stop": self._desktop_stop,
             "channel.open": self._channel_open,
             "novnc.asset": self._novnc_asset,
+            "keyboard.state": self._keyboard_state,
             **(extra_ops or {}),  # screen.<action> (relay/screen_ops.py)
         }
         self._channel_targets = channel_targets or {}  # audio (relay/audio.py)

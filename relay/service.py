@@ -51,6 +51,7 @@ class RelayService:
             channel_targets={"audio": self.audio.open_channel} if audio.available else None,
         )
         self.handlers.local = self.local
+        self.handlers.screen = self.screen  # keyboard.state shares the screen tool's connections
         self.worker = RelayWorker(config, self.handlers)
 
     async def _desktop_changed(self, row: dict[str, Any]) -> None:

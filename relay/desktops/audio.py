@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 AUDIO_ENV = "RELAYDESK_DESKTOP_AUDIO"
 PULSEAUDIO_BINARY_ENV = "RELAYDESK_PULSEAUDIO_BINARY"
 PROCESS_NAME = "pulseaudio"
+KEEPALIVE_NAME = "pulse-keepalive"
 SINK_NAME = "relaydesk"
 MONITOR_SOURCE = f"{SINK_NAME}.monitor"
 SAMPLE_RATE = 48_000
@@ -71,6 +72,7 @@ class AudioSettings:
 
     mode: AudioMode = AudioMode.DEFAULT
     binary: str = "pulseaudio"
+    pacat_binary: str = "pacat"
     runtime_root: Path = field(default_factory=default_runtime_root)
     start_timeout_s: float = 5.0
 
@@ -193,8 +195,28 @@ class PulseAudioStarter:
                 await writer.wait_closed()
 
         await poll_until_ready(accepts, deadline, "pulseaudio", child.is_alive)
+        self._spawn_keepalive(directory, env, procs)
         logger.info("desktop :%d has sound (PulseAudio pid %d)", display, child.pid)
         return {"PULSE_SERVER": f"unix:{sock}"}
+
+    def _spawn_keepalive(
+        self, directory: Path, env: Mapping[str, str], procs: DesktopProcesses
+    ) -> None:
+        """A silent stream that keeps the null sink rendering.
+
+        An idle null sink takes 1.5-2 s to start rendering for its first client; with this
+        stream a capture starts in ~10 ms and a new sound is heard at once.
+        """
+        argv = [
+            self.settings.pacat_binary, "--raw", "--format=s16le", f"--rate={SAMPLE_RATE}",
+            f"--channels={CHANNELS}", "--latency-msec=100", "--client-name=relaydesk-keepalive",
+            "/dev/zero",
+        ]  # fmt: skip
+        env = self._env(directory, env) | {"PULSE_SERVER": f"unix:{directory / 'native'}"}
+        try:
+            procs.add(ChildProcess.spawn(KEEPALIVE_NAME, argv, env=env, essential=False))
+        except OSError as err:
+            logger.info("no keep-alive stream (%s): captures start slower", err)
 
     def _prepare(self, display: int) -> Path:
         """A fresh private runtime dir with the server's ``default.pa``."""

@@ -91,6 +91,17 @@ export async function readKeyboardState(url, fetchImpl = fetch) {
   }
 }
 
+// The browser clipboard's text through the async API, or "" (no API, refused, or too slow).
+function readClipboardText() {
+  if (!navigator.clipboard || typeof navigator.clipboard.readText !== "function") {
+    return Promise.resolve("");
+  }
+  let timer;
+  const late = new Promise((resolve) => { timer = setTimeout(() => resolve(""), STATE_TIMEOUT_MS); });
+  return Promise.race([navigator.clipboard.readText().catch(() => ""), late])
+    .finally(() => clearTimeout(timer));
+}
+
 class Bridge {
   constructor(rfb, { keyboardStateUrl, canvasContainer, fetchImpl }) {
     this.rfb = rfb;
@@ -240,23 +251,37 @@ class Bridge {
       record.sent = true;
     }
     stats.aligns.push(record);
-    const held = this.held || [];
+    await this.replayAll();
+  }
+
+  // Replays the held events in order. A paste chord waits for its clipboard read, and the
+  // events behind it (its own V release, the Ctrl release) stay held until the text is sent:
+  // else the remote would get V before the text, or a bare "v" after Ctrl was released.
+  async replayAll() {
+    while (this.held !== null && this.held.length > 0) {
+      const { event, target } = this.held.shift();
+      const pending = this.replayHeld(event, target);
+      if (pending) await pending;
+    }
     this.held = null;
-    for (const { event, target } of held) this.replayHeld(event, target);
   }
 
   // A held event cannot trigger the browser's native paste any more: read the clipboard
-  // through the async API instead (it may ask for permission; without it only V is sent).
+  // through the async API instead (bounded: it may ask for permission; without the text only
+  // V is sent). Returns a promise while the read is pending.
   replayHeld(event, target) {
     const kind = this.classify(event);
     if (kind === "paste-start") {
       this.paste = { keysym: keysymOfChar(event.key) || 0x76, code: event.code, sent: false };
       const paste = this.paste;
-      (navigator.clipboard?.readText?.() ?? Promise.reject(new Error("no clipboard")))
-        .then((text) => { if (text && this.paste === paste) this.rfb.clipboardPasteFrom(text); })
-        .catch(() => {})
+      return readClipboardText()
+        .then((text) => {
+          if (text && this.paste === paste) {
+            this.rfb.clipboardPasteFrom(text);
+            stats.pastes += 1;
+          }
+        })
         .finally(() => { if (this.paste === paste) this.sendPasteKeyDown(); });
-      return;
     }
     if (kind === "paste-end") {
       this.sendPasteKeyDown();

@@ -90,7 +90,9 @@ class Handlers:
             "channel.open": self._channel_open,
             "novnc.asset": self._novnc_asset,
             "keyboard.state": self._keyboard_state,
-            **(extra_ops or {}),  # screen.<action> (relay/screen_ops.py)
+            "screen.local": self._no_host_helper,
+            # screen.<action> (relay/screen_ops.py); screen.local when a host helper is set
+            **(extra_ops or {}),
         }
         self._channel_targets = channel_targets or {}  # audio (relay/audio.py)
 
@@ -106,6 +108,8 @@ class Handlers:
             caps.append("local_desktop")
         if "audio" in self._channel_targets:
             caps.append("audio")
+        if "screen.click" in self._table:
+            caps.extend(("screen", "screen_guard"))
         return caps
 
     async def desktop_rows(self) -> list[dict[str, Any]]:
@@ -121,6 +125,13 @@ class Handlers:
         if handler is None:
             raise OpError(ErrorCode.UNKNOWN_OP, f"unknown op {request.op[:64]!r}")
         return await handler(link, request.args)
+
+    async def _no_host_helper(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+        raise OpError(
+            ErrorCode.UNAVAILABLE,
+            "this relay has no host helper configured (RELAYDESK_HOST_HELPER): "
+            "its local screen cannot be driven",
+        )
 
     async def _ping(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
         """The empty op: answers at once, echoing ``echo`` (round-trip measurement)."""

@@ -117,6 +117,8 @@ async def test_200_concurrent_requests_over_one_connection_are_all_answered(
         start_relay(process_factory, seed, url)
         relay_id = RelayId(seed.relay["relay_id"])
         await wait_until(lambda: app.state.hub.is_connected(relay_id), 20, "the relay to connect")
+        announced = app.state.hub.capabilities(relay_id)
+        assert {"session_identity", "virtual_desktop", "screen", "screen_guard"} <= announced
 
         answers = await asyncio.gather(
             *(app.state.hub.request(relay_id, "ping", {"echo": n}, 20.0) for n in range(200))

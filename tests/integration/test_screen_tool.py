@@ -363,7 +363,7 @@ async def test_the_audit_trail_has_shapes_but_never_typed_text(stack, main):
     assert stale and all("image" not in (row.details or {}) for row in screen_rows)
 
 
-async def test_the_local_screen_is_not_configured_yet(stack):
+async def test_a_relay_without_a_host_helper_refuses_the_local_screen(stack):
     status, body = await stack.screen(action="screenshot", local=True)
     error = _error(status, body, "unavailable", 503)
     assert "host helper" in error["message"]

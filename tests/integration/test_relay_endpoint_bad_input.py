@@ -159,7 +159,9 @@ async def test_data_for_an_unknown_channel_is_answered_with_a_channel_close(stac
     _, url, _, raw = stack
     ws = await _welcomed(url, raw["token"])
     await ws.send(encode_frame(DataFrame(ChannelId(77), b"hello")))
-    frame = decode_frame(await ws.recv())
+    answer = await ws.recv()
+    assert isinstance(answer, bytes)
+    frame = decode_frame(answer)
     assert frame == CloseFrame(ChannelId(77), ChannelCloseCode.UNKNOWN_CHANNEL, "unknown channel")
     await ws.send('{"type":"req","id":"p1","op":"ping","args":{}}')
     assert json.loads(await ws.recv()) == {"type": "res", "id": "p1", "ok": True, "result": {}}

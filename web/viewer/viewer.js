@@ -29,6 +29,9 @@ const FINAL = new Map([
 
 const BACKOFF_FIRST_S = 0.5;
 const BACKOFF_MAX_S = 8;
+// Renew the capability this long before it expires (through desktop_attach).
+const REFRESH_AHEAD_S = 120;
+const REFRESH_MIN_S = 5;
 
 export function sessionFromPath(pathname) {
   const match = /^\/vnc\/([^/]+)\/([^/]+)\/?/.exec(pathname);
@@ -40,6 +43,40 @@ export function socketUrl(location, sid, token) {
   return `${scheme}//${location.host}/vnc/${sid}/${token}/websockify`;
 }
 
+// The grant inside a token: {u, c, r, s, e} (user, conversation, relay, session, expiry).
+export function grantOf(token) {
+  try {
+    const body = token.split(".")[0].replace(/-/g, "+").replace(/_/g, "/");
+    return JSON.parse(atob(body + "=".repeat((4 - (body.length % 4)) % 4)));
+  } catch {
+    return null;
+  }
+}
+
+// A fresh token for the same desktop session, through the typed action desktop_attach with
+// this browser's session cookie; null when there is none or the desktop is no longer running.
+export async function refreshToken(sid, token) {
+  const grant = grantOf(token);
+  if (!grant) return null;
+  try {
+    const me = await fetch("/api/v1/me", { credentials: "same-origin", cache: "no-store" });
+    if (!me.ok) return null;
+    const { csrf_token: csrf } = await me.json();
+    const response = await fetch("/api/v1/actions/desktop_attach", {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf || "" },
+      body: JSON.stringify({ conversation_id: grant.c, relay: grant.r, desktop_session_id: sid }),
+    });
+    if (!response.ok) return null;
+    const { viewer_url: url } = await response.json();
+    const fresh = sessionFromPath(new URL(url, window.location.href).pathname);
+    return fresh && fresh.sid === sid ? fresh.token : null;
+  } catch {
+    return null;
+  }
+}
+
 // ResizeObserver "loop" notices are benign; noVNC must never treat them as fatal.
 window.addEventListener("error", (event) => {
   if (/ResizeObserver loop/.test(event.message || "")) {
@@ -49,14 +86,38 @@ window.addEventListener("error", (event) => {
 }, true);
 
 class Viewer {
-  constructor(screen, url) {
+  constructor(screen, sid, token) {
     this.screen = screen;
-    this.url = url;
+    this.sid = sid;
     this.rfb = null;
     this.attempt = 0;
     this.timer = null;
-    this.info = { state: "connecting", connects: 0, lastClose: null };
+    this.refreshTimer = null;
+    this.info = { state: "connecting", connects: 0, lastClose: null, refreshes: 0 };
     window.relaydeskViewer = this.info;
+    this.useToken(token);
+  }
+
+  useToken(token) {
+    this.token = token;
+    this.url = socketUrl(window.location, this.sid, token);
+    const path = `/vnc/${this.sid}/${token}/`;
+    if (window.location.pathname !== path) window.history.replaceState(null, "", path);
+    const grant = grantOf(token);
+    clearTimeout(this.refreshTimer);
+    if (grant && Number.isFinite(grant.e)) {
+      const dueS = Math.max(REFRESH_MIN_S, grant.e - Date.now() / 1000 - REFRESH_AHEAD_S);
+      this.refreshTimer = setTimeout(() => this.refresh(), dueS * 1000);
+    }
+  }
+
+  async refresh() {
+    const fresh = await refreshToken(this.sid, this.token);
+    if (fresh) {
+      this.info.refreshes += 1;
+      this.useToken(fresh);
+    }
+    return Boolean(fresh);
   }
 
   setState(state, text) {
@@ -86,10 +147,15 @@ class Viewer {
     });
   }
 
-  closed(event) {
+  async closed(event) {
     this.info.lastClose = { code: event.code, reason: event.reason };
+    if (event.code === CLOSE.VIEWER_EXPIRED && (await this.refresh())) {
+      this.connect();
+      return;
+    }
     const final = FINAL.get(event.code);
     if (final) {
+      clearTimeout(this.refreshTimer);
       const [state, title, text] = final;
       this.setState(state, title);
       this.showOverlay(title, text);
@@ -115,8 +181,7 @@ class Viewer {
 
 const session = sessionFromPath(window.location.pathname);
 if (session) {
-  new Viewer(document.getElementById("screen"),
-    socketUrl(window.location, session.sid, session.token)).connect();
+  new Viewer(document.getElementById("screen"), session.sid, session.token).connect();
 } else {
   document.getElementById("status").textContent = "Not a viewer address";
 }

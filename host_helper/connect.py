@@ -26,7 +26,8 @@ MAX_MESSAGE = 4 * 1024 * 1024
 
 def requested_port(request: web.Request) -> int:
     raw = request.query.get("port", "")
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
+    # ASCII only: str.isdigit() also accepts other scripts' digits, which int() would read.
+    if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) < 65536:
         raise InvalidArgs("port", "must be a TCP port number")
     return int(raw)
 

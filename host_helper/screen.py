@@ -3,7 +3,8 @@
 A compact sibling of the relay's screen service (the helper may not import it). Actions run
 one at a time in a single thread that owns the display connection and the mss instance
 (neither is thread-safe), so a guard check and the input it guards are never interleaved with
-another action. Guarded clicks compare with ``wire.guard`` before any input is sent.
+another action. Guarded clicks and drags (at their start point) compare with ``wire.guard``
+before any input is sent.
 
 Input backends: ``xtest`` (default, verified) and ``pyautogui`` (for non-X11 hosts; unverified
 here, see docs/host-helper.md).
@@ -35,13 +36,16 @@ from wire.guard import STALE_THRESHOLD, CropRect, RGBArray, compare, decode_crop
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("screenshot", "click", "double_click", "move", "scroll", "type", "key",
+ACTIONS = ("screenshot", "click", "double_click", "move", "drag", "scroll", "type", "key",
            "mouse_position", "screen_size", "keyboard_state")  # fmt: skip
 BUTTONS: dict[Any, int] = {"left": 1, "middle": 2, "right": 3, 1: 1, 2: 2, 3: 3}
 SCROLL_BUTTONS = {"up": 4, "down": 5, "left": 6, "right": 7}
 LED_CAPS_LOCK, LED_NUM_LOCK, LED_SCROLL_LOCK = 0x1, 0x2, 0x4
 MAX_TEXT = 10_000
 DOUBLE_CLICK_GAP_S = 0.04
+# The relay's XTEST backend drags the same way (relay/screen/xinput.py).
+DRAG_STEPS = 12
+DRAG_DURATION_S = 0.12
 REMAP_RESTORE_DELAY_S = 0.05
 CAPTURE_BAND_ROWS = 64
 ALIASES = {
@@ -59,10 +63,13 @@ def _int(args: dict[str, Any], name: str) -> int:
     return value
 
 
-def _point(args: dict[str, Any], size: tuple[int, int]) -> tuple[int, int]:
-    x, y = _int(args, "x"), _int(args, "y")
-    if not (0 <= x < size[0] and 0 <= y < size[1]):
-        raise InvalidArgs("x", f"({x}, {y}) is outside the {size[0]}x{size[1]} screen")
+def _point(
+    args: dict[str, Any], size: tuple[int, int], names: tuple[str, str] = ("x", "y")
+) -> tuple[int, int]:
+    x, y = _int(args, names[0]), _int(args, names[1])
+    for name, value, limit in zip(names, (x, y), size, strict=True):
+        if not 0 <= value < limit:
+            raise InvalidArgs(name, f"({x}, {y}) is outside the {size[0]}x{size[1]} screen")
     return x, y
 
 
@@ -145,6 +152,22 @@ class XScreen:
                 time.sleep(DOUBLE_CLICK_GAP_S)
             self.fake(X.ButtonPress, button)
             self.fake(X.ButtonRelease, button)
+        self.display.sync()
+
+    def drag(self, start: tuple[int, int], end: tuple[int, int], button: int) -> None:
+        """Press at ``start``, move in interpolated steps, release at ``end``."""
+        self.fake(X.MotionNotify, x=start[0], y=start[1])
+        self.fake(X.ButtonPress, button)
+        self.display.sync()
+        for step in range(1, DRAG_STEPS + 1):
+            # Toolkits start a drag only after motion past a threshold while pressed;
+            # intermediate points with pauses look like a hand-made drag.
+            x = start[0] + (end[0] - start[0]) * step // DRAG_STEPS
+            y = start[1] + (end[1] - start[1]) * step // DRAG_STEPS
+            self.fake(X.MotionNotify, x=x, y=y)
+            self.display.sync()
+            time.sleep(DRAG_DURATION_S / DRAG_STEPS)
+        self.fake(X.ButtonRelease, button)
         self.display.sync()
 
     def stroke(self, keysym: int) -> tuple[int, bool] | None:
@@ -284,6 +307,16 @@ def _move(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
     return {"x": x, "y": y}
 
 
+def _drag(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+    size = screen.size()
+    start, end = _point(args, size), _point(args, size, ("to_x", "to_y"))
+    button = _button(args)
+    guard = check_guard(screen, args, start)  # the start point is what the agent chose
+    screen.drag(start, end, button)
+    return {"x": start[0], "y": start[1], "to_x": end[0], "to_y": end[1], "button": button,
+            "guard": guard}  # fmt: skip
+
+
 def _scroll(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
     direction = args.get("direction", "down")
     amount = args.get("amount", 3)
@@ -333,6 +366,7 @@ HANDLERS: dict[str, Callable[[XScreen, dict[str, Any]], dict[str, Any]]] = {
     "click": _clicks(1),
     "double_click": _clicks(2),
     "move": _move,
+    "drag": _drag,
     "scroll": _scroll,
     "type": _type,
     "key": _key,

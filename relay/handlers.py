@@ -178,6 +178,8 @@ class Handlers:
     async def _keyboard_state(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
         """Lock-key LEDs of one running desktop's own display; never starts a desktop."""
         row = await self._find_desktop(args.get("desktop_session_id"))
+        if self.local is not None and row.get("kind") == "local":
+            return await self.local.keyboard_state(row, KEYBOARD_STATE_TIMEOUT_S)
         display = row.get("display")
         if not isinstance(display, str):
             raise OpError(ErrorCode.UNAVAILABLE, "this desktop has no display to read")

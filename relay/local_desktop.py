@@ -43,6 +43,7 @@ READ_CHUNK = 256 * 1024
 MAX_MESSAGE = 4 * 1024 * 1024
 # Accepted from desktop.start; geometry and depth are the real screen's own and are ignored.
 _START_ARGS = frozenset({"kind", "slot", "geometry", "depth", "audio", "started_by"})
+KEYBOARD_STATE_KEYS = ("num_lock", "caps_lock", "scroll_lock", "source")
 
 OnChange = Callable[[dict[str, Any]], Awaitable[None]]
 OpHandler = Callable[["ServerLink", dict[str, Any]], Awaitable[Any]]
@@ -64,13 +65,16 @@ class HostHelperClient:
             self._session = aiohttp.ClientSession(trust_env=False)
         return self._session
 
-    def _unreachable(self, err: BaseException) -> OpError:
-        reason = "timed out" if isinstance(err, TimeoutError) else type(err).__name__
+    def unreachable_error(self, reason: str = "unreachable") -> OpError:
         return OpError(
             ErrorCode.UNAVAILABLE,
             f"the host helper at {self.url} does not answer ({reason})",
             {"reason": UNREACHABLE},
         )
+
+    def _unreachable(self, err: BaseException) -> OpError:
+        reason = "timed out" if isinstance(err, TimeoutError) else type(err).__name__
+        return self.unreachable_error(reason)
 
     async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """One request; the helper's error body becomes the same ``OpError``."""
@@ -164,7 +168,7 @@ async def bridge(
 
 
 class LocalDesktop:
-    """``desktop.*``, ``channel.open`` and ``screen.local`` for the helper's local desktop."""
+    """Its desktop at the helper: ``desktop.*``, ``channel.open``, ``keyboard.state``, screen."""
 
     def __init__(
         self,
@@ -272,6 +276,17 @@ class LocalDesktop:
         if self._last is not None:
             result["desktop_session_id"] = self._last["desktop_session_id"]
         return result
+
+    async def keyboard_state(self, row: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """``keyboard.state`` of the running local session ``row``: the host display's LEDs."""
+        if row.get("state") != "running":
+            raise self.client.unreachable_error()
+        try:
+            async with asyncio.timeout(timeout_s):
+                state = await self.client.call("POST", "/v1/screen/keyboard_state", {})
+        except TimeoutError:
+            raise OpError(ErrorCode.TIMEOUT, "reading the keyboard state timed out") from None
+        return {key: state.get(key) for key in KEYBOARD_STATE_KEYS}
 
     async def _check_revision_target(self, target: object) -> None:
         """A screenshot of one local session must not guard input on a newer one."""

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from Xlib import display as xdisplay
 
+from relay.handlers import Handlers
 from relay.local_desktop import HostHelperClient, LocalDesktop
-from tests.host_helper.conftest import TOKEN, Helper
+from tests.host_helper.conftest import TOKEN, Helper, x11vnc_on
 from tests.support.processes import free_port, scaled
-from tests.support.stack import relaydesk_argv
+from tests.support.stack import relaydesk_argv, wait_until
 from wire.errors import ErrorCode, OpError
+from wire.ids import RequestId
+from wire.messages import Request
 
 pytestmark = pytest.mark.integration
 
@@ -75,3 +79,92 @@ async def test_local_desktop_ops_and_the_poll_report(helper: Helper) -> None:
         assert await asyncio.wait_for(local.rows(), scaled(5)) == []
     finally:
         await local.aclose()
+
+
+async def test_concurrent_starts_from_two_relay_connections_make_one_desktop(
+    helper: Helper,
+) -> None:
+    # Two relay processes pointed at one helper: separate clients, separate connections.
+    relays = [LocalDesktop(HostHelperClient(helper.url, TOKEN)) for _ in range(2)]
+    try:
+        rows = await asyncio.gather(
+            *(relay.start({"kind": "local", "started_by": f"relay-{index % 2}"})
+              for index, relay in enumerate(relays * 5))
+        )  # fmt: skip
+        assert len({row["desktop_session_id"] for row in rows}) == 1
+        assert [row["already_running"] for row in rows].count(False) == 1
+        assert helper.desktops.spawned == 1
+        assert len(await asyncio.to_thread(x11vnc_on, helper.display)) == 1
+        # Both relays report the same one row.
+        seen = [await relay.rows() for relay in relays]
+        assert seen[0] == seen[1] and len(seen[0]) == 1
+    finally:
+        for relay in relays:
+            await relay.aclose()
+
+
+async def test_the_relay_client_cannot_reach_another_port(helper: Helper) -> None:
+    client = HostHelperClient(helper.url, TOKEN)
+    try:
+        row = await LocalDesktop(client).start({"kind": "local"})
+        current = helper.desktops.current
+        assert current is not None
+        for port in (current.vnc_port, row["websockify_port"] + 1, 22):
+            with pytest.raises(OpError) as refused:
+                await client.connect(port)
+            assert refused.value.code is ErrorCode.UNAVAILABLE
+            assert "refused the stream (HTTP 403)" in refused.value.message
+        stream = await client.connect(row["websockify_port"])
+        message = await asyncio.wait_for(stream.receive(), scaled(5))
+        assert bytes(message.data).startswith(b"RFB 003.")
+        await stream.close()
+    finally:
+        await client.aclose()
+
+
+def host_num_lock(display: str) -> bool:
+    conn = xdisplay.Display(display)
+    try:
+        return bool(int(conn.get_keyboard_control().led_mask) & 0x2)
+    finally:
+        conn.close()
+
+
+async def test_keyboard_state_of_a_local_session_reads_the_host_display(helper: Helper) -> None:
+    local = LocalDesktop(HostHelperClient(helper.url, TOKEN))
+    handlers = Handlers(None)
+    handlers.local = local
+
+    async def keyboard_state(session_id: str) -> Any:
+        request = Request(RequestId("r1"), "keyboard.state", {"desktop_session_id": session_id})
+        return await handlers.dispatch(cast(Any, None), request)
+
+    async def num_lock_is(on: bool) -> bool:
+        return bool(await asyncio.to_thread(host_num_lock, helper.display) is on)
+
+    try:
+        session = (await local.start({"kind": "local"}))["desktop_session_id"]
+        before = await asyncio.to_thread(host_num_lock, helper.display)
+        state = await keyboard_state(session)
+        assert state == {"num_lock": before, "caps_lock": False, "scroll_lock": False,
+                         "source": "led_mask"}  # fmt: skip
+        for flipped in (not before, before):
+            await local.screen({"action": "key", "args": {"keys": "Num_Lock"}})
+            await wait_until(lambda f=flipped: num_lock_is(f), 5, f"the NumLock LED {flipped}")
+            assert (await keyboard_state(session))["num_lock"] is flipped
+
+        with pytest.raises(OpError) as unknown:
+            await keyboard_state("f" * 32)
+        assert unknown.value.code is ErrorCode.NOT_RUNNING
+        # A row the helper cannot confirm is never read (nor guessed).
+        row = (await local.rows())[0] | {"state": "unknown"}
+        with pytest.raises(OpError) as unconfirmed:
+            await local.keyboard_state(row, scaled(2))
+        assert unconfirmed.value.code is ErrorCode.UNAVAILABLE
+        await helper.stop(session)
+        with pytest.raises(OpError) as stopped:
+            await keyboard_state(session)
+        assert stopped.value.code is ErrorCode.NOT_RUNNING
+    finally:
+        await local.aclose()
+        await handlers.aclose()

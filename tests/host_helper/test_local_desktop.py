@@ -7,6 +7,7 @@ import logging
 import random
 import signal
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -76,11 +77,39 @@ async def test_connect_to_another_port_is_refused(helper: Helper) -> None:
     status, body = await helper.call("GET", "/v1/local/connect?port=22")
     assert (status, body["error"]["code"]) == (409, "not_running")
     started = await helper.start()
-    for port in (22, started["websockify_port"] + 1, helper.desktops.current.vnc_port):  # type: ignore[union-attr]
-        status, body = await helper.call("GET", f"/v1/local/connect?port={port}")
-        assert (status, body["error"]["code"]) == (403, "forbidden")
-    status, body = await helper.call("GET", "/v1/local/connect?port=abc")
-    assert (status, body["error"]["code"]) == (400, "invalid_args")
+    port = started["websockify_port"]
+    current = helper.desktops.current
+    assert current is not None
+    for other in (22, port + 1, port - 1, current.vnc_port):
+        status, body = await helper.call("GET", f"/v1/local/connect?port={other}")
+        assert (status, body["error"]["code"]) == (403, "forbidden"), other
+    # non-numbers, out-of-range numbers, this very port in full-width digits, a NUL after it
+    full_width = quote("".join(chr(0xFF10 + int(digit)) for digit in str(port)))
+    for raw in ("abc", "0", "65536", "-1", "", full_width, f"{port}%00"):
+        status, body = await helper.call("GET", f"/v1/local/connect?port={raw}")
+        assert (status, body["error"]["code"]) == (400, "invalid_args"), raw
+
+
+async def test_the_port_of_an_earlier_desktop_is_refused_and_open_streams_end_with_it(
+    helper: Helper,
+) -> None:
+    first = await helper.start()
+    url = f"{helper.url}/v1/local/connect?port={first['websockify_port']}"
+    async with helper.http.ws_connect(url, headers=helper.headers) as stream:
+        assert (
+            await asyncio.wait_for(stream.receive(), scaled(5))
+        ).type == aiohttp.WSMsgType.BINARY
+        await helper.stop(first["local_screen_session_id"])
+        # The viewer stream closes with its desktop, never left frozen.
+        ending = await asyncio.wait_for(stream.receive(), scaled(5))
+        assert ending.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED), ending
+    second = await helper.start()
+    while second["websockify_port"] == first["websockify_port"]:  # the kernel reused the port
+        await helper.stop(second["local_screen_session_id"])
+        second = await helper.start()
+    status, body = await helper.call("GET", f"/v1/local/connect?port={first['websockify_port']}")
+    assert (status, body["error"]["code"]) == (403, "forbidden")
+    assert (await banner_through_connect(helper, second["websockify_port"])).startswith(b"RFB")
 
 
 async def test_stale_stop_conflicts_and_the_desktop_keeps_running(helper: Helper) -> None:

@@ -104,6 +104,10 @@ async def test_local_desktop_through_relay_and_server(
         # channel.open on it: the RFB banner through the server; closing it keeps the desktop
         assert (await banner_through_server(app, relay_id, session)).startswith(b"RFB 003.")
         assert [r["desktop_session_id"] for r in await local_rows(app, relay_id)] == [session]
+        # keyboard.state of the local session: the host display's LEDs, through the helper
+        state = await request(app, relay_id, "keyboard.state", {"desktop_session_id": session})
+        assert state == {"num_lock": False, "caps_lock": False, "scroll_lock": False,
+                         "source": "led_mask"}  # fmt: skip
         await app.state.inventory.probe(relay_id)
         stored = await app.state.inventory.row(relay_id, session)
         assert (stored.kind, stored.state) == ("local", "running")
@@ -130,6 +134,9 @@ async def test_local_desktop_through_relay_and_server(
         assert "does not answer" in refused.value.message
         with pytest.raises((OpError, ChannelClosedError)):
             await banner_through_server(app, relay_id, session)
+        with pytest.raises(OpError) as no_state:
+            await request(app, relay_id, "keyboard.state", {"desktop_session_id": session})
+        assert no_state.value.code is ErrorCode.UNAVAILABLE
 
         # the helper comes back → reconciled: its old session is gone
         helper = start_helper(process_factory, host_screen.display, helper_port)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from PIL import Image
+from Xlib import X
 
 from tests.host_helper.conftest import Helper
 from tests.support.processes import scaled
@@ -90,3 +91,61 @@ async def test_type_key_and_keyboard_state(helper: Helper, recorder: XRecorder) 
     assert (status, body["error"]["code"]) == (400, "invalid_args")
     status, body = await helper.call("POST", "/v1/screen/nonsense", {})
     assert (status, body["error"]["code"]) == (404, "not_found")
+
+
+async def test_guarded_drag_runs_from_start_to_end_and_a_stale_start_is_refused(
+    helper: Helper, recorder: XRecorder
+) -> None:
+    status, shot = await helper.call("POST", "/v1/screen/screenshot", {})
+    assert status == 200, shot
+    start, end = (100, 120), (420, 300)
+    guard = guard_for(pixels_of(shot), start)
+    drag = {"x": start[0], "y": start[1], "to_x": end[0], "to_y": end[1], "guard": guard}
+
+    status, body = await helper.call("POST", "/v1/screen/drag", drag)
+    assert status == 200, body
+    assert (body["x"], body["y"], body["to_x"], body["to_y"], body["button"]) == (*start, *end, 1)
+    assert body["guard"]["checked"] is True and body["guard"]["stale"] is False
+    events = await asyncio.to_thread(recorder.drain)
+    buttons = [e for e in events if e["type"] in ("ButtonPress", "ButtonRelease")]
+    assert [(e["type"], e["x"], e["y"], e["button"]) for e in buttons] == [
+        ("ButtonPress", *start, 1),
+        ("ButtonRelease", *end, 1),
+    ]
+    pressed = events.index(buttons[0])
+    released = events.index(buttons[1])
+    held = [e for e in events[pressed:released] if e["type"] == "MotionNotify"]
+    assert len(held) >= 5, events  # moved in steps while the button was down
+    assert all(e["state"] & X.Button1Mask for e in held)
+    assert (held[-1]["x"], held[-1]["y"]) == end
+
+    # The screen around the START point changes: no press, no motion, nothing at all.
+    await asyncio.to_thread(recorder.paint, 60, 80, 80, 80, 0x00FF00)
+    status, body = await helper.call("POST", "/v1/screen/drag", drag)
+    assert (status, body["error"]["code"]) == (409, "stale_screen")
+    assert body["error"]["details"]["difference"] > body["error"]["details"]["threshold"]
+    assert await asyncio.to_thread(recorder.drain) == []
+
+    # A change around the END point only is not guarded: the agent chose the start point.
+    status, shot = await helper.call("POST", "/v1/screen/screenshot", {})
+    guard = guard_for(pixels_of(shot), start)
+    await asyncio.to_thread(recorder.paint, 380, 260, 80, 80, 0xFF00FF)
+    status, body = await helper.call("POST", "/v1/screen/drag", drag | {"guard": guard})
+    assert status == 200 and body["guard"]["stale"] is False, body
+    presses = await drained(recorder, "ButtonPress")
+    assert [(e["x"], e["y"]) for e in presses] == [start]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [({"to_x": 800}, "to_x"), ({"to_y": -1}, "to_y"), ({"to_x": "9"}, "to_x"),
+     ({"x": 800}, "x"), ({"button": "fourth"}, "button")],
+)  # fmt: skip
+async def test_a_bad_drag_sends_no_input(
+    helper: Helper, recorder: XRecorder, change: dict[str, Any], field: str
+) -> None:
+    drag = {"x": 10, "y": 10, "to_x": 20, "to_y": 20} | change
+    status, body = await helper.call("POST", "/v1/screen/drag", drag)
+    assert (status, body["error"]["code"]) == (400, "invalid_args")
+    assert body["error"]["details"]["field"] == field
+    assert await asyncio.to_thread(recorder.drain) == []

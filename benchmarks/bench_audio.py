@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -142,6 +144,39 @@ def cpu_seconds(process: psutil.Process) -> float:
     return total
 
 
+async def rfb_rate(stack: Any, desktop: Any, seconds: float) -> float:
+    """Full-screen video throughput (MB/s) of one viewer stream through the server."""
+    from benchmarks.bench_viewer import throughput
+    from benchmarks.rfb import RFBClient, WebSocketTransport
+
+    client = RFBClient(await WebSocketTransport.connect(stack.socket_url(desktop)))
+    await asyncio.wait_for(client.handshake(), 10)
+    try:
+        rate, _ = await throughput(client, seconds)
+    finally:
+        await client.close()
+    return float(rate)
+
+
+async def video_with_and_without_audio(
+    stack: Any, desktop: Any, rounds: int, seconds: float = 0.5
+) -> dict[bool, list[float]]:
+    """Video throughput with and without an audio listener, in interleaved A/B/B/A rounds so
+    that drift on a shared machine hits both sides alike."""
+    url = stack.socket_url(desktop).removesuffix("websockify") + "audio"
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for audio_on in (False, True, True, False) * rounds:
+        if not audio_on:
+            rates[False].append(await rfb_rate(stack, desktop, seconds))
+            continue
+        async with listener(url) as ws:
+            first = await asyncio.wait_for(ws.receive(), 5)
+            assert first.type == aiohttp.WSMsgType.BINARY, "audio flows"
+            rates[True].append(await rfb_rate(stack, desktop, seconds))
+            assert (await ws.receive()).type == aiohttp.WSMsgType.BINARY, "audio still on"
+    return rates
+
+
 async def run(quick: bool) -> int:
     from tests.e2e.viewer_stack import viewer_stack
 
@@ -160,7 +195,13 @@ async def run(quick: bool) -> int:
                     busy_before = cpu_seconds(relay)
                     heard = await receive_for(ws, seconds)
                     busy = cpu_seconds(relay) - busy_before
+                rates = await video_with_and_without_audio(stack, desktop, 1 if quick else 4)
             report(heard, seconds, idle, busy)
+            off, on = statistics.median(rates[False]), statistics.median(rates[True])
+            print(
+                f"video throughput: audio off {off:.1f} MB/s, on {on:.1f} MB/s "
+                f"(ratio on/off {on / off:.2f}; target >= 0.90)"
+            )
     return 0
 
 

@@ -78,7 +78,7 @@ class TcpChannel:
     async def _send(self, data: bytes) -> None:
         view = memoryview(data)
         while view and not self._closed:
-            taken = self._link.connection.send_data(self.channel_id, bytes(view))
+            taken = self._link.connection.send_data(self.channel_id, view)
             if taken:
                 view = view[taken:]
                 await self._link.flush()

@@ -18,7 +18,8 @@ class RelayConfig:
     server_url: str
     token: str
     state_dir: Path
-    heartbeat_s: float = 10.0
+    # The server pings every heartbeat; a server silent this long is dropped and redialled.
+    liveness_timeout_s: float = 30.0
     max_concurrency: int = 64
     backoff_initial_s: float = 0.25
     backoff_max_s: float = 10.0

@@ -71,11 +71,19 @@ class RelayWorker:
                 self.config.connect_url,
                 headers=headers,
                 protocols=(SUBPROTOCOL,),
-                heartbeat=self.config.heartbeat_s,
+                # Liveness comes from the server's pings: any frame, a ping included, resets
+                # the receive timeout. aiohttp's own heartbeat would allow a pong only half a
+                # ping interval, which a busy server can miss without being dead.
+                timeout=aiohttp.ClientWSTimeout(
+                    ws_receive=self.config.liveness_timeout_s, ws_close=10.0
+                ),
                 max_msg_size=self.config.max_text + 16,
             ) as ws:
                 return await self._serve(ws)
-        except (aiohttp.ClientError, OSError, TimeoutError) as err:
+        except TimeoutError:
+            log.warning("the server at %s fell silent; redialling", self.config.server_url)
+            return False
+        except (aiohttp.ClientError, OSError) as err:
             log.warning("cannot reach the server at %s: %s", self.config.server_url, err)
             return False
         except ProtocolError as err:

@@ -60,7 +60,7 @@ def _relay_config(server_url: str | None, token_file: str | None, stop_desktops:
         server_url=url,
         token=token,
         state_dir=default_state_dir(),
-        heartbeat_s=env_float("HEARTBEAT_S", 10.0),
+        liveness_timeout_s=env_float("LIVENESS_TIMEOUT_S", 30.0),
         backoff_max_s=env_float("RELAY_BACKOFF_MAX_S", 10.0),
         stop_desktops_on_exit=stop_desktops,
         host_helper_url=os.environ.get("RELAYDESK_HOST_HELPER", ""),

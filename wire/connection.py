@@ -6,7 +6,9 @@ The adapter feeds received frames in (:meth:`Connection.receive_text`,
 
 Flow control: every channel has a credit window per direction. The sender never has more
 unacknowledged bytes in flight than granted; the receiver grants credit back as its consumer
-takes bytes (:meth:`Connection.consumed`), in batches of a quarter window.
+takes bytes (:meth:`Connection.consumed`), in batches of a quarter of the channel's window.
+A receiver whose consumer keeps up may grow a channel's window (:meth:`Connection.grow_window`);
+the batch grows with it, so a fast stream costs the sender a few credit wake-ups per window.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from typing import Any, Final
 from wire.errors import ChannelCloseCode, CloseCode, ErrorCode, OpError, ProtocolError
 from wire.frames import (
     DEFAULT_MAX_PAYLOAD,
+    HEADER,
     ChannelFrame,
     CloseFrame,
     CreditFrame,
     DataFrame,
+    FrameKind,
     decode_frame,
     encode_frame,
 )
@@ -135,6 +139,7 @@ WireEvent = (
 class _Window:
     send_credit: int
     recv_allowance: int
+    size: int
     unacked: int = 0
 
 
@@ -248,7 +253,9 @@ class Connection:
         """Register a channel with a fresh window in both directions."""
         if channel_id in self._channels:
             raise ProtocolError(f"channel {channel_id} is already open")
-        self._channels[channel_id] = _Window(send_credit=self.window, recv_allowance=self.window)
+        self._channels[channel_id] = _Window(
+            send_credit=self.window, recv_allowance=self.window, size=self.window
+        )
 
     def has_channel(self, channel_id: ChannelId) -> bool:
         return channel_id in self._channels
@@ -262,15 +269,24 @@ class Connection:
         window = self._channels.get(channel_id)
         return window.send_credit if window else 0
 
-    def send_data(self, channel_id: ChannelId, payload: bytes) -> int:
-        """Queue as much of ``payload`` as the credit allows; return the bytes taken."""
+    def recv_window(self, channel_id: ChannelId) -> int:
+        """The receive window granted to the peer on the channel (0 if closed)."""
+        window = self._channels.get(channel_id)
+        return window.size if window else 0
+
+    def send_data(self, channel_id: ChannelId, payload: bytes | memoryview) -> int:
+        """Queue as much of ``payload`` as the credit allows; return the bytes taken.
+
+        Each frame is built with a single copy of its slice of ``payload`` (a ``memoryview``
+        lets the caller hand over the rest of a buffer without copying it first).
+        """
         window = self._channels.get(channel_id)
         if window is None:
             return 0
         taken = min(len(payload), window.send_credit)
+        header = HEADER.pack(FrameKind.DATA, channel_id)
         for start in range(0, taken, self.max_payload):
-            chunk = payload[start : min(start + self.max_payload, taken)]
-            self._send_frame(DataFrame(channel_id, chunk))
+            self._out.append(header + payload[start : min(start + self.max_payload, taken)])
         window.send_credit -= taken
         return taken
 
@@ -280,10 +296,22 @@ class Connection:
         if window is None:
             return
         window.unacked += size
-        if window.unacked > 0 and window.unacked >= self.window // 4:
-            window.recv_allowance += window.unacked
-            self._send_frame(CreditFrame(channel_id, window.unacked))
+        if window.unacked > 0 and window.unacked >= window.size // 4:
+            self._grant(channel_id, window, window.unacked)
             window.unacked = 0
+
+    def grow_window(self, channel_id: ChannelId, step: int) -> int:
+        """Widen the channel's receive window by ``step`` (granted now); return its size."""
+        window = self._channels.get(channel_id)
+        if window is None or step <= 0:
+            return 0
+        window.size += step
+        self._grant(channel_id, window, step)
+        return window.size
+
+    def _grant(self, channel_id: ChannelId, window: _Window, credit: int) -> None:
+        window.recv_allowance += credit
+        self._send_frame(CreditFrame(channel_id, credit))
 
     def close_channel(
         self,

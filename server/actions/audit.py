@@ -34,9 +34,9 @@ def _value(text: str | None) -> str:
 
 
 async def record(ctx: ActionContext, op: str, outcome: str, reason: str | None = None) -> None:
-    """Write the audit row and its log line for one attempt of ``op``."""
+    """Queue the audit row (committed in order by the store's writer) and log its line."""
     reason = scrub(reason)
-    await ctx.store.write_audit(
+    await ctx.store.queue_audit(
         op=op,
         actor=ctx.principal.username,
         outcome=outcome,

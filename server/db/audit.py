@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 
 from server.db import models
 from server.db.base import StoreBase
 from server.db.records import AuditRecord
 from wire.ids import ConversationId, DesktopSessionId, RelayId
 
+log = logging.getLogger(__name__)
+
 REDACTED = "[redacted]"
+# Rows queued by ``queue_audit`` beyond this make the next caller wait for the writer.
+AUDIT_QUEUE_LIMIT: Final = 10_000
 # Keys whose values are never written to the audit trail, whatever a caller passes.
 _SECRET_KEY_PARTS = ("token", "password", "secret", "cookie", "authorization", "csrf")
 MAX_AUDIT_PAGE = 10_000
@@ -53,7 +59,61 @@ class AuditWriter(Protocol):
 
 
 class AuditStore(StoreBase):
-    """Append-only audit rows; see ``docs/data-model.md``."""
+    """Append-only audit rows; see ``docs/data-model.md``.
+
+    ``write_audit`` commits before it returns. ``queue_audit`` (the hot paths: actions, the
+    screen tool) hands the row to a background writer that commits queued rows in batches, in
+    the order they were queued; ``list_audit`` and ``close`` flush it first, so a reader of this
+    store never misses a queued row and a clean shutdown loses none.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._audit_queue: list[dict[str, Any]] = []
+        self._audit_writer: asyncio.Task[None] | None = None
+
+    async def queue_audit(
+        self,
+        *,
+        op: str,
+        actor: str,
+        outcome: str,
+        conversation_id: str | None = None,
+        relay_id: str | None = None,
+        desktop_session_id: str | None = None,
+        reason: str | None = None,
+        source: str | None = None,
+        request_id: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """Queue one audit row for the background writer (waits only when it falls behind)."""
+        if len(self._audit_queue) >= AUDIT_QUEUE_LIMIT:
+            await self.flush_audit()
+        self._audit_queue.append({
+            "at": self._now(), "op": op, "actor": actor, "outcome": outcome,
+            "conversation_id": conversation_id, "relay_id": relay_id,
+            "desktop_session_id": desktop_session_id, "reason": reason, "source": source,
+            "request_id": request_id, "details": redact(details),
+        })  # fmt: skip
+        if self._audit_writer is None:
+            self._audit_writer = asyncio.create_task(self._write_queued(), name="audit-writer")
+
+    async def flush_audit(self) -> None:
+        """Wait until every queued audit row is committed."""
+        while self._audit_writer is not None:
+            await asyncio.wait({self._audit_writer})
+
+    async def _write_queued(self) -> None:
+        try:
+            while self._audit_queue:
+                batch, self._audit_queue = self._audit_queue, []
+                try:
+                    async with self._sessions.begin() as session:
+                        await session.execute(insert(models.AuditEvent), batch)
+                except Exception:
+                    log.exception("could not write %d audit rows", len(batch))
+        finally:
+            self._audit_writer = None
 
     async def write_audit(
         self,
@@ -91,6 +151,7 @@ class AuditStore(StoreBase):
         self, *, since: datetime | None = None, relay_id: str | None = None, limit: int = 1000
     ) -> list[AuditRecord]:
         """The newest ``limit`` rows (at or after ``since``), oldest first."""
+        await self.flush_audit()
         query = select(models.AuditEvent)
         if since is not None:
             query = query.where(models.AuditEvent.at >= since)

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from server.auth.passwords import Passwords
 from server.db import models
+from server.db.cache import ReadCache
 from server.db.errors import AlreadyExists
 from server.db.records import RelayRecord, UserRecord
 from wire.ids import RelayId, UserId
@@ -36,6 +37,11 @@ class StoreBase:
         self._sessions = sessions
         self._passwords = passwords
         self._clock = clock
+        # Hot reads of every API call, kept briefly (bound and invalidation: ``cache.py``).
+        self.token_cache: ReadCache[str, UserRecord | None] = ReadCache()
+        self.role_cache: ReadCache[tuple[str, str], Any] = ReadCache()
+        self.relay_cache: ReadCache[tuple[str, str], Any] = ReadCache()
+        self.desktop_cache: ReadCache[tuple[str, tuple[str, ...]], Any] = ReadCache()
 
     def _now(self) -> datetime:
         return self._clock()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -40,6 +40,7 @@ class ConversationStore(StoreBase):
             await session.flush()
             for user_id, role in members:
                 await _put_member(session, ConversationId(row.id), user_id, role)
+        self.role_cache.clear()
         return _conversation_record(row)
 
     async def add_member(self, conversation_id: str, user_id: str, role: Role) -> None:
@@ -48,6 +49,7 @@ class ConversationStore(StoreBase):
             if await session.get(models.Conversation, conversation_id) is None:
                 raise NotFound("conversation", conversation_id)
             await _put_member(session, conversation_id, user_id, role)
+        self.role_cache.clear()
 
     async def get_conversation(self, conversation_id: str) -> ConversationRecord | None:
         async with self._sessions() as session:
@@ -74,13 +76,19 @@ class ConversationStore(StoreBase):
 
     async def get_role(self, conversation_id: str, user_id: str) -> Role | None:
         """The user's role in the conversation, or None when not a member."""
+        hit, cached = self.role_cache.get((conversation_id, user_id))
+        if hit:
+            return cast("Role | None", cached)
+        generation = self.role_cache.generation
         async with self._sessions() as session:
             role = await session.scalar(
                 select(models.ConversationMember.role).filter_by(
                     conversation_id=conversation_id, user_id=user_id
                 )
             )
-        return parse_role(role) if role else None
+        found = parse_role(role) if role else None
+        self.role_cache.put((conversation_id, user_id), found, generation)
+        return found
 
     async def list_conversations_for(self, user_id: str) -> list[MembershipRecord]:
         """The conversations the user belongs to, with the user's role in each."""

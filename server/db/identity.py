@@ -119,12 +119,21 @@ class IdentityStore(StoreBase):
         """The token's user when it is known and not revoked; records its use."""
         if not tokens.looks_like(token, tokens.API_TOKEN_PREFIX):
             return None
+        token_hash = tokens.hash_secret(token)
+        hit, user = self.token_cache.get(token_hash)
+        if hit:
+            return user
+        generation = self.token_cache.generation
+        user = await self._authenticate_api_token(token_hash)
+        if user is not None:
+            self.token_cache.put(token_hash, user, generation)
+        return user
+
+    async def _authenticate_api_token(self, token_hash: str) -> UserRecord | None:
         now = self._now()
         async with self._sessions.begin() as session:
             row = await session.scalar(
-                select(models.ApiToken).filter_by(
-                    token_hash=tokens.hash_secret(token), revoked_at=None
-                )
+                select(models.ApiToken).filter_by(token_hash=token_hash, revoked_at=None)
             )
             if row is None:
                 return None
@@ -141,7 +150,8 @@ class IdentityStore(StoreBase):
                 .filter_by(id=token_id, revoked_at=None)
                 .values(revoked_at=self._now())
             )
-            return rowcount(result) > 0
+        self.token_cache.clear()
+        return rowcount(result) > 0
 
     # -- web sessions -----------------------------------------------------------------
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import delete, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from server.db import models
 from server.db.base import StoreBase, rowcount
+from server.db.batch import Coalescer
 from server.inventory.rows import LIVE_STATES, DesktopRow
 
 TERMINAL_STATES: frozenset[str] = frozenset({"stopped", "failed"})
@@ -71,31 +74,48 @@ def _ordered(query: RowQuery) -> RowQuery:
     return query.order_by(models.Relay.name, models.Desktop.kind, models.Desktop.slot)
 
 
+_DESKTOPS = models.Desktop.__table__
+_KEY = ("relay_id", "desktop_session_id")
+_INSERTS: dict[str, Any] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+LiveQuery = tuple[str, tuple[str, ...]]
+
+
 class InventoryStore(StoreBase):
     """Persistence of :class:`DesktopRow`; the inventory's rules live in ``server.inventory``."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._live_batches: Coalescer[LiveQuery, list[DesktopRow]] = Coalescer(
+            self._desktops_for_relays
+        )
+
     async def upsert_desktop(self, row: DesktopRow) -> None:
         """Insert or replace the row with this ``(relay_id, desktop_session_id)``."""
-        async with self._sessions.begin() as session:
-            await session.merge(
-                models.Desktop(
-                    relay_id=row.relay_id,
-                    desktop_session_id=row.desktop_session_id,
-                    kind=row.kind,
-                    slot=row.slot,
-                    state=row.state,
-                    started_at=_parse(row.started_at),
-                    started_by=row.started_by,
-                    updated_at=_parse(row.updated_at) or self._now(),
-                    reason=row.reason,
-                    geometry=row.geometry,
-                    display=row.display,
-                )
-            )
+        await self.upsert_desktops([row])
 
     async def upsert_desktops(self, rows: Iterable[DesktopRow]) -> None:
-        for row in rows:
-            await self.upsert_desktop(row)
+        """Insert or replace rows, all in one transaction (one statement per batch)."""
+        values = [self._values(row) for row in rows]
+        if not values:
+            return
+        async with self._sessions.begin() as session:
+            await session.execute(_upsert(session), values)
+        self.desktop_cache.clear()
+
+    def _values(self, row: DesktopRow) -> dict[str, Any]:
+        return {
+            "relay_id": row.relay_id,
+            "desktop_session_id": row.desktop_session_id,
+            "kind": row.kind,
+            "slot": row.slot,
+            "state": row.state,
+            "started_at": _parse(row.started_at),
+            "started_by": row.started_by,
+            "updated_at": _parse(row.updated_at) or self._now(),
+            "reason": row.reason,
+            "geometry": row.geometry,
+            "display": row.display,
+        }
 
     async def desktop_by_session(self, desktop_session_id: str) -> DesktopRow | None:
         """The newest row with this session id, whatever its state."""
@@ -113,15 +133,35 @@ class InventoryStore(StoreBase):
         self, relay_id: str, states: Sequence[str] | None = None
     ) -> list[DesktopRow]:
         """The relay's rows (only those in ``states`` when given)."""
-        query = _with_names().where(models.Desktop.relay_id == relay_id)
         if states is not None:
-            query = query.where(models.Desktop.state.in_(states))
+            # Concurrent reads of live rows (a burst of hellos) share one query.
+            return await self._live_batches.submit((relay_id, tuple(sorted(states))))
+        query = _with_names().where(models.Desktop.relay_id == relay_id)
         return await self._all(_ordered(query))
+
+    async def _desktops_for_relays(self, queries: list[LiveQuery]) -> list[list[DesktopRow]]:
+        states = {state for _, wanted in queries for state in wanted}
+        query = _with_names().where(
+            models.Desktop.relay_id.in_({relay_id for relay_id, _ in queries}),
+            models.Desktop.state.in_(states),
+        )
+        by_relay: dict[str, list[DesktopRow]] = {}
+        for row in await self._all(_ordered(query)):
+            by_relay.setdefault(row.relay_id, []).append(row)
+        return [
+            [row for row in by_relay.get(relay_id, ()) if row.state in wanted]
+            for relay_id, wanted in queries
+        ]
 
     async def visible_desktops(
         self, conversation_id: str, states: Sequence[str] = tuple(LIVE_STATES)
     ) -> list[DesktopRow]:
-        """Rows in ``states`` of the relays shared with the conversation."""
+        """Rows in ``states`` of the relays shared with the conversation (briefly cached)."""
+        key = (conversation_id, tuple(sorted(states)))
+        hit, cached = self.desktop_cache.get(key)
+        if hit:
+            return list(cast("tuple[DesktopRow, ...]", cached))
+        generation = self.desktop_cache.generation
         query = (
             _with_names()
             .join(models.RelayShare, models.RelayShare.relay_id == models.Desktop.relay_id)
@@ -130,7 +170,9 @@ class InventoryStore(StoreBase):
                 models.Desktop.state.in_(states),
             )
         )
-        return await self._all(_ordered(query))
+        rows = await self._all(_ordered(query))
+        self.desktop_cache.put(key, tuple(rows), generation)
+        return rows
 
     async def conversations_sharing(self, relay_id: str) -> list[str]:
         """Ids of the conversations the relay is shared with."""
@@ -159,6 +201,7 @@ class InventoryStore(StoreBase):
                     models.Desktop.updated_at < older_than,
                 )
             )
+        self.desktop_cache.clear()
         return rowcount(result)
 
     async def _first(self, query: RowQuery) -> DesktopRow | None:
@@ -169,6 +212,13 @@ class InventoryStore(StoreBase):
         async with self._sessions() as session:
             result = await session.execute(query)
             return [desktop_row(values) for values in result.all()]
+
+
+def _upsert(session: AsyncSession) -> Any:
+    """``INSERT … ON CONFLICT (relay_id, desktop_session_id) DO UPDATE`` for this dialect."""
+    statement = _INSERTS[session.get_bind().dialect.name](_DESKTOPS)
+    updated = {c.name: statement.excluded[c.name] for c in _DESKTOPS.c if c.name not in _KEY}
+    return statement.on_conflict_do_update(index_elements=list(_KEY), set_=updated)
 
 
 def _replace_state(row: DesktopRow, state: str, reason: str, updated_at: str) -> DesktopRow:

@@ -4,20 +4,71 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
-from sqlalchemy import exists, select, update
+from sqlalchemy import Table, bindparam, exists, select, update
 
 from server.auth import tokens
 from server.db import models
 from server.db.base import StoreBase, relay_record, rowcount
+from server.db.batch import Coalescer
 from server.db.errors import InvalidValue, NotFound
 from server.db.records import RelayRecord
+from wire.ids import RelayId, UserId
 
 RELAY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+_RELAY_COLUMNS = (
+    models.Relay.id,
+    models.Relay.name,
+    models.Relay.owner_id,
+    models.Relay.connected,
+    models.Relay.last_seen_at,
+    models.Relay.protocol_version,
+    models.Relay.relay_version,
+    models.Relay.capabilities,
+    models.Relay.created_at,
+    models.Relay.token_hash,
+)
+
+
+def _relay_from_columns(values: Sequence[Any]) -> RelayRecord:
+    relay_id, name, owner_id, connected, last_seen, protocol, version, caps, created = values[:9]
+    return RelayRecord(
+        relay_id=RelayId(relay_id),
+        name=name,
+        owner_id=UserId(owner_id),
+        connected=connected,
+        last_seen_at=last_seen,
+        protocol_version=protocol,
+        relay_version=version,
+        capabilities=tuple(caps or ()),
+        created_at=created,
+        revoked=False,
+    )
+
+
+_RELAYS = cast("Table", models.Relay.__table__)
+
+
+@dataclass(frozen=True)
+class PresenceUpdate:
+    """One relay's connect or disconnect, as ``set_relay_presence`` records it."""
+
+    relay_id: str
+    values: dict[str, object]
 
 
 class RelayStore(StoreBase):
     """The relays registered with this server and where they are shared."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._auth_batches: Coalescer[str, RelayRecord | None] = Coalescer(
+            self._authenticate_relays
+        )
+        self._presence_batches: Coalescer[PresenceUpdate, bool] = Coalescer(self._write_presence)
 
     async def add_relay(self, name: str, owner_id: str) -> tuple[RelayRecord, str]:
         """Register a relay; returns its record and its ``rdr_`` token (shown once)."""
@@ -50,6 +101,7 @@ class RelayStore(StoreBase):
             )
             if rowcount(result) == 0:
                 raise NotFound("relay", relay_id)
+        self._relays_changed()
         return token
 
     async def revoke_relay(self, relay_id: str) -> None:
@@ -60,18 +112,25 @@ class RelayStore(StoreBase):
             )
             if rowcount(result) == 0:
                 raise NotFound("relay", relay_id)
+        self._relays_changed()
 
     async def authenticate_relay(self, token: str) -> RelayRecord | None:
         """The relay holding this token, unless unknown or revoked."""
         if not tokens.looks_like(token, tokens.RELAY_TOKEN_PREFIX):
             return None
+        return await self._auth_batches.submit(tokens.hash_secret(token))
+
+    async def _authenticate_relays(self, token_hashes: list[str]) -> list[RelayRecord | None]:
+        """Concurrent relay handshakes share one query (``Coalescer``)."""
         async with self._sessions() as session:
-            row = await session.scalar(
-                select(models.Relay).filter_by(
-                    token_hash=tokens.hash_secret(token), token_revoked_at=None
+            result = await session.execute(
+                select(*_RELAY_COLUMNS).where(
+                    models.Relay.token_hash.in_(set(token_hashes)),
+                    models.Relay.token_revoked_at.is_(None),
                 )
             )
-            return relay_record(row) if row else None
+            found = {values[-1]: _relay_from_columns(values) for values in result.all()}
+        return [found.get(token_hash) for token_hash in token_hashes]
 
     async def get_relay(self, relay_id: str) -> RelayRecord | None:
         async with self._sessions() as session:
@@ -105,7 +164,27 @@ class RelayStore(StoreBase):
             values["protocol_version"] = protocol_version
         if capabilities is not None:
             values["capabilities"] = list(capabilities)
-        await self._update_relay(relay_id, values)
+        found = await self._presence_batches.submit(PresenceUpdate(relay_id, values))
+        self._relays_changed()
+        if not found:
+            raise NotFound("relay", relay_id)
+
+    async def _write_presence(self, updates: list[PresenceUpdate]) -> list[bool]:
+        """Presence of many relays in one transaction, in submission order; True if found."""
+        async with self._sessions.begin() as session:
+            for group in _same_columns(updates):
+                columns = sorted(group[0].values)
+                await session.execute(
+                    update(_RELAYS)
+                    .where(_RELAYS.c.id == bindparam("b_relay_id"))
+                    .values({column: bindparam(f"b_{column}") for column in columns}),
+                    [_params(u) for u in group],
+                )
+            ids = {u.relay_id for u in updates}
+            known = set(
+                await session.scalars(select(models.Relay.id).where(models.Relay.id.in_(ids)))
+            )
+        return [u.relay_id in known for u in updates]
 
     async def touch_relay(self, relay_id: str) -> None:
         """Note that the relay was heard from just now."""
@@ -126,7 +205,9 @@ class RelayStore(StoreBase):
                     models.Relay.id.in_(relay_ids), models.Relay.token_revoked_at.is_not(None)
                 )
             )
-            return list(revoked)
+            found = list(revoked)
+        self._relays_changed()
+        return found
 
     async def share_relay(self, relay_id: str, conversation_id: str) -> None:
         """Make the relay visible in the conversation (idempotent)."""
@@ -137,15 +218,21 @@ class RelayStore(StoreBase):
                 raise NotFound("conversation", conversation_id)
             if await session.get(models.RelayShare, (relay_id, conversation_id)) is None:
                 session.add(models.RelayShare(relay_id=relay_id, conversation_id=conversation_id))
+        self._relays_changed(shares=True)
 
     async def unshare_relay(self, relay_id: str, conversation_id: str) -> None:
         async with self._sessions.begin() as session:
             share = await session.get(models.RelayShare, (relay_id, conversation_id))
             if share is not None:
                 await session.delete(share)
+        self._relays_changed(shares=True)
 
     async def relays_visible_in(self, conversation_id: str) -> list[RelayRecord]:
         """The relays shared with the conversation, by name."""
+        hit, cached = self.relay_cache.get(("visible_in", conversation_id))
+        if hit:
+            return list(cast("tuple[RelayRecord, ...]", cached))
+        generation = self.relay_cache.generation
         async with self._sessions() as session:
             rows = await session.scalars(
                 select(models.Relay)
@@ -153,19 +240,35 @@ class RelayStore(StoreBase):
                 .where(models.RelayShare.conversation_id == conversation_id)
                 .order_by(models.Relay.name)
             )
-            return [relay_record(row) for row in rows]
+            records = [relay_record(row) for row in rows]
+        self.relay_cache.put(("visible_in", conversation_id), tuple(records), generation)
+        return records
 
     async def is_relay_visible(self, relay_id: str, conversation_id: str) -> bool:
+        key = (f"share:{relay_id}", conversation_id)
+        hit, cached = self.relay_cache.get(key)
+        if hit:
+            return bool(cached)
+        generation = self.relay_cache.generation
         async with self._sessions() as session:
-            found = await session.scalar(
-                select(
-                    exists().where(
-                        models.RelayShare.relay_id == relay_id,
-                        models.RelayShare.conversation_id == conversation_id,
+            found = bool(
+                await session.scalar(
+                    select(
+                        exists().where(
+                            models.RelayShare.relay_id == relay_id,
+                            models.RelayShare.conversation_id == conversation_id,
+                        )
                     )
                 )
             )
-            return bool(found)
+        self.relay_cache.put(key, found, generation)
+        return found
+
+    def _relays_changed(self, *, shares: bool = False) -> None:
+        """A relay write through this store: cached reads of relays (and shares) are stale."""
+        self.relay_cache.clear()
+        if shares:
+            self.desktop_cache.clear()
 
     async def _update_relay(self, relay_id: str, values: dict[str, object]) -> None:
         async with self._sessions.begin() as session:
@@ -174,3 +277,23 @@ class RelayStore(StoreBase):
             )
             if rowcount(result) == 0:
                 raise NotFound("relay", relay_id)
+        self._relays_changed()
+
+
+def _params(update: PresenceUpdate) -> dict[str, object]:
+    return {"b_relay_id": update.relay_id, **{f"b_{k}": v for k, v in update.values.items()}}
+
+
+def _same_columns(updates: list[PresenceUpdate]) -> list[list[PresenceUpdate]]:
+    """Consecutive runs of updates that set the same columns (one executemany each).
+
+    Runs keep the submission order, so a connect followed by a disconnect of the same relay
+    in one batch still ends ``connected = False``.
+    """
+    groups: list[list[PresenceUpdate]] = []
+    for item in updates:
+        if groups and sorted(groups[-1][0].values) == sorted(item.values):
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    return groups

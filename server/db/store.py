@@ -62,6 +62,8 @@ class Store(IdentityStore, ConversationStore, RelayStore, AuditStore, InventoryS
         return self._engine.dialect.name
 
     async def close(self) -> None:
+        """Finish queued writes (audit rows), then release the connections."""
+        await self.flush_audit()
         await self._engine.dispose()
 
     async def _check_schema(self) -> None:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import logging
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Final, Protocol
 
 log = logging.getLogger(__name__)
@@ -50,10 +52,17 @@ class BusEvent:
     topic: str
     event: str
     data: dict[str, Any]
+    # Wire forms of this event (e.g. SSE bytes), built by the first subscriber that sends it.
+    encodings: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def key(self) -> EventId:
         return parse_event_id(self.id) or (0, 0)
+
+    @cached_property
+    def data_json(self) -> str:
+        """``data`` as compact JSON, encoded once however many subscribers receive it."""
+        return json.dumps(self.data, separators=(",", ":"))
 
 
 @dataclass(eq=False)

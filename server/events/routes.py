@@ -37,8 +37,13 @@ def _json(data: dict[str, Any]) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 
-def _sse(event: BusEvent) -> ServerSentEvent:
-    return ServerSentEvent(data=_json(event.data), event=event.event, id=event.id)
+def _sse(event: BusEvent) -> bytes:
+    """The event's SSE bytes, built once and shared by every subscriber of its topic."""
+    encoded = event.encodings.get("sse")
+    if encoded is None:
+        encoded = ServerSentEvent(data=event.data_json, event=event.event, id=event.id).encode()
+        event.encodings["sse"] = encoded
+    return encoded
 
 
 async def _member(request: Request, conversation_id: str, user_id: str) -> bool:
@@ -53,7 +58,7 @@ async def _stream(
     conversation_id: str,
     user_id: str,
     resumed: bool,
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[ServerSentEvent | bytes]:
     try:
         if not feed.complete:
             if resumed:

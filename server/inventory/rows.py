@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal, Protocol
 
 DesktopState = Literal["starting", "running", "stopping", "stopped", "failed", "unknown"]
@@ -33,7 +33,13 @@ class DesktopRow:
         return self.state in {"starting", "running", "unknown"}
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "can_stop": self.can_stop}
+        # Plain attribute reads: ``asdict`` deep-copies and dominated listing 1,000 rows.
+        values = {name: getattr(self, name) for name in _FIELD_NAMES}
+        values["can_stop"] = self.can_stop
+        return values
+
+
+_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(DesktopRow))
 
 
 RowListener = Callable[[DesktopRow], Awaitable[None]]

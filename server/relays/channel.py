@@ -24,7 +24,8 @@ class ChannelClosedError(Exception):
 
 # The window starts at the connection's (1 MiB) and grows, 1 MiB at a time, up to this, but
 # only for a consumer that drained a whole window and is waiting again: like TCP autotuning,
-# a fast viewer gets the bandwidth-delay product it needs and a slow one never grows.
+# a fast viewer gets the bandwidth-delay product it needs and a slow one never grows. Credit
+# goes back in quarter-window batches, so a grown window also means fewer credit frames.
 MAX_WINDOW = 8 * 1024 * 1024
 WINDOW_STEP = 1024 * 1024
 
@@ -56,9 +57,10 @@ class ServerChannel:
         """Grant the relay one more step of credit if the window, not the source, limits us."""
         if self._since_growth < self.window or self.window >= MAX_WINDOW:
             return False
-        self.window += WINDOW_STEP
-        self._since_growth = 0
-        self._link.connection.consumed(self.channel_id, WINDOW_STEP)
+        grown = self._link.connection.grow_window(self.channel_id, WINDOW_STEP)
+        if not grown:
+            return False
+        self.window, self._since_growth = grown, 0
         return True
 
     def credit_arrived(self) -> None:
@@ -102,7 +104,7 @@ class ServerChannel:
         while view:
             if self._closed is not None:
                 raise self._closed
-            taken = self._link.connection.send_data(self.channel_id, bytes(view))
+            taken = self._link.connection.send_data(self.channel_id, view)
             if taken:
                 view = view[taken:]
                 await self._link.flush()

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 # Decides what a backend end means for the viewer (e.g. "desktop stopped" vs "VNC hung up").
 Judge = Callable[[BackendEnded], Awaitable[ViewerRefused]]
 _SEND_ERRORS = (WebSocketDisconnect, OSError, RuntimeError)
+# A viewer that stopped reading never lets the close frame out (the send waits for its socket
+# to drain): give up after this, so the session and its backend are released regardless.
+CLOSE_TIMEOUT_S = 2.0
 
 
 class ViewerSession:
@@ -78,8 +81,9 @@ class ViewerSession:
             log.exception("closing a viewer backend failed")
         code, reason = self._close or (CloseCode.GOING_AWAY, "server shutting down")
         if not self._viewer_gone:
-            with contextlib.suppress(*_SEND_ERRORS):
-                await self.websocket.close(code, reason[:120])
+            with contextlib.suppress(*_SEND_ERRORS, TimeoutError):
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await self.websocket.close(code, reason[:120])
 
     async def _downstream(self) -> None:
         """Backend → viewer."""

@@ -137,14 +137,19 @@ async def test_three_viewers_all_see_the_stopped_overlay_within_2_s(
     await wait_until(lambda: stack.viewers(desktop.desktop_session_id) == 3, 5, "three viewers")
     for page in pages:
         await wait_until(lambda p=page: canvas_matches(p, desktop), 10, "every canvas")
+
+    async def overlay_shown(page: Page) -> float:
+        await page.wait_for_selector("#overlay:not([hidden])", timeout=scaled(5) * 1000)
+        return time.perf_counter()
+
+    # Watch from before the stop: the stop action itself may take longer than the viewers'
+    # close (it waits for the desktop's processes to be reaped), and is not what is timed.
+    overlays = [asyncio.create_task(overlay_shown(page)) for page in pages]
     started = time.perf_counter()
     await stack.stop_desktop(desktop)
     stack.desktops.remove(desktop)
-    overlays = [
-        page.wait_for_selector("#overlay:not([hidden])", timeout=scaled(2) * 1000) for page in pages
-    ]
-    await asyncio.gather(*overlays)
-    elapsed = time.perf_counter() - started
+    shown = await asyncio.gather(*overlays)
+    elapsed = max(shown) - started
     assert elapsed < scaled(2), f"overlays after {elapsed:.2f}s"
     for index, page in enumerate(pages):
         assert await page.inner_text("#overlay-title") == "Desktop stopped"

@@ -73,6 +73,21 @@ async def test_a_killed_relay_is_marked_disconnected_within_the_liveness_timeout
     await wait_until(lambda: server.relays_connected() == 0, 4, "the server to drop the relay")
 
 
+async def test_a_relay_redials_a_server_that_fell_silent(
+    seed: Seed, process_factory: ProcessFactory
+) -> None:
+    server = await start_server(process_factory, seed)
+    relay = start_relay(process_factory, seed, server.url)
+    await wait_until(lambda: server.relays_connected() == 1, 20, "the relay to connect")
+
+    server.process.send_signal(signal.SIGSTOP)  # alive, but answers nothing: no pings, no pongs
+    try:
+        await relay.wait_for_line_async("fell silent", scaled(10))
+    finally:
+        server.process.send_signal(signal.SIGCONT)
+    await wait_until(lambda: server.relays_connected() == 1, 10, "the relay to come back")
+
+
 async def test_revoking_a_relay_token_closes_its_live_connection(
     seed: Seed, process_factory: ProcessFactory
 ) -> None:

@@ -214,26 +214,52 @@ async def measure(client: RFBClient, seconds: float) -> float:
     return received / (time.perf_counter() - start) / 1e6
 
 
-async def test_a_viewer_that_stops_reading_does_not_slow_another(
+async def stalled_viewer(url: str) -> RFBClient:
+    """A viewer that asks for a flood of full updates and then never reads again."""
+    stalled = await open_viewer(url)
+    for _ in range(40):
+        await stalled.request_update(incremental=False)
+    return stalled
+
+
+async def test_a_viewer_that_stops_reading_holds_bounded_memory(
     stack: ViewerStack, desktop: Desktop
 ) -> None:
     fast = await open_viewer(stack.socket_url(desktop))
-    alone = await measure(fast, 3)
-    stalled = await open_viewer(stack.socket_url(desktop))
-    # Ask for a flood of full updates and then never read again.
-    for _ in range(40):
-        await stalled.request_update(incremental=False)
+    stalled = await stalled_viewer(stack.socket_url(desktop))
     rss_before = psutil.Process().memory_info().rss
-    shared = await measure(fast, 10)
+    buffered: list[int] = []
+    # Ten seconds without reading while the other viewer streams.
+    for _ in range(10):
+        assert await measure(fast, 1.0) > 0
+        buffered.extend(s.backend.channel.buffered for s in _sessions(stack))
     rss_after = psutil.Process().memory_info().rss
-    buffered = [s.backend.channel.buffered for s in _sessions(stack)]
     await fast.close()
     await stalled.close()
-    assert shared >= 0.8 * alone, f"{shared:.1f} MB/s beside a stalled viewer, {alone:.1f} alone"
     # One credit window per channel at most, whatever the viewer does.
     assert all(size <= MAX_WINDOW for size in buffered), buffered
     assert rss_after - rss_before < 64 * 1024 * 1024
     await wait_until(lambda: settled(stack), 10, "both viewers to be released")
+
+
+async def test_a_viewer_that_stops_reading_does_not_slow_another(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    fast = await open_viewer(stack.socket_url(desktop))
+    await measure(fast, 1.0)  # warm-up: the channel's window has grown
+    ratios: list[float] = []
+    # Interleaved A/B rounds: the shared machine's load swings hit both sides alike.
+    for _ in range(5):
+        alone = await measure(fast, 1.0)
+        stalled = await stalled_viewer(stack.socket_url(desktop))
+        shared = await measure(fast, 1.0)
+        await stalled.close()
+        await wait_until(lambda: stack.viewers() == 1, 10, "the stalled viewer to go")
+        ratios.append(shared / alone)
+    await fast.close()
+    ratios.sort()
+    assert ratios[2] >= 0.8, f"throughput beside a stalled viewer / alone, per round: {ratios}"
+    await wait_until(lambda: settled(stack), 10, "the viewer to be released")
 
 
 def _sessions(stack: ViewerStack) -> list:  # type: ignore[type-arg]
@@ -277,7 +303,7 @@ async def test_stopping_the_desktop_closes_every_viewer_and_its_tokens(
     stack.desktops.remove(desktop)
     await asyncio.wait_for(asyncio.gather(*waiters), scaled(5))
     assert all(code == CloseCode.DESKTOP_STOPPED for _, code in closes), closes
-    assert max(at for at, _ in closes) - started < 2.0
+    assert max(at for at, _ in closes) - started < scaled(2)
     for client in clients:
         await client.close()
     await wait_until(lambda: settled(stack), 5, "all viewers to be released")

@@ -630,6 +630,36 @@ def test_consumed_grants_credit_in_quarter_window_batches():
     assert relay.data_to_send() == []
 
 
+def test_send_data_takes_a_memoryview_and_frames_exactly_its_bytes():
+    server, relay = with_channel(max_payload=4, window=10)
+    buffer = bytearray(b"..abcdefgh")
+    assert server.send_data(CH, memoryview(buffer)[2:]) == 8
+    assert deliver(server, relay) == [ChannelData(CH, b"abcd"), ChannelData(CH, b"efgh")]
+    assert server.send_window(CH) == 2
+
+
+def test_grow_window_grants_the_step_at_once_and_widens_the_batch():
+    server, relay = with_channel(window=1024)
+    assert relay.recv_window(CH) == 1024
+    assert relay.grow_window(CH, 1024) == 2048
+    assert frames(relay) == [CreditFrame(CH, 1024)]
+    server.receive_bytes(encode_frame(CreditFrame(CH, 1024)))
+    assert server.send_data(CH, bytes(2048)) == 2048
+    deliver(server, relay)  # the grown allowance admits the whole window
+    relay.consumed(CH, 256)  # a quarter of the old window: no longer a batch
+    assert relay.data_to_send() == []
+    relay.consumed(CH, 256)  # 512 = a quarter of 2048
+    assert frames(relay) == [CreditFrame(CH, 512)]
+
+
+def test_grow_window_on_unknown_channel_or_by_nothing_is_ignored():
+    server, _ = with_channel()
+    assert server.grow_window(ChannelId(9), 1024) == 0
+    assert server.grow_window(CH, 0) == 0
+    assert server.data_to_send() == []
+    assert server.recv_window(ChannelId(9)) == 0
+
+
 def test_credit_reaches_the_sender():
     server, relay = with_channel(window=1024)
     server.send_data(CH, bytes(1024))

@@ -27,9 +27,15 @@ import psutil
 
 from benchmarks.common import parser, percentile
 from benchmarks.rfb import RFBClient
-from tests.e2e.viewer_stack import kill_desktops_from_state
 from tests.support.processes import ProcessTracker
-from tests.support.stack import Seed, seed_database, start_relay, start_server, wait_until
+from tests.support.stack import (
+    Seed,
+    seed_database,
+    start_relay,
+    start_server,
+    stop_desktops_in,
+    wait_until,
+)
 
 Opener = Callable[[], Awaitable[RFBClient]]
 DESKTOP_ENV = {"RELAYDESK_WINDOW_MANAGER": "true", "RELAYDESK_DESKTOP_APPS": "xterm"}
@@ -130,7 +136,7 @@ async def run(quick: bool) -> int:
             rss = await rss_with_viewers(openers["server"], server, relay, 10)
         finally:
             tracker.cleanup()
-            kill_desktops(Path(tmp))
+            await stop_desktops_in(Path(tmp) / "data" / "relay-state")
     report(rates, latency, carried, cpu, rss)
     return 0
 
@@ -145,10 +151,6 @@ async def rss_with_viewers(
     for viewer in viewers:
         await viewer.close()
     return {f"{k}_idle": v for k, v in idle.items()} | {f"{k}_10": v for k, v in loaded.items()}
-
-
-def kill_desktops(workdir: Path) -> None:
-    kill_desktops_from_state(workdir / "data" / "relay-state")
 
 
 def report(

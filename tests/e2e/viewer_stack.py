@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 import re
-import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +23,14 @@ from Xlib import display as xdisplay
 
 from server.viewer.capability import grant_for, mint
 from tests.support.processes import ManagedProcess, ProcessTracker, scaled
-from tests.support.stack import Seed, inprocess_server, relaydesk_argv, seed_database, wait_until
+from tests.support.stack import (
+    Seed,
+    inprocess_server,
+    relaydesk_argv,
+    seed_database,
+    stop_desktops_in,
+    wait_until,
+)
 from wire.ids import RelayId
 
 # Desktops without a window manager or apps: the root window shows exactly what tests paint.
@@ -178,16 +182,6 @@ def capture(display: str) -> np.ndarray:
     return bgra[:, :, 2::-1].copy()
 
 
-def kill_desktops_from_state(state_dir: Path) -> None:
-    """Teardown safety net: stop every desktop process group a relay left behind."""
-    state_file = state_dir / "desktops.json"
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        for record in json.loads(state_file.read_text())["desktops"]:
-            for process in record["processes"]:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(int(process["pgid"]), signal.SIGKILL)
-
-
 @contextlib.asynccontextmanager
 async def viewer_stack(workdir: Path) -> AsyncIterator[ViewerStack]:
     """Server (with its real inventory) + relay."""
@@ -204,7 +198,7 @@ async def viewer_stack(workdir: Path) -> AsyncIterator[ViewerStack]:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(stack.stop_desktop(desktop), 10)
             tracker.cleanup()
-            kill_desktops_from_state(seed.data_dir / "relay-state")
+            await stop_desktops_in(seed.data_dir / "relay-state")
 
 
 def pointer_position(display: str) -> tuple[int, int]:

@@ -170,20 +170,24 @@ def reap_desktops() -> int:
     Desktops run in their own process groups, so killing a relay's group does not reach them;
     the relay's own state file says which they are, and the desktop manager stops exactly those.
     """
-    from relay.desktops import DesktopConfig, DesktopManager
-
-    async def reap(state_dir: Path) -> int:
-        manager = DesktopManager(DesktopConfig.from_env(environ={}, state_dir=state_dir))
-        adopted = await manager.adopt_from_state()
-        await manager.close(stop_desktops=True)
-        return len(adopted)
-
     count = 0
     for state_dir in sorted(RELAY_STATE_DIRS):
-        if (state_dir / "desktops.json").exists():
-            count += asyncio.run(reap(state_dir))
+        count += asyncio.run(stop_desktops_in(state_dir))
     RELAY_STATE_DIRS.clear()
     return count
+
+
+async def stop_desktops_in(state_dir: Path) -> int:
+    """Stop the desktops recorded in a relay's state dir, the way the relay itself would
+    (terminate, then kill, then free x11vnc's shared memory); return how many ran."""
+    from relay.desktops import DesktopConfig, DesktopManager
+
+    if not (state_dir / "desktops.json").exists():
+        return 0
+    manager = DesktopManager(DesktopConfig.from_env(environ={}, state_dir=state_dir))
+    adopted = await manager.adopt_from_state()
+    await manager.close(stop_desktops=True)
+    return len(adopted)
 
 
 @contextlib.asynccontextmanager

@@ -121,6 +121,8 @@ async def subscriber(
     session: aiohttp.ClientSession, url: str, token: str, ready: asyncio.Event, arrived: list[float]
 ) -> None:
     async with session.get(url, headers={"Authorization": f"Bearer {token}"}) as response:
+        if response.status != 200:
+            raise RuntimeError(f"event stream refused: {response.status} {await response.text()}")
         events = 0
         async for raw in response.content:
             if raw.startswith(b"data:"):
@@ -130,21 +132,40 @@ async def subscriber(
                 else:
                     arrived.append(time.perf_counter())
                     return
+    raise RuntimeError("event stream ended early")
 
 
 async def fanout(
     session: aiohttp.ClientSession, base: str, seed: Seed, fleet: Fleet, relay: SimRelay, n: int
-) -> list[float]:
+) -> tuple[float, list[float]]:
     url = f"{base}/api/v1/events?conversation_id={fleet.fanout_conversation}"
     arrived: list[float] = []
     readies = [asyncio.Event() for _ in range(n)]
     tasks = [asyncio.create_task(subscriber(session, url, seed.api_token, r, arrived))
              for r in readies]  # fmt: skip
-    await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 120)
+    began = time.perf_counter()
+    await _all_ready(readies, tasks, 120)
+    opened = time.perf_counter() - began
     sent = time.perf_counter()
     await relay.send_failed()
     await asyncio.wait_for(asyncio.gather(*tasks), 60)
-    return [(t - sent) * 1000 for t in arrived]
+    return opened, [(t - sent) * 1000 for t in arrived]
+
+
+async def _all_ready(
+    readies: list[asyncio.Event], tasks: list[asyncio.Task[None]], timeout: float
+) -> None:
+    """Every subscriber has its snapshot; a refused or ended stream fails at once."""
+    ready = asyncio.ensure_future(asyncio.gather(*(r.wait() for r in readies)))
+    done, _ = await asyncio.wait({ready, *tasks}, timeout=timeout,
+                                 return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+    if ready in done:
+        return
+    for task in (ready, *tasks):
+        task.cancel()
+    for task in done:
+        task.result()
+    raise TimeoutError(f"{sum(not r.is_set() for r in readies)} subscribers had no snapshot")
 
 
 async def run_server(
@@ -170,13 +191,13 @@ async def run_server(
             )
             await _until_listed(session, base, seed, count)
             latency = await list_latency(session, base, seed)
-            delays = await fanout(session, base, seed, fleet, relays[0], subs)
+            opened, delays = await fanout(session, base, seed, fleet, relays[0], subs)
             rss = psutil.Process(server.pid).memory_info().rss / 2**20
             await asyncio.gather(*(r.ws.close() for r in relays))
             await asyncio.gather(*(r.reader for r in relays if r.reader))
     finally:
         server.terminate(10)
-    return {"list": latency, "fanout": delays, "rss": rss}
+    return {"list": latency, "fanout": delays, "opened": opened, "rss": rss}
 
 
 async def _until_listed(session: aiohttp.ClientSession, base: str, seed: Seed, count: int) -> None:
@@ -199,6 +220,8 @@ def report(name: str, result: dict[str, Any]) -> None:
           f"p99 {percentile(lst, 0.99):.2f} ms (target p50 <= 20 ms)")  # fmt: skip
     print(f"[{name}] SSE fan-out to {len(fan)} subscribers: p50 {percentile(fan, 0.5):.1f} ms  "
           f"p99 {percentile(fan, 0.99):.1f} ms (target p99 <= 250 ms)")  # fmt: skip
+    print(f"[{name}] {len(fan)} event streams opened (snapshot received) in "
+          f"{result['opened']:.2f} s")  # fmt: skip
     print(f"[{name}] server RSS {result['rss']:.0f} MB")
 
 

@@ -16,11 +16,12 @@ from relay.handlers import Handlers
 from relay.link import ServerLink
 from wire.connection import Connection, Role, WelcomeReceived
 from wire.errors import CloseCode, ProtocolError
-from wire.messages import PROTOCOL_VERSION, SUBPROTOCOL, Hello
+from wire.messages import PROTOCOL_VERSION, SUBPROTOCOL, Hello, Welcome
 
 log = logging.getLogger(__name__)
 
 WELCOME_TIMEOUT_S = 10.0
+SILENT_HEARTBEATS = 3
 
 
 class RelayWorker:
@@ -71,13 +72,15 @@ class RelayWorker:
                 self.config.connect_url,
                 headers=headers,
                 protocols=(SUBPROTOCOL,),
-                # Liveness comes from the server's pings: any frame, a ping included, resets
-                # the receive timeout. aiohttp's own heartbeat would allow a pong only half a
-                # ping interval, which a busy server can miss without being dead.
-                timeout=aiohttp.ClientWSTimeout(
-                    ws_receive=self.config.liveness_timeout_s, ws_close=10.0
-                ),
+                # Liveness comes from the server's pings (see _serve): any frame, a ping
+                # included, resets the receive timeout. aiohttp's own heartbeat would allow a
+                # pong only half a ping interval, which a busy server can miss without being
+                # dead.
+                timeout=aiohttp.ClientWSTimeout(ws_close=10.0),
                 max_msg_size=self.config.max_text + 16,
+                # No permessage-deflate: VNC updates are mostly compressed already, and
+                # deflating every channel byte costs more CPU than the link saves.
+                compress=0,
             ) as ws:
                 return await self._serve(ws)
         except TimeoutError:
@@ -99,16 +102,17 @@ class RelayWorker:
             connection, _sender(ws), self.handlers.dispatch, self.config.max_concurrency
         )
         await link.flush()
-        if not await self._await_welcome(ws, connection):
+        welcome = await self._await_welcome(ws, connection)
+        if welcome is None:
             return False
+        # The server pings every heartbeat: silence for several of them means it is gone,
+        # whatever this relay was configured with.
+        silence_s = max(self.config.liveness_timeout_s, SILENT_HEARTBEATS * welcome.heartbeat_s)
         self.link = link
         self.connected.set()
         log.info("connected to %s", self.config.server_url)
         try:
-            async for message in ws:
-                events = _receive(connection, message)
-                if events is None:
-                    break
+            while (events := _receive(connection, await ws.receive(silence_s))) is not None:
                 await link.handle(events)
         except ProtocolError as err:
             log.error("server broke the protocol: %s", err.message)
@@ -130,14 +134,14 @@ class RelayWorker:
 
     async def _await_welcome(
         self, ws: aiohttp.ClientWebSocketResponse, connection: Connection
-    ) -> bool:
+    ) -> Welcome | None:
         async with asyncio.timeout(WELCOME_TIMEOUT_S):
             message = await ws.receive()
         events = _receive(connection, message)
         if events and isinstance(events[0], WelcomeReceived):
-            return True
+            return events[0].welcome
         self._after_close(ws)
-        return False
+        return None
 
     def _after_close(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         code = ws.close_code

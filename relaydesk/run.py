@@ -13,6 +13,28 @@ from typing import Any
 log = logging.getLogger("relaydesk")
 
 
+def uvicorn_config(app: Any, settings: Any) -> Any:
+    """How every relaydesk server runs under uvicorn (the CLI and the tests alike)."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        ws="websockets-sansio",
+        ws_ping_interval=settings.heartbeat_s,
+        ws_ping_timeout=max(1.0, settings.liveness_timeout_s - settings.heartbeat_s),
+        ws_max_size=max(settings.max_text_frame, settings.max_channel_frame + 5) + 64,
+        # Viewer and relay streams carry VNC data: deflating it again only burns CPU.
+        ws_per_message_deflate=False,
+        # Viewer capability paths carry a token: uvicorn's access log would write it down.
+        access_log=False,
+        log_config=None,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+
+
 def run_server(host: str | None, port: int | None) -> int:
     """Serve the Starlette app with uvicorn until SIGINT/SIGTERM."""
     import uvicorn
@@ -24,20 +46,7 @@ def run_server(host: str | None, port: int | None) -> int:
     settings = dataclasses.replace(
         settings, host=host or settings.host, port=port if port is not None else settings.port
     )
-    config = uvicorn.Config(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        ws="websockets-sansio",
-        ws_ping_interval=settings.heartbeat_s,
-        ws_ping_timeout=max(1.0, settings.liveness_timeout_s - settings.heartbeat_s),
-        ws_max_size=max(settings.max_text_frame, settings.max_channel_frame + 5) + 64,
-        # Viewer capability paths carry a token: uvicorn's access log would write it down.
-        access_log=False,
-        log_config=None,
-        lifespan="on",
-        timeout_graceful_shutdown=5,
-    )
+    config = uvicorn_config(create_app(settings), settings)
     server = uvicorn.Server(config)
     try:
         server.run()

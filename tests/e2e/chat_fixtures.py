@@ -9,16 +9,12 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, BrowserContext, Page, ViewportSize, async_playwright
+from playwright.async_api import Browser, BrowserContext, Page, ViewportSize
 
 from tests.e2e.viewer_stack import ViewerStack, viewer_stack
+from tests.support.browser import chromium
 from tests.support.processes import scaled
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--no-first-run", "--disable-sync",
-]  # fmt: skip
 VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 
 
@@ -30,10 +26,8 @@ async def chat_stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    async with chromium() as browser:
         yield browser
-        await browser.close()
 
 
 @pytest_asyncio.fixture(loop_scope="module")

@@ -8,25 +8,15 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page
 
 from benchmarks.bench_audio import tone
 from tests.e2e.viewer_stack import Desktop, ViewerStack, viewer_stack
+from tests.support.browser import chromium
 from tests.support.processes import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--autoplay-policy=no-user-gesture-required",
-]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -37,10 +27,8 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Viewe
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    async with chromium("--autoplay-policy=no-user-gesture-required") as browser:
         yield browser
-        await browser.close()
 
 
 async def audio_stats(page: Page) -> Any:

@@ -20,21 +20,17 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, BrowserContext, Page, async_playwright
+from playwright.async_api import Browser, BrowserContext, Page
 from Xlib import display as xdisplay
 
 from tests.e2e.viewer_stack import Desktop, ViewerStack, viewer_stack
+from tests.support.browser import chromium
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 from tests.support.xrecorder import XRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--no-first-run", "--disable-sync",
-]  # fmt: skip
 XK_NUM_LOCK = 0xFF7F
 XK_BACKSPACE = 0xFF08
 LED_NUM_LOCK = 1 << 1
@@ -99,10 +95,8 @@ async def desktop(stack: ViewerStack) -> Desktop:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    async with chromium() as browser:
         yield browser
-        await browser.close()
 
 
 @pytest_asyncio.fixture(loop_scope="module")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 from PIL import Image
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page
 
 from tests.e2e.viewer_stack import (
     Desktop,
@@ -24,22 +24,13 @@ from tests.e2e.viewer_stack import (
     viewer_stack,
     without_cursor,
 )
+from tests.support.browser import chromium
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 from wire.errors import CloseCode
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 CANVAS_PNG = "() => document.querySelector('#screen canvas').toDataURL('image/png')"
 
 
@@ -58,10 +49,8 @@ async def desktop(stack: ViewerStack) -> Desktop:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    async with chromium() as browser:
         yield browser
-        await browser.close()
 
 
 async def open_page(browser: Browser, stack: ViewerStack, desktop: Desktop) -> Page:

@@ -7,10 +7,11 @@ authoritative entry points (a relay's start result, its disconnect), as a relay 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -206,3 +207,43 @@ def test_replay_after_needs_the_last_id_in_history() -> None:
     assert replay_after(history, (1, 1)) == (history[2:], True)
     assert replay_after(history, (0, 9)) == ([], False)
     assert parse_event_id("nope") is None and parse_event_id("12-3") == (12, 3)
+
+
+async def test_many_feeds_opening_at_once_all_open_and_all_receive(bus_url: str) -> None:
+    """More concurrent subscribers than a Redis client has pooled connections by default."""
+    bus = create_bus(bus_url)
+    topic = f"t-{time.monotonic_ns()}"
+    try:
+        ids = [await bus.publish(topic, "e", {"n": n}) for n in range(5)]
+        lasts = [ids[2] if n % 3 == 0 else None for n in range(300)]
+        feeds = await asyncio.gather(*(bus.open_feed(topic, last) for last in lasts))
+        resumed = [feed for feed, last in zip(feeds, lasts, strict=True) if last]
+        assert all([e.data["n"] for e in feed.replay] == [3, 4] for feed in resumed)
+        assert all(feed.complete for feed in resumed)
+        await bus.publish(topic, "e", {"n": 5})
+        live = await asyncio.gather(*(asyncio.wait_for(feed.next(), 5) for feed in feeds))
+        assert {event.data["n"] for event in live if event is not None} == {5}
+        assert len(live) == 300 and all(event is not None for event in live)
+        await asyncio.gather(*(bus.close_feed(feed) for feed in feeds))
+        assert cast(Any, bus).fanout.count() == 0
+    finally:
+        await bus.close()
+
+
+async def test_many_streams_opening_at_once_all_get_their_snapshot(server: Any) -> None:
+    app, shared, seed, _ = server
+    relay = RelayId(seed.relay["relay_id"])
+    url, headers = _url(seed.conversation_id), _auth(seed.api_token)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    async with (
+        httpx.AsyncClient(base_url=shared.base_url, limits=limits) as client,
+        contextlib.AsyncExitStack() as streams,
+    ):
+        opened = await asyncio.gather(
+            *(streams.enter_async_context(open_sse(client, url, headers)) for _ in range(150))
+        )
+        snapshots = await asyncio.gather(*(sse.next() for sse in opened))
+        assert {(s.event, s.id) for s in snapshots} == {("desktop_inventory_changed", None)}
+        await app.state.inventory.record_started(relay, _row("e" * 32))
+        changes = await asyncio.gather(*(sse.next() for sse in opened))
+        assert {c.data["changed"][0]["desktop_session_id"] for c in changes} == {"e" * 32}

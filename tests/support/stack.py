@@ -16,6 +16,7 @@ from typing import Any
 
 import uvicorn
 
+from relaydesk.run import uvicorn_config
 from server import admin
 from server.app import create_app
 from server.config import Settings
@@ -205,18 +206,7 @@ async def inprocess_server(seed: Seed, **overrides: Any) -> AsyncIterator[tuple[
         **overrides,
     )
     app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=port,
-        ws="websockets-sansio",
-        access_log=False,
-        log_config=None,
-        ws_ping_interval=1.0,
-        ws_ping_timeout=2.0,
-        lifespan="on",
-    )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn_config(app, settings))
     task = asyncio.create_task(server.serve())
     await wait_until(lambda: server.started, 30, "the in-process server to start")
     try:

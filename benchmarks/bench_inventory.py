@@ -141,9 +141,9 @@ async def fanout(
     url = f"{base}/api/v1/events?conversation_id={fleet.fanout_conversation}"
     arrived: list[float] = []
     readies = [asyncio.Event() for _ in range(n)]
+    began = time.perf_counter()
     tasks = [asyncio.create_task(subscriber(session, url, seed.api_token, r, arrived))
              for r in readies]  # fmt: skip
-    began = time.perf_counter()
     await _all_ready(readies, tasks, 120)
     opened = time.perf_counter() - began
     sent = time.perf_counter()
@@ -156,16 +156,18 @@ async def _all_ready(
     readies: list[asyncio.Event], tasks: list[asyncio.Task[None]], timeout: float
 ) -> None:
     """Every subscriber has its snapshot; a refused or ended stream fails at once."""
-    ready = asyncio.ensure_future(asyncio.gather(*(r.wait() for r in readies)))
-    done, _ = await asyncio.wait({ready, *tasks}, timeout=timeout,
-                                 return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+    ready: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(r.wait() for r in readies)))
+    waiting: set[asyncio.Future[Any]] = {ready, *tasks}
+    done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     if ready in done:
         return
-    for task in (ready, *tasks):
-        task.cancel()
-    for task in done:
-        task.result()
-    raise TimeoutError(f"{sum(not r.is_set() for r in readies)} subscribers had no snapshot")
+    for future in waiting:
+        future.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+    for future in done:
+        future.result()  # the first subscriber's error
+    missing = sum(not r.is_set() for r in readies)
+    raise TimeoutError(f"{missing} subscribers had no snapshot after {timeout:.0f} s")
 
 
 async def run_server(

@@ -1,8 +1,13 @@
 """``RedisBus``: topics as Redis Streams, so events reach subscribers on every server replica.
 
-Each topic with local subscribers has one reader task (``XREAD BLOCK``) that fans events out to
-this process's feeds; publishing is one ``XADD`` with an approximate ``MAXLEN`` (the bounded
-history). Stream ids are the event ids.
+Each topic with local subscribers has one reader task (``XREAD BLOCK``, on its own connection)
+that fans events out to this process's feeds; publishing is one ``XADD`` with an approximate
+``MAXLEN`` (the bounded history). Stream ids are the event ids.
+
+Opening a feed costs Redis nothing once its topic's reader runs: the reader reads the stream's
+tail once when it starts (every feed opening meanwhile waits for that one read), and only a
+``Last-Event-ID`` replay reads the history. Commands share a bounded, blocking connection pool,
+so a burst of subscribers queues for a connection instead of failing.
 """
 
 from __future__ import annotations
@@ -24,12 +29,19 @@ KEY_PREFIX: Final = "relaydesk:events:"
 BLOCK_MS: Final = 2000
 # The client's default 5 s socket timeout must outlast a blocking read.
 SOCKET_TIMEOUT_S: Final = 10.0
+# Connections shared by publishing and replays; more callers wait (at most POOL_WAIT_S) for one.
+POOL_SIZE: Final = 32
+POOL_WAIT_S: Final = 10.0
 STOP_GRACE_S: Final = 0.5
 RETRY_S: Final = 1.0
 
 
 def _key(topic: str) -> str:
     return KEY_PREFIX + topic
+
+
+def _unreachable() -> OpError:
+    return OpError(ErrorCode.UNAVAILABLE, "event bus is not reachable")
 
 
 def _event(topic: str, entry_id: Any, fields: dict[Any, Any]) -> BusEvent:
@@ -45,15 +57,17 @@ class RedisBus:
 
     def __init__(self, url: str, history: int = HISTORY_LENGTH) -> None:
         self._url = url
-        self._redis = self._client()
+        pool = redis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=POOL_SIZE,
+            timeout=POOL_WAIT_S,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            socket_connect_timeout=SOCKET_TIMEOUT_S,
+        )
+        self._redis = redis.Redis.from_pool(pool)
         self._length = history
         self.fanout = Fanout()
         self._readers: dict[str, _Reader] = {}
-
-    def _client(self) -> redis.Redis:
-        return redis.Redis.from_url(
-            self._url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S
-        )
 
     async def publish(self, topic: str, event: str, data: dict[str, Any]) -> str:
         fields: dict[Any, Any] = {"event": event, "data": json.dumps(data, separators=(",", ":"))}
@@ -62,19 +76,23 @@ class RedisBus:
                 _key(topic), fields, maxlen=self._length, approximate=True
             )
         except RedisError as err:
-            raise OpError(ErrorCode.UNAVAILABLE, "event bus is not reachable") from err
+            raise _unreachable() from err
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
     async def open_feed(self, topic: str, last_event_id: str | None) -> Feed:
-        tail = await self._tail(topic)
-        feed = Feed(topic, after=parse_event_id(tail))
-        if self.fanout.add(feed):
-            self._readers[topic] = _Reader(self._client(), topic, tail, self.fanout)
-        last = parse_event_id(last_event_id)
-        if last is not None:
-            history = await self._range(topic, last_event_id or "-", tail)
-            feed.replay, feed.complete = replay_after(history, last)
-            feed.skip_replayed()
+        # Registered first: the reader delivers whatever follows its start, and a replay read
+        # afterwards reaches past anything already queued (``skip_replayed`` drops the overlap).
+        feed = Feed(topic, after=None)
+        self.fanout.add(feed)
+        try:
+            await self._reader(topic).started()
+            last = parse_event_id(last_event_id)
+            if last is not None:
+                feed.replay, feed.complete = replay_after(await self._since(topic, last), last)
+                feed.skip_replayed()
+        except BaseException:
+            await self.close_feed(feed)
+            raise
         return feed
 
     async def close_feed(self, feed: Feed) -> None:
@@ -87,18 +105,23 @@ class RedisBus:
             await self._stop_reader(topic)
         await self._redis.aclose()
 
-    async def _tail(self, topic: str) -> str:
-        """The id of the topic's newest event (``0-0`` when it has none)."""
-        try:
-            newest = await self._redis.xrevrange(_key(topic), count=1)
-        except RedisError as err:
-            raise OpError(ErrorCode.UNAVAILABLE, "event bus is not reachable") from err
-        entries: list[Any] = list(newest or ())
-        return _event(topic, entries[0][0], entries[0][1]).id if entries else "0-0"
+    def _reader(self, topic: str) -> _Reader:
+        """The topic's reader, started now when it has none (or its start failed)."""
+        reader = self._readers.get(topic)
+        if reader is None or reader.failed:
+            client = redis.Redis.from_url(
+                self._url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S
+            )
+            reader = self._readers[topic] = _Reader(client, topic, self.fanout)
+        return reader
 
-    async def _range(self, topic: str, start: str, end: str) -> list[BusEvent]:
-        entries: list[Any] = list(await self._redis.xrange(_key(topic), min=start, max=end) or ())
-        return [_event(topic, entry_id, fields) for entry_id, fields in entries]
+    async def _since(self, topic: str, last: tuple[int, int]) -> list[BusEvent]:
+        """The history from ``last`` (inclusive) to the newest event."""
+        try:
+            entries: Any = await self._redis.xrange(_key(topic), min=f"{last[0]}-{last[1]}")
+        except RedisError as err:
+            raise _unreachable() from err
+        return [_event(topic, entry_id, fields) for entry_id, fields in entries or ()]
 
     async def _stop_reader(self, topic: str) -> None:
         reader = self._readers.pop(topic, None)
@@ -107,14 +130,29 @@ class RedisBus:
 
 
 class _Reader:
-    """One topic's ``XREAD BLOCK`` loop on its own connection, fanning out to local feeds."""
+    """One topic's ``XREAD BLOCK`` loop on its own connection, fanning out to local feeds.
 
-    def __init__(self, client: redis.Redis, topic: str, cursor: str, fanout: Fanout) -> None:
+    It starts from the stream's tail at the time it starts; ``started()`` waits for that.
+    """
+
+    def __init__(self, client: redis.Redis, topic: str, fanout: Fanout) -> None:
         self._client = client
         self._topic = topic
         self._fanout = fanout
         self._stopping = False
-        self._task = asyncio.create_task(self._read(cursor), name=f"bus-reader-{topic}")
+        self._ready = asyncio.Event()
+        self._error: RedisError | None = None
+        self._task = asyncio.create_task(self._run(), name=f"bus-reader-{topic}")
+
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    async def started(self) -> None:
+        """Wait until the reader knows where to start; ``OpError`` when Redis did not answer."""
+        await self._ready.wait()
+        if self._error is not None or self._stopping:
+            raise _unreachable() from self._error
 
     async def stop(self) -> None:
         """Cancel the read; closing the connection ends a read that ignores the cancel."""
@@ -124,6 +162,23 @@ class _Reader:
         await self._client.aclose()
         if pending:
             await asyncio.wait(pending, timeout=SOCKET_TIMEOUT_S)
+
+    async def _run(self) -> None:
+        try:
+            cursor = await self._tail()
+        except RedisError as err:
+            await self._client.aclose()
+            self._error = err  # only now: a failed reader is replaced without being awaited
+            return
+        finally:
+            self._ready.set()
+        await self._read(cursor)
+
+    async def _tail(self) -> str:
+        """The id of the topic's newest event (``0-0`` when it has none)."""
+        newest: Any = await self._client.xrevrange(_key(self._topic), count=1)
+        entries: list[Any] = list(newest or ())
+        return _event(self._topic, entries[0][0], entries[0][1]).id if entries else "0-0"
 
     async def _read(self, cursor: str) -> None:
         """Deliver every event after ``cursor`` to the local feeds, until stopped."""

@@ -7,7 +7,7 @@ import logging
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from sqlalchemy import insert, select
+from sqlalchemy import delete, insert, select
 
 from server.db import models
 from server.db.base import StoreBase
@@ -163,6 +163,15 @@ class AuditStore(StoreBase):
         async with self._sessions() as session:
             rows = list(await session.scalars(query))
         return [_audit_record(row) for row in reversed(rows)]
+
+    async def prune_audit(self, older_than: datetime) -> int:
+        """Delete audit rows written before ``older_than``; return how many went."""
+        await self.flush_audit()
+        async with self._sessions.begin() as session:
+            result = await session.execute(
+                delete(models.AuditEvent).where(models.AuditEvent.at < older_than)
+            )
+        return int(getattr(result, "rowcount", 0) or 0)
 
 
 def _audit_record(row: models.AuditEvent) -> AuditRecord:

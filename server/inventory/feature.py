@@ -34,14 +34,19 @@ def routes() -> list[BaseRoute]:
     return [*action_routes, *event_routes]
 
 
-async def _prune_forever(inventory: Inventory, retention_days: int) -> None:
+async def _prune_forever(inventory: Inventory, store: Any, settings: Settings) -> None:
+    """Hourly: stopped desktops past the history retention, audit rows past theirs."""
     while True:
         try:
-            removed = await inventory.prune_history(utc_now() - timedelta(days=retention_days))
-            if removed:
-                log.info("pruned %d desktop history rows", removed)
+            now = utc_now()
+            history = await inventory.prune_history(
+                now - timedelta(days=settings.history_retention_days)
+            )
+            audit = await store.prune_audit(now - timedelta(days=settings.audit_retention_days))
+            if history or audit:
+                log.info("pruned %d desktop history rows and %d audit rows", history, audit)
         except Exception:
-            log.exception("pruning desktop history failed")
+            log.exception("pruning history failed")
         await asyncio.sleep(PRUNE_INTERVAL_S)
 
 
@@ -59,7 +64,7 @@ async def lifespan(state: Any, settings: Settings) -> AsyncIterator[None]:
     state.bus, state.inventory, state.events = bus, inventory, events
     state.actions = ActionRegistry(DESKTOP_ACTIONS)
     pruner = asyncio.create_task(
-        _prune_forever(inventory, settings.history_retention_days), name="inventory-prune"
+        _prune_forever(inventory, state.store, settings), name="inventory-prune"
     )
     try:
         yield

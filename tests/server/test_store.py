@@ -370,6 +370,15 @@ async def test_audit_rows(store: Store, clock: FakeClock) -> None:
     assert [a.op for a in await store.list_audit(limit=1)] == ["desktop_attach"]
 
 
+async def test_audit_rows_past_retention_are_pruned(store: Store, clock: FakeClock) -> None:
+    await store.write_audit(op="desktop_start", actor="alice", outcome="ok")
+    clock.advance(91 * 24 * 3600)
+    await store.write_audit(op="desktop_stop_confirm", actor="alice", outcome="ok")
+    removed = await store.prune_audit(clock.now - timedelta(days=90))
+    assert removed == 1
+    assert [a.op for a in await store.list_audit()] == ["desktop_stop_confirm"]
+
+
 async def test_messages_page_backwards(store: Store) -> None:
     alice = await store.create_user("alice", "pw")
     conv = await store.create_conversation("c", [(alice.user_id, "owner")])

@@ -126,11 +126,11 @@ export function createAudioPlayer({ url, button, statusEl }) {
       start().catch((error) => unavailable(String(error)));
     } else if (stats.state !== "unavailable") {
       stop();
-      show("off", "Audio off — press the speaker to listen");
+      show("off", "Audio off — press Sound to listen");
     }
   });
   if (audioSupported()) {
-    show("off", "Audio off — press the speaker to listen");
+    show("off", "Audio off — press Sound to listen");
   } else {
     unavailable("this browser has no WebCodecs audio");
   }

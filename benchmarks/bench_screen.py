@@ -34,6 +34,7 @@ from benchmarks.bench_screen_local import _paint_desktop_like
 from benchmarks.common import parser, percentile
 from relay.screen.capture import ScreenCapture, encode
 from relay.screen.service import ScreenService
+from relaydesk.allocator import tune_allocator
 from server.screen.revisions import Binding, Capture, RevisionStore
 from tests.support.processes import ProcessTracker
 from tests.support.stack import Seed, inprocess_server, seed_database, start_relay, wait_until
@@ -231,6 +232,8 @@ async def run(quick: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     options = parser(__doc__ or "").parse_args(argv)
+    # The server runs in this process: set it up as `relaydesk server` sets itself up.
+    tune_allocator()
     asyncio.run(run(options.quick))
 
 

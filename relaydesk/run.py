@@ -10,6 +10,8 @@ import signal
 import sys
 from typing import Any
 
+from relaydesk.allocator import tune_allocator
+
 log = logging.getLogger("relaydesk")
 
 
@@ -42,6 +44,7 @@ def run_server(host: str | None, port: int | None) -> int:
     from server.app import create_app
     from server.config import Settings
 
+    tune_allocator()
     settings = Settings.from_env()
     settings = dataclasses.replace(
         settings, host=host or settings.host, port=port if port is not None else settings.port
@@ -79,6 +82,7 @@ def _relay_config(server_url: str | None, token_file: str | None, stop_desktops:
 def run_relay(server_url: str | None, token_file: str | None, *, stop_desktops: bool) -> int:
     """Run the relay worker until SIGINT/SIGTERM."""
     config = _relay_config(server_url, token_file, stop_desktops)
+    tune_allocator()
     return asyncio.run(_relay_main(config))
 
 
@@ -100,6 +104,7 @@ def run_host_helper(
     from host_helper.app import HelperConfig, serve
     from host_helper.config import env_flag
 
+    tune_allocator()
     token = os.environ.get("RELAYDESK_HOST_HELPER_TOKEN", "").strip()
     if not token:
         print("relaydesk host-helper: RELAYDESK_HOST_HELPER_TOKEN is required", file=sys.stderr)

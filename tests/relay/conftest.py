@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import shutil
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,23 +12,9 @@ import pytest
 
 from relay.desktops import DesktopConfig, DesktopManager
 from relay.desktops.process import group_exists
+from tests.support.processes import scaled
 
-TIMEOUT_SCALE = float(os.environ.get("RELAYDESK_TEST_TIMEOUT_SCALE", "1"))
 NEEDS_X = shutil.which("Xvfb") is None or shutil.which("x11vnc") is None
-
-
-def scaled(seconds: float) -> float:
-    """A test timeout, stretched on slow machines by RELAYDESK_TEST_TIMEOUT_SCALE."""
-    return seconds * TIMEOUT_SCALE
-
-
-async def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``predicate`` (never a fixed sleep) until it holds or the scaled timeout passes."""
-    deadline = time.monotonic() + scaled(timeout_s)
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def state_records(config: DesktopConfig) -> list[dict[str, Any]]:

@@ -26,10 +26,10 @@ from tests.relay.conftest import (
     pgids_of,
     pid_of,
     record_for,
-    scaled,
     state_records,
-    wait_for,
 )
+from tests.support.processes import scaled
+from tests.support.stack import wait_until
 from wire.errors import ErrorCode, OpError
 
 pytestmark = pytest.mark.integration
@@ -91,13 +91,13 @@ async def test_watchdog_fails_desktop_when_a_process_dies(
     record = record_for(manager.config, row["desktop_session_id"])
     manager.start_watchdog()
     os.kill(pid_of(record, victim), signal.SIGKILL)
-    await wait_for(lambda: bool(events.events), 5, "the failed event")
+    await wait_until(lambda: bool(events.events), 5, "the failed event")
     [event] = events.events
     assert event["state"] == "failed"
     assert victim in event["reason"]
     assert event["desktop_session_id"] == row["desktop_session_id"]
     assert (event["kind"], event["slot"]) == ("virtual", "main")
-    await wait_for(lambda: not live_groups(pgids_of(record)), 2, "the group to be gone")
+    await wait_until(lambda: not live_groups(pgids_of(record)), 2, "the group to be gone")
     assert leaked_shm(record) == []
     assert await manager.status() == []
     assert state_records(manager.config) == []
@@ -109,7 +109,7 @@ async def test_websockify_replaced_by_plain_http_is_unhealthy(
     row = await manager.start()
     record = record_for(manager.config, row["desktop_session_id"])
     os.killpg(pid_of(record, "websockify"), signal.SIGKILL)
-    await wait_for(lambda: not live_groups([pid_of(record, "websockify")]), 2, "websockify gone")
+    await wait_until(lambda: not live_groups([pid_of(record, "websockify")]), 2, "websockify gone")
     runner = web.AppRunner(web.Application())
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", row["websockify_port"])
@@ -141,7 +141,7 @@ async def test_watchdog_probe_fails_when_vnc_html_is_no_longer_served(
         assert (await mgr.probe("virtual", "main"))["ok"] is True
         (novnc / "vnc.html").unlink()
         mgr.start_watchdog()
-        await wait_for(lambda: bool(events.events), 5, "the failed event")
+        await wait_until(lambda: bool(events.events), 5, "the failed event")
         assert "vnc.html answered HTTP 404" in events.events[0]["reason"]
         assert not live_groups(pgids_of(record))
     finally:

@@ -12,8 +12,9 @@ from PIL import Image
 from Xlib import XK, X, display
 
 from relay.screen.service import ScreenService
+from tests.support.processes import scaled
 from tests.support.xrecorder import XRecorder
-from tests.support.xvfb import XvfbServer, private_xvfb, scaled
+from tests.support.xvfb import XvfbServer, private_xvfb
 from wire.errors import ErrorCode, OpError
 from wire.guard import crop_rect, cut, encode_crop
 

@@ -16,20 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-TIMEOUT_SCALE_ENV = "RELAYDESK_TEST_TIMEOUT_SCALE"
-
-
-def timeout_scale() -> float:
-    """Multiplier for every test wait (slow CI machines set it above 1)."""
-    try:
-        return max(0.1, float(os.environ.get(TIMEOUT_SCALE_ENV, "1")))
-    except ValueError:
-        return 1.0
-
-
-def scaled(seconds: float) -> float:
-    """``seconds`` multiplied by the test timeout scale."""
-    return seconds * timeout_scale()
+from tests.support.processes import scaled
 
 
 def xvfb_available() -> bool:

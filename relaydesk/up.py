@@ -26,7 +26,7 @@ async def _bootstrap(settings: Settings) -> dict[str, Any]:
     await upgrade(settings.database_url)
     store = await Store.open(settings.database_url)
     try:
-        return await admin.bootstrap_all_in_one(store)
+        return await admin.bootstrap_all_in_one(store, login_link_ttl_s=settings.login_link_ttl_s)
     finally:
         await store.close()
 

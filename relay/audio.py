@@ -37,6 +37,7 @@ from relay.desktops.audio import (
     pulse_server,
 )
 from wire.errors import ChannelCloseCode, ErrorCode, OpError
+from wire.frames import Payload
 from wire.ids import ChannelId
 
 if TYPE_CHECKING:
@@ -244,7 +245,7 @@ class AudioChannel:
         self._queue.append(packet)
         self._wake.set()
 
-    def feed(self, payload: bytes) -> None:
+    def feed(self, payload: Payload) -> None:
         """Audio flows one way: whatever the server sends is acknowledged and dropped."""
         self._link.connection.consumed(self.channel_id, len(payload))
 

@@ -2,6 +2,9 @@
 
 Each direction has its own task. Bytes from the server are written in wire order and credit is
 returned only once the target socket has taken them, so a slow target holds at most one window.
+Bytes from the target go out as the event loop received them: a :class:`TargetStream` hands
+over the loop's own chunks (a stream reader would copy each into its buffer and out again),
+and stops reading the socket while more than :data:`HIGH_WATER` bytes wait for credit.
 """
 
 from __future__ import annotations
@@ -9,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from wire.errors import ChannelCloseCode
+from wire.frames import Payload
 from wire.ids import ChannelId
 
 if TYPE_CHECKING:
@@ -21,13 +26,102 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 256 * 1024
+# Received from the target and not yet sent: reading pauses above this (a viewer that stops
+# reading thus holds one credit window on the server and at most this much here).
+HIGH_WATER = 256 * 1024
 # Says why the target hung up (e.g. "desktop stopped" when its desktop is going away).
 TargetEnd = Callable[[], Awaitable[tuple[ChannelCloseCode, str]]]
 
 
 async def _target_closed() -> tuple[ChannelCloseCode, str]:
     return ChannelCloseCode.TARGET_CLOSED, "target closed the connection"
+
+
+class TargetStream(asyncio.Protocol):
+    """A TCP connection read chunk by chunk, with flow control both ways."""
+
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._reading_paused = False
+        self._readable = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._lost = asyncio.Event()
+        self._eof = False
+
+    @classmethod
+    async def connect(cls, host: str, port: int) -> TargetStream:
+        loop = asyncio.get_running_loop()
+        _, stream = await loop.create_connection(cls, host, port)
+        return stream
+
+    @classmethod
+    async def over(cls, sock: socket.socket) -> TargetStream:
+        """Wrap a connected socket (e.g. one end of a socket pair)."""
+        loop = asyncio.get_running_loop()
+        _, stream = await loop.create_connection(cls, sock=sock)
+        return stream
+
+    # -- protocol callbacks --------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered >= HIGH_WATER and not self._reading_paused and self._transport:
+            self._reading_paused = True
+            self._transport.pause_reading()
+        self._readable.set()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._readable.set()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof = True
+        self._readable.set()
+        self._writable.set()
+        self._lost.set()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- use -----------------------------------------------------------------------------------
+    async def read(self) -> bytes:
+        """The next chunk the target sent; ``b""`` once it hung up."""
+        while not self._chunks:
+            if self._eof:
+                return b""
+            self._readable.clear()
+            await self._readable.wait()
+        data = self._chunks.popleft()
+        self._buffered -= len(data)
+        if self._reading_paused and self._buffered < HIGH_WATER // 2 and self._transport:
+            self._reading_paused = False
+            self._transport.resume_reading()
+        return data
+
+    async def write(self, data: Payload) -> None:
+        """Write ``data``, waiting while the target's socket is above its high-water mark."""
+        transport = self._transport
+        if transport is None or transport.is_closing() or self._lost.is_set():
+            raise ConnectionResetError("target connection closed")
+        transport.write(data)
+        await self._writable.wait()
+        if self._lost.is_set():
+            raise ConnectionResetError("target connection closed")
+
+    async def aclose(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+            await self._lost.wait()
 
 
 class TcpChannel:
@@ -37,16 +131,14 @@ class TcpChannel:
         self,
         channel_id: ChannelId,
         link: ServerLink,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        target: TargetStream,
         target_end: TargetEnd = _target_closed,
     ) -> None:
         self.channel_id = channel_id
         self._target_end = target_end
         self._link = link
-        self._reader = reader
-        self._writer = writer
-        self._inbox: deque[bytes] = deque()
+        self._target = target
+        self._inbox: deque[Payload] = deque()
         self._inbox_ready = asyncio.Event()
         self._credit = asyncio.Event()
         self._closed = False
@@ -58,7 +150,7 @@ class TcpChannel:
             asyncio.create_task(self._downstream(), name=f"channel-{self.channel_id}-down"),
         ]
 
-    def feed(self, payload: bytes) -> None:
+    def feed(self, payload: Payload) -> None:
         self._inbox.append(payload)
         self._inbox_ready.set()
 
@@ -68,7 +160,7 @@ class TcpChannel:
     async def _upstream(self) -> None:
         """Target → server, limited by the credit the server grants."""
         try:
-            while data := await self._reader.read(READ_CHUNK):
+            while data := await self._target.read():
                 await self._send(data)
         except (ConnectionError, OSError):
             pass
@@ -96,8 +188,7 @@ class TcpChannel:
                     if self._closed:
                         return
                 payload = self._inbox.popleft()
-                self._writer.write(payload)
-                await self._writer.drain()
+                await self._target.write(payload)
                 self._link.connection.consumed(self.channel_id, len(payload))
                 await self._link.flush()
         except (ConnectionError, OSError):
@@ -114,9 +205,8 @@ class TcpChannel:
         if tell_peer and self._link.connection.close_channel(self.channel_id, code, reason):
             with contextlib.suppress(Exception):
                 await self._link.flush()
-        self._writer.close()
         with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
+            await self._target.aclose()
         current = asyncio.current_task()
         for task in self._tasks:
             if task is not current:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from relay.channels import TargetEnd, TcpChannel
+from relay.channels import TargetEnd, TargetStream, TcpChannel
 from relay.desktops.config import DesktopConfig
 from relay.screen.service import ScreenService
 from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
@@ -219,13 +219,13 @@ class Handlers:
         port = int(row["vnc_port"])
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                target = await TargetStream.connect("127.0.0.1", port)
         except (OSError, TimeoutError) as err:
             raise OpError(
                 ErrorCode.UNAVAILABLE, "the desktop's VNC server does not answer"
             ) from err
         target_end = self._desktop_end(row)
-        link.add_channel(TcpChannel(ChannelId(channel_id), link, reader, writer, target_end))
+        link.add_channel(TcpChannel(ChannelId(channel_id), link, target, target_end))
         return {"channel_id": channel_id}
 
     def _desktop_end(self, row: dict[str, Any]) -> TargetEnd:

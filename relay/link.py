@@ -24,6 +24,7 @@ from wire.connection import (
     WireEvent,
 )
 from wire.errors import ChannelCloseCode, ErrorCode, OpError
+from wire.frames import Payload
 from wire.ids import ChannelId, RequestId
 from wire.messages import Request
 
@@ -40,7 +41,7 @@ class LinkChannel(Protocol):
 
     def start(self) -> None: ...
 
-    def feed(self, payload: bytes) -> None: ...
+    def feed(self, payload: Payload) -> None: ...
 
     def credit_arrived(self) -> None: ...
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import aiohttp
 
-from relay.channels import TcpChannel
+from relay.channels import TargetStream, TcpChannel
 from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
 from wire.ids import ChannelId
 
@@ -240,7 +240,7 @@ class LocalDesktop:
             raise OpError(ErrorCode.UNAVAILABLE, "the host helper does not answer")
         ws = await self.client.connect(port)
         ours, theirs = socket.socketpair()
-        reader, writer = await asyncio.open_connection(sock=ours)
+        target = await TargetStream.over(ours)
         helper_reader, helper_writer = await asyncio.open_connection(sock=theirs)
         task = asyncio.create_task(bridge(ws, helper_reader, helper_writer), name="local-bridge")
         self._bridges.add(task)
@@ -253,7 +253,7 @@ class LocalDesktop:
                 return ChannelCloseCode.DESKTOP_STOPPED, "desktop stopped"
             return ChannelCloseCode.TARGET_CLOSED, "target closed the connection"
 
-        link.add_channel(TcpChannel(ChannelId(channel_id), link, reader, writer, ended))
+        link.add_channel(TcpChannel(ChannelId(channel_id), link, target, ended))
         return {"channel_id": channel_id}
 
     # -- screen ---------------------------------------------------------------------------

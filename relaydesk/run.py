@@ -10,6 +10,8 @@ import signal
 import sys
 from typing import Any
 
+import uvloop
+
 from relaydesk.allocator import tune_allocator
 
 log = logging.getLogger("relaydesk")
@@ -83,7 +85,8 @@ def run_relay(server_url: str | None, token_file: str | None, *, stop_desktops: 
     """Run the relay worker until SIGINT/SIGTERM."""
     config = _relay_config(server_url, token_file, stop_desktops)
     tune_allocator()
-    return asyncio.run(_relay_main(config))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_relay_main(config))
 
 
 async def _relay_main(config: Any) -> int:

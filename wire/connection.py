@@ -27,6 +27,7 @@ from wire.frames import (
     CreditFrame,
     DataFrame,
     FrameKind,
+    Payload,
     decode_frame,
     encode_frame,
 )
@@ -95,7 +96,7 @@ class EventReceived:
 @dataclass(frozen=True)
 class ChannelData:
     channel_id: ChannelId
-    payload: bytes
+    payload: Payload
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ CLOSE_CODE: Final = struct.Struct("!H")
 DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024
 MAX_CHANNEL_ID: Final = 0xFFFFFFFF
 MAX_REASON_BYTES: Final = 123
+# The bytes of a DATA frame: a decoded payload is a read-only view of the received frame.
+Payload = bytes | memoryview
 
 
 class FrameKind(IntEnum):
@@ -32,10 +34,14 @@ class FrameKind(IntEnum):
 
 @dataclass(frozen=True)
 class DataFrame:
-    """Bytes of a channel's stream."""
+    """Bytes of a channel's stream.
+
+    A decoded payload is a read-only view into the received frame, not a copy: the stream's
+    bytes are carried from one socket to the next without being copied on the way.
+    """
 
     channel_id: ChannelId
-    payload: bytes
+    payload: Payload
 
 
 @dataclass(frozen=True)
@@ -93,7 +99,9 @@ def _decode_close(channel_id: ChannelId, body: bytes) -> CloseFrame:
     return CloseFrame(channel_id, code, reason)
 
 
-def decode_frame(data: bytes, max_payload: int = DEFAULT_MAX_PAYLOAD) -> ChannelFrame:
+def decode_frame(
+    data: bytes | bytearray | memoryview, max_payload: int = DEFAULT_MAX_PAYLOAD
+) -> ChannelFrame:
     """Parse one binary frame; raise :class:`ProtocolError` on anything malformed."""
     if len(data) < HEADER.size:
         raise ProtocolError("binary frame shorter than its 5-byte header")
@@ -101,9 +109,13 @@ def decode_frame(data: bytes, max_payload: int = DEFAULT_MAX_PAYLOAD) -> Channel
         raise FrameTooLarge(len(data) - HEADER.size, max_payload)
     raw_kind, raw_channel = HEADER.unpack_from(data)
     channel_id = ChannelId(raw_channel)
-    body = bytes(data[HEADER.size :])
     if raw_kind == FrameKind.DATA:
-        return DataFrame(channel_id, body)
+        # A view of an immutable frame costs nothing; a mutable buffer is copied once, so the
+        # payload never changes under its reader.
+        if isinstance(data, bytes):
+            return DataFrame(channel_id, memoryview(data)[HEADER.size :])
+        return DataFrame(channel_id, bytes(data[HEADER.size :]))
+    body = bytes(data[HEADER.size :])
     if raw_kind == FrameKind.CREDIT:
         return _decode_credit(channel_id, body)
     if raw_kind == FrameKind.CLOSE:

@@ -98,9 +98,7 @@ def bgra_to_rgb(bgra: npt.NDArray[np.uint8]) -> RGBArray:
     return np.ascontiguousarray(bgra[:, :, 2::-1])
 
 
-def encode(
-    rgb: RGBArray, fmt: ImageFormat = "png", quality: int | None = None
-) -> EncodedImage:
+def encode(rgb: RGBArray, fmt: ImageFormat = "png", quality: int | None = None) -> EncodedImage:
     """Encode an RGB array as PNG (tuned), JPEG or WebP."""
     image = Image.fromarray(rgb, "RGB")
     buffer = io.BytesIO()

@@ -44,4 +44,3 @@ class ChatStore(AuditWriter, Protocol):
     async def list_messages(
         self, conversation_id: str, *, before_id: int | None = None, limit: int = 50
     ) -> list[MessageRecord]: ...
-

@@ -73,4 +73,3 @@ def web_routes() -> list[BaseRoute]:
         Route("/", index, methods=["GET", "HEAD"]),
         Mount("/app", app=AppFiles(directory=web_dir(), check_dir=False), name="web-app"),
     ]
-

@@ -7,6 +7,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from wire.errors import ChannelCloseCode
+from wire.frames import Payload
 from wire.ids import ChannelId
 
 if TYPE_CHECKING:
@@ -41,14 +42,14 @@ class ServerChannel:
     def __init__(self, channel_id: ChannelId, link: RelayLink) -> None:
         self.channel_id = channel_id
         self._link = link
-        self._inbox: deque[bytes] = deque()
+        self._inbox: deque[Payload] = deque()
         self._readable = asyncio.Event()
         self._writable = asyncio.Event()
         self._closed: ChannelClosedError | None = None
         self.window = link.connection.window
         self._since_growth = 0
 
-    def feed(self, payload: bytes) -> None:
+    def feed(self, payload: Payload) -> None:
         self._inbox.append(payload)
         self._since_growth += len(payload)
         self._readable.set()
@@ -84,7 +85,7 @@ class ServerChannel:
     def close_info(self) -> ChannelClosedError | None:
         return self._closed
 
-    async def read(self) -> bytes:
+    async def read(self) -> Payload:
         """Next chunk of bytes; raise :class:`ChannelClosedError` once closed and drained."""
         while not self._inbox:
             if self._closed is not None:

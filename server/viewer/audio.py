@@ -28,6 +28,7 @@ from server.relays.channel import ChannelClosedError, ServerChannel
 from server.viewer.access import ViewerRefused, ViewerTarget, check_viewer, refusal_for_state
 from server.viewer.service import SUBPROTOCOL, ViewerService, origin_allowed
 from wire.errors import ChannelCloseCode, CloseCode, ErrorCode, OpError
+from wire.frames import Payload
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ _SEND_ERRORS = (WebSocketDisconnect, OSError, RuntimeError)
 class PacketSource(Protocol):
     """Where a listener's packets come from (a relay channel)."""
 
-    async def read(self) -> bytes: ...
+    async def read(self) -> Payload: ...
 
     async def close(self, code: ChannelCloseCode, reason: str) -> None: ...
 
@@ -72,7 +73,7 @@ class AudioSession:
         self.source = source
         self.desktop_session_id = desktop_session_id
         self._judge = judge
-        self._queue: deque[bytes] = deque(maxlen=max_packets)
+        self._queue: deque[Payload] = deque(maxlen=max_packets)
         self._ready = asyncio.Event()
         self._ended = asyncio.Event()
         self._close: tuple[CloseCode, str] | None = None
@@ -141,7 +142,7 @@ class AudioSession:
                 while not self._queue:
                     self._ready.clear()
                     await self._ready.wait()
-                await self.websocket.send_bytes(self._queue.popleft())
+                await self.websocket.send_bytes(bytes(self._queue.popleft()))  # small packets
                 self.sent += 1
         except _SEND_ERRORS:
             self.end(CloseCode.GOING_AWAY, "listener gone", listener_gone=True)

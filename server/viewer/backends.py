@@ -13,6 +13,7 @@ from typing import Protocol
 
 from server.relays.channel import ChannelClosedError, ServerChannel
 from wire.errors import ChannelCloseCode
+from wire.frames import Payload
 
 READ_CHUNK = 256 * 1024
 CONNECT_TIMEOUT_S = 5.0
@@ -30,7 +31,7 @@ class BackendEnded(Exception):
 class VncBackend(Protocol):
     """An ordered byte stream to a VNC server."""
 
-    async def read(self) -> bytes:
+    async def read(self) -> Payload:
         """Next chunk; raises :class:`BackendEnded` once the backend closed."""
         ...
 
@@ -49,7 +50,7 @@ class RelayBackend:
     def __init__(self, channel: ServerChannel) -> None:
         self.channel = channel
 
-    async def read(self) -> bytes:
+    async def read(self) -> Payload:
         try:
             return await self.channel.read()
         except ChannelClosedError as err:
@@ -84,7 +85,7 @@ class TcpBackend:
             ) from err
         return cls(reader, writer)
 
-    async def read(self) -> bytes:
+    async def read(self) -> Payload:
         try:
             data = await self._reader.read(READ_CHUNK)
         except OSError:

@@ -83,13 +83,26 @@ def test_channel_close_code_values_are_fixed():
 
 
 @pytest.mark.parametrize(
-    "data", [bytearray(b"\x01\x00\x00\x00\x07hi"), memoryview(b"\x01\x00\x00\x00\x07hi")]
+    "data",
+    [bytearray(b"\x01\x00\x00\x00\x07hi"), memoryview(bytearray(b"\x01\x00\x00\x00\x07hi"))],
 )
 def test_decode_accepts_buffers_and_returns_bytes(data):
     frame = decode_frame(data)
     assert frame == DataFrame(ChannelId(7), b"hi")
     assert isinstance(frame, DataFrame)
     assert type(frame.payload) is bytes
+    data[5:7] = b"!!"
+    assert frame.payload == b"hi"  # a mutable buffer changing later does not change the payload
+
+
+def test_decode_of_bytes_gives_a_read_only_view_without_copying():
+    data = b"\x01\x00\x00\x00\x07" + b"x" * 100_000
+    frame = decode_frame(data)
+    assert isinstance(frame, DataFrame)
+    assert isinstance(frame.payload, memoryview)
+    assert frame.payload.obj is data  # the received frame itself, not a copy
+    assert frame.payload.readonly
+    assert frame.payload == b"x" * 100_000
 
 
 # -- malformed frames -----------------------------------------------------------------------

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_screen_local import _paint_desktop_like
 from benchmarks.common import parser, percentile
-from relay.screen.capture import ScreenCapture, encode
+from relay.screen.capture import ScreenCapture, encode_screenshot
 from relay.screen.service import ScreenService
 from relaydesk.allocator import tune_allocator
 from server.screen.revisions import Binding, Capture, RevisionStore
@@ -76,13 +76,13 @@ async def _timed(fn: Any, repeat: int) -> list[float]:
 
 
 def _local_cost(display: str, size: tuple[int, int], repeat: int) -> list[float]:
-    """What the relay spends on a screenshot itself: mss capture + PNG encode."""
+    """What the relay spends on a screenshot itself: mss capture + PNG encode (its own code)."""
     capture = ScreenCapture(display)
     times = []
     try:
         for _ in range(repeat):
             start = time.perf_counter()
-            encode(capture.grab(None, size), "png")
+            encode_screenshot(capture.grab_bgra(None, size))
             times.append((time.perf_counter() - start) * 1000)
     finally:
         capture.close()
@@ -188,7 +188,7 @@ async def bench_memory(bench: Bench, row: dict[str, Any], count: int) -> None:
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for answer in answers:
-        store.keep(binding, Capture.from_wire(answer["capture"]))
+        store.keep(binding, Capture.from_wire(answer["capture"], answer["image"]))
     per_revision = (tracemalloc.get_traced_memory()[0] - before) / len(answers)
     tracemalloc.stop()
     stats = store.stats()

@@ -24,7 +24,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from relay.screen.capture import PNG_COMPRESS_LEVEL, ScreenCapture, encode
+from relay.screen.capture import ScreenCapture, encode
 from relay.screen.service import ScreenService
 from tests.support.xvfb import private_xvfb
 from wire.guard import crop_rect, cut, encode_crop
@@ -83,7 +83,8 @@ def bench_encode(display: str, width: int, height: int, repeat: int) -> None:
         grab_ms, rgb = _timed(lambda: capture.grab(None, (width, height)), repeat)
         rows = {
             "png default (level 6)": lambda: _pillow_png(rgb),
-            f"png chosen (level {PNG_COMPRESS_LEVEL})": lambda: encode(rgb, "png").data,
+            "png level 1 (Pillow)": lambda: _pillow_png(rgb, compress_level=1),
+            "png banded (chosen)": lambda: encode(rgb, "png").data,
             "png level 1 + optimize": lambda: _pillow_png(rgb, compress_level=1, optimize=True),
             "png level 3": lambda: _pillow_png(rgb, compress_level=3),
             "png Z_RLE (type 3)": lambda: _pillow_png(rgb, compress_level=6, compress_type=3),

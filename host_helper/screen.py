@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import logging
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -25,12 +23,12 @@ from typing import Any
 
 import mss
 import numpy as np
-from PIL import Image
 from Xlib import XK, X
 from Xlib import error as xerror
 from Xlib.display import Display
 from Xlib.ext import xtest
 
+from wire.capture import encode_png
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import STALE_THRESHOLD, CropRect, RGBArray, compare, decode_crop
 
@@ -47,7 +45,6 @@ DOUBLE_CLICK_GAP_S = 0.04
 DRAG_STEPS = 12
 DRAG_DURATION_S = 0.12
 REMAP_RESTORE_DELAY_S = 0.05
-CAPTURE_BAND_ROWS = 64
 ALIASES = {
     "ctrl": "Control_L", "control": "Control_L", "shift": "Shift_L", "alt": "Alt_L",
     "super": "Super_L", "win": "Super_L", "cmd": "Super_L", "meta": "Meta_L",
@@ -97,19 +94,6 @@ def char_keysym(char: str) -> int:
         return int(special[char])
     code = ord(char)
     return code if 0x20 <= code <= 0x7E or 0xA0 <= code <= 0xFF else 0x01000000 | code
-
-
-def encode_capture(pixels: RGBArray) -> dict[str, Any]:
-    """The raw capture as zlib bands of RGB24 rows (the relay's format for the revision store)."""
-    bands = [pixels[top : top + CAPTURE_BAND_ROWS].tobytes()
-             for top in range(0, pixels.shape[0], CAPTURE_BAND_ROWS)]  # fmt: skip
-    return {
-        "encoding": "zlib-rgb24-bands",
-        "width": int(pixels.shape[1]),
-        "height": int(pixels.shape[0]),
-        "band_rows": CAPTURE_BAND_ROWS,
-        "bands": [base64.b64encode(zlib.compress(band, 1)).decode("ascii") for band in bands],
-    }
 
 
 class XScreen:
@@ -280,13 +264,11 @@ def check_guard(screen: XScreen, args: dict[str, Any], at: tuple[int, int]) -> d
 
 
 def _screenshot(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
-    pixels = screen.grab()
-    buffer = io.BytesIO()
-    Image.fromarray(pixels, "RGB").save(buffer, "PNG", compress_level=1)
-    height, width = pixels.shape[:2]
-    image = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return {"width": width, "height": height, "format": "png", "image": image,
-            "coordinates": "full_resolution", "capture": encode_capture(pixels)}  # fmt: skip
+    # The banded PNG is both the image and the capture the server keeps (wire.capture).
+    png, _ = encode_png(screen.grab())
+    image = base64.b64encode(png.data).decode("ascii")
+    return {"width": png.width, "height": png.height, "format": "png", "image": image,
+            "coordinates": "full_resolution", "capture": png.to_wire(with_png=False)}  # fmt: skip
 
 
 def _clicks(count: int) -> Callable[[XScreen, dict[str, Any]], dict[str, Any]]:

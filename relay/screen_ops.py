@@ -6,21 +6,18 @@ rows and calls :class:`relay.screen.service.ScreenService`. Guarded actions may 
 ``revision_target`` (the desktop session and display the screenshot was taken on): the target
 must still be exactly that one, or the action is refused before any input.
 
-A screenshot result carries, next to the encoded image, the full-resolution raw capture as
-zlib-compressed bands of RGB24 rows (``capture``) for the server's revision store; see
-``docs/screen-tool.md`` for why zlib rather than the PNG.
+A screenshot result carries ``capture``: where the row bands of its PNG start (``wire.capture``),
+so the server keeps the PNG itself as the full-resolution capture behind the revision; a JPEG
+or WebP screenshot carries that lossless PNG as well.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import logging
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from relay.screen.service import ACTIONS, ScreenService, ScreenshotResult
+from relay.screen.service import ACTIONS, ScreenService
 from wire.errors import ErrorCode, InvalidArgs, OpError
 
 if TYPE_CHECKING:
@@ -29,12 +26,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 OP_PREFIX = "screen."
-CAPTURE_ENCODING = "zlib-rgb24-bands"
-# Level 1: desktop pixels compress ~80x at a third of the PNG encoder's time (measured).
-CAPTURE_ZLIB_LEVEL = 1
-# Bands compress in parallel here and let the server decompress only the rows a guard crop
-# needs (a 96-row crop touches at most 3 bands of 64 rows).
-CAPTURE_BAND_ROWS = 64
 DEFAULT_KIND, DEFAULT_SLOT = "virtual", "main"
 # Arguments meant for this module, never passed on to the screen service.
 _ROUTING_ARGS = ("desktop_session_id", "revision_target")
@@ -46,27 +37,6 @@ class DesktopRows(Protocol):
     """What the screen ops need of the desktop manager."""
 
     async def status(self) -> list[dict[str, Any]]: ...
-
-
-def _band_bytes(shot: ScreenshotResult) -> list[bytes]:
-    rows = CAPTURE_BAND_ROWS
-    return [shot.pixels[top : top + rows].tobytes() for top in range(0, shot.height, rows)]
-
-
-async def encode_capture(shot: ScreenshotResult) -> dict[str, Any]:
-    """The raw capture as zlib-compressed bands of rows, compressed in parallel threads."""
-    loop = asyncio.get_running_loop()
-    compressed = await asyncio.gather(
-        *(loop.run_in_executor(None, zlib.compress, band, CAPTURE_ZLIB_LEVEL)
-          for band in _band_bytes(shot))
-    )  # fmt: skip
-    return {
-        "encoding": CAPTURE_ENCODING,
-        "width": shot.width,
-        "height": shot.height,
-        "band_rows": CAPTURE_BAND_ROWS,
-        "bands": [base64.b64encode(data).decode("ascii") for data in compressed],
-    }
 
 
 class ScreenOps:
@@ -109,7 +79,7 @@ class ScreenOps:
         if action != "screenshot":
             return await self.service.run(display, action, args)
         shot = await self.service.screenshot(display, args)
-        capture = await encode_capture(shot)
+        capture = shot.capture.to_wire(with_png=shot.image.format != "png")
         return {**shot.to_dict(), "capture": capture}
 
     async def _rows(self) -> list[dict[str, Any]]:

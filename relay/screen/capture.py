@@ -11,6 +11,9 @@ from __future__ import annotations
 import base64
 import io
 import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
+from wire.capture import BandedPng, encode_png
 from wire.errors import ErrorCode, OpError
 from wire.guard import CropRect
 
@@ -28,9 +32,11 @@ RGBArray = npt.NDArray[np.uint8]
 ImageFormat = Literal["png", "jpeg", "webp"]
 IMAGE_FORMATS: tuple[ImageFormat, ...] = ("png", "jpeg", "webp")
 
-# Desktop screenshots are flat colours and text: zlib level 1 is ~4-8x faster than Pillow's
-# default (6) for a few percent more bytes, and ``optimize`` costs a second full pass.
-PNG_COMPRESS_LEVEL = 1
+# PNGs are ``wire.capture``'s banded PNGs: bands deflate in parallel on these threads (zlib
+# and numpy release the GIL), shared by every display's worker.
+ENCODER_THREADS = max(2, os.cpu_count() or 2)
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
 DEFAULT_JPEG_QUALITY = 80
 DEFAULT_WEBP_QUALITY = 80
 # WebP "method" trades speed for size (0 fastest .. 6 smallest); 4 is Pillow's default.
@@ -55,6 +61,14 @@ class EncodedImage:
         }
 
 
+def _encoder() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(ENCODER_THREADS, thread_name_prefix="screen-encode")
+        return _pool
+
+
 def _open_mss(display: str) -> Any:
     # mss >= 10.2 names the class MSS; older releases only have the mss() factory.
     factory = getattr(mss, "MSS", None) or mss.mss
@@ -75,6 +89,12 @@ class ScreenCapture:
         self, region: CropRect | None = None, screen_size: tuple[int, int] | None = None
     ) -> RGBArray:
         """Full screen (``screen_size`` or mss's view of it) or a region, as RGB."""
+        return bgra_to_rgb(self.grab_bgra(region, screen_size))
+
+    def grab_bgra(
+        self, region: CropRect | None = None, screen_size: tuple[int, int] | None = None
+    ) -> npt.NDArray[np.uint8]:
+        """Like :meth:`grab`, as captured: HxWx4 BGRA (encoders convert while they work)."""
         if region is None:
             if screen_size is None:
                 monitor = dict(self._mss.monitors[0])
@@ -87,7 +107,7 @@ class ScreenCapture:
             shot = self._mss.grab(monitor)
         except mss.ScreenShotError as err:
             raise OpError(ErrorCode.UNAVAILABLE, f"capture failed on {self._display}") from err
-        return bgra_to_rgb(np.asarray(shot))
+        return np.asarray(shot)
 
     def close(self) -> None:
         self._mss.close()
@@ -98,17 +118,23 @@ def bgra_to_rgb(bgra: npt.NDArray[np.uint8]) -> RGBArray:
     return np.ascontiguousarray(bgra[:, :, 2::-1])
 
 
+def encode_screenshot(bgra: npt.NDArray[np.uint8]) -> tuple[BandedPng, RGBArray]:
+    """A full-screen capture as the banded PNG (bands deflated in parallel) and its RGB pixels."""
+    return encode_png(bgra, "BGRA", map_bands=_encoder().map)
+
+
 def encode(rgb: RGBArray, fmt: ImageFormat = "png", quality: int | None = None) -> EncodedImage:
-    """Encode an RGB array as PNG (tuned), JPEG or WebP."""
-    image = Image.fromarray(rgb, "RGB")
-    buffer = io.BytesIO()
+    """Encode an RGB array as PNG (banded, ``wire.capture``), JPEG or WebP."""
+    height, width = rgb.shape[:2]
     if fmt == "png":
-        image.save(buffer, "PNG", compress_level=PNG_COMPRESS_LEVEL)
-    elif fmt == "jpeg":
+        png, _ = encode_png(rgb, "RGB", map_bands=_encoder().map)
+        return EncodedImage(fmt, width, height, png.data)
+    image = Image.fromarray(np.ascontiguousarray(rgb), "RGB")
+    buffer = io.BytesIO()
+    if fmt == "jpeg":
         image.save(buffer, "JPEG", quality=quality or DEFAULT_JPEG_QUALITY)
     else:
         image.save(buffer, "WEBP", quality=quality or DEFAULT_WEBP_QUALITY, method=WEBP_METHOD)
-    height, width = rgb.shape[:2]
     return EncodedImage(fmt, width, height, buffer.getvalue())
 
 
@@ -118,5 +144,6 @@ def preview(rgb: RGBArray, max_width: int) -> RGBArray:
     if width <= max_width:
         return rgb
     new_height = max(1, round(height * max_width / width))
-    small = Image.fromarray(rgb, "RGB").resize((max_width, new_height), Image.Resampling.BILINEAR)
+    image = Image.fromarray(np.ascontiguousarray(rgb), "RGB")
+    small = image.resize((max_width, new_height), Image.Resampling.BILINEAR)
     return np.asarray(small, dtype=np.uint8)

@@ -21,9 +21,17 @@ from Xlib import error as xerror
 
 from relay.screen import args as check
 from relay.screen.backends import DEFAULT_BACKEND, BackendFactory, InputBackend, backend_factory
-from relay.screen.capture import IMAGE_FORMATS, EncodedImage, RGBArray, ScreenCapture, encode
+from relay.screen.capture import (
+    IMAGE_FORMATS,
+    EncodedImage,
+    RGBArray,
+    ScreenCapture,
+    encode,
+    encode_screenshot,
+)
 from relay.screen.capture import preview as make_preview
 from relay.screen.xinput import SCROLL_BUTTONS
+from wire.capture import BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import STALE_THRESHOLD, compare
 
@@ -37,10 +45,15 @@ GUARDED_ACTIONS = frozenset({"click", "double_click", "drag"})
 
 @dataclass
 class ScreenshotResult:
-    """A capture and its encodings; ``pixels`` is the raw full-resolution RGB the server keeps."""
+    """A capture and its encodings.
+
+    ``capture`` is the banded PNG the server keeps (the image itself when the format is PNG);
+    ``pixels`` are its full-resolution RGB pixels.
+    """
 
     pixels: RGBArray
     image: EncodedImage
+    capture: BandedPng
     preview: EncodedImage | None = None
 
     @property
@@ -116,14 +129,17 @@ def capture_screenshot(ctx: ScreenContext, args: dict[str, Any]) -> ScreenshotRe
     fmt = check.choice(args, "format", IMAGE_FORMATS, "png")
     quality = check.bounded(args, "quality", 1, 100, 80) if "quality" in args else None
     max_width = args.get("preview_max_width")
-    pixels = ctx.capture.grab(None, ctx.size())
     if max_width is not None:
         max_width = check.bounded(args, "preview_max_width", 16, 100_000, 0)
-    image = encode(pixels, fmt, quality)  # type: ignore[arg-type]
+    capture, pixels = encode_screenshot(ctx.capture.grab_bgra(None, ctx.size()))
+    if fmt == "png":
+        image = EncodedImage("png", capture.width, capture.height, capture.data)
+    else:
+        image = encode(pixels, fmt, quality)  # type: ignore[arg-type]
     small = None
     if max_width is not None:
         small = encode(make_preview(pixels, max_width), fmt, quality)  # type: ignore[arg-type]
-    return ScreenshotResult(pixels, image, small)
+    return ScreenshotResult(pixels, image, capture, small)
 
 
 def _screenshot(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:

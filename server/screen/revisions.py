@@ -6,10 +6,10 @@ A revision is ``sr1.<base64url(payload)>.<base64url(hmac)>``; the payload is com
 it as opaque; the server can tell a forged revision, one for another target, and one whose
 capture expired apart without a lookup.
 
-The :class:`RevisionStore` keeps each revision's full-resolution capture as zlib-compressed
-bands of RGB24 rows (what the relay sends; lossless, ~1-2 % of the raw size for desktop
-pixels; a guard crop decompresses only its bands), with a TTL and a total memory bound
-enforced by least-recently-used eviction.
+The :class:`RevisionStore` keeps each revision's full-resolution capture as the relay sent it:
+the screenshot's PNG, made of independently deflated row bands (``wire.capture``; lossless,
+~2 % of the raw size for desktop pixels; a guard crop inflates only its bands), with a TTL and
+a total memory bound enforced by least-recently-used eviction.
 """
 
 from __future__ import annotations
@@ -23,23 +23,17 @@ import logging
 import re
 import secrets
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
-
+from wire.capture import BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
-from wire.guard import CropRect, RGBArray
 
 logger = logging.getLogger(__name__)
 
-CAPTURE_ENCODING = "zlib-rgb24-bands"
 REVISION_PREFIX = "sr1"
 MAX_REVISION_LENGTH = 1024
-MAX_CAPTURE_PIXELS = 16384 * 16384
 _DOMAIN = b"relaydesk.screen_revision.v1"
 _MAC_BYTES = 16
 _TOKEN_RE = re.compile(rf"{REVISION_PREFIX}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
@@ -66,86 +60,13 @@ class Revision:
     issued_at: float
 
 
-@dataclass(frozen=True)
-class Capture:
-    """A full-resolution screenshot kept as zlib-compressed bands of RGB24 rows."""
-
-    width: int
-    height: int
-    band_rows: int
-    bands: tuple[bytes, ...]
-
-    @classmethod
-    def from_pixels(cls, pixels: RGBArray, band_rows: int = 64, level: int = 1) -> Capture:
-        """Compress an HxWx3 array (tests and tools; relays send :meth:`from_wire` data)."""
-        bands = tuple(
-            zlib.compress(pixels[top : top + band_rows].tobytes(), level)
-            for top in range(0, pixels.shape[0], band_rows)
-        )
-        return cls(int(pixels.shape[1]), int(pixels.shape[0]), band_rows, bands)
-
-    @classmethod
-    def from_wire(cls, value: Any) -> Capture:
-        """Parse the relay's ``capture: {encoding, width, height, band_rows, bands}``."""
-        if not isinstance(value, dict) or value.get("encoding") != CAPTURE_ENCODING:
-            raise _bad_capture("has no usable raw capture")
-        width, height = _dimension(value.get("width")), _dimension(value.get("height"))
-        band_rows = _dimension(value.get("band_rows"))
-        bands = value.get("bands")
-        if width * height > MAX_CAPTURE_PIXELS:
-            raise _bad_capture("is larger than any screen")
-        if not isinstance(bands, list) or len(bands) != -(-height // band_rows):
-            raise _bad_capture(f"does not have {-(-height // band_rows)} bands")
-        try:
-            data = tuple(base64.b64decode(str(band), validate=True) for band in bands)
-        except (binascii.Error, ValueError) as err:
-            raise _bad_capture("is not base64") from err
-        return cls(width, height, band_rows, data)
+class Capture(BandedPng):
+    """A full-resolution screenshot as the relay sent it: a PNG of row bands (``wire.capture``)."""
 
     @property
     def size_bytes(self) -> int:
-        return sum(len(band) for band in self.bands) + ENTRY_OVERHEAD_BYTES
-
-    def rows(self, start: int, stop: int) -> RGBArray:
-        """Rows ``start .. stop-1`` as an array (decompresses only the bands they lie in)."""
-        start, stop = max(0, start), min(stop, self.height)
-        first, last = start // self.band_rows, -(-stop // self.band_rows)
-        stride = self.width * 3
-        parts = [self._band(index, stride) for index in range(first, last)]
-        block = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(-1, self.width, 3)
-        offset = first * self.band_rows
-        return block[start - offset : stop - offset]
-
-    def _band(self, index: int, stride: int) -> bytes:
-        expected = stride * min(self.band_rows, self.height - index * self.band_rows)
-        try:
-            raw = zlib.decompress(self.bands[index])
-        except zlib.error as err:
-            raise OpError(ErrorCode.INTERNAL, "a kept screen capture is corrupt") from err
-        if len(raw) != expected:
-            raise OpError(ErrorCode.INTERNAL, "a kept screen capture has a wrong size")
-        return raw
-
-    def pixels(self) -> RGBArray:
-        """The whole capture as an HxWx3 array."""
-        return self.rows(0, self.height)
-
-    def region(self, rect: CropRect) -> RGBArray:
-        """The pixels of ``rect`` (a copy)."""
-        if not rect.fits((self.width, self.height)):
-            raise InvalidArgs("rect", "is outside the screenshot")
-        rows = self.rows(rect.y, rect.y + rect.height)
-        return rows[:, rect.x : rect.x + rect.width].copy()
-
-
-def _bad_capture(problem: str) -> OpError:
-    return OpError(ErrorCode.PROTOCOL_ERROR, f"the relay's screenshot capture {problem}")
-
-
-def _dimension(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise _bad_capture("has no valid size")
-    return value
+        """What keeping it costs: the PNG plus the entry's bookkeeping."""
+        return len(self.data) + ENTRY_OVERHEAD_BYTES
 
 
 # -- revision tokens ---------------------------------------------------------------------------

@@ -123,7 +123,9 @@ class ScreenTool:
         if request.desktop_session_id is not None:
             args["desktop_session_id"] = request.desktop_session_id
         result = await self._relay(caller, request, args)
-        capture = Capture.from_wire(result.get("capture"))
+        # A PNG screenshot is its own capture; other formats come with the capture's PNG.
+        image = result.get("image") if result.get("format") == "png" else None
+        capture = Capture.from_wire(result.get("capture"), image)
         binding = Binding(
             caller.relay, str(result.get("desktop_session_id")), str(result.get("display"))
         )

@@ -52,7 +52,7 @@ async def test_guarded_click_lands_and_a_stale_one_is_refused(
     status, shot = await helper.call("POST", "/v1/screen/screenshot", {})
     assert status == 200, shot
     assert (shot["width"], shot["height"]) == (800, 600)
-    assert shot["capture"]["encoding"] == "zlib-rgb24-bands"
+    assert shot["capture"]["encoding"] == "png-bands"
     pixels = pixels_of(shot)
     guard = guard_for(pixels, (200, 150))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import zlib
+from typing import Any
 
 import numpy as np
 import pytest
@@ -168,7 +169,7 @@ def test_memory_stays_bounded_under_many_captures(clock: Clock) -> None:
         assert store.stats().memory_bytes <= bound
     assert 0 < len(store) < 300
     assert store.stats().memory_bytes == sum(
-        ENTRY_OVERHEAD_BYTES + sum(map(len, _capture(32, 32, seed=n).bands))
+        ENTRY_OVERHEAD_BYTES + len(_capture(32, 32, seed=n).data)
         for n in range(300 - len(store), 300)
     )
 
@@ -207,7 +208,7 @@ def test_verify_reads_the_binding_back() -> None:
 def test_regions_and_rows_decode_exactly(x: int, y: int, width: int, height: int) -> None:
     full = _random(100, 77, 7)  # the last band is short
     capture = Capture.from_pixels(full, band_rows=16)
-    assert len(capture.bands) == 5
+    assert len(capture.offsets) == 5 + 1
     assert np.array_equal(capture.pixels(), full)
     rect = CropRect(x, y, width, height)
     assert np.array_equal(capture.region(rect), full[y : y + height, x : x + width])
@@ -220,28 +221,42 @@ def test_a_region_outside_the_capture_is_refused() -> None:
 
 
 def test_a_corrupt_or_short_capture_is_an_error() -> None:
+    good = _capture(10, 10)
+    offsets = good.offsets
+    noise = b"\xff" * (offsets[-1] - offsets[0])
+    garbage = good.data[: offsets[0]] + noise + good.data[offsets[-1] :]
     with pytest.raises(OpError):
-        Capture(10, 10, 16, (b"not zlib",)).pixels()
+        Capture(garbage, 10, 10, good.band_rows, offsets).pixels()
+    # A band that inflates to fewer rows than it claims.
+    short = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
+    band = short.compress(b"\0" * 30) + short.flush()
+    data = good.data[: offsets[0]] + band
     with pytest.raises(OpError):
-        Capture(10, 10, 16, (zlib.compress(b"\0" * 30),)).pixels()
+        Capture(data, 10, 10, 16, (offsets[0], offsets[0] + len(band))).pixels()
+
+
+def _wire(capture: Capture, **changes: Any) -> dict[str, Any]:
+    return {**capture.to_wire(with_png=True), **changes}
+
+
+_GOOD = Capture.from_pixels(np.zeros((3, 4, 3), np.uint8), band_rows=1)
 
 
 @pytest.mark.parametrize(
     "wire",
     [
         None,
-        {"encoding": "png", "width": 1, "height": 1, "band_rows": 1, "bands": [""]},
-        {"encoding": "zlib-rgb24-bands", "width": 0, "height": 1, "band_rows": 1, "bands": [""]},
-        {"encoding": "zlib-rgb24-bands", "width": True, "height": 1, "band_rows": 1, "bands": [""]},
-        {"encoding": "zlib-rgb24-bands", "width": 1, "height": 1, "band_rows": 1, "bands": ["***"]},
-        {"encoding": "zlib-rgb24-bands", "width": 1, "height": 3, "band_rows": 1, "bands": [""]},
-        {
-            "encoding": "zlib-rgb24-bands",
-            "width": 99999,
-            "height": 99999,
-            "band_rows": 99999,
-            "bands": [""],
-        },
+        _wire(_GOOD, encoding="zlib-rgb24-bands"),
+        _wire(_GOOD, width=0),
+        _wire(_GOOD, width=True),
+        _wire(_GOOD, png="***"),
+        _wire(_GOOD, png=base64.b64encode(b"GIF89a").decode()),
+        _wire(_GOOD, height=5),  # more bands than offsets
+        _wire(_GOOD, offsets=[*_GOOD.offsets[:-1], len(_GOOD.data) + 1]),  # past the end
+        _wire(_GOOD, offsets=[_GOOD.offsets[0], _GOOD.offsets[0], *_GOOD.offsets[2:]]),
+        _wire(_GOOD, offsets=[0, *_GOOD.offsets[1:]]),  # not where the pixel data starts
+        _wire(_GOOD, offsets=[float(o) for o in _GOOD.offsets]),
+        _wire(_GOOD, width=99999, height=99999, band_rows=99999),
     ],
 )
 def test_bad_relay_captures_are_protocol_errors(wire: object) -> None:
@@ -252,11 +267,7 @@ def test_bad_relay_captures_are_protocol_errors(wire: object) -> None:
 
 def test_capture_from_wire_round_trips() -> None:
     capture = _capture()
-    wire = {
-        "encoding": "zlib-rgb24-bands",
-        "width": 64,
-        "height": 48,
-        "band_rows": 16,
-        "bands": [base64.b64encode(band).decode() for band in capture.bands],
-    }
-    assert Capture.from_wire(wire) == capture
+    assert Capture.from_wire(capture.to_wire(with_png=True)) == capture
+    # A PNG screenshot is its own capture: the PNG comes as the image instead.
+    image = base64.b64encode(capture.data).decode()
+    assert Capture.from_wire(capture.to_wire(with_png=False), image) == capture

@@ -44,22 +44,15 @@ class FakeRelay:
             raise self.error
         if op == "screen.screenshot":
             capture = Capture.from_pixels(_screen())
-            wire = {
-                "encoding": "zlib-rgb24-bands",
-                "width": WIDTH,
-                "height": HEIGHT,
-                "band_rows": capture.band_rows,
-                "bands": [base64.b64encode(band).decode() for band in capture.bands],
-            }
             return {
                 "width": WIDTH,
                 "height": HEIGHT,
                 "format": "png",
-                "image": "cG5n",
+                "image": base64.b64encode(capture.data).decode(),
                 "coordinates": "full_resolution",
                 "desktop_session_id": SESSION,
                 "display": DISPLAY,
-                "capture": wire,
+                "capture": capture.to_wire(with_png=False),
             }
         return {"ok_from_relay": op, "desktop_session_id": SESSION, "display": DISPLAY}
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -232,9 +233,10 @@ async def run(quick: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     options = parser(__doc__ or "").parse_args(argv)
-    # The server runs in this process: set it up as `relaydesk server` sets itself up.
+    # The server runs in this process: set it up as `relaydesk server` sets itself up
+    # (glibc thresholds, and uvloop, which uvicorn picks when it is installed).
     tune_allocator()
-    asyncio.run(run(options.quick))
+    uvloop.run(run(options.quick))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from Xlib import error as xerror
 from Xlib.display import Display
 from Xlib.ext import xtest
 
-from wire.capture import encode_png
+from wire.capture import bgra_to_rgb, encode_png
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import STALE_THRESHOLD, CropRect, RGBArray, compare, decode_crop
 
@@ -120,7 +120,7 @@ class XScreen:
             width, height = self.size()
             rect = CropRect(0, 0, width, height)
         shot = self.mss.grab(rect.to_dict() | {"left": rect.x, "top": rect.y})
-        return np.ascontiguousarray(np.asarray(shot)[:, :, 2::-1])
+        return bgra_to_rgb(np.asarray(shot))
 
     def fake(self, event_type: int, detail: int = 0, x: int = 0, y: int = 0) -> None:
         if event_type == X.MotionNotify:

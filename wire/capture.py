@@ -155,6 +155,14 @@ class BandedPng:
         return rows[:, rect.x : rect.x + rect.width].copy()
 
 
+def bgra_to_rgb(bgra: npt.NDArray[np.uint8]) -> RGBArray:
+    """An HxWx4 BGRA capture (what X and mss give) as a contiguous HxWx3 RGB array."""
+    rgb = np.empty((*bgra.shape[:2], 3), dtype=np.uint8)
+    for channel in range(3):  # one channel at a time: ~4x faster than a 3-wide strided copy
+        rgb[:, :, channel] = bgra[:, :, 2 - channel]
+    return rgb
+
+
 def encode_png(
     pixels: npt.NDArray[np.uint8],
     order: PixelOrder = "RGB",
@@ -182,7 +190,9 @@ def encode_png(
     def band(top: int) -> Band:
         lines = scanlines[top : top + band_rows]
         lines[:, 0] = 0  # filter type None
-        lines[:, 1:].reshape(len(lines), width, 3)[...] = source[top : top + band_rows]
+        target = lines[:, 1:].reshape(len(lines), width, 3)
+        for channel in range(3):  # one channel at a time: ~4x faster than a 3-wide strided copy
+            target[:, :, channel] = source[top : top + band_rows, :, channel]
         deflater = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
         flush = zlib.Z_FINISH if top == last else zlib.Z_FULL_FLUSH
         raw = lines.data  # whole rows of a C-contiguous array: one contiguous buffer

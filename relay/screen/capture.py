@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
-from wire.capture import BandedPng, encode_png
+from wire.capture import BandedPng, bgra_to_rgb, encode_png
 from wire.errors import ErrorCode, OpError
 from wire.guard import CropRect
 
@@ -111,11 +111,6 @@ class ScreenCapture:
 
     def close(self) -> None:
         self._mss.close()
-
-
-def bgra_to_rgb(bgra: npt.NDArray[np.uint8]) -> RGBArray:
-    """mss returns BGRA rows; the guard and encoders want contiguous RGB."""
-    return np.ascontiguousarray(bgra[:, :, 2::-1])
 
 
 def encode_screenshot(bgra: npt.NDArray[np.uint8]) -> tuple[BandedPng, RGBArray]:

@@ -12,9 +12,10 @@ from Xlib import XK
 
 from relay.screen import args as check
 from relay.screen.backends import PyAutoGuiInput, backend_factory
-from relay.screen.capture import bgra_to_rgb, encode, preview
+from relay.screen.capture import encode, preview
 from relay.screen.keys import Chord, char_to_keysym, name_to_keysym, parse_chord
 from relay.screen.xinput import XTestInput
+from wire.capture import bgra_to_rgb
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import CropRect, encode_crop
 

@@ -221,8 +221,10 @@ def _dimension(value: Any) -> int:
 
 
 def _base64(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise _bad_capture("has no PNG")
     try:
-        return base64.b64decode(str(value), validate=True)
+        return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as err:
         raise _bad_capture("is not base64") from err
 

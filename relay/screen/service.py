@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import numpy as np
 from Xlib import error as xerror
 
 from relay.screen import args as check
@@ -337,8 +336,3 @@ class ScreenService:
     async def aclose(self) -> None:
         """:meth:`close` without blocking the event loop."""
         await asyncio.to_thread(self.close)
-
-
-def pixels_from_rgb(rgb: bytes, width: int, height: int) -> RGBArray:
-    """Inverse of ``ScreenshotResult.rgb`` for whoever keeps the capture."""
-    return np.frombuffer(rgb, dtype=np.uint8).reshape(height, width, 3)

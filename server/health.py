@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+from server.json_response import JSONResponse
 
 
 async def healthz(request: Request) -> JSONResponse:

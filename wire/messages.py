@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from wire import jsontext
 from wire.errors import CloseCode, FrameTooLarge, ProtocolError
 from wire.ids import RelayId, RequestId
 
@@ -242,4 +243,4 @@ def to_dict(message: Message) -> dict[str, Any]:
 
 def encode_message(message: Message) -> str:
     """Serialise ``message`` to a compact JSON text frame."""
-    return json.dumps(to_dict(message), separators=(",", ":"), allow_nan=False)
+    return jsontext.dumps_text(to_dict(message))

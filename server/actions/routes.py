@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Final
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from server.actions.invoke import Body, OversizedBody, invoke, request_id_from
 from server.actions.registry import ActionRegistry
 from server.auth.dependencies import authenticate
 from server.auth.errors import AuthError, error_response
+from server.json_response import JSONResponse
 
 REQUEST_ID_HEADER: Final = "X-Request-ID"
 NO_STORE: Final = {"Cache-Control": "no-store"}

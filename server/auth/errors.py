@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
+from server.json_response import JSONResponse
 from wire.errors import ErrorCode, RelaydeskError
 
 

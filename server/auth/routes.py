@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from server.auth.dependencies import SESSION_COOKIE, authenticate, store_of
@@ -21,6 +21,7 @@ from server.auth.principal import Principal
 from server.auth.ratelimit import LoginRateLimiter
 from server.config import Settings
 from server.db.records import UserRecord
+from server.json_response import JSONResponse
 from wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from server.auth.dependencies import authenticate
@@ -23,6 +23,7 @@ from server.chat import slash
 from server.chat.commands import CommandContext, CommandRunner, Reply
 from server.chat.ports import ChatStore, InvokeAction, PublishEvent
 from server.db.records import MessageRecord, Role, role_allows
+from server.json_response import JSONResponse
 from wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from server.actions.errors import error_body, status_of
@@ -25,6 +25,7 @@ from server.auth.errors import AuthError, error_response
 from server.db.records import role_allows
 from server.events.bus import BusEvent, Feed
 from server.events.hub import INVENTORY_CHANGED, STREAM_RESET, ConversationEvents
+from server.json_response import JSONResponse
 from wire.errors import ErrorCode, InvalidArgs, OpError
 
 log = logging.getLogger(__name__)

@@ -13,11 +13,12 @@ import logging
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from server.config import Settings
 from server.db.records import role_allows
+from server.json_response import JSONResponse
 from server.viewer.capability import Denial, ViewerDenied, verify
 from wire.errors import ErrorCode, OpError
 from wire.ids import RelayId

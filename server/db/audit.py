@@ -22,6 +22,9 @@ AUDIT_QUEUE_LIMIT: Final = 10_000
 # Keys whose values are never written to the audit trail, whatever a caller passes.
 _SECRET_KEY_PARTS = ("token", "password", "secret", "cookie", "authorization", "csrf")
 MAX_AUDIT_PAGE = 10_000
+# The background writer waits this long before committing, so rows of back-to-back actions
+# share one transaction (one commit per action cost ~0.3 ms of the event loop's time).
+AUDIT_LINGER_S: Final = 0.05
 
 
 def redact(details: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -63,7 +66,7 @@ class AuditStore(StoreBase):
 
     ``write_audit`` commits before it returns. ``queue_audit`` (the hot paths: actions, the
     screen tool) hands the row to a background writer that commits queued rows in batches, in
-    the order they were queued; ``list_audit`` and ``close`` flush it first, so a reader of this
+    the order they were queued, ``AUDIT_LINGER_S`` after the first row of a batch; ``list_audit`` and ``close`` flush it first, so a reader of this
     store never misses a queued row and a clean shutdown loses none.
     """
 
@@ -105,6 +108,7 @@ class AuditStore(StoreBase):
 
     async def _write_queued(self) -> None:
         try:
+            await asyncio.sleep(AUDIT_LINGER_S)
             while self._audit_queue:
                 batch, self._audit_queue = self._audit_queue, []
                 try:

@@ -66,8 +66,9 @@ class AuditStore(StoreBase):
 
     ``write_audit`` commits before it returns. ``queue_audit`` (the hot paths: actions, the
     screen tool) hands the row to a background writer that commits queued rows in batches, in
-    the order they were queued, ``AUDIT_LINGER_S`` after the first row of a batch; ``list_audit`` and ``close`` flush it first, so a reader of this
-    store never misses a queued row and a clean shutdown loses none.
+    the order they were queued, ``AUDIT_LINGER_S`` after the first row of a batch;
+    ``list_audit`` and ``close`` flush it first, so a reader of this store never misses a queued
+    row and a clean shutdown loses none.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

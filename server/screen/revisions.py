@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wire.capture import BandedPng
+from wire.capture import Base64BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
 
 logger = logging.getLogger(__name__)
@@ -60,13 +60,14 @@ class Revision:
     issued_at: float
 
 
-class Capture(BandedPng):
-    """A full-resolution screenshot as the relay sent it: a PNG of row bands (``wire.capture``)."""
+class Capture(Base64BandedPng):
+    """A full-resolution screenshot as the relay sent it: the base64 text of a PNG of row bands
+    (``wire.capture``), decoded band by band when a guard crop is cut."""
 
     @property
     def size_bytes(self) -> int:
-        """What keeping it costs: the PNG plus the entry's bookkeeping."""
-        return len(self.data) + ENTRY_OVERHEAD_BYTES
+        """What keeping it costs: the base64 text plus the entry's bookkeeping."""
+        return len(self.text) + ENTRY_OVERHEAD_BYTES
 
 
 # -- revision tokens ---------------------------------------------------------------------------

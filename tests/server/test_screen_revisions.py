@@ -17,6 +17,7 @@ from server.screen.revisions import (
     RevisionStore,
     verify,
 )
+from wire.capture import BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import CropRect
 
@@ -169,7 +170,7 @@ def test_memory_stays_bounded_under_many_captures(clock: Clock) -> None:
         assert store.stats().memory_bytes <= bound
     assert 0 < len(store) < 300
     assert store.stats().memory_bytes == sum(
-        ENTRY_OVERHEAD_BYTES + len(_capture(32, 32, seed=n).data)
+        ENTRY_OVERHEAD_BYTES + len(_capture(32, 32, seed=n).text)
         for n in range(300 - len(store), 300)
     )
 
@@ -220,26 +221,50 @@ def test_a_region_outside_the_capture_is_refused() -> None:
         _capture(100, 80).region(CropRect(90, 70, 20, 20))
 
 
+def _text(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
 def test_a_corrupt_or_short_capture_is_an_error() -> None:
-    good = _capture(10, 10)
+    good = BandedPng.from_pixels(_random(10, 10, 0), band_rows=16)
     offsets = good.offsets
     noise = b"\xff" * (offsets[-1] - offsets[0])
     garbage = good.data[: offsets[0]] + noise + good.data[offsets[-1] :]
     with pytest.raises(OpError):
-        Capture(garbage, 10, 10, good.band_rows, offsets).pixels()
+        Capture(_text(garbage), 10, 10, good.band_rows, offsets).pixels()
     # A band that inflates to fewer rows than it claims.
     short = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
     band = short.compress(b"\0" * 30) + short.flush()
     data = good.data[: offsets[0]] + band
     with pytest.raises(OpError):
-        Capture(data, 10, 10, 16, (offsets[0], offsets[0] + len(band))).pixels()
+        Capture(_text(data), 10, 10, 16, (offsets[0], offsets[0] + len(band))).pixels()
 
 
-def _wire(capture: Capture, **changes: Any) -> dict[str, Any]:
-    return {**capture.to_wire(with_png=True), **changes}
+def test_base64_garbage_inside_a_band_is_an_error_when_the_band_is_read() -> None:
+    png = BandedPng.from_pixels(_random(10, 40, 0), band_rows=16)
+    text = _text(png.data)
+    at = png.offsets[1] // 3 * 4 + 4  # inside the second band's base64
+    capture = Capture.from_wire(png.to_wire(with_png=False), text[:at] + "*" + text[at + 1 :])
+    assert np.array_equal(capture.rows(0, 16), png.rows(0, 16))  # the first band is intact
+    with pytest.raises(OpError) as info:
+        capture.rows(16, 32)
+    assert _code(info) is ErrorCode.INTERNAL
 
 
-_GOOD = Capture.from_pixels(np.zeros((3, 4, 3), np.uint8), band_rows=1)
+@pytest.mark.parametrize("start", range(0, 7))
+@pytest.mark.parametrize("length", range(1, 8))
+def test_bands_decode_from_any_offset_of_the_base64_text(start: int, length: int) -> None:
+    # Bands start anywhere in the PNG, not on 3-byte base64 groups.
+    data = bytes(range(40))
+    capture = Capture(_text(data), 1, 1, 1, (start, start + length))
+    assert capture._deflated(0) == data[start : start + length]
+
+
+def _wire(good: BandedPng, **changes: Any) -> dict[str, Any]:
+    return {**good.to_wire(with_png=True), **changes}
+
+
+_GOOD = BandedPng.from_pixels(np.zeros((3, 4, 3), np.uint8), band_rows=1)
 
 
 @pytest.mark.parametrize(
@@ -250,6 +275,10 @@ _GOOD = Capture.from_pixels(np.zeros((3, 4, 3), np.uint8), band_rows=1)
         _wire(_GOOD, width=0),
         _wire(_GOOD, width=True),
         _wire(_GOOD, png="***"),
+        _wire(_GOOD, png="****"),
+        _wire(_GOOD, png=""),
+        _wire(_GOOD, png="grüße=="),
+        _wire(_GOOD, png=12),
         _wire(_GOOD, png=base64.b64encode(b"GIF89a").decode()),
         _wire(_GOOD, height=5),  # more bands than offsets
         _wire(_GOOD, offsets=[*_GOOD.offsets[:-1], len(_GOOD.data) + 1]),  # past the end
@@ -266,8 +295,11 @@ def test_bad_relay_captures_are_protocol_errors(wire: object) -> None:
 
 
 def test_capture_from_wire_round_trips() -> None:
-    capture = _capture()
-    assert Capture.from_wire(capture.to_wire(with_png=True)) == capture
+    png = BandedPng.from_pixels(_random(64, 48, 0), band_rows=16)
+    capture = Capture.from_wire(png.to_wire(with_png=True))
+    assert capture == Capture.from_png(png)
+    assert np.array_equal(capture.pixels(), png.pixels())
+    assert capture.size_bytes > len(png.data)  # the text is what is kept, and accounted
     # A PNG screenshot is its own capture: the PNG comes as the image instead.
-    image = base64.b64encode(capture.data).decode()
-    assert Capture.from_wire(capture.to_wire(with_png=False), image) == capture
+    image = base64.b64encode(png.data).decode()
+    assert Capture.from_wire(png.to_wire(with_png=False), image) == capture

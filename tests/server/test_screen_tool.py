@@ -10,8 +10,9 @@ import pytest
 
 from server.screen.action import SCREEN_ACTION
 from server.screen.request import parse
-from server.screen.revisions import Capture, RevisionStore
+from server.screen.revisions import RevisionStore
 from server.screen.tool import Caller, ScreenTool
+from wire.capture import BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import decode_crop
 
@@ -43,7 +44,7 @@ class FakeRelay:
         if self.error is not None:
             raise self.error
         if op == "screen.screenshot":
-            capture = Capture.from_pixels(_screen())
+            capture = BandedPng.from_pixels(_screen())
             return {
                 "width": WIDTH,
                 "height": HEIGHT,

@@ -38,6 +38,12 @@ class DesktopRows(Protocol):
 
     async def status(self) -> list[dict[str, Any]]: ...
 
+    async def running(
+        self, desktop_session_id: str | None, default: tuple[str, str]
+    ) -> dict[str, Any] | None: ...
+
+    def displays(self) -> set[str]: ...
+
 
 class ScreenOps:
     """Handlers for ``screen.<action>``, one per action of the screen service."""
@@ -82,39 +88,31 @@ class ScreenOps:
         capture = shot.capture.to_wire(with_png=shot.image.format != "png")
         return {**shot.to_dict(), "capture": capture}
 
-    async def _rows(self) -> list[dict[str, Any]]:
-        rows = await self.desktops.status() if self.desktops is not None else []
-        await self._release_gone(rows)
-        return rows
-
     async def _target(self, session_id: object) -> dict[str, Any]:
         """The running desktop named by ``session_id``, or the default one."""
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             raise InvalidArgs("desktop_session_id", "must be a non-empty string")
-        for row in await self._rows():
-            if row.get("state", "running") != "running" or not row.get("display"):
-                continue
-            if session_id is None:
-                if (row.get("kind"), row.get("slot")) == (DEFAULT_KIND, DEFAULT_SLOT):
-                    return row
-            elif row.get("desktop_session_id") == session_id:
-                return row
+        row = None
+        if self.desktops is not None:
+            row = await self.desktops.running(session_id, (DEFAULT_KIND, DEFAULT_SLOT))
+            await self._release_gone(self.desktops.displays())
+        if row is not None and row.get("state", "running") == "running" and row.get("display"):
+            return row
         if session_id is None:
             raise OpError(
                 ErrorCode.NOT_RUNNING, "no virtual desktop is running in slot 'main' on this relay"
             )
         raise OpError(ErrorCode.NOT_RUNNING, "this desktop session is not running")
 
-    async def _release_gone(self, rows: list[dict[str, Any]]) -> None:
+    async def _release_gone(self, live: set[str]) -> None:
         """Close screen connections of displays whose desktops are gone."""
-        live = {str(row.get("display")) for row in rows}
         for display in sorted(self._displays - live):
             self._displays.discard(display)
             await self.service.release_display(display)
 
     async def _explain_unavailable(self, session_id: str, err: OpError) -> None:
         """A display that failed because its desktop stopped is ``not_running``."""
-        rows = await self._rows()
+        rows = await self.desktops.status() if self.desktops is not None else []
         if not any(row.get("desktop_session_id") == session_id for row in rows):
             raise OpError(ErrorCode.NOT_RUNNING, "the desktop stopped") from err
 

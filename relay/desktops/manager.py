@@ -111,6 +111,34 @@ class DesktopManager:
         finally:
             await self._emit(events)
 
+    async def running(
+        self, desktop_session_id: str | None, default: tuple[str, str]
+    ) -> dict[str, Any] | None:
+        """The row of one live desktop: ``desktop_session_id``'s, or the ``default`` (kind,
+        slot)'s when None. Only its processes are checked (a dead one is failed here, as in
+        :meth:`status`): an action on one desktop does not poll every other desktop's."""
+        events: list[Event] = []
+        try:
+            async with self._lock:
+                if desktop_session_id is None:
+                    desktop = self._desktops.get(default)
+                else:
+                    desktop = next(
+                        (d for d in self._desktops.values()
+                         if d.desktop_session_id == desktop_session_id),
+                        None,
+                    )  # fmt: skip
+                if desktop is None or not await self._running_in(*desktop.key, events):
+                    return None
+                self._note_audio_lost(desktop, events)
+                return desktop.to_row()
+        finally:
+            await self._emit(events)
+
+    def displays(self) -> set[str]:
+        """The displays of the desktops this relay runs (as rows name them, ``:N``)."""
+        return {f":{desktop.display}" for desktop in self._desktops.values()}
+
     async def stop(self, *, kind: str, slot: str, desktop_session_id: str) -> dict[str, Any]:
         """Compare-and-stop: stop the slot only if it still holds ``desktop_session_id``."""
         key = (normalise_kind(kind), check_slot(slot))

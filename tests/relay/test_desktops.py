@@ -259,6 +259,37 @@ async def test_four_desktops_are_independent(
     assert [r["slot"] for r in await manager.status()] == ["s0", "s2", "s3"]
 
 
+async def test_running_finds_one_desktop_and_fails_it_when_its_processes_died(
+    manager: DesktopManager, events: Recorder
+) -> None:
+    main = await manager.start()
+    other = await manager.start(slot="s1")
+    default = ("virtual", "main")
+    found = await manager.running(None, default)
+    assert found is not None and found["desktop_session_id"] == main["desktop_session_id"]
+    found = await manager.running(other["desktop_session_id"], default)
+    assert found is not None and found["display"] == other["display"]
+    assert await manager.running("no-such-session", default) is None
+    assert manager.displays() == {main["display"], other["display"]}
+
+    xvfb = pid_of(record_for(manager.config, other["desktop_session_id"]), "Xvfb")
+    os.kill(xvfb, signal.SIGKILL)
+    await wait_until(lambda: _exited(xvfb), 5, "Xvfb to exit")
+    assert await manager.running(other["desktop_session_id"], default) is None
+    [event] = events.events
+    assert (event["state"], event["desktop_session_id"]) == ("failed", other["desktop_session_id"])
+    assert manager.displays() == {main["display"]}
+    found = await manager.running(None, default)
+    assert found is not None and found["desktop_session_id"] == main["desktop_session_id"]
+
+
+def _exited(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def new_children(before: set[int]) -> list[psutil.Process]:
     now = psutil.Process().children(recursive=True)
     return [p for p in now if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]

@@ -2,9 +2,10 @@
 
 One encoding serves two readers. The agent gets an ordinary PNG (8-bit RGB, every row with
 filter type 0). The server keeps the same PNG, as the base64 text it arrived in
-(:class:`Base64BandedPng`), as the full-resolution capture behind a screen revision: each band of :data:`BAND_ROWS` rows ends with a zlib full flush, so the
-deflate data of one band decompresses on its own, and ``offsets`` (where each band starts in
-the file, plus where the last one ends) let the guard decompress just the rows a crop needs.
+(:class:`Base64BandedPng`), as the full-resolution capture behind a screen revision: each
+band of :data:`BAND_ROWS` rows ends with a zlib full flush, so the deflate data of one band
+decompresses on its own, and ``offsets`` (where each band starts in the file, plus where the
+last one ends) let the guard decode and decompress just the rows a crop needs.
 
 Bands are compressed independently, so the relay compresses them in parallel (callers pass
 a ``map`` that runs band jobs on threads; zlib and numpy copies release the GIL). The zlib

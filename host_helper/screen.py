@@ -6,20 +6,23 @@ one at a time in a single thread that owns the display connection and the mss in
 another action. Guarded clicks and drags (at their start point) compare with ``wire.guard``
 before any input is sent.
 
-Input backends: ``xtest`` (default, verified) and ``pyautogui`` (for non-X11 hosts; unverified
-here, see docs/host-helper.md).
+Input backends, chosen by ``HelperConfig.input_backend`` (``--input-backend``,
+``RELAYDESK_INPUT_BACKEND``): ``xtest`` (default, :class:`XScreen`) and ``pyautogui`` (for a
+screen that is not an X display, ``host_helper.pyautogui_screen``). Both are tested here
+against Xvfb; the handlers below use only the :class:`Screen` methods.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import importlib
 import logging
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import mss
 import numpy as np
@@ -96,6 +99,37 @@ def char_keysym(char: str) -> int:
     return code if 0x20 <= code <= 0x7E or 0xA0 <= code <= 0xFF else 0x01000000 | code
 
 
+class Screen(Protocol):
+    """What the action handlers need of an input backend and its capture (one thread only)."""
+
+    def size(self) -> tuple[int, int]: ...
+    def grab(self, rect: CropRect | None = None) -> RGBArray: ...
+    def move(self, x: int, y: int) -> None: ...
+    def click(self, x: int, y: int, button: int, count: int) -> None: ...
+    def drag(self, start: tuple[int, int], end: tuple[int, int], button: int) -> None: ...
+    def scroll(self, direction: str, amount: int) -> None: ...
+    def type_text(self, text: str) -> None: ...
+    def key(self, chord: str) -> None: ...
+    def mouse_position(self) -> tuple[int, int]: ...
+    def keyboard_state(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+# The one place a backend name maps to its class; imported when chosen (pyautogui opens the
+# screen on import).
+BACKENDS = {
+    "xtest": "host_helper.screen:XScreen",
+    "pyautogui": "host_helper.pyautogui_screen:PyAutoGuiScreen",
+}
+
+
+def open_screen(backend: str, display: str) -> Screen:
+    """An instance of ``backend`` on ``display``."""
+    module_name, _, attribute = BACKENDS[backend].partition(":")
+    factory: Callable[[str], Screen] = getattr(importlib.import_module(module_name), attribute)
+    return factory(display)
+
+
 class XScreen:
     """XTEST input and mss capture on one X display (used from one thread only)."""
 
@@ -127,6 +161,20 @@ class XScreen:
             xtest.fake_input(self.display, event_type, x=x, y=y)
         else:
             xtest.fake_input(self.display, event_type, detail)
+
+    def move(self, x: int, y: int) -> None:
+        self.fake(X.MotionNotify, x=x, y=y)
+        self.display.sync()
+
+    def scroll(self, direction: str, amount: int) -> None:
+        for _ in range(amount):
+            self.fake(X.ButtonPress, SCROLL_BUTTONS[direction])
+            self.fake(X.ButtonRelease, SCROLL_BUTTONS[direction])
+        self.display.sync()
+
+    def mouse_position(self) -> tuple[int, int]:
+        pointer = self.root.query_pointer()
+        return int(pointer.root_x), int(pointer.root_y)
 
     def click(self, x: int, y: int, button: int, count: int) -> None:
         self.fake(X.MotionNotify, x=x, y=y)
@@ -218,12 +266,13 @@ class XScreen:
         self.tap(last[0], last[1], modifiers)
         self.display.sync()
 
-    def keyboard_state(self) -> dict[str, bool]:
+    def keyboard_state(self) -> dict[str, Any]:
         leds = int(self.display.get_keyboard_control().led_mask)
         return {
             "num_lock": bool(leds & LED_NUM_LOCK),
             "caps_lock": bool(leds & LED_CAPS_LOCK),
             "scroll_lock": bool(leds & LED_SCROLL_LOCK),
+            "source": "led_mask",
         }
 
     def close(self) -> None:
@@ -239,7 +288,7 @@ def _nothing() -> Iterator[dict[int, int]]:
 # -- actions (run in the worker thread) ------------------------------------------------------
 
 
-def check_guard(screen: XScreen, args: dict[str, Any], at: tuple[int, int]) -> dict[str, Any]:
+def check_guard(screen: Screen, args: dict[str, Any], at: tuple[int, int]) -> dict[str, Any]:
     """Compare the server's reference crop with the screen now; stale → no input at all."""
     guard = args.get("guard")
     if guard is None:
@@ -263,7 +312,7 @@ def check_guard(screen: XScreen, args: dict[str, Any], at: tuple[int, int]) -> d
     return {"checked": True, **result.to_dict()}
 
 
-def _screenshot(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+def _screenshot(screen: Screen, args: dict[str, Any]) -> dict[str, Any]:
     # The banded PNG is both the image and the capture the server keeps (wire.capture).
     png, _ = encode_png(screen.grab())
     image = base64.b64encode(png.data).decode("ascii")
@@ -271,8 +320,8 @@ def _screenshot(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
             "coordinates": "full_resolution", "capture": png.to_wire(with_png=False)}  # fmt: skip
 
 
-def _clicks(count: int) -> Callable[[XScreen, dict[str, Any]], dict[str, Any]]:
-    def click(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+def _clicks(count: int) -> Callable[[Screen, dict[str, Any]], dict[str, Any]]:
+    def click(screen: Screen, args: dict[str, Any]) -> dict[str, Any]:
         x, y = _point(args, screen.size())
         button = _button(args)
         guard = check_guard(screen, args, (x, y))
@@ -282,14 +331,13 @@ def _clicks(count: int) -> Callable[[XScreen, dict[str, Any]], dict[str, Any]]:
     return click
 
 
-def _move(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+def _move(screen: Screen, args: dict[str, Any]) -> dict[str, Any]:
     x, y = _point(args, screen.size())
-    screen.fake(X.MotionNotify, x=x, y=y)
-    screen.display.sync()
+    screen.move(x, y)
     return {"x": x, "y": y}
 
 
-def _drag(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+def _drag(screen: Screen, args: dict[str, Any]) -> dict[str, Any]:
     size = screen.size()
     start, end = _point(args, size), _point(args, size, ("to_x", "to_y"))
     button = _button(args)
@@ -299,21 +347,18 @@ def _drag(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
             "guard": guard}  # fmt: skip
 
 
-def _scroll(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+def _scroll(screen: Screen, args: dict[str, Any]) -> dict[str, Any]:
     direction = args.get("direction", "down")
     amount = args.get("amount", 3)
     if direction not in SCROLL_BUTTONS:
         raise InvalidArgs("direction", "must be up, down, left or right")
     if not isinstance(amount, int) or isinstance(amount, bool) or not 1 <= amount <= 50:
         raise InvalidArgs("amount", "must be between 1 and 50")
-    for _ in range(amount):
-        screen.fake(X.ButtonPress, SCROLL_BUTTONS[direction])
-        screen.fake(X.ButtonRelease, SCROLL_BUTTONS[direction])
-    screen.display.sync()
+    screen.scroll(direction, amount)
     return {"direction": direction, "amount": amount}
 
 
-def _type(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+def _type(screen: Screen, args: dict[str, Any]) -> dict[str, Any]:
     text = args.get("text")
     if not isinstance(text, str) or len(text) > MAX_TEXT:
         raise InvalidArgs("text", f"must be a string of at most {MAX_TEXT} characters")
@@ -321,7 +366,7 @@ def _type(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
     return {"typed": len(text)}  # never echo the text: it may be a password
 
 
-def _key(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+def _key(screen: Screen, args: dict[str, Any]) -> dict[str, Any]:
     keys = args.get("keys", args.get("key"))
     if not isinstance(keys, str) or not keys.strip():
         raise InvalidArgs("keys", "must be a key chord like 'ctrl+shift+t'")
@@ -329,21 +374,21 @@ def _key(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
     return {"keys": keys}
 
 
-def _mouse_position(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
-    pointer = screen.root.query_pointer()
-    return {"x": int(pointer.root_x), "y": int(pointer.root_y)}
+def _mouse_position(screen: Screen, args: dict[str, Any]) -> dict[str, Any]:
+    x, y = screen.mouse_position()
+    return {"x": x, "y": y}
 
 
-def _screen_size(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
+def _screen_size(screen: Screen, args: dict[str, Any]) -> dict[str, Any]:
     width, height = screen.size()
     return {"width": width, "height": height}
 
 
-def _keyboard_state(screen: XScreen, args: dict[str, Any]) -> dict[str, Any]:
-    return {**screen.keyboard_state(), "source": "led_mask"}
+def _keyboard_state(screen: Screen, args: dict[str, Any]) -> dict[str, Any]:
+    return screen.keyboard_state()
 
 
-HANDLERS: dict[str, Callable[[XScreen, dict[str, Any]], dict[str, Any]]] = {
+HANDLERS: dict[str, Callable[[Screen, dict[str, Any]], dict[str, Any]]] = {
     "screenshot": _screenshot,
     "click": _clicks(1),
     "double_click": _clicks(2),
@@ -363,11 +408,11 @@ class HostScreen:
     """Runs screen actions on the helper's display, one at a time, off the event loop."""
 
     def __init__(self, display: str, backend: str = "xtest") -> None:
-        if backend not in ("xtest", "pyautogui"):
-            raise InvalidArgs("input_backend", "must be xtest or pyautogui")
+        if backend not in BACKENDS:
+            raise InvalidArgs("input_backend", f"must be one of {', '.join(BACKENDS)}")
         self.display = display
         self.backend = backend
-        self._screen: XScreen | None = None
+        self._screen: Screen | None = None
         self._lock = asyncio.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="host-screen")
 
@@ -375,21 +420,18 @@ class HostScreen:
         handler = HANDLERS.get(action)
         if handler is None:
             raise OpError(ErrorCode.NOT_FOUND, f"unknown screen action {action[:40]!r}")
-        if self.backend != "xtest":
-            # Non-X11 hosts: documented in docs/host-helper.md, not built or verified here.
-            raise OpError(ErrorCode.UNAVAILABLE, "the pyautogui input backend is not built yet")
         async with self._lock:
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(self._executor, self._call, handler, args)
         return {**result, "display": self.display}
 
     def _call(
-        self, handler: Callable[[XScreen, dict[str, Any]], dict[str, Any]], args: dict[str, Any]
+        self, handler: Callable[[Screen, dict[str, Any]], dict[str, Any]], args: dict[str, Any]
     ) -> dict[str, Any]:
-        if not self.display:
+        if not self.display and self.backend == "xtest":
             raise OpError(ErrorCode.UNAVAILABLE, "the host helper has no display to drive")
         if self._screen is None:
-            self._screen = XScreen(self.display)
+            self._screen = open_screen(self.backend, self.display)
         try:
             return handler(self._screen, args)
         except (xerror.ConnectionClosedError, xerror.XError, mss.ScreenShotError, OSError) as err:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -90,6 +91,14 @@ def _add_host_helper(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="allow the relay to share this screen (or RELAYDESK_ALLOW_REMOTE_DESKTOP=1); "
         "without it every start is refused",
     )
+    p.add_argument(
+        "--input-backend",
+        choices=("xtest", "pyautogui"),
+        default=os.environ.get("RELAYDESK_INPUT_BACKEND") or "xtest",
+        help="how screen actions send input: xtest (X displays, the default) or pyautogui "
+        "(a screen that is not an X display; needs pyautogui installed) "
+        "(or RELAYDESK_INPUT_BACKEND)",
+    )
     p.set_defaults(func=_cmd_host_helper)
 
 
@@ -146,7 +155,11 @@ def _cmd_host_helper(args: argparse.Namespace) -> int:
     from relaydesk.run import run_host_helper
 
     return run_host_helper(
-        args.host, args.port, args.display, allow_remote_desktop=args.allow_remote_desktop
+        args.host,
+        args.port,
+        args.display,
+        allow_remote_desktop=args.allow_remote_desktop,
+        input_backend=args.input_backend,
     )
 
 

@@ -101,16 +101,27 @@ async def _relay_main(config: Any) -> int:
 
 
 def run_host_helper(
-    host: str, port: int, display: str | None, *, allow_remote_desktop: bool = False
+    host: str,
+    port: int,
+    display: str | None,
+    *,
+    allow_remote_desktop: bool = False,
+    input_backend: str = "xtest",
 ) -> int:
     """Run the host helper until SIGINT/SIGTERM (then it stops what it started)."""
     from host_helper.app import HelperConfig, serve
     from host_helper.config import env_flag
+    from host_helper.screen import BACKENDS
 
     tune_allocator()
     token = os.environ.get("RELAYDESK_HOST_HELPER_TOKEN", "").strip()
     if not token:
         print("relaydesk host-helper: RELAYDESK_HOST_HELPER_TOKEN is required", file=sys.stderr)
+        return 2
+    if input_backend not in BACKENDS:
+        known = ", ".join(BACKENDS)
+        print(f"relaydesk host-helper: unknown input backend {input_backend!r} (known: {known})",
+              file=sys.stderr)  # fmt: skip
         return 2
     config = HelperConfig(
         host=host,
@@ -119,6 +130,7 @@ def run_host_helper(
         display=display or os.environ.get("DISPLAY", ""),
         allow_remote_desktop=allow_remote_desktop
         or env_flag(os.environ.get("RELAYDESK_ALLOW_REMOTE_DESKTOP")),
+        input_backend=input_backend,
     )
     try:
         asyncio.run(serve(config))

@@ -18,7 +18,6 @@ from tests.support.processes import scaled
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
 
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ViewerStack]:
     async with viewer_stack(tmp_path_factory.mktemp("audio-e2e")) as stack:

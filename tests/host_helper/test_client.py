@@ -31,6 +31,18 @@ def test_the_helper_refuses_to_start_without_a_token() -> None:
     assert "RELAYDESK_HOST_HELPER_TOKEN is required" in done.stderr
 
 
+def test_the_helper_refuses_an_unknown_input_backend() -> None:
+    env = {"PATH": "/usr/bin:/bin", "RELAYDESK_HOST_HELPER_TOKEN": "t",
+           "RELAYDESK_INPUT_BACKEND": "telepathy"}  # fmt: skip
+    done = subprocess.run(
+        relaydesk_argv("host-helper", "--port", str(free_port())),
+        env=env, capture_output=True, text=True, timeout=scaled(30), check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "unknown input backend 'telepathy' (known: xtest, pyautogui)" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 async def test_wrong_token_and_unreachable_helper_are_clear_errors(helper: Helper) -> None:
     wrong = HostHelperClient(helper.url, "not-the-token")
     gone = HostHelperClient(f"http://127.0.0.1:{free_port()}", TOKEN)

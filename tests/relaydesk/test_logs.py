@@ -34,8 +34,13 @@ def test_ordinary_text_is_left_alone() -> None:
 @pytest.mark.parametrize("formatter", [TextFormatter("server"), JsonFormatter("server")])
 def test_formatters_redact_messages_and_extras(formatter: logging.Formatter) -> None:
     record = logging.LogRecord(
-        "uvicorn.error", logging.INFO, __file__, 1, '%s - "WebSocket %s" [accepted]',
-        ("127.0.0.1:5", "/vnc/sid/TOKENVALUE/websockify"), None,
+        "uvicorn.error",
+        logging.INFO,
+        __file__,
+        1,
+        '%s - "WebSocket %s" [accepted]',
+        ("127.0.0.1:5", "/vnc/sid/TOKENVALUE/websockify"),
+        None,
     )
     record.path = "/login/rdl_LINKTOKEN"
     line = formatter.format(record)

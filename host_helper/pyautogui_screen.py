@@ -9,7 +9,9 @@ What differs from the XTEST backend, by pyautogui's design:
   typed; any other character is refused with ``invalid_args`` naming it, before any key is
   pressed (XTEST remaps spare keycodes and types any Unicode character);
 - keyboard state is not observable: the locks are reported as off, with ``source:
-  "not_observable"``.
+  "not_observable"``;
+- pyautogui connects to the screen once, when imported: if that display restarts, restart
+  the helper (XTEST reconnects on the next action).
 """
 
 from __future__ import annotations
@@ -51,10 +53,12 @@ class PyAutoGuiScreen:
             gui: Any = importlib.import_module("pyautogui")
         except ImportError as err:
             raise OpError(ErrorCode.UNAVAILABLE, "the pyautogui backend is not installed") from err
-        except Exception as err:  # its X11 backend connects on import: no screen, no backend
-            raise OpError(
-                ErrorCode.UNAVAILABLE, f"pyautogui cannot open the screen: {err}"
-            ) from err
+        except Exception as err:
+            # Its X11 backend connects on import (KeyError without $DISPLAY, Xlib's errors
+            # when the display does not answer): a boundary, so logged whole.
+            log.warning("pyautogui could not open %s", display_name or "the screen", exc_info=True)
+            problem = f"pyautogui cannot open the screen: {err}"
+            raise OpError(ErrorCode.UNAVAILABLE, problem) from err
         gui.FAILSAFE = False  # a corner click is legitimate for an agent
         gui.PAUSE = 0  # pyautogui sleeps 0.1 s after every call by default
         self.gui = gui

@@ -178,3 +178,27 @@ async def test_keyboard_state_says_it_is_not_observable(helper: Helper) -> None:
     status, body = await helper.call("keyboard_state", {})
     assert status == 200, body
     assert body["source"] == "not_observable"
+
+
+async def test_a_display_pyautogui_cannot_open_is_unavailable(
+    process_factory: ProcessFactory,
+) -> None:
+    port = free_port()
+    argv = relaydesk_argv("host-helper", "--port", str(port), "--display", ":0.nothing-here",
+                          "--input-backend", "pyautogui")  # fmt: skip
+    process_factory(argv, name="host-helper", env={"RELAYDESK_HOST_HELPER_TOKEN": TOKEN})
+    async with aiohttp.ClientSession() as http:
+        helper = Helper(f"http://127.0.0.1:{port}", http)
+        answer: list[tuple[int, Any]] = []
+
+        async def answered() -> bool:
+            try:
+                answer.append(await helper.call("click", {"x": 1, "y": 1}))
+            except aiohttp.ClientError:
+                return False
+            return True
+
+        await wait_until(answered, 20, "the host helper to answer")
+    status, body = answer[-1]
+    assert (status, body["error"]["code"]) == (503, "unavailable")
+    assert "pyautogui cannot open the screen" in body["error"]["message"]

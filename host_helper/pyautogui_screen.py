@@ -23,11 +23,13 @@ import sys
 import time
 from typing import Any
 
-import mss
-import numpy as np
-
-from host_helper.screen import ALIASES, DOUBLE_CLICK_GAP_S, DRAG_DURATION_S, DRAG_STEPS
-from wire.capture import bgra_to_rgb
+from host_helper.screen import (
+    ALIASES,
+    DOUBLE_CLICK_GAP_S,
+    DRAG_DURATION_S,
+    DRAG_STEPS,
+    MssCapture,
+)
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import CropRect, RGBArray
 
@@ -36,10 +38,9 @@ log = logging.getLogger(__name__)
 BUTTON_NAMES = {1: "left", 2: "middle", 3: "right"}
 # Our key names (X keysym names and the aliases of host_helper.screen) → pyautogui's.
 KEY_NAMES = {
-    "control": "ctrl", "control_l": "ctrl", "control_r": "ctrlright", "shift_l": "shift",
-    "shift_r": "shiftright", "alt_l": "alt", "alt_r": "altright", "super": "win",
-    "super_l": "win", "super_r": "winright", "cmd": "win", "meta": "alt", "meta_l": "alt",
-    "return": "enter", "escape": "esc", "prior": "pageup", "next": "pagedown",
+    "control_l": "ctrl", "control_r": "ctrlright", "shift_l": "shift", "shift_r": "shiftright",
+    "alt_l": "alt", "alt_r": "altright", "super_l": "win", "super_r": "winright",
+    "meta_l": "alt", "return": "enter", "escape": "esc", "prior": "pageup", "next": "pagedown",
 }  # fmt: skip
 
 
@@ -62,20 +63,14 @@ class PyAutoGuiScreen:
         gui.FAILSAFE = False  # a corner click is legitimate for an agent
         gui.PAUSE = 0  # pyautogui sleeps 0.1 s after every call by default
         self.gui = gui
-        options = {"display": display_name} if display_name and sys.platform != "win32" else {}
-        factory = getattr(mss, "MSS", None) or mss.mss
-        self.mss = factory(**options)
+        self.capture = MssCapture(display_name if sys.platform.startswith("linux") else None)
 
     def size(self) -> tuple[int, int]:
         width, height = self.gui.size()
         return int(width), int(height)
 
     def grab(self, rect: CropRect | None = None) -> RGBArray:
-        if rect is None:
-            width, height = self.size()
-            rect = CropRect(0, 0, width, height)
-        shot = self.mss.grab(rect.to_dict() | {"left": rect.x, "top": rect.y})
-        return bgra_to_rgb(np.asarray(shot))
+        return self.capture.grab(rect or CropRect(0, 0, *self.size()))
 
     def move(self, x: int, y: int) -> None:
         self.gui.moveTo(x, y)
@@ -127,7 +122,7 @@ class PyAutoGuiScreen:
                 "source": "not_observable"}  # fmt: skip
 
     def close(self) -> None:
-        self.mss.close()
+        self.capture.close()
         log.debug("pyautogui screen closed")
 
 
@@ -135,9 +130,8 @@ def pyautogui_key(name: str) -> str:
     """One key name of a chord (``ctrl``, ``Return``, ``F4``, ``t``) as pyautogui names it."""
     if len(name) == 1:
         return name
-    folded = name.casefold()
-    alias = ALIASES.get(folded, name).casefold()
-    return KEY_NAMES.get(alias, KEY_NAMES.get(folded, alias.removesuffix("_l")))
+    alias = ALIASES.get(name.casefold(), name).casefold()
+    return KEY_NAMES.get(alias, alias.removesuffix("_l"))
 
 
 def _char_key(char: str) -> str:

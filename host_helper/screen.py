@@ -130,6 +130,21 @@ def open_screen(backend: str, display: str) -> Screen:
     return factory(display)
 
 
+class MssCapture:
+    """mss capture of one screen, as RGB (how both backends capture)."""
+
+    def __init__(self, display_name: str | None) -> None:
+        factory = getattr(mss, "MSS", None) or mss.mss
+        self._mss = factory(**({"display": display_name} if display_name else {}))
+
+    def grab(self, rect: CropRect) -> RGBArray:
+        shot = self._mss.grab(rect.to_dict() | {"left": rect.x, "top": rect.y})
+        return bgra_to_rgb(np.asarray(shot))
+
+    def close(self) -> None:
+        self._mss.close()
+
+
 class XScreen:
     """XTEST input and mss capture on one X display (used from one thread only)."""
 
@@ -142,19 +157,14 @@ class XScreen:
             self.display.close()
             raise OpError(ErrorCode.UNAVAILABLE, f"display {display_name} has no XTEST")
         self.root = self.display.screen().root
-        factory = getattr(mss, "MSS", None) or mss.mss
-        self.mss = factory(display=display_name)
+        self.capture = MssCapture(display_name)
 
     def size(self) -> tuple[int, int]:
         geometry = self.root.get_geometry()
         return int(geometry.width), int(geometry.height)
 
     def grab(self, rect: CropRect | None = None) -> RGBArray:
-        if rect is None:
-            width, height = self.size()
-            rect = CropRect(0, 0, width, height)
-        shot = self.mss.grab(rect.to_dict() | {"left": rect.x, "top": rect.y})
-        return bgra_to_rgb(np.asarray(shot))
+        return self.capture.grab(rect or CropRect(0, 0, *self.size()))
 
     def fake(self, event_type: int, detail: int = 0, x: int = 0, y: int = 0) -> None:
         if event_type == X.MotionNotify:
@@ -276,7 +286,7 @@ class XScreen:
         }
 
     def close(self) -> None:
-        self.mss.close()
+        self.capture.close()
         self.display.close()
 
 

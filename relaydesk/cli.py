@@ -93,7 +93,7 @@ def _add_host_helper(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     p.add_argument(
         "--input-backend",
-        choices=("xtest", "pyautogui"),
+        metavar="NAME",
         default=os.environ.get("RELAYDESK_INPUT_BACKEND") or "xtest",
         help="how screen actions send input: xtest (X displays, the default) or pyautogui "
         "(a screen that is not an X display; needs pyautogui installed) "

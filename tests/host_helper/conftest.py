@@ -20,6 +20,7 @@ from host_helper.app import DESKTOPS_KEY, build_app
 from host_helper.config import HelperConfig
 from host_helper.desktop import LocalDesktops
 from tests.support.processes import free_port, scaled
+from tests.support.xrecorder import XRecorder
 from tests.support.xvfb import XvfbServer, start_xvfb
 
 TOKEN = "hh_test_token_that_must_never_be_logged"
@@ -44,6 +45,16 @@ def host_screen() -> Iterator[XvfbServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def recorder(host_screen: XvfbServer) -> Iterator[XRecorder]:
+    """A window over the host screen that records every input event."""
+    rec = XRecorder(host_screen.display, scaled(10))
+    try:
+        yield rec
+    finally:
+        rec.stop()
 
 
 @dataclasses.dataclass

@@ -21,23 +21,23 @@ from wire.messages import Request
 pytestmark = pytest.mark.integration
 
 
-def test_the_helper_refuses_to_start_without_a_token() -> None:
-    env = {"PATH": "/usr/bin:/bin", "RELAYDESK_HOST_HELPER_TOKEN": " "}
-    done = subprocess.run(
+def run_helper_cli(**env: str) -> subprocess.CompletedProcess[str]:
+    """``relaydesk host-helper`` with only ``env`` (and a PATH), expected to refuse at once."""
+    return subprocess.run(
         relaydesk_argv("host-helper", "--port", str(free_port())),
-        env=env, capture_output=True, text=True, timeout=scaled(30), check=False,
+        env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True,
+        timeout=scaled(30), check=False,
     )  # fmt: skip
+
+
+def test_the_helper_refuses_to_start_without_a_token() -> None:
+    done = run_helper_cli(RELAYDESK_HOST_HELPER_TOKEN=" ")
     assert done.returncode == 2
     assert "RELAYDESK_HOST_HELPER_TOKEN is required" in done.stderr
 
 
 def test_the_helper_refuses_an_unknown_input_backend() -> None:
-    env = {"PATH": "/usr/bin:/bin", "RELAYDESK_HOST_HELPER_TOKEN": "t",
-           "RELAYDESK_INPUT_BACKEND": "telepathy"}  # fmt: skip
-    done = subprocess.run(
-        relaydesk_argv("host-helper", "--port", str(free_port())),
-        env=env, capture_output=True, text=True, timeout=scaled(30), check=False,
-    )  # fmt: skip
+    done = run_helper_cli(RELAYDESK_HOST_HELPER_TOKEN="t", RELAYDESK_INPUT_BACKEND="telepathy")
     assert done.returncode == 2
     assert "unknown input backend 'telepathy' (known: xtest, pyautogui)" in done.stderr
     assert "Traceback" not in done.stderr

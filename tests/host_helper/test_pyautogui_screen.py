@@ -19,7 +19,7 @@ from PIL import Image
 from Xlib import XK
 
 from tests.host_helper.conftest import TOKEN
-from tests.support.processes import ProcessFactory, free_port, scaled
+from tests.support.processes import ProcessFactory, free_port
 from tests.support.stack import relaydesk_argv, wait_until
 from tests.support.xrecorder import XRecorder
 from tests.support.xvfb import XvfbServer, start_xvfb
@@ -29,21 +29,13 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def screen() -> Iterator[XvfbServer]:
+def host_screen() -> Iterator[XvfbServer]:
+    """This module's own screen size (the shared ``recorder`` covers it)."""
     server = start_xvfb(640, 480)
     try:
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture
-def recorder(screen: XvfbServer) -> Iterator[XRecorder]:
-    rec = XRecorder(screen.display, scaled(10))
-    try:
-        yield rec
-    finally:
-        rec.stop()
 
 
 class Helper:
@@ -59,10 +51,10 @@ class Helper:
 
 @pytest.fixture
 async def helper(
-    screen: XvfbServer, recorder: XRecorder, process_factory: ProcessFactory
+    host_screen: XvfbServer, recorder: XRecorder, process_factory: ProcessFactory
 ) -> AsyncIterator[Helper]:
     port = free_port()
-    argv = relaydesk_argv("host-helper", "--port", str(port), "--display", screen.display,
+    argv = relaydesk_argv("host-helper", "--port", str(port), "--display", host_screen.display,
                           "--input-backend", "pyautogui")  # fmt: skip
     # No DISPLAY of our own: the helper must point pyautogui at --display itself.
     process_factory(argv, name="host-helper", env={"RELAYDESK_HOST_HELPER_TOKEN": TOKEN,
@@ -89,11 +81,11 @@ def pixels_of(shot: dict[str, Any]) -> np.ndarray:
     return np.asarray(image.convert("RGB"), dtype=np.uint8)
 
 
-async def test_screenshot_is_the_screen(helper: Helper, screen: XvfbServer) -> None:
+async def test_screenshot_is_the_screen(helper: Helper, host_screen: XvfbServer) -> None:
     status, shot = await helper.call("screenshot", {})
     assert status == 200, shot
     assert (shot["width"], shot["height"]) == (640, 480)
-    with mss.MSS(display=screen.display) as grabber:
+    with mss.MSS(display=host_screen.display) as grabber:
         direct = np.asarray(grabber.grab({"left": 0, "top": 0, "width": 640, "height": 480}))
     assert np.array_equal(pixels_of(shot), direct[:, :, 2::-1])
     status, size = await helper.call("screen_size", {})

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -14,21 +13,10 @@ from PIL import Image
 from Xlib import X
 
 from tests.host_helper.conftest import Helper
-from tests.support.processes import scaled
 from tests.support.xrecorder import XRecorder
-from tests.support.xvfb import XvfbServer
 from wire.guard import crop_rect, cut, encode_crop
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def recorder(host_screen: XvfbServer) -> Iterator[XRecorder]:
-    rec = XRecorder(host_screen.display, scaled(10))
-    try:
-        yield rec
-    finally:
-        rec.stop()
 
 
 def pixels_of(shot: dict[str, Any]) -> np.ndarray:

@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from relay.handlers import DIRECT_HOST_ENV
 from server import admin
 from server.config import Settings
 from server.db.migrate import upgrade
@@ -40,6 +41,12 @@ def _write_secret(path: Path, secret: str) -> None:
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "relaydesk", *args], env=env)
+
+
+def _beside_the_server() -> dict[str, str]:
+    """The relay runs on the server's host: viewers take the direct path to its x11vnc
+    (loopback), with no relay channel. An explicit setting, even empty, is kept."""
+    return {DIRECT_HOST_ENV: "127.0.0.1"} if DIRECT_HOST_ENV not in os.environ else {}
 
 
 def _wait_ready(url: str, server: subprocess.Popen[bytes]) -> bool:
@@ -92,7 +99,8 @@ def run_up(host: str | None, port: int | None, *, keep_desktops: bool) -> int:
             return 1
         print("==> starting the relay", file=sys.stderr)
         relay_args = ["relay", "--server", url, "--token-file", str(token_file)]
-        relay = _spawn(relay_args + ([] if keep_desktops else ["--stop-desktops-on-exit"]), env)
+        relay_args += [] if keep_desktops else ["--stop-desktops-on-exit"]
+        relay = _spawn(relay_args, {**_beside_the_server(), **env})
         print(
             f"\nrelaydesk is up: {url}\none-time login link: {url}/login/{info['login_token']}\n",
             flush=True,

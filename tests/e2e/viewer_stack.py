@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,7 @@ class ViewerStack:
     tracker: ProcessTracker
     relay: ManagedProcess
     desktops: list[Desktop] = field(default_factory=list)
+    relay_env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def relay_id(self) -> RelayId:
@@ -139,16 +140,18 @@ class ViewerStack:
         assert answer.get("result", answer)["stopped"], answer
 
     def start_relay(self) -> ManagedProcess:
-        self.relay = _start_relay(self.tracker, self.seed, self.url)
+        self.relay = _start_relay(self.tracker, self.seed, self.url, self.relay_env)
         return self.relay
 
 
-def _start_relay(tracker: ProcessTracker, seed: Seed, url: str) -> ManagedProcess:
+def _start_relay(
+    tracker: ProcessTracker, seed: Seed, url: str, env: Mapping[str, str]
+) -> ManagedProcess:
     token_file = seed.data_dir / "relay.token"
     token_file.write_text(seed.relay_token)
     token_file.chmod(0o600)
     argv = relaydesk_argv("relay", "--server", url, "--token-file", str(token_file))
-    return tracker.start(argv, name="relay", env={**seed.env(), **DESKTOP_ENV})
+    return tracker.start(argv, name="relay", env={**seed.env(), **DESKTOP_ENV, **env})
 
 
 def paint_root(display: str, width: int = 1280, height: int = 800) -> None:
@@ -183,13 +186,16 @@ def capture(display: str) -> np.ndarray:
 
 
 @contextlib.asynccontextmanager
-async def viewer_stack(workdir: Path) -> AsyncIterator[ViewerStack]:
-    """Server (with its real inventory) + relay."""
+async def viewer_stack(
+    workdir: Path, relay_env: Mapping[str, str] | None = None
+) -> AsyncIterator[ViewerStack]:
+    """Server (with its real inventory) + relay (``relay_env`` added to its environment)."""
     seed = await seed_database(workdir / "data")
     tracker = ProcessTracker(workdir / "processes")
+    env = dict(relay_env or {})
     async with inprocess_server(seed) as (app, url):
-        relay = _start_relay(tracker, seed, url)
-        stack = ViewerStack(app, url, seed, tracker, relay)
+        relay = _start_relay(tracker, seed, url, env)
+        stack = ViewerStack(app, url, seed, tracker, relay, relay_env=env)
         try:
             await wait_until(lambda: stack.hub.is_connected(stack.relay_id), 20, "the relay")
             yield stack

@@ -75,3 +75,5 @@ async def test_up_again_on_the_same_data_dir_reuses_what_it_created(
     listing = process_factory(users, name="list", env={"RELAYDESK_DATA_DIR": str(data_dir)})
     assert listing.wait(scaled(30)) == 0
     assert listing.log_text().count('"relay_id"') == 1, "one relay, created once"
+    # The relay runs beside the server: it registers the direct viewing path.
+    assert '"direct_vnc"' in listing.log_text()

@@ -1,0 +1,148 @@
+"""The direct viewing path: a relay beside the server registers its x11vnc address.
+
+The relay runs with ``RELAYDESK_DIRECT_VNC_HOST`` (as ``relaydesk up`` starts it), so it
+announces ``direct_vnc`` and the server connects to x11vnc itself: same viewer URL, same
+capability checks, no relay channel. Real server, relay, Xvfb and x11vnc.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+import numpy as np
+import psutil
+import pytest
+import pytest_asyncio
+
+from relay.handlers import DIRECT_HOST_ENV
+from server.viewer.service import DIRECT_CAPABILITY
+from tests.e2e.viewer_stack import (
+    Desktop,
+    ViewerStack,
+    capture,
+    paint_root,
+    viewer_stack,
+    without_cursor,
+)
+from tests.integration.test_viewer_tunnel import close_of, full_frame, open_viewer, settled
+from tests.support.processes import scaled
+from tests.support.stack import wait_until
+from wire.errors import CloseCode
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ViewerStack]:
+    env = {DIRECT_HOST_ENV: "127.0.0.1"}
+    async with viewer_stack(tmp_path_factory.mktemp("viewer-direct"), env) as stack:
+        yield stack
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def desktop(stack: ViewerStack) -> Desktop:
+    desktop = await stack.start_desktop()
+    await asyncio.to_thread(paint_root, desktop.display)
+    return desktop
+
+
+def server_vnc_connections(desktop: Desktop) -> int:
+    """This process's (the server's) TCP connections to the desktop's x11vnc."""
+    connections = psutil.Process().net_connections(kind="tcp")
+    return sum(1 for c in connections if c.raddr and c.raddr.port == desktop.vnc_port)
+
+
+async def test_the_relay_registers_its_direct_address(stack: ViewerStack, desktop: Desktop) -> None:
+    assert DIRECT_CAPABILITY in stack.hub.capabilities(stack.relay_id)
+    status = await stack.hub.request(stack.relay_id, "desktop.status", {}, 10)
+    sid = desktop.desktop_session_id
+    row = next(r for r in status["desktops"] if r["desktop_session_id"] == sid)
+    assert row["direct"] == {"host": "127.0.0.1", "port": desktop.vnc_port}
+
+
+async def test_a_direct_viewer_sees_the_screen_without_a_relay_channel(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    opens = stack.channel_opens()
+    client = await open_viewer(stack.socket_url(desktop))
+    assert (client.width, client.height) == (1280, 800)
+    assert server_vnc_connections(desktop) == 1, "the server did not connect to x11vnc itself"
+    frame = await full_frame(client)
+    expected = await asyncio.to_thread(capture, desktop.display)
+    await client.close()
+    frame, expected = (without_cursor(image, desktop.display) for image in (frame, expected))
+    assert np.array_equal(frame, expected), "the framebuffer differs from the Xvfb capture"
+    assert stack.channel_opens() == opens, "a direct viewer opened a relay channel"
+    assert stack.server_channels() == 0
+    await wait_until(lambda: settled(stack), 5, "the viewer to be released")
+    await wait_until(lambda: server_vnc_connections(desktop) == 0, 5, "x11vnc connection closed")
+
+
+async def test_refused_direct_viewers_never_reach_x11vnc(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    good = stack.token(desktop.desktop_session_id)
+    forged = good[:-4] + ("AAAA" if not good.endswith("AAAA") else "BBBB")
+    code, _ = await close_of(stack.socket_url(desktop, forged))
+    assert code == CloseCode.VIEWER_FORBIDDEN
+    expired = stack.token(desktop.desktop_session_id, ttl_s=-5)
+    code, _ = await close_of(stack.socket_url(desktop, expired))
+    assert code == CloseCode.VIEWER_EXPIRED
+    assert server_vnc_connections(desktop) == 0
+    assert settled(stack)
+
+
+async def test_garbage_on_a_direct_stream_closes_it_cleanly(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    tasks_before = len(asyncio.all_tasks())
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(stack.socket_url(desktop), protocols=("binary",)) as ws,
+    ):
+        banner = await asyncio.wait_for(ws.receive(), scaled(10))
+        assert banner.data.startswith(b"RFB 003.008")
+        await ws.send_bytes(os.urandom(4096))
+        while (message := await asyncio.wait_for(ws.receive(), scaled(10))).type not in (
+            aiohttp.WSMsgType.CLOSE,
+            aiohttp.WSMsgType.CLOSED,
+        ):
+            pass
+        # x11vnc hangs up on the bad handshake; its desktop still runs.
+        assert ws.close_code == CloseCode.NORMAL, (ws.close_code, message.extra)
+        assert "VNC server ended the stream" in str(message.extra)
+    await wait_until(lambda: settled(stack), 5, "the viewer to be released")
+    await wait_until(lambda: server_vnc_connections(desktop) == 0, 5, "x11vnc connection closed")
+    await wait_until(lambda: len(asyncio.all_tasks()) <= tasks_before, 5, "tasks to finish")
+
+
+async def test_stopping_the_desktop_closes_direct_viewers(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    clients = [await open_viewer(stack.socket_url(desktop)) for _ in range(3)]
+    assert stack.viewers(desktop.desktop_session_id) == 3
+    closes: list[tuple[float, int | None]] = []
+
+    async def wait_close(ws: aiohttp.ClientWebSocketResponse) -> None:
+        while (await ws.receive()).type not in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
+            pass
+        closes.append((time.perf_counter(), ws.close_code))
+
+    waiters = [asyncio.create_task(wait_close(c.t._ws)) for c in clients]  # type: ignore[attr-defined]
+    started = time.perf_counter()
+    await stack.stop_desktop(desktop)
+    stack.desktops.remove(desktop)
+    await asyncio.wait_for(asyncio.gather(*waiters), scaled(5))
+    assert all(code == CloseCode.DESKTOP_STOPPED for _, code in closes), closes
+    assert max(at for at, _ in closes) - started < scaled(2)
+    for client in clients:
+        await client.close()
+    await wait_until(lambda: settled(stack), 5, "all viewers to be released")
+    assert server_vnc_connections(desktop) == 0
+    # The stopped session's token opens nothing, on either path.
+    code, _ = await close_of(stack.socket_url(desktop))
+    assert code == CloseCode.DESKTOP_STOPPED

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 from Xlib import XK, X, display
+from Xlib.protocol import event
 
 from relay.screen.service import ScreenService
 from tests.support.processes import scaled
@@ -189,6 +190,33 @@ async def test_queries(xvfb, recorder, service):
     toggled = await service.run(xvfb.display, "keyboard_state", {})
     assert toggled["num_lock"] is not state["num_lock"]
     await service.run(xvfb.display, "key", {"keys": "numlock"})
+
+
+def _send_fake_root_resize(disp: str, width: int, height: int) -> None:
+    """What a program on the desktop could try: a synthetic ConfigureNotify of the root."""
+    conn = display.Display(disp)
+    try:
+        root = conn.screen().root
+        fake = event.ConfigureNotify(
+            event=root, window=root, above_sibling=X.NONE, x=0, y=0,
+            width=width, height=height, border_width=0, override=0,
+        )  # fmt: skip
+        root.send_event(fake, event_mask=X.StructureNotifyMask)
+        conn.sync()
+    finally:
+        conn.close()
+
+
+async def test_a_program_on_the_desktop_cannot_fake_the_screen_size(xvfb, recorder, service):
+    # The size is tracked from the root's ConfigureNotify events; a synthetic one is ignored.
+    assert await service.run(xvfb.display, "screen_size", {}) == {"width": WIDTH, "height": HEIGHT}
+    _send_fake_root_resize(xvfb.display, 640, 480)
+    assert await service.run(xvfb.display, "screen_size", {}) == {"width": WIDTH, "height": HEIGHT}
+    shot = await service.screenshot(xvfb.display, {})
+    assert (shot.width, shot.height) == (WIDTH, HEIGHT)
+    # A point outside the fake size but on the real screen is still clickable.
+    await service.run(xvfb.display, "click", {"x": 1000, "y": 700})
+    assert [(p["x"], p["y"]) for p in _presses(recorder.drain())] == [(1000, 700)]
 
 
 def _xlib_capture(disp: str, width: int, height: int) -> np.ndarray:

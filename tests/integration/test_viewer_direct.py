@@ -120,6 +120,43 @@ async def test_garbage_on_a_direct_stream_closes_it_cleanly(
     await wait_until(lambda: len(asyncio.all_tasks()) <= tasks_before, 5, "tasks to finish")
 
 
+async def test_a_lost_relay_closes_direct_viewers_and_its_return_admits_them(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    # x11vnc outlives a killed relay, but a desktop whose relay is gone is not viewable: the
+    # inventory marks it unknown and the direct stream is closed like a tunnelled one.
+    client = await open_viewer(stack.socket_url(desktop))
+    ws = client.t._ws  # type: ignore[attr-defined]
+    started = time.perf_counter()
+    stack.relay.kill()
+    while (await asyncio.wait_for(ws.receive(), scaled(5))).type not in (
+        aiohttp.WSMsgType.CLOSE,
+        aiohttp.WSMsgType.CLOSED,
+    ):
+        pass
+    assert ws.close_code == CloseCode.RELAY_UNREACHABLE
+    assert time.perf_counter() - started < scaled(2)
+    await client.close()
+    code, _ = await close_of(stack.socket_url(desktop))
+    assert code == CloseCode.RELAY_UNREACHABLE, "a viewer was admitted while the relay was gone"
+    await wait_until(lambda: server_vnc_connections(desktop) == 0, 5, "x11vnc connection closed")
+
+    stack.start_relay()
+    directory = stack.app.state.viewer.directory
+
+    async def running_again() -> bool:
+        row = await directory.get_by_session(desktop.desktop_session_id)
+        return row is not None and row.state == "running"
+
+    await wait_until(running_again, 20, "the relay to return with the desktop")
+    # The relay adopted the running desktop: the same viewer URL works again, directly.
+    client = await open_viewer(stack.socket_url(desktop))
+    assert server_vnc_connections(desktop) == 1
+    assert (await full_frame(client)).shape == (800, 1280, 3)
+    await client.close()
+    await wait_until(lambda: settled(stack), 5, "the viewer to be released")
+
+
 async def test_stopping_the_desktop_closes_direct_viewers(
     stack: ViewerStack, desktop: Desktop
 ) -> None:

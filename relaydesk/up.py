@@ -43,12 +43,6 @@ def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "relaydesk", *args], env=env)
 
 
-def _beside_the_server() -> dict[str, str]:
-    """The relay runs on the server's host: viewers take the direct path to its x11vnc
-    (loopback), with no relay channel. An explicit setting, even empty, is kept."""
-    return {DIRECT_HOST_ENV: "127.0.0.1"} if DIRECT_HOST_ENV not in os.environ else {}
-
-
 def _wait_ready(url: str, server: subprocess.Popen[bytes]) -> bool:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline and server.poll() is None:
@@ -100,7 +94,9 @@ def run_up(host: str | None, port: int | None, *, keep_desktops: bool) -> int:
         print("==> starting the relay", file=sys.stderr)
         relay_args = ["relay", "--server", url, "--token-file", str(token_file)]
         relay_args += [] if keep_desktops else ["--stop-desktops-on-exit"]
-        relay = _spawn(relay_args, {**_beside_the_server(), **env})
+        # The relay runs on the server's host: viewers take the direct path to its x11vnc
+        # over loopback, with no relay channel. An explicit setting, even empty, wins.
+        relay = _spawn(relay_args, {DIRECT_HOST_ENV: "127.0.0.1", **env})
         print(
             f"\nrelaydesk is up: {url}\none-time login link: {url}/login/{info['login_token']}\n",
             flush=True,

@@ -4,7 +4,10 @@ Same RFB client (``benchmarks/rfb.py``), same 1280x800 desktop, one run:
 
 - (a) the relay's websockify directly (what a viewer beside the relay would get), the baseline;
 - (b) the server's viewer WebSocket: server → relay channel (DATA frames with credit) → x11vnc;
-- (c) reference: raw TCP to x11vnc, no WebSocket at all (what websockify's layer costs).
+- (c) reference: raw TCP to x11vnc, no WebSocket at all (what websockify's layer costs);
+- (d) reference: the direct path (a relay beside the server registers its x11vnc address, as
+  under ``relaydesk up``): a second relay and desktop, the server's viewer WebSocket connecting
+  straight to x11vnc, interleaved with that desktop's websockify.
 
 Measures full-screen Raw update throughput (MB/s), 1x1 update round trip (p50, p99), CPU
 seconds per GB carried by the server and the relay processes, and both processes' RSS with
@@ -27,6 +30,7 @@ import psutil
 
 from benchmarks.common import parser, percentile
 from benchmarks.rfb import RFBClient
+from relay.handlers import DIRECT_HOST_ENV
 from tests.support.processes import ProcessTracker
 from tests.support.stack import (
     Seed,
@@ -69,10 +73,12 @@ def cpu_seconds(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
-async def start_stack(workdir: Path, tracker: ProcessTracker) -> tuple[dict[str, str], list[int]]:
+async def start_stack(
+    workdir: Path, tracker: ProcessTracker, relay_env: dict[str, str] | None = None
+) -> tuple[dict[str, str], list[int]]:
     seed = await seed_database(workdir / "data")
     server = await start_server(tracker.start, seed, env=SERVER_ENV)
-    relay = start_relay(tracker.start, seed, server.url, env=DESKTOP_ENV)
+    relay = start_relay(tracker.start, seed, server.url, env={**DESKTOP_ENV, **(relay_env or {})})
     await wait_until(lambda: server.relays_connected() == 1, 30, "the relay")
     headers = {"Authorization": f"Bearer {seed.api_token}"}
     async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
@@ -138,7 +144,39 @@ async def run(quick: bool) -> int:
             tracker.cleanup()
             await stop_desktops_in(Path(tmp) / "data" / "relay-state")
     report(rates, latency, carried, cpu, rss)
+    report_direct_path(await direct_path_rates(rounds, seconds))
     return 0
+
+
+async def direct_path_rates(rounds: int, seconds: float) -> dict[str, list[float]]:
+    """(d): websockify vs the server's direct path, on a stack whose relay registers it."""
+    with tempfile.TemporaryDirectory(prefix="bench-viewer-direct-") as tmp:
+        tracker = ProcessTracker(Path(tmp) / "processes")
+        try:
+            env = {DIRECT_HOST_ENV: "127.0.0.1"}
+            urls, _ = await start_stack(Path(tmp), tracker, env)
+            clients = {name: await RFBClient.open_websocket(urls[name]) for name in urls}
+            rates: dict[str, list[float]] = {name: [] for name in clients}
+            for client in clients.values():  # warm-up
+                await throughput(client, 0.3)
+            for _ in range(rounds):
+                for name, client in clients.items():
+                    rates[name].append((await throughput(client, seconds))[0])
+            for client in clients.values():
+                await client.close()
+        finally:
+            tracker.cleanup()
+            await stop_desktops_in(Path(tmp) / "data" / "relay-state")
+    return rates
+
+
+def report_direct_path(rates: dict[str, list[float]]) -> None:
+    ratios = sorted(s / d for s, d in zip(rates["server"], rates["direct"], strict=True))
+    print(
+        f"(d) direct path (relay beside the server): {percentile(rates['server'], 0.5):.1f} MB/s, "
+        f"ratio to its websockify {percentile(ratios, 0.5):.2f} per-round median "
+        f"({ratios[0]:.2f}-{ratios[-1]:.2f})"
+    )
 
 
 async def rss_with_viewers(

@@ -20,7 +20,6 @@ from tests.e2e.viewer_stack import (
     Desktop,
     ViewerStack,
     capture,
-    paint_root,
     viewer_stack,
     without_cursor,
 )
@@ -42,9 +41,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Viewe
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def desktop(stack: ViewerStack) -> Desktop:
-    desktop = await stack.start_desktop()
-    await asyncio.to_thread(paint_root, desktop.display)
-    return desktop
+    return await stack.start_desktop(paint=True)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

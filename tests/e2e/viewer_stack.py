@@ -117,8 +117,10 @@ class ViewerStack:
         assert response.status_code == 200, response.text
         return response.json()
 
-    async def start_desktop(self, slot: str = "main") -> Desktop:
-        """``desktop_start`` through the server: the inventory records it, a viewer URL back."""
+    async def start_desktop(self, slot: str = "main", *, paint: bool = False) -> Desktop:
+        """``desktop_start`` through the server: the inventory records it, a viewer URL back.
+
+        ``paint`` gives the root window a fixed many-coloured picture (:func:`paint_root`)."""
         answer = await self.action("desktop_start", slot=slot, geometry="1280x800")
         row = answer.get("result", answer)
         sid = row["desktop"]["desktop_session_id"]
@@ -129,6 +131,8 @@ class ViewerStack:
             row["viewer_url"],
         )  # fmt: skip
         self.desktops.append(desktop)
+        if paint:
+            await asyncio.to_thread(paint_root, desktop.display)
         return desktop
 
     async def stop_desktop(self, desktop: Desktop) -> None:

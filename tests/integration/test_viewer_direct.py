@@ -12,9 +12,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 
-import aiohttp
 import numpy as np
-import psutil
 import pytest
 import pytest_asyncio
 
@@ -24,11 +22,19 @@ from tests.e2e.viewer_stack import (
     Desktop,
     ViewerStack,
     capture,
-    paint_root,
     viewer_stack,
     without_cursor,
 )
-from tests.integration.test_viewer_tunnel import close_of, full_frame, open_viewer, settled
+from tests.integration.test_viewer_tunnel import (
+    close_of,
+    full_frame,
+    open_viewer,
+    send_garbage,
+    settled,
+    stop_and_watch,
+    until_closed,
+    vnc_connections,
+)
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 from wire.errors import CloseCode
@@ -45,15 +51,12 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Viewe
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def desktop(stack: ViewerStack) -> Desktop:
-    desktop = await stack.start_desktop()
-    await asyncio.to_thread(paint_root, desktop.display)
-    return desktop
+    return await stack.start_desktop(paint=True)
 
 
 def server_vnc_connections(desktop: Desktop) -> int:
     """This process's (the server's) TCP connections to the desktop's x11vnc."""
-    connections = psutil.Process().net_connections(kind="tcp")
-    return sum(1 for c in connections if c.raddr and c.raddr.port == desktop.vnc_port)
+    return vnc_connections(os.getpid(), desktop)
 
 
 async def test_the_relay_registers_its_direct_address(stack: ViewerStack, desktop: Desktop) -> None:
@@ -100,21 +103,11 @@ async def test_garbage_on_a_direct_stream_closes_it_cleanly(
     stack: ViewerStack, desktop: Desktop
 ) -> None:
     tasks_before = len(asyncio.all_tasks())
-    async with (
-        aiohttp.ClientSession() as session,
-        session.ws_connect(stack.socket_url(desktop), protocols=("binary",)) as ws,
-    ):
-        banner = await asyncio.wait_for(ws.receive(), scaled(10))
-        assert banner.data.startswith(b"RFB 003.008")
-        await ws.send_bytes(os.urandom(4096))
-        while (message := await asyncio.wait_for(ws.receive(), scaled(10))).type not in (
-            aiohttp.WSMsgType.CLOSE,
-            aiohttp.WSMsgType.CLOSED,
-        ):
-            pass
-        # x11vnc hangs up on the bad handshake; its desktop still runs.
-        assert ws.close_code == CloseCode.NORMAL, (ws.close_code, message.extra)
-        assert "VNC server ended the stream" in str(message.extra)
+    banner, code, reason = await send_garbage(stack.socket_url(desktop))
+    assert banner.startswith(b"RFB 003.008")
+    # x11vnc hangs up on the bad handshake; its desktop still runs.
+    assert code == CloseCode.NORMAL, (code, reason)
+    assert "VNC server ended the stream" in reason
     await wait_until(lambda: settled(stack), 5, "the viewer to be released")
     await wait_until(lambda: server_vnc_connections(desktop) == 0, 5, "x11vnc connection closed")
     await wait_until(lambda: len(asyncio.all_tasks()) <= tasks_before, 5, "tasks to finish")
@@ -129,11 +122,7 @@ async def test_a_lost_relay_closes_direct_viewers_and_its_return_admits_them(
     ws = client.t._ws  # type: ignore[attr-defined]
     started = time.perf_counter()
     stack.relay.kill()
-    while (await asyncio.wait_for(ws.receive(), scaled(5))).type not in (
-        aiohttp.WSMsgType.CLOSE,
-        aiohttp.WSMsgType.CLOSED,
-    ):
-        pass
+    await until_closed(ws, 5)
     assert ws.close_code == CloseCode.RELAY_UNREACHABLE
     assert time.perf_counter() - started < scaled(2)
     await client.close()
@@ -162,20 +151,9 @@ async def test_stopping_the_desktop_closes_direct_viewers(
 ) -> None:
     clients = [await open_viewer(stack.socket_url(desktop)) for _ in range(3)]
     assert stack.viewers(desktop.desktop_session_id) == 3
-    closes: list[tuple[float, int | None]] = []
-
-    async def wait_close(ws: aiohttp.ClientWebSocketResponse) -> None:
-        while (await ws.receive()).type not in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
-            pass
-        closes.append((time.perf_counter(), ws.close_code))
-
-    waiters = [asyncio.create_task(wait_close(c.t._ws)) for c in clients]  # type: ignore[attr-defined]
-    started = time.perf_counter()
-    await stack.stop_desktop(desktop)
-    stack.desktops.remove(desktop)
-    await asyncio.wait_for(asyncio.gather(*waiters), scaled(5))
-    assert all(code == CloseCode.DESKTOP_STOPPED for _, code in closes), closes
-    assert max(at for at, _ in closes) - started < scaled(2)
+    codes, last_close_s = await stop_and_watch(stack, desktop, clients)
+    assert all(code == CloseCode.DESKTOP_STOPPED for code in codes), codes
+    assert last_close_s < scaled(2)
     for client in clients:
         await client.close()
     await wait_until(lambda: settled(stack), 5, "all viewers to be released")

@@ -19,7 +19,6 @@ from tests.e2e.viewer_stack import (
     Desktop,
     ViewerStack,
     capture,
-    paint_root,
     viewer_stack,
     without_cursor,
 )
@@ -38,9 +37,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Viewe
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def desktop(stack: ViewerStack) -> Desktop:
-    desktop = await stack.start_desktop()
-    await asyncio.to_thread(paint_root, desktop.display)
-    return desktop
+    return await stack.start_desktop(paint=True)
 
 
 async def open_viewer(url: str) -> RFBClient:
@@ -64,10 +61,57 @@ def settled(stack: ViewerStack) -> bool:
     return stack.viewers() == 0 and stack.server_channels() == 0
 
 
+def vnc_connections(pid: int, desktop: Desktop) -> int:
+    """Process ``pid``'s TCP connections to the desktop's x11vnc."""
+    connections = psutil.Process(pid).net_connections(kind="tcp")
+    return sum(1 for c in connections if c.raddr and c.raddr.port == desktop.vnc_port)
+
+
 def relay_vnc_connections(stack: ViewerStack, desktop: Desktop) -> int:
     """Relay-side channel ends: the relay's TCP connections to the desktop's x11vnc."""
-    connections = psutil.Process(stack.relay.pid).net_connections(kind="tcp")
-    return sum(1 for c in connections if c.raddr and c.raddr.port == desktop.vnc_port)
+    return vnc_connections(stack.relay.pid, desktop)
+
+
+async def until_closed(
+    ws: aiohttp.ClientWebSocketResponse, timeout: float = 10
+) -> aiohttp.WSMessage:
+    """Read ``ws`` until the close arrives (each read within ``timeout``); the close message."""
+    closing = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+    while (message := await asyncio.wait_for(ws.receive(), scaled(timeout))).type not in closing:
+        pass
+    return message
+
+
+async def send_garbage(url: str) -> tuple[bytes, int | None, str]:
+    """Take the banner, send random bytes, read to the close: (banner, close code, reason)."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(url, protocols=("binary",)) as ws,
+    ):
+        banner = await asyncio.wait_for(ws.receive(), scaled(10))
+        await ws.send_bytes(os.urandom(4096))
+        message = await until_closed(ws)
+        return banner.data, ws.close_code, str(message.extra)
+
+
+async def stop_and_watch(
+    stack: ViewerStack, desktop: Desktop, clients: list[RFBClient]
+) -> tuple[list[int | None], float]:
+    """Stop ``desktop`` with ``clients`` watching: their close codes, and the seconds from the
+    start of the stop to the last close (watched from before the stop)."""
+    closes: list[tuple[float, int | None]] = []
+
+    async def wait_close(client: RFBClient) -> None:
+        ws = client.t._ws  # type: ignore[attr-defined]
+        await until_closed(ws, 5)
+        closes.append((time.perf_counter(), ws.close_code))
+
+    waiters = [asyncio.create_task(wait_close(c)) for c in clients]
+    started = time.perf_counter()
+    await stack.stop_desktop(desktop)
+    stack.desktops.remove(desktop)
+    await asyncio.wait_for(asyncio.gather(*waiters), scaled(5))
+    return [code for _, code in closes], max(at for at, _ in closes) - started
 
 
 async def full_frame(client: RFBClient) -> np.ndarray:
@@ -168,20 +212,10 @@ async def test_garbage_is_forwarded_and_the_tunnel_closes_cleanly(
     stack: ViewerStack, desktop: Desktop
 ) -> None:
     tasks_before = len(asyncio.all_tasks())
-    async with (
-        aiohttp.ClientSession() as session,
-        session.ws_connect(stack.socket_url(desktop), protocols=("binary",)) as ws,
-    ):
-        await asyncio.wait_for(ws.receive(), scaled(10))  # the banner
-        await ws.send_bytes(os.urandom(4096))
-        while (message := await asyncio.wait_for(ws.receive(), scaled(10))).type not in (
-            aiohttp.WSMsgType.CLOSE,
-            aiohttp.WSMsgType.CLOSED,
-        ):
-            pass
-        # x11vnc hangs up on the bad handshake; the desktop still runs, so no "stopped".
-        assert ws.close_code == CloseCode.NORMAL, (ws.close_code, message.extra)
-        assert "VNC server ended the stream" in str(message.extra)
+    _, code, reason = await send_garbage(stack.socket_url(desktop))
+    # x11vnc hangs up on the bad handshake; the desktop still runs, so no "stopped".
+    assert code == CloseCode.NORMAL, (code, reason)
+    assert "VNC server ended the stream" in reason
     await wait_until(lambda: settled(stack), 5, "the viewer to be released")
     await wait_until(lambda: relay_vnc_connections(stack, desktop) == 0, 5, "relay side closed")
     await wait_until(lambda: len(asyncio.all_tasks()) <= tasks_before, 5, "tasks to finish")
@@ -193,11 +227,7 @@ async def test_text_frames_are_refused_with_a_reason(stack: ViewerStack, desktop
         session.ws_connect(stack.socket_url(desktop), protocols=("binary",)) as ws,
     ):
         await ws.send_str("hello")
-        while (await asyncio.wait_for(ws.receive(), scaled(10))).type not in (
-            aiohttp.WSMsgType.CLOSE,
-            aiohttp.WSMsgType.CLOSED,
-        ):
-            pass
+        await until_closed(ws)
         assert ws.close_code == CloseCode.UNSUPPORTED_DATA
     await wait_until(lambda: settled(stack), 5, "the viewer to be released")
 
@@ -289,21 +319,9 @@ async def test_stopping_the_desktop_closes_every_viewer_and_its_tokens(
     stack: ViewerStack, desktop: Desktop
 ) -> None:
     clients = [await open_viewer(stack.socket_url(desktop)) for _ in range(3)]
-    closes: list[tuple[float, int | None]] = []
-
-    async def wait_close(client: RFBClient) -> None:
-        ws = client.t._ws  # type: ignore[attr-defined]
-        while (await ws.receive()).type not in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
-            pass
-        closes.append((time.perf_counter(), ws.close_code))
-
-    waiters = [asyncio.create_task(wait_close(c)) for c in clients]
-    started = time.perf_counter()
-    await stack.stop_desktop(desktop)
-    stack.desktops.remove(desktop)
-    await asyncio.wait_for(asyncio.gather(*waiters), scaled(5))
-    assert all(code == CloseCode.DESKTOP_STOPPED for _, code in closes), closes
-    assert max(at for at, _ in closes) - started < scaled(2)
+    codes, last_close_s = await stop_and_watch(stack, desktop, clients)
+    assert all(code == CloseCode.DESKTOP_STOPPED for code in codes), codes
+    assert last_close_s < scaled(2)
     for client in clients:
         await client.close()
     await wait_until(lambda: settled(stack), 5, "all viewers to be released")

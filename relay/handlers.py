@@ -55,6 +55,8 @@ class Desktops(Protocol):
 
     async def status(self) -> list[dict[str, Any]]: ...
 
+    def holds(self, desktop_session_id: str) -> bool: ...
+
     async def stop(self, *, kind: str, slot: str, desktop_session_id: str) -> dict[str, Any]: ...
 
 
@@ -86,6 +88,7 @@ class Handlers:
             "ping": self._ping,
             "desktop.start": self._desktop_start,
             "desktop.status": self._desktop_status,
+            "desktop.holds": self._desktop_holds,
             "desktop.stop": self._desktop_stop,
             "channel.open": self._channel_open,
             "novnc.asset": self._novnc_asset,
@@ -156,6 +159,20 @@ class Handlers:
 
     async def _desktop_status(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
         return {"desktops": await self.desktop_rows()}
+
+    async def _desktop_holds(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+        """Whether this relay still runs ``desktop_session_id``, answered at once: unlike
+        ``desktop.status`` it does not wait for a start or stop in progress (a stopping desktop
+        is already forgotten)."""
+        session_id = args.get("desktop_session_id")
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidArgs("desktop_session_id", "required")
+        held = self.desktops is not None and self.desktops.holds(session_id)
+        if not held and self.local is not None:
+            held = any(
+                row.get("desktop_session_id") == session_id for row in await self.local.rows()
+            )
+        return {"holds": held}
 
     async def _desktop_stop(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
         session_id = args.get("desktop_session_id")

@@ -135,6 +135,11 @@ class DesktopManager:
         finally:
             await self._emit(events)
 
+    def holds(self, desktop_session_id: str) -> bool:
+        """Whether ``desktop_session_id`` is one of this relay's desktops, without the lock (a
+        desktop being stopped is forgotten first, so this does not wait for its stop)."""
+        return any(d.desktop_session_id == desktop_session_id for d in self._desktops.values())
+
     def displays(self) -> set[str]:
         """The displays of the desktops this relay runs (as rows name them, ``:N``)."""
         return {f":{desktop.display}" for desktop in self._desktops.values()}

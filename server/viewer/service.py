@@ -160,6 +160,20 @@ class ViewerService:
                 return row
         return None
 
+    async def _relay_holds(self, relay_id: RelayId, session_id: str) -> bool:
+        """Whether the relay still runs ``session_id``. ``desktop.holds`` answers at once, even
+        while the relay is stopping that desktop (``desktop.status`` waits for the stop, which
+        can outlast the viewers' 2 s); a relay without it is asked for its status."""
+        try:
+            result = await self.hub.request(
+                relay_id, "desktop.holds", {"desktop_session_id": session_id}, STATUS_TIMEOUT_S
+            )
+        except OpError as err:
+            if err.code is not ErrorCode.UNKNOWN_OP:
+                raise
+            return await self._relay_row(relay_id, session_id) is not None
+        return bool(result.get("holds")) if isinstance(result, dict) else False
+
     def _judge_for(self, target: ViewerTarget) -> Any:
         async def judge(ended: BackendEnded) -> ViewerRefused:
             return await self._judge(target, ended)
@@ -177,7 +191,7 @@ class ViewerService:
         if row is not None and (refused := refusal_for_state(row.state)) is not None:
             return refused
         try:
-            still_running = await self._relay_row(target.relay_id, session_id) is not None
+            still_running = await self._relay_holds(target.relay_id, session_id)
         except OpError:
             return ViewerRefused(CloseCode.RELAY_UNREACHABLE)
         if not still_running:

@@ -37,7 +37,7 @@ from tests.integration.test_viewer_tunnel import (
 )
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
-from wire.errors import CloseCode
+from wire.errors import CloseCode, ErrorCode, OpError
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -65,6 +65,14 @@ async def test_the_relay_registers_its_direct_address(stack: ViewerStack, deskto
     sid = desktop.desktop_session_id
     row = next(r for r in status["desktops"] if r["desktop_session_id"] == sid)
     assert row["direct"] == {"host": "127.0.0.1", "port": desktop.vnc_port}
+    # What the server asks when a direct stream ends (answered without the lifecycle lock).
+    holds = await stack.hub.request(stack.relay_id, "desktop.holds", {"desktop_session_id": sid})
+    assert holds == {"holds": True}
+    other = {"desktop_session_id": "f" * 32}
+    assert await stack.hub.request(stack.relay_id, "desktop.holds", other) == {"holds": False}
+    with pytest.raises(OpError) as refused:
+        await stack.hub.request(stack.relay_id, "desktop.holds", {})
+    assert refused.value.code is ErrorCode.INVALID_ARGS
 
 
 async def test_a_direct_viewer_sees_the_screen_without_a_relay_channel(

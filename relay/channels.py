@@ -2,9 +2,11 @@
 
 Each direction has its own task. Bytes from the server are written in wire order and credit is
 returned only once the target socket has taken them, so a slow target holds at most one window.
-Bytes from the target go out as the event loop received them: a :class:`TargetStream` hands
-over the loop's own chunks (a stream reader would copy each into its buffer and out again),
-and stops reading the socket while more than :data:`HIGH_WATER` bytes wait for credit.
+Bytes from the target are read straight into buffers that keep :data:`HEADROOM` free bytes in
+front of the data (:class:`TargetStream` is a buffered protocol), so the link can turn a chunk
+into its DATA frame, and its WebSocket frame, where it lies: the channel's bytes are never
+copied in the relay's own memory (:meth:`relay.link.ServerLink.send_chunk`). The stream stops
+reading the socket while more than :data:`HIGH_WATER` bytes wait for credit.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
+
+from relay.wsframes import HEADROOM
 from wire.errors import ChannelCloseCode
 from wire.frames import Payload
 from wire.ids import ChannelId
@@ -29,6 +34,10 @@ log = logging.getLogger(__name__)
 # Received from the target and not yet sent: reading pauses above this (a viewer that stops
 # reading thus holds one credit window on the server and at most this much here).
 HIGH_WATER = 256 * 1024
+# A chunk's capacity: as much as one read may return (what the event loop itself reads at once).
+READ_SIZE = 256 * 1024
+# Bytes read from a target after HEADROOM free bytes; writable, and used once.
+Chunk = bytearray | memoryview
 # Says why the target hung up (e.g. "desktop stopped" when its desktop is going away).
 TargetEnd = Callable[[], Awaitable[tuple[ChannelCloseCode, str]]]
 
@@ -37,12 +46,16 @@ async def _target_closed() -> tuple[ChannelCloseCode, str]:
     return ChannelCloseCode.TARGET_CLOSED, "target closed the connection"
 
 
-class TargetStream(asyncio.Protocol):
-    """A TCP connection read chunk by chunk, with flow control both ways."""
+class TargetStream(asyncio.BufferedProtocol):
+    """A TCP connection read chunk by chunk, with flow control both ways.
+
+    A :data:`Chunk` is :data:`HEADROOM` free bytes, then the bytes read.
+    """
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
-        self._chunks: deque[bytes] = deque()
+        self._filling: memoryview | None = None
+        self._chunks: deque[Chunk] = deque()
         self._buffered = 0
         self._reading_paused = False
         self._readable = asyncio.Event()
@@ -68,9 +81,25 @@ class TargetStream(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
 
-    def data_received(self, data: bytes) -> None:
-        self._chunks.append(data)
-        self._buffered += len(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._filling is None:  # the last one became a chunk
+            # Uninitialised memory: the read overwrites it (a bytearray would be zeroed first).
+            self._filling = np.empty(HEADROOM + READ_SIZE, dtype=np.uint8).data
+        return self._filling[HEADROOM:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        filling = cast(memoryview, self._filling)
+        chunk: Chunk
+        if nbytes < READ_SIZE // 4:
+            # A small read is copied into a buffer of its size (many of them then hold
+            # little) and the read buffer is used again.
+            chunk = bytearray(HEADROOM + nbytes)
+            chunk[HEADROOM:] = filling[HEADROOM : HEADROOM + nbytes]
+        else:
+            chunk = filling[: HEADROOM + nbytes]
+            self._filling = None
+        self._chunks.append(chunk)
+        self._buffered += nbytes
         if self._buffered >= HIGH_WATER and not self._reading_paused and self._transport:
             self._reading_paused = True
             self._transport.pause_reading()
@@ -94,19 +123,19 @@ class TargetStream(asyncio.Protocol):
         self._writable.set()
 
     # -- use -----------------------------------------------------------------------------------
-    async def read(self) -> bytes:
-        """The next chunk the target sent; ``b""`` once it hung up."""
+    async def read(self) -> Chunk:
+        """The next chunk the target sent (after :data:`HEADROOM`); empty once it hung up."""
         while not self._chunks:
             if self._eof:
-                return b""
+                return bytearray()
             self._readable.clear()
             await self._readable.wait()
-        data = self._chunks.popleft()
-        self._buffered -= len(data)
+        chunk = self._chunks.popleft()
+        self._buffered -= len(chunk) - HEADROOM
         if self._reading_paused and self._buffered < HIGH_WATER // 2 and self._transport:
             self._reading_paused = False
             self._transport.resume_reading()
-        return data
+        return chunk
 
     async def write(self, data: Payload) -> None:
         """Write ``data``, waiting while the target's socket is above its high-water mark."""
@@ -160,15 +189,25 @@ class TcpChannel:
     async def _upstream(self) -> None:
         """Target → server, limited by the credit the server grants."""
         try:
-            while data := await self._target.read():
-                await self._send(data)
+            while chunk := await self._target.read():
+                await self._send(chunk)
         except (ConnectionError, OSError):
             pass
         if not self._closed:
             await self.close(*await self._target_end())
 
-    async def _send(self, data: bytes) -> None:
-        view = memoryview(data)
+    async def _send(self, chunk: Chunk) -> None:
+        size = len(chunk) - HEADROOM
+        if self._link.frames_in_place and self._link.connection.whole_frame_possible(size):
+            # One frame built where the chunk lies, once the credit covers all of it.
+            while not self._closed:
+                self._credit.clear()
+                if await self._link.send_chunk(self.channel_id, chunk):
+                    return
+                await self._credit.wait()
+            return
+        # Through the connection, copied into frames, as much as the credit allows at a time.
+        view = memoryview(chunk)[HEADROOM:]
         while view and not self._closed:
             taken = self._link.connection.send_data(self.channel_id, view)
             if taken:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from relay.wsframes import HEADROOM, FrameWriter
 from wire.connection import (
     CancelReceived,
     ChannelClosed,
@@ -24,7 +25,7 @@ from wire.connection import (
     WireEvent,
 )
 from wire.errors import ChannelCloseCode, ErrorCode, OpError
-from wire.frames import Payload
+from wire.frames import HEADER, Payload
 from wire.ids import ChannelId, RequestId
 from wire.messages import Request
 
@@ -54,10 +55,16 @@ class ServerLink:
     """One live connection to the server, seen from the relay."""
 
     def __init__(
-        self, connection: Connection, send: SendFrame, dispatch: Dispatch, max_concurrency: int
+        self,
+        connection: Connection,
+        send: SendFrame,
+        dispatch: Dispatch,
+        max_concurrency: int,
+        frames: FrameWriter | None = None,
     ) -> None:
         self.connection = connection
         self._send = send
+        self._frames = frames
         self._dispatch = dispatch
         self._pool = asyncio.Semaphore(max_concurrency)
         self._write_lock = asyncio.Lock()
@@ -71,6 +78,28 @@ class ServerLink:
         async with self._write_lock:
             for frame in self.connection.data_to_send():
                 await self._send(frame)
+
+    @property
+    def frames_in_place(self) -> bool:
+        """Whether :meth:`send_chunk` can send (the connection frames chunks in place)."""
+        return self._frames is not None
+
+    async def send_chunk(self, channel_id: ChannelId, chunk: bytearray | memoryview) -> bool:
+        """Send a target chunk (data after :data:`HEADROOM`) as one DATA frame, in place.
+
+        False, and nothing sent, when the link cannot frame in place (:attr:`frames_in_place`)
+        or the channel's credit does not cover the whole chunk yet.
+        """
+        if self._frames is None:
+            return False
+        async with self._write_lock:
+            for frame in self.connection.data_to_send():
+                await self._send(frame)
+            if not self.connection.data_in_place(channel_id, chunk, HEADROOM):
+                return False
+            self._frames.write_binary(chunk, HEADROOM - HEADER.size)
+        await self._frames.drain()
+        return True
 
     async def send_event(self, name: str, data: dict[str, Any]) -> None:
         if self.closed:

@@ -14,6 +14,7 @@ from relay import __version__
 from relay.config import RelayConfig
 from relay.handlers import Handlers
 from relay.link import ServerLink
+from relay.wsframes import AiohttpFrames
 from wire.connection import Connection, Role, WelcomeReceived
 from wire.errors import CloseCode, ProtocolError
 from wire.messages import PROTOCOL_VERSION, SUBPROTOCOL, Hello, Welcome
@@ -99,7 +100,11 @@ class RelayWorker:
         )
         connection.send_hello(await self._hello())
         link = ServerLink(
-            connection, _sender(ws), self.handlers.dispatch, self.config.max_concurrency
+            connection,
+            _sender(ws),
+            self.handlers.dispatch,
+            self.config.max_concurrency,
+            AiohttpFrames.of(ws),
         )
         await link.flush()
         welcome = await self._await_welcome(ws, connection)

@@ -291,6 +291,35 @@ class Connection:
         window.send_credit -= taken
         return taken
 
+    def data_in_place(
+        self, channel_id: ChannelId, buffer: bytearray | memoryview, start: int
+    ) -> bool:
+        """Make ``buffer[start - 5:]`` the DATA frame of the payload ``buffer[start:]``.
+
+        The header is written into the 5 bytes before ``start``; nothing is queued. All or
+        nothing: False, and nothing changed, when the channel's credit or the frame size limit
+        does not allow the whole payload. The caller writes the frame right after whatever
+        :meth:`data_to_send` returned, before anything else is queued.
+        """
+        window = self._channels.get(channel_id)
+        size = len(buffer) - start
+        if window is None or size > window.send_credit or size > self.max_payload:
+            return False
+        if start < HEADER.size:
+            raise ValueError("no room for the DATA header")
+        HEADER.pack_into(buffer, start - HEADER.size, FrameKind.DATA, channel_id)
+        window.send_credit -= size
+        return True
+
+    def whole_frame_possible(self, size: int) -> bool:
+        """Whether a sender waiting for credit will be able to send ``size`` bytes as one frame.
+
+        A receiver holds back less than a quarter of its window (:meth:`consumed`), and windows
+        only grow, so once the peer has taken everything, the credit is back above three
+        quarters of the window.
+        """
+        return size <= min(self.max_payload, self.window * 3 // 4)
+
     def consumed(self, channel_id: ChannelId, size: int) -> None:
         """The local consumer took ``size`` received bytes: grant them back in batches."""
         window = self._channels.get(channel_id)

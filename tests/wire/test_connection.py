@@ -39,7 +39,14 @@ from wire.errors import (
     OpError,
     ProtocolError,
 )
-from wire.frames import CloseFrame, CreditFrame, DataFrame, decode_frame, encode_frame
+from wire.frames import (
+    HEADER,
+    CloseFrame,
+    CreditFrame,
+    DataFrame,
+    decode_frame,
+    encode_frame,
+)
 from wire.ids import ChannelId, RelayId, RequestId
 from wire.messages import (
     Cancel,
@@ -613,6 +620,44 @@ def test_send_data_of_nothing_sends_nothing():
     server, _ = with_channel()
     assert server.send_data(CH, b"") == 0
     assert server.data_to_send() == []
+
+
+def test_data_in_place_is_the_same_frame_and_takes_the_credit_whole_or_not_at_all():
+    server, relay = with_channel(window=100)
+    room = HEADER.size + 3
+    buffer = bytearray(room) + b"RFB 003.008\n"
+    assert server.data_in_place(CH, buffer, room)
+    assert server.data_to_send() == []  # nothing queued: the caller writes the frame
+    assert bytes(buffer[3:]) == data(CH, b"RFB 003.008\n")
+    assert relay.receive_bytes(bytes(buffer[3:])) == [ChannelData(CH, b"RFB 003.008\n")]
+    assert server.send_window(CH) == 88
+    too_big = bytearray(room) + bytes(89)
+    assert not server.data_in_place(CH, too_big, room)  # 89 > 88: nothing taken
+    assert too_big == bytearray(room) + bytes(89) and server.send_window(CH) == 88
+    assert not server.data_in_place(ChannelId(3), bytearray(room) + b"x", room)
+    with pytest.raises(ValueError, match="no room"):
+        server.data_in_place(CH, bytearray(b"abc"), 2)
+
+
+def test_data_in_place_respects_the_frame_size_limit():
+    server, _ = with_channel(max_payload=4, window=100)
+    assert not server.data_in_place(CH, bytearray(HEADER.size) + b"abcde", HEADER.size)
+    assert server.data_in_place(CH, bytearray(HEADER.size) + b"abcd", HEADER.size)
+
+
+def test_a_whole_frame_is_possible_up_to_three_quarters_of_the_window():
+    assert with_channel(window=1024)[0].whole_frame_possible(768)
+    assert not with_channel(window=1024)[0].whole_frame_possible(769)
+    # What a receiver that took everything still holds back (less than a quarter) leaves a
+    # waiting sender at least three quarters of the window.
+    for pieces in ([1024], [769, 255], [512, 500, 12], [1] * 1024):
+        server, relay = with_channel(window=1024)
+        assert server.send_data(CH, bytes(1024)) == 1024
+        deliver(server, relay)
+        for piece in pieces:
+            relay.consumed(CH, piece)
+        deliver(relay, server)
+        assert server.send_window(CH) >= 768, pieces
 
 
 def test_consumed_grants_credit_in_quarter_window_batches():

@@ -158,6 +158,9 @@ class Connection:
         self.role = role
         self.max_text = max_text
         self.max_payload = max_payload
+        # The largest payload this end sends: a relay lowers it to the server's
+        # ``welcome.max_frame``, the limit the server reads frames with.
+        self.max_send_payload = max_payload
         self.window = window
         self.phase = Phase.HANDSHAKE
         self._hello_seen = False
@@ -286,8 +289,8 @@ class Connection:
             return 0
         taken = min(len(payload), window.send_credit)
         header = HEADER.pack(FrameKind.DATA, channel_id)
-        for start in range(0, taken, self.max_payload):
-            self._out.append(header + payload[start : min(start + self.max_payload, taken)])
+        for start in range(0, taken, self.max_send_payload):
+            self._out.append(header + payload[start : min(start + self.max_send_payload, taken)])
         window.send_credit -= taken
         return taken
 
@@ -303,7 +306,7 @@ class Connection:
         """
         window = self._channels.get(channel_id)
         size = len(buffer) - start
-        if window is None or size > window.send_credit or size > self.max_payload:
+        if window is None or size > window.send_credit or size > self.max_send_payload:
             return False
         if start < HEADER.size:
             raise ValueError("no room for the DATA header")
@@ -318,7 +321,7 @@ class Connection:
         only grow, so once the peer has taken everything, the credit is back above three
         quarters of the window.
         """
-        return size <= min(self.max_payload, self.window * 3 // 4)
+        return size <= min(self.max_send_payload, self.window * 3 // 4)
 
     def consumed(self, channel_id: ChannelId, size: int) -> None:
         """The local consumer took ``size`` received bytes: grant them back in batches."""
@@ -373,6 +376,7 @@ class Connection:
             self._hello_seen = True
             return HelloReceived(message)
         if self.role is Role.RELAY and isinstance(message, Welcome) and self._hello_sent:
+            self.max_send_payload = min(self.max_payload, message.max_frame)
             self.phase = Phase.OPEN
             return WelcomeReceived(message)
         if self.role is Role.SERVER and isinstance(message, Hello):

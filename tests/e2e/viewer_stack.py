@@ -191,13 +191,16 @@ def capture(display: str) -> np.ndarray:
 
 @contextlib.asynccontextmanager
 async def viewer_stack(
-    workdir: Path, relay_env: Mapping[str, str] | None = None
+    workdir: Path,
+    relay_env: Mapping[str, str] | None = None,
+    server_settings: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[ViewerStack]:
-    """Server (with its real inventory) + relay (``relay_env`` added to its environment)."""
+    """Server (with its real inventory; ``server_settings`` override its ``Settings``) + relay
+    (``relay_env`` added to its environment)."""
     seed = await seed_database(workdir / "data")
     tracker = ProcessTracker(workdir / "processes")
     env = dict(relay_env or {})
-    async with inprocess_server(seed) as (app, url):
+    async with inprocess_server(seed, **(server_settings or {})) as (app, url):
         relay = _start_relay(tracker, seed, url, env)
         stack = ViewerStack(app, url, seed, tracker, relay, relay_env=env)
         try:

@@ -147,6 +147,26 @@ async def test_rfb_through_the_server_shows_exactly_the_xvfb_screen(
     await wait_until(lambda: settled(stack), 5, "the viewer to be released")
 
 
+async def test_a_server_that_takes_small_frames_gets_only_frames_it_takes(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # The server announces its frame limit in `welcome.max_frame`; 16 KiB is far below what
+    # the relay reads from x11vnc at once (256 KiB).
+    limit = {"max_channel_frame": 16 * 1024}
+    async with viewer_stack(tmp_path_factory.mktemp("small"), server_settings=limit) as small:
+        desktop = await small.start_desktop(paint=True)
+        link = small.hub.get(small.relay_id)
+        client = await open_viewer(small.socket_url(desktop))
+        frame = await full_frame(client)
+        expected = await asyncio.to_thread(capture, desktop.display)
+        await client.close()
+        frame, expected = (without_cursor(image, desktop.display) for image in (frame, expected))
+        assert np.array_equal(frame, expected), "the framebuffer differs from the Xvfb capture"
+        # The relay's link was never dropped for an oversized frame.
+        assert small.hub.is_connected(small.relay_id)
+        assert small.hub.get(small.relay_id) is link
+
+
 @pytest.mark.parametrize(
     ("case", "code"),
     [

@@ -645,6 +645,22 @@ def test_data_in_place_respects_the_frame_size_limit():
     assert server.data_in_place(CH, bytearray(HEADER.size) + b"abcd", HEADER.size)
 
 
+def test_a_relay_sends_no_payload_over_the_servers_welcome_max_frame():
+    server = Connection(Role.SERVER, max_payload=4)
+    relay = Connection(Role.RELAY)  # reads frames of up to 1 MiB itself
+    relay.send_hello(HELLO)
+    deliver(relay, server)
+    server.accept(Welcome(RelayId("relay_1"), 10.0, 4))
+    deliver(server, relay)
+    server.open_channel(CH)
+    relay.open_channel(CH)
+    assert relay.send_data(CH, b"abcdefghij") == 10
+    assert [len(f.payload) for f in frames(relay)] == [4, 4, 2]
+    assert not relay.data_in_place(CH, bytearray(HEADER.size) + b"abcde", HEADER.size)
+    assert not relay.whole_frame_possible(5) and relay.whole_frame_possible(4)
+    assert relay.max_payload == 1024 * 1024  # what it accepts is still its own limit
+
+
 def test_a_whole_frame_is_possible_up_to_three_quarters_of_the_window():
     assert with_channel(window=1024)[0].whole_frame_possible(768)
     assert not with_channel(window=1024)[0].whole_frame_possible(769)

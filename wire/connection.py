@@ -158,9 +158,11 @@ class Connection:
         self.role = role
         self.max_text = max_text
         self.max_payload = max_payload
-        # The largest payload this end sends: a relay lowers it to the server's
-        # ``welcome.max_frame``, the limit the server reads frames with.
+        # The largest payload this end sends: for a relay, the server's ``welcome.max_frame``
+        # (the limit the server reads frames with) once welcomed.
         self.max_send_payload = max_payload
+        # The largest text frame this end sends: for a relay, the server's ``welcome.max_text``.
+        self.max_send_text = max_text
         self.window = window
         self.phase = Phase.HANDSHAKE
         self._hello_seen = False
@@ -217,9 +219,23 @@ class Connection:
         return request_id
 
     def send_result(self, request_id: RequestId, result: Any) -> None:
-        """Answer a received request successfully (dropped if it was cancelled)."""
-        if self._finish_incoming(request_id):
-            self._send(Response(request_id, True, result=result))
+        """Answer a received request successfully (dropped if it was cancelled).
+
+        An answer larger than the peer reads (:attr:`max_send_text`) would make the peer close
+        the whole connection; it is answered with a ``limit_reached`` error instead.
+        """
+        if not self._finish_incoming(request_id):
+            return
+        text = encode_message(Response(request_id, True, result=result))
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        if size > self.max_send_text:
+            message = (
+                f"the answer is {size:,} bytes, over the {self.max_send_text:,}-byte message "
+                "limit of the relay connection"
+            )
+            error = OpError(ErrorCode.LIMIT_REACHED, message)
+            text = encode_message(Response(request_id, False, error=error.to_dict()))
+        self._out.append(text)
 
     def send_error(self, request_id: RequestId, error: OpError) -> None:
         """Answer a received request with an error (dropped if it was cancelled)."""
@@ -376,7 +392,8 @@ class Connection:
             self._hello_seen = True
             return HelloReceived(message)
         if self.role is Role.RELAY and isinstance(message, Welcome) and self._hello_sent:
-            self.max_send_payload = min(self.max_payload, message.max_frame)
+            self.max_send_payload = message.max_frame
+            self.max_send_text = message.max_text
             self.phase = Phase.OPEN
             return WelcomeReceived(message)
         if self.role is Role.SERVER and isinstance(message, Hello):

@@ -41,6 +41,8 @@ class Welcome:
     relay_id: RelayId
     heartbeat_s: float
     max_frame: int
+    # The largest text frame the server reads (absent from older servers: the default).
+    max_text: int = DEFAULT_MAX_TEXT
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ def _parse_welcome(obj: dict[str, Any]) -> Welcome:
         relay_id=RelayId(_require(obj, "relay_id", str)),
         heartbeat_s=float(_positive(obj, "heartbeat_s", (int, float))),
         max_frame=_positive(obj, "max_frame", int),
+        max_text=_positive(obj, "max_text", int) if "max_text" in obj else DEFAULT_MAX_TEXT,
     )
 
 
@@ -222,6 +225,7 @@ def to_dict(message: Message) -> dict[str, Any]:
                 "relay_id": message.relay_id,
                 "heartbeat_s": message.heartbeat_s,
                 "max_frame": message.max_frame,
+                "max_text": message.max_text,
             }
         case Request():
             return {

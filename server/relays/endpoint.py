@@ -107,7 +107,9 @@ async def _serve(
     )
     link.capabilities = frozenset(hello.hello.capabilities)
     link.close_transport = lambda code, reason: _close(websocket, code, reason)
-    connection.accept(Welcome(relay_id, settings.heartbeat_s, settings.max_channel_frame))
+    connection.accept(
+        Welcome(relay_id, settings.heartbeat_s, settings.max_channel_frame, settings.max_text_frame)
+    )
     await link.flush()
     await hub.register(link, hello.hello)
     log.info("relay %s connected (version %s)", relay_id, hello.hello.relay_version)

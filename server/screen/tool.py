@@ -122,7 +122,16 @@ class ScreenTool:
         args = dict(request.relay_args)
         if request.desktop_session_id is not None:
             args["desktop_session_id"] = request.desktop_session_id
-        result = await self._relay(caller, request, args)
+        try:
+            result = await self._relay(caller, request, args)
+        except OpError as err:
+            if err.code is ErrorCode.LIMIT_REACHED:
+                message = (
+                    f"{err.message}: this screenshot is too large to carry; a smaller desktop "
+                    "geometry, or a larger RELAYDESK_MAX_TEXT_FRAME on the server, fits it"
+                )
+                raise OpError(err.code, message, err.details) from None
+            raise
         # A PNG screenshot is its own capture; other formats come with the capture's PNG.
         image = result.get("image") if result.get("format") == "png" else None
         capture = Capture.from_wire(result.get("capture"), image)

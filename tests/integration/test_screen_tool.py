@@ -19,6 +19,7 @@ import pytest_asyncio
 from PIL import Image
 from Xlib import XK, X, display
 
+from tests.e2e.viewer_stack import viewer_stack
 from tests.support.processes import ProcessTracker, scaled
 from tests.support.stack import Seed, inprocess_server, seed_database, start_relay, wait_until
 from tests.support.xrecorder import XRecorder
@@ -387,3 +388,30 @@ async def test_a_desktop_that_stopped_after_the_screenshot_gets_no_input(stack):
         expected_screen_revision=shot["screen_revision"],
     )
     _error(status, body, "not_running", 409)
+
+
+async def test_a_screenshot_over_the_servers_text_limit_is_refused_and_the_relay_stays(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    import httpx
+
+    limit = {"max_text_frame": 8 * 1024}  # a painted 1280x800 PNG is larger
+    async with viewer_stack(tmp_path_factory.mktemp("text-limit"), server_settings=limit) as small:
+        desktop = await small.start_desktop(paint=True)
+        link = small.hub.get(small.relay_id)
+        headers = {"Authorization": f"Bearer {small.seed.api_token}"}
+        body = {"conversation_id": small.seed.conversation_id, "action": "screenshot"}
+        async with httpx.AsyncClient(base_url=small.url, timeout=scaled(30)) as client:
+            response = await client.post("/api/v1/actions/screen", json=body, headers=headers)
+            size = {**body, "action": "screen_size"}
+            after = await client.post("/api/v1/actions/screen", json=size, headers=headers)
+        assert response.status_code == 409, response.text[:300]
+        error = response.json()["error"]
+        assert error["code"] == "limit_reached"
+        assert "over the 8,192-byte message limit" in error["message"]
+        assert "RELAYDESK_MAX_TEXT_FRAME" in error["message"]
+        # The relay's connection (and whatever else it carries) was never dropped.
+        assert small.hub.get(small.relay_id) is link
+        assert after.status_code == 200, after.text[:300]
+        assert (after.json()["width"], after.json()["height"]) == (1280, 800)
+        assert desktop.desktop_session_id

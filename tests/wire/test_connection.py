@@ -83,8 +83,10 @@ def connected(**options: Any) -> tuple[Connection, Connection]:
     relay = Connection(Role.RELAY, **options)
     relay.send_hello(HELLO)
     assert deliver(relay, server) == [HelloReceived(HELLO)]
-    server.accept(WELCOME)
-    assert deliver(server, relay) == [WelcomeReceived(WELCOME)]
+    # The server announces the limits it reads with, as the real one does.
+    welcome = Welcome(WELCOME.relay_id, WELCOME.heartbeat_s, server.max_payload, server.max_text)
+    server.accept(welcome)
+    assert deliver(server, relay) == [WelcomeReceived(welcome)]
     return server, relay
 
 
@@ -659,6 +661,35 @@ def test_a_relay_sends_no_payload_over_the_servers_welcome_max_frame():
     assert not relay.data_in_place(CH, bytearray(HEADER.size) + b"abcde", HEADER.size)
     assert not relay.whole_frame_possible(5) and relay.whole_frame_possible(4)
     assert relay.max_payload == 1024 * 1024  # what it accepts is still its own limit
+
+
+def test_an_answer_over_the_servers_text_limit_is_an_error_and_the_link_stays_up():
+    server = Connection(Role.SERVER, max_text=300)
+    relay = Connection(Role.RELAY)  # its own limit is larger
+    relay.send_hello(HELLO)
+    deliver(relay, server)
+    server.accept(Welcome(RelayId("relay_1"), 10.0, 1024, max_text=300))
+    deliver(server, relay)
+    big, small = server.send_request("screen.screenshot"), server.send_request("screen.size")
+    [_, _] = deliver(server, relay)
+    relay.send_result(big, {"image": "A" * 400})
+    relay.send_result(small, {"width": 1280, "height": 800})
+    too_big, fine = deliver(relay, server)  # the server never sees more than it reads
+    assert isinstance(too_big, ResponseReceived) and not too_big.response.ok
+    error = too_big.response.error or {}
+    assert error["code"] == "limit_reached"
+    assert "over the 300-byte message limit" in error["message"]
+    assert isinstance(fine, ResponseReceived) and fine.response.result == {
+        "width": 1280,
+        "height": 800,
+    }
+    assert phase(server) is Phase.OPEN and phase(relay) is Phase.OPEN
+    # Non-ASCII text is measured in the bytes it takes on the wire.
+    wide = server.send_request("clipboard.get")
+    deliver(server, relay)
+    relay.send_result(wide, {"text": "☃" * 90})  # 90 characters, 270 bytes of snowmen
+    [answer] = deliver(relay, server)
+    assert isinstance(answer, ResponseReceived) and not answer.response.ok
 
 
 def test_a_whole_frame_is_possible_up_to_three_quarters_of_the_window():

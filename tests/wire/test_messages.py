@@ -50,8 +50,9 @@ VECTORS: list[tuple[Message, str]] = [
         '{"type":"hello","protocol":1,"relay_version":"0.1.0","capabilities":[],"desktops":[]}',
     ),
     (
-        Welcome(relay_id=RelayId("relay_1"), heartbeat_s=10.0, max_frame=1048576),
-        '{"type":"welcome","relay_id":"relay_1","heartbeat_s":10.0,"max_frame":1048576}',
+        Welcome(relay_id=RelayId("relay_1"), heartbeat_s=10.0, max_frame=1048576, max_text=65536),
+        '{"type":"welcome","relay_id":"relay_1","heartbeat_s":10.0,"max_frame":1048576,'
+        '"max_text":65536}',
     ),
     (
         Request(
@@ -158,8 +159,9 @@ def test_error_response_from_op_error():
         ('{"type":"res","id":"a","ok":true}', Response(RequestId("a"), True, None)),
         ('{"type":"event","name":"n"}', Event("n", {})),
         (
+            # a server that does not announce max_text: the default limit
             '{"type":"welcome","relay_id":"r","heartbeat_s":5,"max_frame":9}',
-            Welcome(RelayId("r"), 5.0, 9),
+            Welcome(RelayId("r"), 5.0, 9, 16 * 1024 * 1024),
         ),
         # unknown fields are ignored (forward compatibility within v1)
         ('{"type":"cancel","id":"a","extra":[1,2]}', Cancel(RequestId("a"))),
@@ -269,6 +271,9 @@ REQ = {"id": "a", "op": "ping"}
         _obj("welcome", **{**WELCOME, "heartbeat_s": None}),
         _obj("welcome", **{**WELCOME, "max_frame": 1.5}),
         _obj("welcome", **{**WELCOME, "max_frame": False}),
+        _obj("welcome", **{**WELCOME, "max_text": 0}),
+        _obj("welcome", **{**WELCOME, "max_text": "65536"}),
+        _obj("welcome", **{**WELCOME, "max_text": None}),
         _obj("welcome", relay_id="r", heartbeat_s=10),
         # req
         _obj("req", op="ping"),
@@ -410,6 +415,7 @@ welcomes = st.builds(
     relay_id=st.text(max_size=40).map(RelayId),
     heartbeat_s=st.floats(0.001, 1e6),
     max_frame=st.integers(1, 2**40),
+    max_text=st.integers(1, 2**40),
 )
 requests = st.builds(
     Request,

@@ -89,9 +89,10 @@ class AiohttpFrames:
     then sends through ``send_bytes`` (copying).
     """
 
-    def __init__(self, transport: Any, protocol: Any) -> None:
-        self._transport = transport
-        self._protocol = protocol
+    def __init__(self, writer: Any) -> None:
+        self._writer = writer
+        self._transport = writer.transport
+        self._protocol = writer.protocol
 
     @classmethod
     def of(cls, ws: Any) -> AiohttpFrames | None:
@@ -102,10 +103,11 @@ class AiohttpFrames:
             return None
         if getattr(writer, "compress", 0):
             return None  # compressed links need aiohttp's framing
-        return cls(transport, protocol)
+        return cls(writer)
 
     def write_binary(self, buffer: bytearray | memoryview, start: int) -> None:
-        if self._transport.is_closing():
+        # After aiohttp sent its close frame (``_closing``), no data frame may follow it.
+        if self._transport.is_closing() or getattr(self._writer, "_closing", False):
             raise ConnectionResetError("the server connection is closing")
         begin = frame_in_place(buffer, start)
         self._transport.write(memoryview(buffer)[begin:])

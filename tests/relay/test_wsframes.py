@@ -98,6 +98,10 @@ async def test_frames_written_beside_aiohttps_own_arrive_whole_and_in_order(echo
         expected = ["first"] + [m for chunk in chunks for m in (chunk, b"between")]
         for message in expected:
             assert await asyncio.wait_for(received.get(), 10) == message
-        await ws.close()
+        closing = asyncio.create_task(ws.close())
+        await asyncio.sleep(0)  # aiohttp has sent its close frame: nothing may follow it
         with pytest.raises(ConnectionResetError):
             frames.write_binary(bytearray(HEADROOM) + b"late", HEADROOM)
+        await closing
+        with pytest.raises(ConnectionResetError):
+            frames.write_binary(bytearray(HEADROOM) + b"later", HEADROOM)

@@ -116,6 +116,8 @@ class RelayWorker:
         self.link = link
         self.connected.set()
         log.info("connected to %s", self.config.server_url)
+        # Told to stop (SIGTERM): close the connection, which ends the receive loop below.
+        closer = asyncio.create_task(self._close_when_stopping(ws), name="close-on-stop")
         try:
             while (events := _receive(connection, await ws.receive(silence_s))) is not None:
                 await link.handle(events)
@@ -123,11 +125,17 @@ class RelayWorker:
             log.error("server broke the protocol: %s", err.message)
             await ws.close(code=err.close_code, message=err.message.encode()[:120])
         finally:
+            closer.cancel()
             self.connected.clear()
             self.link = None
             await link.shutdown()
         self._after_close(ws)
         return True
+
+    async def _close_when_stopping(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        await self._stopping.wait()
+        log.info("stopping: closing the connection to the server")
+        await ws.close(code=CloseCode.GOING_AWAY, message=b"relay stopping")
 
     async def _hello(self) -> Hello:
         return Hello(

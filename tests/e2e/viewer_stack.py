@@ -210,7 +210,9 @@ async def viewer_stack(
             for desktop in stack.desktops:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(stack.stop_desktop(desktop), 10)
-            tracker.cleanup()
+            # Off the loop: the relay closes its connection to this server as it stops, and
+            # every other in-process server on this loop keeps answering its own relay.
+            await asyncio.to_thread(tracker.cleanup)
             await stop_desktops_in(seed.data_dir / "relay-state")
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from pathlib import Path
 
+import httpx
 import pytest
 
+from relay.desktops.process import group_exists
 from server.db.store import Store
 from tests.support.processes import ProcessFactory, scaled
 from tests.support.stack import (
@@ -140,3 +143,32 @@ async def test_200_concurrent_requests_over_one_connection_are_all_answered(
         )
         assert [answer["echo"] for answer in answers] == list(range(200))
         assert app.state.hub.get(relay_id).connection.pending_requests == 0
+
+
+async def test_a_relay_told_to_stop_closes_its_connection_and_its_desktops(
+    seed: Seed, process_factory: ProcessFactory
+) -> None:
+    server = await start_server(process_factory, seed)
+    env = {"RELAYDESK_DESKTOP_APPS": ",", "RELAYDESK_WINDOW_MANAGER": "true"}
+    relay = start_relay(
+        process_factory, seed, server.url, extra_args=("--stop-desktops-on-exit",), env=env
+    )
+    await wait_until(lambda: server.relays_connected() == 1, 20, "the relay to connect")
+    headers = {"Authorization": f"Bearer {seed.api_token}"}
+    async with httpx.AsyncClient(base_url=server.url, timeout=scaled(60)) as http:
+        started = await http.post(
+            "/api/v1/actions/desktop_start",
+            json={"conversation_id": seed.conversation_id, "geometry": "800x600"},
+            headers=headers,
+        )
+    assert started.status_code == 200, started.text
+    state = json.loads((seed.data_dir / "relay-state" / "desktops.json").read_text())
+    groups = [p["pgid"] for record in state["desktops"] for p in record["processes"]]
+    assert groups and all(group_exists(pgid) for pgid in groups)
+
+    # SIGTERM (what a service manager sends): the relay leaves on its own, it is not killed.
+    assert await asyncio.to_thread(relay.terminate, 10) == 0
+    log = relay.log_text()
+    assert "relay stopped" in log and "fell silent" not in log
+    assert server.relays_connected() == 0  # told, not left to find out by liveness
+    assert not any(group_exists(pgid) for pgid in groups), "its desktops were left running"

@@ -143,6 +143,8 @@ class RelayWorker:
             relay_version=__version__,
             capabilities=tuple(self.handlers.capabilities()),
             desktops=tuple(await self.handlers.desktop_rows()),
+            max_frame=self.config.max_frame,
+            max_text=self.config.max_text,
         )
 
     async def _await_welcome(

@@ -158,10 +158,9 @@ class Connection:
         self.role = role
         self.max_text = max_text
         self.max_payload = max_payload
-        # The largest payload this end sends: for a relay, the server's ``welcome.max_frame``
-        # (the limit the server reads frames with) once welcomed.
+        # The largest payload and text frame this end sends: what the peer announced it reads
+        # (``hello.max_frame``/``max_text`` from a relay, ``welcome.…`` from the server).
         self.max_send_payload = max_payload
-        # The largest text frame this end sends: for a relay, the server's ``welcome.max_text``.
         self.max_send_text = max_text
         self.window = window
         self.phase = Phase.HANDSHAKE
@@ -390,6 +389,8 @@ class Connection:
                     f"unsupported protocol {message.protocol}", CloseCode.UNSUPPORTED_PROTOCOL
                 )
             self._hello_seen = True
+            self.max_send_payload = message.max_frame
+            self.max_send_text = message.max_text
             return HelloReceived(message)
         if self.role is Role.RELAY and isinstance(message, Welcome) and self._hello_sent:
             self.max_send_payload = message.max_frame

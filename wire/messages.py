@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from wire import jsontext
 from wire.errors import CloseCode, FrameTooLarge, ProtocolError
+from wire.frames import DEFAULT_MAX_PAYLOAD
 from wire.ids import RelayId, RequestId
 
 PROTOCOL_VERSION: Final = 1
@@ -32,6 +33,10 @@ class Hello:
     relay_version: str
     capabilities: tuple[str, ...] = ()
     desktops: tuple[dict[str, Any], ...] = ()
+    # The largest binary frame payload and text frame the relay reads (absent from older
+    # relays: the defaults).
+    max_frame: int = DEFAULT_MAX_PAYLOAD
+    max_text: int = DEFAULT_MAX_TEXT
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,8 @@ def _parse_hello(obj: dict[str, Any]) -> Hello:
         relay_version=_require(obj, "relay_version", str),
         capabilities=tuple(caps),
         desktops=tuple(desktops),
+        max_frame=_optional_positive(obj, "max_frame", DEFAULT_MAX_PAYLOAD),
+        max_text=_optional_positive(obj, "max_text", DEFAULT_MAX_TEXT),
     )
 
 
@@ -125,12 +132,17 @@ def _positive(obj: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> A
     return value
 
 
+def _optional_positive(obj: dict[str, Any], key: str, default: int) -> int:
+    """A positive integer field that older peers leave out."""
+    return int(_positive(obj, key, int)) if key in obj else default
+
+
 def _parse_welcome(obj: dict[str, Any]) -> Welcome:
     return Welcome(
         relay_id=RelayId(_require(obj, "relay_id", str)),
         heartbeat_s=float(_positive(obj, "heartbeat_s", (int, float))),
         max_frame=_positive(obj, "max_frame", int),
-        max_text=_positive(obj, "max_text", int) if "max_text" in obj else DEFAULT_MAX_TEXT,
+        max_text=_optional_positive(obj, "max_text", DEFAULT_MAX_TEXT),
     )
 
 
@@ -218,6 +230,8 @@ def to_dict(message: Message) -> dict[str, Any]:
                 "relay_version": message.relay_version,
                 "capabilities": list(message.capabilities),
                 "desktops": list(message.desktops),
+                "max_frame": message.max_frame,
+                "max_text": message.max_text,
             }
         case Welcome():
             return {

@@ -6,6 +6,7 @@ queues is fed to the other.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -81,9 +82,10 @@ def connected(**options: Any) -> tuple[Connection, Connection]:
     """A server and a relay with the handshake done."""
     server = Connection(Role.SERVER, **options)
     relay = Connection(Role.RELAY, **options)
-    relay.send_hello(HELLO)
-    assert deliver(relay, server) == [HelloReceived(HELLO)]
-    # The server announces the limits it reads with, as the real one does.
+    # Each end announces the limits it reads with, as the real ones do.
+    hello = dataclasses.replace(HELLO, max_frame=relay.max_payload, max_text=relay.max_text)
+    relay.send_hello(hello)
+    assert deliver(relay, server) == [HelloReceived(hello)]
     welcome = Welcome(WELCOME.relay_id, WELCOME.heartbeat_s, server.max_payload, server.max_text)
     server.accept(welcome)
     assert deliver(server, relay) == [WelcomeReceived(welcome)]
@@ -690,6 +692,25 @@ def test_an_answer_over_the_servers_text_limit_is_an_error_and_the_link_stays_up
     relay.send_result(wide, {"text": "☃" * 90})  # 90 characters, 270 bytes of snowmen
     [answer] = deliver(relay, server)
     assert isinstance(answer, ResponseReceived) and not answer.response.ok
+
+
+def test_a_server_sends_a_relay_no_more_than_its_hello_says_it_reads():
+    server = Connection(Role.SERVER)  # reads frames of up to 1 MiB itself
+    relay = Connection(Role.RELAY, max_payload=4, max_text=300)
+    relay.send_hello(dataclasses.replace(HELLO, max_frame=4, max_text=300))
+    deliver(relay, server)
+    server.accept(WELCOME)
+    deliver(server, relay)
+    server.open_channel(CH)
+    relay.open_channel(CH)
+    assert server.send_data(CH, b"abcdefghij") == 10
+    assert [len(f.payload) for f in frames(server)] == [4, 4, 2]
+    asked = relay.send_request("session.identity")
+    deliver(relay, server)
+    server.send_result(asked, {"pad": "x" * 400})
+    [answer] = deliver(server, relay)  # an error the relay reads, not a frame it would refuse
+    assert isinstance(answer, ResponseReceived) and not answer.response.ok
+    assert (answer.response.error or {})["code"] == "limit_reached"
 
 
 def test_a_whole_frame_is_possible_up_to_three_quarters_of_the_window():

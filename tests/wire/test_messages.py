@@ -40,14 +40,18 @@ VECTORS: list[tuple[Message, str]] = [
             relay_version="0.1.0",
             capabilities=("session_identity", "virtual_desktop"),
             desktops=({"kind": "virtual", "slot": "main", "desktop_session_id": "ds_1"},),
+            max_frame=65536,
+            max_text=1048576,
         ),
         '{"type":"hello","protocol":1,"relay_version":"0.1.0",'
         '"capabilities":["session_identity","virtual_desktop"],'
-        '"desktops":[{"kind":"virtual","slot":"main","desktop_session_id":"ds_1"}]}',
+        '"desktops":[{"kind":"virtual","slot":"main","desktop_session_id":"ds_1"}],'
+        '"max_frame":65536,"max_text":1048576}',
     ),
     (
         Hello(protocol=1, relay_version="0.1.0"),
-        '{"type":"hello","protocol":1,"relay_version":"0.1.0","capabilities":[],"desktops":[]}',
+        '{"type":"hello","protocol":1,"relay_version":"0.1.0","capabilities":[],"desktops":[],'
+        '"max_frame":1048576,"max_text":16777216}',
     ),
     (
         Welcome(relay_id=RelayId("relay_1"), heartbeat_s=10.0, max_frame=1048576, max_text=65536),
@@ -256,6 +260,10 @@ REQ = {"id": "a", "op": "ping"}
         _obj("hello", **{**HELLO, "protocol": None}),
         _obj("hello", protocol=1),
         _obj("hello", **{**HELLO, "relay_version": 1}),
+        _obj("hello", **{**HELLO, "max_frame": 0}),
+        _obj("hello", **{**HELLO, "max_frame": "1024"}),
+        _obj("hello", **{**HELLO, "max_text": -5}),
+        _obj("hello", **{**HELLO, "max_text": True}),
         _obj("hello", **HELLO, capabilities="audio"),
         _obj("hello", **HELLO, capabilities=["audio", 1]),
         _obj("hello", **HELLO, capabilities=None),
@@ -409,6 +417,8 @@ hellos = st.builds(
     relay_version=st.text(max_size=20),
     capabilities=st.lists(st.text(max_size=20), max_size=6).map(tuple),
     desktops=st.lists(json_objects, max_size=3).map(tuple),
+    max_frame=st.integers(1, 2**40),
+    max_text=st.integers(1, 2**40),
 )
 welcomes = st.builds(
     Welcome,

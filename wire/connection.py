@@ -48,6 +48,9 @@ from wire.messages import (
 )
 
 DEFAULT_WINDOW: Final = 1024 * 1024
+# Frames one send_data call queues at most: a peer that announces a tiny frame limit cannot
+# make one call queue a frame per byte of a window.
+MAX_FRAMES_PER_SEND: Final = 64
 MAX_CREDIT: Final = 1 << 31
 
 
@@ -297,12 +300,14 @@ class Connection:
         """Queue as much of ``payload`` as the credit allows; return the bytes taken.
 
         Each frame is built with a single copy of its slice of ``payload`` (a ``memoryview``
-        lets the caller hand over the rest of a buffer without copying it first).
+        lets the caller hand over the rest of a buffer without copying it first). One call
+        queues at most :data:`MAX_FRAMES_PER_SEND` frames; the caller sends the rest next.
         """
         window = self._channels.get(channel_id)
         if window is None:
             return 0
-        taken = min(len(payload), window.send_credit)
+        most = MAX_FRAMES_PER_SEND * self.max_send_payload
+        taken = min(len(payload), window.send_credit, most)
         header = HEADER.pack(FrameKind.DATA, channel_id)
         for start in range(0, taken, self.max_send_payload):
             self._out.append(header + payload[start : min(start + self.max_send_payload, taken)])

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from wire.connection import (
     DEFAULT_WINDOW,
     MAX_CREDIT,
+    MAX_FRAMES_PER_SEND,
     CancelReceived,
     ChannelClosed,
     ChannelCredit,
@@ -711,6 +712,20 @@ def test_a_server_sends_a_relay_no_more_than_its_hello_says_it_reads():
     [answer] = deliver(server, relay)  # an error the relay reads, not a frame it would refuse
     assert isinstance(answer, ResponseReceived) and not answer.response.ok
     assert (answer.response.error or {})["code"] == "limit_reached"
+
+
+def test_a_peer_announcing_a_tiny_frame_limit_gets_bounded_work_per_send():
+    server = Connection(Role.SERVER)
+    relay = Connection(Role.RELAY)
+    relay.send_hello(dataclasses.replace(HELLO, max_frame=1))  # allowed, if unwise
+    deliver(relay, server)
+    server.accept(WELCOME)
+    deliver(server, relay)
+    server.open_channel(CH)
+    relay.open_channel(CH)
+    assert server.send_data(CH, bytes(100_000)) == MAX_FRAMES_PER_SEND
+    assert len(server.data_to_send()) == MAX_FRAMES_PER_SEND
+    assert server.send_data(CH, bytes(10)) == 10  # the rest goes in the next calls
 
 
 def test_a_whole_frame_is_possible_up_to_three_quarters_of_the_window():

@@ -52,10 +52,28 @@ class RelayWorker:
         attempt = 0
         async with aiohttp.ClientSession() as session:
             while not self._stopping.is_set():
-                welcomed = await self._connect_once(session)
+                welcomed = await self._attempt(session)
                 attempt = 0 if welcomed else attempt + 1
                 if not self._stopping.is_set():
                     await self._wait_backoff(attempt)
+
+    async def _attempt(self, session: aiohttp.ClientSession) -> bool:
+        """One connection. A stop while it is still dialling or in the handshake cancels it (a
+        dial to a server that never answers can wait for minutes); once it serves, it closes
+        the connection itself (:meth:`_close_when_stopping`)."""
+        attempt = asyncio.create_task(self._connect_once(session), name="relay-connection")
+        stopping = asyncio.create_task(self._stopping.wait(), name="relay-stopping")
+        try:
+            await asyncio.wait({attempt, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not attempt.done() and self.link is None:
+                log.info("stopping while connecting: giving up the connection attempt")
+                attempt.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await attempt
+                return False
+            return await attempt
+        finally:
+            stopping.cancel()
 
     async def _wait_backoff(self, attempt: int) -> None:
         base = min(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
+import socket
 from pathlib import Path
 
 import httpx
@@ -172,3 +174,30 @@ async def test_a_relay_told_to_stop_closes_its_connection_and_its_desktops(
     assert "relay stopped" in log and "fell silent" not in log
     assert server.relays_connected() == 0  # told, not left to find out by liveness
     assert not any(group_exists(pgid) for pgid in groups), "its desktops were left running"
+
+
+async def test_a_relay_told_to_stop_while_still_connecting_exits_at_once(
+    seed: Seed, process_factory: ProcessFactory
+) -> None:
+    # A "server" that accepts the TCP connection and never answers the WebSocket upgrade, as
+    # a server behind a stuck proxy would: the relay waits in its connect.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    silent.setblocking(False)
+    held: list[socket.socket] = []  # accepted, never read, never answered
+
+    def dialled() -> bool:
+        with contextlib.suppress(BlockingIOError):
+            held.append(silent.accept()[0])
+        return bool(held)
+
+    try:
+        port = silent.getsockname()[1]
+        relay = start_relay(process_factory, seed, f"http://127.0.0.1:{port}")
+        await wait_until(dialled, 20, "the relay to dial")
+        assert await asyncio.to_thread(relay.terminate, 10) == 0
+        assert "relay stopped" in relay.log_text()
+    finally:
+        for connection in [*held, silent]:
+            connection.close()

@@ -11,23 +11,18 @@ masked copy); on a viewer's stream those copies were the relay's largest cost af
 from __future__ import annotations
 
 import os
-import struct
 from typing import Any, Final, Protocol
 
 import numpy as np
 
 from wire.frames import HEADER
+from wire.websocket import binary_frame_header
 
 # The longest client frame header: 2 bytes, a 64-bit length and the 4-byte mask key.
 MAX_FRAME_HEADER: Final = 14
 # Free bytes a chunk keeps in front of its data: the frame header and the DATA header, placed
 # so that the masked part (DATA header, then data) starts 8-byte aligned in its buffer.
 HEADROOM: Final = 16 + HEADER.size
-_FIN_BINARY: Final = 0x82
-_MASKED: Final = 0x80
-_SHORT: Final = struct.Struct("!BB")
-_MEDIUM: Final = struct.Struct("!BBH")
-_LONG: Final = struct.Struct("!BBQ")
 
 
 def mask_in_place(view: memoryview, mask: bytes) -> None:
@@ -53,13 +48,7 @@ def frame_in_place(buffer: bytearray | memoryview, start: int) -> int:
     The header and the mask key go into the bytes just before ``start`` (at most
     :data:`MAX_FRAME_HEADER` of them); the payload is masked in place.
     """
-    length = len(buffer) - start
-    if length < 126:
-        header = _SHORT.pack(_FIN_BINARY, _MASKED | length)
-    elif length < 65536:
-        header = _MEDIUM.pack(_FIN_BINARY, _MASKED | 126, length)
-    else:
-        header = _LONG.pack(_FIN_BINARY, _MASKED | 127, length)
+    header = binary_frame_header(len(buffer) - start, masked=True)
     mask = os.urandom(4)
     begin = start - 4 - len(header)
     if begin < 0:

@@ -17,25 +17,15 @@ state — is uvicorn's own code.
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
 
+from wire.websocket import binary_frame_header
+
 # Messages received and not yet taken by the application before reading pauses.
 QUEUED_MESSAGES = 4
-_FIN_BINARY = 0x82
-_SHORT, _MEDIUM, _LONG = struct.Struct("!BB"), struct.Struct("!BBH"), struct.Struct("!BBQ")
-
-
-def binary_frame_header(length: int) -> bytes:
-    """The header of an unmasked, final binary frame of ``length`` bytes (RFC 6455 §5.2)."""
-    if length < 126:
-        return _SHORT.pack(_FIN_BINARY, length)
-    if length < 65536:
-        return _MEDIUM.pack(_FIN_BINARY, 126, length)
-    return _LONG.pack(_FIN_BINARY, 127, length)
 
 
 class StreamingWebSocketProtocol(WebSocketsSansIOProtocol):

@@ -16,12 +16,9 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.frames import Frame, Opcode
 
-from server.websocket_protocol import (
-    QUEUED_MESSAGES,
-    StreamingWebSocketProtocol,
-    binary_frame_header,
-)
+from server.websocket_protocol import QUEUED_MESSAGES, StreamingWebSocketProtocol
 from tests.support.processes import free_port, scaled
+from wire.websocket import binary_frame_header
 
 pytestmark = pytest.mark.unit
 

@@ -18,6 +18,7 @@ from websockets.frames import Frame, Opcode
 
 from server.websocket_protocol import QUEUED_MESSAGES, StreamingWebSocketProtocol
 from tests.support.processes import free_port, scaled
+from tests.support.stack import wait_until
 from wire.websocket import binary_frame_header
 
 pytestmark = pytest.mark.unit
@@ -46,9 +47,7 @@ async def digest_echo(websocket: WebSocket) -> None:
                 return
             await asyncio.sleep(0.002)
             if (data := message.get("bytes")) is not None:
-                await websocket.send_bytes(
-                    len(data).to_bytes(4, "big") + hashlib.sha256(data).digest()
-                )
+                await websocket.send_bytes(_digest(data))
             else:
                 await websocket.send_text(message["text"].upper())
     except WebSocketDisconnect:
@@ -76,8 +75,7 @@ async def server_url() -> AsyncIterator[str]:
     )  # fmt: skip
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: server.started, 10, "the server to start")
     try:
         yield f"ws://127.0.0.1:{port}"
     finally:

@@ -151,7 +151,7 @@ async def test_a_server_that_takes_small_frames_gets_only_frames_it_takes(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     # The server announces its frame limit in `welcome.max_frame`; 16 KiB is far below what
-    # the relay reads from x11vnc at once (256 KiB).
+    # the relay reads from x11vnc at once (768 KiB).
     limit = {"max_channel_frame": 16 * 1024}
     async with viewer_stack(tmp_path_factory.mktemp("small"), server_settings=limit) as small:
         desktop = await small.start_desktop(paint=True)

@@ -42,14 +42,14 @@ async def test_a_stream_nobody_reads_stops_reading_its_socket(pair) -> None:
     writer.write(sent)  # far more than the relay may hold for a channel waiting on credit
     await wait_until(lambda: stream._reading_paused, 5, "reading to pause")
     await asyncio.sleep(0.2)  # nothing more is read while paused
-    assert HIGH_WATER <= stream._buffered < HIGH_WATER + 1024 * 1024
+    assert HIGH_WATER <= stream._buffered < HIGH_WATER + READ_SIZE
     assert writer.transport.get_write_buffer_size() > 0  # the rest waits in the sender
 
     received = bytearray()
     while len(received) < len(sent):
         chunk = await stream.read()
         received += chunk[HEADROOM:]  # each chunk keeps room for its frame headers in front
-        assert stream._buffered < HIGH_WATER + 1024 * 1024
+        assert stream._buffered < HIGH_WATER + READ_SIZE
     assert bytes(received) == sent  # everything, in order, once drained
 
 

@@ -13,33 +13,14 @@ from __future__ import annotations
 import os
 from typing import Any, Final, Protocol
 
-import numpy as np
-
 from wire.frames import HEADER
-from wire.websocket import binary_frame_header
+from wire.websocket import binary_frame_header, mask_in_place
 
 # The longest client frame header: 2 bytes, a 64-bit length and the 4-byte mask key.
 MAX_FRAME_HEADER: Final = 14
 # Free bytes a chunk keeps in front of its data: the frame header and the DATA header, placed
 # so that the masked part (DATA header, then data) starts 8-byte aligned in its buffer.
 HEADROOM: Final = 16 + HEADER.size
-
-
-def mask_in_place(view: memoryview, mask: bytes) -> None:
-    """XOR ``view`` with the repeated 4-byte ``mask`` (a writable view, changed in place).
-
-    Whole 8-byte words are done at once from the first aligned one (numpy copies unaligned
-    words through a buffer, which costs as much as the XOR); the bytes around them one by one.
-    """
-    data = np.frombuffer(view, dtype=np.uint8)
-    head = min(-data.ctypes.data % 8, len(data))
-    whole = (len(data) - head) // 8 * 8
-    if whole:
-        words = data[head : head + whole].view(np.uint64)
-        turned = mask[head % 4 :] + mask[: head % 4]
-        np.bitwise_xor(words, np.frombuffer(turned * 2, dtype=np.uint64), out=words)
-    for index in (*range(head), *range(head + whole, len(data))):
-        data[index] ^= mask[index % 4]
 
 
 def frame_in_place(buffer: bytearray | memoryview, start: int) -> int:

@@ -110,9 +110,11 @@ def decode_frame(
     raw_kind, raw_channel = HEADER.unpack_from(data)
     channel_id = ChannelId(raw_channel)
     if raw_kind == FrameKind.DATA:
-        # A view of an immutable frame costs nothing; a mutable buffer is copied once, so the
-        # payload never changes under its reader.
-        if isinstance(data, bytes):
+        # A view of an immutable frame costs nothing; so does one of a read-only view, which a
+        # receiver hands over only for a buffer nobody writes any more (the server's WebSocket
+        # protocol does, for frames it read into their own buffer). A writable buffer is
+        # copied once, so the payload never changes under its reader.
+        if isinstance(data, bytes) or (isinstance(data, memoryview) and data.readonly):
             return DataFrame(channel_id, memoryview(data)[HEADER.size :])
         return DataFrame(channel_id, bytes(data[HEADER.size :]))
     body = bytes(data[HEADER.size :])

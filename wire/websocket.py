@@ -1,14 +1,16 @@
-"""Headers of binary WebSocket frames (RFC 6455 §5.2) for ends that place payloads themselves.
+"""Binary WebSocket frames (RFC 6455 §5.2, §5.3) for ends that place payloads themselves.
 
 The server streams viewer bytes, and the relay its channel chunks, without a WebSocket library
 copying each payload into a serialised frame: they write this header beside, or in front of,
-the payload.
+the payload. Masked payloads are masked, and unmasked, in place.
 """
 
 from __future__ import annotations
 
 import struct
 from typing import Final
+
+import numpy as np
 
 _FIN_BINARY: Final = 0x82
 _MASKED: Final = 0x80
@@ -26,3 +28,20 @@ def binary_frame_header(length: int, *, masked: bool = False) -> bytes:
     if length < 65536:
         return _MEDIUM.pack(_FIN_BINARY, mask_bit | 126, length)
     return _LONG.pack(_FIN_BINARY, mask_bit | 127, length)
+
+
+def mask_in_place(view: memoryview, mask: bytes) -> None:
+    """XOR ``view`` with the repeated 4-byte ``mask`` (a writable view, changed in place).
+
+    Whole 8-byte words are done at once from the first aligned one (numpy copies unaligned
+    words through a buffer, which costs as much as the XOR); the bytes around them one by one.
+    """
+    data = np.frombuffer(view, dtype=np.uint8)
+    head = min(-data.ctypes.data % 8, len(data))
+    whole = (len(data) - head) // 8 * 8
+    if whole:
+        words = data[head : head + whole].view(np.uint64)
+        turned = mask[head % 4 :] + mask[: head % 4]
+        np.bitwise_xor(words, np.frombuffer(turned * 2, dtype=np.uint64), out=words)
+    for index in (*range(head), *range(head + whole, len(data))):
+        data[index] ^= mask[index % 4]

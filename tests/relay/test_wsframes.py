@@ -13,7 +13,8 @@ from websockets.frames import Frame, Opcode
 from websockets.http11 import Request
 from websockets.server import ServerProtocol
 
-from relay.wsframes import HEADROOM, AiohttpFrames, frame_in_place, mask_in_place
+from relay.wsframes import HEADROOM, AiohttpFrames, frame_in_place
+from wire.websocket import mask_in_place
 
 pytestmark = pytest.mark.unit
 

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import hashlib
 import os
-from collections.abc import AsyncIterator
+import random
+import struct
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import pytest
 import pytest_asyncio
 import uvicorn
+import uvloop
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.frames import Frame, Opcode
 
-from server.websocket_protocol import QUEUED_MESSAGES, StreamingWebSocketProtocol
+from server.websocket_protocol import QUEUED_MESSAGES, STREAM_IN_MIN, StreamingWebSocketProtocol
 from tests.support.processes import free_port, scaled
-from tests.support.stack import wait_until
 from wire.websocket import binary_frame_header
 
 pytestmark = pytest.mark.unit
@@ -63,24 +69,59 @@ async def stream(websocket: WebSocket) -> None:
     await websocket.receive()
 
 
-@pytest_asyncio.fixture
-async def server_url() -> AsyncIterator[str]:
+async def kind_echo(websocket: WebSocket) -> None:
+    """Answer each binary message with how it was handed over (a read-only view of a buffer of
+    its own, or ``bytes``) and its digest; each text message upper-cased."""
+    await websocket.accept()
+    try:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            if (data := message.get("bytes")) is not None:
+                view = isinstance(data, memoryview) and data.readonly
+                await websocket.send_bytes((b"view:" if view else b"copy:") + _digest(data))
+            else:
+                await websocket.send_text(message["text"].upper())
+    except WebSocketDisconnect:
+        return
+
+
+MAX_SIZE = 2 * 1024 * 1024
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def server_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The protocol under uvicorn, on its own thread and loop: the standard one, and uvloop, the
+    server's (which reads into a buffered protocol under other conditions than asyncio)."""
     app = Starlette(
-        routes=[WebSocketRoute("/echo", digest_echo), WebSocketRoute("/stream", stream)]
-    )
+        routes=[WebSocketRoute("/echo", digest_echo), WebSocketRoute("/stream", stream),
+                WebSocketRoute("/kind", kind_echo)]
+    )  # fmt: skip
     port = free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, ws=StreamingWebSocketProtocol,
-        ws_per_message_deflate=False, log_config=None, lifespan="off",
+        ws_per_message_deflate=False, ws_max_size=MAX_SIZE, log_config=None, lifespan="off",
     )  # fmt: skip
     server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    await wait_until(lambda: server.started, 10, "the server to start")
+    factory = uvloop.new_event_loop if request.param == "uvloop" else asyncio.new_event_loop
+
+    def serve() -> None:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(server.serve())
+
+    thread = threading.Thread(target=serve, name=f"uvicorn-{request.param}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + scaled(10)
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
     try:
         yield f"ws://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        await asyncio.wait_for(task, scaled(10))
+        thread.join(scaled(10))
+        assert not thread.is_alive(), "the server did not stop"
 
 
 async def test_many_queued_messages_arrive_whole_and_in_order(server_url: str) -> None:
@@ -133,3 +174,188 @@ async def test_invalid_utf8_text_still_closes_with_1007(server_url: str) -> None
         message = await asyncio.wait_for(ws.receive(), scaled(10))
         assert message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
         assert ws.close_code == 1007
+
+
+# -- frames written byte by byte, the way a client of any library might split them ------------
+
+
+def client_frame(opcode: int, payload: bytes, *, fin: bool = True, rsv: int = 0,
+                 masked: bool = True) -> bytes:  # fmt: skip
+    """One client frame (RFC 6455 §5.2), masked with a random key unless ``masked`` is False."""
+    first = (0x80 if fin else 0) | rsv | opcode
+    mask_bit = 0x80 if masked else 0
+    if len(payload) < 126:
+        head = struct.pack("!BB", first, mask_bit | len(payload))
+    elif len(payload) < 65536:
+        head = struct.pack("!BBH", first, mask_bit | 126, len(payload))
+    else:
+        head = struct.pack("!BBQ", first, mask_bit | 127, len(payload))
+    if not masked:
+        return head + payload
+    key = os.urandom(4)
+    body = bytes(b ^ key[i % 4] for i, b in enumerate(payload[:64]))
+    if len(payload) > 64:  # the rest through numpy-free int XOR, fast enough for a test
+        rest = payload[64:]
+        tiled = (key * (len(payload) // 4 + 2))[64 : 64 + len(rest)]
+        body += (int.from_bytes(rest, "big") ^ int.from_bytes(tiled, "big")).to_bytes(
+            len(rest), "big"
+        )
+    return head + key + body
+
+
+def header_of(frames: bytes) -> bytes:
+    """``frames`` up to the end of the last one's header (its payload left out)."""
+    at = 0
+    while True:
+        second = frames[at + 1]
+        short = second & 0x7F
+        size = 2 + (2 if short == 126 else 8 if short == 127 else 0) + (4 if second & 0x80 else 0)
+        length = (
+            short
+            if short < 126
+            else int.from_bytes(frames[at + 2 : at + size - 4 * bool(second & 0x80)], "big")
+        )
+        if at + size + length >= len(frames):
+            return frames[: at + size]
+        at += size + length
+
+
+class RawClient:
+    """A WebSocket client on a bare socket: writes whatever bytes a test gives it."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def connect(cls, url: str, path: str) -> RawClient:
+        host, port = url.removeprefix("ws://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 24)
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write(
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), scaled(10))
+        assert head.startswith(b"HTTP/1.1 101"), head
+        return cls(reader, writer)
+
+    async def write_in_pieces(self, data: bytes, seed: int) -> None:
+        """``data`` in pieces of random sizes (1 byte to 200 KB), each its own write."""
+        rng = random.Random(seed)
+        at = 0
+        while at < len(data):
+            size = rng.choice((1, 2, 3, 5, 14, 100, 4096, 65535, 65536, 70_000, 200_000))
+            self.writer.write(data[at : at + size])
+            await self.writer.drain()
+            at += size
+
+    async def frame(self) -> tuple[int, bytes]:
+        """The server's next frame: (opcode, payload); (-1, b"") when the connection ended."""
+        try:
+            first, second = await asyncio.wait_for(self.reader.readexactly(2), scaled(10))
+        except asyncio.IncompleteReadError:
+            return -1, b""
+        length = second & 0x7F
+        if length == 126:
+            (length,) = struct.unpack("!H", await self.reader.readexactly(2))
+        elif length == 127:
+            (length,) = struct.unpack("!Q", await self.reader.readexactly(8))
+        return first & 0x0F, await self.reader.readexactly(length)
+
+    async def close_code(self) -> int:
+        """Read until the server's close frame; its status code."""
+        while True:
+            opcode, payload = await self.frame()
+            if opcode == 0x8:
+                return int(struct.unpack("!H", payload[:2])[0])
+            assert opcode != -1, "the connection ended without a close frame"
+
+    async def aclose(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()
+
+
+@pytest_asyncio.fixture
+async def raw(server_url: str) -> AsyncIterator[RawClient]:
+    client = await RawClient.connect(server_url, "/kind")
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+BIG = STREAM_IN_MIN
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_every_kind_of_frame_split_anywhere_arrives_whole_and_in_order(
+    raw: RawClient, seed: int
+) -> None:
+    # Final binary frames from STREAM_IN_MIN up are read into their own buffer; everything else
+    # (small frames, text, pings, fragmented messages even with large fragments) goes through
+    # websockets. Mixed and split at random points, every message comes back in order.
+    rng = random.Random(seed)
+    expected: list[tuple[int, bytes]] = []
+    stream = bytearray()
+    for size in [0, 1, 125, 126, 65535, BIG - 1, BIG, BIG + 1, 1 << 20, MAX_SIZE]:
+        data = rng.randbytes(size)
+        stream += client_frame(0x2, data)
+        kind = b"view:" if size >= BIG else b"copy:"
+        expected.append((0x2, kind + _digest(data)))
+        stream += client_frame(0x9, b"ping %d" % size)  # answered with a pong, in order
+        expected.append((0xA, b"ping %d" % size))
+        stream += client_frame(0x1, f"text after {size}".encode())
+        expected.append((0x1, f"TEXT AFTER {size}".encode()))
+    # A fragmented message with large fragments and a ping between them: websockets' job.
+    parts = [rng.randbytes(BIG + 10), rng.randbytes(BIG * 2), rng.randbytes(5)]
+    stream += client_frame(0x2, parts[0], fin=False)
+    stream += client_frame(0x9, b"between fragments")
+    stream += client_frame(0x0, parts[1], fin=False)
+    stream += client_frame(0x0, parts[2])
+    expected += [(0xA, b"between fragments"), (0x2, b"copy:" + _digest(b"".join(parts)))]
+    big_text = "ünïcode text " * 6000  # a large text frame is websockets' too
+    stream += client_frame(0x1, big_text.encode())
+    expected.append((0x1, big_text.upper().encode()))
+    stream += client_frame(0x2, b"after the fragments" * 5000)
+    expected.append((0x2, b"view:" + _digest(b"after the fragments" * 5000)))
+
+    await raw.write_in_pieces(bytes(stream), seed)
+    # Pongs come from the protocol at once and replies from the application later: each kind
+    # keeps its own order.
+    replies, pongs = [], []
+    while len(replies) + len(pongs) < len(expected):
+        opcode, payload = await raw.frame()
+        (pongs if opcode == 0xA else replies).append((opcode, payload))
+    assert pongs == [frame for frame in expected if frame[0] == 0xA]
+    assert replies == [frame for frame in expected if frame[0] != 0xA]
+
+
+async def test_a_large_frame_over_the_size_limit_closes_with_1009(raw: RawClient) -> None:
+    raw.writer.write(client_frame(0x2, os.urandom(BIG)))  # a streamed one first: still fine
+    assert (await raw.frame())[1].startswith(b"view:")
+    # Only the header: the server refuses the frame as soon as it reads its length (it would
+    # reset the connection if it closed with the payload still unread).
+    raw.writer.write(header_of(client_frame(0x2, bytes(MAX_SIZE + 1))))
+    assert await raw.close_code() == 1009
+
+
+@pytest.mark.parametrize(
+    ("frame", "why"),
+    [
+        # Refused on the header: its payload stays unsent (a server that closes with unread
+        # bytes resets the connection, and the close frame may be lost).
+        (header_of(client_frame(0x2, b"x" * BIG, masked=False)), "a frame without a mask"),
+        # Refused once the frame is in.
+        (client_frame(0x2, b"x" * BIG, rsv=0x40), "a reserved bit without an extension"),
+        (client_frame(0x2, b"x" * 10, fin=False) + client_frame(0x2, b"y" * BIG),
+         "a new message inside a fragmented one"),
+        (client_frame(0x0, b"x" * BIG), "a continuation without a message"),
+    ],
+)  # fmt: skip
+async def test_large_malformed_frames_are_refused_as_before(
+    raw: RawClient, frame: bytes, why: str
+) -> None:
+    raw.writer.write(frame)
+    assert await raw.close_code() == 1002, why

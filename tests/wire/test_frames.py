@@ -105,6 +105,16 @@ def test_decode_of_bytes_gives_a_read_only_view_without_copying():
     assert frame.payload == b"x" * 100_000
 
 
+def test_decode_of_a_read_only_view_keeps_viewing_the_same_buffer():
+    buffer = bytearray(b"\x01\x00\x00\x00\x07" + b"y" * 100_000)
+    frame = decode_frame(memoryview(buffer).toreadonly())
+    assert isinstance(frame, DataFrame)
+    assert isinstance(frame.payload, memoryview)
+    assert frame.payload.readonly
+    buffer[5] = ord("z")  # the same memory: no copy was made
+    assert frame.payload[:2] == b"zy"
+
+
 # -- malformed frames -----------------------------------------------------------------------
 
 

@@ -324,7 +324,8 @@ async def test_every_kind_of_frame_split_anywhere_arrives_whole_and_in_order(
     await raw.write_in_pieces(bytes(stream), seed)
     # Pongs come from the protocol at once and replies from the application later: each kind
     # keeps its own order.
-    replies, pongs = [], []
+    replies: list[tuple[int, bytes]] = []
+    pongs: list[tuple[int, bytes]] = []
     while len(replies) + len(pongs) < len(expected):
         opcode, payload = await raw.frame()
         (pongs if opcode == 0xA else replies).append((opcode, payload))

@@ -112,7 +112,7 @@ def test_decode_of_a_read_only_view_keeps_viewing_the_same_buffer():
     assert isinstance(frame.payload, memoryview)
     assert frame.payload.readonly
     buffer[5] = ord("z")  # the same memory: no copy was made
-    assert frame.payload[:2] == b"zy"
+    assert bytes(frame.payload[:2]) == b"zy"
 
 
 # -- malformed frames -----------------------------------------------------------------------

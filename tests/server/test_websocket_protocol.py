@@ -12,6 +12,7 @@ import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
 import aiohttp
 import pytest
@@ -25,6 +26,7 @@ from websockets.frames import Frame, Opcode
 
 from server.websocket_protocol import QUEUED_MESSAGES, STREAM_IN_MIN, StreamingWebSocketProtocol
 from tests.support.processes import free_port, scaled
+from tests.support.stack import wait_until
 from wire.websocket import binary_frame_header
 
 pytestmark = pytest.mark.unit
@@ -90,8 +92,19 @@ async def kind_echo(websocket: WebSocket) -> None:
 MAX_SIZE = 2 * 1024 * 1024
 
 
+@dataclass(frozen=True)
+class Served:
+    url: str
+    server: uvicorn.Server
+
+
+@pytest.fixture
+def server_url(served: Served) -> str:
+    return served.url
+
+
 @pytest.fixture(params=["asyncio", "uvloop"])
-def server_url(request: pytest.FixtureRequest) -> Iterator[str]:
+def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     """The protocol under uvicorn, on its own thread and loop: the standard one, and uvloop, the
     server's (which reads into a buffered protocol under other conditions than asyncio)."""
     app = Starlette(
@@ -117,7 +130,7 @@ def server_url(request: pytest.FixtureRequest) -> Iterator[str]:
         assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
         time.sleep(0.01)
     try:
-        yield f"ws://127.0.0.1:{port}"
+        yield Served(f"ws://127.0.0.1:{port}", server)
     finally:
         server.should_exit = True
         thread.join(scaled(10))
@@ -360,3 +373,20 @@ async def test_large_malformed_frames_are_refused_as_before(
 ) -> None:
     raw.writer.write(frame)
     assert await raw.close_code() == 1002, why
+
+
+async def test_a_peer_gone_in_the_middle_of_a_streamed_frame_leaves_nothing_open(
+    served: Served,
+) -> None:
+    state = served.server.server_state
+    client = await RawClient.connect(served.url, "/kind")
+    client.writer.write(client_frame(0x2, os.urandom(BIG)))
+    assert (await client.frame())[1].startswith(b"view:")
+    frame = client_frame(0x2, os.urandom(BIG * 8))
+    client.writer.write(frame[: len(frame) // 2])  # half a frame, then the peer is gone
+    await client.writer.drain()
+    await asyncio.sleep(0.1)
+    assert len(state.connections) == 1
+    client.writer.transport.abort()
+    await wait_until(lambda: not state.connections and not state.tasks, 5,
+                     "the server to drop the connection and end its application task")  # fmt: skip

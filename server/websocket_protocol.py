@@ -8,8 +8,8 @@ message cost throughput there:
   every byte on its way to the viewer). Here the header is written beside the payload with
   ``transport.writelines``, which hands both to the socket without joining them.
 - **Receiving** a large binary frame copies its bytes four times (the event loop's read into a
-  new ``bytes``, websockets' buffer, the frame's slice of it, the unmasked copy). Here the
-  protocol is a buffered protocol: a final, masked binary frame of at least
+  new ``bytes``, websockets' buffer, the frame's slice of it, the unmasked copy). Here reads
+  go through a buffered protocol: a final, masked binary frame of at least
   ``STREAM_IN_MIN`` bytes is read by the socket straight into a buffer of its own, unmasked in
   place, and handed to the application as a read-only view of that buffer. Every other frame
   (text, control, fragments, small or malformed ones) goes to websockets whole and in order,
@@ -32,7 +32,13 @@ import numpy as np
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
 
-from wire.websocket import binary_frame_header, mask_in_place
+from wire.websocket import (
+    binary_frame_header,
+    header_length,
+    is_masked_final_binary,
+    mask_in_place,
+    payload_length,
+)
 
 # Messages received and not yet taken by the application before reading pauses.
 QUEUED_MESSAGES = 4
@@ -41,24 +47,6 @@ QUEUED_MESSAGES = 4
 STREAM_IN_MIN: Final = 64 * 1024
 # What one read takes between streamed frames (headers, small frames, the start of a payload).
 READ_CHUNK: Final = 64 * 1024
-_FIN_BINARY: Final = 0x82
-_MASK_BIT: Final = 0x80
-
-
-def _header_length(head: bytearray) -> int:
-    """How long the frame header starting ``head`` is (2 until its second byte is known)."""
-    if len(head) < 2:
-        return 2
-    short = head[1] & 0x7F
-    extended = 2 if short == 126 else 8 if short == 127 else 0
-    return 2 + extended + (4 if head[1] & _MASK_BIT else 0)
-
-
-def _payload_length(head: bytes) -> int:
-    short = head[1] & 0x7F
-    if short < 126:
-        return short
-    return int.from_bytes(head[2:4] if short == 126 else head[2:10], "big")
 
 
 class _Reader(asyncio.BufferedProtocol):
@@ -189,23 +177,22 @@ class StreamingWebSocketProtocol(WebSocketsSansIOProtocol):
         )
 
     def _read_header(self, data: memoryview) -> memoryview:
-        need = _header_length(self._head)
+        need = header_length(self._head)
         while True:
             taken = min(len(data), need - len(self._head))
             self._head += data[:taken]
             data = data[taken:]
             if len(self._head) < need:
                 return data
-            if (full := _header_length(self._head)) == need:
+            if (full := header_length(self._head)) == need:
                 break
             need = full
         head = bytes(self._head)
         self._head.clear()
-        length = _payload_length(head)
+        length = payload_length(head)
         limit = getattr(self.conn, "max_message_size", 0)
         if (
-            head[0] == _FIN_BINARY
-            and head[1] & _MASK_BIT
+            is_masked_final_binary(head)
             and length >= STREAM_IN_MIN
             and (limit is None or length <= limit)
             and getattr(self.conn, "current_size", 0) is None  # no fragmented message open

@@ -30,6 +30,28 @@ def binary_frame_header(length: int, *, masked: bool = False) -> bytes:
     return _LONG.pack(_FIN_BINARY, mask_bit | 127, length)
 
 
+def header_length(head: bytes | bytearray) -> int:
+    """How long the frame header that ``head`` starts is (2 until its second byte is there)."""
+    if len(head) < 2:
+        return 2
+    short = head[1] & 0x7F
+    extended = 2 if short == 126 else 8 if short == 127 else 0
+    return 2 + extended + (4 if head[1] & _MASKED else 0)
+
+
+def payload_length(head: bytes) -> int:
+    """The payload length a complete frame header announces."""
+    short = head[1] & 0x7F
+    if short < 126:
+        return short
+    return int.from_bytes(head[2:4] if short == 126 else head[2:10], "big")
+
+
+def is_masked_final_binary(head: bytes) -> bool:
+    """A complete, masked binary message in one frame, no reserved bits set."""
+    return head[0] == _FIN_BINARY and bool(head[1] & _MASKED)
+
+
 def mask_in_place(view: memoryview, mask: bytes) -> None:
     """XOR ``view`` with the repeated 4-byte ``mask`` (a writable view, changed in place).
 

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import json
 import statistics
+import urllib.parse
 from collections.abc import Sequence
+from typing import Any
 
 
 def percentile(samples: Sequence[float], fraction: float) -> float:
@@ -23,3 +28,48 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="a short smoke run (for the test suite)")
     return p
+
+
+class HttpClient:
+    """A minimal HTTP/1.1 client on one kept-alive loopback connection, for timing a server.
+
+    It sends a request and reads the whole response (``Content-Length`` bodies only) and parses
+    its JSON, and does nothing else, so a round trip measures the server rather than a client
+    library (aiohttp's client adds ~0.3-0.45 ms per request on this path, httpx ~1.5 ms).
+    """
+
+    def __init__(self, base_url: str, headers: dict[str, str]) -> None:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme != "http" or parts.hostname is None or parts.port is None:
+            raise ValueError(f"expected http://host:port, got {base_url!r}")
+        self.host, self.port = parts.hostname, parts.port
+        fixed = {"Host": f"{self.host}:{self.port}", "Content-Type": "application/json"}
+        self._head = "".join(f"{k}: {v}\r\n" for k, v in {**fixed, **headers}.items())
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def post_json(self, path: str, body: Any) -> tuple[int, Any]:
+        """``(status, parsed JSON body)`` of ``POST path`` with ``body`` as JSON."""
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        reader = self._reader
+        assert reader is not None
+        data = json.dumps(body).encode()
+        head = f"POST {path} HTTP/1.1\r\n{self._head}Content-Length: {len(data)}\r\n\r\n"
+        self._writer.write(head.encode() + data)
+        status_line, *header_lines = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+        headers = dict(
+            (name.strip().lower(), value.strip())
+            for name, _, value in (line.partition(":") for line in header_lines if line)
+        )
+        if "content-length" not in headers:
+            raise RuntimeError(f"response without Content-Length: {status_line}")
+        payload = await reader.readexactly(int(headers["content-length"]))
+        return int(status_line.split()[1]), json.loads(payload)
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(OSError):
+                await self._writer.wait_closed()
+            self._writer = self._reader = None

@@ -92,6 +92,12 @@ def pid_create_time(pid: int) -> float | None:
         return None
 
 
+def working_directory(env: Mapping[str, str]) -> str:
+    """Where a desktop child starts: ``HOME`` when it is a directory, else ``/``."""
+    home = env.get("HOME", "")
+    return home if home and os.path.isdir(home) else "/"
+
+
 @dataclass(eq=False)
 class ChildProcess:
     """A child that leads its own process group; ``pgid == pid``."""
@@ -115,9 +121,14 @@ class ChildProcess:
         output: IO[Any] | int = subprocess.DEVNULL,
         stop_signal: int = signal.SIGTERM,
     ) -> ChildProcess:
-        """Start ``argv`` in a new session; raises ``OSError`` when it cannot be executed."""
+        """Start ``argv`` in a new session; raises ``OSError`` when it cannot be executed.
+
+        It runs in ``env``'s ``HOME`` (``/`` without one): a terminal opens where a person
+        expects it, and no desktop holds on to the directory the relay was started from.
+        """
         popen = subprocess.Popen(
             list(argv),
+            cwd=working_directory(env),
             env=dict(env),
             stdin=subprocess.DEVNULL,
             stdout=output,

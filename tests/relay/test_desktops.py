@@ -57,6 +57,7 @@ async def test_full_desktop_serves_novnc_and_rfb(
     tmp_path: Path, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RELAYDESK_RELAY_TOKEN", "rdk_secret_that_must_not_leak")
+    monkeypatch.chdir(tmp_path)  # the relay runs somewhere other than its home directory
     config = DesktopConfig(state_dir=tmp_path, start_timeout_s=scaled(15))
     mgr = DesktopManager(config)
     try:
@@ -73,7 +74,10 @@ async def test_full_desktop_serves_novnc_and_rfb(
         again = await mgr.start()
         assert again["desktop_session_id"] == row["desktop_session_id"]
         assert again["already_running"] is True
-        env = proc_environ(pid_of(record_for(config, row["desktop_session_id"]), "app:xterm"))
+        xterm = pid_of(record_for(config, row["desktop_session_id"]), "app:xterm")
+        env = proc_environ(xterm)
+        # A terminal opens in the home directory, not wherever the relay was started.
+        assert psutil.Process(xterm).cwd() == os.path.realpath(os.environ["HOME"])
         assert env["DISPLAY"] == row["display"]
         assert env["DBUS_SESSION_BUS_ADDRESS"].startswith("unix:")
         assert env["GTK_MODULES"] == "gail:atk-bridge"

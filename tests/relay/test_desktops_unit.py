@@ -19,7 +19,12 @@ from relay.desktops.audio import (
     audio_outcome,
 )
 from relay.desktops.launch import clean_stale_x_locks, desktop_env
-from relay.desktops.process import ChildProcess, DesktopProcesses, group_exists
+from relay.desktops.process import (
+    ChildProcess,
+    DesktopProcesses,
+    group_exists,
+    working_directory,
+)
 from relay.desktops.state import Desktop, StateFile
 from relay.desktops.validation import check_apps, parse_geometry
 from wire.errors import ErrorCode, InvalidArgs, OpError
@@ -201,3 +206,15 @@ async def test_pid_reuse_is_not_mistaken_for_our_process() -> None:
     child.kill()
     assert await DesktopProcesses([child]).stop(grace_s=5)
     assert child.returncode() == -signal.SIGKILL
+
+
+async def test_children_start_in_the_home_directory(tmp_path: Path) -> None:
+    assert working_directory({"HOME": str(tmp_path / "gone")}) == "/"
+    assert working_directory({}) == "/"
+    child = ChildProcess.spawn("sleeper", ["sleep", "30"], env={"HOME": str(tmp_path)},
+                               essential=True)  # fmt: skip
+    try:
+        assert os.readlink(f"/proc/{child.pid}/cwd") == str(tmp_path)
+    finally:
+        child.kill()
+        assert await DesktopProcesses([child]).stop(grace_s=5)

@@ -221,3 +221,46 @@ async def test_narrow_window_is_usable(chat_page: Page, artifacts_dir: Path) -> 
     await expect(chat_page.get_by_label("Message", exact=True)).to_be_visible()
     await expect(chat_page.get_by_role("button", name="Active Desktops")).to_be_visible()
     await shot(chat_page, artifacts_dir, "01-narrow")
+
+
+async def test_desktop_cards_follow_the_inventory(
+    context: BrowserContext, chat_page: Page, chat_stack: ViewerStack, artifacts_dir: Path
+) -> None:
+    page = chat_page
+    async with context.expect_page() as opened:
+        await send(page, "/desktop")
+    viewer = await opened.value
+    await last_result(page)
+    [session] = await live_sessions(chat_stack, "main")
+    cards = page.locator(f"#transcript .desktop-card[data-session='{session}']")
+    buttons = page.locator(f"#transcript button.open-viewer[data-session='{session}']")
+    card, button = cards.last, buttons.last
+    await expect(card).to_contain_text("running")
+    await expect(button).to_be_enabled()
+
+    stop = {"relay": "relay-1", "kind": "virtual", "slot": "main", "desktop_session_id": session}
+    status, _ = await api_action(chat_stack, "desktop_stop_confirm", **stop)
+    assert status == 200
+    # The stop reaches the transcript over the event stream: no card offers a dead session.
+    await expect(card).to_contain_text("stopped", timeout=scaled(2) * 1000)
+    await expect(button).to_be_disabled()
+    for index in range(await cards.count()):
+        await expect(cards.nth(index)).to_contain_text("stopped")
+    await shot(page, artifacts_dir, "01-card-stopped")
+    await viewer.close()
+
+    async with context.expect_page() as opened:
+        await send(page, "/desktop")
+    viewer = await opened.value
+    fresh = await last_result(page, "started")
+    await expect(fresh.locator(".desktop-card")).to_contain_text("running")
+    await expect(fresh.get_by_role("button", name="Open viewer")).to_be_enabled()
+    await expect(button).to_be_disabled()
+    await viewer.close()
+
+    # A transcript loaded later shows the old session as stopped too.
+    await page.reload()
+    await expect(cards.first).to_contain_text("stopped", timeout=scaled(5) * 1000)
+    for index in range(await buttons.count()):
+        await expect(buttons.nth(index)).to_be_disabled()
+    await shot(page, artifacts_dir, "02-after-reload")

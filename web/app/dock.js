@@ -8,8 +8,9 @@ import { byId, el, formatTime, relayName, shortId, STATE_NOTES } from "./dom.js"
 const LIVE = new Set(["starting", "running", "stopping", "unknown"]);
 
 export class Dock {
-  constructor({ openDesktop }) {
+  constructor({ openDesktop, onInventory = () => {} }) {
     this.openDesktop = openDesktop;
+    this.onInventory = onInventory;
     this.conversationId = null;
     this.rows = [];
     this.pending = null;
@@ -36,7 +37,13 @@ export class Dock {
     if (!this.conversationId) return;
     const { status, body } = await action("desktop_list_active",
       { conversation_id: this.conversationId });
-    if (status === 200) this.show(body.desktops || []);
+    if (status === 200) this.update(body.desktops || []);
+  }
+
+  // The conversation's inventory as it is now (a placeholder before it is known goes to show).
+  update(rows) {
+    this.show(rows);
+    this.onInventory(rows);
   }
 
   toggle(open = this.panel.hidden) {

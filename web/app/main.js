@@ -4,7 +4,7 @@ import * as api from "./api.js";
 import { Composer } from "./composer.js";
 import { Dock } from "./dock.js";
 import { byId, el } from "./dom.js";
-import { renderMessage } from "./render.js";
+import { followInventory, renderMessage } from "./render.js";
 import { closeViewerTabs, reserveTab, showInTab } from "./viewers.js";
 
 const CONVERSATION_KEY = "relaydesk.conversation";
@@ -151,7 +151,7 @@ function startEvents(id) {
   source.addEventListener("message_created", (event) => addMessage(JSON.parse(event.data)));
   source.addEventListener("desktop_inventory_changed", (event) => {
     const data = JSON.parse(event.data);
-    dock.show(data.desktops || []);
+    dock.update(data.desktops || []);
   });
   source.addEventListener("error", async () => {
     if (source.readyState !== EventSource.CLOSED) {
@@ -234,7 +234,10 @@ const composer = new Composer({
   error: byId("composer-error"),
   onSend: send,
 });
-const dock = new Dock({ openDesktop });
+const dock = new Dock({
+  openDesktop,
+  onInventory: (rows) => followInventory(byId("transcript"), rows),
+});
 
 // -- boot -------------------------------------------------------------------------------
 

@@ -44,10 +44,11 @@ function suggestionButton(text, handlers) {
 function desktopCard(row, handlers) {
   if (!row) return null;
   const state = row.state || "running";
-  return el("dl", { class: `details desktop-card state-${state}` },
+  return el("dl", { class: `details desktop-card state-${state}`,
+    dataset: { session: row.desktop_session_id, state } },
     el("dt", { text: "Relay" }), el("dd", { text: relayName(row) }),
     el("dt", { text: "Kind" }), el("dd", { text: row.kind || "virtual" }),
-    el("dt", { text: "State" }), el("dd", { text: state }),
+    el("dt", { text: "State" }), el("dd", { class: "card-state", text: state }),
     el("dt", { text: "Started by" }), el("dd", { text: row.started_by || "—" }),
     el("dt", { text: "Session" }),
     el("dd", {}, el("code", { title: row.desktop_session_id, text: shortId(row.desktop_session_id) })));
@@ -61,14 +62,17 @@ function rowsTable(rows, handlers) {
         (h) => el("th", { scope: "col", text: h })))));
   const tbody = el("tbody");
   for (const row of rows) {
-    const tr = el("tr", { class: `state-${row.state}`, dataset: { session: row.desktop_session_id } },
+    const tr = el("tr", { class: `desktop-row state-${row.state}`,
+      dataset: { session: row.desktop_session_id, state: row.state } },
       el("td", { text: relayName(row) }), el("td", { text: row.kind }),
       el("td", { text: row.slot || "main" }),
-      el("td", { text: row.state, title: STATE_NOTES[row.state] || "" }),
+      el("td", { class: "row-state", text: row.state, title: STATE_NOTES[row.state] || "" }),
       el("td", { text: row.started_by || "—" }), el("td", { text: formatTime(row.started_at) }),
       el("td", {}, el("code", { text: shortId(row.desktop_session_id) })),
       el("td", {}, row.state === "running"
-        ? el("button", { type: "button", onclick: () => handlers.openDesktop(row) }, "Open")
+        ? el("button", { type: "button", class: "open-viewer",
+          dataset: { session: row.desktop_session_id },
+          onclick: () => handlers.openDesktop(row) }, "Open")
         : null));
     tbody.append(tr);
   }
@@ -106,6 +110,28 @@ function commandFor(payload, relay) {
 
 function openButton(payload, handlers) {
   if (!payload.desktop) return null;
-  return el("button", { type: "button", onclick: () => handlers.openDesktop(payload.desktop) },
-    "Open viewer");
+  return el("button", { type: "button", class: "open-viewer",
+    dataset: { session: payload.desktop.desktop_session_id },
+    onclick: () => handlers.openDesktop(payload.desktop) }, "Open viewer");
+}
+
+// Desktop cards and listed rows in the transcript follow the inventory: each says what its
+// session is doing now ("stopped" once it is gone from it), and only a running one can be opened.
+export function followInventory(root, rows) {
+  const bySession = new Map(rows.map((row) => [row.desktop_session_id, row]));
+  for (const item of root.querySelectorAll(".desktop-card[data-session], tr.desktop-row[data-session]")) {
+    const state = bySession.get(item.dataset.session)?.state || "stopped";
+    if (item.dataset.state === state) continue;
+    item.classList.replace(`state-${item.dataset.state}`, `state-${state}`);
+    item.dataset.state = state;
+    const cell = item.querySelector(".card-state, .row-state");
+    cell.textContent = state;
+    cell.title = STATE_NOTES[state] || "";
+  }
+  for (const button of root.querySelectorAll("button.open-viewer[data-session]")) {
+    const running = bySession.get(button.dataset.session)?.state === "running";
+    button.disabled = !running;
+    if (running) button.removeAttribute("title");
+    else button.title = "This desktop session is not running any more";
+  }
 }

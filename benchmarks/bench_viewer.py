@@ -10,13 +10,16 @@ Same RFB client (``benchmarks/rfb.py``), same 1280x800 desktop, one run:
   straight to x11vnc, interleaved with that desktop's websockify.
 
 Measures full-screen Raw update throughput (MB/s), 1x1 update round trip (p50, p99), CPU
-seconds per GB carried by the server and the relay processes, and both processes' RSS with
-10 viewers. Targets: throughput (b) >= 0.8 x (a); round-trip p50 (b) <= (a) + 1.5 ms.
+seconds per GB carried by the server and the relay processes (and by every process on each
+path, the client and x11vnc included, to show what each path costs the machine), and both
+processes' RSS with 10 viewers. Targets: throughput (b) >= 0.8 x (a); round-trip p50 (b) <=
+(a) + 1.5 ms.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -24,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -73,9 +77,45 @@ def cpu_seconds(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
+def tree_cpu_seconds(process: psutil.Process) -> float:
+    """CPU of a process and its live children (websockify serves each client in a child of
+    its own, which lives as long as the client's connection)."""
+    total = cpu_seconds(process)
+    for child in process.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            total += cpu_seconds(child)
+    return total
+
+
+class PathCpu:
+    """CPU seconds of every process on the data path, per path measured (client included)."""
+
+    def __init__(self, processes: dict[str, psutil.Process]) -> None:
+        self.processes = {"client": psutil.Process(), **processes}
+        self.seconds: dict[str, dict[str, float]] = {}
+        self.carried: dict[str, int] = {}
+
+    def sample(self) -> dict[str, float]:
+        return {
+            name: tree_cpu_seconds(proc) if name == "websockify" else cpu_seconds(proc)
+            for name, proc in self.processes.items()
+        }
+
+    def add(self, path: str, before: dict[str, float], carried: int) -> None:
+        after = self.sample()
+        spent = self.seconds.setdefault(path, dict.fromkeys(after, 0.0))
+        for name, value in after.items():
+            spent[name] += value - before[name]
+        self.carried[path] = self.carried.get(path, 0) + carried
+
+    def per_gigabyte(self, path: str) -> dict[str, float]:
+        gigabytes = self.carried[path] / 1e9
+        return {name: value / gigabytes for name, value in self.seconds[path].items()}
+
+
 async def start_stack(
     workdir: Path, tracker: ProcessTracker, relay_env: dict[str, str] | None = None
-) -> tuple[dict[str, str], list[int]]:
+) -> tuple[dict[str, str], dict[str, int], int]:
     seed = await seed_database(workdir / "data")
     server = await start_server(tracker.start, seed, env=SERVER_ENV)
     relay = start_relay(tracker.start, seed, server.url, env={**DESKTOP_ENV, **(relay_env or {})})
@@ -92,20 +132,23 @@ async def start_stack(
     result = answer.get("result", answer)
     viewer = result["viewer_url"] or ""
     path = viewer if viewer.startswith("/") else "/" + viewer.split("/", 3)[3]
-    ports = relay_ports(seed, result["desktop"]["desktop_session_id"])
+    record = desktop_record(seed, result["desktop"]["desktop_session_id"])
     urls = {
-        "direct": f"ws://127.0.0.1:{ports[0]}/websockify",
+        "direct": f"ws://127.0.0.1:{record['websockify_port']}/websockify",
         "server": f"ws://127.0.0.1:{server.port}{path}websockify",
     }
-    return urls, [server.process.pid, relay.pid, ports[1]]
+    pids = {p["name"]: int(p["pid"]) for p in record["processes"]}
+    processes = {"server": server.process.pid, "relay": relay.pid,
+                 "x11vnc": pids["x11vnc"], "websockify": pids["websockify"]}  # fmt: skip
+    return urls, processes, int(record["vnc_port"])
 
 
-def relay_ports(seed: Seed, session_id: str) -> tuple[int, int]:
-    """websockify and x11vnc ports of the desktop, from the relay's state file."""
+def desktop_record(seed: Seed, session_id: str) -> dict[str, Any]:
+    """The desktop's record in the relay's state file (ports, processes)."""
     state = seed.data_dir / "relay-state" / "desktops.json"
     for record in json.loads(state.read_text())["desktops"]:
         if record["desktop_session_id"] == session_id:
-            return int(record["websockify_port"]), int(record["vnc_port"])
+            return dict(record)
     raise RuntimeError("desktop not in the relay's state file")
 
 
@@ -114,8 +157,9 @@ async def run(quick: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-viewer-") as tmp:
         tracker = ProcessTracker(Path(tmp) / "processes")
         try:
-            urls, (server_pid, relay_pid, vnc_port) = await start_stack(Path(tmp), tracker)
-            server, relay = psutil.Process(server_pid), psutil.Process(relay_pid)
+            urls, pids, vnc_port = await start_stack(Path(tmp), tracker)
+            server, relay = psutil.Process(pids["server"]), psutil.Process(pids["relay"])
+            path_cpu = PathCpu({name: psutil.Process(pid) for name, pid in pids.items()})
             openers: dict[str, Opener] = {
                 "direct": lambda: RFBClient.open_websocket(urls["direct"]),
                 "server": lambda: RFBClient.open_websocket(urls["server"]),
@@ -130,7 +174,9 @@ async def run(quick: bool) -> int:
             for _ in range(rounds):
                 for name, client in clients.items():
                     before = (cpu_seconds(server), cpu_seconds(relay))
+                    everything = path_cpu.sample()
                     rate, size = await throughput(client, seconds)
+                    path_cpu.add(name, everything, size)
                     rates[name].append(rate)
                     if name == "server":
                         carried += size
@@ -144,6 +190,7 @@ async def run(quick: bool) -> int:
             tracker.cleanup()
             await stop_desktops_in(Path(tmp) / "data" / "relay-state")
     report(rates, latency, carried, cpu, rss)
+    report_path_cpu(path_cpu)
     report_direct_path(await direct_path_rates(rounds, seconds))
     return 0
 
@@ -154,7 +201,7 @@ async def direct_path_rates(rounds: int, seconds: float) -> dict[str, list[float
         tracker = ProcessTracker(Path(tmp) / "processes")
         try:
             env = {DIRECT_HOST_ENV: "127.0.0.1"}
-            urls, _ = await start_stack(Path(tmp), tracker, env)
+            urls, _, _ = await start_stack(Path(tmp), tracker, env)
             clients = {name: await RFBClient.open_websocket(urls[name]) for name in urls}
             rates: dict[str, list[float]] = {name: [] for name in clients}
             for client in clients.values():  # warm-up
@@ -168,6 +215,18 @@ async def direct_path_rates(rounds: int, seconds: float) -> dict[str, list[float
             tracker.cleanup()
             await stop_desktops_in(Path(tmp) / "data" / "relay-state")
     return rates
+
+
+def report_path_cpu(path_cpu: PathCpu) -> None:
+    """Every process's CPU per GB on (a) and (b): what each path costs the machine."""
+    totals = {}
+    for path, label in (("direct", "(a)"), ("server", "(b)")):
+        spent = {k: v for k, v in path_cpu.per_gigabyte(path).items() if v >= 0.005}
+        totals[path] = sum(spent.values())
+        shares = ", ".join(f"{name} {value:.2f}" for name, value in spent.items())
+        print(f"CPU per GB on {label}, every process: {shares}; total {totals[path]:.2f} s/GB")
+    ratio = totals["direct"] / totals["server"]
+    print(f"CPU per GB (a)/(b): {ratio:.2f} (while the CPUs are full, throughput follows it)")
 
 
 def report_direct_path(rates: dict[str, list[float]]) -> None:

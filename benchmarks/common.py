@@ -50,6 +50,8 @@ class HttpClient:
 
     async def post_json(self, path: str, body: Any) -> tuple[int, Any]:
         """``(status, parsed JSON body)`` of ``POST path`` with ``body`` as JSON."""
+        if self._reader is not None and self._reader.at_eof():
+            await self.close()  # the server closed the idle connection (keep-alive timeout)
         if self._writer is None:
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         reader = self._reader

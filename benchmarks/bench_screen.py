@@ -12,8 +12,8 @@
 Round trips are timed with ``benchmarks.common.HttpClient``, a minimal HTTP/1.1 client on one
 kept-alive connection that sends the request, reads the whole response and parses its JSON:
 what is measured is the server and the relay, not a client library. The screenshot round trip is
-also printed through aiohttp's client (one kept-alive connection), which adds ~0.3-0.45 ms per
-request of its own here (httpx ~1.5 ms).
+also printed through aiohttp's client (one kept-alive connection), which added 0.1-1.0 ms per
+request at p50 of its own here (httpx ~1.5 ms).
 
 Run: ``python -m benchmarks.bench_screen [--quick]``. Needs Xvfb, x11vnc and websockify.
 """

@@ -168,20 +168,14 @@ async def run(quick: bool) -> int:
             clients = {name: await opener() for name, opener in openers.items()}
             rates: dict[str, list[float]] = {name: [] for name in clients}
             latency: dict[str, list[float]] = {name: [] for name in clients}
-            carried, cpu = 0, {"server": 0.0, "relay": 0.0}
             for client in clients.values():  # warm-up
                 await throughput(client, 0.3)
             for _ in range(rounds):
                 for name, client in clients.items():
-                    before = (cpu_seconds(server), cpu_seconds(relay))
-                    everything = path_cpu.sample()
+                    before = path_cpu.sample()
                     rate, size = await throughput(client, seconds)
-                    path_cpu.add(name, everything, size)
+                    path_cpu.add(name, before, size)
                     rates[name].append(rate)
-                    if name == "server":
-                        carried += size
-                        cpu["server"] += cpu_seconds(server) - before[0]
-                        cpu["relay"] += cpu_seconds(relay) - before[1]
                     latency[name].extend(await round_trips(client, rtts // rounds))
             for client in clients.values():
                 await client.close()
@@ -189,7 +183,7 @@ async def run(quick: bool) -> int:
         finally:
             tracker.cleanup()
             await stop_desktops_in(Path(tmp) / "data" / "relay-state")
-    report(rates, latency, carried, cpu, rss)
+    report(rates, latency, path_cpu, rss)
     report_path_cpu(path_cpu)
     report_direct_path(await direct_path_rates(rounds, seconds))
     return 0
@@ -253,8 +247,7 @@ async def rss_with_viewers(
 def report(
     rates: dict[str, list[float]],
     latency: dict[str, list[float]],
-    carried: int,
-    cpu: dict[str, float],
+    path_cpu: PathCpu,
     rss: dict[str, float],
 ) -> None:
     median = {name: percentile(values, 0.5) for name, values in rates.items()}
@@ -278,10 +271,11 @@ def report(
     )
     print(f"round-trip p50 added by the server: {added:+.3f} ms (target <= +1.5 ms)")
     print(f"websockify layer vs raw TCP: throughput ratio {median['direct'] / median['tcp']:.2f}")
-    gigabytes = carried / 1e9
+    gigabytes = path_cpu.carried["server"] / 1e9
+    cpu = path_cpu.per_gigabyte("server")
     print(
-        f"CPU per GB carried: server {cpu['server'] / gigabytes:.2f} s/GB, "
-        f"relay {cpu['relay'] / gigabytes:.2f} s/GB ({gigabytes:.2f} GB)"
+        f"CPU per GB carried: server {cpu['server']:.2f} s/GB, "
+        f"relay {cpu['relay']:.2f} s/GB ({gigabytes:.2f} GB)"
     )
     print(
         f"RSS idle → 10 viewers: server {rss['server_idle']:.0f} → {rss['server_10']:.0f} MB, "

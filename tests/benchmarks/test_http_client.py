@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from benchmarks.common import HttpClient
+from tests.support.stack import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -62,7 +63,8 @@ async def test_posts_json_and_reconnects_after_the_server_closed(
     client = HttpClient(url, {"Authorization": "Bearer t"})
     try:
         assert await client.post_json("/a", {"n": 1}) == (201, {"echo": {"n": 1}})
-        await asyncio.sleep(0.05)  # the server's close reaches the client's reader
+        reader = client._reader
+        await wait_until(lambda: reader is not None and reader.at_eof(), 5, "the server's close")
         assert await client.post_json("/b", {"n": "ü"}) == (201, {"echo": {"n": "ü"}})
     finally:
         await client.close()

@@ -118,7 +118,9 @@ class PyAutoGuiScreen:
         return int(x), int(y)
 
     def keyboard_state(self) -> dict[str, Any]:
-        return {"num_lock": False, "caps_lock": False, "scroll_lock": False,
+        # pyautogui cannot read the LEDs: unknown, never "off" (the viewer then does not align
+        # NumLock on a guess).
+        return {"num_lock": None, "caps_lock": None, "scroll_lock": None,
                 "source": "not_observable"}  # fmt: skip
 
     def close(self) -> None:

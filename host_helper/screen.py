@@ -302,7 +302,10 @@ def check_guard(screen: Screen, args: dict[str, Any], at: tuple[int, int]) -> di
     """Compare the server's reference crop with the screen now; stale → no input at all."""
     guard = args.get("guard")
     if guard is None:
-        return {"checked": False}
+        # Only the server holds the screenshot a click was chosen on: an action without its
+        # reference crop could not have been checked, so it does not run (the server always
+        # sends one; anything else reaching this op is refused).
+        raise InvalidArgs("guard", "required: a click or drag runs only behind the screen guard")
     if not isinstance(guard, dict):
         raise InvalidArgs("guard", "must be an object with crop and rect")
     crop = decode_crop(guard.get("crop"), "guard.crop")

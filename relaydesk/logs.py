@@ -12,18 +12,25 @@ from typing import Any
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "color_message"}
 
-# Defence in depth: capability paths and tokens never reach a log line, whoever logs them
-# (uvicorn's own "WebSocket /vnc/<sid>/<token>/websockify" line, for one).
+# Defence in depth: capability paths and secrets never reach a log line, whoever logs them
+# and at whatever level (uvicorn's "WebSocket /vnc/<sid>/<token>/websockify" line, the
+# websockets library's DEBUG dump of request headers). Every relaydesk secret starts with
+# ``rd<letter>_`` (API ``rdk_``, relay ``rdr_``, login link ``rdl_``, web session ``rds_``): one
+# rule covers them all, and so any prefix added later.
+_SECRET_HEADERS = r"(?:cookie|set-cookie|authorization|proxy-authorization|x-csrf-token)"  # noqa: S105
 _SECRETS = (
     (re.compile(r"(/vnc/[^/\s\"']+/)[^/\s\"']+"), r"\1[redacted]"),
     (re.compile(r"(/login/)[^/\s\"']+"), r"\1[redacted]"),
-    (re.compile(r"\b(rd[krl]_)[A-Za-z0-9_-]+"), r"\1[redacted]"),
+    (re.compile(r"\b(rd[a-z]_)[A-Za-z0-9_-]+"), r"\1[redacted]"),
     (re.compile(r"(?i)(bearer\s+)[^\s\"']+"), r"\1[redacted]"),
+    # "Cookie: …" lines and ('cookie', '…') / (b'cookie', b'…') header tuples.
+    (re.compile(rf"(?im)^(\W*{_SECRET_HEADERS}\s*:\s*)\S.*$"), r"\1[redacted]"),
+    (re.compile(rf"(?i)(b?['\"]{_SECRET_HEADERS}['\"],\s*b?['\"])[^'\"]*"), r"\1[redacted]"),
 )
 
 
 def redact(text: str) -> str:
-    """``text`` with viewer tokens, login links and API/relay tokens masked."""
+    """``text`` with viewer tokens, login links, every ``rd?_`` secret and secret headers masked."""
     for pattern, replacement in _SECRETS:
         text = pattern.sub(replacement, text)
     return text

@@ -104,7 +104,10 @@ def check_guard(ctx: ScreenContext, args: dict[str, Any], at: tuple[int, int]) -
     """Compare the guard crop with the screen now; stale raises before any input is sent."""
     guard = check.guard(args)
     if guard is None:
-        return {"checked": False}
+        # Only the server holds the screenshot a click was chosen on: an action without its
+        # reference crop could not have been checked, so it does not run (the server always
+        # sends one; anything else reaching this op is refused).
+        raise InvalidArgs("guard", "required: a click or drag runs only behind the screen guard")
     if not guard.rect.contains(at):
         raise InvalidArgs("guard.rect", f"does not contain the point {at}")
     if not guard.rect.fits(ctx.size()):
@@ -311,6 +314,10 @@ class ScreenService:
             raise InvalidArgs("args", "must be an object")
         logger.debug("screen %s on %s", action, display)
         return await self._worker(display).call(handler, args)
+
+    async def run_in_display(self, display: str, fn: Callable[[ScreenContext], T]) -> T:
+        """``fn`` in the display's worker, serialised with its actions (benchmark baselines)."""
+        return await self._worker(display).call(lambda ctx, _args: fn(ctx), {})
 
     async def screenshot(self, display: str, args: dict[str, Any]) -> ScreenshotResult:
         """Like ``run(display, "screenshot", args)`` but keeps the raw RGB capture."""

@@ -117,11 +117,6 @@ class InventoryStore(StoreBase):
             "display": row.display,
         }
 
-    async def desktop_by_session(self, desktop_session_id: str) -> DesktopRow | None:
-        """The newest row with this session id, whatever its state."""
-        query = _with_names().where(models.Desktop.desktop_session_id == desktop_session_id)
-        return await self._first(query.order_by(models.Desktop.updated_at.desc()))
-
     async def desktop(self, relay_id: str, desktop_session_id: str) -> DesktopRow | None:
         query = _with_names().where(
             models.Desktop.relay_id == relay_id,

@@ -48,8 +48,12 @@ RowListener = Callable[[DesktopRow], Awaitable[None]]
 class DesktopDirectory(Protocol):
     """What viewers, chat and the screen tool need to know of the inventory."""
 
-    async def get_by_session(self, desktop_session_id: str) -> DesktopRow | None:
-        """The row of this desktop session, whatever its state, or None."""
+    async def row(self, relay_id: str, desktop_session_id: str) -> DesktopRow | None:
+        """The row of this relay's desktop session, whatever its state, or None.
+
+        Always keyed by the relay too: a session id is the relay's claim, and one relay's
+        claims never reach another relay's rows.
+        """
         ...
 
     def add_listener(self, listener: RowListener) -> None:

@@ -41,8 +41,6 @@ class InventoryPersistence(Protocol):
 
     async def desktop(self, relay_id: str, desktop_session_id: str) -> DesktopRow | None: ...
 
-    async def desktop_by_session(self, desktop_session_id: str) -> DesktopRow | None: ...
-
     async def desktops_for_relay(
         self, relay_id: str, states: Sequence[str] | None = None
     ) -> list[DesktopRow]: ...
@@ -126,10 +124,6 @@ class Inventory:
         }
 
     # -- DesktopDirectory ---------------------------------------------------------------
-
-    async def get_by_session(self, desktop_session_id: str) -> DesktopRow | None:
-        """The row of this desktop session, whatever its state, or None."""
-        return await self._store.desktop_by_session(desktop_session_id)
 
     def add_listener(self, listener: RowListener) -> None:
         """Call ``listener`` with each changed row, after the change is stored."""

@@ -57,7 +57,7 @@ async def relay_connect(websocket: WebSocket) -> None:
         Role.SERVER, max_text=settings.max_text_frame, max_payload=settings.max_channel_frame
     )
     try:
-        await _serve(websocket, connection, relay.relay_id, state.hub, settings)
+        await _serve(websocket, connection, relay.relay_id, token, state.hub, settings)
     except ProtocolError as err:
         log.warning("relay %s broke the protocol: %s", relay.name, err.message)
         await _close(websocket, err.close_code, err.message)
@@ -80,8 +80,13 @@ async def _receive(websocket: WebSocket, connection: Connection) -> list[Any] | 
 
 
 async def _handshake(websocket: WebSocket, connection: Connection) -> HelloReceived | None:
-    async with asyncio.timeout(HELLO_TIMEOUT_S):
-        events = await _receive(websocket, connection)
+    try:
+        async with asyncio.timeout(HELLO_TIMEOUT_S):
+            events = await _receive(websocket, connection)
+    except TimeoutError:
+        raise ProtocolError(
+            f"no hello within {HELLO_TIMEOUT_S:g} s", CloseCode.HELLO_EXPECTED
+        ) from None
     if not events:
         return None
     first = events[0]
@@ -90,7 +95,12 @@ async def _handshake(websocket: WebSocket, connection: Connection) -> HelloRecei
 
 
 async def _serve(
-    websocket: WebSocket, connection: Connection, relay_id: RelayId, hub: RelayHub, settings: Any
+    websocket: WebSocket,
+    connection: Connection,
+    relay_id: RelayId,
+    token: str,
+    hub: RelayHub,
+    settings: Any,
 ) -> None:
     hello = await _handshake(websocket, connection)
     if hello is None:
@@ -111,7 +121,7 @@ async def _serve(
         Welcome(relay_id, settings.heartbeat_s, settings.max_channel_frame, settings.max_text_frame)
     )
     await link.flush()
-    await hub.register(link, hello.hello)
+    await hub.register(link, hello.hello, token)
     log.info("relay %s connected (version %s)", relay_id, hello.hello.relay_version)
     reason = "disconnected"
     try:

@@ -45,6 +45,8 @@ class PresenceStore(Protocol):
 
     async def touch_relays(self, relay_ids: list[str]) -> list[str]: ...
 
+    async def authenticate_relay(self, token: str) -> Any: ...
+
 
 class RelayHub:
     """Live relay links of this server process."""
@@ -52,6 +54,9 @@ class RelayHub:
     def __init__(self, store: PresenceStore) -> None:
         self._store = store
         self._links: dict[RelayId, RelayLink] = {}
+        # The token each live link authenticated with: re-checked with presence, so a revoked
+        # or rotated token ends its connection (4010) within one presence interval.
+        self._tokens: dict[RelayLink, str] = {}
         self._observers: list[RelayObserver] = []
         self._lock = asyncio.Lock()
 
@@ -85,11 +90,13 @@ class RelayHub:
     ) -> Any:
         return await self.get(relay_id).request(op, args, timeout_s)
 
-    async def register(self, link: RelayLink, hello: Hello) -> None:
-        """Make ``link`` the relay's live connection, replacing an older one."""
+    async def register(self, link: RelayLink, hello: Hello, token: str) -> None:
+        """Make ``link`` (authenticated by ``token``) the relay's live connection, replacing an
+        older one."""
         async with self._lock:
             old = self._links.get(link.relay_id)
             self._links[link.relay_id] = link
+            self._tokens[link] = token
         if old is not None:
             log.info("relay %s reconnected: replacing the older connection", link.relay_id)
             await old.close_transport(CloseCode.REPLACED, "replaced by a newer connection")
@@ -106,6 +113,7 @@ class RelayHub:
     async def unregister(self, link: RelayLink) -> None:
         """Forget ``link`` if it is still the live one, and record the relay as gone."""
         async with self._lock:
+            self._tokens.pop(link, None)
             current = self._links.get(link.relay_id) is link
             if current:
                 del self._links[link.relay_id]
@@ -133,8 +141,24 @@ class RelayHub:
                 continue
             for relay_id in revoked:
                 if link := self._links.get(RelayId(relay_id)):
-                    log.warning("relay %s: token revoked; closing its connection", relay_id)
-                    await link.close_transport(CloseCode.RELAY_REVOKED, "relay token revoked")
+                    await self._revoked(link)
+            await self.recheck_tokens()
+
+    async def recheck_tokens(self) -> None:
+        """Close every live link whose token no longer authenticates it (revoked or rotated)."""
+        for link, token in list(self._tokens.items()):
+            try:
+                relay = await self._store.authenticate_relay(token)
+            except Exception:
+                log.exception("could not re-check relay %s's token", link.relay_id)
+                return
+            if relay is None or relay.relay_id != link.relay_id:
+                await self._revoked(link)
+
+    async def _revoked(self, link: RelayLink) -> None:
+        log.warning("relay %s: token revoked or rotated; closing its connection", link.relay_id)
+        self._tokens.pop(link, None)
+        await link.close_transport(CloseCode.RELAY_REVOKED, "relay token revoked")
 
     async def close_all(self, reason: str) -> None:
         """Shutdown: close every relay connection with ``going away``."""

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from wire.capture import Base64BandedPng
+from wire.compare import same_text
 from wire.errors import ErrorCode, InvalidArgs, OpError
 
 logger = logging.getLogger(__name__)
@@ -216,8 +217,8 @@ class RevisionStore:
         revision = verify(self._key, token)
         binding = revision.binding
         session = desktop_session_id or binding.desktop_session_id
-        same_relay = hmac.compare_digest(binding.relay_id, relay_id)
-        if not (same_relay and hmac.compare_digest(binding.desktop_session_id, session)):
+        same_relay = same_text(binding.relay_id, relay_id)
+        if not (same_relay and same_text(binding.desktop_session_id, session)):
             raise OpError(
                 ErrorCode.REVISION_MISMATCH,
                 "this screen_revision belongs to another relay or desktop session",

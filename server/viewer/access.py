@@ -87,11 +87,10 @@ async def check_viewer(
         grant = verify(secret_key, token, desktop_session_id)
     except ViewerDenied as err:
         raise ViewerRefused(err.denial.close_code) from None
-    row = await directory.get_by_session(desktop_session_id) if directory else None
+    # Keyed by the grant's relay: another relay claiming the same session id is never found.
+    row = await directory.row(grant.relay_id, desktop_session_id) if directory else None
     if row is None:
         raise ViewerRefused(CloseCode.UNKNOWN_SESSION)
-    if row.relay_id != grant.relay_id:
-        raise ViewerRefused(CloseCode.VIEWER_FORBIDDEN)
     role = await store.get_role(grant.conversation_id, grant.user_id)
     if not role_allows(role, VIEWER_ROLE):
         raise ViewerRefused(CloseCode.VIEWER_FORBIDDEN)

@@ -26,6 +26,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from server.inventory.rows import DesktopRow
 from server.relays.channel import ChannelClosedError, ServerChannel
 from server.viewer.access import ViewerRefused, ViewerTarget, check_viewer, refusal_for_state
+from server.viewer.registry import DesktopKey, desktop_key
 from server.viewer.service import SUBPROTOCOL, ViewerService, origin_allowed
 from wire.errors import ChannelCloseCode, CloseCode, ErrorCode, OpError
 from wire.frames import Payload
@@ -65,13 +66,14 @@ class AudioSession:
         self,
         websocket: WebSocket,
         source: PacketSource,
-        desktop_session_id: str,
+        row: DesktopRow,
         judge: Judge,
         max_packets: int = QUEUE_PACKETS,
     ) -> None:
         self.websocket = websocket
         self.source = source
-        self.desktop_session_id = desktop_session_id
+        self.row = row
+        self.desktop_session_id = row.desktop_session_id
         self._judge = judge
         self._queue: deque[Payload] = deque(maxlen=max_packets)
         self._ready = asyncio.Event()
@@ -162,7 +164,7 @@ class AudioService:
 
     def __init__(self, viewer: ViewerService) -> None:
         self.viewer = viewer
-        self.sessions: dict[str, set[AudioSession]] = {}
+        self.sessions: dict[DesktopKey, set[AudioSession]] = {}
         if viewer.directory is not None:
             viewer.directory.add_listener(self.row_changed)
 
@@ -176,9 +178,11 @@ class AudioService:
         return service
 
     def count(self, desktop_session_id: str | None = None) -> int:
-        if desktop_session_id is not None:
-            return len(self.sessions.get(desktop_session_id, ()))
-        return sum(len(group) for group in self.sessions.values())
+        return sum(
+            len(group)
+            for (_, session_id), group in self.sessions.items()
+            if desktop_session_id is None or session_id == desktop_session_id
+        )
 
     async def serve(self, websocket: WebSocket, desktop_session_id: str, token: str) -> None:
         """The whole life of one audio WebSocket."""
@@ -191,8 +195,8 @@ class AudioService:
             log.info("audio refused (session %s…): %s", desktop_session_id[:8], refused.reason)
             await websocket.close(refused.code, refused.reason[:120])
             return
-        session = AudioSession(websocket, channel, desktop_session_id, self._judge_for(target))
-        self.sessions.setdefault(desktop_session_id, set()).add(session)
+        session = AudioSession(websocket, channel, target.row, self._judge_for(target))
+        self.sessions.setdefault(desktop_key(target.row), set()).add(session)
         log.info("audio listener opened (session %s…)", desktop_session_id[:8])
         try:
             code, reason = await session.run()
@@ -202,11 +206,12 @@ class AudioService:
                  reason)  # fmt: skip
 
     def _discard(self, session: AudioSession) -> None:
-        group = self.sessions.get(session.desktop_session_id)
+        key = desktop_key(session.row)
+        group = self.sessions.get(key)
         if group is not None:
             group.discard(session)
             if not group:
-                del self.sessions[session.desktop_session_id]
+                del self.sessions[key]
 
     async def _admit(self, websocket: WebSocket, session_id: str, token: str) -> ViewerTarget:
         """Exactly the video stream's checks (``check_viewer``), before any channel opens."""
@@ -242,7 +247,7 @@ class AudioService:
                 return ViewerRefused(CloseCode.DESKTOP_STOPPED)
             directory = self.viewer.directory
             sid = target.row.desktop_session_id
-            row = await directory.get_by_session(sid) if directory is not None else None
+            row = await directory.row(target.relay_id, sid) if directory is not None else None
             if row is None:
                 return ViewerRefused(CloseCode.DESKTOP_STOPPED)
             return refusal_for_state(row.state) or audio_unavailable(closed.reason)
@@ -254,7 +259,7 @@ class AudioService:
         refusal = refusal_for_state(row.state)
         if refusal is None:
             return
-        for session in list(self.sessions.get(row.desktop_session_id, ())):
+        for session in list(self.sessions.get(desktop_key(row), ())):
             session.end(refusal.code, refusal.reason)
 
 

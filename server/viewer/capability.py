@@ -12,10 +12,12 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 import time
 from dataclasses import dataclass
 from enum import StrEnum
 
+from wire.compare import same_text
 from wire.errors import CloseCode
 
 _DOMAIN = b"relaydesk.viewer.v1"
@@ -59,8 +61,17 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """Strict unpadded base64url: one spelling per token (no padding, no stray characters)."""
+    if not _B64URL.fullmatch(text) or len(text) % 4 == 1:
+        raise ValueError("not unpadded base64url")
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise ValueError("not the canonical encoding")
+    return data
 
 
 def _signature(key: str, payload: bytes) -> bytes:
@@ -114,6 +125,6 @@ def verify(key: str, token: str, desktop_session_id: str, now: float | None = No
         raise ViewerDenied(Denial.MALFORMED) from err
     if grant.expires_at <= (time.time() if now is None else now):
         raise ViewerDenied(Denial.EXPIRED)
-    if not hmac.compare_digest(grant.desktop_session_id, desktop_session_id):
+    if not same_text(grant.desktop_session_id, desktop_session_id):
         raise ViewerDenied(Denial.OTHER_SESSION)
     return grant

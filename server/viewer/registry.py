@@ -16,47 +16,59 @@ from wire.errors import CloseCode
 
 log = logging.getLogger(__name__)
 
+# (relay_id, desktop_session_id)
+DesktopKey = tuple[str, str]
+
+
+def desktop_key(row: DesktopRow) -> DesktopKey:
+    """Streams are grouped by relay and session: a session id alone is one relay's claim."""
+    return (row.relay_id, row.desktop_session_id)
+
 
 class ViewerRegistry:
-    """Viewer sessions grouped by ``desktop_session_id``."""
+    """Viewer sessions grouped by ``(relay_id, desktop_session_id)``."""
 
     def __init__(self) -> None:
-        self._sessions: dict[str, set[ViewerSession]] = {}
+        self._sessions: dict[DesktopKey, set[ViewerSession]] = {}
 
     def add(self, session: ViewerSession) -> None:
-        self._sessions.setdefault(session.desktop_session_id, set()).add(session)
+        self._sessions.setdefault(desktop_key(session.target.row), set()).add(session)
 
     def discard(self, session: ViewerSession) -> None:
-        sessions = self._sessions.get(session.desktop_session_id)
+        key = desktop_key(session.target.row)
+        sessions = self._sessions.get(key)
         if sessions is not None:
             sessions.discard(session)
             if not sessions:
-                del self._sessions[session.desktop_session_id]
+                del self._sessions[key]
 
     def count(self, desktop_session_id: str | None = None) -> int:
         """Open viewer streams (of one desktop session, or all)."""
-        if desktop_session_id is not None:
-            return len(self._sessions.get(desktop_session_id, ()))
-        return sum(len(group) for group in self._sessions.values())
+        groups = self._sessions.items()
+        return sum(
+            len(group)
+            for (_, session_id), group in groups
+            if desktop_session_id is None or session_id == desktop_session_id
+        )
 
     async def row_changed(self, row: DesktopRow) -> None:
         """Inventory listener: end the streams this change makes unviewable."""
         refusal = refusal_for_state(row.state)
         if refusal is not None:
-            self._end_session(row.desktop_session_id, refusal)
+            self._end_session(desktop_key(row), refusal)
         else:
             self._end_replaced(row)
 
     def _end_replaced(self, row: DesktopRow) -> None:
         """A new session in a slot replaces whatever session was viewed there before."""
-        for session_id, group in list(self._sessions.items()):
+        for key, group in list(self._sessions.items()):
             old = next(iter(group)).target.row
             same_slot = (old.relay_id, old.kind, old.slot) == (row.relay_id, row.kind, row.slot)
-            if same_slot and session_id != row.desktop_session_id:
-                self._end_session(session_id, ViewerRefused(CloseCode.DESKTOP_STOPPED, "replaced"))
+            if same_slot and key != desktop_key(row):
+                self._end_session(key, ViewerRefused(CloseCode.DESKTOP_STOPPED, "replaced"))
 
-    def _end_session(self, desktop_session_id: str, refusal: ViewerRefused) -> None:
-        group = self._sessions.get(desktop_session_id, set())
+    def _end_session(self, key: DesktopKey, refusal: ViewerRefused) -> None:
+        group = self._sessions.get(key, set())
         if group:
             log.info("closing %d viewer(s): %s", len(group), refusal.reason)
         for session in list(group):

@@ -114,12 +114,34 @@ async def test_guarded_click_lands_once_and_a_stale_one_sends_nothing(
     assert not [e for e in moved if e["type"] in ("ButtonPress", "MotionNotify")]
 
 
+async def _guard(helper: Helper, point: tuple[int, int]) -> dict[str, object]:
+    status, shot = await helper.call("screenshot", {})
+    assert status == 200, shot
+    rect = crop_rect(point, (shot["width"], shot["height"]))
+    return {"crop": encode_crop(cut(pixels_of(shot), rect)), "rect": rect.to_dict()}
+
+
+async def test_an_unguarded_click_is_refused_and_sends_nothing(
+    helper: Helper, recorder: XRecorder
+) -> None:
+    await asyncio.to_thread(recorder.drain)
+    status, body = await helper.call("click", {"x": 200, "y": 150})
+    assert (status, body["error"]["code"]) == (400, "invalid_args")
+    assert "guard" in body["error"]["message"]
+    moved = await asyncio.to_thread(recorder.drain)
+    assert not [e for e in moved if e["type"] in ("ButtonPress", "MotionNotify")]
+
+
 async def test_double_click_drag_scroll_and_pointer(helper: Helper, recorder: XRecorder) -> None:
-    assert (await helper.call("double_click", {"x": 30, "y": 40, "button": "right"}))[0] == 200
+    args = {"x": 30, "y": 40, "button": "right", "guard": await _guard(helper, (30, 40))}
+    await asyncio.to_thread(recorder.drain)
+    assert (await helper.call("double_click", args))[0] == 200
     presses = await events(recorder, "ButtonPress")
     assert [(e["x"], e["y"], e["button"]) for e in presses] == [(30, 40, 3)] * 2
 
-    status, body = await helper.call("drag", {"x": 100, "y": 100, "to_x": 300, "to_y": 200})
+    drag = {"x": 100, "y": 100, "to_x": 300, "to_y": 200, "guard": await _guard(helper, (100, 100))}
+    await asyncio.to_thread(recorder.drain)
+    status, body = await helper.call("drag", drag)
     assert status == 200, body
     recorded = await asyncio.to_thread(recorder.drain)
     buttons = [(e["type"], e["x"], e["y"]) for e in recorded if e["type"].startswith("Button")]
@@ -170,6 +192,8 @@ async def test_keyboard_state_says_it_is_not_observable(helper: Helper) -> None:
     status, body = await helper.call("keyboard_state", {})
     assert status == 200, body
     assert body["source"] == "not_observable"
+    # unknown, not "off": the viewer must not align NumLock on a guess
+    assert (body["num_lock"], body["caps_lock"], body["scroll_lock"]) == (None, None, None)
 
 
 async def test_a_display_pyautogui_cannot_open_is_unavailable(

@@ -155,7 +155,7 @@ async def test_a_listener_that_never_reads_stays_bounded_and_stalls_nobody(
     with tone(desktop.display, 30):
         async with listener(url) as stuck:
             await wait_until(lambda: service.count() == 1, 5, "the stuck listener")
-            (session,) = service.sessions[desktop.desktop_session_id]
+            (session,) = service.sessions[(stack.relay_id, desktop.desktop_session_id)]
             never = asyncio.Event()
 
             async def socket_full(data: bytes) -> None:
@@ -213,7 +213,7 @@ async def test_a_dying_sound_server_is_reported_and_the_picture_goes_on(
 
     await wait_until(reported, 10, "the watchdog to report audio_failed")
     await wait_until(lambda: "lost its sound server" in stack.relay.log_text(), 5, "the event")
-    inventory = await stack.app.state.inventory.get_by_session(dies.desktop_session_id)
+    inventory = await stack.app.state.inventory.row(stack.relay_id, dies.desktop_session_id)
     assert inventory.state == "running"
     client = RFBClient(await WebSocketTransport.connect(stack.socket_url(dies)))
     await asyncio.wait_for(client.handshake(), scaled(10))  # video continues

@@ -178,3 +178,31 @@ async def test_unknown_ops_and_stray_responses_get_structured_answers(stack) -> 
     assert answer["ok"] is False
     assert answer["error"]["code"] == "unknown_op"
     await ws.close()
+
+
+async def test_a_relay_that_never_says_hello_is_closed_with_a_code(stack, monkeypatch) -> None:
+    _, url, _, raw = stack
+    monkeypatch.setattr("server.relays.endpoint.HELLO_TIMEOUT_S", 0.3)
+    ws = await _open(url, raw["token"])
+    code, reason = await _closed_with(ws)
+    assert code == CloseCode.HELLO_EXPECTED
+    assert "no hello" in reason
+
+
+@pytest.mark.parametrize("change", ["rotate", "revoke"])
+async def test_a_live_connection_ends_when_its_token_is_rotated_or_revoked(stack, change) -> None:
+    app, url, seed, _ = stack
+    relay = await add_relay(seed, f"live-then-{change}")
+    ws = await _welcomed(url, relay["token"])
+    relay_id = RelayId(relay["relay_id"])
+    await wait_until(lambda: app.state.hub.is_connected(relay_id), 5, "the raw relay")
+    if change == "rotate":
+        await app.state.store.rotate_relay_token(relay_id)
+    else:
+        await app.state.store.revoke_relay(relay_id)
+    await app.state.hub.recheck_tokens()  # what every presence interval does
+    code, _ = await _closed_with(ws)
+    assert code == CloseCode.RELAY_REVOKED
+    await wait_until(lambda: not app.state.hub.is_connected(relay_id), 5, "the relay to be gone")
+    code, _ = await _closed_with(await _open(url, relay["token"]))
+    assert code == CloseCode.UNAUTHORIZED

@@ -142,7 +142,7 @@ async def test_a_lost_relay_closes_direct_viewers_and_its_return_admits_them(
     directory = stack.app.state.viewer.directory
 
     async def running_again() -> bool:
-        row = await directory.get_by_session(desktop.desktop_session_id)
+        row = await directory.row(stack.relay_id, desktop.desktop_session_id)
         return row is not None and row.state == "running"
 
     await wait_until(running_again, 20, "the relay to return with the desktop")

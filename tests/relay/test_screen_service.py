@@ -97,8 +97,29 @@ async def test_stale_drag_sends_nothing(xvfb, recorder, service):
     assert recorder.drain() == []
 
 
+@pytest.mark.parametrize(
+    ("action", "args"),
+    [
+        ("click", {"x": 400, "y": 300}),
+        ("double_click", {"x": 400, "y": 300}),
+        ("drag", {"x": 100, "y": 100, "to_x": 300, "to_y": 200}),
+    ],
+)
+async def test_an_unguarded_click_or_drag_is_refused_and_sends_nothing(
+    xvfb, recorder, service, action, args
+):
+    # The server always sends the guard; whatever else reaches the relay without one is refused.
+    with pytest.raises(OpError) as caught:
+        await service.run(xvfb.display, action, args)
+    assert caught.value.code is ErrorCode.INVALID_ARGS
+    assert "guard" in caught.value.message
+    assert not [ev for ev in recorder.drain() if ev["type"] in ("ButtonPress", "MotionNotify")]
+
+
 async def test_drag_holds_button_while_moving(xvfb, recorder, service):
-    await service.run(xvfb.display, "drag", {"x": 100, "y": 100, "to_x": 300, "to_y": 200})
+    guard = await _guard_for(service, xvfb.display, (100, 100))
+    args = {"x": 100, "y": 100, "to_x": 300, "to_y": 200, "guard": guard}
+    await service.run(xvfb.display, "drag", args)
     events = recorder.drain()
     kinds = [ev["type"] for ev in events]
     assert kinds.count("ButtonPress") == 1
@@ -215,7 +236,8 @@ async def test_a_program_on_the_desktop_cannot_fake_the_screen_size(xvfb, record
     shot = await service.screenshot(xvfb.display, {})
     assert (shot.width, shot.height) == (WIDTH, HEIGHT)
     # A point outside the fake size but on the real screen is still clickable.
-    await service.run(xvfb.display, "click", {"x": 1000, "y": 700})
+    guard = await _guard_for(service, xvfb.display, (1000, 700))
+    await service.run(xvfb.display, "click", {"x": 1000, "y": 700, "guard": guard})
     assert [(p["x"], p["y"]) for p in _presses(recorder.drain())] == [(1000, 700)]
 
 
@@ -264,9 +286,15 @@ async def test_two_displays_do_not_interfere(xvfb, recorder, service):
             )
             expected = [{"width": WIDTH, "height": HEIGHT}, {"width": 800, "height": 600}]
             assert list(sizes) == expected
+            mine_guard = await _guard_for(service, xvfb.display, (11, 12))
+            their_guard = await _guard_for(service, other.display, (21, 22))
             await asyncio.gather(
-                service.run(xvfb.display, "click", {"x": 11, "y": 12}),
-                service.run(other.display, "click", {"x": 21, "y": 22, "button": "right"}),
+                service.run(xvfb.display, "click", {"x": 11, "y": 12, "guard": mine_guard}),
+                service.run(
+                    other.display,
+                    "click",
+                    {"x": 21, "y": 22, "button": "right", "guard": their_guard},
+                ),
                 service.run(other.display, "type", {"text": "ß"}),
             )
             mine = _presses(recorder.drain())

@@ -17,6 +17,13 @@ SECRETS = [
     ("token rdk_8Hq2-secret_value in text", "8Hq2-secret_value"),
     ("relay rdr_TOPSECRET refused", "TOPSECRET"),
     ("Authorization: Bearer abc.def.ghi", "abc.def.ghi"),
+    # the web session cookie, as the websockets library's DEBUG handshake lines print it
+    ("< Cookie: rds_S3SS10N-value; theme=dark", "S3SS10N-value"),
+    ("< cookie: relaydesk_session=opaque-value", "opaque-value"),
+    ("> Set-Cookie: relaydesk_session=opaque-value; HttpOnly", "opaque-value"),
+    ("headers=[(b'cookie', b'relaydesk_session=opaque-value'), (b'host', b'x')]", "opaque-value"),
+    ("< Authorization: Basic dXNlcjpwYXNz", "dXNlcjpwYXNz"),
+    ("any rdx_FUTUREPREFIX secret", "FUTUREPREFIX"),
 ]
 
 

@@ -1,4 +1,8 @@
-"""``relaydesk admin …``: users, tokens, relays, conversations, audit (secrets shown once)."""
+"""``relaydesk admin …``: users, tokens, relays, conversations, audit (secrets shown once).
+
+Exit status: 0 done, 1 the command could not be carried out (the message says why), 2 bad
+usage (argparse).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from typing import Any
 
 from server import admin
 from server.config import Settings
+from server.db.cache import READ_CACHE_TTL_S
+from server.db.errors import StoreError
 from server.db.migrate import upgrade
 from server.db.store import Store
 
@@ -42,7 +48,43 @@ async def _create_token(store: Store, args: argparse.Namespace) -> Any:
 
 
 async def _add_relay(store: Store, args: argparse.Namespace) -> Any:
-    return await admin.add_relay(store, args.name, args.owner)
+    return await admin.add_relay(store, args.name, args.owner, co_located=args.co_located)
+
+
+async def _list_tokens(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.list_tokens(store, args.user)
+
+
+async def _revoke_token(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.revoke_token(store, args.token_id)
+
+
+async def _disable_user(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.disable_user(store, args.user)
+
+
+async def _enable_user(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.enable_user(store, args.user)
+
+
+async def _revoke_relay(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.revoke_relay(store, args.relay)
+
+
+async def _rotate_relay_token(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.rotate_relay_token(store, args.relay)
+
+
+async def _set_relay(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.set_relay(store, args.relay, co_located=args.co_located)
+
+
+async def _unshare_relay(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.unshare_relay(store, args.relay, args.conversation)
+
+
+async def _purge_sessions(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.purge_sessions(store)
 
 
 async def _create_conversation(store: Store, args: argparse.Namespace) -> Any:
@@ -85,7 +127,7 @@ def _add(sub: Any, name: str, help_text: str, call: AdminCall) -> argparse.Argum
 def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "admin",
-        help="manage users, tokens, relays and conversations",
+        help="manage users, tokens, relays and conversations; revoke access",
         description="Administer the database named by RELAYDESK_DATABASE_URL. Secrets "
         "(passwords, tokens) are printed once and stored only as hashes.",
     )
@@ -98,9 +140,12 @@ def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         asub, "create-token", "create an API token (rdk_…) for a user; shown once", _create_token
     )
     t.add_argument("user", help="user name")
+    _add_access_commands(asub)
     r = _add(asub, "add-relay", "register a relay; prints its token once", _add_relay)
     r.add_argument("name")
     r.add_argument("--owner", required=True, help="user name of the relay's owner")
+    r.add_argument("--co-located", action="store_true", help=CO_LOCATED_HELP)
+    _add_relay_commands(asub)
     c = _add(
         asub, "create-conversation", "create a conversation with members", _create_conversation
     )
@@ -115,6 +160,14 @@ def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = _add(asub, "share-relay", "make a relay visible in a conversation", _share_relay)
     s.add_argument("relay", help="relay name or id")
     s.add_argument("conversation", help="conversation id")
+    un = _add(
+        asub,
+        "unshare-relay",
+        "hide a relay from a conversation: its members can no longer see or use it",
+        _unshare_relay,
+    )
+    un.add_argument("relay", help="relay name or id")
+    un.add_argument("conversation", help="conversation id")
     li = _add(asub, "list", "list users, relays or conversations", _list)
     li.add_argument("what", choices=["users", "relays", "conversations"])
     a = _add(asub, "audit", "read the audit log", _audit)
@@ -122,11 +175,74 @@ def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a.add_argument("--relay", default=None, help="relay name or id")
 
 
+CO_LOCATED_HELP = (
+    "the relay runs on the server's own host (lets the server reach its desktops directly)"
+)
+
+
+def _add_access_commands(asub: Any) -> None:
+    """Listing and revoking what lets people in: API tokens, accounts, sessions."""
+    lt = _add(
+        asub,
+        "list-tokens",
+        "list API tokens (id, name, user, created, last used, revoked); never the tokens",
+        _list_tokens,
+    )
+    lt.add_argument("user", nargs="?", default=None, help="only this user's tokens")
+    rt = _add(
+        asub,
+        "revoke-token",
+        f"revoke an API token; every server refuses it within {READ_CACHE_TTL_S:g} s",
+        _revoke_token,
+    )
+    rt.add_argument("token_id", help="the token's id, as list-tokens shows it")
+    du = _add(
+        asub,
+        "disable-user",
+        "disable a user: no login, web sessions ended, API tokens refused; data is kept",
+        _disable_user,
+    )
+    du.add_argument("user", help="user name or id")
+    eu = _add(asub, "enable-user", "let a disabled user log in again", _enable_user)
+    eu.add_argument("user", help="user name or id")
+    _add(
+        asub,
+        "purge-sessions",
+        "delete expired web sessions and expired or used login links now "
+        "(the server also does it on a schedule)",
+        _purge_sessions,
+    )
+
+
+def _add_relay_commands(asub: Any) -> None:
+    """Relay registration changes: flags, revocation, a new token."""
+    sr = _add(asub, "set-relay", "change a relay's registration flags", _set_relay)
+    sr.add_argument("relay", help="relay name or id")
+    sr.add_argument(
+        "--co-located", action=argparse.BooleanOptionalAction, required=True, help=CO_LOCATED_HELP
+    )
+    rr = _add(
+        asub,
+        "revoke-relay",
+        "refuse a relay's token; the server closes its connection (rotate-relay-token "
+        "gives it a new one)",
+        _revoke_relay,
+    )
+    rr.add_argument("relay", help="relay name or id")
+    rot = _add(
+        asub,
+        "rotate-relay-token",
+        "give a relay a new token, printed once; the old one stops working at once",
+        _rotate_relay_token,
+    )
+    rot.add_argument("relay", help="relay name or id")
+
+
 def run_admin(call: AdminCall, args: argparse.Namespace) -> int:
-    """Open the store, run one admin call, print its result."""
+    """Open the store, run one admin call, print its result (exit 1 with a reason if not)."""
     try:
         result = asyncio.run(_with_store(call, args))
-    except admin.AdminError as err:
+    except (admin.AdminError, StoreError) as err:
         print(f"relaydesk: {err.message}", file=sys.stderr)
         return 1
     if args.json:

@@ -18,6 +18,7 @@ from server.db.records import (
     ConversationRecord,
     RelayRecord,
     Role,
+    TokenRecord,
     UserRecord,
     parse_role,
 )
@@ -90,11 +91,83 @@ async def create_token(store: Store, username: str, name: str = "default") -> di
     return {"token": token}
 
 
-async def add_relay(store: Store, name: str, owner: str) -> dict[str, Any]:
+async def list_tokens(store: Store, user: str | None = None) -> list[dict[str, Any]]:
+    """API tokens (of one user, or of all), without the tokens themselves."""
+    names = {u.user_id: u.username for u in await store.list_users()}
+    user_id = (await _user(store, user)).user_id if user else None
+    return [_token_json(t, names) for t in await store.list_api_tokens(user_id)]
+
+
+async def revoke_token(store: Store, token_id: str) -> dict[str, Any]:
+    """Revoke an API token by id (idempotent: an already revoked token stays revoked)."""
+    if await store.get_api_token(token_id) is None:
+        raise AdminError(f"no API token {token_id!r}", ErrorCode.NOT_FOUND)
+    was_live = await store.revoke_api_token(token_id)
+    return {"token_id": token_id, "revoked": True, "was_live": was_live}
+
+
+async def disable_user(store: Store, username: str) -> dict[str, Any]:
+    """Refuse the user's logins, sessions and API tokens; their data stays."""
+    user = await _user(store, username)
+    async with _as_admin_error():
+        changed = await store.disable_user(user.user_id)
+    return {
+        "user_id": user.user_id,
+        "username": user.username,
+        "disabled": True,
+        "changed": changed,
+    }
+
+
+async def enable_user(store: Store, username: str) -> dict[str, Any]:
+    """Let a disabled user log in again (their old sessions stay ended)."""
+    user = await _user(store, username)
+    async with _as_admin_error():
+        changed = await store.enable_user(user.user_id)
+    return {
+        "user_id": user.user_id,
+        "username": user.username,
+        "disabled": False,
+        "changed": changed,
+    }
+
+
+async def add_relay(
+    store: Store, name: str, owner: str, *, co_located: bool = False
+) -> dict[str, Any]:
     """Register a relay owned by ``owner`` (username or id); its token is shown once."""
     user = await _user(store, owner)
     async with _as_admin_error():
-        relay, token = await store.add_relay(name, user.user_id)
+        relay, token = await store.add_relay(name, user.user_id, co_located=co_located)
+    return {
+        "relay_id": relay.relay_id,
+        "name": relay.name,
+        "co_located": relay.co_located,
+        "token": token,
+    }
+
+
+async def set_relay(store: Store, name_or_id: str, *, co_located: bool) -> dict[str, Any]:
+    """Change a relay's registration flags; returns the relay as ``list relays`` shows it."""
+    relay = await _relay(store, name_or_id)
+    async with _as_admin_error():
+        await store.set_relay_co_located(relay.relay_id, co_located)
+    return _relay_json(await _relay(store, relay.relay_id))
+
+
+async def revoke_relay(store: Store, name_or_id: str) -> dict[str, Any]:
+    """Refuse the relay's token; the server disconnects it."""
+    relay = await _relay(store, name_or_id)
+    async with _as_admin_error():
+        await store.revoke_relay(relay.relay_id)
+    return {"relay_id": relay.relay_id, "name": relay.name, "revoked": True}
+
+
+async def rotate_relay_token(store: Store, name_or_id: str) -> dict[str, Any]:
+    """A new token for the relay, shown once; the old one stops working (lifts a revocation)."""
+    relay = await _relay(store, name_or_id)
+    async with _as_admin_error():
+        token = await store.rotate_relay_token(relay.relay_id)
     return {"relay_id": relay.relay_id, "name": relay.name, "token": token}
 
 
@@ -119,12 +192,33 @@ async def share_relay(store: Store, relay_name_or_id: str, conversation_id: str)
     return {"relay_id": relay.relay_id, "conversation_id": conversation_id}
 
 
+async def unshare_relay(
+    store: Store, relay_name_or_id: str, conversation_id: str
+) -> dict[str, Any]:
+    """Hide a relay from a conversation (idempotent; ``was_shared`` says if it was)."""
+    relay = await _relay(store, relay_name_or_id)
+    if await store.get_conversation(conversation_id) is None:
+        raise AdminError(f"no conversation {conversation_id!r}", ErrorCode.NOT_FOUND)
+    was_shared = await store.unshare_relay(relay.relay_id, conversation_id)
+    return {
+        "relay_id": relay.relay_id,
+        "conversation_id": conversation_id,
+        "was_shared": was_shared,
+    }
+
+
+async def purge_sessions(store: Store) -> dict[str, Any]:
+    """Delete expired web sessions and expired or used login links now."""
+    return {"purged": await store.purge_expired_sessions()}
+
+
 async def list_users(store: Store) -> list[dict[str, Any]]:
     return [
         {
             "user_id": u.user_id,
             "username": u.username,
             "is_admin": u.is_admin,
+            "disabled": u.disabled_at is not None,
             "created_at": _iso(u.created_at),
         }
         for u in await store.list_users()
@@ -170,9 +264,12 @@ async def bootstrap_all_in_one(store: Store, *, login_link_ttl_s: int = 900) -> 
         await store.add_member(conversation.conversation_id, admin.user_id, "owner")
     relay = await store.get_relay_by_name(LOCAL_RELAY)
     if relay is None:
-        relay, relay_token = await store.add_relay(LOCAL_RELAY, admin.user_id)
+        # The all-in-one relay runs on the server's host: the direct viewing path is allowed.
+        relay, relay_token = await store.add_relay(LOCAL_RELAY, admin.user_id, co_located=True)
     else:
         relay_token = await store.rotate_relay_token(relay.relay_id)
+        if not relay.co_located:  # registered before the flag existed
+            await store.set_relay_co_located(relay.relay_id, True)
     await store.share_relay(relay.relay_id, conversation.conversation_id)
     return {
         "user_id": admin.user_id,
@@ -200,7 +297,20 @@ def _relay_json(relay: RelayRecord) -> dict[str, Any]:
         "relay_version": relay.relay_version,
         "capabilities": list(relay.capabilities),
         "revoked": relay.revoked,
+        "co_located": relay.co_located,
         "created_at": _iso(relay.created_at),
+    }
+
+
+def _token_json(token: TokenRecord, usernames: dict[UserId, str]) -> dict[str, Any]:
+    return {
+        "token_id": token.token_id,
+        "name": token.name,
+        "user": usernames.get(token.user_id, token.user_id),
+        "created_at": _iso(token.created_at),
+        "last_used_at": _iso(token.last_used_at),
+        "revoked": token.revoked_at is not None,
+        "revoked_at": _iso(token.revoked_at),
     }
 
 

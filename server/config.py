@@ -38,9 +38,12 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8400
     public_url: str = ""
+    # Host names besides the public URL's, loopback names and IP addresses (internal names).
+    allowed_hosts: tuple[str, ...] = ()
     secret_key: str = ""
     cookie_secure: bool = False
     session_ttl_s: int = 7 * 24 * 3600
+    session_purge_interval_s: float = 3600.0
     login_link_ttl_s: int = 900
     login_max_failures: int = 5
     login_window_s: int = 300
@@ -68,9 +71,11 @@ class Settings:
             host=_env("HOST", "127.0.0.1"),
             port=_env_int("PORT", 8400),
             public_url=_env("PUBLIC_URL", ""),
+            allowed_hosts=tuple(h for h in _env("ALLOWED_HOSTS", "").split(",") if h.strip()),
             secret_key=_env("SECRET_KEY", "") or load_or_create_secret(data_dir),
             cookie_secure=_env_bool("COOKIE_SECURE", False),
             session_ttl_s=_env_int("SESSION_TTL_S", 7 * 24 * 3600),
+            session_purge_interval_s=_env_float("SESSION_PURGE_INTERVAL_S", 3600.0),
             login_link_ttl_s=_env_int("LOGIN_LINK_TTL_S", 900),
             login_max_failures=_env_int("LOGIN_MAX_FAILURES", 5),
             login_window_s=_env_int("LOGIN_WINDOW_S", 300),
@@ -97,7 +102,7 @@ def load_or_create_secret(data_dir: Path) -> str:
     path = data_dir / "secret_key"
     if path.exists():
         return path.read_text().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = secrets.token_urlsafe(48)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:

@@ -62,6 +62,7 @@ def user_record(row: models.User) -> UserRecord:
         username=row.username,
         is_admin=row.is_admin,
         created_at=row.created_at,
+        disabled_at=row.disabled_at,
     )
 
 
@@ -77,6 +78,7 @@ def relay_record(row: models.Relay) -> RelayRecord:
         capabilities=tuple(row.capabilities or ()),
         created_at=row.created_at,
         revoked=row.token_revoked_at is not None,
+        co_located=row.co_located,
     )
 
 

@@ -75,15 +75,20 @@ class ConversationStore(StoreBase):
             return [_conversation_record(row) for row in rows]
 
     async def get_role(self, conversation_id: str, user_id: str) -> Role | None:
-        """The user's role in the conversation, or None when not a member."""
+        """The user's role in the conversation; None when not a member or disabled."""
         hit, cached = self.role_cache.get((conversation_id, user_id))
         if hit:
             return cast("Role | None", cached)
         generation = self.role_cache.generation
         async with self._sessions() as session:
+            # A disabled user holds no role anywhere (viewer grants re-check it).
             role = await session.scalar(
-                select(models.ConversationMember.role).filter_by(
-                    conversation_id=conversation_id, user_id=user_id
+                select(models.ConversationMember.role)
+                .join(models.User)
+                .where(
+                    models.ConversationMember.conversation_id == conversation_id,
+                    models.ConversationMember.user_id == user_id,
+                    models.User.disabled_at.is_(None),
                 )
             )
         found = parse_role(role) if role else None

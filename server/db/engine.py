@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import URL, event, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+PRIVATE_DIR_MODE: Final = 0o700
+PRIVATE_FILE_MODE: Final = 0o600
 _ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
 
 
@@ -23,9 +28,24 @@ def is_sqlite(url: URL) -> bool:
 
 
 def ensure_sqlite_parent(url: URL) -> None:
-    """Create the directory that will hold a file-backed SQLite database."""
-    if is_sqlite(url) and url.database and url.database != ":memory:":
-        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    """Create the directory of a file-backed SQLite database: 0700, the database and its WAL
+    files 0600 (a database of an earlier run is tightened too)."""
+    if not (is_sqlite(url) and url.database and url.database != ":memory:"):
+        return
+    database = Path(url.database).expanduser()
+    database.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    _chmod_if_open(database.parent, PRIVATE_DIR_MODE)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        _chmod_if_open(database.with_name(database.name + suffix), PRIVATE_FILE_MODE)
+    if not database.exists():
+        # SQLite creates the file with the process umask: create it private first.
+        os.close(os.open(database, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE_MODE))
+
+
+def _chmod_if_open(path: Path, mode: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_IMODE(path.stat().st_mode) & ~mode:
+            path.chmod(mode)
 
 
 def create_engine(database_url: str) -> AsyncEngine:

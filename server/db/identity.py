@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from server.auth import tokens
 from server.db import models
@@ -71,7 +72,8 @@ class IdentityStore(StoreBase):
         async with self._sessions() as session:
             row = await session.scalar(select(models.User).filter_by(username=username))
         ok = await self._passwords.verify(row.password_hash if row else None, password)
-        if not (ok and row):
+        # A disabled account gets the same answer as a wrong password, after the same work.
+        if not (ok and row) or row.disabled_at is not None:
             return None
         if self._passwords.needs_rehash(row.password_hash):
             await self.set_password(UserId(row.id), password)
@@ -106,14 +108,41 @@ class IdentityStore(StoreBase):
             session.add(row)
         return token, _token_record(row)
 
-    async def list_api_tokens(self, user_id: str) -> list[TokenRecord]:
+    async def disable_user(self, user_id: str) -> bool:
+        """Refuse the user's logins, sessions and API tokens; False if already disabled.
+
+        Their web sessions are deleted; everything else they own is kept.
+        """
+        async with self._sessions.begin() as session:
+            changed = await _set_disabled(session, user_id, self._now())
+            await session.execute(delete(models.WebSession).filter_by(user_id=user_id))
+        self._users_changed()
+        return changed
+
+    async def enable_user(self, user_id: str) -> bool:
+        """Let a disabled user in again; False if the user was not disabled."""
+        async with self._sessions.begin() as session:
+            changed = await _set_disabled(session, user_id, None)
+        self._users_changed()
+        return changed
+
+    def _users_changed(self) -> None:
+        """Cached token answers and roles may name a user whose access just changed."""
+        self.token_cache.clear()
+        self.role_cache.clear()
+
+    async def list_api_tokens(self, user_id: str | None = None) -> list[TokenRecord]:
+        """One user's API tokens (every user's when ``user_id`` is None), oldest first."""
+        query = select(models.ApiToken).order_by(models.ApiToken.created_at, models.ApiToken.id)
+        if user_id is not None:
+            query = query.filter_by(user_id=user_id)
         async with self._sessions() as session:
-            rows = await session.scalars(
-                select(models.ApiToken)
-                .filter_by(user_id=user_id)
-                .order_by(models.ApiToken.created_at)
-            )
-            return [_token_record(row) for row in rows]
+            return [_token_record(row) for row in await session.scalars(query)]
+
+    async def get_api_token(self, token_id: str) -> TokenRecord | None:
+        async with self._sessions() as session:
+            row = await session.get(models.ApiToken, token_id)
+            return _token_record(row) if row else None
 
     async def authenticate_api_token(self, token: str) -> UserRecord | None:
         """The token's user when it is known and not revoked; records its use."""
@@ -132,15 +161,23 @@ class IdentityStore(StoreBase):
     async def _authenticate_api_token(self, token_hash: str) -> UserRecord | None:
         now = self._now()
         async with self._sessions.begin() as session:
-            row = await session.scalar(
-                select(models.ApiToken).filter_by(token_hash=token_hash, revoked_at=None)
-            )
-            if row is None:
+            found = (
+                await session.execute(
+                    select(models.ApiToken, models.User)
+                    .join(models.User)
+                    .where(
+                        models.ApiToken.token_hash == token_hash,
+                        models.ApiToken.revoked_at.is_(None),
+                        models.User.disabled_at.is_(None),
+                    )
+                )
+            ).first()
+            if found is None:
                 return None
+            row, user = found
             if row.last_used_at is None or now - row.last_used_at >= LAST_USED_GRANULARITY:
                 row.last_used_at = now
-            user = await session.get(models.User, row.user_id)
-            return user_record(user) if user else None
+            return user_record(user)
 
     async def revoke_api_token(self, token_id: str) -> bool:
         """Revoke a token by id; False when there was no such live token."""
@@ -171,12 +208,17 @@ class IdentityStore(StoreBase):
         return secret, tokens.csrf_token_for(secret)
 
     async def get_web_session(self, secret: str) -> WebSessionRecord | None:
-        """The live session for a cookie secret; None when unknown or expired."""
+        """The live session for a cookie secret; None when unknown, expired or disabled."""
         if not tokens.looks_like(secret, tokens.SESSION_PREFIX):
             return None
         async with self._sessions() as session:
             row = await session.scalar(
-                select(models.WebSession).filter_by(secret_hash=tokens.hash_secret(secret))
+                select(models.WebSession)
+                .join(models.User)
+                .where(
+                    models.WebSession.secret_hash == tokens.hash_secret(secret),
+                    models.User.disabled_at.is_(None),
+                )
             )
         if row is None or row.expires_at <= self._now():
             return None
@@ -250,7 +292,18 @@ class IdentityStore(StoreBase):
                 select(models.LoginLink.user_id).filter_by(token_hash=token_hash)
             )
             user = await session.get(models.User, user_id)
-            return user_record(user) if user else None
+            return user_record(user) if user and user.disabled_at is None else None
+
+
+async def _set_disabled(session: AsyncSession, user_id: str, when: datetime | None) -> bool:
+    """Set ``users.disabled_at`` unless already in that state; ``NotFound`` for no user."""
+    user = await session.get(models.User, user_id)
+    if user is None:
+        raise NotFound("user", user_id)
+    changed = (user.disabled_at is None) != (when is None)
+    if changed:
+        user.disabled_at = when
+    return changed
 
 
 def _token_record(row: models.ApiToken) -> TokenRecord:

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -79,6 +80,8 @@ class User(Base):
     password_hash: Mapped[str] = mapped_column(String(255))
     is_admin: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[datetime]
+    # Set while the account is disabled: no login, no session, no API token works.
+    disabled_at: Mapped[datetime | None]
 
 
 class ApiToken(Base):
@@ -150,6 +153,8 @@ class Relay(Base):
     relay_version: Mapped[str | None] = mapped_column(String(NAME_LEN))
     capabilities: Mapped[list[str]] = mapped_column(JSON)
     created_at: Mapped[datetime]
+    # Set by the operator for a relay on the server's own host (``admin set-relay``).
+    co_located: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
 
 class RelayShare(Base):

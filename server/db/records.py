@@ -33,6 +33,7 @@ class UserRecord:
     username: str
     is_admin: bool
     created_at: datetime
+    disabled_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class RelayRecord:
     capabilities: tuple[str, ...]
     created_at: datetime
     revoked: bool
+    co_located: bool
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,14 @@ _RELAY_COLUMNS = (
     models.Relay.relay_version,
     models.Relay.capabilities,
     models.Relay.created_at,
+    models.Relay.co_located,
     models.Relay.token_hash,
 )
 
 
 def _relay_from_columns(values: Sequence[Any]) -> RelayRecord:
     relay_id, name, owner_id, connected, last_seen, protocol, version, caps, created = values[:9]
+    co_located = values[9]
     return RelayRecord(
         relay_id=RelayId(relay_id),
         name=name,
@@ -46,6 +48,7 @@ def _relay_from_columns(values: Sequence[Any]) -> RelayRecord:
         capabilities=tuple(caps or ()),
         created_at=created,
         revoked=False,
+        co_located=co_located,
     )
 
 
@@ -70,8 +73,13 @@ class RelayStore(StoreBase):
         )
         self._presence_batches: Coalescer[PresenceUpdate, bool] = Coalescer(self._write_presence)
 
-    async def add_relay(self, name: str, owner_id: str) -> tuple[RelayRecord, str]:
-        """Register a relay; returns its record and its ``rdr_`` token (shown once)."""
+    async def add_relay(
+        self, name: str, owner_id: str, *, co_located: bool = False
+    ) -> tuple[RelayRecord, str]:
+        """Register a relay; returns its record and its ``rdr_`` token (shown once).
+
+        ``co_located`` marks a relay that runs on the server's own host.
+        """
         if not RELAY_NAME_RE.fullmatch(name):
             raise InvalidValue("name", "1-64 letters, digits, '.', '_' or '-'")
         token = tokens.new_secret(tokens.RELAY_TOKEN_PREFIX)
@@ -83,6 +91,7 @@ class RelayStore(StoreBase):
             connected=False,
             capabilities=[],
             created_at=self._now(),
+            co_located=co_located,
         )
         async with self._unique("relay", name) as session:
             if await session.get(models.User, owner_id) is None:
@@ -105,7 +114,11 @@ class RelayStore(StoreBase):
         return token
 
     async def revoke_relay(self, relay_id: str) -> None:
-        """Refuse the relay's token from now on (the server closes its connection)."""
+        """Refuse the relay's token from now on (the server closes its connection).
+
+        ``authenticate_relay`` reads the database on every call (no cache), so the next
+        handshake or token re-check with the old token already fails.
+        """
         async with self._sessions.begin() as session:
             result = await session.execute(
                 update(models.Relay).filter_by(id=relay_id).values(token_revoked_at=self._now())
@@ -115,7 +128,7 @@ class RelayStore(StoreBase):
         self._relays_changed()
 
     async def authenticate_relay(self, token: str) -> RelayRecord | None:
-        """The relay holding this token, unless unknown or revoked."""
+        """The relay holding this token, unless unknown or revoked (never cached)."""
         if not tokens.looks_like(token, tokens.RELAY_TOKEN_PREFIX):
             return None
         return await self._auth_batches.submit(tokens.hash_secret(token))
@@ -220,12 +233,18 @@ class RelayStore(StoreBase):
                 session.add(models.RelayShare(relay_id=relay_id, conversation_id=conversation_id))
         self._relays_changed(shares=True)
 
-    async def unshare_relay(self, relay_id: str, conversation_id: str) -> None:
+    async def unshare_relay(self, relay_id: str, conversation_id: str) -> bool:
+        """Hide the relay from the conversation; False when it was not shared there."""
         async with self._sessions.begin() as session:
             share = await session.get(models.RelayShare, (relay_id, conversation_id))
             if share is not None:
                 await session.delete(share)
         self._relays_changed(shares=True)
+        return share is not None
+
+    async def set_relay_co_located(self, relay_id: str, co_located: bool) -> None:
+        """Record whether the relay runs on the server's own host."""
+        await self._update_relay(relay_id, {"co_located": co_located})
 
     async def relays_visible_in(self, conversation_id: str) -> list[RelayRecord]:
         """The relays shared with the conversation, by name."""

@@ -11,7 +11,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, inspect
+from sqlalchemy import Connection, inspect, text
 
 from server.db.engine import create_engine
 from server.db.errors import SchemaMismatch, StoreUnavailable
@@ -58,7 +58,7 @@ async def test_upgrade_twice_matches_models(empty_database_url: str) -> None:
     assert await current_revision(empty_database_url) is None
     await upgrade(empty_database_url)
     await upgrade(empty_database_url)  # already at head: a no-op
-    assert await current_revision(empty_database_url) == head_revision() == "0001"
+    assert await current_revision(empty_database_url) == head_revision() == "0002"
     tables, diff = await _inspect(empty_database_url)
     assert tables == set(Base.metadata.tables) | {"alembic_version"}
     assert diff == []
@@ -77,14 +77,14 @@ async def test_store_works_after_upgrade(empty_database_url: str) -> None:
 async def test_upgrade_accepts_plain_driver_names(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'plain.db'}"
     await upgrade(url)
-    assert await current_revision(url) == "0001"
+    assert await current_revision(url) == head_revision()
 
 
 async def test_open_refuses_an_unmigrated_database(empty_database_url: str) -> None:
     with pytest.raises(SchemaMismatch, match="relaydesk db upgrade") as caught:
         await Store.open(empty_database_url)
     assert caught.value.current is None
-    assert caught.value.expected == "0001"
+    assert caught.value.expected == head_revision()
 
 
 async def test_open_unreachable_database_fails_clearly() -> None:
@@ -100,3 +100,46 @@ def test_downgrade_and_upgrade_through_alembic_commands(tmp_path: Path) -> None:
     assert asyncio.run(_inspect(url))[0] == {"alembic_version"}
     command.upgrade(alembic_config(url), "head")
     assert asyncio.run(_inspect(url))[1] == []
+
+
+# -- 0002: users.disabled_at, relays.co_located ---------------------------------------------
+
+_SEED_0001 = (
+    "INSERT INTO users (id, username, password_hash, is_admin, created_at) "
+    "VALUES ('u1', 'alice', 'x', false, '2026-01-01 00:00:00')",
+    "INSERT INTO relays (id, name, owner_id, token_hash, connected, capabilities, created_at) "
+    "VALUES ('r1', 'lab', 'u1', 'h', false, '[]', '2026-01-01 00:00:00')",
+)
+
+
+async def _execute(url: str, *statements: str) -> list[Any]:
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            results = [await conn.execute(text(sql)) for sql in statements]
+            return [row for result in results if result.returns_rows for row in result.all()]
+    finally:
+        await engine.dispose()
+
+
+async def test_0002_upgrades_a_database_with_data_and_downgrades_again(
+    empty_database_url: str,
+) -> None:
+    url = empty_database_url
+    await upgrade(url, "0001")
+    await _execute(url, *_SEED_0001)
+    await upgrade(url)
+    store = await Store.open(url)
+    try:
+        [user] = await store.list_users()
+        [relay] = await store.list_relays()
+        assert (user.username, user.disabled_at) == ("alice", None)
+        assert (relay.name, relay.co_located) == ("lab", False)
+        await store.disable_user(user.user_id)
+        await store.set_relay_co_located(relay.relay_id, True)
+    finally:
+        await store.close()
+    await asyncio.to_thread(command.downgrade, alembic_config(url), "0001")
+    assert await current_revision(url) == "0001"
+    rows = await _execute(url, "SELECT username FROM users", "SELECT name FROM relays")
+    assert [tuple(row) for row in rows] == [("alice",), ("lab",)]

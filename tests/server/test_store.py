@@ -165,6 +165,55 @@ async def test_unknown_and_revoked_tokens_fail(store: Store) -> None:
     assert await store.authenticate_api_token(token) is None
 
 
+async def test_list_every_users_tokens_and_get_one(store: Store) -> None:
+    alice = await store.create_user("alice", "pw")
+    bob = await store.create_user("bob", "pw")
+    _, first = await store.create_api_token(alice.user_id, "a")
+    _, second = await store.create_api_token(bob.user_id, "b")
+    listed = await store.list_api_tokens()
+    assert {t.token_id for t in listed} == {first.token_id, second.token_id}
+    assert await store.list_api_tokens(bob.user_id) == [second]
+    assert await store.get_api_token(first.token_id) == first
+    assert await store.get_api_token("f" * 32) is None
+
+
+# -- disabled users --------------------------------------------------------------------
+
+
+async def test_a_disabled_user_is_refused_everywhere_and_keeps_their_data(store: Store) -> None:
+    alice = await store.create_user("alice", "pw")
+    token, _ = await store.create_api_token(alice.user_id)
+    secret, _ = await store.create_web_session(alice.user_id, ttl_s=60)
+    link = await store.create_login_link(alice.user_id, ttl_s=60)
+    conv = await store.create_conversation("Team", [(alice.user_id, "owner")])
+    assert await store.authenticate_api_token(token) is not None  # cached from here on
+    assert await store.disable_user(alice.user_id)
+    assert not await store.disable_user(alice.user_id)  # already disabled
+    assert await store.verify_password("alice", "pw") is None
+    assert await store.get_web_session(secret) is None
+    assert await store.authenticate_api_token(token) is None
+    assert await store.consume_login_link(link) is None
+    assert await store.get_role(conv.conversation_id, alice.user_id) is None
+    kept = await store.get_user(alice.user_id)
+    assert kept is not None and kept.disabled_at is not None
+    assert [m.username for m in await store.list_members(conv.conversation_id)] == ["alice"]
+    assert len(await store.list_api_tokens(alice.user_id)) == 1
+
+
+async def test_an_enabled_user_is_let_in_again_but_old_sessions_stay_ended(store: Store) -> None:
+    alice = await store.create_user("alice", "pw")
+    token, _ = await store.create_api_token(alice.user_id)
+    secret, _ = await store.create_web_session(alice.user_id, ttl_s=60)
+    await store.disable_user(alice.user_id)
+    assert await store.enable_user(alice.user_id)
+    assert not await store.enable_user(alice.user_id)
+    assert await store.verify_password("alice", "pw") is not None
+    assert await store.authenticate_api_token(token) is not None
+    assert await store.get_web_session(secret) is None
+    with pytest.raises(NotFound):
+        await store.disable_user("0" * 32)
+
+
 async def test_token_for_unknown_user(store: Store) -> None:
     with pytest.raises(NotFound):
         await store.create_api_token("f" * 32)
@@ -186,6 +235,24 @@ async def test_web_session_lifecycle(store: Store, clock: FakeClock) -> None:
     clock.advance(61)
     assert await store.get_web_session(secret) is None
     assert await store.purge_expired_sessions() == 1
+
+
+async def test_purge_removes_expired_sessions_and_spent_links_and_keeps_live_ones(
+    store: Store, clock: FakeClock, database_url: str
+) -> None:
+    user = await store.create_user("alice", "pw")
+    await store.create_web_session(user.user_id, ttl_s=10)
+    live, _ = await store.create_web_session(user.user_id, ttl_s=100)
+    await store.create_login_link(user.user_id, ttl_s=10)
+    used = await store.create_login_link(user.user_id, ttl_s=100)
+    fresh = await store.create_login_link(user.user_id, ttl_s=100)
+    assert await store.consume_login_link(used) is not None
+    clock.advance(10)
+    assert await store.purge_expired_sessions() == 3
+    assert await store.purge_expired_sessions() == 0
+    assert await store.get_web_session(live) is not None
+    assert await store.consume_login_link(fresh) is not None
+    assert len(await _all_values(database_url, "web_sessions")) == 5  # one row, five columns
 
 
 async def test_delete_web_session(store: Store) -> None:
@@ -284,6 +351,21 @@ async def test_relay_token_lifecycle(store: Store, database_url: str) -> None:
     assert (await store.get_relay(relay.relay_id)).revoked  # type: ignore[union-attr]
 
 
+async def test_relay_co_located_flag(store: Store) -> None:
+    owner = await store.create_user("alice", "pw")
+    remote, _ = await store.add_relay("remote", owner.user_id)
+    beside, token = await store.add_relay("beside", owner.user_id, co_located=True)
+    assert (remote.co_located, beside.co_located) == (False, True)
+    authenticated = await store.authenticate_relay(token)
+    assert authenticated is not None and authenticated.co_located
+    await store.set_relay_co_located(beside.relay_id, False)
+    assert not (await store.get_relay(beside.relay_id)).co_located  # type: ignore[union-attr]
+    await store.set_relay_co_located(remote.relay_id, True)
+    assert [r.co_located for r in await store.list_relays()] == [False, True]
+    with pytest.raises(NotFound):
+        await store.set_relay_co_located("0" * 32, True)
+
+
 async def test_relay_names(store: Store) -> None:
     owner = await store.create_user("alice", "pw")
     relay, _ = await store.add_relay("lab", owner.user_id)
@@ -336,7 +418,8 @@ async def test_relay_visibility(store: Store) -> None:
     assert not await store.is_relay_visible(relay.relay_id, private.conversation_id)
     assert await store.relays_visible_in(shared.conversation_id) == [relay]
     assert await store.relays_visible_in(private.conversation_id) == []
-    await store.unshare_relay(relay.relay_id, shared.conversation_id)
+    assert await store.unshare_relay(relay.relay_id, shared.conversation_id)
+    assert not await store.unshare_relay(relay.relay_id, shared.conversation_id)
     assert not await store.is_relay_visible(relay.relay_id, shared.conversation_id)
     with pytest.raises(NotFound):
         await store.share_relay(relay.relay_id, "0" * 32)
@@ -421,7 +504,7 @@ async def test_admin_relay_and_conversation(store: Store) -> None:
     await admin.create_user(store, "alice", "pw")
     await admin.create_user(store, "bob", "pw")
     relay = await admin.add_relay(store, "lab", "alice")
-    assert set(relay) == {"relay_id", "name", "token"}
+    assert set(relay) == {"relay_id", "name", "co_located", "token"}
     conv = await admin.create_conversation(store, "Team", ["alice:owner", "bob:read"])
     assert set(conv) == {"conversation_id"}
     await admin.share_relay(store, "lab", conv["conversation_id"])
@@ -441,6 +524,33 @@ async def test_admin_relay_and_conversation(store: Store) -> None:
         await admin.share_relay(store, "missing", conv["conversation_id"])
     with pytest.raises(admin.AdminError, match="already exists"):
         await admin.add_relay(store, "lab", "bob")
+
+
+async def test_admin_revocation_commands(store: Store) -> None:
+    await admin.create_user(store, "alice", "pw")
+    token = (await admin.create_token(store, "alice"))["token"]
+    [listed] = await admin.list_tokens(store, "alice")
+    assert token not in str(listed)
+    assert (await admin.revoke_token(store, listed["token_id"]))["was_live"]
+    assert (await admin.list_tokens(store))[0]["revoked"]
+    with pytest.raises(admin.AdminError, match="no API token"):
+        await admin.revoke_token(store, "nope")
+    assert (await admin.disable_user(store, "alice"))["changed"]
+    assert (await admin.list_users(store))[0]["disabled"]
+    assert (await admin.enable_user(store, "alice"))["changed"]
+    relay = await admin.add_relay(store, "lab", "alice", co_located=True)
+    assert relay["co_located"]
+    assert not (await admin.set_relay(store, "lab", co_located=False))["co_located"]
+    rotated = await admin.rotate_relay_token(store, "lab")
+    assert await store.authenticate_relay(relay["token"]) is None
+    assert (await admin.revoke_relay(store, "lab"))["revoked"]
+    assert await store.authenticate_relay(rotated["token"]) is None
+    conv = await admin.create_conversation(store, "Team", ["alice:owner"])
+    await admin.share_relay(store, "lab", conv["conversation_id"])
+    assert (await admin.unshare_relay(store, "lab", conv["conversation_id"]))["was_shared"]
+    with pytest.raises(admin.AdminError, match="no conversation"):
+        await admin.unshare_relay(store, "lab", "nope")
+    assert await admin.purge_sessions(store) == {"purged": 0}
 
 
 async def test_admin_list_audit(store: Store) -> None:

@@ -99,6 +99,33 @@ async def test_a_revocation_elsewhere_takes_effect_within_the_bound(
     assert await store.authenticate_api_token(token) is None
 
 
+async def test_disabling_a_user_elsewhere_takes_effect_within_the_bound(
+    store: Store, outsider: Store
+) -> None:
+    ticks = Ticks()
+    store.token_cache = ReadCache(ttl_s=2.0, clock=ticks)
+    alice = await admin.create_user(store, "alice")
+    token, _ = await store.create_api_token(alice["user_id"])
+    assert await store.authenticate_api_token(token) is not None
+    assert await outsider.disable_user(alice["user_id"])
+    ticks.now += 2.0
+    assert await store.authenticate_api_token(token) is None
+
+
+async def test_relay_token_changes_elsewhere_are_seen_at_once(
+    store: Store, outsider: Store
+) -> None:
+    """``authenticate_relay`` is never cached: the old token fails on the very next check."""
+    alice = await admin.create_user(store, "alice")
+    relay = await admin.add_relay(store, "lab", alice["user_id"])
+    assert await store.authenticate_relay(relay["token"]) is not None
+    new_token = await outsider.rotate_relay_token(relay["relay_id"])
+    assert await store.authenticate_relay(relay["token"]) is None
+    assert await store.authenticate_relay(new_token) is not None
+    await outsider.revoke_relay(relay["relay_id"])
+    assert await store.authenticate_relay(new_token) is None
+
+
 async def test_role_changes_here_are_seen_at_once(store: Store) -> None:
     alice = await admin.create_user(store, "alice")
     conv = await admin.create_conversation(store, "Team", ["alice:read"])

@@ -9,14 +9,15 @@ Routes (every one needs ``Authorization: Bearer <RELAYDESK_HOST_HELPER_TOKEN>``)
     GET  /v1/local/connect?port=N   WebSocket bridged to the local desktop's websockify
     POST /v1/screen/{action}        screen action on the host display (host_helper/screen.py)
 
-Errors are ``{ok: false, error: {code, message, details}}`` with a fitting HTTP status.
+Errors are ``{ok: false, error: {code, message, details}}`` with a fitting HTTP status. Bodies
+pass the server's input rules (``wire.jsonbody``: JSON only, ``MAX_BODY`` read incrementally,
+depth, valid text, sane numbers): 400 / 413 / 415, with ``error.field`` naming the problem.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -28,7 +29,14 @@ from host_helper.config import HelperConfig
 from host_helper.connect import connect
 from host_helper.desktop import LocalDesktops
 from host_helper.screen import HostScreen
-from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.errors import (
+    BodyTooLarge,
+    ErrorCode,
+    OpError,
+    RequestRejected,
+    UnsupportedMediaType,
+)
+from wire.jsonbody import is_json_media_type, parse_json_object
 
 __all__ = ["HelperConfig", "build_app", "serve"]
 
@@ -54,7 +62,11 @@ STATUS_OF: dict[ErrorCode, int] = {
 
 
 def error_response(err: OpError) -> web.Response:
-    body = {"ok": False, "error": err.to_dict()}
+    body: dict[str, Any] = {"ok": False, "error": err.to_dict()}
+    if isinstance(err, RequestRejected):
+        if (field := err.details.get("field")) is not None:
+            body["error"]["field"] = field
+        return web.json_response(body, status=err.status)
     return web.json_response(body, status=STATUS_OF.get(err.code, 500))
 
 
@@ -87,16 +99,30 @@ async def op_errors(request: web.Request, handler: Handler) -> web.StreamRespons
         return error_response(OpError(ErrorCode.INTERNAL, "internal error"))
 
 
+async def _read_capped(request: web.Request, limit: int) -> bytes:
+    """The body, chunk by chunk; ``BodyTooLarge`` as soon as it passes ``limit``."""
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise BodyTooLarge(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def _body(request: web.Request) -> dict[str, Any]:
-    if not request.can_read_body:
-        return {}
-    try:
-        data = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InvalidArgs("body", "must be a JSON object") from err
-    if not isinstance(data, dict):
-        raise InvalidArgs("body", "must be a JSON object")
-    return data
+    """The JSON object body (``{}`` when empty), by the server's rules (``wire.jsonbody``)."""
+    content_type = request.headers.get("Content-Type")
+    if content_type is not None and not is_json_media_type(content_type):
+        raise UnsupportedMediaType()
+    raw = await _read_capped(request, MAX_BODY)
+    if raw and content_type is None:
+        raise UnsupportedMediaType()
+    return parse_json_object(raw, empty_ok=True)
 
 
 async def local_start(request: web.Request) -> web.Response:

@@ -12,10 +12,15 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute, WebSocketRoute
 
 from server.auth.errors import AuthError, auth_error_handler
+from server.auth.purge import session_purging
 from server.auth.routes import auth_routes
+from server.boundary.body import ROUTING_CODES, routing_error
+from server.boundary.hosts import HostPolicy
+from server.boundary.middleware import InputBoundary
 from server.config import Settings
 from server.db.migrate import upgrade
 from server.db.store import Store
@@ -64,6 +69,9 @@ def create_app(settings: Settings) -> Starlette:
         presence = asyncio.create_task(hub.keep_presence(settings.presence_interval_s))
         async with contextlib.AsyncExitStack() as features:
             app.state.features = features
+            await features.enter_async_context(
+                session_purging(store, settings.session_purge_interval_s)
+            )
             # -- inventory, actions, events (feature: inventory) --
             from server.inventory import feature as inventory_feature
 
@@ -87,8 +95,13 @@ def create_app(settings: Settings) -> Starlette:
                 await hub.close_all("server shutting down")
         await store.close()
 
+    policy = HostPolicy.build(settings.public_url, settings.allowed_hosts)
     return Starlette(
         routes=_routes(),
+        middleware=[Middleware(InputBoundary, policy=policy)],
         lifespan=lifespan,
-        exception_handlers={AuthError: auth_error_handler},
+        exception_handlers={
+            AuthError: auth_error_handler,
+            **dict.fromkeys(ROUTING_CODES, routing_error),
+        },
     )

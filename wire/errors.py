@@ -5,8 +5,13 @@ Tree::
     RelaydeskError            every error relaydesk raises on purpose
     ├── ProtocolError         the peer broke wire protocol v1 (carries a CloseCode)
     │   └── FrameTooLarge     a frame above the negotiated limit
+    ├── RfbHandshakeError     a VNC peer broke or refused the RFB security handshake
     └── OpError               an operation failed; travels as a ``res`` error
         ├── InvalidArgs       arguments do not fit the op's contract
+        ├── RequestRejected   refused at the HTTP input boundary (carries its HTTP ``status``)
+        │   ├── InvalidInput          malformed body or parameter (400, names the field)
+        │   ├── BodyTooLarge          body over the route's limit (413)
+        │   └── UnsupportedMediaType  a body that is not ``application/json`` (415)
         ├── SessionConflict   another desktop session now holds the slot
         └── RequestTimeout    the peer did not answer in time
 """
@@ -44,6 +49,8 @@ class ErrorCode(StrEnum):
     MISSING_SCREEN_REVISION = "missing_screen_revision"
     REVISION_MISMATCH = "revision_mismatch"
     REVISION_EXPIRED = "revision_expired"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
 
 
 class CloseCode(IntEnum):
@@ -103,6 +110,16 @@ class FrameTooLarge(ProtocolError):
         super().__init__(f"frame of {size} bytes exceeds limit {limit}", CloseCode.MESSAGE_TOO_BIG)
 
 
+class RfbHandshakeError(RelaydeskError):
+    """A VNC server or viewer broke or refused the RFB security handshake (``wire.rfb``)."""
+
+    code = ErrorCode.PROTOCOL_ERROR
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"RFB handshake: {reason}")
+
+
 class OpError(RelaydeskError):
     """An operation failed; serialised as ``{code, message, details}``."""
 
@@ -135,6 +152,44 @@ class InvalidArgs(OpError):
 
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(ErrorCode.INVALID_ARGS, f"{field}: {problem}", {"field": field})
+
+
+class RequestRejected(OpError):
+    """A request refused at the input boundary, before any handler ran."""
+
+    status: int = 400
+
+
+class InvalidInput(RequestRejected):
+    """A body or parameter that is malformed (not JSON, too deep, invalid text, absurd number)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(ErrorCode.INVALID_ARGS, f"{field}: {problem}", {"field": field})
+
+
+class BodyTooLarge(RequestRejected):
+    """A body larger than the route accepts; nothing past ``limit`` bytes was read."""
+
+    status = 413
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(
+            ErrorCode.LIMIT_REACHED, f"request body exceeds {limit} bytes", {"limit": limit}
+        )
+
+
+class UnsupportedMediaType(RequestRejected):
+    """A body sent with a ``Content-Type`` other than JSON."""
+
+    status = 415
+
+    def __init__(self) -> None:
+        super().__init__(
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+            "request body must be JSON (Content-Type: application/json)",
+            {"field": "Content-Type"},
+        )
 
 
 class SessionConflict(OpError):

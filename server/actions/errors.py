@@ -1,14 +1,15 @@
 """HTTP statuses of action errors and the ``{ok: false, error: {code, message}}`` body.
 
-Errors are ``wire.errors.OpError`` (one exception root); ``ActionError`` only adds an explicit
-HTTP status where the code alone does not decide it (413).
+Errors are ``wire.errors.OpError`` (one exception root); ``ActionError`` and the input
+boundary's ``RequestRejected`` carry an explicit HTTP status where the code alone does not
+decide it (413, 415).
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from wire.errors import ErrorCode, OpError
+from wire.errors import ErrorCode, OpError, RequestRejected
 
 STATUS: Final[dict[ErrorCode, int]] = {
     ErrorCode.INVALID_ARGS: 400,
@@ -66,7 +67,7 @@ class ActionError(OpError):
 
 
 def status_of(err: OpError) -> int:
-    if isinstance(err, ActionError):
+    if isinstance(err, ActionError | RequestRejected):
         return err.status
     return STATUS.get(err.code, 500)
 

@@ -6,22 +6,21 @@ actions write one audit row per attempt, whatever its outcome.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from server.actions import audit
 from server.actions.context import ActionContext
-from server.actions.errors import ActionError, error_body, status_of
-from server.actions.registry import Action, ActionRegistry
+from server.actions.errors import error_body, status_of
+from server.actions.registry import CONVERSATION_ID, Action, ActionRegistry
 from server.actions.schema import validate, with_defaults
 from server.auth.principal import Principal
 from server.db.records import role_allows
-from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.errors import BodyTooLarge, ErrorCode, InvalidArgs, OpError, RequestRejected
+from wire.jsonbody import parse_json_object
 
 log = logging.getLogger(__name__)
 
@@ -29,14 +28,8 @@ REQUEST_ID_RE: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 OUTCOMES: Final[dict[ErrorCode, str]] = {ErrorCode.SESSION_CONFLICT: "conflict"}
 
 
-@dataclass(frozen=True)
-class OversizedBody:
-    """A body that was not read because it is larger than ``max_body_bytes``."""
-
-    size: int
-
-
-Body = bytes | str | Mapping[str, Any] | OversizedBody | None
+Body = bytes | str | Mapping[str, Any] | RequestRejected | None
+"""Raw JSON, a parsed mapping, or the boundary's refusal of the HTTP body (audited like others)."""
 
 
 def request_id_from(candidate: str | None) -> str:
@@ -47,15 +40,14 @@ def request_id_from(candidate: str | None) -> str:
 
 
 def _parse_body(body: Body, limit: int) -> dict[str, Any]:
-    if isinstance(body, OversizedBody) or (isinstance(body, bytes | str) and len(body) > limit):
-        raise ActionError(
-            ErrorCode.LIMIT_REACHED, f"request body exceeds {limit} bytes", status=413
-        )
-    if isinstance(body, bytes | str):
-        try:
-            body = json.loads(body) if body else None
-        except (ValueError, RecursionError) as err:
-            raise InvalidArgs("body", "is not valid JSON") from err
+    if isinstance(body, RequestRejected):
+        raise body
+    if isinstance(body, str):
+        body = body.encode("utf-8", "surrogatepass")
+    if isinstance(body, bytes):
+        if len(body) > limit:
+            raise BodyTooLarge(limit)
+        return parse_json_object(body)
     if not isinstance(body, Mapping):
         raise InvalidArgs("body", "must be a JSON object")
     return dict(body)
@@ -67,6 +59,8 @@ async def _admit(action: Action, ctx: ActionContext, body: Body) -> dict[str, An
     conversation_id = args.get("conversation_id")
     if not isinstance(conversation_id, str) or not conversation_id:
         raise InvalidArgs("conversation_id", "required (a string)")
+    # Checked before it is looked up or audited: the audit column holds only a real id.
+    validate(CONVERSATION_ID, conversation_id, "conversation_id")
     ctx.conversation_id = conversation_id
     role = await ctx.store.get_role(conversation_id, ctx.principal.user_id)
     if not role_allows(role, action.role):
@@ -118,7 +112,8 @@ async def invoke(
 ) -> tuple[int, dict[str, Any]]:
     """Run action ``name`` for ``principal``; returns ``(http_status, json_body)``.
 
-    ``body`` is the raw JSON (bytes/str) or an already parsed mapping; it must carry
+    ``body`` is the raw JSON (bytes/str), an already parsed mapping, or the HTTP boundary's
+    refusal of the body (``RequestRejected``, answered with its status); it must carry
     ``conversation_id``. Never raises for a caller's mistake: errors come back as
     ``{ok: false, error: {code, message}}`` with their status.
     """

@@ -18,10 +18,10 @@ if TYPE_CHECKING:
 
 Handler = Callable[["ActionContext", dict[str, Any]], Awaitable[dict[str, Any]]]
 
+# As long as the audit row's column (``models.ID_LEN``): every id the schema allows fits it.
 CONVERSATION_ID: Final[Schema] = {
     "type": "string",
-    "minLength": 1,
-    "maxLength": 64,
+    "pattern": "^[A-Za-z0-9_-]{1,32}$",
     "description": "The conversation the call is made in; it decides which relays are visible "
     "and which role the caller has.",
 }

@@ -8,11 +8,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from server.actions.invoke import Body, OversizedBody, invoke, request_id_from
+from server.actions.invoke import Body, invoke, request_id_from
 from server.actions.registry import ActionRegistry
 from server.auth.dependencies import authenticate
 from server.auth.errors import AuthError, error_response
+from server.boundary.body import read_json_object
 from server.json_response import JSONResponse
+from wire.errors import RequestRejected
 
 REQUEST_ID_HEADER: Final = "X-Request-ID"
 NO_STORE: Final = {"Cache-Control": "no-store"}
@@ -20,18 +22,11 @@ SOURCES: Final = {"cookie": "web", "token": "api"}
 
 
 async def _read_body(request: Request, limit: int) -> Body:
-    """The body, or ``OversizedBody`` as soon as it is known to exceed ``limit``."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return OversizedBody(int(declared))
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return OversizedBody(size)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    """The checked JSON object, or the boundary's refusal (``invoke`` answers and audits it)."""
+    try:
+        return await read_json_object(request, limit)
+    except RequestRejected as refused:
+        return refused
 
 
 async def list_actions(request: Request) -> Response:

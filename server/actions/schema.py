@@ -3,6 +3,7 @@
 The schemas double as LLM tool definitions, so they stay plain: ``type``, ``properties``,
 ``required``, ``additionalProperties: false``, ``enum``, ``pattern``, ``minLength``,
 ``maxLength``, ``minimum``, ``maximum``. Every failure names its field (``InvalidArgs``).
+A ``pattern`` must match the whole string (``re.fullmatch``), so ``"main\n"`` is no slot.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def _string(field: str, schema: Schema, value: Any) -> None:
         raise InvalidArgs(field, f"must have at least {schema['minLength']} characters")
     if "maxLength" in schema and len(value) > schema["maxLength"]:
         raise InvalidArgs(field, f"must have at most {schema['maxLength']} characters")
-    if "pattern" in schema and not re.search(schema["pattern"], value):
+    # Whole-string match: ``re.search("^main$", "main\n")`` would match (``$`` before a newline).
+    if "pattern" in schema and not re.fullmatch(schema["pattern"], value):
         raise InvalidArgs(field, f"must match {schema['pattern']}")
 
 

@@ -79,6 +79,10 @@ class LoginRateLimiter:
         ]
         return max(waits) if waits else None
 
+    def address_retry_after(self, address: str) -> float | None:
+        """The address's wait alone: checked before a login body is even read."""
+        return self._addresses.retry_after(address)
+
     def record_failure(self, username: str, address: str) -> None:
         self._users.add(_user_key(username))
         self._addresses.add(address)

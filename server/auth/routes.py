@@ -6,7 +6,6 @@ and session secrets never reach a log line, a response body or an exception mess
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,15 +18,22 @@ from server.auth.dependencies import SESSION_COOKIE, authenticate, store_of
 from server.auth.errors import AuthError, RateLimited, Unauthorized, error_response
 from server.auth.principal import Principal
 from server.auth.ratelimit import LoginRateLimiter
+from server.boundary.body import read_json_object, rejection_response
+from server.boundary.hosts import CrossOrigin, HostPolicy
 from server.config import Settings
 from server.db.records import UserRecord
 from server.json_response import JSONResponse
-from wire.errors import ErrorCode
+from wire.errors import ErrorCode, RequestRejected
+from wire.jsonbody import text_problem
 
 log = logging.getLogger(__name__)
 
 BAD_CREDENTIALS = "wrong username or password"
 MAX_FIELD_LEN = 1024
+# Two fields of at most MAX_FIELD_LEN characters, with room for escapes; read only this much.
+LOGIN_BODY_LIMIT = 8 * 1024
+LOGOUT_BODY_LIMIT = 1024
+MAX_LINK_CHARS = 128  # a login link token is ``rdl_`` and 43 characters
 # Nothing about a login exchange may be cached or leak through a Referer header.
 PRIVATE_HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
 INVALID_LINK_PAGE = (
@@ -85,24 +91,20 @@ def invalid_args(message: str) -> JSONResponse:
 
 
 def json_errors(endpoint: Endpoint) -> Endpoint:
-    """Turn ``AuthError`` into its JSON response, so the routes work in any app."""
+    """Turn ``AuthError`` and the boundary's refusals into JSON, so the routes work in any app."""
 
     async def wrapped(request: Request) -> Response:
         try:
             return await endpoint(request)
         except AuthError as err:
             return error_response(err)
+        except RequestRejected as err:
+            return rejection_response(err)
 
     return wrapped
 
 
-async def _credentials(request: Request) -> tuple[str, str] | None:
-    try:
-        body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    if not isinstance(body, dict):
-        return None
+def _credentials(body: dict[str, Any]) -> tuple[str, str] | None:
     username, password = body.get("username"), body.get("password")
     if not (isinstance(username, str) and isinstance(password, str)):
         return None
@@ -111,17 +113,36 @@ async def _credentials(request: Request) -> tuple[str, str] | None:
     return username, password
 
 
+def _check_rate(wait: float | None, username: str, address: str) -> None:
+    if wait is not None:
+        log.warning("login refused (rate limited) user=%r from %s", username[:64], address)
+        raise RateLimited(wait)
+
+
+def _check_origin(request: Request) -> None:
+    """Login CSRF: another site's form must not sign the browser in (to anyone's account)."""
+    settings = settings_of(request)
+    policy = HostPolicy.build(settings.public_url, settings.allowed_hosts)
+    if not policy.origin_allowed(request.headers.get("origin"), request.headers.get("host")):
+        log.warning("login refused (cross-origin) from %s", client_address(request))
+        raise CrossOrigin()
+
+
 @json_errors
 async def login(request: Request) -> Response:
-    """``POST /api/v1/login {username, password}`` → session cookie + CSRF token."""
-    credentials = await _credentials(request)
+    """``POST /api/v1/login {username, password}`` → session cookie + CSRF token.
+
+    Cheapest first: the address's rate limit and the Origin before a byte of the body is
+    read, then a small JSON body (``LOGIN_BODY_LIMIT``), then the username's rate limit.
+    """
+    address, limiter = client_address(request), login_limiter(request)
+    _check_rate(limiter.address_retry_after(address), "", address)
+    _check_origin(request)
+    credentials = _credentials(await read_json_object(request, LOGIN_BODY_LIMIT))
     if credentials is None:
         return invalid_args("expected a JSON object with string 'username' and 'password'")
     username, password = credentials
-    address, limiter = client_address(request), login_limiter(request)
-    if (wait := limiter.retry_after(username, address)) is not None:
-        log.warning("login refused (rate limited) user=%r from %s", username[:64], address)
-        raise RateLimited(wait)
+    _check_rate(limiter.retry_after(username, address), username, address)
     store = store_of(request)
     user = await store.verify_password(username, password)
     if user is None:
@@ -151,6 +172,7 @@ async def _signed_in(request: Request, user: UserRecord, how: str) -> Response:
 async def logout(request: Request) -> Response:
     """``POST /api/v1/logout``: ends the cookie session (CSRF-checked) and clears the cookie."""
     principal = await authenticate(request)
+    await read_json_object(request, LOGOUT_BODY_LIMIT, empty_ok=True)  # nothing is expected
     if principal.via == "cookie":
         await store_of(request).delete_web_session(request.cookies[SESSION_COOKIE])
     response = JSONResponse({"ok": True}, headers=PRIVATE_HEADERS)
@@ -173,7 +195,9 @@ async def me(request: Request) -> Response:
 
 async def login_link(request: Request) -> Response:
     """``GET /login/{token}``: a one-time link signs the browser in and goes to ``/``."""
-    user = await store_of(request).consume_login_link(request.path_params["token"])
+    token = str(request.path_params["token"])
+    sane = len(token) <= MAX_LINK_CHARS and text_problem(token) is None
+    user = await store_of(request).consume_login_link(token) if sane else None
     if user is None:
         log.warning("login link refused from %s", client_address(request))
         return HTMLResponse(INVALID_LINK_PAGE, status_code=400, headers=PRIVATE_HEADERS)

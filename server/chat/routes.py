@@ -7,7 +7,6 @@ role, exactly as over the HTTP API) but its reply goes to that member only and n
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from starlette.routing import Route
 from server.auth.dependencies import authenticate
 from server.auth.principal import Principal
 from server.auth.routes import json_errors
+from server.boundary.body import path_param, read_json_object
 from server.chat import slash
 from server.chat.commands import CommandContext, CommandRunner, Reply
 from server.chat.ports import ChatStore, InvokeAction, PublishEvent
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 4000
 MAX_BODY_BYTES = 64 * 1024
+MAX_ID_CHARS = 64
 DEFAULT_PAGE, MAX_PAGE = 50, 200
 NO_STORE = {"Cache-Control": "no-store"}
 
@@ -67,7 +68,7 @@ def _service(request: Request) -> ChatService:
 
 
 async def _role(request: Request, principal: Principal, needed: Role) -> Role:
-    conversation_id = request.path_params["conversation_id"]
+    conversation_id = _conversation_id(request)
     role = await _store(request).get_role(conversation_id, principal.user_id)
     if role is None:
         # Same answer for "no such conversation" and "not a member": existence is not leaked.
@@ -75,6 +76,11 @@ async def _role(request: Request, principal: Principal, needed: Role) -> Role:
     if not role_allows(role, needed):
         raise ChatError(403, ErrorCode.FORBIDDEN, f"this needs role {needed}; yours is {role}")
     return role
+
+
+def _conversation_id(request: Request) -> str:
+    """The path's conversation id, refused (400) when it is no storable id."""
+    return path_param(request, "conversation_id", MAX_ID_CHARS)
 
 
 def message_json(record: MessageRecord, names: dict[str, str]) -> dict[str, Any]:
@@ -100,10 +106,10 @@ def _int_param(request: Request, name: str, low: int, high: int, default: int | 
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ChatError(400, ErrorCode.INVALID_ARGS, f"{name} must be an integer") from None
+    # ASCII digits, and not thousands of them: int() reads other scripts' digits and "1_0".
+    if not (len(raw) <= 20 and raw.isascii() and raw.lstrip("-").isdigit()):
+        raise ChatError(400, ErrorCode.INVALID_ARGS, f"{name} must be an integer")
+    value = int(raw)
     if not low <= value <= high:
         raise ChatError(400, ErrorCode.INVALID_ARGS, f"{name} must be in {low}..{high}")
     return value
@@ -139,7 +145,7 @@ async def get_conversation(request: Request) -> Response:
     """``GET /api/v1/conversations/{id}``: title, role, members and visible relays."""
     principal = await authenticate(request)
     role = await _role(request, principal, "read")
-    store, conversation_id = _store(request), request.path_params["conversation_id"]
+    store, conversation_id = _store(request), _conversation_id(request)
     title = next(
         (m.title for m in await store.list_conversations_for(principal.user_id)
          if m.conversation_id == conversation_id), "",
@@ -163,7 +169,7 @@ async def list_messages(request: Request) -> Response:
     before = _int_param(request, "before", 1, 2**62, None)
     limit = _int_param(request, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
     assert limit is not None
-    store, conversation_id = _store(request), request.path_params["conversation_id"]
+    store, conversation_id = _store(request), _conversation_id(request)
     records = await store.list_messages(conversation_id, before_id=before, limit=limit)
     names = await _names(store, conversation_id)
     body = {
@@ -175,16 +181,8 @@ async def list_messages(request: Request) -> Response:
 
 
 async def _text_of(request: Request) -> str:
-    raw = b""
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_BODY_BYTES:
-            raise ChatError(413, ErrorCode.LIMIT_REACHED, _too_long_message())
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ChatError(400, ErrorCode.INVALID_ARGS, "expected a JSON object {text}") from None
-    text = body.get("text") if isinstance(body, dict) else None
+    body = await read_json_object(request, MAX_BODY_BYTES)
+    text = body.get("text")
     if not isinstance(text, str):
         raise ChatError(400, ErrorCode.INVALID_ARGS, "text: must be a string")
     if not text.strip():
@@ -194,8 +192,8 @@ async def _text_of(request: Request) -> str:
     return text
 
 
-def _too_long_message(length: int | None = None) -> str:
-    size = f" ({length:,} characters)" if length is not None else ""
+def _too_long_message(length: int) -> str:
+    size = f" ({length:,} characters)"
     return f"message too long{size}: the limit is {MAX_MESSAGE_CHARS:,} characters"
 
 
@@ -208,7 +206,7 @@ async def post_message(request: Request) -> Response:
     command = slash.is_desktop_command(text)
     if not command and not role_allows(role, "write"):
         raise ChatError(403, ErrorCode.FORBIDDEN, f"posting needs role write; yours is {role}")
-    store, conversation_id = _store(request), request.path_params["conversation_id"]
+    store, conversation_id = _store(request), _conversation_id(request)
     names = {str(principal.user_id): principal.username}
     stored = role_allows(role, "write")
     message = None
@@ -225,7 +223,7 @@ async def post_message(request: Request) -> Response:
 
 async def _run_command(request: Request, principal: Principal, text: str) -> Reply:
     service = _service(request)
-    conversation_id = request.path_params["conversation_id"]
+    conversation_id = _conversation_id(request)
 
     async def invoke(name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         return await service.invoke(request.app.state, principal, name, body)
@@ -246,7 +244,7 @@ async def _reply_json(
     payload = {**reply.payload, "requested_by": principal.username}
     if message is not None:
         payload["reply_to"] = message["id"]
-    conversation_id = request.path_params["conversation_id"]
+    conversation_id = _conversation_id(request)
     if not stored:
         return {"id": None, "conversation_id": conversation_id, "author": None, "kind": "result",
                 "text": reply.text, "payload": {**payload, "ephemeral": True},

@@ -34,14 +34,26 @@ BUSES: Final[dict[str, str]] = {
 EventId = tuple[int, int]
 
 
+MAX_ID_PART: Final = 2**64 - 1  # Redis stream ids are two unsigned 64-bit numbers
+
+
+def _id_part(text: str) -> int | None:
+    # ASCII only: str.isdigit() also accepts other scripts' digits, which Redis would refuse.
+    if not (text.isascii() and text.isdigit() and len(text) <= 20):
+        return None
+    value = int(text)
+    return value if value <= MAX_ID_PART else None
+
+
 def parse_event_id(text: str | None) -> EventId | None:
-    """``"<ms>-<seq>"`` as a comparable pair, or None when it is not one."""
+    """``"<ms>-<seq>"`` (each part a 64-bit unsigned number) as a comparable pair, or None."""
     if not text or len(text) > 64:
         return None
     ms, dash, seq = text.partition("-")
-    if not (ms.isdigit() and (not dash or seq.isdigit())):
+    ms_part, seq_part = _id_part(ms), _id_part(seq) if dash else 0
+    if ms_part is None or seq_part is None:
         return None
-    return int(ms), int(seq or 0)
+    return ms_part, seq_part
 
 
 @dataclass(frozen=True)

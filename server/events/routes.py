@@ -22,11 +22,12 @@ from starlette.routing import Route
 from server.actions.errors import error_body, status_of
 from server.auth.dependencies import authenticate_connection
 from server.auth.errors import AuthError, error_response
+from server.boundary.body import text_param
 from server.db.records import role_allows
-from server.events.bus import BusEvent, Feed
+from server.events.bus import BusEvent, Feed, parse_event_id
 from server.events.hub import INVENTORY_CHANGED, STREAM_RESET, ConversationEvents
 from server.json_response import JSONResponse
-from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.errors import ErrorCode, InvalidArgs, InvalidInput, OpError
 
 log = logging.getLogger(__name__)
 
@@ -85,18 +86,29 @@ def _error(err: OpError) -> Response:
     return JSONResponse(error_body(err), status_code=status_of(err))
 
 
+def _params(request: Request) -> tuple[str, str | None]:
+    """``conversation_id`` and the ``Last-Event-ID`` to resume after; ``InvalidArgs`` if bad."""
+    conversation_id = text_param("conversation_id", request.query_params.get("conversation_id", ""))
+    if not conversation_id:
+        raise InvalidArgs("conversation_id", "required")
+    last_id = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+    if last_id and parse_event_id(last_id) is None:
+        raise InvalidInput("Last-Event-ID", "must be an event id <ms>-<seq> this stream sent")
+    return conversation_id, last_id or None
+
+
 async def event_stream(request: Request) -> Response:
     try:
         principal = await authenticate_connection(request)
     except AuthError as err:
         return error_response(err)
-    conversation_id = request.query_params.get("conversation_id", "")
-    if not conversation_id:
-        return _error(InvalidArgs("conversation_id", "required"))
+    try:
+        conversation_id, last_id = _params(request)
+    except OpError as err:
+        return _error(err)
     if not await _member(request, conversation_id, principal.user_id):
         return _error(OpError(ErrorCode.FORBIDDEN, "not a member of this conversation"))
     events: ConversationEvents = request.app.state.events
-    last_id = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     try:
         feed = await events.open(conversation_id, last_id)
     except OpError as err:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from server.db.records import RelayRecord
 from server.relays.hub import RelayHub
 from server.relays.link import RelayLink
 from wire.connection import Connection, HelloReceived, Role
@@ -18,6 +20,7 @@ from wire.messages import SUBPROTOCOL, Request, Welcome
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 10.0
+DIRECT_VNC = "direct_vnc"
 
 
 async def _server_ops(request: Request) -> Any:
@@ -25,6 +28,20 @@ async def _server_ops(request: Request) -> Any:
     if request.op == "ping":
         return {}
     raise OpError(ErrorCode.UNKNOWN_OP, f"unknown op {request.op[:64]!r}")
+
+
+def granted_capabilities(relay: RelayRecord, announced: Iterable[str]) -> frozenset[str]:
+    """What the server lets the relay use of what it announced.
+
+    ``direct_vnc`` makes the server open a loopback connection itself: only a relay the operator
+    registered as co-located (``admin add-relay --co-located``) gets it.
+    """
+    granted = frozenset(announced)
+    if DIRECT_VNC in granted and not relay.co_located:
+        log.warning("relay %s announced %s but is not registered as co-located: ignored",
+                    relay.name, DIRECT_VNC)  # fmt: skip
+        granted -= {DIRECT_VNC}
+    return granted
 
 
 def _bearer(websocket: WebSocket) -> str:
@@ -57,7 +74,7 @@ async def relay_connect(websocket: WebSocket) -> None:
         Role.SERVER, max_text=settings.max_text_frame, max_payload=settings.max_channel_frame
     )
     try:
-        await _serve(websocket, connection, relay.relay_id, token, state.hub, settings)
+        await _serve(websocket, connection, relay, token, state.hub, settings)
     except ProtocolError as err:
         log.warning("relay %s broke the protocol: %s", relay.name, err.message)
         await _close(websocket, err.close_code, err.message)
@@ -97,7 +114,7 @@ async def _handshake(websocket: WebSocket, connection: Connection) -> HelloRecei
 async def _serve(
     websocket: WebSocket,
     connection: Connection,
-    relay_id: RelayId,
+    relay: RelayRecord,
     token: str,
     hub: RelayHub,
     settings: Any,
@@ -105,6 +122,7 @@ async def _serve(
     hello = await _handshake(websocket, connection)
     if hello is None:
         return
+    relay_id = RelayId(relay.relay_id)
 
     async def send(frame: str | bytes) -> None:
         if isinstance(frame, str):
@@ -115,7 +133,7 @@ async def _serve(
     link = RelayLink(
         relay_id, connection, send, on_event=hub.dispatch_event, on_request=_server_ops
     )
-    link.capabilities = frozenset(hello.hello.capabilities)
+    link.capabilities = granted_capabilities(relay, hello.hello.capabilities)
     link.close_transport = lambda code, reason: _close(websocket, code, reason)
     connection.accept(
         Welcome(relay_id, settings.heartbeat_s, settings.max_channel_frame, settings.max_text_frame)

@@ -44,10 +44,14 @@ PROPERTIES: Final[dict[str, Schema]] = {
     },
     "relay": {
         "type": "string",
+        "minLength": 1,
+        "maxLength": 64,
         "description": "Relay name or id; may be left out when the conversation sees one relay.",
     },
     "desktop_session_id": {
         "type": "string",
+        # The audit row's column holds 64 characters: every id the schema allows fits it.
+        "pattern": "^[A-Za-z0-9_-]{1,64}$",
         "description": "Which desktop; default: the relay's running virtual desktop (slot main).",
     },
     "local": {

@@ -1,31 +1,37 @@
 """The viewer service: check a viewer, open its backend, run the stream, close with a reason.
 
-The backend is a relay channel unless the relay registered a direct VNC address (capability
-``direct_vnc`` and a ``direct: {host, port}`` on the desktop's row): then the server connects
-itself. Which path is used comes from that registration, never from a guess.
+The backend is a relay channel, except for relays the operator registered as co-located with
+the server (``admin add-relay --co-located``) that announce ``direct_vnc``: for those the
+server connects to the desktop's x11vnc on loopback itself, and only after completing the RFB
+handshake with the desktop's VNC secret (``DirectBackend``). The relay names a port and the
+secret (``vnc.direct``); it never names a host, and a port that is not that desktop's x11vnc
+fails the handshake before anything is spliced.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from starlette.websockets import WebSocket
 
+from server.boundary.hosts import HostPolicy
 from server.config import Settings
-from server.inventory.rows import DesktopDirectory
+from server.inventory.rows import DesktopDirectory, DesktopRow
+from server.relays.endpoint import DIRECT_VNC
 from server.relays.hub import RelayHub
 from server.viewer.access import (
+    VIEWABLE_STATES,
     MembershipStore,
     ViewerRefused,
     ViewerTarget,
     check_viewer,
     refusal_for_state,
 )
-from server.viewer.backends import BackendEnded, RelayBackend, TcpBackend, VncBackend
-from server.viewer.registry import ViewerRegistry
+from server.viewer.backends import BackendEnded, DirectBackend, RelayBackend, VncBackend
+from server.viewer.registry import DesktopKey, ViewerRegistry, desktop_key
 from server.viewer.tunnel import ViewerSession
 from wire.errors import ChannelCloseCode, CloseCode, ErrorCode, OpError
 from wire.ids import RelayId
@@ -33,7 +39,8 @@ from wire.ids import RelayId
 log = logging.getLogger(__name__)
 
 SUBPROTOCOL = "binary"
-DIRECT_CAPABILITY = "direct_vnc"
+DIRECT_OP = "vnc.direct"
+VNC_SECRET_LEN = 8
 OPEN_TIMEOUT_S = 10.0
 STATUS_TIMEOUT_S = 1.5
 _UNREACHABLE = frozenset(
@@ -43,32 +50,33 @@ _UNREACHABLE = frozenset(
 
 @dataclass(frozen=True)
 class DirectAddress:
-    host: str
+    """Where a co-located desktop's x11vnc listens on loopback, and its VNC secret."""
+
     port: int
+    secret: bytes
 
 
 def origin_allowed(headers: Any, public_url: str) -> bool:
-    """A browser's Origin must name this server (its Host, or the configured public URL).
+    """A browser's Origin must be the public URL's, or the request's own allowed Host's.
 
-    Clients that send no Origin are not browsers and cannot be driven by another site; the
-    capability token is what authorises them.
+    The rules are ``server.boundary.hosts.HostPolicy`` (the app's ``InputBoundary`` applies
+    them, with ``RELAYDESK_ALLOWED_HOSTS``, before any route); a foreign Host never counts.
+    Clients that send no Origin are not browsers; the capability token authorises them.
     """
-    origin = headers.get("origin")
-    if origin is None:
-        return True
-    allowed = {headers.get("host", "").lower()}
-    if public_url:
-        allowed.add(urlsplit(public_url).netloc.lower())
-    return urlsplit(origin).netloc.lower() in allowed - {""}
+    return HostPolicy.build(public_url).origin_allowed(headers.get("origin"), headers.get("host"))
 
 
 def _direct_address(raw: object) -> DirectAddress | None:
     if not isinstance(raw, dict):
         return None
-    host, port = raw.get("host"), raw.get("port")
-    if isinstance(host, str) and host and isinstance(port, int) and 0 < port < 65536:
-        return DirectAddress(host, port)
-    return None
+    port, secret = raw.get("port"), raw.get("secret")
+    if not (isinstance(port, int) and 0 < port < 65536 and isinstance(secret, str)):
+        return None
+    try:
+        key = base64.b64decode(secret, validate=True)
+    except ValueError:
+        return None
+    return DirectAddress(port, key) if len(key) == VNC_SECRET_LEN else None
 
 
 class ViewerService:
@@ -86,6 +94,7 @@ class ViewerService:
         self.hub = hub
         self.directory: DesktopDirectory | None = None
         self.registry = ViewerRegistry()
+        self._direct: dict[DesktopKey, DirectAddress] = {}
         if directory is not None:
             self.use_directory(directory)
 
@@ -93,6 +102,11 @@ class ViewerService:
         """Look desktops up in ``directory`` and follow its changes."""
         self.directory = directory
         directory.add_listener(self.registry.row_changed)
+        directory.add_listener(self._forget_direct)
+
+    async def _forget_direct(self, row: DesktopRow) -> None:
+        if row.state not in VIEWABLE_STATES:
+            self._direct.pop(desktop_key(row), None)
 
     async def serve(self, websocket: WebSocket, desktop_session_id: str, token: str) -> None:
         """The whole life of one viewer WebSocket."""
@@ -128,9 +142,8 @@ class ViewerService:
 
     async def _open_backend(self, target: ViewerTarget) -> VncBackend:
         try:
-            direct = await self._direct_address(target)
-            if direct is not None:
-                return await TcpBackend.connect(direct.host, direct.port)
+            if (direct := await self._open_direct(target)) is not None:
+                return direct
             link = self.hub.get(target.relay_id)
             channel = await link.open_channel(
                 {"type": "vnc", "desktop_session_id": target.row.desktop_session_id},
@@ -142,15 +155,34 @@ class ViewerService:
             raise ViewerRefused(CloseCode.INTERNAL_ERROR, ended.reason) from None
         return RelayBackend(channel)
 
-    async def _direct_address(self, target: ViewerTarget) -> DirectAddress | None:
-        """The registered direct address of the desktop, if its relay announced one."""
-        if DIRECT_CAPABILITY not in self.hub.capabilities(target.relay_id):
+    async def _open_direct(self, target: ViewerTarget) -> DirectBackend | None:
+        """The direct path if this relay may use it and its desktop authenticates; else None
+        (the relay channel serves the viewer)."""
+        if DIRECT_VNC not in self.hub.capabilities(target.relay_id):
             return None
-        on_row = _direct_address(getattr(target.row, "direct", None))
-        if on_row is not None:
-            return on_row
-        row = await self._relay_row(target.relay_id, target.row.desktop_session_id)
-        return _direct_address(row.get("direct")) if row else None
+        key = desktop_key(target.row)
+        address = self._direct.get(key) or await self._ask_direct(target)
+        if address is None:
+            return None
+        try:
+            backend = await DirectBackend.connect(address.port, address.secret)
+        except BackendEnded:
+            self._direct.pop(key, None)
+            log.warning("relay %s: direct VNC refused for session %s…; using the relay channel",
+                        target.relay_id, target.row.desktop_session_id[:8])  # fmt: skip
+            return None
+        self._direct[key] = address
+        return backend
+
+    async def _ask_direct(self, target: ViewerTarget) -> DirectAddress | None:
+        args = {"desktop_session_id": target.row.desktop_session_id}
+        try:
+            result = await self.hub.request(target.relay_id, DIRECT_OP, args, STATUS_TIMEOUT_S)
+        except OpError as err:
+            if err.code in _UNREACHABLE:
+                raise
+            return None
+        return _direct_address(result)
 
     async def _relay_row(self, relay_id: RelayId, session_id: str) -> dict[str, Any] | None:
         """The relay's own status row of ``session_id`` (the relay answers after any stop)."""
@@ -187,7 +219,7 @@ class ViewerService:
         if ended.code is ChannelCloseCode.DESKTOP_STOPPED:
             return ViewerRefused(CloseCode.DESKTOP_STOPPED)
         session_id = target.row.desktop_session_id
-        row = await self.directory.get_by_session(session_id) if self.directory else None
+        row = await self.directory.row(target.relay_id, session_id) if self.directory else None
         if row is not None and (refused := refusal_for_state(row.state)) is not None:
             return refused
         try:

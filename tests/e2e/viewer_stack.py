@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -155,6 +156,7 @@ def _start_relay(
     token_file.write_text(seed.relay_token)
     token_file.chmod(0o600)
     argv = relaydesk_argv("relay", "--server", url, "--token-file", str(token_file))
+    seed.use_relay_authority()
     return tracker.start(argv, name="relay", env={**seed.env(), **DESKTOP_ENV, **env})
 
 
@@ -194,12 +196,17 @@ async def viewer_stack(
     workdir: Path,
     relay_env: Mapping[str, str] | None = None,
     server_settings: Mapping[str, Any] | None = None,
+    *,
+    co_located: bool = False,
 ) -> AsyncIterator[ViewerStack]:
     """Server (with its real inventory; ``server_settings`` override its ``Settings``) + relay
-    (``relay_env`` added to its environment)."""
-    seed = await seed_database(workdir / "data")
+    (``relay_env`` added to its environment; ``co_located``: registered as on the server's
+    host)."""
+    seed = await seed_database(workdir / "data", co_located=co_located)
     tracker = ProcessTracker(workdir / "processes")
     env = dict(relay_env or {})
+    # A stack opened inside another's lifetime hands the outer one its X authority back.
+    outer_authority = os.environ.get("XAUTHORITY")
     async with inprocess_server(seed, **(server_settings or {})) as (app, url):
         relay = _start_relay(tracker, seed, url, env)
         stack = ViewerStack(app, url, seed, tracker, relay, relay_env=env)
@@ -214,6 +221,8 @@ async def viewer_stack(
             # every other in-process server on this loop keeps answering its own relay.
             await asyncio.to_thread(tracker.cleanup)
             await stop_desktops_in(seed.data_dir / "relay-state")
+            if outer_authority is not None:
+                os.environ["XAUTHORITY"] = outer_authority
 
 
 def pointer_position(display: str) -> tuple[int, int]:

@@ -315,8 +315,9 @@ async def test_bad_input_gets_structured_errors_and_changes_nothing(stack: Stack
     for name, body, status, code, field_name in BAD_INPUTS:
         headers = {"Authorization": f"Bearer {stack.tokens['owner']}"}
         if isinstance(body, bytes):
+            json_type = {**headers, "Content-Type": "application/json"}
             response = await stack.client.post(f"/api/v1/actions/{name}", content=body,
-                                               headers=headers)  # fmt: skip
+                                               headers=json_type)  # fmt: skip
         else:
             body = {"conversation_id": stack.seed.conversation_id, **body}
             response = await stack.client.post(f"/api/v1/actions/{name}", json=body,

@@ -1,23 +1,28 @@
-"""The direct viewing path: a relay beside the server registers its x11vnc address.
+"""The direct viewing path: a relay beside the server, registered as co-located.
 
-The relay runs with ``RELAYDESK_DIRECT_VNC_HOST`` (as ``relaydesk up`` starts it), so it
-announces ``direct_vnc`` and the server connects to x11vnc itself: same viewer URL, same
-capability checks, no relay channel. Real server, relay, Xvfb and x11vnc.
+The relay runs with ``RELAYDESK_DIRECT_VNC_HOST`` (as ``relaydesk up`` starts it) and the
+operator registered it as co-located, so the server connects to x11vnc on loopback itself,
+after authenticating with the desktop's VNC secret: same viewer URL, same capability checks,
+no relay channel. Without the registration the same relay is served through its channel.
+Real server, relay, Xvfb and x11vnc.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import time
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
 import pytest_asyncio
 
 from relay.handlers import DIRECT_HOST_ENV
-from server.viewer.service import DIRECT_CAPABILITY
+from server.relays.endpoint import DIRECT_VNC
+from server.viewer.backends import BackendEnded, DirectBackend
 from tests.e2e.viewer_stack import (
     Desktop,
     ViewerStack,
@@ -45,7 +50,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ViewerStack]:
     env = {DIRECT_HOST_ENV: "127.0.0.1"}
-    async with viewer_stack(tmp_path_factory.mktemp("viewer-direct"), env) as stack:
+    workdir = tmp_path_factory.mktemp("viewer-direct")
+    async with viewer_stack(workdir, env, co_located=True) as stack:
         yield stack
 
 
@@ -59,12 +65,17 @@ def server_vnc_connections(desktop: Desktop) -> int:
     return vnc_connections(os.getpid(), desktop)
 
 
-async def test_the_relay_registers_its_direct_address(stack: ViewerStack, desktop: Desktop) -> None:
-    assert DIRECT_CAPABILITY in stack.hub.capabilities(stack.relay_id)
+async def test_the_relay_offers_its_port_and_secret_never_a_host(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    assert DIRECT_VNC in stack.hub.capabilities(stack.relay_id)
     status = await stack.hub.request(stack.relay_id, "desktop.status", {}, 10)
     sid = desktop.desktop_session_id
     row = next(r for r in status["desktops"] if r["desktop_session_id"] == sid)
-    assert row["direct"] == {"host": "127.0.0.1", "port": desktop.vnc_port}
+    assert "direct" not in row  # status rows carry no address and no secret
+    direct = await stack.hub.request(stack.relay_id, "vnc.direct", {"desktop_session_id": sid})
+    assert set(direct) == {"port", "secret"}
+    assert direct["port"] == desktop.vnc_port
     # What the server asks when a direct stream ends (answered without the lifecycle lock).
     holds = await stack.hub.request(stack.relay_id, "desktop.holds", {"desktop_session_id": sid})
     assert holds == {"holds": True}
@@ -105,6 +116,25 @@ async def test_refused_direct_viewers_never_reach_x11vnc(
     assert code == CloseCode.VIEWER_EXPIRED
     assert server_vnc_connections(desktop) == 0
     assert settled(stack)
+
+
+async def test_the_direct_path_splices_nothing_to_a_port_that_does_not_authenticate(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    direct = await stack.hub.request(
+        stack.relay_id, "vnc.direct", {"desktop_session_id": desktop.desktop_session_id}
+    )
+    secret = base64.b64decode(direct["secret"])
+    server_port = urlsplit(stack.url).port
+    assert server_port is not None
+    # The server's own HTTP port (no RFB banner), and x11vnc with a wrong secret.
+    for port, key in ((server_port, secret), (desktop.vnc_port, bytes(8))):
+        with pytest.raises(BackendEnded):
+            await DirectBackend.connect(port, key)
+    backend = await DirectBackend.connect(desktop.vnc_port, secret)
+    assert bytes(await backend.read()).startswith(b"RFB 003.008\n")  # our handshake to the viewer
+    await backend.close()
+    await wait_until(lambda: server_vnc_connections(desktop) == 0, 5, "x11vnc connection closed")
 
 
 async def test_garbage_on_a_direct_stream_closes_it_cleanly(

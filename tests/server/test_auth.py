@@ -128,9 +128,14 @@ def test_wrong_password_and_unknown_user_look_the_same(web: Harness) -> None:
 
 
 def test_malformed_login_body(web: Harness) -> None:
-    response = web.client.post("/api/v1/login", content=b"{not json")
+    json_type = {"Content-Type": "application/json"}
+    response = web.client.post("/api/v1/login", content=b"{not json", headers=json_type)
     assert response.status_code == 400
     assert _error_code(response) == "invalid_args"
+    # Not JSON at all (a cross-site form's type): refused before the body is parsed.
+    response = web.client.post("/api/v1/login", content=b"{not json")
+    assert response.status_code == 415
+    assert _error_code(response) == "unsupported_media_type"
     response = web.client.post("/api/v1/login", json={"username": "alice"})
     assert response.status_code == 400
 
@@ -253,3 +258,17 @@ def test_no_secret_reaches_the_logs(web: Harness, caplog: pytest.LogCaptureFixtu
     assert "login failed user='alice'" in text
     for secret in (PASSWORD, api_token, link, session, csrf):
         assert secret not in text
+
+
+def test_login_checks_origin_and_type_itself(web: Harness) -> None:
+    """In any app (no boundary middleware): a cross-site form cannot sign a browser in."""
+    body = b'{"username": "alice", "password": "' + PASSWORD.encode() + b'"}'
+    cross = web.client.post("/api/v1/login", content=body,
+                            headers={"Content-Type": "application/json",
+                                     "Origin": "https://evil.example"})  # fmt: skip
+    assert cross.status_code == 403 and "set-cookie" not in cross.headers
+    form = web.client.post("/api/v1/login", content=body, headers={"Content-Type": "text/plain"})
+    assert form.status_code == 415 and "set-cookie" not in form.headers
+    big = web.client.post("/api/v1/login", content=b" " * 100_000,
+                          headers={"Content-Type": "application/json"})  # fmt: skip
+    assert big.status_code == 413

@@ -31,7 +31,13 @@ def test_a_genuine_token_verifies_and_carries_its_binding() -> None:
         (lambda: _token(), "s1", "another-key", Denial.FORGED),
         (lambda: "nodot", "s1", KEY, Denial.MALFORMED),
         (lambda: "a.b.c", "s1", KEY, Denial.MALFORMED),
-        (lambda: "!!!.???", "s1", KEY, Denial.FORGED),
+        (lambda: "!!!.???", "s1", KEY, Denial.MALFORMED),
+        # one spelling per token: padding or a non-canonical last character is refused
+        (lambda: _token() + "=", "s1", KEY, Denial.MALFORMED),
+        (lambda: _token().replace(".", "==."), "s1", KEY, Denial.MALFORMED),
+        # a session id nobody minted (non-ASCII, a lone surrogate) is another session, not a crash
+        (lambda: _token("s1"), "s\u00e9", KEY, Denial.OTHER_SESSION),
+        (lambda: _token("s1"), "\ud800", KEY, Denial.OTHER_SESSION),
     ],
 )
 def test_bad_tokens_are_denied_with_the_reason(token, session, key, denial) -> None:
@@ -58,3 +64,14 @@ def test_expiry_maps_to_its_own_close_code() -> None:
 def test_arbitrary_text_never_verifies_and_never_crashes(text: str) -> None:
     with pytest.raises(ViewerDenied):
         verify(KEY, text, "s1")
+
+
+def test_a_non_canonical_spelling_of_a_genuine_token_is_refused() -> None:
+    body, signature = _token().split(".")
+    last = signature[-1]
+    # Flip the unused low bits of the last character: decodes to the same bytes.
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    twin = alphabet[alphabet.index(last) ^ 1]
+    with pytest.raises(ViewerDenied) as caught:
+        verify(KEY, f"{body}.{signature[:-1]}{twin}", "s1")
+    assert caught.value.denial is Denial.MALFORMED

@@ -52,6 +52,16 @@ class Seed:
     def relay_token(self) -> str:
         return str(self.relay["token"])
 
+    @property
+    def relay_authority(self) -> Path:
+        """The relay's X authority file: a cookie per live desktop of this seed's relays."""
+        return self.data_dir / "relay-state" / "run" / "Xauthority"
+
+    def use_relay_authority(self) -> None:
+        """Let this (test) process open the displays of this seed's relays' desktops, as the
+        relay's own screen tool does; nothing else can (docs/desktops.md)."""
+        os.environ["XAUTHORITY"] = str(self.relay_authority)
+
     def env(self) -> dict[str, str]:
         return {
             **FAST_ENV,
@@ -61,8 +71,11 @@ class Seed:
         }
 
 
-async def seed_database(data_dir: Path, relay_name: str = "relay-1") -> Seed:
-    """Migrate a SQLite database in ``data_dir`` and create the usual test principals."""
+async def seed_database(
+    data_dir: Path, relay_name: str = "relay-1", *, co_located: bool = False
+) -> Seed:
+    """Migrate a SQLite database in ``data_dir`` and create the usual test principals
+    (``co_located``: the relay is registered as running on the server's host)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     url = f"sqlite+aiosqlite:///{data_dir / 'relaydesk.db'}"
     await upgrade(url)
@@ -71,17 +84,17 @@ async def seed_database(data_dir: Path, relay_name: str = "relay-1") -> Seed:
         user = await admin.create_user(store, "alice", is_admin=True)
         token = await admin.create_token(store, "alice")
         conversation = await admin.create_conversation(store, "Team", ["alice:owner"])
-        relay = await admin.add_relay(store, relay_name, "alice")
+        relay = await admin.add_relay(store, relay_name, "alice", co_located=co_located)
         await admin.share_relay(store, relay["relay_id"], conversation["conversation_id"])
     finally:
         await store.close()
     return Seed(data_dir, url, user, token["token"], conversation["conversation_id"], relay)
 
 
-async def add_relay(seed: Seed, name: str) -> dict[str, Any]:
+async def add_relay(seed: Seed, name: str, *, co_located: bool = False) -> dict[str, Any]:
     store = await Store.open(seed.database_url)
     try:
-        relay = await admin.add_relay(store, name, "alice")
+        relay = await admin.add_relay(store, name, "alice", co_located=co_located)
         await admin.share_relay(store, relay["relay_id"], seed.conversation_id)
         return relay
     finally:
@@ -162,6 +175,7 @@ def start_relay(
     argv = relaydesk_argv("relay", "--server", server_url, "--token-file", str(token_file))
     full_env = {**seed.env(), **(env or {})}
     RELAY_STATE_DIRS.add(Path(full_env["RELAYDESK_STATE_DIR"]))
+    seed.use_relay_authority()
     return factory([*argv, *extra_args], name=name, env=full_env)
 
 

@@ -1,0 +1,1 @@
+"""The server's input boundary: one reader for request bodies, one check of hosts and origins."""

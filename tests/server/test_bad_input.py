@@ -1,0 +1,520 @@
+"""Bad input on every HTTP route and every WebSocket a stranger can reach: a clear 4xx, never 500.
+
+The routes are enumerated from the real app, so a new route is covered without editing this
+file. A real server runs in a background thread (uvicorn on a loopback port) so hypothesis can
+drive it with a plain client; callers are authenticated for real (bearer token, or cookie plus
+CSRF token) so each handler's own parsing is reached. Any ERROR log record or traceback during
+a request fails the test, and the server must still answer afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import psutil
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.applications import Starlette
+from starlette.routing import Mount, Route, WebSocketRoute
+
+from server.actions.registry import ActionRegistry
+from server.app import create_app
+from server.config import Settings
+from tests.support.processes import ProcessFactory, scaled
+from tests.support.stack import Seed, inprocess_server, seed_database, start_server
+from wire.errors import ErrorCode
+
+pytestmark = pytest.mark.unit
+
+CODES = {code.value for code in ErrorCode}
+# Every status a bad request may get. 502/503/504 are the relay's (it is not connected here).
+FINE = {200, 201, 303, 400, 401, 403, 404, 405, 409, 413, 415, 429, 502, 503, 504}
+
+
+class ErrorRecords(logging.Handler):
+    """Collects ERROR records and tracebacks from every logger while a request runs."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR or record.exc_info:
+            self.records.append(record)
+
+
+@dataclass
+class Live:
+    """The running server, its app and an authenticated identity of each kind."""
+
+    base: str
+    app: Starlette
+    seed: Seed
+    csrf: str
+    cookie: str
+    errors: ErrorRecords
+    client: httpx.Client = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client = httpx.Client(base_url=self.base, timeout=scaled(10))
+
+    def auth(self, how: str) -> dict[str, str]:
+        if how == "bearer":
+            return {"Authorization": f"Bearer {self.seed.api_token}"}
+        if how == "cookie":
+            return {"Cookie": f"relaydesk_session={self.cookie}", "X-CSRF-Token": self.csrf}
+        return {}
+
+
+class ServerThread:
+    """``inprocess_server`` on its own event loop in a thread, until ``stop``."""
+
+    def __init__(self, seed: Seed) -> None:
+        self.seed = seed
+        self.ready = threading.Event()
+        self.result: tuple[Starlette, str] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
+
+    async def _main(self) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        async with inprocess_server(self.seed) as result:
+            self.result = result
+            self.ready.set()
+            await self._stop.wait()
+
+    def start(self) -> tuple[Starlette, str]:
+        self._thread.start()
+        assert self.ready.wait(scaled(60)) and self.result is not None, "server did not start"
+        return self.result
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(scaled(20))
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    seed = asyncio.run(seed_database(tmp_path_factory.mktemp("bad-input") / "data"))
+    thread = ServerThread(seed)
+    app, base = thread.start()
+    errors = ErrorRecords()
+    logging.getLogger().addHandler(errors)
+    try:
+        login = httpx.post(
+            f"{base}/api/v1/login",
+            json={"username": "alice", "password": seed.user["password"]},
+            timeout=scaled(10),
+        )
+        assert login.status_code == 200, login.text
+        live = Live(
+            base, app, seed, login.json()["csrf_token"], login.cookies["relaydesk_session"], errors
+        )
+        yield live
+        live.client.close()
+    finally:
+        logging.getLogger().removeHandler(errors)
+        thread.stop()
+
+
+# -- the routes, as the app has them ------------------------------------------------------------
+
+
+def http_routes(app: Starlette) -> list[tuple[str, str]]:
+    """(method, path template) of every HTTP endpoint; a mount gets one file path."""
+    found: list[tuple[str, str]] = []
+    for route in app.routes:
+        if isinstance(route, Route):
+            found += [(m, route.path) for m in sorted(route.methods or {"GET"}) if m != "HEAD"]
+        elif isinstance(route, Mount):
+            found.append(("GET", route.path + "/{path}"))
+    return found
+
+
+def websocket_routes(app: Starlette) -> list[str]:
+    return [route.path for route in app.routes if isinstance(route, WebSocketRoute)]
+
+
+def _routes_of_a_fresh_app() -> list[tuple[str, str]]:
+    return http_routes(create_app(Settings(secret_key="k", database_url="sqlite+aiosqlite://")))
+
+
+ROUTES = _routes_of_a_fresh_app()
+
+# -- inputs ------------------------------------------------------------------------------------
+
+GARBAGE_TEXT = st.one_of(
+    st.text(max_size=40),
+    st.text(alphabet=st.characters(min_codepoint=0x80, codec="utf-8"), min_size=1, max_size=40),
+    st.sampled_from(["\x00", "%00", "a" * 5000, "é" * 300, "..", "%", "\ufeff", "1" * 5000]),
+)
+JSON_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=30)
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+RAW_BODIES = st.one_of(
+    st.binary(max_size=200),
+    st.integers(1, 100_000).map(lambda n: b"[" * n + b"]" * n),
+    st.integers(1, 50_000).map(lambda n: b'{"a":' * n + b"1" + b"}" * n),
+    st.sampled_from(
+        [
+            b'{"text": "\\ud800"}',
+            b'{"\\udfff": 1}',
+            b'{"username": "\\ud800", "password": "x"}',
+            b'{"x": 1' + b"0" * 5000 + b"}",
+            b'{"x": 1e999}',
+            b'{"x": NaN}',
+            b"\xff\xfe{}",
+            b'{"text": "a\\u0000b"}',
+            b"",
+            b"null",
+            b"[]",
+            b'"str"',
+            b"{" + b" " * 70_000 + b"}",
+        ]
+    ),
+)
+CONTENT_TYPES = st.sampled_from(
+    [
+        "application/json",
+        "application/json; charset=utf-8",
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        None,
+        "é/ü",
+        "",
+    ]
+)
+
+
+@st.composite
+def requests(draw: st.DrawFn, live: Live, method: str, template: str) -> dict[str, Any]:
+    """One request to ``template``: real or garbage path params, a body, a type, a caller."""
+    names = ActionRegistry.names(live.app.state.actions)
+    real = {
+        "conversation_id": live.seed.conversation_id,
+        "name": draw(st.sampled_from(names)),
+        "desktop_session_id": "a" * 32,
+        "token": "x",
+        "path": "app.js",
+    }
+    path = template
+    for param in ("conversation_id", "name", "desktop_session_id", "token", "path"):
+        for holder in (f"{{{param}}}", f"{{{param}:path}}"):
+            if holder in path:
+                value = draw(st.one_of(st.just(real[param]), GARBAGE_TEXT))
+                path = path.replace(holder, quote(value, safe="") or "x")
+    obj = draw(st.dictionaries(st.text(max_size=12), JSON_VALUES, max_size=4))
+    obj = {**obj, "conversation_id": draw(st.one_of(st.just(real["conversation_id"]), JSON_VALUES))}
+    body = draw(st.one_of(st.builds(lambda o: httpx_json(o), st.just(obj)), RAW_BODIES))
+    query = draw(
+        st.dictionaries(
+            st.sampled_from(["conversation_id", "before", "limit", "last_event_id", "x"]),
+            GARBAGE_TEXT,
+            max_size=3,
+        )
+    )
+    # Logging out the shared cookie session would leave the later tests without one.
+    callers = ["bearer", "none"] if template == "/api/v1/logout" else ["bearer", "cookie", "none"]
+    headers = live.auth(draw(st.sampled_from(callers)))
+    content_type = draw(CONTENT_TYPES)
+    if content_type is not None:
+        headers["Content-Type"] = content_type.encode()  # type: ignore[assignment]
+    return {
+        "method": method,
+        "url": path,
+        "params": query,
+        "headers": headers,
+        "content": body if method != "GET" else None,
+    }
+
+
+def httpx_json(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+def send(live: Live, request: dict[str, Any]) -> tuple[int, str, bytes]:
+    """Status, content type and body (an event stream is closed after its headers)."""
+    with live.client.stream(**request) as response:
+        kind = response.headers.get("content-type", "")
+        body = b"" if kind.startswith("text/event-stream") else response.read()
+        return response.status_code, kind, body
+
+
+def assert_clear_answer(live: Live, request: dict[str, Any], before: int) -> None:
+    status, kind, body = send(live, request)
+    assert status in FINE, (status, request["method"], request["url"], body[:300])
+    if status >= 400 and kind.startswith("application/json"):
+        error = json.loads(body)["error"]
+        assert error["code"] in CODES and error["message"], error
+    if request["url"].startswith("/api/") and status >= 400:
+        assert kind.startswith("application/json"), (status, request["url"], body[:200])
+    assert live.errors.records[before:] == [], [r.getMessage() for r in live.errors.records]
+    assert live.client.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(("method", "template"), ROUTES, ids=[f"{m} {p}" for m, p in ROUTES])
+def test_every_route_answers_bad_input_with_a_clear_4xx(
+    live: Live, method: str, template: str
+) -> None:
+    @settings(
+        max_examples=40,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(request=requests(live, method, template))
+    def check(request: dict[str, Any]) -> None:
+        assert_clear_answer(live, request, len(live.errors.records))
+
+    check()
+
+
+def test_the_route_list_is_the_apps() -> None:
+    """The sweep above covers what the app serves (a new route joins it by itself)."""
+    paths = {path for _, path in ROUTES}
+    assert {
+        "/api/v1/login",
+        "/api/v1/actions/{name}",
+        "/api/v1/events",
+        "/api/v1/conversations/{conversation_id}/messages",
+    } <= paths
+
+
+# -- the regressions of the attack run, one by one ---------------------------------------------
+
+
+def _post(
+    live: Live,
+    path: str,
+    content: bytes,
+    how: str = "bearer",
+    content_type: str = "application/json",
+) -> httpx.Response:
+    headers = {**live.auth(how), "Content-Type": content_type}
+    return live.client.post(path, content=content, headers=headers)
+
+
+def _error(response: httpx.Response) -> dict[str, Any]:
+    body: dict[str, Any] = response.json()
+    assert body["ok"] is False
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+@pytest.mark.parametrize(
+    ("content", "field"),
+    [
+        (b'{"username": "\\ud800", "password": "x"}', "username"),
+        (b'{"username": "alice", "password": "\\udc00"}', "password"),
+        (b"[" * 4000 + b"]" * 4000, "body"),
+        (b'{"username": "a", "password": "b", "n": 1' + b"0" * 5000 + b"}", "n"),
+    ],
+)
+def test_login_refuses_invalid_text_and_deep_bodies_with_400(
+    live: Live, content: bytes, field: str
+) -> None:
+    headers = {"Content-Type": "application/json"}
+    response = live.client.post("/api/v1/login", content=content, headers=headers)
+    assert response.status_code == 400, response.text
+    assert _error(response)["field"] == field
+
+
+def test_a_lone_surrogate_in_an_action_or_a_message_is_400(live: Live) -> None:
+    action = _post(live, "/api/v1/actions/desktop_list_active", b'{"conversation_id": "\\ud800"}')
+    assert action.status_code == 400 and _error(action)["field"] == "conversation_id"
+    url = f"/api/v1/conversations/{live.seed.conversation_id}/messages"
+    for how in ("bearer", "cookie"):
+        message = _post(live, url, b'{"text": "hi \\ud800"}', how)
+        assert message.status_code == 400 and _error(message)["field"] == "text"
+
+
+def test_bodies_need_the_json_content_type(live: Live) -> None:
+    url = f"/api/v1/conversations/{live.seed.conversation_id}/messages"
+    response = _post(live, url, b'{"text": "hi"}', content_type="text/plain")
+    assert response.status_code == 415
+    assert _error(response)["code"] == "unsupported_media_type"
+
+
+def test_an_oversized_chunked_body_is_refused_without_reading_it_all(live: Live) -> None:
+    sent = [0]
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(64):  # 64 MiB if the server kept reading
+            sent[0] += 1
+            yield b" " * (1024 * 1024)
+
+    url = "/api/v1/actions/desktop_list_active"
+    headers = {**live.auth("bearer"), "Content-Type": "application/json"}
+    try:
+        response = live.client.post(url, content=chunks(), headers=headers)
+    except httpx.TransportError:
+        return  # the server answered and closed while we were still sending: also refused
+    assert response.status_code == 413 and _error(response)["code"] == "limit_reached"
+
+
+def test_a_last_event_id_beyond_64_bits_is_400(live: Live) -> None:
+    url = f"/api/v1/events?conversation_id={live.seed.conversation_id}"
+    for bad in ("18446744073709551616-0", "1-18446744073709551616", "x" * 500):
+        response = live.client.get(url, headers={**live.auth("bearer"), "Last-Event-ID": bad})
+        assert response.status_code == 400, bad
+        assert _error(response)["field"] == "Last-Event-ID"
+    # Other scripts' digits (str.isdigit() accepts them) in the query form of the id.
+    response = live.client.get(url + "&last_event_id=%D9%A1%D9%A2-3", headers=live.auth("bearer"))
+    assert response.status_code == 400
+
+
+def test_a_foreign_host_is_400_before_any_route(live: Live) -> None:
+    """DNS rebinding: the browser sends the attacker's name as Host, with its own Origin."""
+    rebinding = {"Host": "evil.example:8400", "Origin": "http://evil.example:8400"}
+    response = live.client.get("/api/v1/me", headers={**live.auth("cookie"), **rebinding})
+    assert response.status_code == 400 and _error(response)["field"] == "Host"
+    login = live.client.post(
+        "/api/v1/login", headers=rebinding, json={"username": "alice", "password": "x"}
+    )
+    assert login.status_code == 400 and "set-cookie" not in login.headers
+    assert live.client.get("/healthz", headers={"Host": "localhost:1"}).status_code == 200
+
+
+def test_a_cross_site_post_is_403(live: Live) -> None:
+    url = f"/api/v1/conversations/{live.seed.conversation_id}/messages"
+    headers = {**live.auth("cookie"), "Origin": "https://evil.example"}
+    response = live.client.post(url, json={"text": "hi"}, headers=headers)
+    assert response.status_code == 403 and _error(response)["field"] == "Origin"
+
+
+# -- WebSockets a stranger can reach ------------------------------------------------------------
+
+# Huge, but each handshake's request line stays under the HTTP server's 8 KiB line limit.
+WS_GARBAGE = st.one_of(
+    st.text(max_size=40),
+    st.text(alphabet=st.characters(min_codepoint=0x80, codec="utf-8"), min_size=1, max_size=40),
+    st.sampled_from(["\x00", "%00", "a" * 1500, "é" * 200, "1" * 1500]),
+)
+
+
+def test_the_websocket_routes_are_the_apps(live: Live) -> None:
+    assert {
+        "/vnc/{desktop_session_id}/{token}/websockify",
+        "/vnc/{desktop_session_id}/{token}/audio",
+    } <= set(websocket_routes(live.app))
+
+
+@pytest.mark.parametrize("suffix", ["websockify", "audio"])
+def test_viewer_websockets_refuse_garbage_sessions_and_tokens(live: Live, suffix: str) -> None:
+    @settings(
+        max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    @given(session=WS_GARBAGE, token=WS_GARBAGE)
+    def check(session: str, token: str) -> None:
+        before = len(live.errors.records)
+        url = (
+            f"{live.base.replace('http', 'ws')}/vnc/{quote(session, safe='') or 'x'}/"
+            f"{quote(token, safe='') or 'x'}/{suffix}"
+        )
+        status = asyncio.run(_ws_outcome(url))
+        # The viewer's own refusals (44xx) or a policy close; never an internal error (1011).
+        assert status in {"refused", "404", "closed 1008"} or status.startswith("closed 44"), status
+        assert live.errors.records[before:] == []
+        assert live.client.get("/healthz").status_code == 200
+
+    check()
+
+
+async def _ws_outcome(url: str) -> str:
+    """How the server ended a viewer handshake: a close code, refused, or not found."""
+    import websockets
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+    subprotocols = [websockets.Subprotocol("binary")]
+    try:
+        async with websockets.connect(
+            url, subprotocols=subprotocols, open_timeout=scaled(5)
+        ) as socket:
+            await asyncio.wait_for(socket.recv(), scaled(5))
+    except ConnectionClosed as closed:
+        return f"closed {closed.rcvd.code if closed.rcvd else None}"
+    except InvalidStatus as invalid:
+        return "404" if invalid.response.status_code == 404 else "refused"
+    return "answered"
+
+
+async def test_a_cross_site_viewer_websocket_is_refused(live: Live) -> None:
+    import websockets
+    from websockets.exceptions import InvalidStatus
+
+    url = f"{live.base.replace('http', 'ws')}/vnc/a/b/websockify"
+    with pytest.raises(InvalidStatus) as refused:
+        async with websockets.connect(url, origin=websockets.Origin("https://evil.example")):
+            pass
+    assert refused.value.response.status_code == 403
+
+
+# -- a real server process over a real socket -------------------------------------------------
+
+LOGIN_FLOOD = 64 * 1024 * 1024
+
+
+def _flood_login(port: int, chunked: bool) -> bytes:
+    """Send a 64 MiB login body (declared, or chunked with no length); return the answer."""
+    framing = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: %d" % LOGIN_FLOOD
+    head = (
+        b"POST /api/v1/login HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\n" + framing + b"\r\n\r\n"
+    )
+    chunk = b" " * (1024 * 1024)
+    piece = b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk
+    with socket.create_connection(("127.0.0.1", port), timeout=scaled(10)) as sock:
+        sock.sendall(head)
+        with contextlib.suppress(OSError):  # the server may answer and close mid-body
+            for _ in range(LOGIN_FLOOD // len(chunk)):
+                sock.sendall(piece)
+        return sock.recv(65536)
+
+
+@pytest.mark.integration
+async def test_a_64_mib_login_body_is_413_and_the_server_stays_small(
+    process_factory: ProcessFactory, tmp_path: Path
+) -> None:
+    seed = await seed_database(tmp_path / "data")
+    server = await start_server(process_factory, seed)
+    process = psutil.Process(server.process.pid)
+    before = process.memory_info().rss
+    for chunked in (False, True):
+        answer = await asyncio.to_thread(_flood_login, server.port, chunked)
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+        assert b'"limit_reached"' in answer
+    grown = process.memory_info().rss - before
+    assert grown < 32 * 1024 * 1024, f"RSS grew by {grown / 2**20:.0f} MiB"
+    assert server.relays_connected() == 0  # still answers
+
+
+def test_a_cross_site_login_form_logs_nobody_in(live: Live) -> None:
+    """Login CSRF: another site's ``text/plain`` form carrying the attacker's credentials."""
+    form = json.dumps({"username": "alice", "password": live.seed.user["password"]}).encode()
+    cross_site = {"Content-Type": "text/plain", "Origin": "https://evil.example"}
+    for headers in (cross_site, {"Content-Type": "text/plain"}):
+        response = live.client.post("/api/v1/login", content=form, headers=headers)
+        assert response.status_code in (403, 415), response.text
+        assert "set-cookie" not in response.headers

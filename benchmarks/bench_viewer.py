@@ -5,9 +5,9 @@ Same RFB client (``benchmarks/rfb.py``), same 1280x800 desktop, one run:
 - (a) the relay's websockify directly (what a viewer beside the relay would get), the baseline;
 - (b) the server's viewer WebSocket: server → relay channel (DATA frames with credit) → x11vnc;
 - (c) reference: raw TCP to x11vnc, no WebSocket at all (what websockify's layer costs);
-- (d) reference: the direct path (a relay beside the server registers its x11vnc address, as
+- (d) reference: the direct path (a relay beside the server, registered as co-located, as
   under ``relaydesk up``): a second relay and desktop, the server's viewer WebSocket connecting
-  straight to x11vnc, interleaved with that desktop's websockify.
+  to x11vnc on loopback itself, interleaved with that desktop's websockify.
 
 Measures full-screen Raw update throughput (MB/s), 1x1 update round trip (p50, p99), CPU
 seconds per GB carried by the server and the relay processes (and by every process on each
@@ -115,8 +115,10 @@ class PathCpu:
 
 async def start_stack(
     workdir: Path, tracker: ProcessTracker, relay_env: dict[str, str] | None = None
-) -> tuple[dict[str, str], dict[str, int], int]:
-    seed = await seed_database(workdir / "data")
+) -> tuple[dict[str, str], dict[str, int], int, bytes]:
+    # A relay run with the direct path is registered as co-located, as `relaydesk up` does.
+    co_located = bool((relay_env or {}).get(DIRECT_HOST_ENV))
+    seed = await seed_database(workdir / "data", co_located=co_located)
     server = await start_server(tracker.start, seed, env=SERVER_ENV)
     relay = start_relay(tracker.start, seed, server.url, env={**DESKTOP_ENV, **(relay_env or {})})
     await wait_until(lambda: server.relays_connected() == 1, 30, "the relay")
@@ -140,7 +142,8 @@ async def start_stack(
     pids = {p["name"]: int(p["pid"]) for p in record["processes"]}
     processes = {"server": server.process.pid, "relay": relay.pid,
                  "x11vnc": pids["x11vnc"], "websockify": pids["websockify"]}  # fmt: skip
-    return urls, processes, int(record["vnc_port"])
+    # x11vnc and websockify demand the desktop's VNC secret; the server's path does not.
+    return urls, processes, int(record["vnc_port"]), bytes.fromhex(record["vnc_secret"])
 
 
 def desktop_record(seed: Seed, session_id: str) -> dict[str, Any]:
@@ -157,14 +160,16 @@ async def run(quick: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-viewer-") as tmp:
         tracker = ProcessTracker(Path(tmp) / "processes")
         try:
-            urls, pids, vnc_port = await start_stack(Path(tmp), tracker)
+            urls, pids, vnc_port, secret = await start_stack(Path(tmp), tracker)
             server, relay = psutil.Process(pids["server"]), psutil.Process(pids["relay"])
             path_cpu = PathCpu({name: psutil.Process(pid) for name, pid in pids.items()})
             openers: dict[str, Opener] = {
-                "direct": lambda: RFBClient.open_websocket(urls["direct"]),
+                "direct": lambda: RFBClient.open_websocket(urls["direct"], secret),
                 "server": lambda: RFBClient.open_websocket(urls["server"]),
-                "tcp": lambda: RFBClient.open_tcp(vnc_port),
+                "tcp": lambda: RFBClient.open_tcp(vnc_port, secret=secret),
             }
+            opens = {name: await open_times(openers[name], 5 if quick else 20)
+                     for name in ("direct", "server")}  # fmt: skip
             clients = {name: await opener() for name, opener in openers.items()}
             rates: dict[str, list[float]] = {name: [] for name in clients}
             latency: dict[str, list[float]] = {name: [] for name in clients}
@@ -184,9 +189,27 @@ async def run(quick: bool) -> int:
             tracker.cleanup()
             await stop_desktops_in(Path(tmp) / "data" / "relay-state")
     report(rates, latency, path_cpu, rss)
+    report_open_times(opens)
     report_path_cpu(path_cpu)
     report_direct_path(await direct_path_rates(rounds, seconds))
     return 0
+
+
+async def open_times(opener: Opener, count: int) -> list[float]:
+    """Seconds from connecting to ServerInit (both security handshakes included), ``count``
+    viewers one after the other."""
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        client = await opener()
+        times.append(time.perf_counter() - started)
+        await client.close()
+    return times
+
+
+def report_open_times(opens: dict[str, list[float]]) -> None:
+    a, b = (percentile(opens[name], 0.5) * 1000 for name in ("direct", "server"))
+    print(f"viewer open to ServerInit p50: (a) {a:.1f} ms, (b) {b:.1f} ms")
 
 
 async def direct_path_rates(rounds: int, seconds: float) -> dict[str, list[float]]:
@@ -195,8 +218,11 @@ async def direct_path_rates(rounds: int, seconds: float) -> dict[str, list[float
         tracker = ProcessTracker(Path(tmp) / "processes")
         try:
             env = {DIRECT_HOST_ENV: "127.0.0.1"}
-            urls, _, _ = await start_stack(Path(tmp), tracker, env)
-            clients = {name: await RFBClient.open_websocket(urls[name]) for name in urls}
+            urls, _, _, secret = await start_stack(Path(tmp), tracker, env)
+            secrets = {"direct": secret, "server": None}
+            clients = {
+                name: await RFBClient.open_websocket(urls[name], secrets[name]) for name in urls
+            }
             rates: dict[str, list[float]] = {name: [] for name in clients}
             for client in clients.values():  # warm-up
                 await throughput(client, 0.3)

@@ -1,8 +1,9 @@
 """A tiny asyncio RFB 3.8 client for benchmarks and tests.
 
-Speaks just enough of RFC 6143: banner, security type None, ClientInit/ServerInit,
-SetPixelFormat (32 bpp true colour), SetEncodings (Raw only), FramebufferUpdateRequest and
-Raw FramebufferUpdate parsing. Transports: direct TCP or websockify's WebSocket.
+Speaks just enough of RFC 6143: banner, security type None or VNC authentication,
+ClientInit/ServerInit, SetPixelFormat (32 bpp true colour), SetEncodings (Raw only),
+FramebufferUpdateRequest and Raw FramebufferUpdate parsing. Transports: direct TCP or
+websockify's WebSocket.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from typing import Protocol
 
 import aiohttp
 
+from wire.rfb import vnc_auth_response
+
 SECURITY_NONE = 1
+SECURITY_VNC_AUTH = 2
 ENCODING_RAW = 0
 MSG_FRAMEBUFFER_UPDATE = 0
 MSG_SET_COLOUR_MAP = 1
@@ -115,18 +119,23 @@ class RFBClient:
         self.name = ""
 
     @classmethod
-    async def open_tcp(cls, port: int, host: str = "127.0.0.1") -> RFBClient:
+    async def open_tcp(
+        cls, port: int, host: str = "127.0.0.1", secret: bytes | None = None
+    ) -> RFBClient:
+        """Connect straight to x11vnc (``secret``: the desktop's VNC secret, which it needs)."""
         client = cls(await TCPTransport.connect(host, port))
-        await client.handshake()
+        await client.handshake(secret)
         return client
 
     @classmethod
-    async def open_websocket(cls, url: str) -> RFBClient:
+    async def open_websocket(cls, url: str, secret: bytes | None = None) -> RFBClient:
+        """Connect through a WebSocket: websockify (``secret`` needed) or the server (None)."""
         client = cls(await WebSocketTransport.connect(url))
-        await client.handshake()
+        await client.handshake(secret)
         return client
 
-    async def handshake(self) -> None:
+    async def handshake(self, secret: bytes | None = None) -> None:
+        """RFB 3.8 with security type None, or VNC authentication when ``secret`` is given."""
         banner = await self.t.read_exactly(12)
         if not banner.startswith(b"RFB 003."):
             raise RFBError(f"bad banner {banner!r}")
@@ -134,9 +143,13 @@ class RFBClient:
         (count,) = await self.t.read_exactly(1)
         if count == 0:
             raise RFBError("server refused the connection")
-        if SECURITY_NONE not in await self.t.read_exactly(count):
-            raise RFBError("security type None not offered")
-        await self.t.write(bytes([SECURITY_NONE]))
+        wanted = SECURITY_NONE if secret is None else SECURITY_VNC_AUTH
+        if wanted not in await self.t.read_exactly(count):
+            raise RFBError(f"security type {wanted} not offered")
+        await self.t.write(bytes([wanted]))
+        if secret is not None:
+            challenge = await self.t.read_exactly(16)
+            await self.t.write(vnc_auth_response(secret, challenge))
         (result,) = struct.unpack(">I", await self.t.read_exactly(4))
         if result != 0:
             raise RFBError("security handshake failed")

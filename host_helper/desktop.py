@@ -12,11 +12,14 @@ import contextlib
 import logging
 import os
 import secrets
+import shutil
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -34,6 +37,7 @@ from host_helper.probe import (
 )
 from host_helper.process import Child, ChildSet
 from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.rfb import SECRET_LEN, rfbauth_file_bytes
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +68,21 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def new_vnc_secret() -> bytes:
+    """8 random bytes without NUL (the VNC code reads a stored secret as a C string)."""
+    return bytes(secrets.randbelow(255) + 1 for _ in range(SECRET_LEN))
+
+
+def write_rfbauth(secret: bytes) -> Path:
+    """A fresh private (0700) directory holding x11vnc's 0600 ``-rfbauth`` file (blocking)."""
+    directory = Path(tempfile.mkdtemp(prefix="relaydesk-helper-"))
+    path = directory / "vncpasswd"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(rfbauth_file_bytes(secret))
+    return path
+
+
 def check_display(name: str) -> None:
     """Open and close the display once: a clear error when it does not exist (blocking)."""
     if not name:
@@ -91,6 +110,9 @@ class LocalDesktop:
     started_at: str
     started_by: str | None
     children: ChildSet = field(default_factory=ChildSet)
+    # x11vnc demands VNC authentication; the connect stream answers it (host_helper/connect.py).
+    vnc_secret: bytes = field(default_factory=new_vnc_secret, repr=False)
+    rfbauth: Path | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -163,10 +185,6 @@ class LocalDesktops:
                 }
             await self._remove(current, "stopped")
             return {"stopped": True, "stopped_session_id": session_id}
-
-    def port_of_current(self) -> int | None:
-        """The websockify port of the running desktop: the only one a connect may reach."""
-        return self.current.websockify_port if self.current is not None else None
 
     def start_watchdog(self) -> None:
         if self._watchdog is None or self._watchdog.done():
@@ -241,11 +259,13 @@ class LocalDesktops:
             secrets.token_hex(16), self.config.display, vnc_port, ws_port, _now_iso(), started_by
         )
         try:
+            desktop.rfbauth = await asyncio.to_thread(write_rfbauth, desktop.vnc_secret)
             self._spawn(desktop)
             await self._await_ready(desktop)
         except BaseException as err:
             # Cleanup must finish even when the start itself was cancelled.
             await asyncio.shield(desktop.children.stop(self.config.stop_grace_s))
+            _remove_rfbauth(desktop)
             if isinstance(err, ProbeFailed | OSError):
                 raise OpError(
                     ErrorCode.START_FAILED, f"sharing {desktop.display} did not start: {err}"
@@ -263,9 +283,9 @@ class LocalDesktops:
         ]  # fmt: skip
         desktop.children.add(Child.spawn("websockify", websockify, env))
         x11vnc = [
-            self.config.x11vnc_binary, "-display", desktop.display, "-localhost", "-noipv6",
-            "-shared", "-forever", "-nopw", "-quiet", "-rfbport", str(desktop.vnc_port),
-            *self.config.x11vnc_flags,
+            self.config.x11vnc_binary, "-display", desktop.display, "-rfbauth",
+            str(desktop.rfbauth), "-localhost", "-noipv6", "-shared", "-forever", "-quiet",
+            "-rfbport", str(desktop.vnc_port), *self.config.x11vnc_flags,
         ]  # fmt: skip
         desktop.children.add(Child.spawn("x11vnc", x11vnc, env | {"DISPLAY": desktop.display}))
         self.spawned += 1
@@ -287,6 +307,7 @@ class LocalDesktops:
         if self.current is desktop:
             self.current = None
         clean = await desktop.children.stop(self.config.stop_grace_s)
+        _remove_rfbauth(desktop)
         if reason not in ("stopped", "helper stopping"):
             self.last_failure = {
                 "local_screen_session_id": desktop.local_screen_session_id,
@@ -296,3 +317,8 @@ class LocalDesktops:
             log.warning("local desktop failed: %s", reason)
         else:
             log.info("local desktop %s%s", reason, "" if clean else " (some processes remain)")
+
+
+def _remove_rfbauth(desktop: LocalDesktop) -> None:
+    if desktop.rfbauth is not None:
+        shutil.rmtree(desktop.rfbauth.parent, ignore_errors=True)

@@ -141,6 +141,15 @@ class TargetStream(asyncio.BufferedProtocol):
             self._transport.resume_reading()
         return chunk
 
+    def push_received(self, data: bytes) -> None:
+        """Queue ``data`` as if the target had sent it (bytes a handshake answers itself)."""
+        if data:
+            chunk = bytearray(HEADROOM + len(data))
+            chunk[HEADROOM:] = data
+            self._chunks.append(chunk)
+            self._buffered += len(data)
+            self._readable.set()
+
     async def write(self, data: Payload) -> None:
         """Write ``data``, waiting while the target's socket is above its high-water mark."""
         transport = self._transport

@@ -11,10 +11,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from relay.channels import TargetEnd, TargetStream, TcpChannel
+from relay.channels import TargetEnd, TcpChannel
 from relay.desktops.config import DesktopConfig
 from relay.screen.service import ScreenService
-from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
+from relay.vnc_target import VncTarget
+from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError, RfbHandshakeError
 from wire.ids import ChannelId
 from wire.messages import Request
 
@@ -57,6 +58,8 @@ class Desktops(Protocol):
 
     def holds(self, desktop_session_id: str) -> bool: ...
 
+    def vnc_secret(self, desktop_session_id: str) -> bytes | None: ...
+
     async def stop(self, *, kind: str, slot: str, desktop_session_id: str) -> dict[str, Any]: ...
 
 
@@ -93,6 +96,7 @@ class Handlers:
             "channel.open": self._channel_open,
             "novnc.asset": self._novnc_asset,
             "keyboard.state": self._keyboard_state,
+            "vnc.direct": self._vnc_direct,
             "screen.local": self._no_host_helper,
             # screen.<action> (relay/screen_ops.py); screen.local when a host helper is set
             **(extra_ops or {}),
@@ -117,10 +121,6 @@ class Handlers:
 
     async def desktop_rows(self) -> list[dict[str, Any]]:
         rows = await self.desktops.status() if self.desktops is not None else []
-        if self.direct_host:
-            # A relay beside the server: the server may reach x11vnc itself (viewer direct path).
-            direct = self.direct_host
-            rows = [row | {"direct": {"host": direct, "port": row["vnc_port"]}} for row in rows]
         return rows + (await self.local.rows() if self.local is not None else [])
 
     async def dispatch(self, link: ServerLink, request: Request) -> Any:
@@ -128,6 +128,18 @@ class Handlers:
         if handler is None:
             raise OpError(ErrorCode.UNKNOWN_OP, f"unknown op {request.op[:64]!r}")
         return await handler(link, request.args)
+
+    async def _vnc_direct(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+        """For a server on this host (direct path): the desktop's loopback x11vnc port and VNC
+        secret. The server connects only if the operator registered this relay as co-located,
+        only to loopback, and splices nothing before the secret's handshake succeeded."""
+        if not self.direct_host:
+            raise OpError(ErrorCode.UNAVAILABLE, "this relay does not offer the direct path")
+        row = await self._find_desktop(args.get("desktop_session_id"))
+        secret = self.desktops.vnc_secret(row["desktop_session_id"]) if self.desktops else None
+        if secret is None or row.get("kind") == "local":
+            raise OpError(ErrorCode.NOT_RUNNING, "no running virtual desktop has this session id")
+        return {"port": int(row["vnc_port"]), "secret": base64.b64encode(secret).decode()}
 
     async def _no_host_helper(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
         raise OpError(
@@ -234,10 +246,13 @@ class Handlers:
         if self.local is not None and row.get("kind") == "local":
             return await self.local.open_channel(link, ChannelId(channel_id), row)
         port = int(row["vnc_port"])
+        secret = self.desktops.vnc_secret(row["desktop_session_id"]) if self.desktops else None
+        if secret is None:
+            raise OpError(ErrorCode.NOT_RUNNING, "no running desktop has this session id")
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                target = await TargetStream.connect("127.0.0.1", port)
-        except (OSError, TimeoutError) as err:
+                target = await VncTarget.open("127.0.0.1", port, secret)
+        except (OSError, TimeoutError, RfbHandshakeError) as err:
             raise OpError(
                 ErrorCode.UNAVAILABLE, "the desktop's VNC server does not answer"
             ) from err

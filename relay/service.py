@@ -33,6 +33,9 @@ class RelayService:
             audio=PulseAudioStarter(audio) if audio.available else None,
             audio_default=audio.default_on,
         )
+        # The relay's own X connections (screen tool, keyboard state) find each desktop's
+        # cookie here; set once, before any of them opens (relay/desktops/credentials.py).
+        self.desktops.authority.use_in_process()
         self.audio = AudioStreams()
         self.screen = ScreenService()
         # The host helper's local desktop (relay/local_desktop.py, docs/host-helper.md).

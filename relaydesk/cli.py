@@ -178,9 +178,15 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=None, default=str))
 
 
+# Files relaydesk creates (database, keys, state, logs, desktops' private files) are the
+# running user's alone; directories made before this are tightened where they are opened.
+PRIVATE_UMASK = 0o077
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    os.umask(PRIVATE_UMASK)
     logs.configure(args.command, args.log_level, args.log_format)
     func: Callable[[argparse.Namespace], int] = args.func
     try:

@@ -219,6 +219,16 @@ class StreamingWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def _to_websockets(self, data: memoryview) -> None:
         super().data_received(bytes(data))
+        if not self.handshake_initiated and self.conn.handshake_exc is not None:
+            self._refuse_handshake()
+
+    def _refuse_handshake(self) -> None:
+        """websockets refused the upgrade request itself (a request line or headers too long:
+        414/431, or not HTTP): send its answer and close. uvicorn sends only answers to
+        requests that parsed, so the client would otherwise wait for nothing."""
+        self.handshake_initiated = self.handshake_complete = self.close_sent = True
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        self.transport.close()
 
     def send_receive_event_to_app(self) -> None:
         if self.read_paused or self.queue.qsize() + 1 >= QUEUED_MESSAGES:

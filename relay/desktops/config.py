@@ -55,6 +55,16 @@ class DesktopConfig:
     def log_dir(self) -> Path:
         return self.state_dir / "desktop-logs"
 
+    @property
+    def run_dir(self) -> Path:
+        """Private files of live desktops: one 0700 directory each, and the relay's
+        authority file (relay/desktops/credentials.py)."""
+        return self.state_dir / "run"
+
+    @property
+    def authority_file(self) -> Path:
+        return self.run_dir / "Xauthority"
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> DesktopConfig:
         """Build a config from ``RELAYDESK_*`` variables; ``overrides`` win over both."""

@@ -23,6 +23,14 @@ from typing import IO, Protocol
 import aiohttp
 
 from relay.desktops.config import DesktopConfig
+from relay.desktops.credentials import (
+    PRIVATE_FILE_MODE,
+    VNC_PASSWD_NAME,
+    XAUTHORITY_NAME,
+    DesktopCredentials,
+    private_dir,
+    write_desktop_files,
+)
 from relay.desktops.probe import (
     LOOPBACK,
     ProbeFailed,
@@ -112,19 +120,26 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def desktop_env(display: int, dbus_address: str | None) -> dict[str, str]:
-    """Environment of every desktop child: a filtered copy of ours plus this display."""
+def desktop_env(
+    display: int, dbus_address: str | None, xauthority: Path | None = None
+) -> dict[str, str]:
+    """Environment of every desktop child: a filtered copy of ours plus this display and the
+    desktop's own authority file."""
     env = {k: v for k, v in os.environ.items() if k in _INHERITED_ENV or k.startswith("LC_")}
     env.update(_ACCESSIBILITY_ENV)
     env["DISPLAY"] = f":{display}"
+    if xauthority is not None:
+        env["XAUTHORITY"] = str(xauthority)
     if dbus_address:
         env["DBUS_SESSION_BUS_ADDRESS"] = dbus_address
     return env
 
 
 def _open_log(path: Path) -> IO[bytes]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.open("wb")
+    private_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+    os.fchmod(fd, PRIVATE_FILE_MODE)  # a log of an earlier run may have been more open
+    return os.fdopen(fd, "wb")
 
 
 async def read_line(fd: int, deadline: float, what: str) -> str:
@@ -157,7 +172,29 @@ class LaunchedDesktop:
     websockify_port: int
     dbus_address: str | None
     processes: DesktopProcesses
+    credentials: DesktopCredentials
     extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def vnc_secret(self) -> bytes:
+        """What x11vnc demands (VNC authentication); the relay answers it for viewers."""
+        return self.credentials.vnc_secret
+
+
+@dataclass(frozen=True)
+class _Private:
+    """A desktop's private directory and the secrets its files hold."""
+
+    directory: Path
+    credentials: DesktopCredentials
+
+    @property
+    def xauthority(self) -> Path:
+        return self.directory / XAUTHORITY_NAME
+
+    @property
+    def vnc_passwd(self) -> Path:
+        return self.directory / VNC_PASSWD_NAME
 
 
 class Launcher:
@@ -173,12 +210,15 @@ class Launcher:
         self._http = http
         self._audio = audio
 
-    async def launch(self, req: StartRequest, log_name: str) -> LaunchedDesktop:
+    async def launch(self, req: StartRequest, log_name: str, private: Path) -> LaunchedDesktop:
+        """Start a desktop whose private files go to the directory ``private``."""
         procs = DesktopProcesses()
         log_path = self._config.log_dir / f"{log_name}.log"
         log = _open_log(log_path)
+        credentials = DesktopCredentials.new()
         try:
-            return await self._launch(req, procs, log)
+            await asyncio.to_thread(write_desktop_files, private, credentials)
+            return await self._launch(req, procs, log, _Private(private, credentials))
         except BaseException as err:
             # Cleanup must finish even when the start itself was cancelled.
             await asyncio.shield(procs.stop(self._config.stop_grace_s))
@@ -193,7 +233,7 @@ class Launcher:
             log.close()
 
     async def _launch(
-        self, req: StartRequest, procs: DesktopProcesses, log: IO[bytes]
+        self, req: StartRequest, procs: DesktopProcesses, log: IO[bytes], private: _Private
     ) -> LaunchedDesktop:
         deadline = time.monotonic() + self._config.start_timeout_s
         clean_stale_x_locks()
@@ -201,7 +241,7 @@ class Launcher:
         fds: list[int] = []
         try:
             # websockify and D-Bus do not need the display: they start while Xvfb comes up.
-            fds.append(xvfb_fd := self._spawn_xvfb(req, procs, log))
+            fds.append(xvfb_fd := self._spawn_xvfb(req, procs, log, private.xauthority))
             dbus_fd = self._spawn_dbus(procs, log)
             fds.extend([dbus_fd] if dbus_fd is not None else [])
             self._spawn_websockify(procs, ws_port, vnc_port)
@@ -210,23 +250,28 @@ class Launcher:
         finally:
             for fd in fds:
                 os.close(fd)
-        env = desktop_env(display, dbus_address)
+        env = desktop_env(display, dbus_address, private.xauthority)
         extra = await self._audio(req, env, procs) if (req.audio and self._audio) else {}
         env.update(extra)
-        self._spawn_x11vnc(procs, env, display, vnc_port, log)
+        self._spawn_x11vnc(procs, env, display, vnc_port, log, private)
         self._spawn_session(req, procs, env, log)
         await self._await_ready(procs, vnc_port, ws_port, deadline)
-        return LaunchedDesktop(display, vnc_port, ws_port, dbus_address, procs, dict(extra))
+        return LaunchedDesktop(
+            display, vnc_port, ws_port, dbus_address, procs, private.credentials, dict(extra)
+        )
 
-    def _spawn_xvfb(self, req: StartRequest, procs: DesktopProcesses, log: IO[bytes]) -> int:
+    def _spawn_xvfb(
+        self, req: StartRequest, procs: DesktopProcesses, log: IO[bytes], xauthority: Path
+    ) -> int:
         read_fd, write_fd = os.pipe()
+        # -auth: only clients presenting the desktop's cookie may connect (no host access list).
         argv = [
             self._config.xvfb_binary, "-displayfd", str(write_fd),
             "-screen", "0", f"{req.geometry}x{req.depth}",
-            "-nolisten", "tcp", "-noreset",
+            "-nolisten", "tcp", "-noreset", "-auth", str(xauthority),
         ]  # fmt: skip
         try:
-            procs.add(_spawn("Xvfb", argv, desktop_env(0, None), True, log, (write_fd,)))
+            procs.add(_spawn("Xvfb", argv, _base_env(), True, log, (write_fd,)))
         except OSError:
             os.close(read_fd)
             raise
@@ -262,11 +307,13 @@ class Launcher:
 
     def _spawn_x11vnc(
         self, procs: DesktopProcesses, env: dict[str, str], display: int, port: int,
-        log: IO[bytes],
+        log: IO[bytes], private: _Private,
     ) -> None:  # fmt: skip
+        # -rfbauth: VNC authentication with the desktop's secret, read from a 0600 file.
         argv = [
-            self._config.x11vnc_binary, "-display", f":{display}", "-localhost", "-noipv6",
-            "-shared", "-forever", "-nopw", "-quiet", "-rfbport", str(port),
+            self._config.x11vnc_binary, "-display", f":{display}",
+            "-auth", str(private.xauthority), "-rfbauth", str(private.vnc_passwd),
+            "-localhost", "-noipv6", "-shared", "-forever", "-quiet", "-rfbport", str(port),
             *self._config.x11vnc_flags,
         ]  # fmt: skip
         # x11vnc spends ~250 ms on SIGTERM restoring settings of a display that is going away.

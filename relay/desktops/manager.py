@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import shutil
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +18,7 @@ import aiohttp
 
 from relay.desktops.audio import REASON_FAILED, audio_lost, audio_outcome
 from relay.desktops.config import DesktopConfig
+from relay.desktops.credentials import PRIVATE_FILE_MODE, RelayAuthority, private_dir
 from relay.desktops.launch import AudioStarter, LaunchedDesktop, Launcher, missing_binaries
 from relay.desktops.probe import ProbeResult, probe_chain
 from relay.desktops.state import Desktop, StateFile
@@ -64,6 +66,8 @@ class DesktopManager:
         self._desktops: dict[tuple[str, str], Desktop] = {}
         self._lock = asyncio.Lock()
         self._state = StateFile(self.config.state_file)
+        self.authority = RelayAuthority(self.config.authority_file)
+        secure_state_dir(self.config)
         self._http: aiohttp.ClientSession | None = None
         self._watchdog = Watchdog(self.check_all, self.config.watchdog_interval_s)
 
@@ -140,6 +144,14 @@ class DesktopManager:
         desktop being stopped is forgotten first, so this does not wait for its stop)."""
         return any(d.desktop_session_id == desktop_session_id for d in self._desktops.values())
 
+    def vnc_secret(self, desktop_session_id: str) -> bytes | None:
+        """The VNC secret of a live desktop (None: no such desktop), for whoever connects to
+        its x11vnc on the relay's behalf (the relay's channels, a co-located server)."""
+        for desktop in self._desktops.values():
+            if desktop.desktop_session_id == desktop_session_id:
+                return desktop.vnc_secret
+        return None
+
     def displays(self) -> set[str]:
         """The displays of the desktops this relay runs (as rows name them, ``:N``)."""
         return {f":{desktop.display}" for desktop in self._desktops.values()}
@@ -187,6 +199,8 @@ class DesktopManager:
                 if desktop is not None and await self._adopt_one(desktop):
                     adopted.append(desktop)
             await self._save()
+            keep = {d.desktop_session_id for d in adopted}
+            await asyncio.to_thread(_remove_private_dirs, self.config, keep)
         return [d.to_row() for d in adopted]
 
     def start_watchdog(self) -> None:
@@ -246,7 +260,12 @@ class DesktopManager:
     async def _launch(self, req: StartRequest) -> Desktop:
         session_id = DesktopSessionId(secrets.token_hex(16))
         launcher = Launcher(self.config, self.http, self._audio)
-        launched = await launcher.launch(req, log_name=f"{req.kind}-{req.slot}")
+        private = self.config.run_dir / session_id
+        try:
+            launched = await launcher.launch(req, f"{req.kind}-{req.slot}", private)
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(shutil.rmtree, private, True))
+            raise
         desktop = self._desktop_from(req, session_id, launched)
         self._desktops[desktop.key] = desktop
         await self._save()
@@ -267,6 +286,7 @@ class DesktopManager:
             websockify_port=launched.websockify_port, vnc_port=launched.vnc_port,
             audio=audio_reason is None, processes=launched.processes,
             dbus_address=launched.dbus_address, audio_reason=audio_reason,
+            credentials=launched.credentials,
         )  # fmt: skip
 
     async def _running_in(self, kind: str, slot: str, events: list[Event]) -> Desktop | None:
@@ -327,6 +347,8 @@ class DesktopManager:
         self._desktops.pop(desktop.key, None)
         desktop.state = "stopping"
         clean = await desktop.processes.stop(self.config.stop_grace_s)
+        private = self.config.run_dir / desktop.desktop_session_id
+        await asyncio.to_thread(shutil.rmtree, private, True)
         desktop.state = "stopped" if reason == "stopped" else "failed"
         log = logger.info if reason in ("stopped", "relay closing") else logger.warning
         log(
@@ -347,22 +369,36 @@ class DesktopManager:
     async def _adopt_one(self, desktop: Desktop) -> bool:
         clash = desktop.key in self._desktops
         full = len(self._desktops) >= self.config.max_desktops
-        result = await self._health(desktop) if not (clash or full) else None
+        # A desktop started without credentials is open to every local user: never kept.
+        open_to_all = desktop.credentials is None
+        refused = clash or full or open_to_all
+        result = await self._health(desktop) if not refused else None
         if result is not None and result.ok:
             self._desktops[desktop.key] = desktop
             logger.info("re-adopted desktop kind=%s slot=%s", desktop.kind, desktop.slot)
             return True
-        reason = "slot taken" if clash else "limit" if full else (result and result.reason)
+        reason = (
+            "slot taken" if clash else "limit" if full
+            else "no credentials" if open_to_all else (result and result.reason)
+        )  # fmt: skip
         logger.info("not re-adopting desktop slot=%s: %s", desktop.slot, reason)
         await desktop.processes.stop(self.config.stop_grace_s)
         return False
 
     async def _save(self) -> None:
+        """The state file and the relay's authority file, after every change of desktops."""
+        desktops = self._sorted()
+        cookies = [(d.display, d.credentials.x_cookie) for d in desktops if d.credentials]
         try:
-            await asyncio.to_thread(self._state.save, self._sorted())
+            await asyncio.to_thread(self._state.save, desktops)
         except OSError as err:
             # Desktops keep running; only re-adoption after a restart is at risk.
             logger.error("cannot write desktop state file: %s", type(err).__name__)
+        try:
+            await asyncio.to_thread(self.authority.write, cookies)
+        except OSError as err:
+            # The desktops run; the relay's own screen actions on a new one would be refused.
+            logger.error("cannot write the relay's X authority file: %s", type(err).__name__)
 
     async def _emit(self, events: list[Event]) -> None:
         if self.on_change is None:
@@ -372,3 +408,18 @@ class DesktopManager:
                 await self.on_change(event)
             except Exception:
                 logger.exception("desktop on_change callback failed")
+
+
+def secure_state_dir(config: DesktopConfig) -> None:
+    """Make the state, log and run directories 0700 and earlier desktop logs 0600."""
+    for directory in (config.state_dir, config.log_dir, config.run_dir):
+        private_dir(directory)
+    for log in config.log_dir.glob("*.log"):
+        log.chmod(PRIVATE_FILE_MODE)
+
+
+def _remove_private_dirs(config: DesktopConfig, keep: set[DesktopSessionId]) -> None:
+    """Private directories of desktops this relay no longer runs (blocking)."""
+    for path in config.run_dir.iterdir():
+        if path.is_dir() and path.name not in keep:
+            shutil.rmtree(path, ignore_errors=True)

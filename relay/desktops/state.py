@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from relay.desktops.credentials import DesktopCredentials, private_dir
 from relay.desktops.process import ChildProcess, DesktopProcesses
 from wire.ids import DesktopSessionId
 
@@ -46,6 +47,13 @@ class Desktop:
     audio_reason: str | None = None
     state: str = "running"
     adopted: bool = field(default=False, compare=False)
+    # None only for a desktop of a relay version that started desktops without them.
+    credentials: DesktopCredentials | None = field(default=None, compare=False)
+
+    @property
+    def vnc_secret(self) -> bytes | None:
+        """x11vnc's VNC authentication secret (the relay answers it for its viewers)."""
+        return self.credentials.vnc_secret if self.credentials is not None else None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -75,6 +83,9 @@ class Desktop:
         record["display"] = self.display
         record["dbus_address"] = self.dbus_address
         record["processes"] = self.processes.to_records()
+        if self.credentials is not None:
+            record["x_cookie"] = self.credentials.x_cookie.hex()
+            record["vnc_secret"] = self.credentials.vnc_secret.hex()
         return record
 
     @classmethod
@@ -108,7 +119,16 @@ class Desktop:
             dbus_address=record.get("dbus_address"),
             audio_reason=record.get("audio_reason"),
             adopted=True,
+            credentials=_credentials(record),
         )
+
+
+def _credentials(record: dict[str, Any]) -> DesktopCredentials | None:
+    if "x_cookie" not in record and "vnc_secret" not in record:
+        return None
+    return DesktopCredentials(
+        bytes.fromhex(str(record["x_cookie"])), bytes.fromhex(str(record["vnc_secret"]))
+    )
 
 
 def _stop_signal(value: object) -> int:
@@ -139,7 +159,7 @@ class StateFile:
 
     def save(self, desktops: list[Desktop]) -> None:
         payload = {"version": STATE_VERSION, "desktops": [d.to_record() for d in desktops]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         fd, tmp = tempfile.mkstemp(prefix=".desktops.", suffix=".tmp", dir=self.path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:

@@ -406,12 +406,32 @@ def test_a_cross_site_post_is_403(live: Live) -> None:
 
 # -- WebSockets a stranger can reach ------------------------------------------------------------
 
-# Huge, but each handshake's request line stays under the HTTP server's 8 KiB line limit.
 WS_GARBAGE = st.one_of(
     st.text(max_size=40),
     st.text(alphabet=st.characters(min_codepoint=0x80, codec="utf-8"), min_size=1, max_size=40),
-    st.sampled_from(["\x00", "%00", "a" * 1500, "é" * 200, "1" * 1500]),
+    st.sampled_from(["\x00", "%00", "a" * 1500, "é" * 200, "1" * 1500, "b" * 9000]),
 )
+
+
+@pytest.mark.parametrize(("line", "status"), [("path", 414), ("header", 431)])
+async def test_an_oversized_upgrade_request_is_answered_at_once(
+    live: Live, line: str, status: int
+) -> None:
+    # websockets refuses a request line or header over 8 KiB itself; the answer must reach the
+    # client (it used to be dropped, leaving the client waiting until its own timeout).
+    host, port = live.base.removeprefix("http://").split(":")
+    path = "/vnc/" + "a" * (9000 if line == "path" else 10) + "/t/websockify"
+    extra = f"X-Big: {'b' * 9000}\r\n" if line == "header" else ""
+    request = (
+        f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        f"Sec-WebSocket-Version: 13\r\n{extra}\r\n"
+    )
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request.encode())
+    answer = await asyncio.wait_for(reader.readline(), scaled(5))
+    writer.close()
+    assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
 
 
 def test_the_websocket_routes_are_the_apps(live: Live) -> None:

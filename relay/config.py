@@ -5,6 +5,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from wire.errors import RelaydeskError
+
+SERVER_URL_SCHEMES = ("http", "https", "ws", "wss")
+
+
+class RelayConfigError(RelaydeskError):
+    """The relay cannot work as configured (token, server URL): it says so once and exits
+    instead of retrying, since waiting does not fix a configuration."""
 
 
 def _env(name: str, default: str) -> str:
@@ -27,6 +37,8 @@ class RelayConfig:
     max_frame: int = 1024 * 1024
     stop_desktops_on_exit: bool = False
     host_helper_url: str = ""
+    # Where the token came from, for messages about a refused token (never the token itself).
+    token_source: str = "RELAYDESK_RELAY_TOKEN"  # noqa: S105 - a variable's name
 
     @property
     def connect_url(self) -> str:
@@ -35,7 +47,27 @@ class RelayConfig:
             base = "wss://" + base.removeprefix("https://")
         elif base.startswith("http://"):
             base = "ws://" + base.removeprefix("http://")
-        return f"{base}/relay/v1/connect"
+        return f"{base}{CONNECT_PATH}"
+
+
+CONNECT_PATH = "/relay/v1/connect"
+
+
+def check_server_url(url: str) -> str:
+    """``url`` if it names a server the relay can dial, else :class:`RelayConfigError`."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in SERVER_URL_SCHEMES or not parts.hostname:
+        raise RelayConfigError(
+            f"--server {url!r} is not a server URL: give its scheme and host, "
+            "e.g. https://desk.example.org or http://127.0.0.1:8400"
+        )
+    if parts.path.rstrip("/").endswith(CONNECT_PATH):
+        raise RelayConfigError(
+            f"--server {url!r}: give the server's base URL; the relay adds {CONNECT_PATH} itself"
+        )
+    if parts.query or parts.fragment:
+        raise RelayConfigError(f"--server {url!r}: a server URL has no query or fragment")
+    return url.strip()
 
 
 def default_state_dir() -> Path:
@@ -44,10 +76,34 @@ def default_state_dir() -> Path:
 
 
 def read_token(token_file: str | None) -> str:
-    """The relay token: ``--token-file`` wins, then ``RELAYDESK_RELAY_TOKEN``."""
+    """The relay token: ``--token-file`` wins, then ``RELAYDESK_RELAY_TOKEN``, then the file
+    named by ``RELAYDESK_RELAY_TOKEN_FILE`` (a container secret, for example)."""
+    return read_token_and_source(token_file)[0]
+
+
+def read_token_and_source(token_file: str | None) -> tuple[str, str]:
+    """The relay token and where it came from (a file that cannot be read is a
+    :class:`RelayConfigError`)."""
     if token_file:
-        return Path(token_file).read_text().strip()
-    return _env("RELAY_TOKEN", "").strip()
+        return _read_token_file(token_file, "--token-file"), f"the token file {token_file}"
+    token = _env("RELAY_TOKEN", "").strip()
+    if token:
+        return token, "RELAYDESK_RELAY_TOKEN"
+    env_file = _env("RELAY_TOKEN_FILE", "")
+    if not env_file:
+        return "", ""
+    token = _read_token_file(env_file, "RELAYDESK_RELAY_TOKEN_FILE")
+    return token, f"the token file {env_file} (RELAYDESK_RELAY_TOKEN_FILE)"
+
+
+def _read_token_file(path: str, named_by: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise RelayConfigError(f"{named_by} {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else "not readable"
+        raise RelayConfigError(f"{named_by} {path}: {reason}") from None
 
 
 def env_float(name: str, default: float) -> float:

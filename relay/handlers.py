@@ -37,6 +37,13 @@ NOVNC_ALLOWED_FILES: Final = frozenset({"vnc.html"})
 NOVNC_MAX_FILE: Final = 4 * 1024 * 1024
 # Set on a relay running beside the server: the server may then reach x11vnc itself.
 DIRECT_HOST_ENV: Final = "RELAYDESK_DIRECT_VNC_HOST"
+# What to do about a relay asked for its host's real screen (``local``) without a host helper.
+NO_HOST_HELPER: Final = (
+    "this relay has no host helper, so it does not share its host's real screen: run "
+    "`relaydesk host-helper` in that "
+    "screen's session on the relay's host and start the relay with RELAYDESK_HOST_HELPER "
+    "set to it (docs/host-helper.md)"
+)
 
 
 class Desktops(Protocol):
@@ -142,11 +149,7 @@ class Handlers:
         return {"port": int(row["vnc_port"]), "secret": base64.b64encode(secret).decode()}
 
     async def _no_host_helper(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        raise OpError(
-            ErrorCode.UNAVAILABLE,
-            "this relay has no host helper configured (RELAYDESK_HOST_HELPER): "
-            "its local screen cannot be driven",
-        )
+        raise OpError(ErrorCode.UNAVAILABLE, NO_HOST_HELPER)
 
     async def _ping(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
         """The empty op: answers at once, echoing ``echo`` (round-trip measurement)."""
@@ -165,7 +168,9 @@ class Handlers:
         unknown = sorted(set(args) - allowed)
         if unknown:
             raise InvalidArgs(unknown[0], "unknown argument")
-        if self.local is not None and args.get("kind") == "local":
+        if args.get("kind") == "local":
+            if self.local is None:
+                raise OpError(ErrorCode.UNAVAILABLE, NO_HOST_HELPER, {"field": "kind"})
             return await self.local.start(args)
         return await self._manager().start(**args)
 
@@ -215,6 +220,7 @@ class Handlers:
         if self.screen is None:
             self.screen = ScreenService()
             self._owns_screen = True
+        await self.screen.bind(display, str(row["desktop_session_id"]))
         try:
             async with asyncio.timeout(KEYBOARD_STATE_TIMEOUT_S):
                 state = await self.screen.run(display, "keyboard_state", {})

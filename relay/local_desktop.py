@@ -68,7 +68,8 @@ class HostHelperClient:
     def unreachable_error(self, reason: str = "unreachable") -> OpError:
         return OpError(
             ErrorCode.UNAVAILABLE,
-            f"the host helper at {self.url} does not answer ({reason})",
+            f"the host helper at {self.url} does not answer ({reason}): is `relaydesk "
+            "host-helper` running in the screen's session on this relay's host?",
             {"reason": UNREACHABLE},
         )
 

@@ -73,6 +73,7 @@ class ScreenOps:
         session_id = str(row["desktop_session_id"])
         service_args = {k: v for k, v in args.items() if k not in _ROUTING_ARGS}
         self._displays.add(display)
+        await self.service.bind(display, session_id)
         try:
             result = await self._run_on(display, action, service_args)
         except OpError as err:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import secrets
+from pathlib import Path
 from typing import Any
 
 from relay.audio import AudioStreams
@@ -18,6 +22,32 @@ from relay.screen_ops import ScreenOps
 from relay.worker import RelayWorker
 
 log = logging.getLogger(__name__)
+
+# Names the relay process that last took this state directory: a relay replaced by a newer
+# connection hands its desktops over only to a process that took the same state (and so
+# re-adopted them); any other successor does not have them, and they are stopped.
+OWNER_FILE = "relay.owner"
+
+
+class StateOwner:
+    """This process's claim on the relay state directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / OWNER_FILE
+        self.claim = f"{os.getpid()}-{secrets.token_hex(8)}"
+
+    def take(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{OWNER_FILE}.{self.claim}")
+        tmp.write_text(self.claim, encoding="ascii")
+        tmp.replace(self.path)
+
+    def taken_by_another(self) -> bool:
+        """Whether a newer relay process took the state directory since :meth:`take`."""
+        try:
+            return self.path.read_text(encoding="ascii").strip() != self.claim
+        except OSError:
+            return False
 
 
 class RelayService:
@@ -56,6 +86,7 @@ class RelayService:
         self.handlers.local = self.local
         self.handlers.screen = self.screen  # keyboard.state shares the screen tool's connections
         self.worker = RelayWorker(config, self.handlers)
+        self.owner = StateOwner(desktop_config.state_dir)
 
     async def _desktop_changed(self, row: dict[str, Any]) -> None:
         await self.worker.send_event("desktop.changed", row)
@@ -65,6 +96,7 @@ class RelayService:
 
     async def run(self) -> None:
         """Re-adopt surviving desktops, serve the server, then shut down in order."""
+        await asyncio.to_thread(self.owner.take)
         adopted = await self.desktops.adopt_from_state()
         if adopted:
             log.info("re-adopted %d desktop(s) from the previous relay run", len(adopted))
@@ -78,5 +110,23 @@ class RelayService:
             await self.audio.aclose()
             if self.local is not None:
                 await self.local.aclose()
-            await self.desktops.close(stop_desktops=self.config.stop_desktops_on_exit)
+            await self.desktops.close(stop_desktops=await self._stop_desktops_on_exit())
             log.info("relay stopped")
+
+    async def _stop_desktops_on_exit(self) -> bool:
+        """Replaced by a newer connection, the desktops go to the new relay process if it took
+        this state directory, and are stopped if not: the server no longer counts them, so
+        left running they would be orphans. Otherwise ``--stop-desktops-on-exit`` decides."""
+        if not self.worker.replaced:
+            return self.config.stop_desktops_on_exit
+        count = len(self.desktops.displays())
+        if await asyncio.to_thread(self.owner.taken_by_another):
+            log.info("the relay process that replaced this one took over %d desktop(s)", count)
+            return False
+        if count:
+            log.warning(
+                "stopping %d desktop(s): the relay that replaced this one runs with other "
+                "state and does not have them",
+                count,
+            )
+        return True

@@ -22,6 +22,7 @@ from wire.messages import PROTOCOL_VERSION, SUBPROTOCOL, Hello, Welcome
 log = logging.getLogger(__name__)
 
 WELCOME_TIMEOUT_S = 10.0
+HANDSHAKE_TIMEOUT_S = 10.0
 SILENT_HEARTBEATS = 3
 
 
@@ -35,6 +36,10 @@ class RelayWorker:
         self.connected = asyncio.Event()
         self._stopping = asyncio.Event()
         self.replaced = False
+        # Set when the server's answer shows a configuration error (wrong URL, refused
+        # token): retrying cannot help, so the relay logs it once and stops.
+        self.config_error: str | None = None
+        self._serving = False  # this attempt got its welcome: a stop now closes, not cancels
 
     def stop(self) -> None:
         self._stopping.set()
@@ -61,11 +66,12 @@ class RelayWorker:
         """One connection. A stop while it is still dialling or in the handshake cancels it (a
         dial to a server that never answers can wait for minutes); once it serves, it closes
         the connection itself (:meth:`_close_when_stopping`)."""
+        self._serving = False
         attempt = asyncio.create_task(self._connect_once(session), name="relay-connection")
         stopping = asyncio.create_task(self._stopping.wait(), name="relay-stopping")
         try:
             await asyncio.wait({attempt, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if not attempt.done() and self.link is None:
+            if not attempt.done() and not self._serving:
                 log.info("stopping while connecting: giving up the connection attempt")
                 attempt.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -87,7 +93,9 @@ class RelayWorker:
     async def _connect_once(self, session: aiohttp.ClientSession) -> bool:
         headers = {"Authorization": f"Bearer {self.config.token}"}
         try:
-            async with session.ws_connect(
+            # The upgrade gets its own time limit: on a half-open path its answer never comes
+            # (aiohttp's default would wait five minutes).
+            dial = session.ws_connect(
                 self.config.connect_url,
                 headers=headers,
                 protocols=(SUBPROTOCOL,),
@@ -100,13 +108,19 @@ class RelayWorker:
                 # No permessage-deflate: VNC updates are mostly compressed already, and
                 # deflating every channel byte costs more CPU than the link saves.
                 compress=0,
-            ) as ws:
+            )
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                ws = await dial
+            async with ws:
                 return await self._serve(ws)
         except TimeoutError:
             log.warning("the server at %s fell silent; redialling", self.config.server_url)
             return False
         except (aiohttp.ClientError, OSError) as err:
-            log.warning("cannot reach the server at %s: %s", self.config.server_url, err)
+            if problem := configuration_problem(err, self.config):
+                self._give_up(problem)
+            else:
+                log.warning("cannot reach the server at %s: %s", self.config.server_url, err)
             return False
         except ProtocolError as err:
             log.error("server broke the protocol: %s", err.message)
@@ -131,6 +145,7 @@ class RelayWorker:
         # The server pings every heartbeat: silence for several of them means it is gone,
         # whatever this relay was configured with.
         silence_s = max(self.config.liveness_timeout_s, SILENT_HEARTBEATS * welcome.heartbeat_s)
+        self._serving = True
         self.link = link
         self.connected.set()
         log.info("connected to %s", self.config.server_url)
@@ -176,18 +191,53 @@ class RelayWorker:
         self._after_close(ws)
         return None
 
+    def _give_up(self, problem: str) -> None:
+        log.error("%s", problem)
+        self.config_error = problem
+        self._stopping.set()
+
     def _after_close(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         code = ws.close_code
         if code == CloseCode.UNAUTHORIZED:
-            log.error("the server refused this relay's token; check RELAYDESK_RELAY_TOKEN")
+            self._give_up(
+                f"the server refused this relay's token (from {self.config.token_source}): "
+                "unknown, rotated or revoked; put a current token there "
+                "(relaydesk admin rotate-relay-token RELAY prints one) and start the relay again"
+            )
         elif code == CloseCode.REPLACED:
             # Only another process holding the same token can replace a live connection:
             # reconnecting would make the two fight, so this one steps aside.
             log.error("another relay process connected with this token; this one stops")
             self.replaced = True
             self._stopping.set()
+        elif self._stopping.is_set():
+            log.info("closed the connection to the server")
         else:
             log.info("disconnected from the server (close code %s)", code)
+
+
+# Answers to the WebSocket upgrade that waiting does not change (a proxy's 502/503 does).
+_CONFIG_STATUSES = frozenset({400, 401, 403, 404, 405, 410, 426})
+
+
+def configuration_problem(err: BaseException, config: RelayConfig) -> str | None:
+    """What is wrong with the relay's configuration if ``err`` shows it; None for errors of
+    the network or of a server that is down, which are worth retrying."""
+    url = config.server_url
+    if isinstance(err, aiohttp.ClientSSLError):
+        return (
+            f"TLS with the server at {url} failed ({getattr(err, 'strerror', None) or err}): "
+            "if it serves plain HTTP, use http:// in --server"
+        )
+    if isinstance(err, aiohttp.WSServerHandshakeError) and err.status in _CONFIG_STATUSES:
+        return (
+            f"{config.connect_url} answered HTTP {err.status} instead of the relay endpoint: "
+            "--server takes the relaydesk server's base URL (the one its web UI is served on), "
+            "with the scheme it serves (http:// or https://)"
+        )
+    if isinstance(err, aiohttp.InvalidURL):
+        return f"--server {url!r} is not a URL the relay can dial"
+    return None
 
 
 def _sender(ws: aiohttp.ClientWebSocketResponse) -> Any:

@@ -9,15 +9,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import make_url
+
+from relaydesk import tables
 from server import admin
-from server.config import Settings
+from server.config import database_url_from_env
 from server.db.cache import READ_CACHE_TTL_S
 from server.db.errors import StoreError
+from server.db.lock import sqlite_path
 from server.db.migrate import upgrade
 from server.db.store import Store
 
@@ -41,6 +46,25 @@ async def _create_user(store: Store, args: argparse.Namespace) -> Any:
     return await admin.create_user(
         store, args.name, password=_read_password(args), is_admin=args.admin
     )
+
+
+async def _set_password(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.set_password(store, args.user, password=_read_password(args))
+
+
+async def _login_link(store: Store, args: argparse.Namespace) -> Any:
+    return await admin.login_link(store, args.user, ttl_s=args.ttl, base_url=args.url)
+
+
+def _server_url() -> str:
+    """Where people reach the server: RELAYDESK_PUBLIC_URL, else RELAYDESK_HOST:PORT."""
+    public = os.environ.get("RELAYDESK_PUBLIC_URL", "").strip()
+    if public:
+        return public
+    host = os.environ.get("RELAYDESK_HOST", "").strip() or "127.0.0.1"
+    host = "127.0.0.1" if host in {"0.0.0.0", "::"} else host
+    port = os.environ.get("RELAYDESK_PORT", "").strip() or "8400"
+    return f"http://{host}:{port}"
 
 
 async def _create_token(store: Store, args: argparse.Namespace) -> Any:
@@ -117,10 +141,14 @@ async def _audit(store: Store, args: argparse.Namespace) -> Any:
     return await admin.list_audit(store, since=args.since, relay=args.relay)
 
 
-def _add(sub: Any, name: str, help_text: str, call: AdminCall) -> argparse.ArgumentParser:
+def _add(
+    sub: Any, name: str, help_text: str, call: AdminCall, *, reads: bool = False
+) -> argparse.ArgumentParser:
+    """One admin command; ``reads``: it only reads, so a database that does not exist yet is
+    a mistake (a mistyped data directory), never created."""
     p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
     _json_flag(p)
-    p.set_defaults(func=lambda args: run_admin(call, args))
+    p.set_defaults(func=lambda args: run_admin(call, args), admin_reads=reads, admin_what=name)
     return p
 
 
@@ -133,23 +161,24 @@ def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     asub = p.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
     u = _add(asub, "create-user", "create a user; prints a generated password once", _create_user)
-    u.add_argument("name")
+    u.add_argument("name", help="the new user's name (letters, digits, '.', '_', '@', '-')")
     u.add_argument("--admin", action="store_true", help="make the user an administrator")
     u.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    _add_recovery_commands(asub)
     t = _add(
         asub, "create-token", "create an API token (rdk_…) for a user; shown once", _create_token
     )
     t.add_argument("user", help="user name")
     _add_access_commands(asub)
     r = _add(asub, "add-relay", "register a relay; prints its token once", _add_relay)
-    r.add_argument("name")
+    r.add_argument("name", help="the relay's name (letters, digits, '.', '_', '-')")
     r.add_argument("--owner", required=True, help="user name of the relay's owner")
     r.add_argument("--co-located", action="store_true", help=CO_LOCATED_HELP)
     _add_relay_commands(asub)
     c = _add(
         asub, "create-conversation", "create a conversation with members", _create_conversation
     )
-    c.add_argument("title")
+    c.add_argument("title", help="the conversation's title")
     c.add_argument(
         "--member",
         action="append",
@@ -168,9 +197,11 @@ def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     un.add_argument("relay", help="relay name or id")
     un.add_argument("conversation", help="conversation id")
-    li = _add(asub, "list", "list users, relays or conversations", _list)
-    li.add_argument("what", choices=["users", "relays", "conversations"])
-    a = _add(asub, "audit", "read the audit log", _audit)
+    li = _add(asub, "list", "list users, relays or conversations", _list, reads=True)
+    li.add_argument(
+        "what", choices=["users", "relays", "conversations"], help="what to list (a table)"
+    )
+    a = _add(asub, "audit", "read the audit log", _audit, reads=True)
     a.add_argument("--since", default=None, type=_since, help="ISO 8601 time; only newer rows")
     a.add_argument("--relay", default=None, help="relay name or id")
 
@@ -180,6 +211,37 @@ CO_LOCATED_HELP = (
 )
 
 
+def _add_recovery_commands(asub: Any) -> None:
+    """Getting a user back in: a new password, or a one-time login link."""
+    sp = _add(
+        asub,
+        "set-password",
+        "give a user a new password; prints a generated one once (or --password-stdin)",
+        _set_password,
+    )
+    sp.add_argument("user", help="user name or id")
+    sp.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    ll = _add(
+        asub,
+        "login-link",
+        "print a one-time login link for a user (signs a browser in once, then expires)",
+        _login_link,
+    )
+    ll.add_argument("user", help="user name or id (relaydesk up's user is 'admin')")
+    ll.add_argument(
+        "--url",
+        default=None,
+        help="the server's URL people open (default: RELAYDESK_PUBLIC_URL, else "
+        "http://RELAYDESK_HOST:RELAYDESK_PORT)",
+    )
+    ll.add_argument(
+        "--ttl",
+        type=int,
+        default=int(os.environ.get("RELAYDESK_LOGIN_LINK_TTL_S") or 900),
+        help="seconds the link stays valid (RELAYDESK_LOGIN_LINK_TTL_S, default 900)",
+    )
+
+
 def _add_access_commands(asub: Any) -> None:
     """Listing and revoking what lets people in: API tokens, accounts, sessions."""
     lt = _add(
@@ -187,6 +249,7 @@ def _add_access_commands(asub: Any) -> None:
         "list-tokens",
         "list API tokens (id, name, user, created, last used, revoked); never the tokens",
         _list_tokens,
+        reads=True,
     )
     lt.add_argument("user", nargs="?", default=None, help="only this user's tokens")
     rt = _add(
@@ -240,32 +303,40 @@ def _add_relay_commands(asub: Any) -> None:
 
 def run_admin(call: AdminCall, args: argparse.Namespace) -> int:
     """Open the store, run one admin call, print its result (exit 1 with a reason if not)."""
+    if getattr(args, "url", "") is None:
+        args.url = _server_url()
+    database_url = database_url_from_env()
+    print(f"relaydesk: database {describe_database(database_url)}", file=sys.stderr)
     try:
-        result = asyncio.run(_with_store(call, args))
+        result = asyncio.run(_with_store(call, args, database_url))
     except (admin.AdminError, StoreError) as err:
         print(f"relaydesk: {err.message}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(result, default=str))
     else:
-        _print_human(result)
+        print(tables.render(args.admin_what, getattr(args, "what", None), result))
     return 0
 
 
-async def _with_store(call: AdminCall, args: argparse.Namespace) -> Any:
-    settings = Settings.from_env()
-    await upgrade(settings.database_url)
-    store = await Store.open(settings.database_url)
+def describe_database(database_url: str) -> str:
+    """The database as an operator recognises it: the SQLite file, or the URL sans password."""
+    path = sqlite_path(database_url)
+    if path is not None:
+        return str(path)
+    return make_url(database_url).render_as_string(hide_password=True)
+
+
+async def _with_store(call: AdminCall, args: argparse.Namespace, database_url: str) -> Any:
+    path = sqlite_path(database_url)
+    if args.admin_reads and path is not None and not path.exists():
+        raise admin.AdminError(
+            f"no database at {path}: check RELAYDESK_DATA_DIR (or RELAYDESK_DATABASE_URL); "
+            "commands that only read never create one"
+        )
+    await upgrade(database_url)
+    store = await Store.open(database_url)
     try:
         return await call(store, args)
     finally:
         await store.close()
-
-
-def _print_human(result: Any) -> None:
-    rows = result if isinstance(result, list) else [result]
-    for row in rows:
-        if isinstance(row, dict):
-            print("  ".join(f"{k}={v}" for k, v in row.items()))
-        else:
-            print(row)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from relaydesk import admin_cli, logs
+from relaydesk import admin_cli, desktops_cli, logs
 
 EPILOG = """\
 Configuration comes from RELAYDESK_* environment variables (RELAYDESK_DATABASE_URL,
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"relaydesk {version()}")
     parser.add_argument("--log-level", default=None, help="debug, info, warning (default info)")
     parser.add_argument(
         "--log-format",
@@ -128,7 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="log line format (RELAYDESK_LOG_FORMAT, default text)",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_up, _add_server, _add_relay, _add_host_helper, _add_db, admin_cli.add_admin):
+    for add in (
+        _add_up,
+        _add_server,
+        _add_relay,
+        _add_host_helper,
+        _add_db,
+        admin_cli.add_admin,
+        desktops_cli.add_desktops,
+    ):
         add(sub)
     return parser
 
@@ -163,14 +173,29 @@ def _cmd_host_helper(args: argparse.Namespace) -> int:
     )
 
 
-def _cmd_db_upgrade(args: argparse.Namespace) -> int:
-    from server.config import Settings
-    from server.db.migrate import upgrade
+def version() -> str:
+    """The installed relaydesk version."""
+    try:
+        return importlib.metadata.version("relaydesk")
+    except importlib.metadata.PackageNotFoundError:
+        from relay import __version__
 
-    settings = Settings.from_env()
-    print("==> migrating the database", file=sys.stderr)
-    asyncio.run(upgrade(settings.database_url))
-    print("database is at the newest schema", file=sys.stderr)
+        return __version__
+
+
+def _cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from server.config import database_url_from_env
+    from server.db.migrate import current_revision, head_revision, upgrade
+
+    url = database_url_from_env()
+    where = admin_cli.describe_database(url)
+    before = asyncio.run(current_revision(url))
+    asyncio.run(upgrade(url))
+    after = head_revision()
+    if before == after:
+        print(f"database {where} is already at the newest schema ({after})", file=sys.stderr)
+    else:
+        print(f"database {where} upgraded from {before or 'empty'} to {after}", file=sys.stderr)
     return 0
 
 

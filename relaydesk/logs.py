@@ -95,5 +95,13 @@ def configure(process: str, level: str | None = None, fmt: str | None = None) ->
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("aiosqlite", "asyncio", "websockets", "uvicorn.access", "alembic.runtime"):
+    for noisy in (
+        "aiosqlite",
+        "asyncio",
+        "websockets",
+        "uvicorn.access",
+        "alembic.runtime",
+        "httpx",
+        "httpcore",
+    ):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

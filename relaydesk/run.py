@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -43,40 +44,85 @@ def uvicorn_config(app: Any, settings: Any) -> Any:
     )
 
 
+def bind_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the server announces itself ready (uvicorn would
+    start the application first and learn only then that the address is taken)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
 def run_server(host: str | None, port: int | None) -> int:
-    """Serve the Starlette app with uvicorn until SIGINT/SIGTERM."""
+    """Serve the Starlette app with uvicorn until SIGINT/SIGTERM.
+
+    In this order: take the SQLite database's lock (a second server on it refuses before it
+    touches anything), bind the address, then start the application (migrations, inventory).
+    """
     import uvicorn
 
     from server.app import create_app
     from server.config import Settings
+    from server.db.errors import DatabaseInUse
+    from server.db.lock import lock_for
 
     tune_allocator()
     settings = Settings.from_env()
     settings = dataclasses.replace(
         settings, host=host or settings.host, port=port if port is not None else settings.port
     )
-    config = uvicorn_config(create_app(settings), settings)
-    server = uvicorn.Server(config)
+    lock = lock_for(settings.database_url)
     try:
-        server.run()
-    except OSError as err:
-        print(f"relaydesk: cannot serve on {settings.host}:{settings.port}: {err}", file=sys.stderr)
+        if lock is not None:
+            lock.acquire()
+        sock = bind_socket(settings.host, settings.port)
+    except DatabaseInUse as err:
+        print(f"relaydesk server: {err.message}", file=sys.stderr)
         return 1
+    except OSError as err:
+        reason = err.strerror or str(err)
+        print(f"relaydesk server: cannot serve on {settings.host}:{settings.port}: {reason}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    server = uvicorn.Server(uvicorn_config(create_app(settings), settings))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        if lock is not None:
+            lock.release()
     return 0 if server.started else 1
 
 
 def _relay_config(server_url: str | None, token_file: str | None, stop_desktops: bool) -> Any:
-    from relay.config import RelayConfig, default_state_dir, env_float, read_token
+    """The relay's settings; a configuration that cannot work raises ``RelayConfigError``."""
+    from relay.config import (
+        RelayConfig,
+        RelayConfigError,
+        check_server_url,
+        default_state_dir,
+        env_float,
+        read_token_and_source,
+    )
 
     url = server_url or os.environ.get("RELAYDESK_SERVER_URL", "")
-    token = read_token(token_file)
     if not url:
-        raise SystemExit("relaydesk relay: --server (or RELAYDESK_SERVER_URL) is required")
+        raise RelayConfigError("--server (or RELAYDESK_SERVER_URL) is required")
+    url = check_server_url(url)
+    token, source = read_token_and_source(token_file)
     if not token:
-        raise SystemExit("relaydesk relay: no token (use --token-file or RELAYDESK_RELAY_TOKEN)")
+        where = source or "--token-file, RELAYDESK_RELAY_TOKEN or RELAYDESK_RELAY_TOKEN_FILE"
+        raise RelayConfigError(f"no relay token in {where}")
     return RelayConfig(
         server_url=url,
         token=token,
+        token_source=source,
         state_dir=default_state_dir(),
         liveness_timeout_s=env_float("LIVENESS_TIMEOUT_S", 30.0),
         backoff_max_s=env_float("RELAY_BACKOFF_MAX_S", 10.0),
@@ -85,9 +131,21 @@ def _relay_config(server_url: str | None, token_file: str | None, stop_desktops:
     )
 
 
+# Exit status of a relay whose configuration cannot work (as for bad usage).
+CONFIG_ERROR_EXIT = 2
+# Exit status of a relay replaced by a newer process holding the same token.
+REPLACED_EXIT = 3
+
+
 def run_relay(server_url: str | None, token_file: str | None, *, stop_desktops: bool) -> int:
-    """Run the relay worker until SIGINT/SIGTERM."""
-    config = _relay_config(server_url, token_file, stop_desktops)
+    """Run the relay worker until SIGINT/SIGTERM (or a configuration error)."""
+    from relay.config import RelayConfigError
+
+    try:
+        config = _relay_config(server_url, token_file, stop_desktops)
+    except RelayConfigError as err:
+        print(f"relaydesk relay: {err.message}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT
     tune_allocator()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(_relay_main(config))
@@ -101,7 +159,9 @@ async def _relay_main(config: Any) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, service.stop)
     await service.run()
-    return 3 if service.worker.replaced else 0
+    if service.worker.config_error is not None:
+        return CONFIG_ERROR_EXIT
+    return REPLACED_EXIT if service.worker.replaced else 0
 
 
 def run_host_helper(

@@ -16,6 +16,8 @@ from typing import Any
 from relay.handlers import DIRECT_HOST_ENV
 from server import admin
 from server.config import Settings
+from server.db.errors import DatabaseInUse
+from server.db.lock import lock_for
 from server.db.migrate import upgrade
 from server.db.store import Store
 
@@ -72,6 +74,13 @@ def run_up(host: str | None, port: int | None, *, keep_desktops: bool) -> int:
     settings = Settings.from_env()
     host = host or settings.host
     port = port if port is not None else settings.port
+    lock = lock_for(settings.database_url)
+    try:
+        if lock is not None:
+            lock.check_free()  # the server takes it; nothing is touched while another runs
+    except DatabaseInUse as err:
+        print(f"relaydesk up: {err.message}", file=sys.stderr)
+        return 1
     print(f"==> preparing the database in {settings.data_dir}", file=sys.stderr)
     info = asyncio.run(_bootstrap(settings))
     token_file = settings.data_dir / "relay.token"

@@ -6,7 +6,9 @@ tokens) appear only in the return value of the call that created them, to be sho
 
 from __future__ import annotations
 
+import re
 import secrets
+import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -28,7 +30,10 @@ from wire.ids import ConversationId, UserId
 
 ADMIN_USERNAME = "admin"
 DESKTOP_CONVERSATION = "Desktop"
-LOCAL_RELAY = "local"
+# The name ``relaydesk up`` gave its relay before it was named after the host; "local" is
+# also what a relay calls the host's real screen, so such a relay is renamed on the next ``up``.
+OLD_ALL_IN_ONE_RELAY = "local"
+FALLBACK_RELAY_NAME = "this-machine"
 GENERATED_PASSWORD_BYTES = 18
 
 
@@ -81,6 +86,29 @@ async def create_user(
     async with _as_admin_error():
         user = await store.create_user(username, password, is_admin=is_admin)
     return {"user_id": user.user_id, "username": user.username, "password": password}
+
+
+async def set_password(store: Store, username: str, password: str | None = None) -> dict[str, Any]:
+    """Give the user a new password (generated when none is given, shown once)."""
+    user = await _user(store, username)
+    password = password or secrets.token_urlsafe(GENERATED_PASSWORD_BYTES)
+    async with _as_admin_error():
+        await store.set_password(user.user_id, password)
+    return {"user_id": user.user_id, "username": user.username, "password": password}
+
+
+async def login_link(store: Store, username: str, *, ttl_s: int, base_url: str) -> dict[str, Any]:
+    """A one-time login link for the user (how ``relaydesk up``'s admin gets back in)."""
+    user = await _user(store, username)
+    if user.disabled_at is not None:
+        raise AdminError(f"user {user.username!r} is disabled (admin enable-user first)")
+    async with _as_admin_error():
+        token = await store.create_login_link(user.user_id, ttl_s)
+    return {
+        "username": user.username,
+        "login_url": f"{base_url.rstrip('/')}/login/{token}",
+        "expires_in_s": ttl_s,
+    }
 
 
 async def create_token(store: Store, username: str, name: str = "default") -> dict[str, Any]:
@@ -247,11 +275,37 @@ async def list_audit(
     ]
 
 
+def all_in_one_relay_name(hostname: str | None = None) -> str:
+    """The all-in-one relay's name: this host's name as a relay name, else ``this-machine``."""
+    raw = (hostname if hostname is not None else socket.gethostname()).split(".")[0]
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", raw).strip("-._")[:64]
+    if not name or name.lower() in {OLD_ALL_IN_ONE_RELAY, "localhost"}:
+        return FALLBACK_RELAY_NAME
+    return name
+
+
+async def _all_in_one_relay(store: Store, owner: UserId) -> tuple[RelayRecord, str]:
+    """The all-in-one relay and a fresh token for it, registered (or renamed) once."""
+    name = all_in_one_relay_name()
+    relay = await store.get_relay_by_name(name)
+    old = await store.get_relay_by_name(OLD_ALL_IN_ONE_RELAY)
+    if relay is None and old is not None and old.owner_id == owner:
+        await store.rename_relay(old.relay_id, name)
+        relay = await store.get_relay(old.relay_id)
+    if relay is None:
+        # The all-in-one relay runs on the server's host: the direct viewing path is allowed.
+        return await store.add_relay(name, owner, co_located=True)
+    if not relay.co_located:  # registered before the flag existed
+        await store.set_relay_co_located(relay.relay_id, True)
+    return relay, await store.rotate_relay_token(relay.relay_id)
+
+
 async def bootstrap_all_in_one(store: Store, *, login_link_ttl_s: int = 900) -> dict[str, Any]:
-    """Ensure admin, the "Desktop" conversation and the shared "local" relay exist.
+    """Ensure admin, the "Desktop" conversation and the shared relay named after this host.
 
     Idempotent. Every call rotates the relay's token and mints a new one-time login
-    link, returning both (``relay_token``, ``login_token``).
+    link, returning both (``relay_token``, ``login_token``). A relay an earlier version named
+    ``local`` is renamed (its id, shares and history stay).
     """
     admin = await store.get_user_by_name(ADMIN_USERNAME)
     if admin is None:
@@ -262,14 +316,7 @@ async def bootstrap_all_in_one(store: Store, *, login_link_ttl_s: int = 900) -> 
         conversation = await store.create_conversation(DESKTOP_CONVERSATION, [])
     if await store.get_role(conversation.conversation_id, admin.user_id) != "owner":
         await store.add_member(conversation.conversation_id, admin.user_id, "owner")
-    relay = await store.get_relay_by_name(LOCAL_RELAY)
-    if relay is None:
-        # The all-in-one relay runs on the server's host: the direct viewing path is allowed.
-        relay, relay_token = await store.add_relay(LOCAL_RELAY, admin.user_id, co_located=True)
-    else:
-        relay_token = await store.rotate_relay_token(relay.relay_id)
-        if not relay.co_located:  # registered before the flag existed
-            await store.set_relay_co_located(relay.relay_id, True)
+    relay, relay_token = await _all_in_one_relay(store, admin.user_id)
     await store.share_relay(relay.relay_id, conversation.conversation_id)
     return {
         "user_id": admin.user_id,

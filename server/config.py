@@ -66,7 +66,7 @@ class Settings:
         data_dir = default_data_dir()
         return cls(
             data_dir=data_dir,
-            database_url=_env("DATABASE_URL", f"sqlite+aiosqlite:///{data_dir / 'relaydesk.db'}"),
+            database_url=database_url_from_env(data_dir),
             redis_url=_env("REDIS_URL", ""),
             host=_env("HOST", "127.0.0.1"),
             port=_env_int("PORT", 8400),
@@ -95,6 +95,12 @@ class Settings:
                 "SCREEN_REVISION_MEMORY_BYTES", 256 * 1024 * 1024
             ),
         )
+
+
+def database_url_from_env(data_dir: Path | None = None) -> str:
+    """``RELAYDESK_DATABASE_URL``, else the SQLite database in the data directory."""
+    data_dir = data_dir or default_data_dir()
+    return _env("DATABASE_URL", f"sqlite+aiosqlite:///{data_dir / 'relaydesk.db'}")
 
 
 def load_or_create_secret(data_dir: Path) -> str:

@@ -293,6 +293,9 @@ class ScreenService:
         self._factory = backend_factory(input_backend)
         self._max_text_length = max_text_length
         self._workers: dict[str, _DisplayWorker] = {}
+        # Which desktop session each display's connections were opened for: a new desktop on
+        # a reused display number never inherits the connections of the one before it.
+        self._sessions: dict[str, str] = {}
         self._closed = False
 
     def _worker(self, display: object) -> _DisplayWorker:
@@ -322,6 +325,15 @@ class ScreenService:
     async def screenshot(self, display: str, args: dict[str, Any]) -> ScreenshotResult:
         """Like ``run(display, "screenshot", args)`` but keeps the raw RGB capture."""
         return await self._worker(display).call(capture_screenshot, args)
+
+    async def bind(self, display: str, desktop_session_id: str) -> None:
+        """Actions on ``display`` now serve ``desktop_session_id``: connections opened for an
+        earlier desktop on the same display number (stopped, then restarted) are closed first."""
+        name = check.display_name(display)
+        previous = self._sessions.get(name)
+        self._sessions[name] = desktop_session_id
+        if previous is not None and previous != desktop_session_id:
+            await self.release_display(name)
 
     async def release_display(self, display: str) -> None:
         """Forget a display (its desktop stopped): close its connections and thread."""

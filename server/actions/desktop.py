@@ -23,7 +23,8 @@ RELAY: Final[Schema] = {
 }  # fmt: skip
 KIND: Final[Schema] = {
     "type": "string", "enum": ["virtual", "docker", "local"], "default": "virtual",
-    "description": "virtual: a desktop the relay creates (docker is an alias); "
+    "description": "virtual: a desktop the relay creates as processes on its host; docker: "
+    "the same as virtual (another name for it, not a container: no more isolation); "
     "local: the relay host's real screen.",
 }  # fmt: skip
 SLOT: Final[Schema] = {
@@ -50,6 +51,7 @@ async def _tracked_relay(ctx: ActionContext, args: dict[str, Any]) -> None:
     relay = await ctx.resolve_relay(args.get("relay"))
     if ctx.hub.is_connected(relay.relay_id) and not ctx.inventory.tracks(relay.relay_id):
         raise OpError(ErrorCode.UNAVAILABLE, "this relay does not report desktop session ids")
+    await ctx.inventory.heal(relay.relay_id)
 
 
 def _viewer(ctx: ActionContext, row: DesktopRow) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any, assert_never
 
 from server.chat import slash
 from server.chat.ports import ActionResult, ChatStore
+from server.chat.wording import explain, sentence
 from wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ def _payload(command: str, outcome: str, **extra: Any) -> dict[str, Any]:
 
 
 def _error_reply(command: str, status: int, body: dict[str, Any], **extra: Any) -> Reply:
+    """One sentence with the next step; the action's own code and message stay in the payload."""
     error = body.get("error") if isinstance(body.get("error"), dict) else {}
     assert isinstance(error, dict)
     code = str(error.get("code") or ErrorCode.INTERNAL.value)
@@ -58,7 +60,22 @@ def _error_reply(command: str, status: int, body: dict[str, Any], **extra: Any) 
         command, "error", error={"code": code, "message": message, "status": status, **details},
         **extra,
     )  # fmt: skip
-    return Reply(f"{command}: {message}", payload)
+    relay = extra.get("relay")
+    text = explain(code, message, relay=relay if isinstance(relay, str) else None,
+                   kind=str(extra.get("kind") or "virtual"))  # fmt: skip
+    return Reply(text, payload)
+
+
+def open_command(relay: str, kind: str) -> str:
+    """The exact command that opens ``relay``'s desktop of ``kind`` (never ambiguous)."""
+    return slash.describe(slash.OpenDesktop("local" if kind == "local" else "virtual", relay))
+
+
+def command_for(command: str, relay: str, kind: str) -> str:
+    """The command ``command`` aimed at ``relay`` (``/desktop docker NAME`` for keyword names)."""
+    if command == "open":
+        return open_command(relay, kind)
+    return f"/desktop {command} {relay}"
 
 
 def _row_of(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -102,6 +119,10 @@ def _chat_row(rows: list[dict[str, Any]], relay: str, kind: str) -> dict[str, An
     return None
 
 
+def _count(n: int) -> str:
+    return "1 desktop" if n == 1 else f"{n} desktops"
+
+
 def _short(session_id: object) -> str:
     return str(session_id or "")[:8]
 
@@ -126,7 +147,7 @@ class CommandRunner:
         if isinstance(command, slash.ListDesktops):
             return await self._list()
         if isinstance(command, slash.CloseViewer):
-            return self._close()
+            return await self._close()
         if isinstance(command, slash.Help):
             return self._help(command.topic)
         assert_never(command)
@@ -150,24 +171,38 @@ class CommandRunner:
             return await then(resolved.name, kind)
         choices = list(resolved.choices)
         if isinstance(resolved, slash.RelayAmbiguous):
-            text = f"Several relays are visible here; name one: {', '.join(choices)}"
-            return Reply(text, _payload(command, "choose_relay", relays=choices, kind=kind))
+            text = f"Several relays are shared here; choose one: {', '.join(choices)}."
+            commands = [command_for(command, relay, kind) for relay in choices]
+            payload = _payload(command, "choose_relay", relays=choices, kind=kind,
+                               commands=commands)  # fmt: skip
+            return Reply(text, payload)
         if resolved.name is None:
-            text = "No relay is shared with this conversation."
+            text = (
+                "No relay is shared with this conversation. "
+                "A relay owner shares one with `relaydesk admin share-relay`."
+            )
             return Reply(text, _payload(command, "no_relay", relays=choices))
-        hint = f" Did you mean {resolved.suggestion}?" if resolved.suggestion else ""
-        text = f"No relay named {resolved.name!r} is visible here.{hint}"
+        suggestion = self._suggested_command(resolved, command, kind)
+        hint = f" Did you mean {suggestion}?" if suggestion else ""
+        text = f"No relay named {resolved.name!r} is shared here.{hint}"
         payload = _payload(
-            command, "unknown_relay", relay=resolved.name, relays=choices,
-            suggestion=resolved.suggestion,
+            command, "unknown_relay", relay=resolved.name, relays=choices, suggestion=suggestion,
         )  # fmt: skip
         return Reply(text, payload)
+
+    @staticmethod
+    def _suggested_command(resolved: slash.RelayUnknown, command: str, kind: str) -> str | None:
+        """A whole command to try: the closest relay in this command, or a keyword command."""
+        near = resolved.suggestion
+        if near is None or near.startswith("/"):
+            return near
+        return command_for(command, near, kind)
 
     def _parse_error(self, error: slash.ParseError) -> Reply:
         hint = f" Try {error.suggestion}." if error.suggestion else ""
         payload = _payload("parse", "parse_error", message=error.message)
         payload["suggestion"] = error.suggestion
-        return Reply(f"{error.message}.{hint}", payload)
+        return Reply(f"{sentence(error.message)}{hint}", payload)
 
     # -- commands --------------------------------------------------------------------------
 
@@ -243,8 +278,7 @@ class CommandRunner:
     async def _attach(self, relay: str, kind: str) -> Reply:
         status, body = await self._call("desktop_attach", relay=relay, kind=kind, slot=CHAT_SLOT)
         if status == 409:
-            text = f"No desktop is running on {relay}; /desktop {relay} starts one."
-            return Reply(text, _payload("attach", "not_running", relay=relay, kind=kind))
+            return self._not_running("attach", relay, kind, "nothing to open")
         if status >= 400:
             return _error_reply("attach", status, body, relay=relay, kind=kind)
         row = _public_row(_row_of(body))
@@ -257,8 +291,7 @@ class CommandRunner:
         )
         row = _row_of(body) if status < 400 else None
         if status == 409 or (status < 400 and row is None):
-            text = f"No desktop is running on {relay}; nothing to stop."
-            return Reply(text, _payload("stop", "not_running", relay=relay, kind=kind))
+            return self._not_running("stop", relay, kind, "nothing to stop")
         if status >= 400:
             return _error_reply("stop", status, body, relay=relay, kind=kind)
         assert row is not None
@@ -272,12 +305,24 @@ class CommandRunner:
         )  # fmt: skip
         return Reply(text, payload)
 
+    @staticmethod
+    def _not_running(command: str, relay: str, kind: str, consequence: str) -> Reply:
+        """Nothing runs there: say so, and offer the exact command that starts it."""
+        start = open_command(relay, kind)
+        if kind == "local":
+            text = f"The real screen of {relay} is not open; {consequence}. {start} opens it."
+        else:
+            text = f"No desktop is running on {relay}; {consequence}. {start} starts one."
+        payload = _payload(command, "not_running", relay=relay, kind=kind, suggestion=start)
+        return Reply(text, payload)
+
     async def _status(self, relay: str, kind: str) -> Reply:
         status, body = await self._call("desktop_status", relay=relay)
         if status >= 400:
             return _error_reply("status", status, body, relay=relay)
         rows = [_public_row(row) for row in _rows_of(body)]
-        text = f"{relay}: {len(rows)} desktop(s)." if rows else f"{relay}: no desktop is running."
+        text = (f"{_count(len(rows))} on {relay}." if rows
+                else f"No desktop is running on {relay}.")  # fmt: skip
         return Reply(text, _payload("status", "status", relay=relay, desktops=rows))
 
     async def _list(self) -> Reply:
@@ -285,12 +330,19 @@ class CommandRunner:
         if status >= 400:
             return _error_reply("list", status, body)
         rows = [_public_row(row) for row in _rows_of(body)]
-        text = f"{len(rows)} active desktop(s)." if rows else "No desktop is active here."
+        text = f"{_count(len(rows))} active here." if rows else "No desktop is active here."
         return Reply(text, _payload("list", "listed", desktops=rows))
 
-    def _close(self) -> Reply:
-        text = "Closed this browser's viewer tab. The desktop keeps running."
-        return Reply(text, _payload("close", "close_viewer"))
+    async def _close(self) -> Reply:
+        status, body = await self._call("desktop_list_active")
+        running = status == 200 and any(
+            row.get("state") in {"starting", "running"} for row in _rows_of(body)
+        )
+        if not running:
+            text = "No desktop is running in this conversation, so there is no viewer to close."
+            return Reply(text, _payload("close", "close_viewer", nothing_running=True))
+        text = "Closed this browser's viewer tabs. The desktops keep running."
+        return Reply(text, _payload("close", "close_viewer", nothing_running=False))
 
     def _help(self, topic: str | None) -> Reply:
         lines = slash.help_lines(topic)

@@ -23,6 +23,7 @@ from server.chat import slash
 from server.chat.commands import CommandContext, CommandRunner, Reply
 from server.chat.ports import ChatStore, InvokeAction, PublishEvent
 from server.db.records import MessageRecord, Role, role_allows
+from server.inventory.rows import DesktopDirectory
 from server.json_response import JSONResponse
 from wire.errors import ErrorCode
 
@@ -172,12 +173,32 @@ async def list_messages(request: Request) -> Response:
     store, conversation_id = _store(request), _conversation_id(request)
     records = await store.list_messages(conversation_id, before_id=before, limit=limit)
     names = await _names(store, conversation_id)
-    body = {
-        "ok": True,
-        "messages": [message_json(r, names) for r in records],
-        "has_more": len(records) == limit,
-    }
+    messages = [message_json(r, names) for r in records]
+    await _with_desktop_now(request, messages)
+    body = {"ok": True, "messages": messages, "has_more": len(records) == limit}
     return JSONResponse(body, headers=NO_STORE)
+
+
+async def _with_desktop_now(request: Request, messages: list[dict[str, Any]]) -> None:
+    """Add ``desktop_now`` (state, reason, updated_at) to each result naming a desktop.
+
+    A desktop card loaded later then tells how its session ended ("Stopped by alice at …")
+    from the inventory row, which keeps ended sessions for a while (history pruning).
+    """
+    inventory: DesktopDirectory | None = getattr(request.app.state, "inventory", None)
+    if inventory is None:
+        return
+    for message in messages:
+        desktop = (message.get("payload") or {}).get("desktop")
+        if not isinstance(desktop, dict):
+            continue
+        relay_id, session = desktop.get("relay_id"), desktop.get("desktop_session_id")
+        if not (isinstance(relay_id, str) and isinstance(session, str)):
+            continue
+        row = await inventory.row(relay_id, session)
+        message["desktop_now"] = None if row is None else {
+            "state": row.state, "reason": row.reason, "updated_at": row.updated_at,
+        }  # fmt: skip
 
 
 async def _text_of(request: Request) -> str:

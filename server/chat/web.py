@@ -68,8 +68,17 @@ async def index(request: Request) -> Response:
     return _secure(FileResponse(path), str(path))
 
 
+async def favicon(request: Request) -> Response:
+    """``GET /favicon.ico``: the app's icon (SVG), for browsers that ask before reading HTML."""
+    path = web_dir() / "favicon.svg"
+    response = _secure(FileResponse(path), str(path))
+    response.headers["Cache-Control"] = "public, max-age=86400"
+    return response
+
+
 def web_routes() -> list[BaseRoute]:
     return [
         Route("/", index, methods=["GET", "HEAD"]),
+        Route("/favicon.ico", favicon, methods=["GET", "HEAD"]),
         Mount("/app", app=AppFiles(directory=web_dir(), check_dir=False), name="web-app"),
     ]

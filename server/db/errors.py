@@ -7,10 +7,13 @@ Tree (under ``wire.errors.RelaydeskError``)::
     ├── AlreadyExists   a unique name (username, relay name) is taken
     ├── InvalidValue    a value breaks the data model's rules (bad role, empty password)
     ├── StoreUnavailable  the database cannot be reached
+    ├── DatabaseInUse   another server holds the SQLite database (``server.db.lock``)
     └── SchemaMismatch  the schema is not at the revision this code needs
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from wire.errors import ErrorCode, RelaydeskError
 
@@ -71,4 +74,18 @@ class SchemaMismatch(StoreError):
         super().__init__(
             f"database schema is at revision {current or 'none'}, expected {expected}; "
             "run `relaydesk db upgrade`"
+        )
+
+
+class DatabaseInUse(StoreError):
+    """Another relaydesk server holds the SQLite database."""
+
+    code = ErrorCode.UNAVAILABLE
+
+    def __init__(self, database: Path, holder: str) -> None:
+        self.database = database
+        who = f"pid {holder}" if holder else "another process"
+        super().__init__(
+            f"another relaydesk server ({who}) is already running on {database}; "
+            "stop it first, or give this one its own RELAYDESK_DATA_DIR"
         )

@@ -242,6 +242,18 @@ class RelayStore(StoreBase):
         self._relays_changed(shares=True)
         return share is not None
 
+    async def rename_relay(self, relay_id: str, name: str) -> None:
+        """Give the relay a new name (its id, token, shares and desktops stay)."""
+        if not RELAY_NAME_RE.fullmatch(name):
+            raise InvalidValue("name", "1-64 letters, digits, '.', '_' or '-'")
+        async with self._unique("relay", name) as session:
+            result = await session.execute(
+                update(models.Relay).filter_by(id=relay_id).values(name=name)
+            )
+            if rowcount(result) == 0:
+                raise NotFound("relay", relay_id)
+        self._relays_changed(shares=True)
+
     async def set_relay_co_located(self, relay_id: str, co_located: bool) -> None:
         """Record whether the relay runs on the server's own host."""
         await self._update_relay(relay_id, {"co_located": co_located})

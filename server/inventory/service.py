@@ -30,6 +30,8 @@ MAX_SESSION_ID = 64
 RELAY_RESTARTED = "relay_restarted"
 NOT_ON_RELAY = "not_on_relay"
 REPLACED = "replaced"
+# The reason ``mark_relay_unknown`` gives: nothing could confirm the row while its relay was away.
+RELAY_DISCONNECTED = "relay_disconnected"
 
 BatchListener = Callable[[RelayId, list[DesktopRow]], Awaitable[None]]
 
@@ -137,7 +139,34 @@ class Inventory:
 
     async def visible(self, conversation_id: str) -> list[DesktopRow]:
         """Live rows of the relays shared with the conversation."""
+        rows = await self._store.visible_desktops(conversation_id)
+        stale = {r.relay_id for r in rows if self._is_stale_unknown(r)}
+        if not stale:
+            return rows
+        for relay_id in sorted(stale):
+            await self.heal(relay_id)
         return await self._store.visible_desktops(conversation_id)
+
+    async def heal(self, relay_id: str) -> None:
+        """Rows left ``unknown`` while their relay is in fact connected here (another server
+        process marked them, or a disconnect raced a reconnect) are probed at once."""
+        if not self.tracks(RelayId(relay_id)):
+            return
+        unknown = await self._store.desktops_for_relay(relay_id, ("unknown",))
+        if not any(self._is_stale_unknown(row) for row in unknown):
+            return
+        log.info("relay %s is connected but has unknown desktops: probing it", relay_id)
+        try:
+            await self.probe(RelayId(relay_id))
+        except OpError as err:
+            log.info("relay %s could not confirm its desktops: %s", relay_id, err.message)
+
+    def _is_stale_unknown(self, row: DesktopRow) -> bool:
+        return (
+            row.state == "unknown"
+            and row.reason == RELAY_DISCONNECTED
+            and self.tracks(RelayId(row.relay_id))
+        )
 
     async def live_rows(self, relay_id: str) -> list[DesktopRow]:
         return await self._store.desktops_for_relay(relay_id, tuple(LIVE_STATES))

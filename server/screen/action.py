@@ -157,12 +157,30 @@ async def handle(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     try:
         result = await tool.run(caller, args)
     except OpError as err:
+        message, details = schema_field_names(err.message, err.details)
         status = STATUS.get(err.code)
-        if status is None:
+        if status is not None:
+            raise ActionError(err.code, message, status=status, details=details) from err
+        if message == err.message:
             raise
-        raise ActionError(err.code, err.message, status=status, details=err.details) from err
+        raise OpError(err.code, message, details) from err
     ctx.desktop_session_id = result.get("desktop_session_id")
     return result
+
+
+# Relay argument names that differ from the action's schema: errors name the schema's field.
+SCHEMA_FIELDS: Final = {"keys": "key", "to_x": "to", "to_y": "to"}
+
+
+def schema_field_names(message: str, details: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A relay error worded with the fields the caller sent (``key``, not the relay's ``keys``)."""
+    field = details.get("field")
+    if not isinstance(field, str) or field not in SCHEMA_FIELDS:
+        return message, details
+    name = SCHEMA_FIELDS[field]
+    if message.startswith(f"{field}:"):
+        message = name + message[len(field) :]
+    return message, {**details, "field": name}
 
 
 # The tool audits every attempt itself, with the action's shape (never typed text or pixels).

@@ -186,7 +186,10 @@ def _kept_headers(raw: object) -> dict[str, str]:
     return {name: value for name, value in headers.items() if name in _KEPT}
 
 
-VIEWER_FILES = frozenset({"viewer.js", "viewer.css", "bridge.js", "audio.js", "audio-worklet.js"})
+VIEWER_FILES = frozenset(
+    {"viewer.js", "viewer.css", "bridge.js", "toolbar.js", "zoom.js", "audio.js",
+     "audio-worklet.js"}
+)  # fmt: skip
 
 
 async def viewer_file(request: Request) -> Response:

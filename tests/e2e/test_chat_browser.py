@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import BrowserContext, Page, expect
 
+from server import admin
 from server.chat.routes import MAX_MESSAGE_CHARS
 from tests.e2e import chat_fixtures
 from tests.e2e.chat_fixtures import api_action, last_result, send, shot, sign_in
@@ -92,7 +93,7 @@ async def test_login_desktop_list_and_close(
 
     await send(page, "/desktop close")
     closed = await last_result(page, "close_viewer")
-    await expect(closed).to_contain_text("keeps running")
+    await expect(closed).to_contain_text("keep running")
     await wait_until(viewer.is_closed, 5, "the viewer tab to close")
     assert await live_sessions(chat_stack, "main") == [session]
     await shot(page, artifacts_dir, "06-closed")
@@ -264,3 +265,134 @@ async def test_desktop_cards_follow_the_inventory(
     for index in range(await buttons.count()):
         await expect(buttons.nth(index)).to_be_disabled()
     await shot(page, artifacts_dir, "02-after-reload")
+
+
+async def test_each_reply_says_things_once_and_errors_give_a_next_step(
+    chat_page: Page, artifacts_dir: Path
+) -> None:
+    page = chat_page
+    await send(page, "/desktop help")
+    helped = await last_result(page, "help")
+    # The list appears once: as the table, not again as text above it.
+    await expect(helped.get_by_text("/desktop list", exact=True)).to_have_count(1)
+    await expect(helped.locator(".message-text")).to_have_count(0)
+
+    # This relay has no host helper: the reply says what to do, once, in plain words.
+    await send(page, "/desktop local")
+    failed = await last_result(page, "error")
+    await expect(failed).to_contain_text("does not share its real screen")
+    await expect(failed).to_contain_text("relaydesk host-helper")
+    await expect(failed).not_to_contain_text("virtual desktop manager")
+    await expect(failed.get_by_text("real screen", exact=False)).to_have_count(1)
+
+    await send(page, "/desktop lsit relay-1")
+    typo = await last_result(page, "parse_error")
+    text = await typo.locator(".message-text").inner_text()
+    assert text[0].isupper(), text
+    await shot(page, artifacts_dir, "01-replies")
+
+
+async def test_a_card_tells_its_story_reuses_its_tab_and_starts_again(
+    context: BrowserContext, chat_page: Page, chat_stack: ViewerStack, artifacts_dir: Path
+) -> None:
+    page = chat_page
+    async with context.expect_page() as opened:
+        await send(page, "/desktop")
+    viewer = await opened.value
+    await viewer_connected(viewer)
+    card = (await last_result(page)).locator(".desktop-card")
+    user = chat_stack.seed.user["username"]
+    await expect(card.locator(".card-story")).to_contain_text(f"Started by {user} at")
+
+    # "Open viewer" brings the tab /desktop opened forward: no second viewer.
+    pages = len(context.pages)
+    await card.get_by_role("button", name="Open viewer").click()
+    await asyncio.sleep(1)
+    assert len(context.pages) == pages
+    assert not viewer.is_closed()
+    assert chat_stack.viewers(await card.get_attribute("data-session") or "") == 1
+
+    session = await card.get_attribute("data-session")
+    stop = {"relay": "relay-1", "kind": "virtual", "slot": "main", "desktop_session_id": session}
+    status, _ = await api_action(chat_stack, "desktop_stop_confirm", **stop)
+    assert status == 200
+    await expect(card.locator(".card-story")).to_contain_text(f"Stopped by {user} at")
+    again = card.get_by_role("button", name="Start again")
+    await expect(again).to_be_visible()
+    await shot(page, artifacts_dir, "01-stopped-card")
+    await viewer.close()
+
+    page_reloaded = page
+    await page_reloaded.reload()
+    story = page_reloaded.locator(f".desktop-card[data-session='{session}'] .card-story").last
+    await expect(story).to_contain_text(f"Stopped by {user} at")  # read later, same story
+
+    again = page_reloaded.locator(f".desktop-card[data-session='{session}']").last.get_by_role(
+        "button", name="Start again"
+    )
+    async with context.expect_page() as opened:
+        await again.click()
+    viewer = await opened.value
+    await viewer_connected(viewer)
+    fresh = await last_result(page_reloaded, "started")
+    await expect(fresh.locator(".desktop-card")).to_contain_text("running")
+    await shot(page_reloaded, artifacts_dir, "02-started-again")
+    await viewer.close()
+
+
+async def test_close_with_nothing_running_says_so(
+    chat_page: Page, chat_stack: ViewerStack, artifacts_dir: Path
+) -> None:
+    _, listed = await api_action(chat_stack, "desktop_list_active")
+    for row in listed["desktops"]:
+        stop = {key: row[key] for key in ("kind", "slot", "desktop_session_id")}
+        await api_action(chat_stack, "desktop_stop_confirm", relay="relay-1", **stop)
+    await send(chat_page, "/desktop close")
+    closed = await last_result(chat_page, "close_viewer")
+    await expect(closed).to_contain_text("No desktop is running")
+    await send(chat_page, "/desktop list")
+    listed_reply = await last_result(chat_page, "listed")
+    await expect(listed_reply).to_contain_text("No desktop is active here.")
+    await expect(listed_reply).not_to_contain_text("No desktops.")
+    await shot(chat_page, artifacts_dir, "01-nothing-running")
+
+
+async def test_a_user_without_a_conversation_gets_a_real_empty_state(
+    context: BrowserContext, chat_stack: ViewerStack, artifacts_dir: Path
+) -> None:
+    store = chat_stack.app.state.store
+    lonely = await admin.create_user(store, "newcomer")
+    page = await context.new_page()
+    await page.goto(chat_stack.url + "/")
+    await page.get_by_label("Username").fill("newcomer")
+    await page.get_by_label("Password").fill(lonely["password"])
+    await page.get_by_role("button", name="Sign in").click()
+    empty = page.get_by_role("region", name="You are not in a conversation yet")
+    await expect(empty).to_be_visible()
+    await expect(empty).to_contain_text("--member newcomer:write")
+    await expect(page.get_by_label("Message", exact=True)).to_be_hidden()
+    await expect(page.get_by_role("button", name="Active Desktops")).to_be_hidden()
+    await shot(page, artifacts_dir, "01-empty-desktop")
+    await page.set_viewport_size({"width": 390, "height": 844})
+    await expect(empty).to_be_visible()
+    await shot(page, artifacts_dir, "02-empty-phone")
+    await page.close()
+
+
+async def test_on_a_phone_the_transcript_keeps_most_of_the_screen(
+    context: BrowserContext, chat_stack: ViewerStack, artifacts_dir: Path
+) -> None:
+    page = await context.new_page()
+    await page.set_viewport_size({"width": 390, "height": 844})
+    await sign_in(page, chat_stack)
+    header = await page.locator("header.bar").bounding_box()
+    nav = await page.locator("#conversations").bounding_box()
+    transcript = await page.locator("#transcript").bounding_box()
+    assert header and nav and transcript
+    assert header["height"] + nav["height"] <= 100, (header, nav)
+    assert transcript["height"] >= 0.55 * 844, transcript
+    picker = page.get_by_label("Conversation", exact=True)
+    await expect(picker).to_be_visible()
+    await expect(page.get_by_role("button", name="Active Desktops")).to_be_visible()
+    await shot(page, artifacts_dir, "01-phone")
+    await page.close()

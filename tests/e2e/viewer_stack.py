@@ -223,6 +223,8 @@ async def viewer_stack(
             await stop_desktops_in(seed.data_dir / "relay-state")
             if outer_authority is not None:
                 os.environ["XAUTHORITY"] = outer_authority
+            else:
+                os.environ.pop("XAUTHORITY", None)
 
 
 def pointer_position(display: str) -> tuple[int, int]:

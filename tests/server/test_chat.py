@@ -22,6 +22,7 @@ from server.chat.routes import MAX_MESSAGE_CHARS, ChatService, chat_routes
 from server.chat.web import CSP, web_routes
 from server.config import Settings
 from server.db.store import Store
+from server.inventory.rows import DesktopRow
 from server.viewer.assets import viewer_file
 from server.viewer.capability import grant_for, mint
 from server.viewer.keyboard_state import keyboard_state_route
@@ -326,15 +327,17 @@ async def test_attach_refuses_when_nothing_runs(env: Env) -> None:
 
 
 async def test_close_list_and_help_answer_without_side_effects(env: Env) -> None:
-    close = (await env.post("/desktop close")).json()["reply"]
-    assert close["payload"]["outcome"] == "close_viewer"
-    assert "keeps running" in close["text"]
+    idle = (await env.post("/desktop close")).json()["reply"]
+    assert idle["payload"]["outcome"] == "close_viewer"
+    assert idle["text"].startswith("No desktop is running")
     env.actions.rows = [_row("s-1")]
+    close = (await env.post("/desktop close")).json()["reply"]
+    assert "keep running" in close["text"]
     listed = (await env.post("/desktop list")).json()["reply"]["payload"]
     assert listed["desktops"][0]["desktop_session_id"] == "s-1"
     helped = (await env.post("/desktop help")).json()["reply"]["payload"]
     assert len(helped["lines"]) == 9
-    assert env.actions.names() == ["desktop_list_active"]
+    assert env.actions.names() == ["desktop_list_active"] * 3
 
 
 async def test_typos_and_unknown_relays_get_suggestions(env: Env) -> None:
@@ -342,7 +345,7 @@ async def test_typos_and_unknown_relays_get_suggestions(env: Env) -> None:
     assert typo == {**typo, "outcome": "parse_error", "suggestion": "/desktop list"}
     unknown = (await env.post("/desktop status relya-1")).json()["reply"]["payload"]
     assert unknown["outcome"] == "unknown_relay"
-    assert unknown["suggestion"] == "relay-1"
+    assert unknown["suggestion"] == "/desktop status relay-1"
     assert env.actions.calls == []
 
 
@@ -379,6 +382,80 @@ async def test_action_errors_are_reported_as_results(env: Env) -> None:
     assert payload["error"] == {"code": "forbidden", "message": "needs write", "status": 403}
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["/desktop lsit", "/desktop nope-relay", "/desktop list", "/desktop status", "/desktop stop",
+     "/desktop attach", "/desktop close", "/desktop help", "/dekstop", "/desktop list extra"],
+)  # fmt: skip
+async def test_every_reply_is_a_sentence(env: Env, text: str) -> None:
+    reply = (await env.post(text)).json()["reply"]["text"]
+    assert reply[:1].isupper() or reply.startswith("/"), reply
+
+
+async def _only_relay(env: Env, name: str) -> None:
+    relay = await admin.add_relay(env.store, name, "alice")
+    await admin.share_relay(env.store, relay["relay_id"], env.seed.conversation_id)
+    await admin.unshare_relay(env.store, "relay-1", env.seed.conversation_id)
+
+
+async def test_a_relay_named_local_is_never_offered_as_the_real_screen(env: Env) -> None:
+    """Stop with nothing running offers the command that opens that relay's virtual desktop."""
+    await _only_relay(env, "local")
+    reply = (await env.post("/desktop stop")).json()["reply"]
+    assert reply["payload"]["outcome"] == "not_running"
+    assert reply["payload"]["suggestion"] == "/desktop docker local"
+    assert reply["text"] == (
+        "No desktop is running on local; nothing to stop. /desktop docker local starts one."
+    )
+    attach = (await env.post("/desktop attach")).json()["reply"]["payload"]
+    assert attach["suggestion"] == "/desktop docker local"
+    relay = await admin.add_relay(env.store, "status", "alice")
+    await admin.share_relay(env.store, relay["relay_id"], env.seed.conversation_id)
+    several = (await env.post("/desktop")).json()["reply"]["payload"]
+    assert several["commands"] == ["/desktop docker local", "/desktop docker status"]
+
+
+async def test_a_relay_without_its_real_screen_gets_a_next_step(env: Env) -> None:
+    async def no_helper(state: Any, principal: Principal, name: str, body: dict[str, Any]) -> Any:
+        if name == "desktop_list_active":
+            return 200, {"desktops": []}
+        message = "local desktops are not run by the virtual desktop manager"
+        return 503, {"ok": False, "error": {"code": "unavailable", "message": message}}
+
+    env.client._transport.app.state.chat.invoke = no_helper  # type: ignore[attr-defined]
+    reply = (await env.post("/desktop local")).json()["reply"]
+    assert reply["text"] == (
+        "Relay relay-1 does not share its real screen. To share it, run `relaydesk host-helper` "
+        "on that relay's host, or use its virtual desktop: /desktop docker relay-1."
+    )
+    assert "virtual desktop manager" not in reply["text"]
+    assert reply["payload"]["error"]["code"] == "unavailable"
+
+
+@dataclass
+class FakeInventory:
+    rows: dict[tuple[str, str], DesktopRow] = field(default_factory=dict)
+
+    async def row(self, relay_id: str, desktop_session_id: str) -> DesktopRow | None:
+        return self.rows.get((relay_id, desktop_session_id))
+
+
+async def test_a_transcript_read_later_tells_how_each_desktop_ended(env: Env) -> None:
+    await env.post("/desktop")
+    inventory = FakeInventory()
+    inventory.rows[("r1", "new-session-0001")] = DesktopRow(
+        relay_id="r1", desktop_session_id="new-session-0001", kind="virtual", slot="main",
+        state="stopped", started_at="2025-01-01T00:00:00+00:00", started_by="alice",
+        updated_at="2025-01-01T00:05:00+00:00", reason="stopped by bob",
+    )  # fmt: skip
+    env.client._transport.app.state.inventory = inventory  # type: ignore[attr-defined]
+    stored = (await env.client.get(env.messages_url(), headers=env.auth())).json()["messages"]
+    assert "desktop_now" not in stored[0]
+    assert stored[1]["desktop_now"] == {
+        "state": "stopped", "reason": "stopped by bob", "updated_at": "2025-01-01T00:05:00+00:00"
+    }  # fmt: skip
+
+
 # -- web app ----------------------------------------------------------------------------------
 
 
@@ -395,6 +472,10 @@ async def test_the_web_app_is_served_with_a_strict_csp_and_exact_types(env: Env)
     assert (await env.client.get("/app/app.css")).headers["content-type"].startswith("text/css")
     assert (await env.client.get("/app/../../server/config.py")).status_code == 404
     assert (await env.client.get("/app/nope.js")).status_code == 404
+    icon = await env.client.get("/favicon.ico")
+    assert icon.status_code == 200
+    assert icon.headers["content-type"] == "image/svg+xml"
+    assert (await env.client.get("/app/favicon.svg")).text.startswith("<svg")
     bridge = await env.client.get("/viewer/bridge.js")
     assert bridge.headers["content-type"] == "text/javascript; charset=utf-8"
     assert "export function installBridge" in bridge.text

@@ -114,7 +114,10 @@ class XRecorder:
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
-            self._lines.put(line)
+            # python-xlib prints a warning line of its own to stdout when the authority file
+            # has no entry for the display; only our JSON records are events.
+            if line.startswith("{"):
+                self._lines.put(line)
 
     def next_event(self) -> dict[str, Any]:
         try:

@@ -41,9 +41,9 @@ export class Dock {
   }
 
   // The conversation's inventory as it is now (a placeholder before it is known goes to show).
-  update(rows) {
+  update(rows, changed = []) {
     this.show(rows);
-    this.onInventory(rows);
+    this.onInventory(rows, changed);
   }
 
   toggle(open = this.panel.hidden) {

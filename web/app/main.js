@@ -5,7 +5,7 @@ import { Composer } from "./composer.js";
 import { Dock } from "./dock.js";
 import { byId, el } from "./dom.js";
 import { followInventory, renderMessage } from "./render.js";
-import { closeViewerTabs, reserveTab, showInTab } from "./viewers.js";
+import { closeViewerTabs, reserveTab, showInTab, tabForSession } from "./viewers.js";
 
 const CONVERSATION_KEY = "relaydesk.conversation";
 const OPENING = new Set(["open", "attach"]);
@@ -72,15 +72,39 @@ async function start(user) {
   byId("whoami").textContent = user.username;
   setView("app");
   const { conversations } = await api.conversations();
-  const list = byId("conversation-list");
-  list.replaceChildren(...conversations.map((c) => el("li", {},
-    el("a", { href: `#/c/${encodeURIComponent(c.conversation_id)}`,
-      dataset: { id: c.conversation_id } }, c.title, el("span", { class: "role", text: ` · ${c.role}` })))));
+  showConversations(conversations);
   const wanted = fromHash() || sessionStorage.getItem(CONVERSATION_KEY);
   const chosen = conversations.find((c) => c.conversation_id === wanted) || conversations[0];
+  showEmptyState(!chosen, user);
   if (chosen) await openConversation(chosen.conversation_id);
-  else byId("conversation-title").textContent = "No conversations yet";
 }
+
+function showConversations(conversations) {
+  byId("conversation-list").replaceChildren(...conversations.map((c) => el("li", {},
+    el("a", { href: `#/c/${encodeURIComponent(c.conversation_id)}`,
+      dataset: { id: c.conversation_id } }, c.title, el("span", { class: "role", text: ` · ${c.role}` })))));
+  byId("conversation-select").replaceChildren(...conversations.map((c) =>
+    el("option", { value: c.conversation_id, text: `${c.title} · ${c.role}` })));
+}
+
+// No conversation: say what relaydesk needs and who can give it, instead of a composer that
+// could only answer "conversation not found".
+function showEmptyState(empty, user) {
+  document.body.dataset.empty = String(empty);
+  byId("empty-state").hidden = !empty;
+  byId("chat").hidden = empty;
+  byId("conversations").hidden = empty;
+  byId("dock-button").hidden = empty;
+  byId("composer-input").disabled = empty;
+  byId("composer-send").disabled = empty;
+  byId("conversation-title").textContent = empty ? "No conversations yet" : "";
+  byId("empty-command").textContent =
+    `relaydesk admin create-conversation "Team" --member ${user.username}:write`;
+}
+
+byId("conversation-select").addEventListener("change", (event) => {
+  window.location.hash = `#/c/${encodeURIComponent(event.target.value)}`;
+});
 
 function fromHash() {
   const match = /^#\/c\/(.+)$/.exec(window.location.hash);
@@ -101,6 +125,7 @@ async function openConversation(id) {
   sessionStorage.setItem(CONVERSATION_KEY, id);
   if (fromHash() !== id) history.replaceState(null, "", `#/c/${encodeURIComponent(id)}`);
   byId("conversation-title").textContent = info.title;
+  byId("conversation-select").value = id;
   for (const link of document.querySelectorAll("#conversation-list a")) {
     if (link.dataset.id === id) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
@@ -131,6 +156,7 @@ function addMessage(message) {
 
 const handlers = {
   fillComposer: (text) => composer.fill(text),
+  runCommand: (text) => send(text),
   openDesktop: (row) => openDesktop(row),
   requestStop: (payload) => requestStop(payload),
 };
@@ -151,7 +177,7 @@ function startEvents(id) {
   source.addEventListener("message_created", (event) => addMessage(JSON.parse(event.data)));
   source.addEventListener("desktop_inventory_changed", (event) => {
     const data = JSON.parse(event.data);
-    dock.update(data.desktops || []);
+    dock.update(data.desktops || [], data.changed || []);
   });
   source.addEventListener("error", async () => {
     if (source.readyState !== EventSource.CLOSED) {
@@ -198,14 +224,17 @@ async function send(text) {
 }
 
 function afterCommand(payload, secret, tab) {
-  showInTab(tab, payload && secret.viewer_url ? secret.viewer_url : null);
+  showInTab(tab, payload && secret.viewer_url ? secret.viewer_url : null,
+    payload?.desktop?.desktop_session_id);
   if (!payload) return;
   if (payload.outcome === "confirm_required" && payload.desktop) dock.askStop(payload.desktop);
   if (payload.outcome === "close_viewer") closeViewerTabs();
 }
 
 async function openDesktop(row) {
-  const tab = reserveTab();
+  // The session's own tab if one is open (the one `/desktop` opened): brought forward.
+  const { tab, showing } = tabForSession(row.desktop_session_id);
+  if (showing) return;
   const { status, body } = await api.action("desktop_attach", {
     conversation_id: state.conversationId,
     relay: row.relay_name || row.relay || row.relay_id,
@@ -213,7 +242,7 @@ async function openDesktop(row) {
     slot: row.slot || "main",
   });
   const url = status === 200 ? body.viewer_url : null;
-  showInTab(tab, url);
+  showInTab(tab, url, row.desktop_session_id);
   if (!url) byId("dock-message").textContent = `Cannot open: ${body?.error?.message || status}`;
 }
 
@@ -236,7 +265,7 @@ const composer = new Composer({
 });
 const dock = new Dock({
   openDesktop,
-  onInventory: (rows) => followInventory(byId("transcript"), rows),
+  onInventory: (rows, changed) => followInventory(byId("transcript"), rows, changed),
 });
 
 // -- boot -------------------------------------------------------------------------------

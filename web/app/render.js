@@ -1,6 +1,6 @@
 // Transcript rendering: user messages as plain text, result messages from their structured
 // payload (command, outcome, rows, suggestions). Buttons call back into the app through
-// `handlers` ({fillComposer, openDesktop, requestStop}).
+// `handlers` ({fillComposer, runCommand, openDesktop, requestStop}).
 import { el, formatTime, relayName, shortId, STATE_NOTES } from "./dom.js";
 
 export function renderMessage(message, handlers) {
@@ -22,15 +22,23 @@ export function renderMessage(message, handlers) {
   return item;
 }
 
+// Outcomes whose structured part says everything the text says: the text is not repeated.
+const TEXT_SHOWN_AS_TABLE = new Set(["help"]);
+const ENDED = new Set(["stopped", "failed"]);
+
 function renderResult(message, handlers) {
   const payload = message.payload;
   const body = el("div", { class: "result" });
-  body.append(el("p", { class: "message-text", text: message.text }));
+  if (!TEXT_SHOWN_AS_TABLE.has(payload.outcome)) {
+    body.append(el("p", { class: "message-text", text: message.text }));
+  }
   if (payload.requested_by) {
     body.append(el("p", { class: "requested", text: `for ${payload.requested_by}` }));
   }
   const renderer = OUTCOMES[payload.outcome];
-  if (renderer) body.append(...[renderer(payload, handlers)].flat().filter(Boolean));
+  if (renderer) {
+    body.append(...[renderer(payload, handlers, message.desktop_now)].flat().filter(Boolean));
+  }
   return body;
 }
 
@@ -41,21 +49,55 @@ function suggestionButton(text, handlers) {
   }, text);
 }
 
-function desktopCard(row, handlers) {
+// The exact command that opens this row's desktop again (a relay named like a keyword is
+// reached as "/desktop docker NAME", never mistaken for the keyword).
+const KEYWORDS = new Set(["docker", "local", "list", "status", "attach", "stop", "close", "help"]);
+export function openCommand(relay, kind) {
+  if (kind === "local") return `/desktop local ${relay}`;
+  return KEYWORDS.has(String(relay).toLowerCase()) ? `/desktop docker ${relay}` : `/desktop ${relay}`;
+}
+
+// One line telling how the session started, or how it ended.
+export function cardStory(row, now) {
+  const started = `Started by ${row.started_by || "someone"} at ${formatTime(row.started_at)}`;
+  if (!now || !ENDED.has(now.state)) return started;
+  const at = formatTime(now.updated_at);
+  const reason = String(now.reason || "");
+  const by = /^stopped by (.+)$/.exec(reason);
+  if (by) return `Stopped by ${by[1]} at ${at}`;
+  if (reason === "replaced") return `Replaced by a new session at ${at}`;
+  if (reason === "relay_restarted") return `Ended when its relay restarted, at ${at}`;
+  if (now.state === "failed") return `Failed at ${at}${reason ? `: ${reason}` : ""}`;
+  return `Stopped at ${at}`;
+}
+
+function desktopCard(row, handlers, now) {
   if (!row) return null;
-  const state = row.state || "running";
-  return el("dl", { class: `details desktop-card state-${state}`,
+  const state = now?.state || row.state || "running";
+  const slot = row.slot || "main";
+  const card = el("div", { class: `desktop-card state-${state}`,
     dataset: { session: row.desktop_session_id, state } },
-    el("dt", { text: "Relay" }), el("dd", { text: relayName(row) }),
-    el("dt", { text: "Kind" }), el("dd", { text: row.kind || "virtual" }),
-    el("dt", { text: "State" }), el("dd", { class: "card-state", text: state }),
-    el("dt", { text: "Started by" }), el("dd", { text: row.started_by || "—" }),
-    el("dt", { text: "Session" }),
-    el("dd", {}, el("code", { title: row.desktop_session_id, text: shortId(row.desktop_session_id) })));
+    el("dl", { class: "details" },
+      el("dt", { text: "Relay" }), el("dd", { text: relayName(row) }),
+      el("dt", { text: "Kind" }), el("dd", { text: row.kind || "virtual" }),
+      slot !== "main" ? [el("dt", { text: "Slot" }), el("dd", { text: slot })] : null,
+      el("dt", { text: "State" }), el("dd", { class: "card-state", text: state }),
+      el("dt", { text: "Session" }),
+      el("dd", {}, el("code", { title: row.desktop_session_id, text: shortId(row.desktop_session_id) }))),
+    el("p", { class: "card-story", text: cardStory(row, now) }),
+    el("div", { class: "card-actions" },
+      el("button", { type: "button", class: "open-viewer",
+        dataset: { session: row.desktop_session_id },
+        disabled: ENDED.has(state),
+        onclick: () => handlers.openDesktop(row) }, "Open viewer"),
+      el("button", { type: "button", class: "start-again quiet", hidden: !ENDED.has(state),
+        onclick: () => handlers.runCommand(openCommand(relayName(row), row.kind)) }, "Start again")));
+  card.row = row;
+  return card;
 }
 
 function rowsTable(rows, handlers) {
-  if (!rows || rows.length === 0) return el("p", { class: "note", text: "No desktops." });
+  if (!rows || rows.length === 0) return null; // the message text already says so
   const table = el("table", { class: "rows" },
     el("thead", {}, el("tr", {},
       ...["Relay", "Kind", "Slot", "State", "Started by", "Started at", "Session", ""].map(
@@ -81,52 +123,53 @@ function rowsTable(rows, handlers) {
 }
 
 const OUTCOMES = {
-  started: (p, h) => [desktopCard(p.desktop, h), openButton(p, h)],
-  attached: (p, h) => [desktopCard(p.desktop, h), openButton(p, h)],
-  restarted: (p, h) => [
+  started: (p, h, now) => desktopCard(p.desktop, h, now),
+  attached: (p, h, now) => desktopCard(p.desktop, h, now),
+  restarted: (p, h, now) => [
     el("p", { class: "warning",
       text: `Session ${shortId(p.replaced_session_id)} did not answer; this is a new session.` }),
-    desktopCard(p.desktop, h), openButton(p, h)],
+    desktopCard(p.desktop, h, now)],
   listed: (p, h) => rowsTable(p.desktops, h),
   status: (p, h) => rowsTable(p.desktops, h),
-  confirm_required: (p, h) => [desktopCard(p.desktop, h),
+  confirm_required: (p, h, now) => [desktopCard(p.desktop, h, now),
     el("button", { type: "button", class: "danger", onclick: () => h.requestStop(p) }, "Stop…")],
-  not_running: (p, h) => suggestionButton(`/desktop ${p.relay}`, h),
+  not_running: (p, h) => suggestionButton(p.suggestion || openCommand(p.relay, p.kind), h),
   choose_relay: (p, h) => el("div", { class: "choices" },
-    ...(p.relays || []).map((name) => suggestionButton(commandFor(p, name), h))),
+    ...(p.commands || (p.relays || []).map((name) => commandFor(p, name)))
+      .map((text) => suggestionButton(text, h))),
   unknown_relay: (p, h) => p.suggestion ? suggestionButton(
-    p.suggestion.startsWith("/") ? p.suggestion : `/desktop ${p.suggestion}`, h) : null,
+    p.suggestion.startsWith("/") ? p.suggestion : commandFor(p, p.suggestion), h) : null,
   parse_error: (p, h) => p.suggestion ? suggestionButton(p.suggestion, h) : null,
   help: (p) => el("dl", { class: "help" }, ...(p.lines || []).flatMap((line) => [
     el("dt", {}, el("code", { text: line.usage })), el("dd", { text: line.description })])),
-  error: (p) => el("p", { class: "error", text: `${p.error?.code || "error"}: ${p.error?.message || ""}` }),
+  error: () => null, // the text already says what happened and what to do
   close_viewer: () => null,
 };
 
 function commandFor(payload, relay) {
-  if (payload.command === "open") return payload.kind === "local" ? `/desktop local ${relay}` : `/desktop ${relay}`;
+  if (payload.command === "open") return openCommand(relay, payload.kind);
   return `/desktop ${payload.command} ${relay}`;
-}
-
-function openButton(payload, handlers) {
-  if (!payload.desktop) return null;
-  return el("button", { type: "button", class: "open-viewer",
-    dataset: { session: payload.desktop.desktop_session_id },
-    onclick: () => handlers.openDesktop(payload.desktop) }, "Open viewer");
 }
 
 // Desktop cards and listed rows in the transcript follow the inventory: each says what its
 // session is doing now ("stopped" once it is gone from it), and only a running one can be opened.
-export function followInventory(root, rows) {
+export function followInventory(root, rows, changed = []) {
   const bySession = new Map(rows.map((row) => [row.desktop_session_id, row]));
+  const ended = new Map(changed.filter((row) => ENDED.has(row.state))
+    .map((row) => [row.desktop_session_id, row]));
   for (const item of root.querySelectorAll(".desktop-card[data-session], tr.desktop-row[data-session]")) {
-    const state = bySession.get(item.dataset.session)?.state || "stopped";
+    const session = item.dataset.session;
+    const state = bySession.get(session)?.state || ended.get(session)?.state || "stopped";
+    const story = item.querySelector(".card-story");
+    if (story && ended.has(session)) story.textContent = cardStory(item.row || {}, ended.get(session));
     if (item.dataset.state === state) continue;
     item.classList.replace(`state-${item.dataset.state}`, `state-${state}`);
     item.dataset.state = state;
     const cell = item.querySelector(".card-state, .row-state");
     cell.textContent = state;
     cell.title = STATE_NOTES[state] || "";
+    const again = item.querySelector(".start-again");
+    if (again) again.hidden = bySession.has(session) && !ENDED.has(state);
   }
   for (const button of root.querySelectorAll("button.open-viewer[data-session]")) {
     const running = bySession.get(button.dataset.session)?.state === "running";

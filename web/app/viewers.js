@@ -1,9 +1,17 @@
 // Viewer tabs opened from this page. A tab is opened synchronously in the click or key
 // handler (a user gesture, so no pop-up blocker interferes) and pointed at the viewer once
 // the server answers; if the answer has no viewer, the placeholder tab is closed again.
+//
+// Every viewer tab is named after its desktop session (the viewer page names itself too), so
+// "Open viewer" on a session that already has a tab brings that tab forward instead of
+// opening another one, even after the chat page was reloaded.
 
 const CHANNEL = "relaydesk-viewers";
 const tabs = new Set();
+
+export function viewerName(sessionId) {
+  return `relaydesk-viewer-${sessionId}`;
+}
 
 export function reserveTab() {
   const tab = window.open("", "_blank");
@@ -11,7 +19,23 @@ export function reserveTab() {
   return tab;
 }
 
-export function showInTab(tab, url) {
+// The tab already showing this session's viewer, or a new (blank) tab reserved under its
+// name. Call it in the click handler.
+export function tabForSession(sessionId) {
+  const tab = window.open("", viewerName(sessionId));
+  if (!tab) return { tab: null, showing: false };
+  tabs.add(tab);
+  let showing = false;
+  try {
+    showing = tab.location.pathname.startsWith("/vnc/");
+  } catch {
+    showing = false; // another origin: treat it as a new tab
+  }
+  if (showing) tab.focus();
+  return { tab, showing };
+}
+
+export function showInTab(tab, url, sessionId = null) {
   if (!url) {
     if (tab) {
       tab.close();
@@ -20,10 +44,11 @@ export function showInTab(tab, url) {
     return null;
   }
   if (tab && !tab.closed) {
+    if (sessionId) tab.name = viewerName(sessionId);
     tab.location.href = url;
     return tab;
   }
-  const opened = window.open(url, "_blank");
+  const opened = window.open(url, sessionId ? viewerName(sessionId) : "_blank");
   if (opened) tabs.add(opened);
   return opened;
 }

@@ -6,6 +6,7 @@
 // ones show the overlay, the others reconnect with backoff while the desktop runs.
 import RFB from "/novnc/core/rfb.js";
 import { installBridge } from "/viewer/bridge.js";
+import { createToolbar } from "/viewer/toolbar.js";
 
 export const CLOSE = Object.freeze({
   UNKNOWN_SESSION: 4404,
@@ -77,6 +78,37 @@ export async function refreshToken(sid, token) {
   }
 }
 
+// Calls `callback` once the first framebuffer update that carries pixels has been drawn.
+// "Connected" waits for it, so the page never claims a connection while it shows no picture
+// (the RFB handshake ends well before the first full-screen update has arrived on a slow
+// link). noVNC 1.7 (pinned in web/package.json) has no event for it: the hook wraps its
+// update handler and looks at each rectangle's encoding (pixel encodings are >= 0, and
+// TightPNG is -260; the other negative ones are pseudo-encodings such as the cursor).
+const TIGHT_PNG = -260;
+export function onFirstPicture(rfb, callback) {
+  const handle = rfb._framebufferUpdate;
+  const handleRect = rfb._handleRect;
+  if (typeof handle !== "function" || typeof handleRect !== "function") {
+    rfb.addEventListener("connect", callback, { once: true });
+    return;
+  }
+  let pixels = false;
+  rfb._handleRect = function patchedRect(...args) {
+    const encoding = this._FBU.encoding;
+    if (encoding >= 0 || encoding === TIGHT_PNG) pixels = true;
+    return handleRect.apply(this, args);
+  };
+  rfb._framebufferUpdate = function patchedUpdate(...args) {
+    const done = handle.apply(this, args);
+    if (done && pixels) {
+      rfb._framebufferUpdate = handle;
+      rfb._handleRect = handleRect;
+      rfb._display.flush().then(callback);
+    }
+    return done;
+  };
+}
+
 // ResizeObserver "loop" notices are benign; noVNC must never treat them as fatal.
 window.addEventListener("error", (event) => {
   if (/ResizeObserver loop/.test(event.message || "")) {
@@ -93,9 +125,14 @@ class Viewer {
     this.attempt = 0;
     this.timer = null;
     this.refreshTimer = null;
-    this.info = { state: "connecting", connects: 0, lastClose: null, refreshes: 0 };
+    this.info = { state: "connecting", connects: 0, lastClose: null, refreshes: 0,
+      firstPictureMs: null };
+    this.userDisconnected = false;
     window.relaydeskViewer = this.info;
+    // Named after the session: the chat's "Open viewer" finds this tab instead of opening one.
+    window.name = `relaydesk-viewer-${sid}`;
     this.useToken(token);
+    this.toolbar = createToolbar({ viewer: this, grant: grantOf(token) });
   }
 
   useToken(token) {
@@ -128,6 +165,7 @@ class Viewer {
 
   connect() {
     this.timer = null;
+    this.userDisconnected = false;
     this.setState("connecting", this.attempt ? "Reconnecting…" : "Connecting…");
     const socket = new WebSocket(this.url, ["binary"]);
     socket.addEventListener("close", (event) => this.closed(event));
@@ -135,20 +173,44 @@ class Viewer {
     rfb.scaleViewport = true;
     rfb.resizeSession = false;
     rfb.focusOnClick = true;
+    const started = performance.now();
     rfb.addEventListener("connect", () => {
       this.attempt = 0;
+      if (this.rfb === rfb) this.setState("loading", "Loading the picture…");
+    });
+    onFirstPicture(rfb, () => {
+      if (this.rfb !== rfb || this.userDisconnected) return;
       this.info.connects += 1;
+      this.info.firstPictureMs = Math.round(performance.now() - started);
       this.setState("connected", "Connected");
     });
     this.rfb = rfb;
+    this.toolbar.attach(rfb);
     installBridge(rfb, {
       keyboardStateUrl: new URL("keyboard-state", window.location.href).href,
       canvasContainer: this.screen,
     });
   }
 
+  // The toolbar's Disconnect: this viewer only; the desktop keeps running.
+  disconnectByUser() {
+    this.userDisconnected = true;
+    clearTimeout(this.timer);
+    this.timer = null;
+    if (this.rfb) this.rfb.disconnect();
+    this.setState("disconnected", "Disconnected");
+    this.showOverlay("Disconnected", "This viewer is disconnected. The desktop keeps running.", true);
+  }
+
+  reconnectByUser() {
+    document.getElementById("overlay").hidden = true;
+    this.attempt = 0;
+    this.connect();
+  }
+
   async closed(event) {
     this.info.lastClose = { code: event.code, reason: event.reason };
+    if (this.userDisconnected) return;
     if (event.code === CLOSE.VIEWER_EXPIRED && (await this.refresh())) {
       this.connect();
       return;
@@ -172,10 +234,12 @@ class Viewer {
     this.timer = setTimeout(() => this.connect(), delay * (0.75 + Math.random() * 0.5) * 1000);
   }
 
-  showOverlay(title, text) {
+  showOverlay(title, text, canReconnect = false) {
     document.getElementById("overlay-title").textContent = title;
     document.getElementById("overlay-text").textContent = text;
+    document.getElementById("overlay-reconnect").hidden = !canReconnect;
     document.getElementById("overlay").hidden = false;
+    if (canReconnect) document.getElementById("overlay-reconnect").focus();
   }
 }
 

@@ -1,0 +1,141 @@
+"""``relaydesk desktops list|stop``: desktops through the server's HTTP API, like the dock.
+
+Every call is a typed action with an API token, so it passes the same roles, audit and
+compare-and-stop as the web UI and agents. Exit status: 0 done, 1 refused or failed (the
+message says why), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from relaydesk import tables
+from relaydesk.client import DesktopRow, RelaydeskClient, RelaydeskError
+
+TOKEN_ENV = "RELAYDESK_API_TOKEN"  # noqa: S105 - a variable's name
+SERVER_ENV = "RELAYDESK_SERVER_URL"
+
+
+class UsageError(Exception):
+    """The command cannot run as given; the message says what to change."""
+
+
+def add_desktops(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "desktops",
+        help="list and stop desktops through the server's API (needs an API token)",
+        description="List and stop desktops the way the dock does: through the server's HTTP "
+        f"API with an API token (--token-file, or {TOKEN_ENV}; `relaydesk admin create-token "
+        "USER` makes one), under the same roles, audit and compare-and-stop.",
+    )
+    dsub = p.add_subparsers(dest="desktops_command", required=True, metavar="COMMAND")
+    li = dsub.add_parser("list", help="desktops running in a conversation",
+                         description="Desktops running in a conversation, as a table.")  # fmt: skip
+    _common(li)
+    li.set_defaults(func=lambda args: _run(_list, args))
+    st = dsub.add_parser(
+        "stop",
+        help="stop the desktop in a relay's slot (only the session you name or see)",
+        description="Stop the desktop in RELAY's SLOT. The stop names the session it saw (or "
+        "--session): if a newer desktop took the slot meanwhile, nothing is stopped.",
+    )
+    st.add_argument("relay", help="relay name or id, as `desktops list` shows it")
+    st.add_argument("slot", nargs="?", default="main", help="the desktop's slot (default main)")
+    st.add_argument("--kind", default="virtual", help="virtual (default) or local")
+    st.add_argument("--session", default=None, help="stop only this desktop_session_id")
+    _common(st)
+    st.set_defaults(func=lambda args: _run(_stop, args))
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--server", default=None,
+                   help=f"the server's URL ({SERVER_ENV}, else RELAYDESK_PUBLIC_URL, "
+                   "else http://127.0.0.1:8400)")  # fmt: skip
+    p.add_argument("--token-file", default=None, help=f"file holding an API token ({TOKEN_ENV})")
+    p.add_argument("--conversation", default=None,
+                   help="conversation id (RELAYDESK_CONVERSATION_ID; may be left out when the "
+                   "token's user is in one conversation)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
+
+
+def _server(args: argparse.Namespace) -> str:
+    return (args.server or os.environ.get(SERVER_ENV) or os.environ.get("RELAYDESK_PUBLIC_URL")
+            or "http://127.0.0.1:8400")  # fmt: skip
+
+
+def _token(args: argparse.Namespace) -> str:
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        except OSError as err:
+            raise UsageError(f"--token-file {args.token_file}: {err.strerror}") from None
+    else:
+        token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise UsageError(f"no API token: use --token-file FILE or set {TOKEN_ENV}")
+    return token
+
+
+def _conversation(client: RelaydeskClient, args: argparse.Namespace) -> str:
+    chosen = args.conversation or os.environ.get("RELAYDESK_CONVERSATION_ID")
+    if chosen:
+        return str(chosen)
+    conversations = client.conversations()
+    if len(conversations) == 1:
+        return conversations[0]["conversation_id"]
+    names = ", ".join(f"{c['conversation_id']} ({c['title']})" for c in conversations)
+    raise UsageError(f"name a conversation with --conversation: {names or 'none visible'}")
+
+
+def _list(client: RelaydeskClient, args: argparse.Namespace) -> Any:
+    return client.desktops(_conversation(client, args))
+
+
+def _stop(client: RelaydeskClient, args: argparse.Namespace) -> Any:
+    conversation = _conversation(client, args)
+    rows = client.desktops(conversation)
+    row = next((r for r in rows if _is_target(r, args)), None)
+    if row is None:
+        raise RelaydeskError(404, "not_running", f"no {args.kind} desktop is running in slot "
+                             f"{args.slot!r} of relay {args.relay!r}", {})  # fmt: skip
+    target: DesktopRow = {**row, "desktop_session_id": args.session or row["desktop_session_id"]}
+    stopped = client.stop(conversation, target)
+    return {
+        "stopped": stopped,
+        "relay": row.get("relay_name", row["relay_id"]),
+        "kind": row["kind"],
+        "slot": row["slot"],
+        "desktop_session_id": target["desktop_session_id"],
+    }
+
+
+def _is_target(row: DesktopRow, args: argparse.Namespace) -> bool:
+    relay = args.relay in (row.get("relay_name"), row.get("relay_id"))
+    return relay and (row.get("kind"), row.get("slot")) == (args.kind, args.slot)
+
+
+def _run(call: Any, args: argparse.Namespace) -> int:
+    try:
+        with RelaydeskClient(_server(args), _token(args)) as client:
+            result = call(client, args)
+    except UsageError as err:
+        print(f"relaydesk: {err}", file=sys.stderr)
+        return 2
+    except RelaydeskError as err:
+        print(f"relaydesk: {err.message or err.code} ({err.status} {err.code})", file=sys.stderr)
+        return 1
+    except httpx.HTTPError as err:
+        print(f"relaydesk: cannot reach the server at {_server(args)}: {err}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, default=str))
+    else:
+        print(tables.render("desktops", None, result))
+    return 0

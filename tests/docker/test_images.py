@@ -1,0 +1,297 @@
+"""The server and relay images, built by ``scripts/docker-build`` and run as containers.
+
+One module-wide stack: both images built once, a server container on a free loopback port with
+its data in a named volume, a relay container dialling it (host networking, nothing leaves
+this machine). Everything an operator or agent does goes through the containers: the admin CLI
+with ``docker exec``, desktops and the screen tool through the HTTP API, the viewer stream
+through the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from benchmarks.rfb import RFBClient
+from tests.support.docker import (
+    BUILD_TIMEOUT_S,
+    RELAY_IMAGE,
+    RELAY_IMAGE_TARGET_MB,
+    REPO_ROOT,
+    SERVER_IMAGE,
+    SERVER_IMAGE_TARGET_MB,
+    Container,
+    Seed,
+    ServerContainer,
+    api_action,
+    build_images,
+    create_volume,
+    image_size_mb,
+    relay_env,
+    remove_volume,
+    require_docker,
+    run_container,
+    wait_for,
+)
+from tests.support.processes import scaled
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(scaled(BUILD_TIMEOUT_S) + 300)]
+
+GEOMETRY = (1280, 800)
+# Largest pointer image x11vnc paints into the framebuffer (X cursors are at most 32x32 here).
+POINTER_PX = 32
+# What may run in an idle relay container: tini (PID 1) and the relay.
+IDLE_RELAY_COMMANDS = {"tini", "relaydesk"}
+
+
+@dataclass
+class Stack:
+    server: ServerContainer
+    relay: Container
+    seed: Seed
+    build_s: float
+
+    def action(self, name: str, **body: Any) -> tuple[int, Any]:
+        payload = {"conversation_id": self.seed.conversation_id, **body}
+        return api_action(self.server.url, self.seed.api_token, name, payload)
+
+    def start_desktop(self) -> dict[str, Any]:
+        status, body = self.action(
+            "desktop_start", relay=self.seed.relay_name, geometry=f"{GEOMETRY[0]}x{GEOMETRY[1]}"
+        )
+        assert status == 200, body
+        return dict(body)
+
+    def live_rows(self) -> list[dict[str, Any]]:
+        status, body = self.action("desktop_list_active", probe=True)
+        assert status == 200, body
+        return list(body["desktops"])
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    require_docker()
+    build_s = build_images()
+    print(f"\nscripts/docker-build: {build_s:.1f} s")
+    volume = create_volume()
+    server = ServerContainer(volume)
+    containers: list[Container] = []
+    try:
+        containers.append(server.start())
+        server.wait_ready()
+        seed = server.seed()
+        relay = run_container(RELAY_IMAGE, "relay", relay_env(server, seed.relay_token))
+        containers.append(relay)
+        server.wait_relays(1)
+        yield Stack(server, relay, seed, build_s)
+    finally:
+        for container in [*containers, server.container]:
+            if container is not None:
+                container.remove()
+        remove_volume(volume)
+
+
+def test_image_sizes_within_targets(stack: Stack) -> None:
+    server_mb, relay_mb = image_size_mb(SERVER_IMAGE), image_size_mb(RELAY_IMAGE)
+    print(f"\n{SERVER_IMAGE}: {server_mb:.0f} MB (target {SERVER_IMAGE_TARGET_MB} MB)")
+    print(f"{RELAY_IMAGE}: {relay_mb:.0f} MB (target {RELAY_IMAGE_TARGET_MB} MB)")
+    assert server_mb <= SERVER_IMAGE_TARGET_MB
+    assert relay_mb <= RELAY_IMAGE_TARGET_MB
+
+
+def test_containers_run_as_non_root(stack: Stack) -> None:
+    for container in (stack.server.container, stack.relay):
+        assert container is not None
+        assert container.exec("id", "-u") != "0"
+        users = {row["uid"] for row in container.processes()}
+        assert "0" not in users, container.processes()
+
+
+def test_server_health_check_passes(stack: Stack) -> None:
+    container = stack.server.container
+    assert container is not None
+    # The HEALTHCHECK command itself, then Docker's verdict once its first probe has run.
+    container.exec("python3", "/opt/relaydesk/docker/healthcheck.py")
+    wait_for(
+        lambda: container.inspect()["State"]["Health"]["Status"] == "healthy",
+        40,
+        "Docker to report the server healthy",
+    )
+
+
+def _framebuffer(rects: list[Any], width: int, height: int) -> np.ndarray:
+    """RGB pixels of a full Raw update (32 bpp little endian, red at bit 16: B, G, R, X)."""
+    frame = np.zeros((height, width, 3), dtype=np.uint8)
+    for rect in rects:
+        bgrx = np.frombuffer(rect.pixels, dtype=np.uint8).reshape(rect.height, rect.width, 4)
+        frame[rect.y : rect.y + rect.height, rect.x : rect.x + rect.width] = bgrx[:, :, 2::-1]
+    return frame
+
+
+async def _viewer_frame(server_url: str, viewer_url: str) -> tuple[int, int, np.ndarray]:
+    """RFB through the server's viewer WebSocket: the handshake and one full update."""
+    ws_url = server_url.replace("http://", "ws://") + viewer_url + "websockify"
+    client = await asyncio.wait_for(RFBClient.open_websocket(ws_url), scaled(20))
+    try:
+        await client.request_update(incremental=False)
+        rects = await asyncio.wait_for(client.read_update(), scaled(20))
+        covered = sum(rect.width * rect.height for rect in rects)
+        assert covered == client.width * client.height, "the first update must cover the screen"
+        return client.width, client.height, _framebuffer(rects, client.width, client.height)
+    finally:
+        await client.close()
+
+
+def _screenshot(stack: Stack) -> dict[str, Any]:
+    status, shot = stack.action("screen", relay=stack.seed.relay_name, action="screenshot")
+    assert status == 200, shot
+    return dict(shot)
+
+
+def _pixels(shot: dict[str, Any]) -> np.ndarray:
+    image = Image.open(io.BytesIO(base64.b64decode(shot["image"]))).convert("RGB")
+    return np.asarray(image)
+
+
+async def test_viewer_stream_screenshot_and_guarded_click(stack: Stack) -> None:
+    started = stack.start_desktop()
+    desktop = started["desktop"]
+    assert desktop["state"] == "running"
+
+    width, height, frame = await _viewer_frame(stack.server.url, started["viewer_url"])
+    assert (width, height) == GEOMETRY
+
+    # The relay's own capture (XGetImage), independent of x11vnc's framebuffer: identical but
+    # for the pointer, which x11vnc paints into the framebuffer of a viewer (like this Raw-only
+    # client) that takes no cursor-shape updates, and a screenshot leaves out.
+    shot = _screenshot(stack)
+    assert (shot["width"], shot["height"]) == GEOMETRY
+    assert shot["desktop_session_id"] == desktop["desktop_session_id"]
+    ys, xs = np.nonzero(np.any(_pixels(shot) != frame, axis=2))
+    if len(xs):
+        box = (
+            int(xs.min()),
+            int(ys.min()),
+            int(xs.max() - xs.min() + 1),
+            int(ys.max() - ys.min() + 1),
+        )
+        assert box[2] <= POINTER_PX and box[3] <= POINTER_PX, f"{len(xs)} pixels differ in {box}"
+
+    x, y = GEOMETRY[0] // 2, GEOMETRY[1] - 20
+    status, clicked = stack.action(
+        "screen",
+        relay=stack.seed.relay_name,
+        action="click",
+        x=x,
+        y=y,
+        expected_screen_revision=shot["screen_revision"],
+    )
+    assert status == 200, clicked
+    assert clicked["guard"]["checked"] is True
+    status, position = stack.action("screen", relay=stack.seed.relay_name, action="mouse_position")
+    assert status == 200, position
+    assert (position["x"], position["y"]) == (x, y)
+
+
+def test_server_restarts_from_its_volume(stack: Stack) -> None:
+    session_id = stack.start_desktop()["desktop"]["desktop_session_id"]
+    old = stack.server.container
+    assert old is not None
+    stopped_in = old.stop()
+    assert old.exit_code() == 0, old.logs()
+    assert stopped_in < scaled(10), f"SIGTERM took {stopped_in:.1f} s"
+    old.remove()
+
+    stack.server.start()
+    stack.server.wait_ready()
+    stack.server.wait_relays(1)
+    users = stack.server.admin("list", "users")
+    assert "alice" in str(users)
+    wait_for(
+        lambda: any(
+            row["desktop_session_id"] == session_id and row["state"] == "running"
+            for row in stack.live_rows()
+        ),
+        20,
+        "the relay's desktop to be running again in the restarted server's inventory",
+    )
+
+
+def test_stopped_desktop_leaves_no_process(stack: Stack) -> None:
+    row = stack.start_desktop()["desktop"]
+    status, body = stack.action(
+        "desktop_stop_confirm",
+        relay=stack.seed.relay_name,
+        desktop_session_id=row["desktop_session_id"],
+    )
+    assert status == 200, body
+
+    def idle() -> bool:
+        return {p["comm"] for p in stack.relay.processes()} <= IDLE_RELAY_COMMANDS
+
+    wait_for(idle, 15, "the relay container to hold only tini and the relay")
+    assert not [p for p in stack.relay.processes() if p["stat"].startswith("Z")]
+
+
+def test_relay_container_stops_cleanly_with_its_desktops(stack: Stack) -> None:
+    session_id = stack.start_desktop()["desktop"]["desktop_session_id"]
+    assert len(stack.relay.processes()) > len(IDLE_RELAY_COMMANDS)
+    stopped_in = stack.relay.stop()
+    logs = stack.relay.logs()
+    assert stack.relay.exit_code() == 0, logs
+    assert stopped_in < scaled(10), f"docker stop took {stopped_in:.1f} s"
+    assert not stack.relay.running()
+    assert "relay stopped" in logs, logs
+    # The relay is gone, so nothing can confirm the desktop any more: `unknown`, not running.
+    wait_for(
+        lambda: (
+            [row["state"] for row in stack.live_rows() if row["desktop_session_id"] == session_id]
+            == ["unknown"]
+        ),
+        20,
+        "the stopped relay's desktop to turn unknown in the inventory",
+    )
+
+
+def test_compose_file_is_accepted() -> None:
+    env = {**os.environ, "RELAYDESK_POSTGRES_PASSWORD": "x", "RELAYDESK_PUBLIC_URL": "http://x"}
+    out = subprocess.run(
+        ["docker-compose", "-f", "docker/compose.yaml", "config"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    for service in ("postgres", "redis", "server", "relay"):
+        assert f"  {service}:" in out.stdout
+
+
+def test_bench_docker_quick_run(stack: Stack) -> None:
+    result = subprocess.run(
+        [sys.executable, "benchmarks/bench_docker.py", "--quick", "--no-build"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=scaled(300),
+        check=False,
+    )
+    output = f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    assert result.returncode == 0, output
+    assert "first desktop" in result.stdout and "p50" in result.stdout, output
+    print(result.stdout)

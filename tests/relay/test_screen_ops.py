@@ -1,0 +1,62 @@
+"""Screen ops against real desktops of a desktop manager: connections follow desktops."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from relay.desktops import DesktopManager
+from relay.screen.service import ScreenService
+from relay.screen_ops import ScreenOps
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def screen(manager: DesktopManager, monkeypatch: pytest.MonkeyPatch) -> Iterator[ScreenService]:
+    monkeypatch.setenv("XAUTHORITY", str(manager.authority.path))
+    service = ScreenService()
+    try:
+        yield service
+    finally:
+        service.close()
+
+
+async def _restart(manager: DesktopManager, row: dict[str, object]) -> dict[str, object]:
+    stop = {"kind": "virtual", "slot": "main", "desktop_session_id": str(row["desktop_session_id"])}
+    assert (await manager.stop(**stop))["stopped"] is True
+    return await manager.start(kind="virtual", slot="main", geometry="800x600")
+
+
+async def test_first_actions_after_a_restart_on_the_same_display_succeed(
+    manager: DesktopManager, screen: ScreenService
+) -> None:
+    ops = ScreenOps(manager, screen)
+    first = await manager.start(kind="virtual", slot="main", geometry="800x600")
+    shot = await ops.run("screenshot", {})
+    assert shot["desktop_session_id"] == first["desktop_session_id"]
+
+    second = await _restart(manager, first)
+    assert second["display"] == first["display"], "Xvfb picks the lowest free display"
+    shot = await ops.run("screenshot", {})
+    assert (shot["width"], shot["desktop_session_id"]) == (800, second["desktop_session_id"])
+
+    third = await _restart(manager, second)
+    moved = await ops.run("move", {"x": 10, "y": 20})
+    assert (moved["x"], moved["desktop_session_id"]) == (10, third["desktop_session_id"])
+
+
+async def test_keyboard_state_after_a_restart_on_the_same_display_succeeds(
+    manager: DesktopManager, screen: ScreenService
+) -> None:
+    from relay.handlers import Handlers
+
+    handlers = Handlers(manager)
+    handlers.screen = screen
+    first = await manager.start(kind="virtual", slot="main", geometry="800x600")
+    args = {"desktop_session_id": first["desktop_session_id"]}
+    assert "num_lock" in await handlers._keyboard_state(None, args)  # type: ignore[arg-type]
+    second = await _restart(manager, first)
+    args = {"desktop_session_id": second["desktop_session_id"]}
+    assert "num_lock" in await handlers._keyboard_state(None, args)  # type: ignore[arg-type]

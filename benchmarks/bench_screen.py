@@ -281,10 +281,6 @@ def main(argv: list[str] | None = None) -> None:
     uvloop.run(run(options.quick))
 
 
-if __name__ == "__main__":
-    main()
-
-
 def _click_call(
     svc: ScreenService, display: str, args: dict[str, Any], guarded: bool
 ) -> Callable[[], Awaitable[Any]]:
@@ -294,3 +290,7 @@ def _click_call(
         return lambda: svc.run(display, "click", args)
     x, y = args["x"], args["y"]
     return lambda: svc.run_in_display(display, lambda ctx: ctx.input.click(x, y, 1, 1))
+
+
+if __name__ == "__main__":
+    main()

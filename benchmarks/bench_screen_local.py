@@ -149,10 +149,6 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(bench_guard(server.display, 20 if options.quick else 200))
 
 
-if __name__ == "__main__":
-    main()
-
-
 def _click_call(
     svc: ScreenService, display: str, args: dict[str, Any], guarded: bool
 ) -> Callable[[], Awaitable[Any]]:
@@ -162,3 +158,7 @@ def _click_call(
         return lambda: svc.run(display, "click", args)
     x, y = args["x"], args["y"]
     return lambda: svc.run_in_display(display, lambda ctx: ctx.input.click(x, y, 1, 1))
+
+
+if __name__ == "__main__":
+    main()

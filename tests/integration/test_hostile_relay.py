@@ -158,14 +158,13 @@ async def test_claiming_and_stopping_a_victims_session_id_touches_only_its_own_r
             # A new viewer of the victim's desktop still opens (no 4403 from the shadow row).
             fresh = await open_viewer(stack.socket_url(victim))
             await fresh.close()
-            # The hostile relay reports "its" session stopped, then failed.
-            for state in ("stopped", "failed"):
-                data = {"desktop_session_id": victim.desktop_session_id, "state": state,
-                        "kind": "virtual", "slot": "main", "reason": "hostile"}  # fmt: skip
-                await hostile.event("desktop.changed", data)
+            # The hostile relay reports "its" session stopped.
+            data = {"desktop_session_id": victim.desktop_session_id, "state": "stopped",
+                    "kind": "virtual", "slot": "main", "reason": "hostile"}  # fmt: skip
+            await hostile.event("desktop.changed", data)
             await wait_until(
                 lambda: _row_state_is(inventory, hostile.relay_id, victim.desktop_session_id,
-                                      "failed"),
+                                      "stopped"),
                 5,
                 "the hostile relay's row to record its own claim",
             )  # fmt: skip

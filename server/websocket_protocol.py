@@ -32,6 +32,7 @@ import numpy as np
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
 
+from wire.errors import CloseCode
 from wire.websocket import (
     binary_frame_header,
     header_length,
@@ -47,6 +48,8 @@ QUEUED_MESSAGES = 4
 STREAM_IN_MIN: Final = 64 * 1024
 # What one read takes between streamed frames (headers, small frames, the start of a payload).
 READ_CHUNK: Final = 64 * 1024
+# Close reason of every WebSocket (viewers, audio, relays) when the server stops.
+SHUTDOWN: Final = "server shutting down"
 
 
 class _Reader(asyncio.BufferedProtocol):
@@ -88,6 +91,20 @@ class StreamingWebSocketProtocol(WebSocketsSansIOProtocol):
         self._passing = 0  # bytes of the current frame still owed to websockets
         self._chunk: memoryview | None = None
         self._into_payload = False
+
+    # -- server shutdown -----------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """uvicorn's server shutdown: close with a code *and a reason* a viewer can show and a
+        relay can log (uvicorn's own is a bare 1012); the rest is uvicorn's."""
+        if not (self.handshake_complete and not self.close_sent):
+            return super().shutdown()
+        self.stop_keepalive()
+        self.queue.put_nowait(
+            {"type": "websocket.disconnect", "code": CloseCode.GOING_AWAY, "reason": SHUTDOWN}
+        )
+        self.conn.send_close(CloseCode.GOING_AWAY, SHUTDOWN)
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        self.transport.close()
 
     # -- sending -------------------------------------------------------------------------------
     async def send(self, message: Any) -> None:

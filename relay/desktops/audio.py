@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from relay.desktops.launch import x_display_alive
 from relay.desktops.probe import ProbeFailed, poll_until_ready
 from relay.desktops.process import ChildProcess, DesktopProcesses
 from relay.desktops.validation import StartRequest
@@ -115,6 +116,20 @@ def socket_path(display: int, root: Path | None = None) -> Path:
 def pulse_server(display: int, root: Path | None = None) -> str:
     """``PULSE_SERVER`` of the desktop on ``display``."""
     return f"unix:{socket_path(display, root)}"
+
+
+def stale_runtime_dirs(root: Path) -> list[Path]:
+    """``display-N`` directories under ``root`` whose display no X server holds.
+
+    A relay killed during a start may leave one; a directory whose display is live belongs to
+    a running desktop (perhaps another relay's) and is kept.
+    """
+    stale = []
+    for path in root.glob("display-*"):
+        number = path.name.removeprefix("display-")
+        if number.isdigit() and not x_display_alive(int(number)):
+            stale.append(path)
+    return stale
 
 
 def display_number(display: str) -> int:
@@ -217,6 +232,10 @@ class PulseAudioStarter:
             procs.add(ChildProcess.spawn(KEEPALIVE_NAME, argv, env=env, essential=False))
         except OSError as err:
             logger.info("no keep-alive stream (%s): captures start slower", err)
+
+    @property
+    def runtime_root(self) -> Path:
+        return self.settings.runtime_root
 
     def _prepare(self, display: int) -> Path:
         """A fresh private runtime dir with the server's ``default.pa``."""

@@ -42,6 +42,8 @@ class DesktopConfig:
     start_timeout_s: float = 15.0
     probe_timeout_s: float = 3.0
     stop_grace_s: float = 3.0
+    # A desktop whose relay has not beaten its heartbeat this long stops by itself (0: never).
+    orphan_timeout_s: float = 600.0
     xvfb_binary: str = "Xvfb"
     x11vnc_binary: str = "x11vnc"
     dbus_binary: str = "dbus-daemon"
@@ -50,6 +52,11 @@ class DesktopConfig:
     @property
     def state_file(self) -> Path:
         return self.state_dir / "desktops.json"
+
+    @property
+    def heartbeat_file(self) -> Path:
+        """Touched by the live relay; each desktop's orphan guard watches its age."""
+        return self.state_dir / "heartbeat"
 
     @property
     def log_dir(self) -> Path:
@@ -99,6 +106,13 @@ def _positive_float(raw: str) -> float:
     return value
 
 
+def _non_negative_float(raw: str) -> float:
+    value = float(raw)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(raw)
+    return value
+
+
 def _comma_list(raw: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in raw.split(",") if item.strip())
 
@@ -118,6 +132,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "RELAYDESK_WINDOW_MANAGER": ("window_manager", _word_list),
     "RELAYDESK_DESKTOP_START_TIMEOUT_S": ("start_timeout_s", _positive_float),
     "RELAYDESK_DESKTOP_PROBE_TIMEOUT_S": ("probe_timeout_s", _positive_float),
+    "RELAYDESK_ORPHAN_TIMEOUT_S": ("orphan_timeout_s", _non_negative_float),
     "RELAYDESK_XVFB_BINARY": ("xvfb_binary", str),
     "RELAYDESK_X11VNC_BINARY": ("x11vnc_binary", str),
 }

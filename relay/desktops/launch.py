@@ -63,6 +63,12 @@ class AudioStarter(Protocol):
         self, req: StartRequest, env: dict[str, str], procs: DesktopProcesses
     ) -> dict[str, str]: ...
 
+    @property
+    def runtime_root(self) -> Path:
+        """Parent of the sound servers' per-display runtime directories (removed with their
+        desktops)."""
+        ...
+
 
 def missing_binaries(config: DesktopConfig | None = None) -> list[str]:
     """What a virtual desktop needs but this host lacks (empty: the capability is available)."""
@@ -89,6 +95,12 @@ def clean_stale_x_locks(tmp: Path = X_TMP) -> list[int]:
             freed.append(int(match[1]))
             logger.info("removed stale X lock of display :%s (pid %d gone)", match[1], pid)
     return freed
+
+
+def x_display_alive(display: int, tmp: Path = X_TMP) -> bool:
+    """True while an X server holds ``display`` (its lock names a running pid)."""
+    pid = _lock_pid(tmp / f".X{display}-lock")
+    return pid is not None and _pid_running(pid)
 
 
 def _lock_pid(lock: Path) -> int | None:
@@ -210,9 +222,12 @@ class Launcher:
         self._http = http
         self._audio = audio
 
-    async def launch(self, req: StartRequest, log_name: str, private: Path) -> LaunchedDesktop:
-        """Start a desktop whose private files go to the directory ``private``."""
-        procs = DesktopProcesses()
+    async def launch(
+        self, req: StartRequest, log_name: str, private: Path, procs: DesktopProcesses | None = None
+    ) -> LaunchedDesktop:
+        """Start a desktop whose private files go to the directory ``private``; its children
+        join ``procs`` (whose ``on_add`` sees each one as it starts)."""
+        procs = DesktopProcesses() if procs is None else procs
         log_path = self._config.log_dir / f"{log_name}.log"
         log = _open_log(log_path)
         credentials = DesktopCredentials.new()

@@ -8,20 +8,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import shutil
+import sys
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from relay.desktops.audio import REASON_FAILED, audio_lost, audio_outcome
+from relay.desktops.audio import (
+    PROCESS_NAME as PULSEAUDIO,
+)
+from relay.desktops.audio import (
+    REASON_FAILED,
+    audio_lost,
+    audio_outcome,
+    runtime_dir,
+    stale_runtime_dirs,
+)
 from relay.desktops.config import DesktopConfig
 from relay.desktops.credentials import PRIVATE_FILE_MODE, RelayAuthority, private_dir
+from relay.desktops.guard import GuardArgs
 from relay.desktops.launch import AudioStarter, LaunchedDesktop, Launcher, missing_binaries
 from relay.desktops.probe import ProbeResult, probe_chain
-from relay.desktops.state import Desktop, StateFile
+from relay.desktops.process import ChildProcess, DesktopProcesses
+from relay.desktops.state import Desktop, StartingDesktop, StateFile
 from relay.desktops.validation import (
     StartRequest,
     check_session_id,
@@ -64,6 +78,8 @@ class DesktopManager:
         # What a start that does not say ``audio`` gets (relay/desktops/audio.py: AudioMode).
         self._audio_default = audio_default and audio is not None
         self._desktops: dict[tuple[str, str], Desktop] = {}
+        # Starts in progress, recorded in the state file child by child.
+        self._starting: dict[DesktopSessionId, StartingDesktop] = {}
         self._lock = asyncio.Lock()
         self._state = StateFile(self.config.state_file)
         self.authority = RelayAuthority(self.config.authority_file)
@@ -192,8 +208,12 @@ class DesktopManager:
     async def adopt_from_state(self) -> list[dict[str, Any]]:
         """Re-adopt desktops of an earlier relay that still pass the probe; clean up the rest."""
         records = await asyncio.to_thread(self._state.load)
+        interrupted = await asyncio.to_thread(self._state.load_starting)
         adopted: list[Desktop] = []
         async with self._lock:
+            await asyncio.to_thread(self._beat)
+            for record in interrupted:
+                await self._remove_interrupted(record)
             for record in records:
                 desktop = self._parse_record(record)
                 if desktop is not None and await self._adopt_one(desktop):
@@ -201,6 +221,8 @@ class DesktopManager:
             await self._save()
             keep = {d.desktop_session_id for d in adopted}
             await asyncio.to_thread(_remove_private_dirs, self.config, keep)
+            if self._audio is not None:
+                await asyncio.to_thread(_remove_stale_runtime_dirs, self._audio.runtime_root)
         return [d.to_row() for d in adopted]
 
     def start_watchdog(self) -> None:
@@ -221,7 +243,8 @@ class DesktopManager:
             self._http = None
 
     async def check_all(self) -> None:
-        """One watchdog round: probe every desktop, tear down those that fail."""
+        """One watchdog round: beat the heartbeat, probe every desktop, tear down failures."""
+        await asyncio.to_thread(self._beat)
         snapshot = list(self._desktops.values())
         if not snapshot:
             return
@@ -261,11 +284,16 @@ class DesktopManager:
         session_id = DesktopSessionId(secrets.token_hex(16))
         launcher = Launcher(self.config, self.http, self._audio)
         private = self.config.run_dir / session_id
+        procs = DesktopProcesses(on_add=self._record_spawn)
+        self._starting[session_id] = StartingDesktop(session_id, req.kind, req.slot, procs)
         try:
-            launched = await launcher.launch(req, f"{req.kind}-{req.slot}", private)
+            await asyncio.to_thread(self._beat)
+            self._spawn_guard(req, session_id, procs)
+            launched = await launcher.launch(req, f"{req.kind}-{req.slot}", private, procs)
         except BaseException:
-            await asyncio.shield(asyncio.to_thread(shutil.rmtree, private, True))
+            await asyncio.shield(self._abandon_start(session_id, private))
             raise
+        del self._starting[session_id]
         desktop = self._desktop_from(req, session_id, launched)
         self._desktops[desktop.key] = desktop
         await self._save()
@@ -273,6 +301,53 @@ class DesktopManager:
             "desktop started kind=%s slot=%s display=:%d", req.kind, req.slot, launched.display
         )
         return desktop
+
+    async def _abandon_start(self, session_id: DesktopSessionId, private: Path) -> None:
+        """A start failed or was cancelled: stop what it spawned, forget its record."""
+        starting = self._starting.pop(session_id, None)
+        if starting is not None:
+            await starting.processes.stop(self.config.stop_grace_s)
+        await asyncio.to_thread(shutil.rmtree, private, True)
+        await self._save()
+
+    def _record_spawn(self, child: ChildProcess) -> None:
+        """Write the state file at once, before the start spawns anything else (blocking, on
+        purpose: a relay killed in the next instant must still find this child)."""
+        logger.debug("recording %s pid=%d of a starting desktop", child.name, child.pid)
+        try:
+            self._state.save(self._sorted(), list(self._starting.values()))
+        except OSError as err:
+            logger.error("cannot write desktop state file: %s", type(err).__name__)
+
+    def _spawn_guard(
+        self, req: StartRequest, session_id: DesktopSessionId, procs: DesktopProcesses
+    ) -> None:
+        """The desktop's orphan guard (relay/desktops/guard.py), its first child."""
+        if self.config.orphan_timeout_s <= 0:
+            return
+        args = GuardArgs(
+            session_id, self.config.state_file, self.config.heartbeat_file,
+            self.config.orphan_timeout_s, self.config.run_dir / session_id,
+            self._audio.runtime_root if self._audio is not None else None,
+        )  # fmt: skip
+        argv = [sys.executable, "-m", "relay.desktops.guard", *args.argv()]
+        log = _open_guard_log(self.config.log_dir / f"{req.kind}-{req.slot}.guard.log")
+        try:
+            procs.add(ChildProcess.spawn(GUARD, argv, env=_guard_env(), essential=False,
+                                         output=log))  # fmt: skip
+        except OSError as err:
+            logger.warning("desktop %s runs without an orphan guard: %s", req.slot, err)
+        finally:
+            log.close()
+
+    def _beat(self) -> None:
+        """Tell the desktops' orphan guards this relay is alive (blocking)."""
+        path = self.config.heartbeat_file
+        try:
+            path.touch(mode=PRIVATE_FILE_MODE)
+            os.utime(path)
+        except OSError as err:
+            logger.error("cannot touch the relay heartbeat file: %s", type(err).__name__)
 
     def _desktop_from(
         self, req: StartRequest, session_id: DesktopSessionId, launched: LaunchedDesktop
@@ -346,7 +421,7 @@ class DesktopManager:
         """Forget the desktop and stop its whole process set (caller holds the lock)."""
         self._desktops.pop(desktop.key, None)
         desktop.state = "stopping"
-        clean = await desktop.processes.stop(self.config.stop_grace_s)
+        clean = await self._stop_processes(desktop)
         private = self.config.run_dir / desktop.desktop_session_id
         await asyncio.to_thread(shutil.rmtree, private, True)
         desktop.state = "stopped" if reason == "stopped" else "failed"
@@ -382,15 +457,37 @@ class DesktopManager:
             else "no credentials" if open_to_all else (result and result.reason)
         )  # fmt: skip
         logger.info("not re-adopting desktop slot=%s: %s", desktop.slot, reason)
-        await desktop.processes.stop(self.config.stop_grace_s)
+        await self._stop_processes(desktop)
         return False
+
+    async def _stop_processes(self, desktop: Desktop) -> bool:
+        """Stop a desktop's groups; its sound directory goes first, while the desktop still
+        holds its display number (afterwards another desktop may take number and directory)."""
+        if self._audio is not None and desktop.processes.find(PULSEAUDIO) is not None:
+            directory = runtime_dir(desktop.display, self._audio.runtime_root)
+            await asyncio.to_thread(shutil.rmtree, directory, True)
+        return await desktop.processes.stop(self.config.stop_grace_s)
+
+    async def _remove_interrupted(self, record: dict[str, Any]) -> None:
+        """Stop what a start the last relay did not finish spawned (only groups still its own)."""
+        try:
+            starting = StartingDesktop.from_record(record)
+        except (KeyError, TypeError, ValueError) as err:
+            logger.warning("skipping malformed record of a start: %s", type(err).__name__)
+            return
+        clean = await starting.processes.stop(self.config.stop_grace_s)
+        logger.info(
+            "removed an interrupted start of slot=%s (%d processes)%s", starting.slot,
+            len(starting.processes.children), "" if clean else " (some processes remain)",
+        )  # fmt: skip
 
     async def _save(self) -> None:
         """The state file and the relay's authority file, after every change of desktops."""
         desktops = self._sorted()
         cookies = [(d.display, d.credentials.x_cookie) for d in desktops if d.credentials]
+        starting = list(self._starting.values())
         try:
-            await asyncio.to_thread(self._state.save, desktops)
+            await asyncio.to_thread(self._state.save, desktops, starting)
         except OSError as err:
             # Desktops keep running; only re-adoption after a restart is at risk.
             logger.error("cannot write desktop state file: %s", type(err).__name__)
@@ -423,3 +520,22 @@ def _remove_private_dirs(config: DesktopConfig, keep: set[DesktopSessionId]) -> 
     for path in config.run_dir.iterdir():
         if path.is_dir() and path.name not in keep:
             shutil.rmtree(path, ignore_errors=True)
+
+
+GUARD = "guard"
+
+
+def _guard_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "PYTHONPATH", "TZ")}
+
+
+def _open_guard_log(path: Path) -> Any:
+    private_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+    return os.fdopen(fd, "wb")
+
+
+def _remove_stale_runtime_dirs(root: Path) -> None:
+    """Sound directories of displays no X server holds (a start interrupted by a kill)."""
+    for directory in stale_runtime_dirs(root):
+        shutil.rmtree(directory, ignore_errors=True)

@@ -16,7 +16,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -201,6 +201,29 @@ class ChildProcess:
         }
 
 
+def adopt_children(records: list[dict[str, Any]]) -> list[ChildProcess]:
+    """Children an earlier relay recorded (``ChildProcess.to_record``); raises KeyError,
+    TypeError or ValueError for a malformed record, and for a pid <= 1."""
+    children = [
+        ChildProcess.adopt(
+            str(p["name"]),
+            int(p["pid"]),
+            float(p["create_time"]),
+            bool(p["essential"]),
+            _stop_signal(p.get("stop_signal")),
+        )
+        for p in records
+    ]
+    if any(c.pid <= 1 for c in children):
+        raise ValueError("implausible pid in state file")
+    return children
+
+
+def _stop_signal(value: object) -> int:
+    allowed = {int(signal.SIGTERM), int(signal.SIGKILL), int(signal.SIGINT)}
+    return value if isinstance(value, int) and value in allowed else int(signal.SIGTERM)
+
+
 async def _wait_until(predicate: Any, timeout_s: float) -> bool:
     """Poll ``predicate`` until it holds or ``timeout_s`` passes."""
     deadline = time.monotonic() + timeout_s
@@ -213,12 +236,19 @@ async def _wait_until(predicate: Any, timeout_s: float) -> bool:
 
 @dataclass
 class DesktopProcesses:
-    """Every process group of one desktop, stopped together in reverse start order."""
+    """Every process group of one desktop, stopped together in reverse start order.
+
+    ``on_add`` is told of every child as soon as it is added (the manager records it in the
+    state file at once, so a relay killed in the middle of a start leaves nothing unrecorded).
+    """
 
     children: list[ChildProcess] = field(default_factory=list)
+    on_add: Callable[[ChildProcess], None] | None = field(default=None, repr=False, compare=False)
 
     def add(self, child: ChildProcess) -> ChildProcess:
         self.children.append(child)
+        if self.on_add is not None:
+            self.on_add(child)
         return child
 
     def find(self, name: str) -> ChildProcess | None:

@@ -6,14 +6,14 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from relay.desktops.credentials import DesktopCredentials, private_dir
-from relay.desktops.process import ChildProcess, DesktopProcesses
+from relay.desktops.process import DesktopProcesses, adopt_children
 from wire.ids import DesktopSessionId
 
 logger = logging.getLogger(__name__)
@@ -91,18 +91,7 @@ class Desktop:
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Desktop:
         """Rebuild a desktop from the state file; raises KeyError, TypeError or ValueError."""
-        children = [
-            ChildProcess.adopt(
-                str(p["name"]),
-                int(p["pid"]),
-                float(p["create_time"]),
-                bool(p["essential"]),
-                _stop_signal(p.get("stop_signal")),
-            )
-            for p in record["processes"]
-        ]
-        if any(c.pid <= 1 for c in children):
-            raise ValueError("implausible pid in state file")
+        children = adopt_children(record["processes"])
         return cls(
             desktop_session_id=DesktopSessionId(str(record["desktop_session_id"])),
             kind=str(record["kind"]),
@@ -131,34 +120,83 @@ def _credentials(record: dict[str, Any]) -> DesktopCredentials | None:
     )
 
 
-def _stop_signal(value: object) -> int:
-    allowed = {int(signal.SIGTERM), int(signal.SIGKILL), int(signal.SIGINT)}
-    return value if isinstance(value, int) and value in allowed else int(signal.SIGTERM)
+@dataclass
+class StartingDesktop:
+    """A start in progress: what it has spawned so far, recorded as each child starts."""
+
+    desktop_session_id: DesktopSessionId
+    kind: str
+    slot: str
+    processes: DesktopProcesses
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "desktop_session_id": self.desktop_session_id,
+            "kind": self.kind,
+            "slot": self.slot,
+            "processes": self.processes.to_records(),
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> StartingDesktop:
+        """Rebuild an interrupted start; raises KeyError, TypeError or ValueError."""
+        return cls(
+            DesktopSessionId(str(record["desktop_session_id"])),
+            str(record["kind"]),
+            str(record["slot"]),
+            DesktopProcesses(adopt_children(record["processes"])),
+        )
 
 
 class StateFile:
-    """``desktops.json``: written atomically (temp file, fsync, rename), mode 0600."""
+    """``desktops.json``: written atomically (temp file, fsync, rename), mode 0600.
+
+    ``desktops`` holds complete desktops, ``starting`` the starts in progress (each child is
+    recorded as it is spawned), so a relay that dies at any point leaves every process it
+    started findable by the next one.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # Saves come from the event loop (a start's journal) and from worker threads.
+        self._write_lock = threading.Lock()
 
     def load(self) -> list[dict[str, Any]]:
-        """Records of the last relay; a missing or corrupt file yields none (and is logged)."""
+        """Records of the last relay's complete desktops (none when missing or corrupt)."""
+        return self._records("desktops")
+
+    def load_starting(self) -> list[dict[str, Any]]:
+        """Records of starts the last relay did not finish."""
+        return self._records("starting")
+
+    def _records(self, key: str) -> list[dict[str, Any]]:
+        data = self._read()
+        records = data.get(key)
+        return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+
+    def _read(self) -> dict[str, Any]:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            return []
+            return {}
         except (OSError, ValueError) as err:
             logger.warning("ignoring unreadable desktop state file: %s", type(err).__name__)
-            return []
+            return {}
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
             logger.warning("ignoring desktop state file of another version")
-            return []
-        records = data.get("desktops")
-        return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+            return {}
+        return data
 
-    def save(self, desktops: list[Desktop]) -> None:
-        payload = {"version": STATE_VERSION, "desktops": [d.to_record() for d in desktops]}
+    def save(self, desktops: list[Desktop], starting: list[StartingDesktop] | None = None) -> None:
+        payload = {
+            "version": STATE_VERSION,
+            "desktops": [d.to_record() for d in desktops],
+            "starting": [s.to_record() for s in starting or ()],
+        }
+        with self._write_lock:
+            self._write(payload)
+
+    def _write(self, payload: dict[str, Any]) -> None:
         private_dir(self.path.parent)
         fd, tmp = tempfile.mkstemp(prefix=".desktops.", suffix=".tmp", dir=self.path.parent)
         try:

@@ -90,6 +90,7 @@ class Feed:
     replay: list[BusEvent] = field(default_factory=list)
     complete: bool = False
     lagged: bool = False
+    stopping: bool = False
     _queue: asyncio.Queue[BusEvent | None] = field(
         default_factory=lambda: asyncio.Queue(FEED_QUEUE_LENGTH)
     )
@@ -113,6 +114,14 @@ class Feed:
     def end(self) -> None:
         with suppress(asyncio.QueueFull):
             self._queue.put_nowait(None)
+
+    def stop(self) -> None:
+        """End the feed because the server stops (even when its queue is full)."""
+        self.stopping = True
+        with suppress(asyncio.QueueFull):
+            self._queue.put_nowait(None)
+            return
+        self._drop_one_and_end()
 
     async def next(self) -> BusEvent | None:
         """The next event newer than any delivered, or None when the feed has ended."""

@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 INVENTORY_CHANGED: Final = "desktop_inventory_changed"
 MESSAGE_CREATED: Final = "message_created"
 STREAM_RESET: Final = "stream_reset"
+# The last event of every stream when the server stops; the client reconnects (``retry``).
+SERVER_STOPPING: Final = "server_stopping"
 
 
 def topic_for(conversation_id: str) -> str:

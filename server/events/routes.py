@@ -8,12 +8,15 @@ when the history no longer reaches back that far) the stream opens with a snapsh
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
+import anyio
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response
@@ -25,7 +28,12 @@ from server.auth.errors import AuthError, error_response
 from server.boundary.body import text_param
 from server.db.records import role_allows
 from server.events.bus import BusEvent, Feed, parse_event_id
-from server.events.hub import INVENTORY_CHANGED, STREAM_RESET, ConversationEvents
+from server.events.hub import (
+    INVENTORY_CHANGED,
+    SERVER_STOPPING,
+    STREAM_RESET,
+    ConversationEvents,
+)
 from server.json_response import JSONResponse
 from wire.errors import ErrorCode, InvalidArgs, InvalidInput, OpError
 
@@ -33,6 +41,16 @@ log = logging.getLogger(__name__)
 
 RECHECK_S: Final = 30.0
 HEADERS: Final = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+# On shutdown a stream gets this long to send its farewell and its final chunk; uvicorn's
+# graceful shutdown (relaydesk/run.py, 5 s) must be longer.
+SHUTDOWN_GRACE_S: Final = 2.0
+# What a client waits before it reconnects after the farewell (the SSE ``retry`` field).
+RECONNECT_MS: Final = 1000
+FAREWELL: Final = ServerSentEvent(
+    data=json.dumps({"reason": "server shutting down", "retry_ms": RECONNECT_MS}),
+    event=SERVER_STOPPING,
+    retry=RECONNECT_MS,
+)
 
 
 def _json(data: dict[str, Any]) -> str:
@@ -60,7 +78,9 @@ async def _stream(
     conversation_id: str,
     user_id: str,
     resumed: bool,
+    shutdown: anyio.Event,
 ) -> AsyncIterator[ServerSentEvent | bytes]:
+    watcher = asyncio.create_task(_stop_on_shutdown(shutdown, feed))
     try:
         if not feed.complete:
             if resumed:
@@ -78,8 +98,19 @@ async def _stream(
                     return
                 checked = time.monotonic()
             yield _sse(live)
+        if feed.stopping:
+            yield FAREWELL
     finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
         await events.close(feed)
+
+
+async def _stop_on_shutdown(shutdown: anyio.Event, feed: Feed) -> None:
+    """End the feed when the server stops, so the stream says goodbye and completes."""
+    await shutdown.wait()
+    feed.stop()
 
 
 def _error(err: OpError) -> Response:
@@ -113,8 +144,14 @@ async def event_stream(request: Request) -> Response:
         feed = await events.open(conversation_id, last_id)
     except OpError as err:
         return _error(err)
-    stream = _stream(request, events, feed, conversation_id, principal.user_id, bool(last_id))
-    return EventSourceResponse(stream, ping=events.ping_s, headers=HEADERS, send_timeout=30)
+    shutdown = anyio.Event()
+    stream = _stream(
+        request, events, feed, conversation_id, principal.user_id, bool(last_id), shutdown
+    )
+    return EventSourceResponse(
+        stream, ping=events.ping_s, headers=HEADERS, send_timeout=30,
+        shutdown_event=shutdown, shutdown_grace_period=SHUTDOWN_GRACE_S,
+    )  # fmt: skip
 
 
 event_routes = [Route("/api/v1/events", event_stream, methods=["GET"])]

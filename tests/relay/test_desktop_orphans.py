@@ -1,0 +1,186 @@
+"""Nothing orphaned: a relay killed mid-start, a relay that never comes back, sound directories.
+
+Real Xvfb, x11vnc, websockify, D-Bus and PulseAudio (docs/desktops.md, "Relay restarts" and
+"Orphan guard").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from relay.desktops import DesktopConfig, DesktopManager
+from relay.desktops.audio import AudioSettings, PulseAudioStarter, runtime_dir
+from tests.relay.conftest import live_groups, pgids_of, record_for, state_records
+from tests.support.processes import scaled
+from tests.support.stack import wait_until
+from wire.errors import InvalidArgs
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# A relay in miniature: it starts one desktop and is SIGKILLed by the test mid-start.
+_STARTER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from relay.desktops import DesktopConfig, DesktopManager
+
+    async def main() -> None:
+        config = DesktopConfig(state_dir=Path(sys.argv[1]), apps=("sleep 600",),
+                               allowed_apps=("sleep 600",), start_timeout_s=60)
+        await DesktopManager(config).start(slot="main")
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+    """
+)
+
+
+def _starting_records(config: DesktopConfig) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(config.state_file.read_text())
+    except (OSError, ValueError):
+        return []
+    return list(data.get("starting") or [])
+
+
+def _names(record: dict[str, Any]) -> set[str]:
+    return {str(p["name"]) for p in record["processes"]}
+
+
+def _processes_naming(path: Path) -> list[psutil.Process]:
+    """Live processes whose command line mentions ``path`` (Xvfb's and x11vnc's -auth, the
+    guard's state file): what a relay of that state directory started."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and any(str(path) in a for a in cmdline):
+            found.append(proc)
+    return found
+
+
+async def test_a_relay_killed_mid_start_leaves_nothing_the_next_one_cannot_remove(
+    light_config: DesktopConfig,
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    relay = subprocess.Popen(
+        [sys.executable, "-c", _STARTER, str(light_config.state_dir)],
+        env=env, start_new_session=True,
+    )  # fmt: skip
+    try:
+        # Killed once Xvfb and websockify run, before x11vnc: a start half done.
+        half_done = {"Xvfb", "websockify"}
+        await wait_until(
+            lambda: any(half_done <= _names(r) for r in _starting_records(light_config)),
+            20, "the start to record its first children", interval=0.005,
+        )  # fmt: skip
+    finally:
+        os.killpg(relay.pid, signal.SIGKILL)
+        relay.wait()
+    [interrupted] = _starting_records(light_config)
+    assert live_groups(pgids_of(interrupted)), "the kill should have left the start's processes"
+    assert state_records(light_config) == []
+
+    successor = DesktopManager(light_config)
+    try:
+        assert await successor.adopt_from_state() == []
+        assert not live_groups(pgids_of(interrupted))
+        assert not _processes_naming(light_config.state_dir)
+        assert _starting_records(light_config) == []
+        assert list(light_config.run_dir.iterdir()) == [light_config.authority_file]
+    finally:
+        await successor.close(stop_desktops=True)
+
+
+async def test_a_desktop_stops_itself_when_its_relay_never_comes_back(
+    light_config: DesktopConfig,
+) -> None:
+    config = dataclasses.replace(light_config, orphan_timeout_s=scaled(2))
+    first = DesktopManager(config)
+    row = await first.start()
+    record = record_for(config, row["desktop_session_id"])
+    assert "guard" in _names(record)
+    await first.close(stop_desktops=False)  # a relay stopped without --stop-desktops-on-exit
+    assert live_groups(pgids_of(record)) == pgids_of(record)
+
+    await wait_until(lambda: not live_groups(pgids_of(record)), 20, "the guard to stop it")
+    assert not (config.run_dir / row["desktop_session_id"]).exists()
+    assert not _processes_naming(config.state_dir)
+
+
+async def test_a_relay_back_in_time_readopts_and_its_heartbeat_keeps_the_desktop(
+    light_config: DesktopConfig,
+) -> None:
+    config = dataclasses.replace(light_config, orphan_timeout_s=scaled(3))
+    first = DesktopManager(config)
+    row = await first.start()
+    record = record_for(config, row["desktop_session_id"])
+    await first.close(stop_desktops=False)
+    second = DesktopManager(config)
+    try:
+        [adopted] = await second.adopt_from_state()
+        assert adopted["desktop_session_id"] == row["desktop_session_id"]
+        second.start_watchdog()
+        guard = next(int(p["pid"]) for p in record["processes"] if p["name"] == "guard")
+        # Not a readiness wait: the point is that three timeouts pass and nothing stops.
+        await asyncio.sleep(3 * config.orphan_timeout_s)
+        assert psutil.pid_exists(guard)
+        assert live_groups(pgids_of(record)) == pgids_of(record)
+        assert [r["desktop_session_id"] for r in await second.status()] == [
+            row["desktop_session_id"]
+        ]
+    finally:
+        await second.close(stop_desktops=True)
+    assert not live_groups(pgids_of(record))
+
+
+async def test_zero_orphan_timeout_keeps_desktops_without_a_guard(
+    light_config: DesktopConfig,
+) -> None:
+    config = dataclasses.replace(light_config, orphan_timeout_s=0)
+    manager = DesktopManager(config)
+    try:
+        row = await manager.start()
+        assert "guard" not in _names(record_for(config, row["desktop_session_id"]))
+    finally:
+        await manager.close(stop_desktops=True)
+
+
+def test_orphan_timeout_is_read_from_the_environment() -> None:
+    assert DesktopConfig.from_env({}).orphan_timeout_s == 600
+    assert DesktopConfig.from_env({"RELAYDESK_ORPHAN_TIMEOUT_S": "0"}).orphan_timeout_s == 0
+    assert DesktopConfig.from_env({"RELAYDESK_ORPHAN_TIMEOUT_S": "90"}).orphan_timeout_s == 90
+    with pytest.raises(InvalidArgs):
+        DesktopConfig.from_env({"RELAYDESK_ORPHAN_TIMEOUT_S": "-1"})
+
+
+@pytest.mark.skipif(shutil.which("pulseaudio") is None, reason="PulseAudio is not installed")
+async def test_a_stopped_desktop_leaves_no_sound_directory(
+    light_config: DesktopConfig, tmp_path: Path
+) -> None:
+    settings = AudioSettings(runtime_root=tmp_path / "pulse")
+    manager = DesktopManager(light_config, audio=PulseAudioStarter(settings))
+    try:
+        row = await manager.start(audio=True)
+        assert row["audio"] is True
+        directory = runtime_dir(int(row["display"][1:]), settings.runtime_root)
+        assert directory.is_dir()
+        await manager.stop(kind="virtual", slot="main",
+                           desktop_session_id=row["desktop_session_id"])  # fmt: skip
+        assert not directory.exists()
+    finally:
+        await manager.close(stop_desktops=True)

@@ -149,12 +149,7 @@ async def test_claiming_and_stopping_a_victims_session_id_touches_only_its_own_r
     watching = await open_viewer(stack.socket_url(victim))
     try:
         async with hostile_relay(stack, "mallory-shadow", [claim(victim)]) as hostile:
-            inventory = stack.app.state.inventory
-            await wait_until(
-                lambda: _has_row(inventory, hostile.relay_id, victim.desktop_session_id),
-                5,
-                "the hostile relay's own row",
-            )
+            await claimed(stack, hostile, victim)
             # A new viewer of the victim's desktop still opens (no 4403 from the shadow row).
             fresh = await open_viewer(stack.socket_url(victim))
             await fresh.close()
@@ -163,8 +158,8 @@ async def test_claiming_and_stopping_a_victims_session_id_touches_only_its_own_r
                     "kind": "virtual", "slot": "main", "reason": "hostile"}  # fmt: skip
             await hostile.event("desktop.changed", data)
             await wait_until(
-                lambda: _row_state_is(inventory, hostile.relay_id, victim.desktop_session_id,
-                                      "stopped"),
+                lambda: _row_state_is(stack.app.state.inventory, hostile.relay_id,
+                                      victim.desktop_session_id, "stopped"),
                 5,
                 "the hostile relay's row to record its own claim",
             )  # fmt: skip
@@ -182,12 +177,7 @@ async def test_the_server_never_connects_where_a_relay_says(
     stack: ViewerStack, victim: Desktop
 ) -> None:
     async with hostile_relay(stack, "mallory-direct", [claim(victim)]) as hostile:
-        inventory = stack.app.state.inventory
-        await wait_until(
-            lambda: _has_row(inventory, hostile.relay_id, victim.desktop_session_id),
-            5,
-            "the hostile row",
-        )
+        await claimed(stack, hostile, victim)
         # A member of the chat opens "the hostile relay's desktop", whose row names the
         # victim's x11vnc as a direct address: the server asks the relay, never that port.
         token = stack.token(victim.desktop_session_id, relay_id=hostile.relay_id)
@@ -205,12 +195,7 @@ async def test_even_a_co_located_relay_cannot_splice_a_viewer_to_another_desktop
     async with hostile_relay(
         stack, "mallory-colocated", [claim(victim)], co_located=True, answers={"vnc.direct": lie}
     ) as hostile:
-        inventory = stack.app.state.inventory
-        await wait_until(
-            lambda: _has_row(inventory, hostile.relay_id, victim.desktop_session_id),
-            5,
-            "the hostile row",
-        )
+        await claimed(stack, hostile, victim)
         token = stack.token(victim.desktop_session_id, relay_id=hostile.relay_id)
         code, _ = await close_of(stack.socket_url(victim, token))
         assert code != CloseCode.NORMAL
@@ -230,8 +215,14 @@ async def test_ops_the_server_does_not_offer_relays_are_refused(stack: ViewerSta
         assert stack.hub.is_connected(hostile.relay_id)
 
 
-async def _has_row(inventory: Any, relay_id: RelayId, session_id: str) -> bool:
-    return await inventory.row(relay_id, session_id) is not None
+async def claimed(stack: ViewerStack, hostile: HostileRelay, victim: Desktop) -> None:
+    """Wait until the hostile relay's claim is recorded — as a row of its own."""
+
+    async def recorded() -> bool:
+        row = await stack.app.state.inventory.row(hostile.relay_id, victim.desktop_session_id)
+        return row is not None
+
+    await wait_until(recorded, 5, "the hostile relay's own row")
 
 
 async def _row_state_is(inventory: Any, relay_id: RelayId, session_id: str, state: str) -> bool:

@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from host_helper.desktop import LocalDesktops
-from host_helper.probe import LOOPBACK, PROBE_ERRORS
+from relay.desktops.probe import LOOPBACK, PROBE_ERRORS
 from wire.errors import ErrorCode, InvalidArgs, OpError, RfbHandshakeError
 from wire.rfb import NoneSecurityServer, VncClientHandshake
 

@@ -27,7 +27,7 @@ from Xlib import error as xerror
 from Xlib.display import Display
 
 from host_helper.config import HelperConfig
-from host_helper.probe import (
+from relay.desktops.probe import (
     LOOPBACK,
     PROBE_ERRORS,
     ProbeFailed,
@@ -35,7 +35,7 @@ from host_helper.probe import (
     poll_until_ready,
     rfb_banner_ws,
 )
-from host_helper.process import Child, ChildSet
+from relay.desktops.process import ChildProcess, DesktopProcesses
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.rfb import SECRET_LEN, rfbauth_file_bytes
 
@@ -109,7 +109,7 @@ class LocalDesktop:
     websockify_port: int
     started_at: str
     started_by: str | None
-    children: ChildSet = field(default_factory=ChildSet)
+    children: DesktopProcesses = field(default_factory=DesktopProcesses)
     # x11vnc demands VNC authentication; the connect stream answers it (host_helper/connect.py).
     vnc_secret: bytes = field(default_factory=new_vnc_secret, repr=False)
     rfbauth: Path | None = field(default=None, repr=False)
@@ -209,7 +209,7 @@ class LocalDesktops:
         if desktop is None:
             return
         reason = await self._health(desktop)
-        if reason is not None and not desktop.children.dead():
+        if reason is not None and not desktop.children.dead_essentials():
             reason = await self._health(desktop)  # one slow answer must not end a desktop
         if reason is None:
             return
@@ -231,13 +231,13 @@ class LocalDesktops:
     async def _running(self) -> LocalDesktop | None:
         """The current desktop if its children live; a dead one is cleaned up here."""
         desktop = self.current
-        if desktop is not None and (dead := desktop.children.dead()):
+        if desktop is not None and (dead := desktop.children.dead_essentials()):
             await self._remove(desktop, f"process exited: {', '.join(dead)}")
             return None
         return desktop
 
     async def _health(self, desktop: LocalDesktop) -> str | None:
-        if dead := desktop.children.dead():
+        if dead := desktop.children.dead_essentials():
             return f"process exited: {', '.join(dead)}"
         try:
             await rfb_banner_ws(self.http, desktop.websockify_port, self.config.probe_timeout_s)
@@ -281,13 +281,14 @@ class LocalDesktops:
             "--file-only", f"{LOOPBACK}:{desktop.websockify_port}",
             f"{LOOPBACK}:{desktop.vnc_port}",
         ]  # fmt: skip
-        desktop.children.add(Child.spawn("websockify", websockify, env))
+        desktop.children.add(ChildProcess.spawn("websockify", websockify, env=env, essential=True))
         x11vnc = [
             self.config.x11vnc_binary, "-display", desktop.display, "-rfbauth",
             str(desktop.rfbauth), "-localhost", "-noipv6", "-shared", "-forever", "-quiet",
             "-rfbport", str(desktop.vnc_port), *self.config.x11vnc_flags,
         ]  # fmt: skip
-        desktop.children.add(Child.spawn("x11vnc", x11vnc, env | {"DISPLAY": desktop.display}))
+        x11vnc_env = env | {"DISPLAY": desktop.display}  # x11vnc's own environment only
+        desktop.children.add(ChildProcess.spawn("x11vnc", x11vnc, env=x11vnc_env, essential=True))
         self.spawned += 1
 
     async def _await_ready(self, desktop: LocalDesktop) -> None:
@@ -298,9 +299,9 @@ class LocalDesktops:
             return await rfb_banner_ws(self.http, desktop.websockify_port, timeout)
 
         def alive() -> bool:
-            return not desktop.children.dead()
+            return not desktop.children.dead_essentials()
 
-        await poll_until_ready(banner, deadline, alive)
+        await poll_until_ready(banner, deadline, "x11vnc via websockify", alive)
 
     async def _remove(self, desktop: LocalDesktop, reason: str) -> None:
         """Forget the desktop and stop its children (caller holds the lock)."""

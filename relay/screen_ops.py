@@ -17,8 +17,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from relay.screen.service import ACTIONS, ScreenService
+from relay.screen.service import ScreenService
 from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.screen_actions import SCREEN_ACTIONS
 
 if TYPE_CHECKING:
     from relay.link import ServerLink
@@ -55,7 +56,7 @@ class ScreenOps:
 
     def table(self) -> dict[str, OpHandler]:
         """``op name → handler`` for merging into the relay's op table."""
-        return {f"{OP_PREFIX}{action}": self._handler(action) for action in ACTIONS}
+        return {f"{OP_PREFIX}{action}": self._handler(action) for action in SCREEN_ACTIONS}
 
     def _handler(self, action: str) -> OpHandler:
         async def handle(link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
@@ -75,19 +76,12 @@ class ScreenOps:
         self._displays.add(display)
         await self.service.bind(display, session_id)
         try:
-            result = await self._run_on(display, action, service_args)
+            result = await self.service.answer(display, action, service_args)
         except OpError as err:
             if err.code is ErrorCode.UNAVAILABLE:
                 await self._explain_unavailable(session_id, err)
             raise
         return {**result, "desktop_session_id": session_id, "display": display}
-
-    async def _run_on(self, display: str, action: str, args: dict[str, Any]) -> dict[str, Any]:
-        if action != "screenshot":
-            return await self.service.run(display, action, args)
-        shot = await self.service.screenshot(display, args)
-        capture = shot.capture.to_wire(with_png=shot.image.format != "png")
-        return {**shot.to_dict(), "capture": capture}
 
     async def _target(self, session_id: object) -> dict[str, Any]:
         """The running desktop named by ``session_id``, or the default one."""

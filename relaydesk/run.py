@@ -100,35 +100,11 @@ def run_server(host: str | None, port: int | None) -> int:
     return 0 if server.started else 1
 
 
-def _relay_config(server_url: str | None, token_file: str | None, stop_desktops: bool) -> Any:
+def _relay_settings(server_url: str | None, token_file: str | None, stop_desktops: bool) -> Any:
     """The relay's settings; a configuration that cannot work raises ``RelayConfigError``."""
-    from relay.config import (
-        RelayConfig,
-        RelayConfigError,
-        check_server_url,
-        default_state_dir,
-        env_float,
-        read_token_and_source,
-    )
+    from relay.config import RelaySettings
 
-    url = server_url or os.environ.get("RELAYDESK_SERVER_URL", "")
-    if not url:
-        raise RelayConfigError("--server (or RELAYDESK_SERVER_URL) is required")
-    url = check_server_url(url)
-    token, source = read_token_and_source(token_file)
-    if not token:
-        where = source or "--token-file, RELAYDESK_RELAY_TOKEN or RELAYDESK_RELAY_TOKEN_FILE"
-        raise RelayConfigError(f"no relay token in {where}")
-    return RelayConfig(
-        server_url=url,
-        token=token,
-        token_source=source,
-        state_dir=default_state_dir(),
-        liveness_timeout_s=env_float("LIVENESS_TIMEOUT_S", 30.0),
-        backoff_max_s=env_float("RELAY_BACKOFF_MAX_S", 10.0),
-        stop_desktops_on_exit=stop_desktops,
-        host_helper_url=os.environ.get("RELAYDESK_HOST_HELPER", ""),
-    )
+    return RelaySettings.from_env(server_url, token_file, stop_desktops_on_exit=stop_desktops)
 
 
 # Exit status of a relay whose configuration cannot work (as for bad usage).
@@ -142,19 +118,19 @@ def run_relay(server_url: str | None, token_file: str | None, *, stop_desktops: 
     from relay.config import RelayConfigError
 
     try:
-        config = _relay_config(server_url, token_file, stop_desktops)
+        settings = _relay_settings(server_url, token_file, stop_desktops)
     except RelayConfigError as err:
         print(f"relaydesk relay: {err.message}", file=sys.stderr)
         return CONFIG_ERROR_EXIT
     tune_allocator()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_relay_main(config))
+        return runner.run(_relay_main(settings))
 
 
-async def _relay_main(config: Any) -> int:
+async def _relay_main(settings: Any) -> int:
     from relay.service import RelayService
 
-    service = RelayService(config)
+    service = RelayService(settings)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, service.stop)
@@ -175,7 +151,7 @@ def run_host_helper(
     """Run the host helper until SIGINT/SIGTERM (then it stops what it started)."""
     from host_helper.app import HelperConfig, serve
     from host_helper.config import env_flag
-    from host_helper.screen import BACKENDS
+    from relay.screen.backends import BACKENDS
 
     tune_allocator()
     token = os.environ.get("RELAYDESK_HOST_HELPER_TOKEN", "").strip()

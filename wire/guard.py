@@ -1,8 +1,8 @@
 """The stale-screen guard: which region to compare, and how different it may be.
 
 Pure computation shared by the server (cuts the reference crop from the kept capture) and the
-relay (captures the same region just before input and compares). The algorithm and its
-defaults are explained in ``docs/screen-tool.md``.
+screen service on every display (captures the same region just before input and compares:
+:class:`Guard`). The algorithm and its defaults are explained in ``docs/screen-tool.md``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from wire.errors import InvalidArgs
+from wire.errors import ErrorCode, InvalidArgs, OpError
 
 RGBArray = npt.NDArray[np.uint8]
 
@@ -238,3 +238,57 @@ def decode_crop(data: Any, field: str = "guard.crop") -> RGBArray:
     if len(raw) != width * height * 3:
         raise InvalidArgs(field, f"data has {len(raw)} bytes, expected {width * height * 3}")
     return np.frombuffer(raw, dtype=np.uint8).reshape(height, width, 3).copy()
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The reference crop a guarded action carries (``guard: {crop, rect}``), and its verdict.
+
+    The screen service checks, in order: :meth:`from_wire` (shape), :meth:`region_at` (the
+    point and the current screen), then captures that region and calls :meth:`judge`. Every
+    refusal happens before the first input event.
+    """
+
+    crop: RGBArray
+    rect: CropRect
+
+    @classmethod
+    def from_wire(cls, value: Any) -> Guard:
+        """Parse ``{crop, rect}``; malformed → ``InvalidArgs`` naming the field."""
+        if not isinstance(value, dict):
+            raise InvalidArgs("guard", "must be an object with crop and rect")
+        crop = decode_crop(value.get("crop"), "guard.crop")
+        rect = CropRect.from_dict(value.get("rect"), "guard.rect")
+        if crop.shape[:2] != (rect.height, rect.width):
+            raise InvalidArgs("guard.crop", "size differs from guard.rect")
+        return cls(crop, rect)
+
+    @classmethod
+    def required(cls, value: Any) -> Guard:
+        """Like :meth:`from_wire`, refusing an action that carries no guard at all."""
+        if value is None:
+            # Only the server holds the screenshot a click was chosen on: an action without
+            # its reference crop could not have been checked, so it does not run.
+            problem = "required: a click or drag runs only behind the screen guard"
+            raise InvalidArgs("guard", problem)
+        return cls.from_wire(value)
+
+    def region_at(self, point: tuple[int, int], screen_size: tuple[int, int]) -> CropRect:
+        """The region to capture now; a screen that no longer holds it is stale."""
+        if not self.rect.contains(point):
+            raise InvalidArgs("guard.rect", f"does not contain the point {point}")
+        if not self.rect.fits(screen_size):
+            details = {"difference": 1.0, "threshold": STALE_THRESHOLD}
+            raise OpError(ErrorCode.STALE_SCREEN, "the screen size changed", details)
+        return self.rect
+
+    def judge(self, current: RGBArray) -> dict[str, Any]:
+        """Compare with the region as captured now: the result figures, or ``STALE_SCREEN``."""
+        result = compare(self.crop, current)
+        if result.stale:
+            raise OpError(
+                ErrorCode.STALE_SCREEN,
+                "the screen changed around the target since the screenshot; take a new one",
+                {**result.to_dict(), "rect": self.rect.to_dict()},
+            )
+        return {"checked": True, **result.to_dict()}

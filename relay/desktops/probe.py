@@ -18,6 +18,8 @@ BANNER_LEN = 12
 _BANNER_RE = re.compile(rb"^RFB 003\.[0-9]{3}\n$")
 _POLL_MIN_S = 0.005
 _POLL_MAX_S = 0.1
+# What a probe step raises when the thing probed is not (yet) there.
+PROBE_ERRORS = (OSError, aiohttp.ClientError, TimeoutError)
 
 
 class ProbeFailed(Exception):
@@ -93,16 +95,17 @@ async def probe_chain(
         try:
             await step(session, websockify_port, timeout_s)
             result.checks[name] = True
-        except (ProbeFailed, OSError, aiohttp.ClientError, TimeoutError) as err:
+        except (ProbeFailed, *PROBE_ERRORS) as err:
             result.checks[name] = False
             result.ok = False
-            result.reason = f"{name}: {_describe(err)}"
+            result.reason = f"{name}: {describe(err)}"
             break
     result.elapsed_ms = (time.monotonic() - started) * 1000
     return result
 
 
-def _describe(err: BaseException) -> str:
+def describe(err: BaseException) -> str:
+    """A probe failure as the short reason reported in status."""
     if isinstance(err, TimeoutError):
         return "timed out"
     return str(err) or type(err).__name__
@@ -123,11 +126,11 @@ async def poll_until_ready(
         last: BaseException
         try:
             return await attempt()
-        except (ProbeFailed, OSError, aiohttp.ClientError, TimeoutError) as err:
+        except (ProbeFailed, *PROBE_ERRORS) as err:
             last = err
         if alive is not None and not alive():
             raise ProbeFailed(f"{what} exited before it was ready")
         if time.monotonic() + pause > deadline:
-            raise ProbeFailed(f"{what} not ready in time ({_describe(last)})")
+            raise ProbeFailed(f"{what} not ready in time ({describe(last)})")
         await asyncio.sleep(pause)
         pause = min(pause * 2, _POLL_MAX_S)

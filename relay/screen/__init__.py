@@ -1,10 +1,6 @@
-"""The relay half of the screen tool: XTEST input, mss capture, the stale-screen guard check.
+"""Desktop screen I/O, one implementation for every display relaydesk drives.
 
-Entry point: :class:`relay.screen.service.ScreenService`. See ``docs/screen-tool.md``.
+XTEST and pyautogui input, the keys table, mss capture and the stale-screen guard check,
+behind :class:`relay.screen.service.ScreenService`; the relay runs it for its desktops and
+the host helper for the host's real screen. See ``docs/screen-tool.md``.
 """
-
-from __future__ import annotations
-
-from relay.screen.service import ACTIONS, ScreenService, ScreenshotResult
-
-__all__ = ["ACTIONS", "ScreenService", "ScreenshotResult"]

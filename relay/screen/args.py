@@ -7,11 +7,10 @@ the screen is the caller's mistake, and silently moving it would click something
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from wire.errors import InvalidArgs
-from wire.guard import CropRect, RGBArray, decode_crop
+from wire.guard import Guard
 
 MAX_TEXT_LENGTH = 10_000
 MAX_SCROLL_AMOUNT = 50
@@ -20,18 +19,15 @@ BUTTON_NAMES = {1: "left", 2: "middle", 3: "right"}
 _DISPLAY_RE = re.compile(r"^[A-Za-z0-9_.\-]*:\d+(\.\d+)?$")
 
 
-@dataclass(frozen=True)
-class Guard:
-    """A reference crop and where on the screen it was cut."""
-
-    crop: RGBArray
-    rect: CropRect
+def is_display_name(value: object) -> bool:
+    """An X display name like ``:1``, ``:12.0`` or ``host:3``."""
+    return isinstance(value, str) and _DISPLAY_RE.match(value) is not None
 
 
 def display_name(value: object) -> str:
-    if not isinstance(value, str) or not _DISPLAY_RE.match(value):
+    if not is_display_name(value):
         raise InvalidArgs("display", "must be an X display like ':1'")
-    return value
+    return str(value)
 
 
 def integer(args: dict[str, Any], name: str, default: int | None = None) -> int:
@@ -86,12 +82,4 @@ def text(args: dict[str, Any], name: str = "text", limit: int = MAX_TEXT_LENGTH)
 def guard(args: dict[str, Any]) -> Guard | None:
     """The optional ``guard: {crop, rect}`` the server attached (its presence is not checked)."""
     value = args.get("guard")
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise InvalidArgs("guard", "must be an object with crop and rect")
-    crop = decode_crop(value.get("crop"), "guard.crop")
-    rect = CropRect.from_dict(value.get("rect"), "guard.rect")
-    if crop.shape[:2] != (rect.height, rect.width):
-        raise InvalidArgs("guard.crop", "size differs from guard.rect")
-    return Guard(crop, rect)
+    return None if value is None else Guard.from_wire(value)

@@ -72,7 +72,8 @@ def _encoder() -> ThreadPoolExecutor:
 def _open_mss(display: str) -> Any:
     # mss >= 10.2 names the class MSS; older releases only have the mss() factory.
     factory = getattr(mss, "MSS", None) or mss.mss
-    return factory(display=display)
+    # No display name: the screen of this process, on a platform where screens have no names.
+    return factory(display=display) if display else factory()
 
 
 class ScreenCapture:

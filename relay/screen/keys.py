@@ -1,7 +1,8 @@
 """Key names → X keysyms: xdotool-like chords (``ctrl+shift+t``, ``alt+F4``, ``Return``).
 
-Pure lookups (python-xlib's keysym tables, no display connection), so the XTEST backend and
-its tests share one parser. Modifier and key names are case-insensitive; an exact X keysym
+Pure lookups (python-xlib's keysym tables, no display connection): every input backend
+(XTEST, pyautogui) and their tests share this one table, so a key name means the same key on
+every display. Modifier and key names are case-insensitive; an exact X keysym
 name (``XF86AudioMute``, ``odiaeresis``) always wins.
 """
 
@@ -65,6 +66,23 @@ def _keysym_names_casefolded() -> dict[str, int]:
                 # python-xlib spells XF86AudioMute as XF86_AudioMute; accept the X name.
                 names.setdefault("xf86" + attr[8:].casefold(), value)
     return names
+
+
+@cache
+def _keysym_names() -> dict[int, str]:
+    _keysym_names_casefolded()  # loads the extra groups
+    names: dict[int, str] = {}
+    for attr, value in vars(XK).items():
+        if attr.startswith("XK_") and isinstance(value, int):
+            name = attr[3:]
+            # python-xlib spells XF86AudioMute as XF86_AudioMute; the X name has no underscore.
+            names.setdefault(value, "XF86" + name[5:] if name.startswith("XF86_") else name)
+    return names
+
+
+def keysym_name(keysym: int) -> str | None:
+    """The X name of ``keysym`` (``Prior``, ``Control_R``, ``XF86AudioMute``), if it has one."""
+    return _keysym_names().get(keysym)
 
 
 def char_to_keysym(char: str) -> int:

@@ -1,4 +1,7 @@
-"""The relay's screen service: one action at a time per display, X work off the event loop.
+"""The screen service of every display relaydesk drives: one action at a time per display.
+
+Virtual desktops (through the relay) and the relay host's real screen (through the host
+helper) run this same service: the same handlers, keys table, input backends and guard.
 
 Each display gets a :class:`_DisplayWorker`: an asyncio lock (actions on one display are
 serialised, so a guard check and the input it guards are never interleaved with another
@@ -19,7 +22,13 @@ from typing import Any, TypeVar
 from Xlib import error as xerror
 
 from relay.screen import args as check
-from relay.screen.backends import DEFAULT_BACKEND, BackendFactory, InputBackend, backend_factory
+from relay.screen.backends import (
+    DEFAULT_BACKEND,
+    SCROLL_BUTTONS,
+    BackendFactory,
+    InputBackend,
+    backend_factory,
+)
 from relay.screen.capture import (
     IMAGE_FORMATS,
     EncodedImage,
@@ -29,17 +38,14 @@ from relay.screen.capture import (
     encode_screenshot,
 )
 from relay.screen.capture import preview as make_preview
-from relay.screen.xinput import SCROLL_BUTTONS
 from wire.capture import BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
-from wire.guard import STALE_THRESHOLD, compare
+from wire.guard import Guard
+from wire.screen_actions import SCREEN_ACTIONS
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-ACTIONS = ("screenshot", "click", "double_click", "move", "drag", "scroll", "type", "key",
-           "mouse_position", "screen_size", "keyboard_state")  # fmt: skip
-GUARDED_ACTIONS = frozenset({"click", "double_click", "drag"})
 
 
 @dataclass
@@ -102,26 +108,13 @@ Handler = Callable[[ScreenContext, dict[str, Any]], dict[str, Any]]
 
 def check_guard(ctx: ScreenContext, args: dict[str, Any], at: tuple[int, int]) -> dict[str, Any]:
     """Compare the guard crop with the screen now; stale raises before any input is sent."""
-    guard = check.guard(args)
-    if guard is None:
-        # Only the server holds the screenshot a click was chosen on: an action without its
-        # reference crop could not have been checked, so it does not run (the server always
-        # sends one; anything else reaching this op is refused).
-        raise InvalidArgs("guard", "required: a click or drag runs only behind the screen guard")
-    if not guard.rect.contains(at):
-        raise InvalidArgs("guard.rect", f"does not contain the point {at}")
-    if not guard.rect.fits(ctx.size()):
-        details = {"difference": 1.0, "threshold": STALE_THRESHOLD}
-        raise OpError(ErrorCode.STALE_SCREEN, "the screen size changed", details)
-    result = compare(guard.crop, ctx.capture.grab(guard.rect))
-    if result.stale:
-        logger.info("stale screen on %s: difference %.3f", ctx.display, result.score)
-        raise OpError(
-            ErrorCode.STALE_SCREEN,
-            "the screen changed around the target since the screenshot; take a new one",
-            {**result.to_dict(), "rect": guard.rect.to_dict()},
-        )
-    return {"checked": True, **result.to_dict()}
+    guard = Guard.required(args.get("guard"))
+    region = guard.region_at(at, ctx.size())
+    try:
+        return guard.judge(ctx.capture.grab(region))
+    except OpError as err:
+        logger.info("stale screen on %s: difference %s", ctx.display, err.details.get("difference"))
+        raise
 
 
 # -- handlers (run in the display's worker thread) --------------------------------------------
@@ -154,7 +147,7 @@ def _click_n(count: int) -> Handler:
         button = check.button(args)
         guard = check_guard(ctx, args, (x, y))
         ctx.input.click(x, y, button, count)
-        return {"x": x, "y": y, "button": check.BUTTON_NAMES[button], "guard": guard}
+        return {"x": x, "y": y, "button": button, "guard": guard}
 
     return handler
 
@@ -173,7 +166,7 @@ def _drag(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
     guard = check_guard(ctx, args, start)
     ctx.input.drag(start, end, button)
     return {"x": start[0], "y": start[1], "to_x": end[0], "to_y": end[1],
-            "button": check.BUTTON_NAMES[button], "guard": guard}  # fmt: skip
+            "button": button, "guard": guard}  # fmt: skip
 
 
 def _scroll(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -212,7 +205,7 @@ def _screen_size(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _keyboard_state(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
-    return {**ctx.input.keyboard_state(), "source": "led_mask"}
+    return dict(ctx.input.keyboard_state())
 
 
 HANDLERS: dict[str, Handler] = {
@@ -228,7 +221,7 @@ HANDLERS: dict[str, Handler] = {
     "screen_size": _screen_size,
     "keyboard_state": _keyboard_state,
 }
-assert set(HANDLERS) == set(ACTIONS)
+assert set(HANDLERS) == set(SCREEN_ACTIONS)
 
 
 # -- per-display worker ----------------------------------------------------------------------
@@ -301,7 +294,11 @@ class ScreenService:
     def _worker(self, display: object) -> _DisplayWorker:
         if self._closed:
             raise OpError(ErrorCode.UNAVAILABLE, "the screen service is closed")
-        name = check.display_name(display)
+        # The backend judges the name when it opens the display (an X display for XTEST; for
+        # pyautogui off X11, "" is the screen of the process).
+        if not isinstance(display, str):
+            raise InvalidArgs("display", "must be a display name")
+        name = display
         worker = self._workers.get(name)
         if worker is None:
             worker = _DisplayWorker(name, self._factory, self._max_text_length)
@@ -317,6 +314,15 @@ class ScreenService:
             raise InvalidArgs("args", "must be an object")
         logger.debug("screen %s on %s", action, display)
         return await self._worker(display).call(handler, args)
+
+    async def answer(self, display: str, action: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Like :meth:`run`, as a remote caller gets it: a screenshot also carries ``capture``
+        (where its PNG's row bands start, plus the lossless PNG when the image is lossy)."""
+        if action != "screenshot":
+            return await self.run(display, action, args)
+        shot = await self.screenshot(display, args)
+        capture = shot.capture.to_wire(with_png=shot.image.format != "png")
+        return {**shot.to_dict(), "capture": capture}
 
     async def run_in_display(self, display: str, fn: Callable[[ScreenContext], T]) -> T:
         """``fn`` in the display's worker, serialised with its actions (benchmark baselines)."""

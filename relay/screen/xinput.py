@@ -20,17 +20,20 @@ from Xlib import error as xerror
 from Xlib.display import Display
 from Xlib.ext import xtest
 
+from relay.screen.args import is_display_name
+from relay.screen.backends import (
+    DOUBLE_CLICK_GAP_S,
+    DRAG_DURATION_S,
+    DRAG_STEPS,
+    SCROLL_BUTTONS,
+    KeyboardState,
+    drag_path,
+)
 from relay.screen.keys import Chord, char_to_keysym, parse_chord
 from wire.errors import ErrorCode, OpError
 
 logger = logging.getLogger(__name__)
 
-SCROLL_BUTTONS = {"up": 4, "down": 5, "left": 6, "right": 7}
-# Well inside every toolkit's double-click time (GTK and Qt default to 400 ms), and long
-# enough that clients see two distinct clicks.
-DOUBLE_CLICK_GAP_S = 0.04
-DRAG_STEPS = 12
-DRAG_DURATION_S = 0.12
 # Clients re-read the keymap when they process MappingNotify, which can be after we restore
 # a remapped spare keycode; this grace keeps the temporary keysym in place meanwhile.
 REMAP_RESTORE_DELAY_S = 0.05
@@ -44,6 +47,9 @@ class XTestInput:
     """Mouse and keyboard input for one display via the XTEST extension."""
 
     def __init__(self, display_name: str) -> None:
+        if not is_display_name(display_name):
+            # python-xlib would fall back to $DISPLAY for "": never guess which screen to drive.
+            raise OpError(ErrorCode.UNAVAILABLE, f"no X display to drive at {display_name!r}")
         try:
             self._display = Display(display_name)
         except (xerror.DisplayError, OSError) as err:
@@ -84,13 +90,14 @@ class XTestInput:
         pointer = self._root.query_pointer()
         return int(pointer.root_x), int(pointer.root_y)
 
-    def keyboard_state(self) -> dict[str, bool]:
+    def keyboard_state(self) -> KeyboardState:
         """Lock states from the core keyboard LEDs (``get_keyboard_control().led_mask``)."""
         leds = int(self._display.get_keyboard_control().led_mask)
         return {
             "num_lock": bool(leds & LED_NUM_LOCK),
             "caps_lock": bool(leds & LED_CAPS_LOCK),
             "scroll_lock": bool(leds & LED_SCROLL_LOCK),
+            "source": "led_mask",
         }
 
     # -- pointer ------------------------------------------------------------------------
@@ -103,14 +110,6 @@ class XTestInput:
 
     def move(self, x: int, y: int) -> None:
         self._fake(X.MotionNotify, x=x, y=y)
-        self._display.sync()
-
-    def press(self, button: int) -> None:
-        self._fake(X.ButtonPress, button)
-        self._display.sync()
-
-    def release(self, button: int) -> None:
-        self._fake(X.ButtonRelease, button)
         self._display.sync()
 
     def click(self, x: int, y: int, button: int = 1, count: int = 1) -> None:
@@ -129,11 +128,7 @@ class XTestInput:
         self._fake(X.MotionNotify, x=start[0], y=start[1])
         self._fake(X.ButtonPress, button)
         self._display.sync()
-        for step in range(1, DRAG_STEPS + 1):
-            # Toolkits start a drag only after motion past a threshold while pressed;
-            # intermediate points with pauses look like a hand-made drag.
-            x = start[0] + (end[0] - start[0]) * step // DRAG_STEPS
-            y = start[1] + (end[1] - start[1]) * step // DRAG_STEPS
+        for x, y in drag_path(start, end):
             self._fake(X.MotionNotify, x=x, y=y)
             self._display.sync()
             time.sleep(DRAG_DURATION_S / DRAG_STEPS)

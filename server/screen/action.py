@@ -2,7 +2,7 @@
 
 The schema is worded for an LLM reading it as a tool definition. The handler resolves the
 relay through the registry's context (visibility, role and conversation are checked there)
-and hands the call to the server's one :class:`ScreenTool` (``app.state.screen_tool``, made
+and hands the call to the server's one :class:`ScreenTool` (``Services.screen_tool``, made
 by ``server.screen.feature``).
 """
 
@@ -12,21 +12,14 @@ from dataclasses import replace
 from typing import Any, Final
 
 from server.actions.context import ActionContext
-from server.actions.errors import ActionError, relay_error
+from server.actions.errors import relay_error
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
-from server.screen.request import ACTIONS, BUTTONS, DIRECTIONS, FORMATS, MAX_AMOUNT, MAX_TEXT
-from server.screen.tool import Caller, ScreenTool
-from wire.errors import ErrorCode, OpError
+from server.screen.request import BUTTONS, DIRECTIONS, FORMATS, MAX_AMOUNT, MAX_TEXT
+from server.screen.tool import Caller
+from wire.errors import OpError
 from wire.ids import RelayId
-
-# Statuses of the screen tool's own refusals (the registry maps the common codes).
-STATUS: Final[dict[ErrorCode, int]] = {
-    ErrorCode.MISSING_SCREEN_REVISION: 400,
-    ErrorCode.REVISION_MISMATCH: 409,
-    ErrorCode.REVISION_EXPIRED: 409,
-    ErrorCode.STALE_SCREEN: 409,
-}
+from wire.screen_actions import SCREEN_ACTIONS
 
 _POINT: Final[Schema] = {
     "type": "object",
@@ -38,7 +31,7 @@ _POINT: Final[Schema] = {
 PROPERTIES: Final[dict[str, Schema]] = {
     "action": {
         "type": "string",
-        "enum": list(ACTIONS),
+        "enum": list(SCREEN_ACTIONS),
         "description": "What to do. Take a screenshot first; click, double_click and drag "
         "must name the screen_revision of the screenshot their point was chosen on.",
     },
@@ -144,7 +137,7 @@ class HubRequests:
 
 async def handle(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     """The registry's handler: resolve the relay, run the tool, report the session."""
-    tool: ScreenTool = ctx.app_state.screen_tool
+    tool = ctx.services.screen_tool
     caller = Caller(ctx.principal.username, ctx.conversation_id, None, ctx.source)
     relay_name = args.get("relay")
     try:
@@ -158,9 +151,6 @@ async def handle(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
         result = await tool.run(caller, args)
     except OpError as err:
         message, details = schema_field_names(err.message, err.details)
-        status = STATUS.get(err.code)
-        if status is not None:
-            raise ActionError(err.code, message, status=status, details=details) from err
         if message == err.message:
             raise
         raise OpError(err.code, message, details) from err

@@ -8,16 +8,11 @@ against the live screen by the relay for every action; coordinates are never cla
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any
 
 from wire.errors import InvalidArgs
+from wire.screen_actions import GUARDED_ACTIONS, SCREEN_ACTIONS
 
-ScreenAction = Literal[
-    "screenshot", "click", "double_click", "move", "drag", "scroll", "type", "key",
-    "mouse_position", "screen_size", "keyboard_state",
-]  # fmt: skip
-ACTIONS: tuple[str, ...] = get_args(ScreenAction)
-GUARDED: frozenset[str] = frozenset({"click", "double_click", "drag"})
 FORMATS = ("png", "jpeg", "webp")
 BUTTONS = ("left", "middle", "right")
 DIRECTIONS = ("up", "down", "left", "right")
@@ -53,7 +48,7 @@ class ScreenRequest:
 
     @property
     def guarded(self) -> bool:
-        return self.action in GUARDED
+        return self.action in GUARDED_ACTIONS
 
 
 # -- field readers -----------------------------------------------------------------------------
@@ -202,9 +197,9 @@ def parse(body: Any) -> ScreenRequest:
     unknown = sorted(set(body) - FIELDS)
     if unknown:
         raise InvalidArgs(unknown[0], "is not a field of the screen action")
-    action = _enum(body, "action", ACTIONS)
+    action = _enum(body, "action", SCREEN_ACTIONS)
     if action is None:
-        raise InvalidArgs("action", f"is required: one of {', '.join(ACTIONS)}")
+        raise InvalidArgs("action", f"is required: one of {', '.join(SCREEN_ACTIONS)}")
     local = body.get("local", False)
     if not isinstance(local, bool):
         raise InvalidArgs("local", "must be true or false")
@@ -220,7 +215,7 @@ def parse(body: Any) -> ScreenRequest:
 
 def _for_action(action: str, body: dict[str, Any], common: dict[str, Any]) -> ScreenRequest:
     bbox = _bbox(body)
-    if bbox is not None and action not in GUARDED:
+    if bbox is not None and action not in GUARDED_ACTIONS:
         raise InvalidArgs("target_bbox", "applies to click, double_click and drag only")
     if action == "drag":
         start, end = _drag_points(body)

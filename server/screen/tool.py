@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from server.db.audit import AuditWriter
-from server.screen.request import ACTIONS, ScreenRequest, audit_shape, parse
+from server.screen.request import ScreenRequest, audit_shape, parse
 from server.screen.revisions import Binding, Capture, KeptCapture, RevisionStore
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import crop_rect, encode_crop
 from wire.ids import RelayId
+from wire.screen_actions import SCREEN_ACTIONS
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,7 @@ def _audit_details(
         details = audit_shape(request)
     else:
         action = body.get("action") if isinstance(body, dict) else None
-        details = {"action": action if action in ACTIONS else None}
+        details = {"action": action if action in SCREEN_ACTIONS else None}
     if error is not None:
         details["error"] = error.code.value
         if "difference" in error.details:

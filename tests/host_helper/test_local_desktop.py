@@ -204,7 +204,7 @@ async def test_check_fails_a_desktop_whose_websockify_died(helper: Helper) -> No
     current = helper.desktops.current
     assert current is not None
     websockify = current.children.children[0]
-    websockify.signal_group(signal.SIGTERM)
+    websockify.terminate()
     await wait_until(lambda: not websockify.is_alive(), 5, "websockify to exit")
     await helper.desktops.check()
     assert helper.desktops.current is None

@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import pytest
 
-from server.relays.channel import ChannelClosedError
 from tests.host_helper.conftest import TOKEN, x11vnc_on
 from tests.support.processes import ManagedProcess, ProcessFactory, free_port, scaled
 from tests.support.stack import (
@@ -22,7 +21,7 @@ from tests.support.stack import (
     wait_until,
 )
 from tests.support.xvfb import XvfbServer
-from wire.errors import ErrorCode, OpError
+from wire.errors import ChannelClosedError, ErrorCode, OpError
 from wire.ids import RelayId
 
 pytestmark = pytest.mark.integration
@@ -35,11 +34,11 @@ def start_helper(factory: ProcessFactory, display: str, port: int) -> ManagedPro
 
 
 async def request(app: Any, relay_id: RelayId, op: str, args: dict[str, Any]) -> Any:
-    return await app.state.hub.request(relay_id, op, args, scaled(30))
+    return await app.state.services.hub.request(relay_id, op, args, scaled(30))
 
 
 async def banner_through_server(app: Any, relay_id: RelayId, session_id: str) -> bytes:
-    link = app.state.hub.get(relay_id)
+    link = app.state.services.hub.get(relay_id)
     channel = await link.open_channel({"type": "vnc", "desktop_session_id": session_id})
     try:
         data = b""
@@ -90,8 +89,8 @@ async def test_local_desktop_through_relay_and_server(
             "RELAYDESK_HOST_HELPER_TOKEN": TOKEN,
         }
         start_relay(process_factory, seed, url, env=helper_env)
-        await wait_until(lambda: app.state.hub.is_connected(relay_id), 20, "the relay")
-        assert "local_desktop" in app.state.hub.capabilities(relay_id)
+        await wait_until(lambda: app.state.services.hub.is_connected(relay_id), 20, "the relay")
+        assert "local_desktop" in app.state.services.hub.capabilities(relay_id)
 
         # start → a row of kind local; a second start returns it
         row = await request(app, relay_id, "desktop.start", {"kind": "local"})
@@ -108,8 +107,8 @@ async def test_local_desktop_through_relay_and_server(
         state = await request(app, relay_id, "keyboard.state", {"desktop_session_id": session})
         assert state == {"num_lock": False, "caps_lock": False, "scroll_lock": False,
                          "source": "led_mask"}  # fmt: skip
-        await app.state.inventory.probe(relay_id)
-        stored = await app.state.inventory.row(relay_id, session)
+        await app.state.services.inventory.probe(relay_id)
+        stored = await app.state.services.inventory.row(relay_id, session)
         assert (stored.kind, stored.state) == ("local", "running")
 
         # compare-and-stop through the relay
@@ -125,8 +124,8 @@ async def test_local_desktop_through_relay_and_server(
         assert not await asyncio.to_thread(x11vnc_on, host_screen.display)
         rows = await local_rows(app, relay_id)
         assert [(r["desktop_session_id"], r["state"]) for r in rows] == [(session, "unknown")]
-        await app.state.inventory.probe(relay_id)
-        stored = await app.state.inventory.row(relay_id, session)
+        await app.state.services.inventory.probe(relay_id)
+        stored = await app.state.services.inventory.row(relay_id, session)
         assert (stored.state, stored.reason) == ("unknown", "host_helper_unreachable")
         with pytest.raises(OpError) as refused:
             await request(app, relay_id, "desktop.start", {"kind": "local"})
@@ -144,10 +143,10 @@ async def test_local_desktop_through_relay_and_server(
         assert await local_rows(app, relay_id) == []
 
         async def ended() -> bool:
-            stored = await app.state.inventory.row(relay_id, session)
+            stored = await app.state.services.inventory.row(relay_id, session)
             return bool(stored.state == "stopped")
 
-        await app.state.inventory.probe(relay_id)
+        await app.state.services.inventory.probe(relay_id)
         await wait_until(ended, 10, "the old local row to be stopped")
 
         # the typed action starts a local desktop too

@@ -12,6 +12,7 @@ from relay.screen import args as check
 from relay.screen.backends import backend_factory
 from relay.screen.capture import encode, preview
 from relay.screen.keys import Chord, char_to_keysym, name_to_keysym, parse_chord
+from relay.screen.pyautogui_input import PyAutoGuiInput, pyautogui_name
 from relay.screen.xinput import XTestInput
 from wire.capture import bgra_to_rgb
 from wire.errors import InvalidArgs
@@ -124,11 +125,22 @@ def test_display_names_rejected(name):
 
 
 def test_backend_table():
+    # One table for every display: the host helper chooses pyautogui from it by name.
     assert backend_factory("xtest") is XTestInput
-    # A relay drives only the X displays it starts; pyautogui is the host helper's backend.
-    for name in ("telepathy", "pyautogui"):
-        with pytest.raises(InvalidArgs):
-            backend_factory(name)
+    assert backend_factory("pyautogui") is PyAutoGuiInput
+    with pytest.raises(InvalidArgs):
+        backend_factory("telepathy")
+
+
+@pytest.mark.parametrize(
+    ("chord", "names"),
+    [("pgup", ["pageup"]), ("rctrl", ["ctrlright"]), ("XF86AudioMute", ["volumemute"]),
+     ("super+e", ["win", "e"]), ("ctrl+shift+t", ["ctrl", "shift", "t"]), ("ctrl++", ["ctrl", "+"]),
+     ("alt+F4", ["alt", "f4"]), ("KP_7", ["num7"]), ("Return", ["enter"])],
+)  # fmt: skip
+def test_pyautogui_names_come_from_the_one_keys_table(chord, names):
+    parsed = parse_chord(chord)
+    assert [pyautogui_name(k) for k in (*parsed.modifiers, parsed.key)] == names
 
 
 def test_bgra_to_rgb_and_preview():

@@ -1,0 +1,78 @@
+"""The same keys, chords and text land identically on a virtual desktop and on the host screen.
+
+One screen implementation serves both: the relay's screen service on a desktop's display, and
+the host helper (HTTP) on the screen it shares. Each display is a private Xvfb with an X
+recorder; the recorded key events must be the same on both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from relay.screen.service import ScreenService
+from tests.host_helper.conftest import Helper
+from tests.support.processes import scaled
+from tests.support.xrecorder import XRecorder
+from tests.support.xvfb import XvfbServer, private_xvfb
+
+pytestmark = pytest.mark.integration
+
+KEYS = ["pgup", "rctrl", "XF86AudioMute", "super+e", "ctrl+shift+t", "alt+F4", "Return"]
+TEXTS = ["Hello, wörld! ☃", "€ł½µ@", "tab\there\nnew line"]  # the second: AltGr characters
+
+
+@pytest.fixture(scope="module")
+def desktop_screen() -> Iterator[XvfbServer]:
+    with private_xvfb(800, 600) as server:
+        yield server
+
+
+@pytest.fixture
+def desktop_recorder(desktop_screen: XvfbServer) -> Iterator[XRecorder]:
+    rec = XRecorder(desktop_screen.display, scaled(10))
+    try:
+        yield rec
+    finally:
+        rec.stop()
+
+
+@pytest.fixture
+async def service() -> AsyncIterator[ScreenService]:
+    svc = ScreenService()
+    try:
+        yield svc
+    finally:
+        await svc.aclose()
+
+
+def keys_of(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(e["type"], e["keysym"], e["state"], e["char"]) for e in events
+            if e["type"] in ("KeyPress", "KeyRelease")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("action", "args"), [("key", {"keys": k}) for k in KEYS]
+                         + [("type", {"text": t}) for t in TEXTS])  # fmt: skip
+async def test_keys_land_the_same_on_a_virtual_desktop_and_on_the_host_screen(
+    helper: Helper,
+    recorder: XRecorder,
+    service: ScreenService,
+    desktop_screen: XvfbServer,
+    desktop_recorder: XRecorder,
+    action: str,
+    args: dict[str, Any],
+) -> None:
+    await service.run(desktop_screen.display, action, args)
+    status, body = await helper.call("POST", f"/v1/screen/{action}", args)
+    assert status == 200, body
+
+    on_desktop = keys_of(await asyncio.to_thread(desktop_recorder.drain))
+    on_host = keys_of(await asyncio.to_thread(recorder.drain))
+    assert on_desktop, "nothing was typed"
+    assert on_host == on_desktop
+    if action == "type":
+        typed = "".join(c for kind, _, _, c in on_host if kind == "KeyPress" and c)
+        assert typed.replace("\r", "\n") == args["text"]

@@ -4,7 +4,10 @@
   (target <= 1.5 s), full desktop: Xvfb, D-Bus, openbox, x11vnc, websockify, autocutsel, xterm;
 * relay-side RSS (this process plays the relay) and desktop-side PSS with 4 desktops;
 * idle CPU of every desktop process group over 30 s with the watchdog running (2 s interval),
-  plus the relay's own CPU for the watchdog.
+  plus the relay's own CPU for the watchdog;
+* the same start for the ``minimal`` and ``standard`` profiles in one run: start → RFB banner
+  (target: standard <= 1.5x minimal, its apps start in the background) and, for ``standard``,
+  start → browser window mapped (target <= 3 s); idle CPU and memory per standard desktop.
 
 Run: ``.venv/bin/python -m benchmarks.bench_desktop_start [--quick]``.
 """
@@ -15,7 +18,9 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +32,41 @@ from relay.desktops import DesktopConfig, DesktopManager
 from relay.desktops.probe import rfb_banner_ws
 
 TARGET_START_S = 1.5
+TARGET_PROFILE_RATIO = 1.5
+TARGET_BROWSER_S = 3.0
+
+
+def browser_mapped(config: DesktopConfig, display: str) -> bool:
+    env = {"PATH": os.environ["PATH"], "DISPLAY": display,
+           "XAUTHORITY": str(config.authority_file)}  # fmt: skip
+    done = subprocess.run(["wmctrl", "-l"], env=env, capture_output=True, text=True, check=False)
+    return "Chromium" in done.stdout
+
+
+async def time_profile_starts(
+    config: DesktopConfig, count: int, profile: str
+) -> tuple[list[float], list[float]]:
+    """(start → RFB banner, start → browser window) of ``count`` starts of ``profile``."""
+    mgr = DesktopManager(config)
+    banners, browsers = [], []
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(count):
+                started = time.perf_counter()
+                row = await mgr.start(profile=profile)
+                await rfb_banner_ws(http, row["websockify_port"], 5)
+                banners.append(time.perf_counter() - started)
+                while profile == "standard" and time.perf_counter() - started < 20:
+                    if await asyncio.to_thread(browser_mapped, config, row["display"]):
+                        browsers.append(time.perf_counter() - started)
+                        break
+                    await asyncio.sleep(0.05)
+                await mgr.stop(
+                    kind="virtual", slot="main", desktop_session_id=row["desktop_session_id"]
+                )
+    finally:
+        await mgr.close(stop_desktops=True)
+    return banners, browsers
 
 
 def group_members(config: DesktopConfig) -> list[psutil.Process]:
@@ -82,12 +122,14 @@ async def time_starts(config: DesktopConfig, count: int) -> list[float]:
     return times
 
 
-async def idle_profile(config: DesktopConfig, idle_s: float) -> dict[str, float]:
+async def idle_profile(
+    config: DesktopConfig, idle_s: float, profile: str = "minimal", desktops: int = 4
+) -> dict[str, float]:
     relay = psutil.Process()
     mgr = DesktopManager(config)
     try:
-        for i in range(4):
-            await mgr.start(slot=f"bench{i}")
+        for i in range(desktops):
+            await mgr.start(slot=f"bench{i}", profile=profile)
         mgr.start_watchdog()
         members = group_members(config)
         relay_before, groups_before = cpu_seconds([relay]), cpu_seconds(members)
@@ -112,9 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     starts, idle_s = (3, 3.0) if args.quick else (10, 30.0)
     with tempfile.TemporaryDirectory() as tmp:
-        config = DesktopConfig(state_dir=Path(tmp))
+        config = DesktopConfig(state_dir=Path(tmp), default_profile="minimal")
         times = asyncio.run(time_starts(config, starts))
         profile = asyncio.run(idle_profile(config, idle_s))
+        standard = _standard_available(config)
+        if standard:
+            minimal_t, _ = asyncio.run(time_profile_starts(config, starts, "minimal"))
+            standard_t, browser_t = asyncio.run(time_profile_starts(config, starts, "standard"))
+            per = 1 if args.quick else 2
+            std_idle = asyncio.run(idle_profile(config, idle_s, "standard", per))
     p50 = statistics.median(times)
     print(f"desktop start → RFB banner via websockify over {starts} starts:")
     print(f"  p50 {p50:.3f} s  min {min(times):.3f} s  max {max(times):.3f} s"
@@ -127,7 +175,32 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  idle CPU: desktop groups {profile['groups_cpu_pct']:.2f} % of one core"
           f" ({profile['groups_cpu_pct'] / 4:.2f} % each), relay watchdog"
           f" {profile['relay_cpu_pct']:.2f} %")  # fmt: skip
+    if not standard:
+        print("standard profile unavailable on this host: profile comparison skipped")
+        return 0
+    m50, s50 = statistics.median(minimal_t), statistics.median(standard_t)
+    print(f"profiles, {starts} starts each, same run: start → RFB banner p50 minimal {m50:.3f} s,"
+          f" standard {s50:.3f} s; ratio {s50 / m50:.2f} (target <= {TARGET_PROFILE_RATIO})")
+    if browser_t:
+        b50 = statistics.median(browser_t)
+        print(f"  standard start → browser window p50 {b50:.3f} s (max {max(browser_t):.3f} s,"
+              f" {len(browser_t)}/{starts} seen); p50/target {b50 / TARGET_BROWSER_S:.2f}"
+              f" (target {TARGET_BROWSER_S} s)")  # fmt: skip
+    else:
+        print("  standard start → browser window: never seen")
+    n = std_idle["processes"] and (1 if args.quick else 2)
+    print(f"  {n} standard desktop(s) idle {idle_s:.0f} s: desktop processes PSS"
+          f" {std_idle['desktops_pss_mb'] / n:.1f} MB each, idle CPU"
+          f" {std_idle['groups_cpu_pct'] / n:.2f} % of one core each, relay RSS"
+          f" {std_idle['relay_rss_mb']:.1f} MB, relay CPU {std_idle['relay_cpu_pct']:.2f} %")
     return 0
+
+
+def _standard_available(config: DesktopConfig) -> bool:
+    from relay.desktops.profiles import load_profiles
+
+    profile = load_profiles(config.profiles_dir).get("standard")
+    return profile is not None and not profile.missing() and shutil.which("wmctrl") is not None
 
 
 if __name__ == "__main__":

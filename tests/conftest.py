@@ -30,6 +30,8 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.pop(name, None)
     _session_data_dir = Path(tempfile.mkdtemp(prefix="relaydesk-test-data-"))
     os.environ["RELAYDESK_DATA_DIR"] = str(_session_data_dir)
+    # Bare, quick desktops unless a test asks for a profile (tests/relay/test_profiles.py).
+    os.environ.setdefault("RELAYDESK_DESKTOP_PROFILE", "minimal")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from relay.desktops.launch import x_display_alive
 from relay.desktops.probe import ProbeFailed, poll_until_ready
 from relay.desktops.process import ChildProcess, DesktopProcesses
+from relay.desktops.user import DesktopUser
 from relay.desktops.validation import StartRequest
 
 logger = logging.getLogger(__name__)
@@ -154,14 +155,14 @@ def audio_outcome(requested: bool, has_starter: bool, extra_env: Mapping[str, st
     return REASON_NOT_STARTED if has_starter else REASON_UNAVAILABLE
 
 
-def _private_dir(path: Path) -> None:
-    """Create ``path`` (mode 0700) or accept it only if it is ours and private."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+def _private_dir(path: Path, mode: int = 0o700) -> None:
+    """Create ``path`` (``mode``) or accept it only if it is ours; tighten it to ``mode``."""
+    path.mkdir(mode=mode, parents=True, exist_ok=True)
     info = path.lstat()
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
         raise OSError(f"{path.name}: not a directory of ours")
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        path.chmod(0o700)
+    if stat.S_IMODE(info.st_mode) != mode:
+        path.chmod(mode)
 
 
 class PulseAudioStarter:
@@ -175,11 +176,15 @@ class PulseAudioStarter:
         self.settings = settings or AudioSettings.from_env()
 
     async def __call__(
-        self, req: StartRequest, env: dict[str, str], procs: DesktopProcesses
+        self,
+        req: StartRequest,
+        env: dict[str, str],
+        procs: DesktopProcesses,
+        user: DesktopUser | None = None,
     ) -> dict[str, str]:
         try:
             display = display_number(env.get("DISPLAY", ""))
-            return await self._start(display, env, procs)
+            return await self._start(display, env, procs, user)
         except (OSError, ValueError, ProbeFailed) as err:
             logger.warning("desktop %s: audio not started: %s", req.slot, err)
             if (child := procs.find(PROCESS_NAME)) is not None:
@@ -187,10 +192,14 @@ class PulseAudioStarter:
             return {}
 
     async def _start(
-        self, display: int, env: Mapping[str, str], procs: DesktopProcesses
+        self,
+        display: int,
+        env: Mapping[str, str],
+        procs: DesktopProcesses,
+        user: DesktopUser | None,
     ) -> dict[str, str]:
         deadline = time.monotonic() + self.settings.start_timeout_s
-        directory = await asyncio.to_thread(self._prepare, display)
+        directory = await asyncio.to_thread(self._prepare, display, user)
         with (directory / "pulseaudio.log").open("wb") as log:
             child = procs.add(
                 ChildProcess.spawn(
@@ -199,6 +208,7 @@ class PulseAudioStarter:
                     env=self._env(directory, env),
                     essential=False,
                     output=log,
+                    user=user,
                 )
             )
         sock = directory / "native"
@@ -210,12 +220,16 @@ class PulseAudioStarter:
                 await writer.wait_closed()
 
         await poll_until_ready(accepts, deadline, "pulseaudio", child.is_alive)
-        self._spawn_keepalive(directory, env, procs)
+        self._spawn_keepalive(directory, env, procs, user)
         logger.info("desktop :%d has sound (PulseAudio pid %d)", display, child.pid)
         return {"PULSE_SERVER": f"unix:{sock}"}
 
     def _spawn_keepalive(
-        self, directory: Path, env: Mapping[str, str], procs: DesktopProcesses
+        self,
+        directory: Path,
+        env: Mapping[str, str],
+        procs: DesktopProcesses,
+        user: DesktopUser | None,
     ) -> None:
         """A silent stream that keeps the null sink rendering.
 
@@ -229,7 +243,7 @@ class PulseAudioStarter:
         ]  # fmt: skip
         env = self._env(directory, env) | {"PULSE_SERVER": f"unix:{directory / 'native'}"}
         try:
-            procs.add(ChildProcess.spawn(KEEPALIVE_NAME, argv, env=env, essential=False))
+            procs.add(ChildProcess.spawn(KEEPALIVE_NAME, argv, env=env, essential=False, user=user))
         except OSError as err:
             logger.info("no keep-alive stream (%s): captures start slower", err)
 
@@ -237,10 +251,11 @@ class PulseAudioStarter:
     def runtime_root(self) -> Path:
         return self.settings.runtime_root
 
-    def _prepare(self, display: int) -> Path:
-        """A fresh private runtime dir with the server's ``default.pa``."""
+    def _prepare(self, display: int, user: DesktopUser | None = None) -> Path:
+        """A fresh private runtime dir with the server's ``default.pa``; with a desktop user,
+        the dir is that user's (the server runs as it) and its parent only traversable."""
         root = self.settings.runtime_root
-        _private_dir(root)
+        _private_dir(root, 0o711 if user is not None else 0o700)
         directory = runtime_dir(display, root)
         # Whatever is here belongs to an earlier desktop on this display, which is gone: the
         # X server's lock proves nobody else holds the display now.
@@ -250,6 +265,9 @@ class PulseAudioStarter:
             sink=SINK_NAME, rate=SAMPLE_RATE, channels=CHANNELS, socket=directory / "native"
         )
         (directory / "default.pa").write_text(script, encoding="utf-8")
+        if user is not None:
+            for path in (directory, directory / "default.pa"):
+                os.chown(path, user.uid, user.gid, follow_symlinks=False)
         return directory
 
     def _argv(self, directory: Path) -> list[str]:

@@ -48,6 +48,15 @@ class DesktopConfig:
     x11vnc_binary: str = "x11vnc"
     dbus_binary: str = "dbus-daemon"
     clipboard_binary: str = "autocutsel"
+    # What a start that names no profile gets (relay/desktops/profiles.py).
+    default_profile: str = "standard"
+    # Operator's profiles, besides (or replacing) the built-in ones.
+    profiles_dir: Path | None = None
+    # Who desktops run as when the relay is root (relay/desktops/user.py).
+    desktop_user: str = "relaydesk-desktop"
+    homes_dir: Path | None = None
+    # A kept home (``persist_home``) larger than this refuses to start until it is reset.
+    home_max_mb: int = 2048
 
     @property
     def state_file(self) -> Path:
@@ -135,4 +144,9 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "RELAYDESK_ORPHAN_TIMEOUT_S": ("orphan_timeout_s", _non_negative_float),
     "RELAYDESK_XVFB_BINARY": ("xvfb_binary", str),
     "RELAYDESK_X11VNC_BINARY": ("x11vnc_binary", str),
+    "RELAYDESK_DESKTOP_PROFILE": ("default_profile", str),
+    "RELAYDESK_DESKTOP_PROFILES_DIR": ("profiles_dir", Path),
+    "RELAYDESK_DESKTOP_USER": ("desktop_user", str),
+    "RELAYDESK_DESKTOP_HOMES_DIR": ("homes_dir", Path),
+    "RELAYDESK_DESKTOP_HOME_MAX_MB": ("home_max_mb", _positive_int),
 }

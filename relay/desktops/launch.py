@@ -28,6 +28,7 @@ from relay.desktops.credentials import (
     VNC_PASSWD_NAME,
     XAUTHORITY_NAME,
     DesktopCredentials,
+    display_entries,
     private_dir,
     write_desktop_files,
 )
@@ -39,6 +40,8 @@ from relay.desktops.probe import (
     rfb_banner_tcp,
 )
 from relay.desktops.process import ChildProcess, DesktopProcesses
+from relay.desktops.profiles import Profile, install_home_files
+from relay.desktops.user import DesktopUser, write_in_home
 from relay.desktops.validation import StartRequest
 from wire.errors import ErrorCode, OpError
 
@@ -60,7 +63,11 @@ class AudioStarter(Protocol):
     """
 
     async def __call__(
-        self, req: StartRequest, env: dict[str, str], procs: DesktopProcesses
+        self,
+        req: StartRequest,
+        env: dict[str, str],
+        procs: DesktopProcesses,
+        user: DesktopUser | None = None,
     ) -> dict[str, str]: ...
 
     @property
@@ -175,6 +182,27 @@ async def read_line(fd: int, deadline: float, what: str) -> str:
     return line.decode("ascii", "replace").strip()
 
 
+@dataclass(frozen=True)
+class SessionSetup:
+    """Who a desktop's session runs as, its home and its profile (None: the relay's own
+    environment, no profile)."""
+
+    profile: Profile | None = None
+    home: Path | None = None
+    user: DesktopUser | None = None
+
+    def env(self) -> dict[str, str]:
+        """What the session's programs get on top of the desktop's environment."""
+        env: dict[str, str] = {}
+        if self.home is not None:
+            env["HOME"] = str(self.home)
+        if self.user is not None:
+            env.update(self.user.env())
+        if self.profile is not None:
+            env.update(self.profile.env)
+        return env
+
+
 @dataclass
 class LaunchedDesktop:
     """Processes and endpoints of a desktop that answered every readiness probe."""
@@ -186,6 +214,8 @@ class LaunchedDesktop:
     processes: DesktopProcesses
     credentials: DesktopCredentials
     extra_env: dict[str, str] = field(default_factory=dict)
+    # What the session's programs run with (apps launched later get the same).
+    session_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def vnc_secret(self) -> bytes:
@@ -223,17 +253,20 @@ class Launcher:
         self._audio = audio
 
     async def launch(
-        self, req: StartRequest, log_name: str, private: Path, procs: DesktopProcesses | None = None
-    ) -> LaunchedDesktop:
+        self, req: StartRequest, log_name: str, private: Path,
+        procs: DesktopProcesses | None = None, session: SessionSetup | None = None,
+    ) -> LaunchedDesktop:  # fmt: skip
         """Start a desktop whose private files go to the directory ``private``; its children
         join ``procs`` (whose ``on_add`` sees each one as it starts)."""
         procs = DesktopProcesses() if procs is None else procs
+        session = session or SessionSetup()
         log_path = self._config.log_dir / f"{log_name}.log"
         log = _open_log(log_path)
         credentials = DesktopCredentials.new()
         try:
             await asyncio.to_thread(write_desktop_files, private, credentials)
-            return await self._launch(req, procs, log, _Private(private, credentials))
+            await asyncio.to_thread(_prepare_home, session, credentials)
+            return await self._launch(req, procs, log, _Private(private, credentials), session)
         except BaseException as err:
             # Cleanup must finish even when the start itself was cancelled.
             await asyncio.shield(procs.stop(self._config.stop_grace_s))
@@ -248,7 +281,12 @@ class Launcher:
             log.close()
 
     async def _launch(
-        self, req: StartRequest, procs: DesktopProcesses, log: IO[bytes], private: _Private
+        self,
+        req: StartRequest,
+        procs: DesktopProcesses,
+        log: IO[bytes],
+        private: _Private,
+        session: SessionSetup,
     ) -> LaunchedDesktop:
         deadline = time.monotonic() + self._config.start_timeout_s
         clean_stale_x_locks()
@@ -257,7 +295,7 @@ class Launcher:
         try:
             # websockify and D-Bus do not need the display: they start while Xvfb comes up.
             fds.append(xvfb_fd := self._spawn_xvfb(req, procs, log, private.xauthority))
-            dbus_fd = self._spawn_dbus(procs, log)
+            dbus_fd = self._spawn_dbus(procs, log, session)
             fds.extend([dbus_fd] if dbus_fd is not None else [])
             self._spawn_websockify(procs, ws_port, vnc_port)
             display = _display_number(await read_line(xvfb_fd, deadline, "Xvfb"))
@@ -266,13 +304,26 @@ class Launcher:
             for fd in fds:
                 os.close(fd)
         env = desktop_env(display, dbus_address, private.xauthority)
-        extra = await self._audio(req, env, procs) if (req.audio and self._audio) else {}
-        env.update(extra)
         self._spawn_x11vnc(procs, env, display, vnc_port, log, private)
-        self._spawn_session(req, procs, env, log)
+        if session.home is not None:
+            env["XAUTHORITY"] = str(session.home / HOME_XAUTHORITY)
+        env.update(session.env())
+        extra = (
+            await self._audio(req, env, procs, user=session.user)
+            if (req.audio and self._audio) else {}
+        )  # fmt: skip
+        env.update(extra)
+        self._spawn_session(req, procs, env, log, session)
         await self._await_ready(procs, vnc_port, ws_port, deadline)
         return LaunchedDesktop(
-            display, vnc_port, ws_port, dbus_address, procs, private.credentials, dict(extra)
+            display,
+            vnc_port,
+            ws_port,
+            dbus_address,
+            procs,
+            private.credentials,
+            dict(extra),
+            dict(env),
         )
 
     def _spawn_xvfb(
@@ -294,7 +345,9 @@ class Launcher:
             os.close(write_fd)
         return read_fd
 
-    def _spawn_dbus(self, procs: DesktopProcesses, log: IO[bytes]) -> int | None:
+    def _spawn_dbus(
+        self, procs: DesktopProcesses, log: IO[bytes], session: SessionSetup
+    ) -> int | None:
         if shutil.which(self._config.dbus_binary) is None:
             logger.info("no %s: desktop runs without a session bus", self._config.dbus_binary)
             return None
@@ -304,7 +357,8 @@ class Launcher:
             f"--print-address={write_fd}",
         ]  # fmt: skip
         try:
-            procs.add(_spawn("dbus-daemon", argv, _base_env(), False, log, (write_fd,)))
+            env = _base_env() | session.env()
+            procs.add(_spawn("dbus-daemon", argv, env, False, log, (write_fd,), user=session.user))
         except OSError:
             os.close(read_fd)
             raise
@@ -335,21 +389,28 @@ class Launcher:
         procs.add(_spawn("x11vnc", argv, env, True, log, (), stop_signal=signal.SIGKILL))
 
     def _spawn_session(
-        self, req: StartRequest, procs: DesktopProcesses, env: dict[str, str], log: IO[bytes]
+        self,
+        req: StartRequest,
+        procs: DesktopProcesses,
+        env: dict[str, str],
+        log: IO[bytes],
+        session: SessionSetup,
     ) -> None:
-        """Window manager, clipboard bridge and apps: useful but not essential."""
-        optional: list[tuple[str, Sequence[str]]] = []
+        """Window manager, clipboard bridge, the profile's programs and the start-up apps:
+        useful but not essential, and never waited for (readiness is the display's)."""
+        optional: list[tuple[str, Sequence[str], dict[str, str]]] = []
         if self._config.window_manager:
-            optional.append(("wm", self._config.window_manager))
+            optional.append(("wm", self._config.window_manager, {}))
         if shutil.which(self._config.clipboard_binary):
-            optional.append(("autocutsel", [self._config.clipboard_binary]))
-            optional.append(
-                ("autocutsel-primary", [self._config.clipboard_binary, "-selection", "PRIMARY"])
-            )
-        optional.extend((f"app:{words[0]}", words) for words in req.apps)
-        for name, argv in optional:
+            clipboard = self._config.clipboard_binary
+            optional.append(("autocutsel", [clipboard], {}))
+            optional.append(("autocutsel-primary", [clipboard, "-selection", "PRIMARY"], {}))
+        if session.profile is not None and session.home is not None:
+            optional.extend(session.profile.startup(session.home))
+        optional.extend((f"app:{words[0]}", words, {}) for words in req.apps)
+        for name, argv, extra in optional:
             try:
-                procs.add(_spawn(name, argv, env, False, log, ()))
+                procs.add(_spawn(name, argv, env | extra, False, log, (), user=session.user))
             except OSError as err:
                 logger.warning("desktop %s: %s not started: %s", req.slot, name, err)
 
@@ -414,6 +475,7 @@ def _spawn(
     log: IO[bytes] | None,
     pass_fds: Sequence[int],
     stop_signal: int = signal.SIGTERM,
+    user: DesktopUser | None = None,
 ) -> ChildProcess:
     output: IO[bytes] | int = log if log is not None else subprocess.DEVNULL
     return ChildProcess.spawn(
@@ -424,4 +486,18 @@ def _spawn(
         pass_fds=pass_fds,
         output=output,
         stop_signal=stop_signal,
+        user=user,
     )
+
+
+HOME_XAUTHORITY = ".Xauthority"
+
+
+def _prepare_home(session: SessionSetup, credentials: DesktopCredentials) -> None:
+    """The session's copy of the X cookie and the profile's files, in its home (blocking)."""
+    if session.home is None:
+        return
+    cookie = display_entries("", credentials.x_cookie)
+    write_in_home(session.home, HOME_XAUTHORITY, cookie, session.user)
+    if session.profile is not None:
+        install_home_files(session.profile, session.home, session.user)

@@ -32,10 +32,24 @@ from relay.desktops.audio import (
 from relay.desktops.config import DesktopConfig
 from relay.desktops.credentials import PRIVATE_FILE_MODE, RelayAuthority, private_dir
 from relay.desktops.guard import GuardArgs
-from relay.desktops.launch import AudioStarter, LaunchedDesktop, Launcher, missing_binaries
+from relay.desktops.launch import (
+    AudioStarter,
+    LaunchedDesktop,
+    Launcher,
+    SessionSetup,
+    missing_binaries,
+)
 from relay.desktops.probe import ProbeResult, probe_chain
 from relay.desktops.process import ChildProcess, DesktopProcesses
+from relay.desktops.profiles import Profile, choose, load_profiles
 from relay.desktops.state import Desktop, StartingDesktop, StateFile
+from relay.desktops.user import (
+    DesktopUser,
+    directory_size,
+    homes_root,
+    prepare_home,
+    resolve_desktop_user,
+)
 from relay.desktops.validation import (
     StartRequest,
     check_session_id,
@@ -86,6 +100,9 @@ class DesktopManager:
         secure_state_dir(self.config)
         self._http: aiohttp.ClientSession | None = None
         self._watchdog = Watchdog(self.check_all, self.config.watchdog_interval_s)
+        self.profiles = load_profiles(self.config.profiles_dir)
+        self._user: DesktopUser | None = None
+        self._user_resolved = False
 
     # -- public operations --------------------------------------------------------------
 
@@ -99,6 +116,8 @@ class DesktopManager:
         audio: bool | None = None,
         started_by: str | None = None,
         apps: list[str] | None = None,
+        profile: str | None = None,
+        persist_home: bool = False,
     ) -> dict[str, Any]:
         """Start a desktop in the slot, or return the one already running there."""
         audio = self._audio_default if audio is None else audio
@@ -106,6 +125,8 @@ class DesktopManager:
             kind=kind, slot=slot, geometry=geometry, depth=depth, audio=audio,
             started_by=started_by, apps=apps, default_apps=self.config.apps,
             allowed_apps=frozenset(self.config.allowed_apps),
+            profile=profile if profile is not None else self.config.default_profile,
+            persist_home=persist_home,
         )  # fmt: skip
         events: list[Event] = []
         try:
@@ -113,8 +134,8 @@ class DesktopManager:
                 running = await self._running_in(req.kind, req.slot, events)
                 if running is not None:
                     return running.to_row() | {"already_running": True}
-                self._check_can_start(req)
-                desktop = await self._launch(req)
+                chosen = self._check_can_start(req)
+                desktop = await self._launch(req, chosen)
                 return desktop.to_row() | {"already_running": False}
         finally:
             await self._emit(events)
@@ -205,6 +226,77 @@ class DesktopManager:
             **result.to_dict(),
         }
 
+    def profile_status(self) -> list[dict[str, Any]]:
+        """Every profile of this relay: available, or which programs it misses."""
+        return [p.status() | {"default": name == self.config.default_profile}
+                for name, p in sorted(self.profiles.items())]  # fmt: skip
+
+    async def apps(
+        self, desktop_session_id: str | None, default: tuple[str, str]
+    ) -> dict[str, Any]:
+        """The launchable apps of one running desktop's profile."""
+        desktop = self._find(desktop_session_id, default)
+        profile = self.profiles.get(desktop.profile or "")
+        launchable = [a.to_dict() for a in profile.apps] if profile is not None else []
+        return {"desktop_session_id": desktop.desktop_session_id, "profile": desktop.profile,
+                "launchable": launchable}  # fmt: skip
+
+    async def launch_app(
+        self, desktop_session_id: str | None, default: tuple[str, str], app: object
+    ) -> dict[str, Any]:
+        """Start one of the profile's launchable apps in a running desktop, as its session's
+        user; it joins the desktop's processes and stops with it."""
+        async with self._lock:
+            desktop = self._find(desktop_session_id, default)
+            profile = self.profiles.get(desktop.profile or "")
+            if profile is None or desktop.home is None:
+                raise OpError(ErrorCode.UNAVAILABLE, "this desktop has no profile to launch from")
+            entry = profile.app(app)
+            argv = profile.expand(entry.exec, Path(desktop.home))
+            user = await self.desktop_user()
+            log = _open_append(self.config.log_dir / f"{desktop.kind}-{desktop.slot}.log")
+            try:
+                child = ChildProcess.spawn(
+                    f"app:{entry.id}", argv, env=desktop.session_env | dict(entry.env),
+                    essential=False, output=log, user=user,
+                )  # fmt: skip
+            except OSError as err:
+                raise OpError(ErrorCode.START_FAILED, f"{entry.id} did not start: {err}") from err
+            finally:
+                log.close()
+            desktop.processes.add(child)
+            await self._save()
+        logger.info("launched %s in desktop slot=%s", entry.id, desktop.slot)
+        return {"desktop_session_id": desktop.desktop_session_id, "app": entry.id,
+                "launched": True}  # fmt: skip
+
+    async def reset_home(self, *, kind: str, slot: str) -> dict[str, Any]:
+        """Wipe the kept home of a slot; refused while a desktop runs there."""
+        key = (normalise_kind(kind), check_slot(slot))
+        async with self._lock:
+            if (running := self._desktops.get(key)) is not None:
+                raise OpError(
+                    ErrorCode.BUSY,
+                    "a desktop runs in this slot; stop it before resetting its home",
+                    {"current_session_id": running.desktop_session_id},
+                )  # fmt: skip
+            await self.desktop_user()
+            home = self._home_of(*key, "", persist=True)
+            existed = home.is_dir()
+            await asyncio.to_thread(shutil.rmtree, home, True)
+        logger.info("kept home of slot=%s reset (existed: %s)", key[1], existed)
+        return {"kind": key[0], "slot": key[1], "reset": True, "existed": existed}
+
+    def _find(self, desktop_session_id: str | None, default: tuple[str, str]) -> Desktop:
+        if desktop_session_id is None:
+            desktop = self._desktops.get(default)
+        else:
+            desktop = next((d for d in self._desktops.values()
+                            if d.desktop_session_id == desktop_session_id), None)  # fmt: skip
+        if desktop is None:
+            raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
+        return desktop
+
     async def adopt_from_state(self) -> list[dict[str, Any]]:
         """Re-adopt desktops of an earlier relay that still pass the probe; clean up the rest."""
         records = await asyncio.to_thread(self._state.load)
@@ -221,6 +313,9 @@ class DesktopManager:
             await self._save()
             keep = {d.desktop_session_id for d in adopted}
             await asyncio.to_thread(_remove_private_dirs, self.config, keep)
+            if adopted or records or interrupted:
+                await self.desktop_user()
+                await asyncio.to_thread(_remove_dirs, self._homes() / "sessions", keep)
             if self._audio is not None:
                 await asyncio.to_thread(_remove_stale_runtime_dirs, self._audio.runtime_root)
         return [d.to_row() for d in adopted]
@@ -270,7 +365,7 @@ class DesktopManager:
     def _sorted(self) -> list[Desktop]:
         return [self._desktops[k] for k in sorted(self._desktops)]
 
-    def _check_can_start(self, req: StartRequest) -> None:
+    def _check_can_start(self, req: StartRequest) -> Profile:
         if len(self._desktops) >= self.config.max_desktops:
             raise OpError(
                 ErrorCode.LIMIT_REACHED,
@@ -279,22 +374,60 @@ class DesktopManager:
             )
         if missing := missing_binaries(self.config):
             raise OpError(ErrorCode.UNAVAILABLE, f"missing: {', '.join(missing)}")
+        return choose(self.profiles, req.profile)
 
-    async def _launch(self, req: StartRequest) -> Desktop:
+    async def desktop_user(self) -> DesktopUser | None:
+        """Who desktops run as (None: as the relay); created on first use when root."""
+        if not self._user_resolved:
+            self._user = await asyncio.to_thread(resolve_desktop_user, self.config.desktop_user)
+            self._user_resolved = True
+        return self._user
+
+    def _homes(self) -> Path:
+        return homes_root(self.config.state_dir, self.config.homes_dir, self._user)
+
+    def _home_of(self, kind: str, slot: str, session_id: str, persist: bool) -> Path:
+        if persist:
+            return self._homes() / "persistent" / f"{kind}-{slot}"
+        return self._homes() / "sessions" / session_id
+
+    async def _session(self, req: StartRequest, profile: Profile, session_id: str) -> SessionSetup:
+        user = await self.desktop_user()
+        home = self._home_of(req.kind, req.slot, session_id, req.persist_home)
+        if req.persist_home and home.is_dir():
+            size = await asyncio.to_thread(directory_size, home)
+            limit = self.config.home_max_mb * 1024 * 1024
+            if size > limit:
+                raise OpError(
+                    ErrorCode.LIMIT_REACHED,
+                    f"the kept home of slot {req.slot!r} holds {size // 2**20} MB, more than "
+                    f"{self.config.home_max_mb} MB; wipe it with desktop_reset_home",
+                    {"field": "persist_home", "size_mb": size // 2**20},
+                )
+        await asyncio.to_thread(prepare_home, home, user, fresh=not req.persist_home)
+        return SessionSetup(profile, home, user)
+
+    async def _launch(self, req: StartRequest, profile: Profile) -> Desktop:
         session_id = DesktopSessionId(secrets.token_hex(16))
         launcher = Launcher(self.config, self.http, self._audio)
         private = self.config.run_dir / session_id
         procs = DesktopProcesses(on_add=self._record_spawn)
         self._starting[session_id] = StartingDesktop(session_id, req.kind, req.slot, procs)
+        session: SessionSetup | None = None
         try:
             await asyncio.to_thread(self._beat)
+            session = await self._session(req, profile, session_id)
             self._spawn_guard(req, session_id, procs)
-            launched = await launcher.launch(req, f"{req.kind}-{req.slot}", private, procs)
+            launched = await launcher.launch(req, f"{req.kind}-{req.slot}", private, procs, session)
         except BaseException:
-            await asyncio.shield(self._abandon_start(session_id, private))
+            home = session.home if session is not None and not req.persist_home else None
+            await asyncio.shield(self._abandon_start(session_id, private, home))
             raise
         del self._starting[session_id]
         desktop = self._desktop_from(req, session_id, launched)
+        desktop.profile, desktop.persist_home = profile.name, req.persist_home
+        desktop.home = str(session.home)
+        desktop.session_env = launched.session_env
         self._desktops[desktop.key] = desktop
         await self._save()
         logger.info(
@@ -302,12 +435,16 @@ class DesktopManager:
         )
         return desktop
 
-    async def _abandon_start(self, session_id: DesktopSessionId, private: Path) -> None:
+    async def _abandon_start(
+        self, session_id: DesktopSessionId, private: Path, home: Path | None
+    ) -> None:
         """A start failed or was cancelled: stop what it spawned, forget its record."""
         starting = self._starting.pop(session_id, None)
         if starting is not None:
             await starting.processes.stop(self.config.stop_grace_s)
         await asyncio.to_thread(shutil.rmtree, private, True)
+        if home is not None:
+            await asyncio.to_thread(shutil.rmtree, home, True)
         await self._save()
 
     def _record_spawn(self, child: ChildProcess) -> None:
@@ -424,6 +561,8 @@ class DesktopManager:
         clean = await self._stop_processes(desktop)
         private = self.config.run_dir / desktop.desktop_session_id
         await asyncio.to_thread(shutil.rmtree, private, True)
+        if desktop.home is not None and not desktop.persist_home:
+            await asyncio.to_thread(shutil.rmtree, desktop.home, True)
         desktop.state = "stopped" if reason == "stopped" else "failed"
         log = logger.info if reason in ("stopped", "relay closing") else logger.warning
         log(
@@ -517,7 +656,13 @@ def secure_state_dir(config: DesktopConfig) -> None:
 
 def _remove_private_dirs(config: DesktopConfig, keep: set[DesktopSessionId]) -> None:
     """Private directories of desktops this relay no longer runs (blocking)."""
-    for path in config.run_dir.iterdir():
+    _remove_dirs(config.run_dir, keep)
+
+
+def _remove_dirs(parent: Path, keep: set[DesktopSessionId]) -> None:
+    if not parent.is_dir():
+        return
+    for path in parent.iterdir():
         if path.is_dir() and path.name not in keep:
             shutil.rmtree(path, ignore_errors=True)
 
@@ -527,6 +672,12 @@ GUARD = "guard"
 
 def _guard_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "PYTHONPATH", "TZ")}
+
+
+def _open_append(path: Path) -> Any:
+    private_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE)
+    return os.fdopen(fd, "ab")
 
 
 def _open_guard_log(path: Path) -> Any:

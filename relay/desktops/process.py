@@ -19,9 +19,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import psutil
+
+if TYPE_CHECKING:
+    from relay.desktops.user import DesktopUser
 
 logger = logging.getLogger(__name__)
 
@@ -120,11 +123,13 @@ class ChildProcess:
         pass_fds: Sequence[int] = (),
         output: IO[Any] | int = subprocess.DEVNULL,
         stop_signal: int = signal.SIGTERM,
+        user: DesktopUser | None = None,
     ) -> ChildProcess:
         """Start ``argv`` in a new session; raises ``OSError`` when it cannot be executed.
 
         It runs in ``env``'s ``HOME`` (``/`` without one): a terminal opens where a person
         expects it, and no desktop holds on to the directory the relay was started from.
+        ``user``: run it as that (unprivileged) user instead of the relay's.
         """
         popen = subprocess.Popen(
             list(argv),
@@ -136,6 +141,7 @@ class ChildProcess:
             pass_fds=tuple(pass_fds),
             start_new_session=True,
             close_fds=True,
+            **(user.popen_kwargs() if user is not None else {}),
         )
         created = pid_create_time(popen.pid) or time.time()
         logger.debug("started %s pid=%d", name, popen.pid)

@@ -24,6 +24,7 @@ STATE_VERSION = 1
 ROW_KEYS = (
     "desktop_session_id", "kind", "slot", "state", "geometry", "depth", "display",
     "started_at", "started_by", "websockify_port", "vnc_port", "audio", "audio_reason",
+    "profile", "persist_home",
 )  # fmt: skip
 
 
@@ -49,6 +50,11 @@ class Desktop:
     adopted: bool = field(default=False, compare=False)
     # None only for a desktop of a relay version that started desktops without them.
     credentials: DesktopCredentials | None = field(default=None, compare=False)
+    profile: str | None = None
+    persist_home: bool = False
+    # The session's home and environment (apps launched later get them); never in a row.
+    home: str | None = field(default=None, compare=False)
+    session_env: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def vnc_secret(self) -> bytes | None:
@@ -75,6 +81,8 @@ class Desktop:
             "vnc_port": self.vnc_port,
             "audio": self.audio,
             "audio_reason": self.audio_reason,
+            "profile": self.profile,
+            "persist_home": self.persist_home,
         }
 
     def to_record(self) -> dict[str, Any]:
@@ -83,6 +91,8 @@ class Desktop:
         record["display"] = self.display
         record["dbus_address"] = self.dbus_address
         record["processes"] = self.processes.to_records()
+        record["home"] = self.home
+        record["session_env"] = self.session_env
         if self.credentials is not None:
             record["x_cookie"] = self.credentials.x_cookie.hex()
             record["vnc_secret"] = self.credentials.vnc_secret.hex()
@@ -109,6 +119,10 @@ class Desktop:
             audio_reason=record.get("audio_reason"),
             adopted=True,
             credentials=_credentials(record),
+            profile=None if record.get("profile") is None else str(record["profile"]),
+            persist_home=bool(record.get("persist_home", False)),
+            home=None if record.get("home") is None else str(record["home"]),
+            session_env={str(k): str(v) for k, v in dict(record.get("session_env") or {}).items()},
         )
 
 

@@ -12,6 +12,14 @@ from wire.ids import DesktopSessionId
 VIRTUAL = "virtual"
 MIN_GEOMETRY = (640, 480)
 MAX_GEOMETRY = (7680, 4320)
+# Common screens by name; any WxH within the limits and these proportions is accepted too.
+GEOMETRY_PRESETS = {
+    "vga": (640, 480), "svga": (800, 600), "xga": (1024, 768), "hd": (1280, 720),
+    "wxga": (1280, 800), "sxga": (1280, 1024), "hd+": (1600, 900), "fhd": (1920, 1080),
+    "wuxga": (1920, 1200), "qhd": (2560, 1440), "4k": (3840, 2160),
+}  # fmt: skip
+MIN_ASPECT, MAX_ASPECT = 0.5, 4.0
+PROFILE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 DEPTHS = frozenset({16, 24})
 SLOT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 GEOMETRY_RE = re.compile(r"^([0-9]{1,5})x([0-9]{1,5})$")
@@ -35,6 +43,8 @@ class StartRequest:
     audio: bool
     started_by: str | None
     apps: tuple[tuple[str, ...], ...]
+    profile: str | None = None
+    persist_home: bool = False
 
     @property
     def geometry(self) -> str:
@@ -62,16 +72,34 @@ def check_slot(slot: object) -> str:
 
 
 def parse_geometry(geometry: object) -> tuple[int, int]:
+    """``WIDTHxHEIGHT`` or a preset name (``fhd``); sizes outside the limits, odd sizes and
+    strange proportions are refused with the accepted range in the message."""
+    if isinstance(geometry, str) and geometry.lower() in GEOMETRY_PRESETS:
+        return GEOMETRY_PRESETS[geometry.lower()]
     match = GEOMETRY_RE.fullmatch(geometry) if isinstance(geometry, str) else None
+    names = ", ".join(GEOMETRY_PRESETS)
     if match is None:
-        raise InvalidArgs("geometry", "expected WIDTHxHEIGHT, e.g. 1280x800")
+        raise InvalidArgs("geometry", f"expected WIDTHxHEIGHT (e.g. 1280x800) or one of {names}")
     width, height = int(match[1]), int(match[2])
     (min_w, min_h), (max_w, max_h) = MIN_GEOMETRY, MAX_GEOMETRY
     if not (min_w <= width <= max_w and min_h <= height <= max_h):
         raise InvalidArgs(
             "geometry", f"{width}x{height} outside {min_w}x{min_h} .. {max_w}x{max_h}"
         )
+    if width % 2 or height % 2:
+        raise InvalidArgs("geometry", f"{width}x{height}: width and height must be even")
+    if not MIN_ASPECT <= width / height <= MAX_ASPECT:
+        raise InvalidArgs("geometry", f"{width}x{height}: width/height must be between 1:2 and 4:1")
     return width, height
+
+
+def check_profile(profile: object) -> str | None:
+    """A profile name (whether this relay has it is the manager's to say)."""
+    if profile is None:
+        return None
+    if not isinstance(profile, str) or not PROFILE_RE.fullmatch(profile):
+        raise InvalidArgs("profile", f"must match {PROFILE_RE.pattern}")
+    return profile
 
 
 def check_depth(depth: object) -> int:
@@ -134,6 +162,8 @@ def parse_start(
     apps: object,
     default_apps: tuple[str, ...],
     allowed_apps: frozenset[str] = frozenset(),
+    profile: object = None,
+    persist_home: object = False,
 ) -> StartRequest:
     """Validate every start argument, kind first (it decides who handles the rest)."""
     normalised = normalise_kind(kind)
@@ -147,4 +177,12 @@ def parse_start(
         audio=check_audio(audio),
         started_by=check_started_by(started_by),
         apps=check_apps(apps, default_apps, allowed_apps),
+        profile=check_profile(profile),
+        persist_home=_check_bool("persist_home", persist_home),
     )
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgs(name, "must be true or false")
+    return value

@@ -37,6 +37,10 @@ SESSION_ID: Final[Schema] = {
 }  # fmt: skip
 EXACT_KIND: Final[Schema] = {k: v for k, v in KIND.items() if k != "default"}
 EXACT_SLOT: Final[Schema] = {k: v for k, v in SLOT.items() if k != "default"}
+# WIDTHxHEIGHT or a named size; the relay checks the limits (relay/desktops/validation.py).
+GEOMETRY_PATTERN: Final = (
+    r"^([0-9]{2,5}x[0-9]{2,5}|vga|svga|xga|hd|wxga|sxga|hd\+|fhd|wuxga|qhd|4k)$"
+)
 VIRTUAL: Final = "virtual"
 KIND_ALIASES: Final = {"docker": VIRTUAL}
 
@@ -111,7 +115,9 @@ def _probe_outcome(result: object) -> str:
 async def start(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     await _tracked_relay(ctx, args)
     request: dict[str, Any] = {
-        k: args[k] for k in ("kind", "slot", "geometry", "depth", "audio") if k in args
+        k: args[k]
+        for k in ("kind", "slot", "geometry", "depth", "audio", "profile", "persist_home")
+        if k in args
     }
     result = await ctx.relay_call(
         "desktop.start", {**request, "started_by": ctx.principal.username}
@@ -119,7 +125,8 @@ async def start(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     row = await ctx.inventory.record_started(ctx.relay_id, result)
     already = bool(result.get("already_running"))
     ctx.outcome = "already_running" if already else "ok"
-    return {**_desktop_reply(ctx, row), "already_running": already}
+    extra: dict[str, Any] = {k: result[k] for k in ("profile", "persist_home") if k in result}
+    return {**_desktop_reply(ctx, row), "already_running": already, **extra}
 
 
 async def status(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -205,12 +212,22 @@ DESKTOP_ACTIONS: Final[tuple[Action, ...]] = (
         "desktop_start", "write",
         tool_schema({
             "relay": RELAY, "kind": KIND, "slot": SLOT,
-            "geometry": {"type": "string", "pattern": "^[0-9]{2,5}x[0-9]{2,5}$",
-                         "default": "1280x800", "description": "Screen size WIDTHxHEIGHT."},
+            "geometry": {"type": "string", "pattern": GEOMETRY_PATTERN,
+                         "default": "1280x800",
+                         "description": "Screen size WIDTHxHEIGHT (even numbers, 640x480 to "
+                         "7680x4320, 1:2 to 4:1) or a name: vga, svga, xga, hd, wxga, sxga, "
+                         "hd+, fhd, wuxga, qhd, 4k."},
             "depth": {"type": "integer", "enum": [16, 24], "default": 24,
                       "description": "Colour depth in bits."},
             "audio": {"type": "boolean",  # absent: the relay's default (docs/audio.md)
                       "description": "Capture the desktop's sound for the viewer."},
+            "profile": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,31}$",
+                        "description": "Desktop profile: 'standard' (panel, browser, files, "
+                        "editor, terminal) or 'minimal' (window manager and terminal); absent: "
+                        "the relay's default."},
+            "persist_home": {"type": "boolean", "default": False,
+                             "description": "Keep the home directory of this slot across stops "
+                             "(files, browser profile); wipe it with desktop_reset_home."},
         }),
         "Start a desktop in a slot of a relay, or return the one already running there. "
         "Answers with the desktop row and a viewer_url to open it.",

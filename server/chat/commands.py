@@ -144,6 +144,8 @@ class CommandRunner:
             return await self._with_relay(command.relay, "stop", self._stop, command.kind)
         if isinstance(command, slash.DesktopStatus):
             return await self._with_relay(command.relay, "status", self._status, "virtual")
+        if isinstance(command, slash.DesktopApps):
+            return await self._with_relay(command.relay, "apps", self._apps, command.kind)
         if isinstance(command, slash.ListDesktops):
             return await self._list()
         if isinstance(command, slash.CloseViewer):
@@ -324,6 +326,20 @@ class CommandRunner:
         text = (f"{_count(len(rows))} on {relay}." if rows
                 else f"No desktop is running on {relay}.")  # fmt: skip
         return Reply(text, _payload("status", "status", relay=relay, desktops=rows))
+
+    async def _apps(self, relay: str, kind: str) -> Reply:
+        status, body = await self._call("desktop_apps", relay=relay, kind=kind, slot=CHAT_SLOT)
+        if status == 409:
+            return self._not_running("apps", relay, kind, "no apps to list")
+        if status >= 400:
+            return _error_reply("apps", status, body, relay=relay, kind=kind)
+        apps = [a for a in body.get("launchable", []) if isinstance(a, dict)]
+        names = ", ".join(f"{a.get('name')} ({a.get('id')})" for a in apps)
+        where = f"The desktop on {relay} (profile {body.get('profile') or 'unknown'})"
+        text = f"{where} can start: {names}." if apps else f"{where} has no launchable apps."
+        payload = _payload("apps", "apps", relay=relay, kind=kind, profile=body.get("profile"),
+                           launchable=apps)  # fmt: skip
+        return Reply(text, payload)
 
     async def _list(self) -> Reply:
         status, body = await self._call("desktop_list_active")

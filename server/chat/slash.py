@@ -77,13 +77,29 @@ class StopDesktop:
 
 
 @dataclass(frozen=True)
+class DesktopApps:
+    """``/desktop apps [relay]``: the running desktop's launchable apps."""
+
+    relay: str | None
+    kind: DesktopKind = "virtual"
+    tag: Literal["apps"] = "apps"
+
+
+@dataclass(frozen=True)
 class Help:
     topic: str | None = None
     tag: Literal["help"] = "help"
 
 
 Command = (
-    OpenDesktop | CloseViewer | ListDesktops | DesktopStatus | AttachDesktop | StopDesktop | Help
+    OpenDesktop
+    | CloseViewer
+    | ListDesktops
+    | DesktopStatus
+    | AttachDesktop
+    | StopDesktop
+    | DesktopApps
+    | Help
 )
 
 
@@ -104,6 +120,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "status": ("/desktop status [relay]", "show one relay's desktops, checked now"),
     "attach": ("/desktop attach [relay]", "open a viewer on the running desktop; never starts"),
     "stop": ("/desktop stop [relay]", "stop the running desktop (asks for confirmation)"),
+    "apps": ("/desktop apps [relay]", "list the apps the running desktop can start"),
     "close": ("/desktop close", "close this browser's viewer tab; the desktop keeps running"),
     "help": ("/desktop help [command]", "show this help"),
 }
@@ -194,6 +211,8 @@ def _with_relay(word: str, rest: list[str]) -> Command | ParseError:
         return DesktopStatus(relay)
     if word == "attach":
         return AttachDesktop(relay)
+    if word == "apps":
+        return DesktopApps(relay)
     return StopDesktop(relay)
 
 
@@ -217,11 +236,12 @@ _KEYWORD_PARSERS: dict[str, Callable[[str, list[str]], Command | ParseError]] = 
     "status": _with_relay,
     "attach": _with_relay,
     "stop": _with_relay,
+    "apps": _with_relay,
     "help": _help,
 }
 
 
-_TAKES_RELAY = frozenset({"docker", "local", "status", "attach", "stop"})
+_TAKES_RELAY = frozenset({"docker", "local", "status", "attach", "stop", "apps"})
 
 
 def _bad_word(word: str) -> ParseError:
@@ -305,7 +325,7 @@ def describe(command: Command) -> str:
         return f"{base} {command.relay}" if command.relay else base
     if isinstance(command, CloseViewer | ListDesktops):
         return f"/desktop {command.tag}"
-    if isinstance(command, DesktopStatus | AttachDesktop | StopDesktop):
+    if isinstance(command, DesktopStatus | AttachDesktop | StopDesktop | DesktopApps):
         return f"/desktop {command.tag}" + (f" {command.relay}" if command.relay else "")
     if isinstance(command, Help):
         return "/desktop help" + (f" {command.topic}" if command.topic else "")

@@ -1,7 +1,7 @@
 """Wiring of the inventory feature into the app: inventory, actions, events, history pruning.
 
-``server.app`` calls :func:`routes` and enters :func:`lifespan`; everything built here lives
-on ``app.state`` (``inventory``, ``actions``, ``events``, ``bus``).
+``server.app`` calls :func:`routes` and enters :func:`lifespan`, which yields the parts built
+here (:class:`InventoryParts`: ``bus``, ``inventory``, ``events``, ``actions``).
 """
 
 from __future__ import annotations
@@ -10,20 +10,24 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
 from starlette.routing import BaseRoute
 
 from server.actions.desktop import DESKTOP_ACTIONS
+from server.actions.desktop_apps import DESKTOP_APP_ACTIONS
 from server.actions.registry import ActionRegistry
 from server.actions.routes import action_routes
 from server.config import Settings
 from server.db.base import utc_now
-from server.events.bus import create_bus
+from server.db.store import Store
+from server.events.bus import Bus, create_bus
 from server.events.hub import ConversationEvents
 from server.events.routes import event_routes
 from server.inventory.service import Inventory
+from server.relays.hub import RelayHub
 
 log = logging.getLogger(__name__)
 
@@ -50,24 +54,33 @@ async def _prune_forever(inventory: Inventory, store: Any, settings: Settings) -
         await asyncio.sleep(PRUNE_INTERVAL_S)
 
 
+@dataclass(frozen=True)
+class InventoryParts:
+    """What the inventory feature builds: the bus, the inventory, its events, the actions."""
+
+    bus: Bus
+    inventory: Inventory
+    events: ConversationEvents
+    actions: ActionRegistry
+
+
 @contextlib.asynccontextmanager
-async def lifespan(state: Any, settings: Settings) -> AsyncIterator[None]:
-    """Build the feature's objects on ``state``; stop the pruner and close the bus on exit."""
+async def lifespan(
+    store: Store, hub: RelayHub, settings: Settings
+) -> AsyncIterator[InventoryParts]:
+    """Build the feature's parts; stop the pruner and close the bus on exit."""
     bus = create_bus(settings.redis_url)
-    inventory = Inventory(state.store, state.hub, probe_timeout_s=settings.request_timeout_s)
-    events = ConversationEvents(bus, state.store)
+    inventory = Inventory(store, hub, probe_timeout_s=settings.request_timeout_s)
+    events = ConversationEvents(bus, store)
     inventory.add_batch_listener(events.inventory_changed)
     if not settings.redis_url:
         # One replica: no relay is connected yet, so nothing confirms last run's rows.
-        await inventory.forget_connections(r.relay_id for r in await state.store.list_relays())
-    state.hub.add_observer(inventory)
-    state.bus, state.inventory, state.events = bus, inventory, events
-    state.actions = ActionRegistry(DESKTOP_ACTIONS)
-    pruner = asyncio.create_task(
-        _prune_forever(inventory, state.store, settings), name="inventory-prune"
-    )
+        await inventory.forget_connections(r.relay_id for r in await store.list_relays())
+    hub.add_observer(inventory)
+    pruner = asyncio.create_task(_prune_forever(inventory, store, settings), name="inventory-prune")
     try:
-        yield
+        registry = ActionRegistry(DESKTOP_ACTIONS + DESKTOP_APP_ACTIONS)
+        yield InventoryParts(bus, inventory, events, registry)
     finally:
         pruner.cancel()
         with contextlib.suppress(asyncio.CancelledError):

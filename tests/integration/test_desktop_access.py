@@ -84,7 +84,7 @@ async def desktop(open_base: Path) -> AsyncIterator[tuple[DesktopManager, dict[s
     (state / "desktop-logs" / "old.log").write_text("earlier run\n")
     (state / "desktop-logs" / "old.log").chmod(0o644)
     config = DesktopConfig(
-        state_dir=state, apps=(), window_manager=(),
+        state_dir=state, apps=(), window_manager=(), default_profile="minimal",
         start_timeout_s=scaled(15), probe_timeout_s=scaled(3),
     )  # fmt: skip
     manager = DesktopManager(config)

@@ -65,6 +65,7 @@ def light_config(tmp_path: Path) -> DesktopConfig:
         state_dir=tmp_path / "state",
         apps=(),
         window_manager=(),
+        default_profile="minimal",
         watchdog_interval_s=0.25,
         start_timeout_s=scaled(15),
         probe_timeout_s=scaled(3),

@@ -41,7 +41,8 @@ _STARTER = textwrap.dedent(
 
     async def main() -> None:
         config = DesktopConfig(state_dir=Path(sys.argv[1]), apps=("sleep 600",),
-                               allowed_apps=("sleep 600",), start_timeout_s=60)
+                               allowed_apps=("sleep 600",), start_timeout_s=60,
+                               default_profile="minimal")
         await DesktopManager(config).start(slot="main")
         await asyncio.sleep(600)
 

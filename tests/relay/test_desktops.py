@@ -58,7 +58,9 @@ async def test_full_desktop_serves_novnc_and_rfb(
 ) -> None:
     monkeypatch.setenv("RELAYDESK_RELAY_TOKEN", "rdk_secret_that_must_not_leak")
     monkeypatch.chdir(tmp_path)  # the relay runs somewhere other than its home directory
-    config = DesktopConfig(state_dir=tmp_path, start_timeout_s=scaled(15))
+    config = DesktopConfig(
+        state_dir=tmp_path, start_timeout_s=scaled(15), default_profile="minimal"
+    )
     mgr = DesktopManager(config)
     try:
         row = await mgr.start(started_by="alice")
@@ -76,8 +78,9 @@ async def test_full_desktop_serves_novnc_and_rfb(
         assert again["already_running"] is True
         xterm = pid_of(record_for(config, row["desktop_session_id"]), "app:xterm")
         env = proc_environ(xterm)
-        # A terminal opens in the home directory, not wherever the relay was started.
-        assert psutil.Process(xterm).cwd() == os.path.realpath(os.environ["HOME"])
+        # A terminal opens in the desktop's own home, not wherever the relay was started.
+        assert psutil.Process(xterm).cwd() == os.path.realpath(env["HOME"])
+        assert env["HOME"] != os.environ["HOME"] and os.getcwd() != env["HOME"]
         assert env["DISPLAY"] == row["display"]
         assert env["DBUS_SESSION_BUS_ADDRESS"].startswith("unix:")
         assert env["GTK_MODULES"] == "gail:atk-bridge"

@@ -18,14 +18,17 @@ from starlette.routing import Route
 from server import admin
 from server.auth.errors import AuthError, auth_error_handler
 from server.auth.principal import Principal
-from server.chat.routes import MAX_MESSAGE_CHARS, ChatService, chat_routes
+from server.chat.ports import ChatService
+from server.chat.routes import MAX_MESSAGE_CHARS, chat_routes
 from server.chat.web import CSP, web_routes
 from server.config import Settings
 from server.db.store import Store
 from server.inventory.rows import DesktopRow
+from server.services import install
 from server.viewer.assets import viewer_file
 from server.viewer.capability import grant_for, mint
 from server.viewer.keyboard_state import keyboard_state_route
+from tests.support.services import bare_services
 from tests.support.stack import Seed, seed_database
 from wire.errors import ErrorCode, OpError
 
@@ -160,11 +163,11 @@ async def env(tmp_path: Path, template: tuple[Seed, str]) -> AsyncIterator[Env]:
         ],
         exception_handlers={AuthError: auth_error_handler},
     )
-    app.state.store = store
-    app.state.settings = Settings(data_dir=tmp_path, database_url=seed.database_url,
-                                  secret_key=SECRET)  # fmt: skip
-    app.state.chat = ChatService(invoke=actions, publish=publish)
-    app.state.hub = hub
+    settings = Settings(data_dir=tmp_path, database_url=seed.database_url, secret_key=SECRET)
+    install(app.state, bare_services(
+        store=store, settings=settings, chat=ChatService(invoke=actions, publish=publish),
+        hub=hub, inventory=FakeInventory(),
+    ))  # fmt: skip
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         yield Env(client, seed, store, actions, published, bob_token, hub)
@@ -336,7 +339,7 @@ async def test_close_list_and_help_answer_without_side_effects(env: Env) -> None
     listed = (await env.post("/desktop list")).json()["reply"]["payload"]
     assert listed["desktops"][0]["desktop_session_id"] == "s-1"
     helped = (await env.post("/desktop help")).json()["reply"]["payload"]
-    assert len(helped["lines"]) == 9
+    assert len(helped["lines"]) == 10
     assert env.actions.names() == ["desktop_list_active"] * 3
 
 
@@ -376,7 +379,7 @@ async def test_action_errors_are_reported_as_results(env: Env) -> None:
             return 200, {"desktops": []}
         return 403, {"ok": False, "error": {"code": "forbidden", "message": "needs write"}}
 
-    env.client._transport.app.state.chat.invoke = failing  # type: ignore[attr-defined]
+    env.client._transport.app.state.services.chat.invoke = failing  # type: ignore[attr-defined]
     payload = (await env.post("/desktop")).json()["reply"]["payload"]
     assert payload["outcome"] == "error"
     assert payload["error"] == {"code": "forbidden", "message": "needs write", "status": 403}
@@ -422,7 +425,7 @@ async def test_a_relay_without_its_real_screen_gets_a_next_step(env: Env) -> Non
         message = "local desktops are not run by the virtual desktop manager"
         return 503, {"ok": False, "error": {"code": "unavailable", "message": message}}
 
-    env.client._transport.app.state.chat.invoke = no_helper  # type: ignore[attr-defined]
+    env.client._transport.app.state.services.chat.invoke = no_helper  # type: ignore[attr-defined]
     reply = (await env.post("/desktop local")).json()["reply"]
     assert reply["text"] == (
         "Relay relay-1 does not share its real screen. To share it, run `relaydesk host-helper` "
@@ -448,7 +451,8 @@ async def test_a_transcript_read_later_tells_how_each_desktop_ended(env: Env) ->
         state="stopped", started_at="2025-01-01T00:00:00+00:00", started_by="alice",
         updated_at="2025-01-01T00:05:00+00:00", reason="stopped by bob",
     )  # fmt: skip
-    env.client._transport.app.state.inventory = inventory  # type: ignore[attr-defined]
+    state = env.client._transport.app.state  # type: ignore[attr-defined]
+    install(state, dataclasses.replace(state.services, inventory=inventory))
     stored = (await env.client.get(env.messages_url(), headers=env.auth())).json()["messages"]
     assert "desktop_now" not in stored[0]
     assert stored[1]["desktop_now"] == {

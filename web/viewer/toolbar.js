@@ -255,10 +255,12 @@ class Toolbar {
     setTimeout(() => {
       const allowed = canResizeRemote(this.rfb);
       const option = byId("scaling").querySelector("option[value='remote']");
+      // x11vnc does not implement SetDesktopSize: the choice is hidden, not offered in vain.
       option.disabled = !allowed;
+      option.hidden = !allowed;
       const note = byId("scaling-note");
-      note.hidden = allowed;
-      note.textContent = allowed ? "" : "This desktop keeps its own size: it cannot be resized from the viewer.";
+      note.hidden = true;
+      note.textContent = "";
       this.applyScaling();
     }, 500);
   }

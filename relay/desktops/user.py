@@ -1,0 +1,177 @@
+"""Who a desktop's session runs as, and the home directories it gets.
+
+A relay that runs as root never runs a desktop's session as root: the window manager, panel,
+apps, the session D-Bus and the sound server run as the unprivileged desktop user
+(``RELAYDESK_DESKTOP_USER``, created on first use when missing). Xvfb, x11vnc, websockify and
+the orphan guard stay with the relay: they hold the desktop's secrets (docs/desktops.md,
+"Desktop user"). A relay that is not root runs desktops as itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from relay.desktops.credentials import PRIVATE_DIR_MODE
+from wire.errors import ErrorCode, OpError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DESKTOP_USER: Final = "relaydesk-desktop"
+USERADD: Final = "useradd"
+# A parent the desktop user may traverse but not list.
+TRAVERSE_ONLY_MODE: Final = 0o711
+
+
+@dataclass(frozen=True)
+class DesktopUser:
+    """The account a desktop's session processes run as (never uid 0)."""
+
+    name: str
+    uid: int
+    gid: int
+    home: Path
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        """``subprocess.Popen`` arguments that drop to this user (no supplementary groups)."""
+        return {"user": self.uid, "group": self.gid, "extra_groups": []}
+
+    def env(self) -> dict[str, str]:
+        return {"USER": self.name, "LOGNAME": self.name, "SHELL": "/bin/bash"}
+
+
+def resolve_desktop_user(name: str, *, create: bool = True) -> DesktopUser | None:
+    """The desktop user when this process is root (created when missing), else None (blocking)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        if not create:
+            raise _unavailable(f"the desktop user {name!r} does not exist") from None
+        entry = _create_user(name)
+    if entry.pw_uid == 0:
+        raise _unavailable(f"the desktop user {name!r} is root; desktops never run as root")
+    return DesktopUser(name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir))
+
+
+def _create_user(name: str) -> pwd.struct_passwd:
+    home = Path("/var/lib") / name
+    argv = [USERADD, "--system", "--user-group", "--create-home", "--home-dir", str(home),
+            "--shell", "/bin/bash", "--comment", "relaydesk desktops", name]  # fmt: skip
+    if shutil.which(USERADD) is None:
+        raise _unavailable(f"cannot create the desktop user {name!r}: no {USERADD}")
+    try:
+        subprocess.run(argv, check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as err:
+        raise _unavailable(f"cannot create the desktop user {name!r}: {err}") from err
+    home.chmod(PRIVATE_DIR_MODE)
+    logger.info("created the desktop user %s", name)
+    return pwd.getpwnam(name)
+
+
+def _unavailable(message: str) -> OpError:
+    return OpError(ErrorCode.UNAVAILABLE, message, {"field": "desktop_user"})
+
+
+ROOT_HOMES_DIR: Final = Path("/var/lib/relaydesk/desktop-homes")
+
+
+def homes_root(state_dir: Path, configured: Path | None, user: DesktopUser | None) -> Path:
+    """Where this relay keeps its desktops' homes.
+
+    Beside the relay's state when desktops run as the relay. When they run as the desktop user,
+    in a root-owned tree it may traverse but not list or change (the relay's state directory,
+    often under root's home, is out of its reach), keyed by the relay's state directory so two
+    relays never share homes.
+    """
+    if configured is not None:
+        return configured
+    if user is None:
+        return state_dir / "homes"
+    key = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
+    return ROOT_HOMES_DIR / key
+
+
+def prepare_home(path: Path, user: DesktopUser | None, *, fresh: bool) -> Path:
+    """A 0700 home directory owned by the desktop user; ``fresh`` empties it first (blocking).
+
+    Its parents stay the relay's: 0700, or 0711 (traverse only) when a desktop user must reach
+    the home, so that user can never swap a parent for a link.
+    """
+    if fresh:
+        shutil.rmtree(path, ignore_errors=True)
+    _parent_dirs(path.parent, TRAVERSE_ONLY_MODE if user is not None else PRIVATE_DIR_MODE)
+    path.mkdir(mode=PRIVATE_DIR_MODE, exist_ok=True)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise OSError(f"{path.name}: not a directory")
+    if user is not None and (info.st_uid, info.st_gid) != (user.uid, user.gid):
+        os.chown(path, user.uid, user.gid, follow_symlinks=False)
+    path.chmod(PRIVATE_DIR_MODE)
+    return path
+
+
+def _parent_dirs(path: Path, mode: int) -> None:
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(mode=mode)
+        directory.chmod(mode)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise OSError(f"{path.name}: not a directory of the relay's")
+    if stat.S_IMODE(info.st_mode) != mode:
+        path.chmod(mode)
+
+
+def write_in_home(home: Path, relative: str, data: bytes, user: DesktopUser | None) -> None:
+    """Replace ``home/relative`` with a 0600 file of the desktop user's (blocking).
+
+    The home belongs to the desktop user, so every step is opened without following links
+    (``openat`` with ``O_NOFOLLOW``): a link planted in a kept home never redirects the relay.
+    """
+    *parents, name = relative.split("/")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd = os.open(home, flags)
+    try:
+        for part in parents:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, PRIVATE_DIR_MODE, dir_fd=fd)
+                if user is not None:
+                    os.chown(part, user.uid, user.gid, dir_fd=fd, follow_symlinks=False)
+            child = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=fd)
+        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                      dir_fd=fd)  # fmt: skip
+        try:
+            if user is not None:
+                os.fchown(out, user.uid, user.gid)
+            os.write(out, data)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
+def directory_size(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (symbolic links not followed; blocking)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                info = os.lstat(os.path.join(root, name))
+                if stat.S_ISREG(info.st_mode):
+                    total += info.st_size
+    return total

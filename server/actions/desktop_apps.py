@@ -1,0 +1,98 @@
+"""The actions about what runs in a desktop: its launchable apps, launching one, and wiping a
+slot's kept home.
+
+The launchable list is the desktop's profile's (relay/desktops/profiles.py): the same list its
+panel, its menu and ``/desktop apps`` show. Apps are named by id, never by command line.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from server.actions.context import ActionContext
+from server.actions.desktop import (
+    KIND,
+    RELAY,
+    SESSION_ID,
+    SLOT,
+    _kind,
+    _live_row,
+)
+from server.actions.desktop import _tracked_relay as tracked_relay
+from server.actions.registry import Action, tool_schema
+from server.actions.schema import Schema
+from wire.errors import ErrorCode, OpError
+
+APP_ID: Final[Schema] = {
+    "type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,31}$",
+    "description": "Id of a launchable app, as desktop_apps lists it (e.g. 'chromium').",
+}  # fmt: skip
+
+
+async def _running_session(ctx: ActionContext, args: dict[str, Any]) -> str:
+    await tracked_relay(ctx, args)
+    row = await _live_row(ctx, args)
+    if row is None or row.state != "running":
+        raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
+    ctx.desktop_session_id = row.desktop_session_id
+    return row.desktop_session_id
+
+
+async def apps(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    session_id = await _running_session(ctx, args)
+    answer = await ctx.relay_call("desktop.apps", {"desktop_session_id": session_id})
+    return {"desktop_session_id": session_id, "profile": answer.get("profile"),
+            "launchable": answer.get("launchable", [])}  # fmt: skip
+
+
+async def launch(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    session_id = await _running_session(ctx, args)
+    answer = await ctx.relay_call(
+        "desktop.launch", {"desktop_session_id": session_id, "app": args["app"]}
+    )
+    return {"desktop_session_id": session_id, "app": answer.get("app"), "launched": True}
+
+
+async def reset_home(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    await tracked_relay(ctx, args)
+    kind, slot = _kind(args), str(args.get("slot", "main"))
+    if not args.get("confirm"):
+        confirm = {"conversation_id": ctx.conversation_id, "relay": ctx.relay_id, "kind": kind,
+                   "slot": slot, "confirm": True}  # fmt: skip
+        return {"confirm_required": True, "kind": kind, "slot": slot,
+                "confirm": {"action": "desktop_reset_home", "args": confirm}}  # fmt: skip
+    answer = await ctx.relay_call("desktop.reset_home", {"kind": kind, "slot": slot})
+    ctx.outcome = "reset" if answer.get("existed") else "was_empty"
+    return {"reset": True, "kind": kind, "slot": slot, "existed": bool(answer.get("existed"))}
+
+
+DESKTOP_APP_ACTIONS: Final[tuple[Action, ...]] = (
+    Action(
+        "desktop_apps", "read",
+        tool_schema({"relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID}),
+        "List the applications that may be started in a running desktop (launchable: id, name, "
+        "icon, desktop_entry), from its profile.",
+        apps,
+    ),
+    Action(
+        "desktop_launch", "write",
+        tool_schema(
+            {"relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID,
+             "app": APP_ID},
+            ("app",),
+        ),
+        "Start one launchable app (an id from desktop_apps) in a running desktop. Its window "
+        "opens in the background; find it with a screenshot.",
+        launch, audit_op="desktop.launch",
+    ),
+    Action(
+        "desktop_reset_home", "write",
+        tool_schema({"relay": RELAY, "kind": KIND, "slot": SLOT,
+                     "confirm": {"type": "boolean", "default": False,
+                                 "description": "true wipes; without it nothing changes and "
+                                 "the answer shows what would be wiped."}}),
+        "Wipe the kept home of a slot (desktops started with persist_home: true). Refused while "
+        "a desktop runs there. First call without confirm, then again with the returned args.",
+        reset_home, audit_op="desktop.reset_home",
+    ),
+)  # fmt: skip

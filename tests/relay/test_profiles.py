@@ -1,0 +1,261 @@
+"""Desktop profiles, the desktop user and kept homes, with real desktops.
+
+One ``standard`` desktop serves the module (it is the slow one); the others are ``minimal``.
+As root (CI), the desktop's session runs as the desktop user and these tests check it does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import mss
+import psutil
+import pytest
+import pytest_asyncio
+
+from relay.desktops import DesktopConfig, DesktopManager
+from relay.desktops.profiles import load_profiles
+from tests.support.processes import scaled
+from wire.errors import ErrorCode, InvalidArgs, OpError
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+STANDARD = load_profiles()["standard"]
+needs_standard = pytest.mark.skipif(
+    bool(STANDARD.missing()), reason=f"standard profile needs {STANDARD.missing()}"
+)
+SESSION_PROGRAMS = ("xterm", "tint2", "openbox", "chromium", "dbus-daemon")
+RELAY_PROGRAMS = ("Xvfb", "x11vnc")
+PAGE = """<!doctype html><title>relaydesk-page-ok</title>
+<body style="margin:0;background:#ff00ff"><h1 style="font:64px sans-serif">Hello relaydesk</h1>"""
+
+
+def _config(tmp: Path, **extra: Any) -> DesktopConfig:
+    return DesktopConfig(
+        state_dir=tmp / "state", watchdog_interval_s=1.0,
+        start_timeout_s=scaled(20), probe_timeout_s=scaled(3), **extra,
+    )  # fmt: skip
+
+
+def _x_env(config: DesktopConfig, display: str) -> dict[str, str]:
+    authority = str(config.authority_file)
+    return {"PATH": os.environ["PATH"], "DISPLAY": display, "XAUTHORITY": authority}
+
+
+def window_titles(config: DesktopConfig, display: str) -> list[str]:
+    done = subprocess.run(
+        ["wmctrl", "-l"], env=_x_env(config, display), capture_output=True, text=True,
+        timeout=scaled(10), check=False,
+    )  # fmt: skip
+    return [line.split(None, 3)[-1] for line in done.stdout.splitlines()]
+
+
+async def wait_for_window(config: DesktopConfig, display: str, part: str) -> list[str]:
+    deadline = asyncio.get_running_loop().time() + scaled(30)
+    while True:
+        titles = await asyncio.to_thread(window_titles, config, display)
+        if any(part in title for title in titles):
+            return titles
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"no window {part!r} among {titles}")
+        await asyncio.sleep(0.2)
+
+
+def session_processes(home: str) -> dict[str, list[psutil.Process]]:
+    """Processes whose environment names this desktop's home, by program name."""
+    found: dict[str, list[psutil.Process]] = {}
+    for proc in psutil.process_iter(["name", "uids"]):
+        try:
+            if proc.environ().get("HOME") == home:
+                found.setdefault(proc.info["name"], []).append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def standard(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[tuple[DesktopManager, dict[str, Any]]]:
+    if STANDARD.missing():
+        pytest.skip(f"standard profile needs {STANDARD.missing()}")
+    os.environ.pop("DISPLAY", None)
+    manager = DesktopManager(_config(tmp_path_factory.mktemp("standard")))
+    row = await manager.start(slot="std", profile="standard")
+    try:
+        yield manager, row
+    finally:
+        await manager.close(stop_desktops=True)
+
+
+@needs_standard
+async def test_standard_desktop_has_a_panel_and_a_browser(
+    standard: tuple[DesktopManager, dict[str, Any]],
+) -> None:
+    manager, row = standard
+    assert row["profile"] == "standard"
+    await wait_for_window(manager.config, row["display"], "Chromium")
+    await wait_for_window(manager.config, row["display"], "tint2")  # the panel
+
+
+@needs_standard
+async def test_session_runs_as_the_desktop_user_and_the_relay_keeps_its_own(
+    standard: tuple[DesktopManager, dict[str, Any]],
+) -> None:
+    manager, row = standard
+    await wait_for_window(manager.config, row["display"], "Chromium")
+    desktop = manager._desktops[("virtual", "std")]
+    assert desktop.home is not None
+    procs = session_processes(desktop.home)
+    for name in ("xterm", "tint2", "openbox", "dbus-daemon"):
+        assert name in procs, sorted(procs)
+    chromium = [p for name, ps in procs.items() if "chrom" in name for p in ps]
+    assert chromium, sorted(procs)
+    user = await manager.desktop_user()
+    for proc in [p for ps in procs.values() for p in ps]:
+        uid = proc.uids().real
+        assert uid == (user.uid if user else os.getuid()), (proc.name(), uid)
+        if os.geteuid() == 0:
+            assert uid != 0, proc.name()
+    if user is None:
+        return
+    for name in RELAY_PROGRAMS:  # the display and the RFB server stay with the relay
+        child = desktop.processes.find(name)
+        assert child is not None and psutil.Process(child.pid).uids().real == os.getuid()
+    # The desktop user reaches its home and its cookie, never the relay's files.
+    as_user = ["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups"]
+    config = manager.config
+    other = config.run_dir / "other-desktop"
+    other.mkdir(mode=0o700, exist_ok=True)
+    (other / "Xauthority").write_bytes(b"secret")
+    for path in (config.state_file, config.authority_file, other / "Xauthority",
+                 config.run_dir / row["desktop_session_id"] / "vncpasswd"):  # fmt: skip
+        denied = subprocess.run([*as_user, "cat", str(path)], capture_output=True, timeout=10)
+        assert denied.returncode != 0 and b"Permission denied" in denied.stderr, path
+    listing = subprocess.run([*as_user, "ls", str(config.state_dir)], capture_output=True)
+    assert listing.returncode != 0
+    mine = subprocess.run([*as_user, "cat", f"{desktop.home}/.Xauthority"], capture_output=True)
+    assert mine.returncode == 0
+
+
+@needs_standard
+async def test_chromium_loads_a_local_page_and_shows_its_text(
+    standard: tuple[DesktopManager, dict[str, Any]],
+) -> None:
+    manager, row = standard
+    desktop = manager._desktops[("virtual", "std")]
+    assert desktop.home is not None
+    await wait_for_window(manager.config, row["display"], "Chromium")
+    page = Path(desktop.home) / "page.html"
+    page.write_text(PAGE, encoding="utf-8")
+    user = await manager.desktop_user()
+    if user is not None:
+        os.chown(page, user.uid, user.gid)
+    env = _x_env(manager.config, row["display"])
+    xdotool = ["xdotool", "search", "--onlyvisible", "--class", "chromium", "windowactivate",
+               "--sync", "key", "--clearmodifiers", "ctrl+l", "type", "--delay", "5",
+               f"file://{page}\n"]  # fmt: skip
+    subprocess.run(xdotool, env=env, capture_output=True, timeout=scaled(20), check=False)
+    await wait_for_window(manager.config, row["display"], "relaydesk-page-ok")
+    os.environ["XAUTHORITY"] = str(manager.config.authority_file)
+    with mss.MSS(display=row["display"]) as screen:
+        shot = screen.grab(screen.monitors[1])
+        png = manager.config.state_dir.parent / "standard.png"
+        mss.tools.to_png(shot.rgb, shot.size, output=str(png))
+    magenta = sum(1 for x in range(0, shot.width, 16) for y in range(200, 600, 16)
+                  if shot.pixel(x, y) == (255, 0, 255))  # fmt: skip
+    assert magenta > 100, "the page's background is not on the screen"
+
+
+@needs_standard
+async def test_launching_the_editor_from_launchable_opens_a_window(
+    standard: tuple[DesktopManager, dict[str, Any]],
+) -> None:
+    manager, row = standard
+    apps = await manager.apps(row["desktop_session_id"], ("virtual", "std"))
+    ids = [app["id"] for app in apps["launchable"]]
+    assert {"chromium", "pcmanfm", "mousepad", "xterm"} <= set(ids)
+    answer = await manager.launch_app(None, ("virtual", "std"), "mousepad")
+    assert answer["launched"]
+    await wait_for_window(manager.config, row["display"], "Mousepad")
+    with pytest.raises(InvalidArgs) as bad:
+        await manager.launch_app(None, ("virtual", "std"), "rm -rf /")
+    assert bad.value.details["field"] == "app"
+
+
+async def _stop(manager: DesktopManager, slot: str, row: dict[str, Any]) -> None:
+    await manager.stop(kind="virtual", slot=slot, desktop_session_id=row["desktop_session_id"])
+
+
+async def test_kept_home_survives_a_restart_until_it_is_reset(tmp_path: Path) -> None:
+    manager = DesktopManager(_config(tmp_path, apps=(), window_manager=()))
+    try:
+        row = await manager.start(slot="keep", profile="minimal", persist_home=True)
+        home = Path(manager._desktops[("virtual", "keep")].home or "")
+        (home / "notes.txt").write_text("kept")
+        with pytest.raises(OpError) as busy:
+            await manager.reset_home(kind="virtual", slot="keep")
+        assert busy.value.code is ErrorCode.BUSY
+        await _stop(manager, "keep", row)
+        row = await manager.start(slot="keep", profile="minimal", persist_home=True)
+        assert (home / "notes.txt").read_text() == "kept"
+        assert oct(home.stat().st_mode & 0o777) == "0o700"
+        await _stop(manager, "keep", row)
+        assert (await manager.reset_home(kind="virtual", slot="keep"))["existed"]
+        row = await manager.start(slot="keep", profile="minimal", persist_home=True)
+        assert not (home / "notes.txt").exists()
+        fresh = await manager.start(slot="fresh", profile="minimal")
+        fresh_home = Path(manager._desktops[("virtual", "fresh")].home or "")
+        visible = [p.name for p in fresh_home.iterdir() if p.name != ".Xauthority"]
+        assert visible == [] or set(visible) <= {".config", ".local"}, visible
+        assert not any(fresh_home.rglob("notes.txt"))
+        await manager.stop(
+            kind="virtual", slot="fresh", desktop_session_id=fresh["desktop_session_id"]
+        )
+        assert not fresh_home.exists()  # a fresh home goes with its desktop
+    finally:
+        await manager.close(stop_desktops=True)
+
+
+async def test_unknown_and_unavailable_profiles_are_refused_clearly(tmp_path: Path) -> None:
+    extra = tmp_path / "profiles"
+    extra.mkdir()
+    (extra / "cad.toml").write_text(
+        'description = "CAD"\nrequires = ["relaydesk-no-such-program"]\nstart = []\n'
+    )
+    manager = DesktopManager(_config(tmp_path, profiles_dir=extra))
+    try:
+        with pytest.raises(InvalidArgs) as unknown:
+            await manager.start(slot="p", profile="nonesuch")
+        assert unknown.value.details["field"] == "profile"
+        assert "minimal" in unknown.value.message and "standard" in unknown.value.message
+        with pytest.raises(OpError) as missing:
+            await manager.start(slot="p", profile="cad")
+        assert missing.value.code is ErrorCode.UNAVAILABLE
+        assert "relaydesk-no-such-program" in missing.value.message
+        status = {p["name"]: p for p in manager.profile_status()}
+        assert status["cad"]["available"] is False
+        assert status["minimal"]["available"] is True
+        assert not manager._desktops
+    finally:
+        await manager.close(stop_desktops=True)
+
+
+async def test_the_desktop_user_is_never_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the desktop user is used only when the relay is root")
+    from relay.desktops.user import resolve_desktop_user
+
+    with pytest.raises(OpError):
+        resolve_desktop_user("root")
+    user = resolve_desktop_user("relaydesk-desktop")
+    assert user is not None and user.uid != 0
+    assert pwd.getpwuid(user.uid).pw_name == "relaydesk-desktop"
+    assert shutil.which("setpriv")

@@ -34,7 +34,7 @@ import psutil
 
 from benchmarks.common import parser, percentile
 from benchmarks.rfb import RFBClient
-from relay.handlers import DIRECT_HOST_ENV
+from relay.config import DIRECT_HOST_ENV
 from tests.support.processes import ProcessTracker
 from tests.support.stack import (
     Seed,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 import opuslib.api
 import opuslib.constants as opus_const
 
+from relay.config import DEFAULT_BITRATE
 from relay.desktops.audio import (
     CHANNELS,
     MONITOR_SOURCE,
@@ -50,8 +51,6 @@ FRAME_SAMPLES: Final = SAMPLE_RATE * FRAME_MS // 1000  # per channel
 FRAME_BYTES: Final = FRAME_SAMPLES * CHANNELS * 2  # s16le
 PACKET_HEADER: Final = struct.Struct(">QI")  # capture time (µs, wall clock), sequence
 MAX_PACKET: Final = 1500
-DEFAULT_BITRATE: Final = 96_000
-BITRATE_ENV: Final = "RELAYDESK_AUDIO_BITRATE"
 # Per listener: 15 packets = 300 ms; older audio is dropped rather than played late.
 QUEUE_PACKETS: Final = 15
 CAPTURE_STOP_S: Final = 2.0
@@ -182,18 +181,6 @@ class OpusEncoder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def bitrate_from_env() -> int:
-    raw = os.environ.get(BITRATE_ENV, "").strip()
-    if not raw:
-        return DEFAULT_BITRATE
-    try:
-        value = int(raw)
-    except ValueError:
-        log.warning("%s=%r is not a number; using %d", BITRATE_ENV, raw, DEFAULT_BITRATE)
-        return DEFAULT_BITRATE
-    return min(max(value, 6_000), 510_000)
 
 
 def frame_packet(captured_us: int, sequence: int, opus: bytes) -> bytes:
@@ -388,8 +375,8 @@ class DesktopAudio:
 class AudioStreams:
     """The relay's audio channels by desktop session (``channel.open {type: audio}``)."""
 
-    def __init__(self, bitrate: int | None = None) -> None:
-        self.bitrate = bitrate or bitrate_from_env()
+    def __init__(self, bitrate: int = DEFAULT_BITRATE) -> None:
+        self.bitrate = bitrate
         self.desktops: dict[str, DesktopAudio] = {}
         self._stopping: set[asyncio.Task[None]] = set()
 
@@ -409,7 +396,7 @@ class AudioStreams:
             desktop = DesktopAudio(session_id, display, self.bitrate)
             self.desktops[session_id] = desktop
         listener = AudioChannel(channel_id, link, self._listener_closed(desktop))
-        link.add_channel(listener)
+        link.start_channel(listener)
         desktop.add(listener)
         log.info("audio listener %d on desktop %s… (%d)", channel_id, session_id[:8],
                  len(desktop.listeners))  # fmt: skip

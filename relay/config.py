@@ -1,13 +1,33 @@
-"""Relay settings: command-line flags over ``RELAYDESK_*`` environment variables."""
+"""Relay settings: command-line flags over ``RELAYDESK_*`` environment variables.
+
+:meth:`RelaySettings.from_env` is the one place a relay process reads its environment; the
+settings object it returns is passed down to every part (worker, handlers, desktops, audio,
+host-helper client).
+"""
 
 from __future__ import annotations
 
+import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 from urllib.parse import urlsplit
 
+from relay.desktops.audio import AudioSettings
+from relay.desktops.config import DesktopConfig
 from wire.errors import RelaydeskError
+
+log = logging.getLogger(__name__)
+
+SERVER_URL_ENV: Final = "RELAYDESK_SERVER_URL"
+HOST_HELPER_ENV: Final = "RELAYDESK_HOST_HELPER"
+HOST_HELPER_TOKEN_ENV: Final = "RELAYDESK_HOST_HELPER_TOKEN"  # noqa: S105 - a variable's name
+# Set by ``relaydesk up`` for a relay beside its server: the host ``vnc.direct`` answers with.
+DIRECT_HOST_ENV: Final = "RELAYDESK_DIRECT_VNC_HOST"
+BITRATE_ENV: Final = "RELAYDESK_AUDIO_BITRATE"
+DEFAULT_BITRATE: Final = 96_000  # Opus, bits per second
 
 SERVER_URL_SCHEMES = ("http", "https", "ws", "wss")
 
@@ -17,13 +37,13 @@ class RelayConfigError(RelaydeskError):
     instead of retrying, since waiting does not fix a configuration."""
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(f"RELAYDESK_{name}", default)
+def _env(name: str, default: str, environ: Mapping[str, str] | None = None) -> str:
+    return (os.environ if environ is None else environ).get(f"RELAYDESK_{name}", default)
 
 
 @dataclass(frozen=True)
-class RelayConfig:
-    """How a relay reaches its server and how much work it takes at once."""
+class RelaySettings:
+    """Everything a relay process is configured with, read once (:meth:`from_env`)."""
 
     server_url: str
     token: str
@@ -39,6 +59,47 @@ class RelayConfig:
     host_helper_url: str = ""
     # Where the token came from, for messages about a refused token (never the token itself).
     token_source: str = "RELAYDESK_RELAY_TOKEN"  # noqa: S105 - a variable's name
+    host_helper_token: str = field(default="", repr=False)
+    # The host ``vnc.direct`` names (a co-located server); None: the relay does not offer it.
+    direct_vnc_host: str | None = None
+    audio_bitrate: int = DEFAULT_BITRATE
+    desktops: DesktopConfig = field(default_factory=DesktopConfig)
+    audio: AudioSettings = field(default_factory=AudioSettings)
+
+    @classmethod
+    def from_env(
+        cls,
+        server_url: str | None,
+        token_file: str | None,
+        *,
+        stop_desktops_on_exit: bool = False,
+        environ: Mapping[str, str] | None = None,
+    ) -> RelaySettings:
+        """Flags over ``RELAYDESK_*`` variables; :class:`RelayConfigError` for a configuration
+        that cannot work (no server URL, no token, a file that cannot be read)."""
+        env = os.environ if environ is None else environ
+        url = server_url or env.get(SERVER_URL_ENV, "")
+        if not url:
+            raise RelayConfigError(f"--server (or {SERVER_URL_ENV}) is required")
+        token, source = read_token_and_source(token_file, env)
+        if not token:
+            where = source or "--token-file, RELAYDESK_RELAY_TOKEN or RELAYDESK_RELAY_TOKEN_FILE"
+            raise RelayConfigError(f"no relay token in {where}")
+        return cls(
+            server_url=check_server_url(url),
+            token=token,
+            token_source=source,
+            state_dir=default_state_dir(env),
+            liveness_timeout_s=env_float("LIVENESS_TIMEOUT_S", 30.0, env),
+            backoff_max_s=env_float("RELAY_BACKOFF_MAX_S", 10.0, env),
+            stop_desktops_on_exit=stop_desktops_on_exit,
+            host_helper_url=env.get(HOST_HELPER_ENV, ""),
+            host_helper_token=env.get(HOST_HELPER_TOKEN_ENV, "").strip(),
+            direct_vnc_host=env.get(DIRECT_HOST_ENV) or None,
+            audio_bitrate=parse_bitrate(env.get(BITRATE_ENV, "")),
+            desktops=DesktopConfig.from_env(env),
+            audio=AudioSettings.from_env(env),
+        )
 
     @property
     def connect_url(self) -> str:
@@ -70,9 +131,10 @@ def check_server_url(url: str) -> str:
     return url.strip()
 
 
-def default_state_dir() -> Path:
-    data_dir = Path(_env("DATA_DIR", str(Path.home() / ".local" / "share" / "relaydesk")))
-    return Path(_env("STATE_DIR", str(data_dir / "relay")))
+def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    home_data = str(Path.home() / ".local" / "share" / "relaydesk")
+    data_dir = Path(_env("DATA_DIR", home_data, environ))
+    return Path(_env("STATE_DIR", str(data_dir / "relay"), environ))
 
 
 def read_token(token_file: str | None) -> str:
@@ -81,15 +143,17 @@ def read_token(token_file: str | None) -> str:
     return read_token_and_source(token_file)[0]
 
 
-def read_token_and_source(token_file: str | None) -> tuple[str, str]:
+def read_token_and_source(
+    token_file: str | None, environ: Mapping[str, str] | None = None
+) -> tuple[str, str]:
     """The relay token and where it came from (a file that cannot be read is a
     :class:`RelayConfigError`)."""
     if token_file:
         return _read_token_file(token_file, "--token-file"), f"the token file {token_file}"
-    token = _env("RELAY_TOKEN", "").strip()
+    token = _env("RELAY_TOKEN", "", environ).strip()
     if token:
         return token, "RELAYDESK_RELAY_TOKEN"
-    env_file = _env("RELAY_TOKEN_FILE", "")
+    env_file = _env("RELAY_TOKEN_FILE", "", environ)
     if not env_file:
         return "", ""
     token = _read_token_file(env_file, "RELAYDESK_RELAY_TOKEN_FILE")
@@ -106,5 +170,23 @@ def _read_token_file(path: str, named_by: str) -> str:
         raise RelayConfigError(f"{named_by} {path}: {reason}") from None
 
 
-def env_float(name: str, default: float) -> float:
-    return float(_env(name, str(default)))
+def env_float(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
+    raw = _env(name, str(default), environ)
+    try:
+        return float(raw)
+    except ValueError:
+        raise RelayConfigError(f"RELAYDESK_{name}={raw!r} is not a number") from None
+
+
+def parse_bitrate(raw: str) -> int:
+    """A ``RELAYDESK_AUDIO_BITRATE`` value, clamped to what Opus encodes; the default when it
+    is empty or not a number."""
+    raw = raw.strip()
+    if not raw:
+        return DEFAULT_BITRATE
+    try:
+        value = int(raw)
+    except ValueError:
+        log.warning("%s=%r is not a number; using %d", BITRATE_ENV, raw, DEFAULT_BITRATE)
+        return DEFAULT_BITRATE
+    return min(max(value, 6_000), 510_000)

@@ -6,13 +6,12 @@ import asyncio
 import base64
 import logging
 import mimetypes
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from relay.channels import TargetEnd, TcpChannel
-from relay.desktops.config import DesktopConfig
+from relay.desktops.config import DEFAULT_NOVNC_DIR
 from relay.screen.service import ScreenService
 from relay.vnc_target import VncTarget
 from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError, RfbHandshakeError
@@ -36,7 +35,6 @@ NOVNC_ALLOWED_DIRS: Final = ("core/", "vendor/", "app/")
 NOVNC_ALLOWED_FILES: Final = frozenset({"vnc.html"})
 NOVNC_MAX_FILE: Final = 4 * 1024 * 1024
 # Set on a relay running beside the server: the server may then reach x11vnc itself.
-DIRECT_HOST_ENV: Final = "RELAYDESK_DIRECT_VNC_HOST"
 # What to do about a relay asked for its host's real screen (``local``) without a host helper.
 NO_HOST_HELPER: Final = (
     "this relay has no host helper, so it does not share its host's real screen: run "
@@ -59,9 +57,23 @@ class Desktops(Protocol):
         audio: bool = ...,
         started_by: str | None = ...,
         apps: list[str] | None = ...,
+        profile: str | None = ...,
+        persist_home: bool = ...,
     ) -> dict[str, Any]: ...
 
     async def status(self) -> list[dict[str, Any]]: ...
+
+    def profile_status(self) -> list[dict[str, Any]]: ...
+
+    async def apps(
+        self, desktop_session_id: str | None, default: tuple[str, str]
+    ) -> dict[str, Any]: ...
+
+    async def launch_app(
+        self, desktop_session_id: str | None, default: tuple[str, str], app: object
+    ) -> dict[str, Any]: ...
+
+    async def reset_home(self, *, kind: str, slot: str) -> dict[str, Any]: ...
 
     def holds(self, desktop_session_id: str) -> bool: ...
 
@@ -73,12 +85,6 @@ class Desktops(Protocol):
 class Handlers:
     """Routes each op to its handler; unknown ops get ``unknown_op``."""
 
-    # The screen service ``keyboard.state`` reads through; whoever owns the relay's screen
-    # service may set it (one X connection per display), else the first call creates one.
-    screen: ScreenService | None = None
-    # The host helper's local desktop (relay/local_desktop.py), set when RELAYDESK_HOST_HELPER is.
-    local: LocalDesktop | None = None
-
     def __init__(
         self,
         desktops: Desktops | None,
@@ -88,11 +94,19 @@ class Handlers:
         novnc_dir: Path | None = None,
         direct_host: str | None = None,
         channel_targets: dict[str, ChannelOpener] | None = None,
+        local: LocalDesktop | None = None,
+        screen: ScreenService | None = None,
     ) -> None:
         self.desktops = desktops
         self.missing = missing or []
-        self.novnc_dir = novnc_dir or DesktopConfig.from_env().novnc_dir
-        self.direct_host = direct_host or os.environ.get(DIRECT_HOST_ENV) or None
+        self.novnc_dir = novnc_dir or DEFAULT_NOVNC_DIR
+        self.direct_host = direct_host
+        # The host helper's local desktop (relay/local_desktop.py), when RELAYDESK_HOST_HELPER
+        # is set.
+        self.local = local
+        # The screen service ``keyboard.state`` reads through: the relay's own (one X
+        # connection per display), else the first call creates one.
+        self.screen = screen
         self.channel_opens = 0
         self._table: dict[str, Handler] = {
             "ping": self._ping,
@@ -100,6 +114,10 @@ class Handlers:
             "desktop.status": self._desktop_status,
             "desktop.holds": self._desktop_holds,
             "desktop.stop": self._desktop_stop,
+            "desktop.profiles": self._desktop_profiles,
+            "desktop.apps": self._desktop_apps,
+            "desktop.launch": self._desktop_launch,
+            "desktop.reset_home": self._desktop_reset_home,
             "channel.open": self._channel_open,
             "novnc.asset": self._novnc_asset,
             "keyboard.state": self._keyboard_state,
@@ -114,6 +132,9 @@ class Handlers:
         caps = ["session_identity"]
         if self.desktops is not None and not self.missing:
             caps.append("virtual_desktop")
+            caps.extend(
+                f"profile:{p['name']}" for p in self.desktops.profile_status() if p["available"]
+            )
         if (self.novnc_dir / "core").is_dir():
             caps.append("novnc_asset")
         if self.direct_host:
@@ -164,7 +185,9 @@ class Handlers:
         return self.desktops
 
     async def _desktop_start(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        allowed = {"kind", "slot", "geometry", "depth", "audio", "started_by"}
+        allowed = {
+            "kind", "slot", "geometry", "depth", "audio", "started_by", "profile", "persist_home",
+        }  # fmt: skip
         unknown = sorted(set(args) - allowed)
         if unknown:
             raise InvalidArgs(unknown[0], "unknown argument")
@@ -173,6 +196,24 @@ class Handlers:
                 raise OpError(ErrorCode.UNAVAILABLE, NO_HOST_HELPER, {"field": "kind"})
             return await self.local.start(args)
         return await self._manager().start(**args)
+
+    async def _desktop_profiles(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+        """Every desktop profile of this relay: available, or which programs it misses."""
+        return {"profiles": self._manager().profile_status()}
+
+    async def _desktop_apps(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+        """``{desktop_session_id?, kind?, slot?}`` → the desktop's profile and launchable apps."""
+        return await self._manager().apps(*_desktop_target(args))
+
+    async def _desktop_launch(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+        """``{desktop_session_id?, kind?, slot?, app}``: start one launchable app (by id)."""
+        return await self._manager().launch_app(*_desktop_target(args), args.get("app"))
+
+    async def _desktop_reset_home(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+        """``{kind, slot}``: wipe the slot's kept home (refused while a desktop runs there)."""
+        return await self._manager().reset_home(
+            kind=str(args.get("kind", "virtual")), slot=str(args.get("slot", "main"))
+        )
 
     async def _desktop_status(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
         return {"desktops": await self.desktop_rows()}
@@ -263,7 +304,7 @@ class Handlers:
                 ErrorCode.UNAVAILABLE, "the desktop's VNC server does not answer"
             ) from err
         target_end = self._desktop_end(row)
-        link.add_channel(TcpChannel(ChannelId(channel_id), link, target, target_end))
+        link.start_channel(TcpChannel(ChannelId(channel_id), link, target, target_end))
         return {"channel_id": channel_id}
 
     def _desktop_end(self, row: dict[str, Any]) -> TargetEnd:
@@ -295,6 +336,15 @@ class Handlers:
         # Named the way websockify names it; the server canonicalises backend headers.
         return {"headers": {"Content-type": content_type},
                 "data": base64.b64encode(data).decode("ascii")}  # fmt: skip
+
+
+def _desktop_target(args: dict[str, Any]) -> tuple[str | None, tuple[str, str]]:
+    """(desktop_session_id or None, (kind, slot)) of an op that names one desktop."""
+    session_id = args.get("desktop_session_id")
+    if session_id is not None and not isinstance(session_id, str):
+        raise InvalidArgs("desktop_session_id", "must be a string")
+    kind = str(args.get("kind", "virtual"))
+    return session_id, ("virtual" if kind == "docker" else kind, str(args.get("slot", "main")))
 
 
 def novnc_asset_path(raw: object) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import aiohttp
 
 from relay.channels import TargetStream, TcpChannel
+from relay.config import HOST_HELPER_TOKEN_ENV
 from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
 from wire.ids import ChannelId
 
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HELPER_URL_ENV: Final = "RELAYDESK_HOST_HELPER"
-HELPER_TOKEN_ENV: Final = "RELAYDESK_HOST_HELPER_TOKEN"  # noqa: S105 (a variable name)
 LOCAL_KIND: Final = "local"
 LOCAL_SLOT: Final = "main"
 UNREACHABLE: Final = "host_helper_unreachable"
@@ -92,7 +91,7 @@ class HostHelperClient:
         if resp.status == 401:
             raise OpError(
                 ErrorCode.UNAVAILABLE,
-                f"the host helper refused this relay's token; check {HELPER_TOKEN_ENV}",
+                f"the host helper refused this relay's token; check {HOST_HELPER_TOKEN_ENV}",
             )
         if not isinstance(data, dict):
             raise OpError(ErrorCode.UNAVAILABLE, "the host helper answered without an object")
@@ -184,10 +183,6 @@ class LocalDesktop:
         self._bridges: set[asyncio.Task[None]] = set()
         self._poll: asyncio.Task[None] | None = None
 
-    @classmethod
-    def from_env(cls, url: str, on_change: OnChange | None = None) -> LocalDesktop:
-        return cls(HostHelperClient(url, os.environ.get(HELPER_TOKEN_ENV, "").strip()), on_change)
-
     def table(self) -> dict[str, OpHandler]:
         """Ops to merge into the relay's op table."""
         return {"screen.local": self._screen_op}
@@ -254,7 +249,7 @@ class LocalDesktop:
                 return ChannelCloseCode.DESKTOP_STOPPED, "desktop stopped"
             return ChannelCloseCode.TARGET_CLOSED, "target closed the connection"
 
-        link.add_channel(TcpChannel(ChannelId(channel_id), link, target, ended))
+        link.start_channel(TcpChannel(ChannelId(channel_id), link, target, ended))
         return {"channel_id": channel_id}
 
     # -- screen ---------------------------------------------------------------------------

@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from relay.audio import AudioStreams
-from relay.config import RelayConfig
-from relay.desktops.audio import AudioSettings, PulseAudioStarter
-from relay.desktops.config import DesktopConfig
+from relay.config import RelaySettings
+from relay.desktops.audio import PulseAudioStarter
 from relay.desktops.launch import missing_binaries
 from relay.desktops.manager import DesktopManager
 from relay.handlers import Handlers
-from relay.local_desktop import LocalDesktop
+from relay.local_desktop import HostHelperClient, LocalDesktop
 from relay.screen.service import ScreenService
 from relay.screen_ops import ScreenOps
 from relay.worker import RelayWorker
@@ -53,10 +52,10 @@ class StateOwner:
 class RelayService:
     """Owns the desktop manager and the server connection of one relay process."""
 
-    def __init__(self, config: RelayConfig) -> None:
-        self.config = config
-        desktop_config = DesktopConfig.from_env()
-        audio = AudioSettings.from_env()  # relay/desktops/audio.py, docs/audio.md
+    def __init__(self, settings: RelaySettings) -> None:
+        self.settings = settings
+        desktop_config = settings.desktops
+        audio = settings.audio  # relay/desktops/audio.py, docs/audio.md
         self.desktops = DesktopManager(
             desktop_config,
             on_change=self._desktop_changed,
@@ -66,12 +65,15 @@ class RelayService:
         # The relay's own X connections (screen tool, keyboard state) find each desktop's
         # cookie here; set once, before any of them opens (relay/desktops/credentials.py).
         self.desktops.authority.use_in_process()
-        self.audio = AudioStreams()
+        self.audio = AudioStreams(settings.audio_bitrate)
         self.screen = ScreenService()
         # The host helper's local desktop (relay/local_desktop.py, docs/host-helper.md).
         self.local = (
-            LocalDesktop.from_env(config.host_helper_url, self._desktop_changed)
-            if config.host_helper_url
+            LocalDesktop(
+                HostHelperClient(settings.host_helper_url, settings.host_helper_token),
+                self._desktop_changed,
+            )
+            if settings.host_helper_url
             else None
         )
         self.handlers = Handlers(
@@ -82,10 +84,12 @@ class RelayService:
                 **(self.local.table() if self.local is not None else {}),
             },
             channel_targets={"audio": self.audio.open_channel} if audio.available else None,
+            novnc_dir=desktop_config.novnc_dir,
+            direct_host=settings.direct_vnc_host,
+            local=self.local,
+            screen=self.screen,  # keyboard.state shares the screen tool's connections
         )
-        self.handlers.local = self.local
-        self.handlers.screen = self.screen  # keyboard.state shares the screen tool's connections
-        self.worker = RelayWorker(config, self.handlers)
+        self.worker = RelayWorker(settings, self.handlers)
         self.owner = StateOwner(desktop_config.state_dir)
 
     async def _desktop_changed(self, row: dict[str, Any]) -> None:
@@ -118,7 +122,7 @@ class RelayService:
         this state directory, and are stopped if not: the server no longer counts them, so
         left running they would be orphans. Otherwise ``--stop-desktops-on-exit`` decides."""
         if not self.worker.replaced:
-            return self.config.stop_desktops_on_exit
+            return self.settings.stop_desktops_on_exit
         count = len(self.desktops.displays())
         if await asyncio.to_thread(self.owner.taken_by_another):
             log.info("the relay process that replaced this one took over %d desktop(s)", count)

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 
 from relay import __version__
-from relay.config import RelayConfig
+from relay.config import RelaySettings
 from relay.handlers import Handlers
 from relay.link import ServerLink
 from relay.wsframes import AiohttpFrames
@@ -29,8 +29,8 @@ SILENT_HEARTBEATS = 3
 class RelayWorker:
     """Keeps one outbound connection to the server alive and serves it."""
 
-    def __init__(self, config: RelayConfig, handlers: Handlers) -> None:
-        self.config = config
+    def __init__(self, settings: RelaySettings, handlers: Handlers) -> None:
+        self.settings = settings
         self.handlers = handlers
         self.link: ServerLink | None = None
         self.connected = asyncio.Event()
@@ -83,7 +83,7 @@ class RelayWorker:
 
     async def _wait_backoff(self, attempt: int) -> None:
         base = min(
-            self.config.backoff_max_s, self.config.backoff_initial_s * (2 ** min(attempt, 16))
+            self.settings.backoff_max_s, self.settings.backoff_initial_s * (2 ** min(attempt, 16))
         )
         delay = base * random.uniform(0.5, 1.0)
         log.info("reconnecting in %.2f s", delay)
@@ -91,12 +91,12 @@ class RelayWorker:
             await asyncio.wait_for(self._stopping.wait(), delay)
 
     async def _connect_once(self, session: aiohttp.ClientSession) -> bool:
-        headers = {"Authorization": f"Bearer {self.config.token}"}
+        headers = {"Authorization": f"Bearer {self.settings.token}"}
         try:
             # The upgrade gets its own time limit: on a half-open path its answer never comes
             # (aiohttp's default would wait five minutes).
             dial = session.ws_connect(
-                self.config.connect_url,
+                self.settings.connect_url,
                 headers=headers,
                 protocols=(SUBPROTOCOL,),
                 # Liveness comes from the server's pings (see _serve): any frame, a ping
@@ -104,7 +104,7 @@ class RelayWorker:
                 # pong only half a ping interval, which a busy server can miss without being
                 # dead.
                 timeout=aiohttp.ClientWSTimeout(ws_close=10.0),
-                max_msg_size=self.config.max_text + 16,
+                max_msg_size=self.settings.max_text + 16,
                 # No permessage-deflate: VNC updates are mostly compressed already, and
                 # deflating every channel byte costs more CPU than the link saves.
                 compress=0,
@@ -114,13 +114,13 @@ class RelayWorker:
             async with ws:
                 return await self._serve(ws)
         except TimeoutError:
-            log.warning("the server at %s fell silent; redialling", self.config.server_url)
+            log.warning("the server at %s fell silent; redialling", self.settings.server_url)
             return False
         except (aiohttp.ClientError, OSError) as err:
-            if problem := configuration_problem(err, self.config):
+            if problem := configuration_problem(err, self.settings):
                 self._give_up(problem)
             else:
-                log.warning("cannot reach the server at %s: %s", self.config.server_url, err)
+                log.warning("cannot reach the server at %s: %s", self.settings.server_url, err)
             return False
         except ProtocolError as err:
             log.error("server broke the protocol: %s", err.message)
@@ -128,14 +128,14 @@ class RelayWorker:
 
     async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> bool:
         connection = Connection(
-            Role.RELAY, max_text=self.config.max_text, max_payload=self.config.max_frame
+            Role.RELAY, max_text=self.settings.max_text, max_payload=self.settings.max_frame
         )
         connection.send_hello(await self._hello())
         link = ServerLink(
             connection,
             _sender(ws),
             self.handlers.dispatch,
-            self.config.max_concurrency,
+            self.settings.max_concurrency,
             AiohttpFrames.of(ws),
         )
         await link.flush()
@@ -144,11 +144,11 @@ class RelayWorker:
             return False
         # The server pings every heartbeat: silence for several of them means it is gone,
         # whatever this relay was configured with.
-        silence_s = max(self.config.liveness_timeout_s, SILENT_HEARTBEATS * welcome.heartbeat_s)
+        silence_s = max(self.settings.liveness_timeout_s, SILENT_HEARTBEATS * welcome.heartbeat_s)
         self._serving = True
         self.link = link
         self.connected.set()
-        log.info("connected to %s", self.config.server_url)
+        log.info("connected to %s", self.settings.server_url)
         # Told to stop (SIGTERM): close the connection, which ends the receive loop below.
         closer = asyncio.create_task(self._close_when_stopping(ws), name="close-on-stop")
         try:
@@ -161,7 +161,7 @@ class RelayWorker:
             closer.cancel()
             self.connected.clear()
             self.link = None
-            await link.shutdown()
+            await link.shutdown("disconnected")
         self._after_close(ws)
         return True
 
@@ -176,8 +176,8 @@ class RelayWorker:
             relay_version=__version__,
             capabilities=tuple(self.handlers.capabilities()),
             desktops=tuple(await self.handlers.desktop_rows()),
-            max_frame=self.config.max_frame,
-            max_text=self.config.max_text,
+            max_frame=self.settings.max_frame,
+            max_text=self.settings.max_text,
         )
 
     async def _await_welcome(
@@ -200,7 +200,7 @@ class RelayWorker:
         code = ws.close_code
         if code == CloseCode.UNAUTHORIZED:
             self._give_up(
-                f"the server refused this relay's token (from {self.config.token_source}): "
+                f"the server refused this relay's token (from {self.settings.token_source}): "
                 "unknown, rotated or revoked; put a current token there "
                 "(relaydesk admin rotate-relay-token RELAY prints one) and start the relay again"
             )
@@ -220,7 +220,7 @@ class RelayWorker:
 _CONFIG_STATUSES = frozenset({400, 401, 403, 404, 405, 410, 426})
 
 
-def configuration_problem(err: BaseException, config: RelayConfig) -> str | None:
+def configuration_problem(err: BaseException, config: RelaySettings) -> str | None:
     """What is wrong with the relay's configuration if ``err`` shows it; None for errors of
     the network or of a server that is down, which are worth retrying."""
     url = config.server_url

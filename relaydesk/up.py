@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from relay.handlers import DIRECT_HOST_ENV
+from relay.config import DIRECT_HOST_ENV
 from server import admin
 from server.config import Settings
 from server.db.errors import DatabaseInUse

@@ -1,7 +1,8 @@
 """The server's Starlette application: routes, shared state and lifecycle.
 
-Each feature contributes its routes here and builds its shared objects in ``lifespan`` (kept on
-``app.state``), in dependency order; shutdown runs in reverse.
+Each feature contributes its routes here and builds its parts in ``lifespan``, in dependency
+order, into one :class:`server.services.Services` that routes read with ``services_of``;
+shutdown runs in reverse.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from starlette.routing import BaseRoute, WebSocketRoute
 
 from server.auth.errors import AuthError, auth_error_handler
 from server.auth.purge import session_purging
+from server.auth.ratelimit import LoginRateLimiter
 from server.auth.routes import auth_routes
 from server.boundary.body import ROUTING_CODES, routing_error
 from server.boundary.hosts import HostPolicy
@@ -24,10 +26,13 @@ from server.boundary.middleware import InputBoundary
 from server.config import Settings
 from server.db.migrate import upgrade
 from server.db.store import Store
+from server.errors import error_handler
 from server.health import health_routes
 from server.relays.endpoint import relay_connect
 from server.relays.hub import RelayHub
-from server.viewer.routes import start_viewer, viewer_routes
+from server.services import Services, install
+from server.viewer.routes import build_viewer, viewer_routes
+from wire.errors import RelaydeskError
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +47,8 @@ def _routes() -> list[BaseRoute]:
     from server.inventory import feature as inventory_feature
 
     routes.extend(inventory_feature.routes())
-    # -- viewer (feature: viewer) --
+    # -- viewer (feature: viewer): the page, its VNC and audio WebSockets, noVNC --
     routes.extend(viewer_routes)
-    from server.viewer import audio as viewer_audio  # WS /vnc/{sid}/{token}/audio
-
-    routes.extend(viewer_audio.routes())
     # -- chat and web UI (feature: chat) --
     from server.chat import feature as chat_feature
 
@@ -63,30 +65,46 @@ def create_app(settings: Settings) -> Starlette:
             await upgrade(settings.database_url)
         store = await Store.open(settings.database_url)
         hub = RelayHub(store)
-        app.state.settings = settings
-        app.state.store = store
-        app.state.hub = hub
         presence = asyncio.create_task(hub.keep_presence(settings.presence_interval_s))
         async with contextlib.AsyncExitStack() as features:
-            app.state.features = features
             await features.enter_async_context(
                 session_purging(store, settings.session_purge_interval_s)
             )
             # -- inventory, actions, events (feature: inventory) --
             from server.inventory import feature as inventory_feature
 
-            await features.enter_async_context(inventory_feature.lifespan(app.state, settings))
+            parts = await features.enter_async_context(
+                inventory_feature.lifespan(store, hub, settings)
+            )
             # -- viewer (feature: viewer) --
-            viewer = start_viewer(app.state)
-            features.callback(viewer.close_all, "server shutting down")
+            viewing = build_viewer(settings, store, hub, parts.inventory)
+            features.callback(viewing.viewer.close_all, "server shutting down")
             # -- chat and web UI (feature: chat) --
             from server.chat import feature as chat_feature
 
-            chat_feature.start_chat(app.state)
             # -- screen tool (feature: screen) --
             from server.screen import feature as screen_feature
 
-            screen_feature.start_screen(app.state, settings)
+            install(
+                app.state,
+                Services(
+                    settings=settings,
+                    store=store,
+                    hub=hub,
+                    login_limiter=LoginRateLimiter(
+                        settings.login_max_failures, settings.login_window_s
+                    ),
+                    bus=parts.bus,
+                    events=parts.events,
+                    inventory=parts.inventory,
+                    actions=parts.actions,
+                    viewer=viewing.viewer,
+                    audio=viewing.audio,
+                    novnc_assets=viewing.novnc_assets,
+                    chat=chat_feature.build_chat(),
+                    screen_tool=screen_feature.start_screen(hub, store, settings, parts.actions),
+                ),
+            )
             log.info("server ready on %s:%s", settings.host, settings.port)
             try:
                 yield
@@ -102,6 +120,7 @@ def create_app(settings: Settings) -> Starlette:
         lifespan=lifespan,
         exception_handlers={
             AuthError: auth_error_handler,
+            RelaydeskError: error_handler,
             **dict.fromkeys(ROUTING_CODES, routing_error),
         },
     )

@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from server.json_response import JSONResponse
+from server.services import services_of
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -13,9 +14,9 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 async def readyz(request: Request) -> JSONResponse:
-    state = request.app.state
-    database = await state.store.ping()
-    body = {"ok": database, "database": database, "relays_connected": state.hub.connected_count}
+    services = services_of(request)
+    database = await services.store.ping()
+    body = {"ok": database, "database": database, "relays_connected": services.hub.connected_count}
     return JSONResponse(body, status_code=200 if database else 503)
 
 

@@ -1,11 +1,17 @@
 """Error and close codes, defined once, and the relaydesk exception tree.
 
+Every code has one HTTP status (:data:`HTTP_STATUS`); an exception whose status the code alone
+does not decide (a body over its limit is 413, too many logins 429) carries its own ``status``.
+Packages define their own subclasses (``server.auth.errors``, ``server.viewer.access``,
+``server.db.errors``, ``relay.config``) under this root.
+
 Tree::
 
-    RelaydeskError            every error relaydesk raises on purpose
+    RelaydeskError            every error relaydesk raises on purpose (``code``, ``message``)
     ├── ProtocolError         the peer broke wire protocol v1 (carries a CloseCode)
     │   └── FrameTooLarge     a frame above the negotiated limit
     ├── RfbHandshakeError     a VNC peer broke or refused the RFB security handshake
+    ├── ChannelClosedError    a channel (or the byte stream behind it) ended (ChannelCloseCode)
     └── OpError               an operation failed; travels as a ``res`` error
         ├── InvalidArgs       arguments do not fit the op's contract
         ├── RequestRejected   refused at the HTTP input boundary (carries its HTTP ``status``)
@@ -18,8 +24,10 @@ Tree::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum, StrEnum
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 
 class ErrorCode(StrEnum):
@@ -78,10 +86,47 @@ class CloseCode(IntEnum):
     AUDIO_UNAVAILABLE = 4415  # the desktop has no sound (never had, or its sound server died)
 
 
+# The HTTP status of each code, wherever an error becomes an HTTP answer (server, host helper).
+HTTP_STATUS: Final[Mapping[ErrorCode, int]] = MappingProxyType(
+    {
+        ErrorCode.INVALID_ARGS: 400,
+        ErrorCode.PROTOCOL_ERROR: 400,
+        ErrorCode.MISSING_SCREEN_REVISION: 400,
+        ErrorCode.UNAUTHORIZED: 401,
+        ErrorCode.FORBIDDEN: 403,
+        ErrorCode.NOT_FOUND: 404,
+        ErrorCode.UNKNOWN_OP: 404,
+        ErrorCode.UNKNOWN_CHANNEL: 404,
+        ErrorCode.RELAY_NOT_FOUND: 404,
+        ErrorCode.METHOD_NOT_ALLOWED: 405,
+        ErrorCode.DUPLICATE_REQUEST: 409,
+        ErrorCode.SESSION_CONFLICT: 409,
+        ErrorCode.NOT_RUNNING: 409,
+        ErrorCode.BUSY: 409,
+        ErrorCode.LIMIT_REACHED: 409,
+        ErrorCode.STALE_SCREEN: 409,
+        ErrorCode.REVISION_MISMATCH: 409,
+        ErrorCode.REVISION_EXPIRED: 409,
+        ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
+        ErrorCode.INTERNAL: 500,
+        ErrorCode.START_FAILED: 502,
+        ErrorCode.RELAY_UNREACHABLE: 502,
+        ErrorCode.UNAVAILABLE: 503,
+        ErrorCode.RELAY_TIMEOUT: 504,
+        ErrorCode.TIMEOUT: 504,
+        ErrorCode.CANCELLED: 504,
+    }
+)
+
+
 class RelaydeskError(Exception):
-    """Root of every error relaydesk raises on purpose."""
+    """Root of every error relaydesk raises on purpose.
+
+    ``status`` is set only where the HTTP status is not the code's (:func:`http_status`).
+    """
 
     code: ErrorCode = ErrorCode.INTERNAL
+    status: int | None = None
 
     def __init__(self, message: str | None = None) -> None:
         self.message = message or self.default_message()
@@ -89,6 +134,11 @@ class RelaydeskError(Exception):
 
     def default_message(self) -> str:
         return self.code.value.replace("_", " ")
+
+
+def http_status(err: RelaydeskError) -> int:
+    """The HTTP status ``err`` answers with: its own, else its code's."""
+    return err.status if err.status is not None else HTTP_STATUS.get(err.code, 500)
 
 
 class ProtocolError(RelaydeskError):
@@ -120,17 +170,35 @@ class RfbHandshakeError(RelaydeskError):
         super().__init__(f"RFB handshake: {reason}")
 
 
+class ChannelClosedError(RelaydeskError):
+    """A channel, or the byte stream behind it, ended; ``close_code`` and ``reason`` say why."""
+
+    code = ErrorCode.UNAVAILABLE
+
+    def __init__(self, close_code: ChannelCloseCode, reason: str) -> None:
+        self.close_code = close_code
+        self.reason = reason
+        super().__init__(f"channel closed ({close_code.name}): {reason}")
+
+
 class OpError(RelaydeskError):
-    """An operation failed; serialised as ``{code, message, details}``."""
+    """An operation failed; serialised as ``{code, message, details}``.
+
+    ``status`` overrides the code's HTTP status where a route needs another (e.g. 413).
+    """
 
     def __init__(
         self,
         code: ErrorCode,
         message: str | None = None,
         details: dict[str, Any] | None = None,
+        *,
+        status: int | None = None,
     ) -> None:
         self.code = code
         self.details = details or {}
+        if status is not None:
+            self.status = status
         super().__init__(message)
 
     def to_dict(self) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from server.actions.errors import relay_error
 from server.auth.principal import Principal
@@ -12,15 +12,35 @@ from server.db.records import RelayRecord, Role
 from server.db.store import Store
 from server.inventory.service import Inventory
 from server.relays.hub import RelayHub
+from server.screen.tool import ScreenTool
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ids import RelayId
+
+
+class ActionServices(Protocol):
+    """The server's parts an action handler may use (``server.services.Services``)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def hub(self) -> RelayHub: ...
+
+    @property
+    def inventory(self) -> Inventory: ...
+
+    @property
+    def screen_tool(self) -> ScreenTool: ...
 
 
 @dataclass
 class ActionContext:
     """One action call; handlers fill ``relay``, ``desktop_session_id`` and ``outcome``."""
 
-    app_state: Any
+    services: ActionServices
     principal: Principal
     conversation_id: str
     role: Role
@@ -32,23 +52,19 @@ class ActionContext:
 
     @property
     def store(self) -> Store:
-        store: Store = self.app_state.store
-        return store
+        return self.services.store
 
     @property
     def hub(self) -> RelayHub:
-        hub: RelayHub = self.app_state.hub
-        return hub
+        return self.services.hub
 
     @property
     def inventory(self) -> Inventory:
-        inventory: Inventory = self.app_state.inventory
-        return inventory
+        return self.services.inventory
 
     @property
     def settings(self) -> Settings:
-        settings: Settings = self.app_state.settings
-        return settings
+        return self.services.settings
 
     @property
     def relay_id(self) -> RelayId:

@@ -14,11 +14,12 @@ from typing import Any, Final
 
 from server.actions import audit
 from server.actions.context import ActionContext
-from server.actions.errors import error_body, status_of
 from server.actions.registry import CONVERSATION_ID, Action, ActionRegistry
 from server.actions.schema import validate, with_defaults
 from server.auth.principal import Principal
 from server.db.records import role_allows
+from server.errors import error_body, internal_error, status_of
+from server.services import Services
 from wire.errors import BodyTooLarge, ErrorCode, InvalidArgs, OpError, RequestRejected
 from wire.jsonbody import parse_json_object
 
@@ -80,7 +81,7 @@ async def _run(action: Action, ctx: ActionContext, body: Body) -> tuple[int, dic
     except Exception:
         log.exception("action %s failed (request %s)", action.name, ctx.request_id)
         await _audit(action, ctx, "failed", "internal error")
-        return 500, error_body(OpError(ErrorCode.INTERNAL, "internal error"))
+        return 500, error_body(internal_error())
     await _audit(action, ctx, ctx.outcome, None)
     return 200, {"ok": True, **result}
 
@@ -98,11 +99,11 @@ def unknown_action(registry: ActionRegistry, name: str) -> tuple[int, dict[str, 
     err = OpError(
         ErrorCode.NOT_FOUND, f"unknown action {name[:64]!r}", {"actions": registry.names()}
     )
-    return 404, error_body(err)
+    return status_of(err), error_body(err)
 
 
 async def invoke(
-    app_state: Any,
+    services: Services,
     principal: Principal,
     name: str,
     body: Body,
@@ -117,11 +118,11 @@ async def invoke(
     ``conversation_id``. Never raises for a caller's mistake: errors come back as
     ``{ok: false, error: {code, message}}`` with their status.
     """
-    registry: ActionRegistry = app_state.actions
+    registry = services.actions
     action = registry.get(name)
     if action is None:
         return unknown_action(registry, name)
     ctx = ActionContext(
-        app_state, principal, "", "read", source, request_id or request_id_from(None)
+        services, principal, "", "read", source, request_id or request_id_from(None)
     )
     return await _run(action, ctx, body)

@@ -9,11 +9,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from server.actions.invoke import Body, invoke, request_id_from
-from server.actions.registry import ActionRegistry
 from server.auth.dependencies import authenticate
 from server.auth.errors import AuthError, error_response
 from server.boundary.body import read_json_object
 from server.json_response import JSONResponse
+from server.services import services_of
 from wire.errors import RequestRejected
 
 REQUEST_ID_HEADER: Final = "X-Request-ID"
@@ -34,7 +34,7 @@ async def list_actions(request: Request) -> Response:
         await authenticate(request)
     except AuthError as err:
         return error_response(err)
-    registry: ActionRegistry = request.app.state.actions
+    registry = services_of(request).actions
     return JSONResponse({"ok": True, "actions": registry.definitions()}, headers=NO_STORE)
 
 
@@ -44,9 +44,10 @@ async def call_action(request: Request) -> Response:
     except AuthError as err:
         return error_response(err)
     request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER))
-    body = await _read_body(request, request.app.state.settings.max_body_bytes)
+    services = services_of(request)
+    body = await _read_body(request, services.settings.max_body_bytes)
     status, payload = await invoke(
-        request.app.state,
+        services,
         principal,
         request.path_params["name"],
         body,

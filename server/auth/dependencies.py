@@ -1,6 +1,6 @@
 """``authenticate(request)``: bearer API token or session cookie (+ CSRF) → ``Principal``.
 
-Reads ``request.app.state.store`` (a ``Store``). A request that carries an
+Reads the ``Store`` of the app's ``Services``. A request that carries an
 ``Authorization`` header is judged by it alone; a bad bearer token never falls back to
 the cookie. Cookie-authenticated unsafe methods need ``X-CSRF-Token``.
 """
@@ -14,6 +14,7 @@ from server.auth.principal import AuthMethod, Principal
 from server.auth.tokens import same_secret
 from server.db.records import UserRecord
 from server.db.store import Store
+from server.services import services_of
 
 SESSION_COOKIE = "relaydesk_session"
 CSRF_HEADER = "X-CSRF-Token"
@@ -21,8 +22,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def store_of(conn: HTTPConnection) -> Store:
-    store: Store = conn.app.state.store
-    return store
+    return services_of(conn).store
 
 
 async def authenticate(request: Request) -> Principal:

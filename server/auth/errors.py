@@ -15,19 +15,17 @@ import math
 from starlette.requests import Request
 from starlette.responses import Response
 
+from server import errors
 from server.json_response import JSONResponse
 from wire.errors import ErrorCode, RelaydeskError
 
 
 class AuthError(RelaydeskError):
-    """The request cannot proceed as this caller; ``status`` is the HTTP status."""
-
-    status: int = 401
+    """The request cannot proceed as this caller."""
 
 
 class Unauthorized(AuthError):
     code = ErrorCode.UNAUTHORIZED
-    status = 401
 
     def default_message(self) -> str:
         return "authentication required"
@@ -35,12 +33,11 @@ class Unauthorized(AuthError):
 
 class Forbidden(AuthError):
     code = ErrorCode.FORBIDDEN
-    status = 403
 
 
 class RateLimited(AuthError):
     code = ErrorCode.LIMIT_REACHED
-    status = 429
+    status = 429  # the code's own status is 409
 
     def __init__(self, retry_after_s: float) -> None:
         self.retry_after_s = max(1, math.ceil(retry_after_s))
@@ -48,12 +45,11 @@ class RateLimited(AuthError):
 
 
 def error_response(err: AuthError) -> JSONResponse:
-    """``{ok: false, error: {code, message}}`` with the error's status."""
+    """The one error body (``server.errors``) with the headers an auth refusal needs."""
     headers = {"Retry-After": str(err.retry_after_s)} if isinstance(err, RateLimited) else None
     if isinstance(err, Unauthorized):
         headers = {"WWW-Authenticate": 'Bearer realm="relaydesk"'}
-    body = {"ok": False, "error": {"code": err.code.value, "message": err.message}}
-    return JSONResponse(body, status_code=err.status, headers=headers)
+    return errors.error_response(err, headers)
 
 
 async def auth_error_handler(_request: Request, exc: Exception) -> Response:

@@ -14,16 +14,18 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from server import errors
 from server.auth.dependencies import SESSION_COOKIE, authenticate, store_of
 from server.auth.errors import AuthError, RateLimited, Unauthorized, error_response
 from server.auth.principal import Principal
 from server.auth.ratelimit import LoginRateLimiter
-from server.boundary.body import read_json_object, rejection_response
+from server.boundary.body import read_json_object
 from server.boundary.hosts import CrossOrigin, HostPolicy
 from server.config import Settings
 from server.db.records import UserRecord
 from server.json_response import JSONResponse
-from wire.errors import ErrorCode, RequestRejected
+from server.services import services_of
+from wire.errors import ErrorCode, OpError, RelaydeskError
 from wire.jsonbody import text_problem
 
 log = logging.getLogger(__name__)
@@ -45,18 +47,12 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def settings_of(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
+    return services_of(request).settings
 
 
 def login_limiter(request: Request) -> LoginRateLimiter:
-    """The app's limiter (``app.state.login_limiter``), created from settings on first use."""
-    state = request.app.state
-    if getattr(state, "login_limiter", None) is None:
-        settings = settings_of(request)
-        state.login_limiter = LoginRateLimiter(settings.login_max_failures, settings.login_window_s)
-    limiter: LoginRateLimiter = state.login_limiter
-    return limiter
+    """The app's failed-login limiter."""
+    return services_of(request).login_limiter
 
 
 def client_address(request: Request) -> str:
@@ -86,20 +82,19 @@ def clear_session_cookie(response: Response, settings: Settings) -> None:
 
 
 def invalid_args(message: str) -> JSONResponse:
-    body = {"ok": False, "error": {"code": ErrorCode.INVALID_ARGS.value, "message": message}}
-    return JSONResponse(body, status_code=400)
+    return errors.error_response(OpError(ErrorCode.INVALID_ARGS, message))
 
 
 def json_errors(endpoint: Endpoint) -> Endpoint:
-    """Turn ``AuthError`` and the boundary's refusals into JSON, so the routes work in any app."""
+    """Turn every ``RelaydeskError`` into the one error body, so the routes work in any app."""
 
     async def wrapped(request: Request) -> Response:
         try:
             return await endpoint(request)
         except AuthError as err:
             return error_response(err)
-        except RequestRejected as err:
-            return rejection_response(err)
+        except RelaydeskError as err:
+            return errors.error_response(err)
 
     return wrapped
 

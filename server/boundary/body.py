@@ -9,7 +9,7 @@ order and before any handler logic sees a byte:
 4. invalid UTF-8, invalid JSON, deep nesting, lone surrogates or NUL, absurd numbers, or not an
    object → ``InvalidInput`` (400) naming the field (``wire.jsonbody``).
 
-``rejection_response(err)`` is the ``{ok: false, error: {code, message, field?}}`` answer.
+A refusal is answered by ``server.errors.error_response`` like every other error.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import PlainTextResponse, Response
 
-from server.json_response import JSONResponse
-from wire.errors import BodyTooLarge, ErrorCode, RequestRejected, UnsupportedMediaType
+from server.errors import error_response
+from wire.errors import BodyTooLarge, ErrorCode, OpError, UnsupportedMediaType
 from wire.jsonbody import check_text, is_json_media_type, parse_json_object
 
-NO_STORE: Final = {"Cache-Control": "no-store"}
 # Ids, cursors and names in paths, query strings and headers are short; anything longer is a
 # mistake or an attack and never reaches the store.
 MAX_PARAM_CHARS: Final = 256
@@ -84,18 +83,6 @@ def path_param(request: HTTPConnection, name: str, max_chars: int = MAX_PARAM_CH
     return text_param(name, str(request.path_params[name]), max_chars)
 
 
-def rejection_body(err: RequestRejected) -> dict[str, Any]:
-    field = err.details.get("field")
-    extra = {"field": field} if isinstance(field, str) else {}
-    return {"ok": False, "error": {"code": err.code.value, "message": err.message, **extra}}
-
-
-def rejection_response(err: RequestRejected) -> JSONResponse:
-    """``{ok: false, error: {code, message, field?}}`` with the rejection's status."""
-    return JSONResponse(rejection_body(err), status_code=err.status, headers=NO_STORE)
-
-
-
 ROUTING_CODES: Final = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}
 
 
@@ -106,5 +93,5 @@ async def routing_error(request: Request, exc: Exception) -> Response:
     if not request.url.path.startswith("/api/"):
         return PlainTextResponse(exc.detail, status_code=exc.status_code, headers=headers)
     code = ROUTING_CODES.get(exc.status_code, ErrorCode.INVALID_ARGS)
-    body = {"ok": False, "error": {"code": code.value, "message": exc.detail.lower()}}
-    return JSONResponse(body, status_code=exc.status_code, headers={**headers, **NO_STORE})
+    refused = OpError(code, exc.detail.lower(), status=exc.status_code)
+    return error_response(refused, headers)

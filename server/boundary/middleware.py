@@ -18,8 +18,8 @@ from urllib.parse import parse_qsl
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from server.boundary.body import rejection_response
 from server.boundary.hosts import CrossOrigin, HostPolicy
+from server.errors import error_response
 from wire.errors import CloseCode, InvalidInput, RequestRejected
 from wire.jsonbody import text_problem
 
@@ -89,7 +89,7 @@ class InputBoundary:
         # Never the path: viewer paths and login links carry secrets.
         log.info("refused a %s request: %s", scope["type"], problem.message)
         if scope["type"] == "http":
-            await rejection_response(problem)(scope, receive, send)
+            await error_response(problem)(scope, receive, send)
             return
         # Before ``accept`` a close refuses the handshake (the client sees HTTP 403).
         await send({"type": "websocket.close", "code": CloseCode.POLICY_VIOLATION,

@@ -8,17 +8,19 @@ from starlette.routing import BaseRoute
 
 from server.actions.invoke import invoke
 from server.auth.principal import Principal
-from server.chat.routes import ChatService, chat_routes
+from server.chat.ports import ChatService
+from server.chat.routes import chat_routes
 from server.chat.web import web_routes
 from server.events.hub import publish_conversation
+from server.services import Services
 from server.viewer.keyboard_state import keyboard_state_route
 
 
 async def chat_invoke(
-    app_state: Any, principal: Principal, name: str, body: dict[str, Any]
+    services: Services, principal: Principal, name: str, body: dict[str, Any]
 ) -> tuple[int, dict[str, Any]]:
     """The typed actions, audited with ``source=chat``."""
-    return await invoke(app_state, principal, name, body, source="chat")
+    return await invoke(services, principal, name, body, source="chat")
 
 
 def routes() -> list[BaseRoute]:
@@ -26,7 +28,5 @@ def routes() -> list[BaseRoute]:
     return [*chat_routes, keyboard_state_route, *web_routes()]
 
 
-def start_chat(state: Any) -> ChatService:
-    service = ChatService(invoke=chat_invoke, publish=publish_conversation)
-    state.chat = service
-    return service
+def build_chat() -> ChatService:
+    return ChatService(invoke=chat_invoke, publish=publish_conversation)

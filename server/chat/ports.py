@@ -7,6 +7,7 @@ through these seams, so its tests run with fakes and any front end gets identica
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from server.auth.principal import Principal
@@ -14,10 +15,18 @@ from server.db.audit import AuditWriter
 from server.db.records import MemberRecord, MembershipRecord, MessageRecord, RelayRecord, Role
 
 ActionResult = tuple[int, dict[str, Any]]
-# invoke(app_state, principal, name, body) -> (HTTP status, JSON body): the typed actions.
+# invoke(services, principal, name, body) -> (HTTP status, JSON body): the typed actions.
 InvokeAction = Callable[[Any, Principal, str, dict[str, Any]], Awaitable[ActionResult]]
-# publish(app_state, conversation_id, event name, data): one event on the conversation stream.
+# publish(services, conversation_id, event name, data): one event on the conversation stream.
 PublishEvent = Callable[[Any, str, str, dict[str, Any]], Awaitable[object]]
+
+
+@dataclass
+class ChatService:
+    """What the chat routes need of the typed actions and the event stream."""
+
+    invoke: InvokeAction
+    publish: PublishEvent
 
 
 class ChatStore(AuditWriter, Protocol):

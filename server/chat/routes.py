@@ -8,7 +8,6 @@ role, exactly as over the HTTP API) but its reply goes to that member only and n
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -21,11 +20,12 @@ from server.auth.routes import json_errors
 from server.boundary.body import path_param, read_json_object
 from server.chat import slash
 from server.chat.commands import CommandContext, CommandRunner, Reply
-from server.chat.ports import ChatStore, InvokeAction, PublishEvent
+from server.chat.ports import ChatService, ChatStore
 from server.db.records import MessageRecord, Role, role_allows
 from server.inventory.rows import DesktopDirectory
 from server.json_response import JSONResponse
-from wire.errors import ErrorCode
+from server.services import services_of
+from wire.errors import ErrorCode, OpError
 
 log = logging.getLogger(__name__)
 
@@ -36,36 +36,16 @@ DEFAULT_PAGE, MAX_PAGE = 50, 200
 NO_STORE = {"Cache-Control": "no-store"}
 
 
-@dataclass
-class ChatService:
-    """What the routes need, built once in the app's lifespan (``app.state.chat``)."""
-
-    invoke: InvokeAction
-    publish: PublishEvent
-
-
-class ChatError(Exception):
-    """A request the chat routes refuse; becomes ``{ok: false, error}`` with ``status``."""
-
-    def __init__(self, status: int, code: ErrorCode, message: str) -> None:
-        self.status, self.code, self.message = status, code, message
-        super().__init__(message)
-
-    def response(self) -> JSONResponse:
-        body = {"ok": False, "error": {"code": self.code.value, "message": self.message}}
-        return JSONResponse(body, status_code=self.status, headers=NO_STORE)
+def _refused(code: ErrorCode, message: str, field: str | None = None) -> OpError:
+    return OpError(code, message, {"field": field} if field else None)
 
 
 def _store(request: Request) -> ChatStore:
-    store: ChatStore = request.app.state.store
-    return store
+    return services_of(request).store
 
 
 def _service(request: Request) -> ChatService:
-    service: ChatService | None = getattr(request.app.state, "chat", None)
-    if service is None:
-        raise ChatError(503, ErrorCode.UNAVAILABLE, "chat is not ready")
-    return service
+    return services_of(request).chat
 
 
 async def _role(request: Request, principal: Principal, needed: Role) -> Role:
@@ -73,9 +53,9 @@ async def _role(request: Request, principal: Principal, needed: Role) -> Role:
     role = await _store(request).get_role(conversation_id, principal.user_id)
     if role is None:
         # Same answer for "no such conversation" and "not a member": existence is not leaked.
-        raise ChatError(404, ErrorCode.NOT_FOUND, "conversation not found")
+        raise _refused(ErrorCode.NOT_FOUND, "conversation not found")
     if not role_allows(role, needed):
-        raise ChatError(403, ErrorCode.FORBIDDEN, f"this needs role {needed}; yours is {role}")
+        raise _refused(ErrorCode.FORBIDDEN, f"this needs role {needed}; yours is {role}")
     return role
 
 
@@ -109,26 +89,14 @@ def _int_param(request: Request, name: str, low: int, high: int, default: int | 
         return default
     # ASCII digits, and not thousands of them: int() reads other scripts' digits and "1_0".
     if not (len(raw) <= 20 and raw.isascii() and raw.lstrip("-").isdigit()):
-        raise ChatError(400, ErrorCode.INVALID_ARGS, f"{name} must be an integer")
+        raise _refused(ErrorCode.INVALID_ARGS, f"{name} must be an integer", name)
     value = int(raw)
     if not low <= value <= high:
-        raise ChatError(400, ErrorCode.INVALID_ARGS, f"{name} must be in {low}..{high}")
+        raise _refused(ErrorCode.INVALID_ARGS, f"{name} must be in {low}..{high}", name)
     return value
 
 
-def _chat_errors(endpoint: Any) -> Any:
-    @json_errors
-    async def wrapped(request: Request) -> Response:
-        try:
-            response: Response = await endpoint(request)
-            return response
-        except ChatError as err:
-            return err.response()
-
-    return wrapped
-
-
-@_chat_errors
+@json_errors
 async def list_conversations(request: Request) -> Response:
     """``GET /api/v1/conversations``: the caller's conversations with their role."""
     principal = await authenticate(request)
@@ -141,7 +109,7 @@ async def list_conversations(request: Request) -> Response:
     return JSONResponse({"ok": True, "conversations": conversations}, headers=NO_STORE)
 
 
-@_chat_errors
+@json_errors
 async def get_conversation(request: Request) -> Response:
     """``GET /api/v1/conversations/{id}``: title, role, members and visible relays."""
     principal = await authenticate(request)
@@ -162,7 +130,7 @@ async def get_conversation(request: Request) -> Response:
     return JSONResponse(body, headers=NO_STORE)
 
 
-@_chat_errors
+@json_errors
 async def list_messages(request: Request) -> Response:
     """``GET …/messages?before=&limit=``: a page of the transcript, oldest first."""
     principal = await authenticate(request)
@@ -185,9 +153,7 @@ async def _with_desktop_now(request: Request, messages: list[dict[str, Any]]) ->
     A desktop card loaded later then tells how its session ended ("Stopped by alice at …")
     from the inventory row, which keeps ended sessions for a while (history pruning).
     """
-    inventory: DesktopDirectory | None = getattr(request.app.state, "inventory", None)
-    if inventory is None:
-        return
+    inventory: DesktopDirectory = services_of(request).inventory
     for message in messages:
         desktop = (message.get("payload") or {}).get("desktop")
         if not isinstance(desktop, dict):
@@ -205,11 +171,13 @@ async def _text_of(request: Request) -> str:
     body = await read_json_object(request, MAX_BODY_BYTES)
     text = body.get("text")
     if not isinstance(text, str):
-        raise ChatError(400, ErrorCode.INVALID_ARGS, "text: must be a string")
+        raise _refused(ErrorCode.INVALID_ARGS, "text: must be a string", "text")
     if not text.strip():
-        raise ChatError(400, ErrorCode.INVALID_ARGS, "text: must not be empty")
+        raise _refused(ErrorCode.INVALID_ARGS, "text: must not be empty", "text")
     if len(text) > MAX_MESSAGE_CHARS:
-        raise ChatError(413, ErrorCode.LIMIT_REACHED, _too_long_message(len(text)))
+        raise OpError(
+            ErrorCode.LIMIT_REACHED, _too_long_message(len(text)), {"field": "text"}, status=413
+        )
     return text
 
 
@@ -218,7 +186,7 @@ def _too_long_message(length: int) -> str:
     return f"message too long{size}: the limit is {MAX_MESSAGE_CHARS:,} characters"
 
 
-@_chat_errors
+@json_errors
 async def post_message(request: Request) -> Response:
     """``POST …/messages {text}``: store and publish; ``/desktop …`` also runs the command."""
     principal = await authenticate(request)
@@ -226,7 +194,7 @@ async def post_message(request: Request) -> Response:
     text = await _text_of(request)
     command = slash.is_desktop_command(text)
     if not command and not role_allows(role, "write"):
-        raise ChatError(403, ErrorCode.FORBIDDEN, f"posting needs role write; yours is {role}")
+        raise _refused(ErrorCode.FORBIDDEN, f"posting needs role write; yours is {role}")
     store, conversation_id = _store(request), _conversation_id(request)
     names = {str(principal.user_id): principal.username}
     stored = role_allows(role, "write")
@@ -247,7 +215,7 @@ async def _run_command(request: Request, principal: Principal, text: str) -> Rep
     conversation_id = _conversation_id(request)
 
     async def invoke(name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        return await service.invoke(request.app.state, principal, name, body)
+        return await service.invoke(services_of(request), principal, name, body)
 
     ctx = CommandContext(conversation_id, principal.username, invoke, _store(request))
     return await CommandRunner(ctx).run(slash.parse(text.strip()))
@@ -282,7 +250,7 @@ async def _reply_json(
 async def _publish(request: Request, conversation_id: str, message: dict[str, Any]) -> None:
     service = _service(request)
     try:
-        await service.publish(request.app.state, conversation_id, "message_created", message)
+        await service.publish(services_of(request), conversation_id, "message_created", message)
     except Exception:
         # The message is stored; a live-update failure must not fail the post.
         log.exception("publishing message %s failed", message.get("id"))

@@ -4,24 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING
 
-from wire.errors import ChannelCloseCode
+from wire.errors import ChannelCloseCode, ChannelClosedError
 from wire.frames import Payload
 from wire.ids import ChannelId
-
-if TYPE_CHECKING:
-    from server.relays.link import RelayLink
-
-
-class ChannelClosedError(Exception):
-    """The channel is closed; ``code`` and ``reason`` say why."""
-
-    def __init__(self, code: ChannelCloseCode, reason: str) -> None:
-        self.code = code
-        self.reason = reason
-        super().__init__(f"channel closed ({code.name}): {reason}")
-
+from wire.link import Link
 
 # The window starts at the connection's (1 MiB) and grows, 1 MiB at a time, up to this, but
 # only for a consumer that drained a whole window and is waiting again: like TCP autotuning,
@@ -39,7 +26,7 @@ class ServerChannel:
     hands bytes to the consumer.
     """
 
-    def __init__(self, channel_id: ChannelId, link: RelayLink) -> None:
+    def __init__(self, channel_id: ChannelId, link: Link) -> None:
         self.channel_id = channel_id
         self._link = link
         self._inbox: deque[Payload] = deque()
@@ -65,11 +52,6 @@ class ServerChannel:
         return True
 
     def credit_arrived(self) -> None:
-        self._writable.set()
-
-    def closed_by_peer(self, code: ChannelCloseCode, reason: str) -> None:
-        self._closed = ChannelClosedError(code, reason)
-        self._readable.set()
         self._writable.set()
 
     @property
@@ -114,15 +96,19 @@ class ServerChannel:
             await self._writable.wait()
 
     async def close(
-        self, code: ChannelCloseCode = ChannelCloseCode.NORMAL, reason: str = ""
+        self,
+        code: ChannelCloseCode = ChannelCloseCode.NORMAL,
+        reason: str = "",
+        *,
+        tell_peer: bool = True,
     ) -> None:
-        """Close locally and tell the relay (idempotent)."""
+        """Close (idempotent); tell the relay unless it closed the channel itself."""
         if self._closed is None:
             self._closed = ChannelClosedError(code, reason)
         self._readable.set()
         self._writable.set()
         self._link.forget_channel(self.channel_id)
-        if self._link.connection.close_channel(self.channel_id, code, reason):
+        if tell_peer and self._link.connection.close_channel(self.channel_id, code, reason):
             try:
                 await self._link.flush()
             except Exception:  # the relay is gone: nothing left to tell it

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from server.config import Settings
 from server.db.records import RelayRecord
+from server.relays.capabilities import granted_capabilities
 from server.relays.hub import RelayHub
 from server.relays.link import RelayLink
+from server.services import services_of
 from wire.connection import Connection, HelloReceived, Role
 from wire.errors import CloseCode, ErrorCode, OpError, ProtocolError
 from wire.ids import RelayId
@@ -20,7 +22,6 @@ from wire.messages import SUBPROTOCOL, Request, Welcome
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 10.0
-DIRECT_VNC = "direct_vnc"
 
 
 async def _server_ops(request: Request) -> Any:
@@ -28,20 +29,6 @@ async def _server_ops(request: Request) -> Any:
     if request.op == "ping":
         return {}
     raise OpError(ErrorCode.UNKNOWN_OP, f"unknown op {request.op[:64]!r}")
-
-
-def granted_capabilities(relay: RelayRecord, announced: Iterable[str]) -> frozenset[str]:
-    """What the server lets the relay use of what it announced.
-
-    ``direct_vnc`` makes the server open a loopback connection itself: only a relay the operator
-    registered as co-located (``admin add-relay --co-located``) gets it.
-    """
-    granted = frozenset(announced)
-    if DIRECT_VNC in granted and not relay.co_located:
-        log.warning("relay %s announced %s but is not registered as co-located: ignored",
-                    relay.name, DIRECT_VNC)  # fmt: skip
-        granted -= {DIRECT_VNC}
-    return granted
 
 
 def _bearer(websocket: WebSocket) -> str:
@@ -56,12 +43,12 @@ def _client(websocket: WebSocket) -> str:
 
 async def relay_connect(websocket: WebSocket) -> None:
     """The relay WebSocket endpoint."""
-    state = websocket.app.state
+    services = services_of(websocket)
     if SUBPROTOCOL not in websocket.scope.get("subprotocols", []):
         await websocket.close(CloseCode.UNSUPPORTED_PROTOCOL, f"subprotocol {SUBPROTOCOL} required")
         return
     token = _bearer(websocket)
-    relay = await state.store.authenticate_relay(token) if token else None
+    relay = await services.store.authenticate_relay(token) if token else None
     await websocket.accept(subprotocol=SUBPROTOCOL)
     if relay is None:
         log.warning(
@@ -69,12 +56,12 @@ async def relay_connect(websocket: WebSocket) -> None:
         )
         await websocket.close(CloseCode.UNAUTHORIZED, "unknown or revoked relay token")
         return
-    settings = state.settings
+    settings = services.settings
     connection = Connection(
         Role.SERVER, max_text=settings.max_text_frame, max_payload=settings.max_channel_frame
     )
     try:
-        await _serve(websocket, connection, relay, token, state.hub, settings)
+        await _serve(websocket, connection, relay, token, services.hub, settings)
     except ProtocolError as err:
         log.warning("relay %s broke the protocol: %s", relay.name, err.message)
         await _close(websocket, err.close_code, err.message)
@@ -117,7 +104,7 @@ async def _serve(
     relay: RelayRecord,
     token: str,
     hub: RelayHub,
-    settings: Any,
+    settings: Settings,
 ) -> None:
     hello = await _handshake(websocket, connection)
     if hello is None:
@@ -130,11 +117,18 @@ async def _serve(
         else:
             await websocket.send_bytes(frame)
 
+    async def close_transport(code: int, reason: str) -> None:
+        await _close(websocket, code, reason)
+
     link = RelayLink(
-        relay_id, connection, send, on_event=hub.dispatch_event, on_request=_server_ops
+        relay_id,
+        connection,
+        send,
+        capabilities=granted_capabilities(relay, hello.hello.capabilities),
+        close_transport=close_transport,
+        on_event=hub.dispatch_event,
+        on_request=_server_ops,
     )
-    link.capabilities = granted_capabilities(relay, hello.hello.capabilities)
-    link.close_transport = lambda code, reason: _close(websocket, code, reason)
     connection.accept(
         Welcome(relay_id, settings.heartbeat_s, settings.max_channel_frame, settings.max_text_frame)
     )

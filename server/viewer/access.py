@@ -12,7 +12,7 @@ from typing import Protocol
 from server.db.records import Role, role_allows
 from server.inventory.rows import DesktopDirectory, DesktopRow
 from server.viewer.capability import ViewerDenied, ViewerGrant, verify
-from wire.errors import CloseCode
+from wire.errors import CloseCode, ErrorCode, RelaydeskError
 from wire.ids import RelayId
 
 # The one place the page's reasons are worded; the page maps close codes, not these strings.
@@ -22,21 +22,33 @@ REASONS: dict[CloseCode, str] = {
     CloseCode.VIEWER_FORBIDDEN: "viewer access forbidden",
     CloseCode.RELAY_UNREACHABLE: "relay unreachable",
     CloseCode.DESKTOP_STOPPED: "desktop stopped",
+    CloseCode.AUDIO_UNAVAILABLE: "audio unavailable",
+}
+# The same refusals as error codes (an HTTP answer, a log line).
+ERROR_CODES: dict[CloseCode, ErrorCode] = {
+    CloseCode.UNKNOWN_SESSION: ErrorCode.NOT_FOUND,
+    CloseCode.VIEWER_EXPIRED: ErrorCode.UNAUTHORIZED,
+    CloseCode.VIEWER_FORBIDDEN: ErrorCode.FORBIDDEN,
+    CloseCode.RELAY_UNREACHABLE: ErrorCode.RELAY_UNREACHABLE,
+    CloseCode.DESKTOP_STOPPED: ErrorCode.NOT_RUNNING,
+    CloseCode.AUDIO_UNAVAILABLE: ErrorCode.UNAVAILABLE,
+    CloseCode.INTERNAL_ERROR: ErrorCode.INTERNAL,
 }
 VIEWABLE_STATES = frozenset({"starting", "running"})
 VIEWER_ROLE: Role = "write"
 
 
-class ViewerRefused(Exception):
+class ViewerRefused(RelaydeskError):
     """The viewer stream may not open (or must close); carries its close code and reason."""
 
-    def __init__(self, code: CloseCode, detail: str | None = None) -> None:
-        self.code = code
-        base = REASONS.get(code)
+    def __init__(self, close_code: CloseCode, detail: str | None = None) -> None:
+        self.close_code = close_code
+        self.code = ERROR_CODES.get(close_code, ErrorCode.UNAVAILABLE)
+        base = REASONS.get(close_code)
         if base and detail:
             self.reason = f"{base}: {detail}"
         else:
-            self.reason = base or detail or code.name.lower().replace("_", " ")
+            self.reason = base or detail or close_code.name.lower().replace("_", " ")
         super().__init__(self.reason)
 
 

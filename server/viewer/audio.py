@@ -18,17 +18,16 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
-from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server.inventory.rows import DesktopRow
-from server.relays.channel import ChannelClosedError, ServerChannel
+from server.relays.channel import ServerChannel
 from server.viewer.access import ViewerRefused, ViewerTarget, check_viewer, refusal_for_state
 from server.viewer.registry import DesktopKey, desktop_key
 from server.viewer.service import SUBPROTOCOL, ViewerService, origin_allowed
-from wire.errors import ChannelCloseCode, CloseCode, ErrorCode, OpError
+from wire.errors import ChannelCloseCode, ChannelClosedError, CloseCode, ErrorCode, OpError
 from wire.frames import Payload
 
 log = logging.getLogger(__name__)
@@ -54,9 +53,7 @@ Judge = Callable[[ChannelClosedError], Awaitable[ViewerRefused]]
 
 
 def audio_unavailable(detail: str) -> ViewerRefused:
-    refused = ViewerRefused(CloseCode.AUDIO_UNAVAILABLE)
-    refused.reason = f"audio unavailable: {detail}"
-    return refused
+    return ViewerRefused(CloseCode.AUDIO_UNAVAILABLE, detail)
 
 
 class AudioSession:
@@ -135,7 +132,7 @@ class AudioSession:
                 self._ready.set()
         except ChannelClosedError as closed:
             verdict = await self._judge(closed)
-            self.end(verdict.code, verdict.reason)
+            self.end(verdict.close_code, verdict.reason)
 
     async def _send(self) -> None:
         """Queue → listener, one packet per message, at the listener's pace."""
@@ -168,15 +165,6 @@ class AudioService:
         if viewer.directory is not None:
             viewer.directory.add_listener(self.row_changed)
 
-    @classmethod
-    def of(cls, state: Any) -> AudioService:
-        """The app's audio service (built beside the viewer service on first use)."""
-        service = getattr(state, "viewer_audio", None)
-        if not isinstance(service, AudioService) or service.viewer is not state.viewer:
-            service = cls(state.viewer)
-            state.viewer_audio = service
-        return service
-
     def count(self, desktop_session_id: str | None = None) -> int:
         return sum(
             len(group)
@@ -193,7 +181,7 @@ class AudioService:
             channel = await self._open(target)
         except ViewerRefused as refused:
             log.info("audio refused (session %s…): %s", desktop_session_id[:8], refused.reason)
-            await websocket.close(refused.code, refused.reason[:120])
+            await websocket.close(refused.close_code, refused.reason[:120])
             return
         session = AudioSession(websocket, channel, target.row, self._judge_for(target))
         self.sessions.setdefault(desktop_key(target.row), set()).add(session)
@@ -241,9 +229,9 @@ class AudioService:
 
     def _judge_for(self, target: ViewerTarget) -> Judge:
         async def judge(closed: ChannelClosedError) -> ViewerRefused:
-            if closed.code is ChannelCloseCode.RELAY_GONE:
+            if closed.close_code is ChannelCloseCode.RELAY_GONE:
                 return ViewerRefused(CloseCode.RELAY_UNREACHABLE)
-            if closed.code is ChannelCloseCode.DESKTOP_STOPPED:
+            if closed.close_code is ChannelCloseCode.DESKTOP_STOPPED:
                 return ViewerRefused(CloseCode.DESKTOP_STOPPED)
             directory = self.viewer.directory
             sid = target.row.desktop_session_id
@@ -260,7 +248,7 @@ class AudioService:
         if refusal is None:
             return
         for session in list(self.sessions.get(desktop_key(row), ())):
-            session.end(refusal.code, refusal.reason)
+            session.end(refusal.close_code, refusal.reason)
 
 
 def _refusal_for_error(err: OpError) -> ViewerRefused:
@@ -273,12 +261,3 @@ def _refusal_for_error(err: OpError) -> ViewerRefused:
     return ViewerRefused(CloseCode.INTERNAL_ERROR, err.message)
 
 
-async def audio_socket(websocket: WebSocket) -> None:
-    """``WS /vnc/{sid}/{token}/audio``."""
-    params = websocket.path_params
-    service = AudioService.of(websocket.app.state)
-    await service.serve(websocket, params["desktop_session_id"], params["token"])
-
-
-def routes() -> list[BaseRoute]:
-    return [WebSocketRoute("/vnc/{desktop_session_id}/{token}/audio", audio_socket)]

@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 from typing import Protocol
 
-from server.relays.channel import ChannelClosedError, ServerChannel
-from wire.errors import ChannelCloseCode, RfbHandshakeError
+from server.relays.channel import ServerChannel
+from wire.errors import ChannelCloseCode, ChannelClosedError, RfbHandshakeError
 from wire.frames import Payload
 from wire.rfb import NoneSecurityServer, VncClientHandshake
 
@@ -21,20 +21,11 @@ CONNECT_TIMEOUT_S = 5.0
 LOOPBACK = "127.0.0.1"
 
 
-class BackendEnded(Exception):
-    """The backend side of the stream ended; ``code`` says how (a channel close code)."""
-
-    def __init__(self, code: ChannelCloseCode, reason: str) -> None:
-        self.code = code
-        self.reason = reason
-        super().__init__(f"backend ended ({code.name}): {reason}")
-
-
 class VncBackend(Protocol):
     """An ordered byte stream to a VNC server."""
 
     async def read(self) -> Payload:
-        """Next chunk; raises :class:`BackendEnded` once the backend closed."""
+        """Next chunk; raises :class:`ChannelClosedError` once the backend closed."""
         ...
 
     async def write(self, data: bytes) -> None:
@@ -53,16 +44,10 @@ class RelayBackend:
         self.channel = channel
 
     async def read(self) -> Payload:
-        try:
-            return await self.channel.read()
-        except ChannelClosedError as err:
-            raise BackendEnded(err.code, err.reason) from None
+        return await self.channel.read()
 
     async def write(self, data: bytes) -> None:
-        try:
-            await self.channel.write(data)
-        except ChannelClosedError as err:
-            raise BackendEnded(err.code, err.reason) from None
+        await self.channel.write(data)
 
     async def close(self) -> None:
         await self.channel.close(ChannelCloseCode.VIEWER_GONE, "viewer closed")
@@ -89,14 +74,14 @@ class DirectBackend:
 
     @classmethod
     async def connect(cls, port: int, secret: bytes) -> DirectBackend:
-        """Connect to ``LOOPBACK:port`` and authenticate, or raise :class:`BackendEnded`."""
+        """Connect to ``LOOPBACK:port`` and authenticate, or raise :class:`ChannelClosedError`."""
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
                 reader, writer = await asyncio.open_connection(LOOPBACK, port)
                 backend = cls(reader, writer)
                 await backend._authenticate(secret)
         except (OSError, TimeoutError, RfbHandshakeError) as err:
-            raise BackendEnded(
+            raise ChannelClosedError(
                 ChannelCloseCode.TARGET_UNAVAILABLE, "the desktop's VNC server did not accept us"
             ) from err
         return backend
@@ -129,7 +114,9 @@ class DirectBackend:
         except OSError:
             data = b""
         if not data:
-            raise BackendEnded(ChannelCloseCode.TARGET_CLOSED, "the VNC server closed the stream")
+            raise ChannelClosedError(
+                ChannelCloseCode.TARGET_CLOSED, "the VNC server closed the stream"
+            )
         return data
 
     async def write(self, data: bytes) -> None:
@@ -139,7 +126,9 @@ class DirectBackend:
             self._writer.write(data)
             await self._writer.drain()
         except OSError as err:
-            raise BackendEnded(ChannelCloseCode.TARGET_CLOSED, "the VNC server is gone") from err
+            raise ChannelClosedError(
+                ChannelCloseCode.TARGET_CLOSED, "the VNC server is gone"
+            ) from err
 
     def _viewer_handshake(self, data: bytes) -> bytes:
         """Feed the viewer's handshake; returns what is left for x11vnc (the session's start)."""
@@ -148,7 +137,7 @@ class DirectBackend:
         try:
             viewer.receive_data(data)
         except RfbHandshakeError as err:
-            raise BackendEnded(ChannelCloseCode.TARGET_CLOSED, err.reason) from err
+            raise ChannelClosedError(ChannelCloseCode.TARGET_CLOSED, err.reason) from err
         self._pending += viewer.data_to_send()
         if viewer.done:
             self._viewer = None

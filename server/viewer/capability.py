@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from wire.compare import same_text
-from wire.errors import CloseCode
+from wire.errors import CloseCode, ErrorCode, RelaydeskError
 
 _DOMAIN = b"relaydesk.viewer.v1"
 
@@ -38,11 +38,14 @@ class Denial(StrEnum):
         return CloseCode.VIEWER_FORBIDDEN
 
 
-class ViewerDenied(Exception):
-    """The viewer token does not grant access to this desktop session."""
+class ViewerDenied(RelaydeskError):
+    """The viewer token does not grant access to this desktop session (401 once expired)."""
+
+    code = ErrorCode.FORBIDDEN
 
     def __init__(self, denial: Denial) -> None:
         self.denial = denial
+        self.status = 401 if denial is Denial.EXPIRED else 403
         super().__init__(f"viewer access denied: {denial.value}")
 
 

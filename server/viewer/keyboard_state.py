@@ -16,11 +16,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from server.config import Settings
 from server.db.records import role_allows
+from server.errors import error_response
 from server.json_response import JSONResponse
-from server.viewer.capability import Denial, ViewerDenied, verify
-from wire.errors import ErrorCode, OpError
+from server.services import services_of
+from server.viewer.access import ViewerRefused
+from server.viewer.capability import ViewerDenied, verify
+from wire.errors import CloseCode, ErrorCode, OpError, RelaydeskError
 from wire.ids import RelayId
 
 log = logging.getLogger(__name__)
@@ -36,10 +38,16 @@ def _answer(status: int, body: dict[str, Any]) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=HEADERS)
 
 
-def _unknown(status: int, code: ErrorCode, message: str) -> JSONResponse:
-    body = {"ok": False, "known": False, **dict.fromkeys(LOCKS),
-            "error": {"code": code.value, "message": message}}  # fmt: skip
-    return _answer(status, body)
+def _unknown(err: RelaydeskError) -> JSONResponse:
+    """The one error body, with the locks unknown (``null``) beside it."""
+    return error_response(err, HEADERS, known=False, **dict.fromkeys(LOCKS))
+
+
+def _relay_refusal(err: OpError) -> OpError:
+    """The relay's refusal: a desktop that is gone is 410 (the page stops asking), a relay
+    that did not answer 504, any other failure of the relay 502."""
+    status = {ErrorCode.NOT_RUNNING: 410, ErrorCode.TIMEOUT: 504}.get(err.code, 502)
+    return OpError(err.code, err.message, status=status)
 
 
 def _lock(result: dict[str, Any], name: str) -> bool | None:
@@ -50,27 +58,25 @@ def _lock(result: dict[str, Any], name: str) -> bool | None:
 async def keyboard_state(request: Request) -> Response:
     """The lock states of the capability's desktop, or ``known: false`` with the reason."""
     sid, token = request.path_params["sid"], request.path_params["token"]
-    settings: Settings = request.app.state.settings
+    services = services_of(request)
     try:
-        grant = verify(settings.secret_key, token, sid)
+        grant = verify(services.settings.secret_key, token, sid)
     except ViewerDenied as err:
-        status = 401 if err.denial is Denial.EXPIRED else 403
-        return _unknown(status, ErrorCode.FORBIDDEN, str(err))
-    store = request.app.state.store
+        return _unknown(err)
+    store = services.store
     role = await store.get_role(grant.conversation_id, grant.user_id)
     visible = await store.is_relay_visible(grant.relay_id, grant.conversation_id)
     if not role_allows(role, "write") or not visible:
-        return _unknown(403, ErrorCode.FORBIDDEN, "viewer access forbidden")
+        return _unknown(ViewerRefused(CloseCode.VIEWER_FORBIDDEN))
     try:
-        result = await request.app.state.hub.request(
+        result = await services.hub.request(
             RelayId(grant.relay_id), KEYBOARD_STATE_OP, {"desktop_session_id": sid},
             RELAY_TIMEOUT_S,
         )  # fmt: skip
     except OpError as err:
-        status = {ErrorCode.NOT_RUNNING: 410, ErrorCode.TIMEOUT: 504}.get(err.code, 502)
-        return _unknown(status, err.code, err.message)
+        return _unknown(_relay_refusal(err))
     if not isinstance(result, dict):
-        return _unknown(502, ErrorCode.PROTOCOL_ERROR, "malformed keyboard state")
+        return _unknown(OpError(ErrorCode.PROTOCOL_ERROR, "malformed keyboard state", status=502))
     locks = {name: _lock(result, name) for name in LOCKS}
     return _answer(200, {"ok": True, "known": locks["num_lock"] is not None, **locks})
 

@@ -72,7 +72,7 @@ class ViewerRegistry:
         if group:
             log.info("closing %d viewer(s): %s", len(group), refusal.reason)
         for session in list(group):
-            session.end(refusal.code, refusal.reason)
+            session.end(refusal.close_code, refusal.reason)
 
     def end_all(self, reason: str) -> None:
         """Shutdown: end every stream with ``going away``."""

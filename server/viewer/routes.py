@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from server.config import Settings
+from server.db.store import Store
+from server.inventory.rows import DesktopDirectory
+from server.relays.hub import RelayHub
+from server.services import services_of
 from server.viewer.assets import VIEWER_DIR, NovncAssets, viewer_file
+from server.viewer.audio import AudioService
 from server.viewer.relay_assets import HubAssetRelays
 from server.viewer.service import ViewerService
 
@@ -31,30 +37,46 @@ async def viewer_page(request: Request) -> Response:
 
 async def viewer_socket(websocket: WebSocket) -> None:
     """``WS /vnc/{sid}/{token}/websockify``: the VNC byte stream."""
-    service: ViewerService = websocket.app.state.viewer
     params = websocket.path_params
-    await service.serve(websocket, params["desktop_session_id"], params["token"])
+    await services_of(websocket).viewer.serve(
+        websocket, params["desktop_session_id"], params["token"]
+    )
+
+
+async def audio_socket(websocket: WebSocket) -> None:
+    """``WS /vnc/{sid}/{token}/audio``: the desktop's sound, one Opus packet per message."""
+    params = websocket.path_params
+    await services_of(websocket).audio.serve(
+        websocket, params["desktop_session_id"], params["token"]
+    )
 
 
 async def novnc_asset(request: Request) -> Response:
-    assets: NovncAssets = request.app.state.novnc_assets
-    return await assets.response(request.path_params["path"])
+    return await services_of(request).novnc_assets.response(request.path_params["path"])
 
 
 viewer_routes: list[BaseRoute] = [
     Route("/vnc/{desktop_session_id}/{token}/", viewer_page, methods=["GET", "HEAD"]),
     WebSocketRoute("/vnc/{desktop_session_id}/{token}/websockify", viewer_socket),
+    WebSocketRoute("/vnc/{desktop_session_id}/{token}/audio", audio_socket),
     Route("/novnc/{path:path}", novnc_asset, methods=["GET", "HEAD"]),
     Route("/viewer/{name}", viewer_file, methods=["GET", "HEAD"]),
 ]
 
 
-def start_viewer(state: Any) -> ViewerService:
-    """Build the viewer service and the asset sources on ``app.state`` (in ``lifespan``)."""
-    directory = getattr(state, "inventory", None)
-    service = ViewerService(state.settings, state.store, state.hub, directory)
-    state.viewer = service
-    state.novnc_assets = NovncAssets(
-        NovncAssets.default_roots(), HubAssetRelays(state.hub, state.store)
-    )
-    return service
+@dataclass(frozen=True)
+class ViewerParts:
+    """The viewer feature's long-lived parts (built in the app's lifespan)."""
+
+    viewer: ViewerService
+    audio: AudioService
+    novnc_assets: NovncAssets
+
+
+def build_viewer(
+    settings: Settings, store: Store, hub: RelayHub, directory: DesktopDirectory
+) -> ViewerParts:
+    """The viewer and audio services and noVNC's asset sources."""
+    viewer = ViewerService(settings, store, hub, directory)
+    assets = NovncAssets(NovncAssets.default_roots(), HubAssetRelays(hub, store))
+    return ViewerParts(viewer, AudioService(viewer), assets)

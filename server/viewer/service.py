@@ -20,7 +20,7 @@ from starlette.websockets import WebSocket
 from server.boundary.hosts import HostPolicy
 from server.config import Settings
 from server.inventory.rows import DesktopDirectory, DesktopRow
-from server.relays.endpoint import DIRECT_VNC
+from server.relays.capabilities import DIRECT_VNC
 from server.relays.hub import RelayHub
 from server.viewer.access import (
     VIEWABLE_STATES,
@@ -30,10 +30,10 @@ from server.viewer.access import (
     check_viewer,
     refusal_for_state,
 )
-from server.viewer.backends import BackendEnded, DirectBackend, RelayBackend, VncBackend
+from server.viewer.backends import DirectBackend, RelayBackend, VncBackend
 from server.viewer.registry import DesktopKey, ViewerRegistry, desktop_key
 from server.viewer.tunnel import ViewerSession
-from wire.errors import ChannelCloseCode, CloseCode, ErrorCode, OpError
+from wire.errors import ChannelCloseCode, ChannelClosedError, CloseCode, ErrorCode, OpError
 from wire.ids import RelayId
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class ViewerService:
             backend = await self._open_backend(target)
         except ViewerRefused as refused:
             log.info("viewer refused (session %s…): %s", desktop_session_id[:8], refused.reason)
-            await websocket.close(refused.code, refused.reason[:120])
+            await websocket.close(refused.close_code, refused.reason[:120])
             return
         session = ViewerSession(websocket, backend, target, self._judge_for(target))
         self.registry.add(session)
@@ -151,7 +151,7 @@ class ViewerService:
             )
         except OpError as err:
             raise _refusal_for_error(err) from None
-        except BackendEnded as ended:
+        except ChannelClosedError as ended:
             raise ViewerRefused(CloseCode.INTERNAL_ERROR, ended.reason) from None
         return RelayBackend(channel)
 
@@ -166,7 +166,7 @@ class ViewerService:
             return None
         try:
             backend = await DirectBackend.connect(address.port, address.secret)
-        except BackendEnded:
+        except ChannelClosedError:
             self._direct.pop(key, None)
             log.warning("relay %s: direct VNC refused for session %s…; using the relay channel",
                         target.relay_id, target.row.desktop_session_id[:8])  # fmt: skip
@@ -207,16 +207,16 @@ class ViewerService:
         return bool(result.get("holds")) if isinstance(result, dict) else False
 
     def _judge_for(self, target: ViewerTarget) -> Any:
-        async def judge(ended: BackendEnded) -> ViewerRefused:
+        async def judge(ended: ChannelClosedError) -> ViewerRefused:
             return await self._judge(target, ended)
 
         return judge
 
-    async def _judge(self, target: ViewerTarget, ended: BackendEnded) -> ViewerRefused:
+    async def _judge(self, target: ViewerTarget, ended: ChannelClosedError) -> ViewerRefused:
         """What a backend end means for the viewer: relay gone, desktop gone, or a VNC hang-up."""
-        if ended.code is ChannelCloseCode.RELAY_GONE:
+        if ended.close_code is ChannelCloseCode.RELAY_GONE:
             return ViewerRefused(CloseCode.RELAY_UNREACHABLE)
-        if ended.code is ChannelCloseCode.DESKTOP_STOPPED:
+        if ended.close_code is ChannelCloseCode.DESKTOP_STOPPED:
             return ViewerRefused(CloseCode.DESKTOP_STOPPED)
         session_id = target.row.desktop_session_id
         row = await self.directory.row(target.relay_id, session_id) if self.directory else None

@@ -18,13 +18,13 @@ from collections.abc import Awaitable, Callable
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server.viewer.access import ViewerRefused, ViewerTarget
-from server.viewer.backends import BackendEnded, VncBackend
-from wire.errors import CloseCode
+from server.viewer.backends import VncBackend
+from wire.errors import ChannelClosedError, CloseCode
 
 log = logging.getLogger(__name__)
 
 # Decides what a backend end means for the viewer (e.g. "desktop stopped" vs "VNC hung up").
-Judge = Callable[[BackendEnded], Awaitable[ViewerRefused]]
+Judge = Callable[[ChannelClosedError], Awaitable[ViewerRefused]]
 _SEND_ERRORS = (WebSocketDisconnect, OSError, RuntimeError)
 # A viewer that stopped reading never lets the close frame out (the send waits for its socket
 # to drain): give up after this, so the session and its backend are released regardless.
@@ -93,9 +93,9 @@ class ViewerSession:
                 # ``send_bytes`` with a view of the relay's frame: no copy on the way through.
                 await self.websocket.send({"type": "websocket.send", "bytes": data})
                 self.bytes_down += len(data)
-        except BackendEnded as ended:
+        except ChannelClosedError as ended:
             verdict = await self._judge(ended)
-            self.end(verdict.code, verdict.reason)
+            self.end(verdict.close_code, verdict.reason)
         except _SEND_ERRORS:
             self.end(CloseCode.GOING_AWAY, "viewer gone", viewer_gone=True)
 
@@ -113,8 +113,8 @@ class ViewerSession:
                     return
                 await self.backend.write(data)
                 self.bytes_up += len(data)
-        except BackendEnded as ended:
+        except ChannelClosedError as ended:
             verdict = await self._judge(ended)
-            self.end(verdict.code, verdict.reason)
+            self.end(verdict.close_code, verdict.reason)
         except _SEND_ERRORS:
             self.end(CloseCode.GOING_AWAY, "viewer gone", viewer_gone=True)

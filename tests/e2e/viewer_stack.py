@@ -71,7 +71,7 @@ class ViewerStack:
 
     @property
     def hub(self) -> Any:
-        return self.app.state.hub
+        return self.app.state.services.hub
 
     @property
     def ws_base(self) -> str:
@@ -85,7 +85,7 @@ class ViewerStack:
             "desktop_session_id": desktop_session_id,
             "ttl_s": ttl_s,
         } | grant
-        return mint(self.app.state.settings.secret_key, grant_for(**values))
+        return mint(self.app.state.services.settings.secret_key, grant_for(**values))
 
     def viewer_path(self, desktop: Desktop, token: str | None = None) -> str:
         """The path ``desktop_start`` answered with, or one carrying ``token``."""
@@ -107,7 +107,7 @@ class ViewerStack:
             return 0
 
     def viewers(self, desktop_session_id: str | None = None) -> int:
-        return int(self.app.state.viewer.registry.count(desktop_session_id))
+        return int(self.app.state.services.viewer.registry.count(desktop_session_id))
 
     async def action(self, name: str, **args: Any) -> Any:
         """Call a typed action as the seeded user (``POST /api/v1/actions/{name}``)."""

@@ -76,7 +76,8 @@ async def refusal(url: str) -> tuple[int | None, str]:
 
 
 def audio_service(stack: ViewerStack) -> AudioService:
-    return AudioService.of(stack.app.state)
+    audio: AudioService = stack.app.state.services.audio
+    return audio
 
 
 async def test_the_row_says_audio_and_a_tone_is_heard_within_a_second(
@@ -213,7 +214,9 @@ async def test_a_dying_sound_server_is_reported_and_the_picture_goes_on(
 
     await wait_until(reported, 10, "the watchdog to report audio_failed")
     await wait_until(lambda: "lost its sound server" in stack.relay.log_text(), 5, "the event")
-    inventory = await stack.app.state.inventory.row(stack.relay_id, dies.desktop_session_id)
+    inventory = await stack.app.state.services.inventory.row(
+        stack.relay_id, dies.desktop_session_id
+    )
     assert inventory.state == "running"
     client = RFBClient(await WebSocketTransport.connect(stack.socket_url(dies)))
     await asyncio.wait_for(client.handshake(), scaled(10))  # video continues

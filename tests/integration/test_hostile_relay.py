@@ -139,7 +139,7 @@ async def open_viewer(url: str) -> RFBClient:
 
 
 async def victim_row_state(stack: ViewerStack, desktop: Desktop) -> str:
-    row = await stack.app.state.inventory.row(stack.relay_id, desktop.desktop_session_id)
+    row = await stack.app.state.services.inventory.row(stack.relay_id, desktop.desktop_session_id)
     return str(row.state)
 
 
@@ -158,7 +158,7 @@ async def test_claiming_and_stopping_a_victims_session_id_touches_only_its_own_r
                     "kind": "virtual", "slot": "main", "reason": "hostile"}  # fmt: skip
             await hostile.event("desktop.changed", data)
             await wait_until(
-                lambda: _row_state_is(stack.app.state.inventory, hostile.relay_id,
+                lambda: _row_state_is(stack.app.state.services.inventory, hostile.relay_id,
                                       victim.desktop_session_id, "stopped"),
                 5,
                 "the hostile relay's row to record its own claim",
@@ -219,7 +219,9 @@ async def claimed(stack: ViewerStack, hostile: HostileRelay, victim: Desktop) ->
     """Wait until the hostile relay's claim is recorded — as a row of its own."""
 
     async def recorded() -> bool:
-        row = await stack.app.state.inventory.row(hostile.relay_id, victim.desktop_session_id)
+        row = await stack.app.state.services.inventory.row(
+            hostile.relay_id, victim.desktop_session_id
+        )
         return row is not None
 
     await wait_until(recorded, 5, "the hostile relay's own row")

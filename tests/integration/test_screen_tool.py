@@ -68,7 +68,7 @@ async def call_screen(stack: Stack, body: dict[str, Any]) -> tuple[int, dict[str
 
 async def _start_desktop(app: Any, relay_id: str, slot: str, size: tuple[int, int]) -> Desktop:
     args = {"kind": "virtual", "slot": slot, "geometry": f"{size[0]}x{size[1]}"}
-    row = await app.state.hub.request(RelayId(relay_id), "desktop.start", args, scaled(30))
+    row = await app.state.services.hub.request(RelayId(relay_id), "desktop.start", args, scaled(30))
     recorder = XRecorder(row["display"], scaled(10))
     return Desktop(row["desktop_session_id"], row["display"], *size, recorder)
 
@@ -86,7 +86,9 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         relay_id = seed.relay["relay_id"]
         try:
             await wait_until(
-                lambda: app.state.hub.is_connected(RelayId(relay_id)), 20, "the relay to connect"
+                lambda: app.state.services.hub.is_connected(RelayId(relay_id)),
+                20,
+                "the relay to connect",
             )
             main = await _start_desktop(app, relay_id, "main", MAIN)
             second = await _start_desktop(app, relay_id, "second", SECOND)
@@ -299,7 +301,7 @@ async def test_forged_and_expired_revisions_are_refused(stack, main):
         action="click", x=10, y=10, expected_screen_revision="made-up"
     )
     _error(status, body, "invalid_args", 400)
-    revisions = stack.app.state.screen_tool.revisions
+    revisions = stack.app.state.services.screen_tool.revisions
     real_clock = revisions.clock
     revisions.clock = lambda: real_clock() + revisions.ttl_s + 1
     try:
@@ -350,7 +352,7 @@ async def test_a_chord_arrives_as_one_chord(stack, main):
 async def test_the_audit_trail_has_shapes_but_never_typed_text(stack, main):
     await stack.screen(action="type", text="hunter2-secret")
     main.recorder.drain()
-    rows = await stack.app.state.store.list_audit(relay_id=stack.relay_id)
+    rows = await stack.app.state.services.store.list_audit(relay_id=stack.relay_id)
     screen_rows = [row for row in rows if row.op.startswith("screen.")]
     assert {"screen.screenshot", "screen.click", "screen.type", "screen.key"} <= {
         row.op for row in screen_rows
@@ -379,7 +381,9 @@ async def test_a_desktop_that_stopped_after_the_screenshot_gets_no_input(stack):
     second.recorder.stop()
     second.stopped = True
     stop = {"kind": "virtual", "slot": "second", "desktop_session_id": second.session_id}
-    await stack.app.state.hub.request(RelayId(stack.relay_id), "desktop.stop", stop, scaled(20))
+    await stack.app.state.services.hub.request(
+        RelayId(stack.relay_id), "desktop.stop", stop, scaled(20)
+    )
     status, body = await stack.screen(
         action="click",
         x=10,

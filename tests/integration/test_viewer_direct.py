@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from relay.handlers import DIRECT_HOST_ENV
-from server.relays.endpoint import DIRECT_VNC
-from server.viewer.backends import BackendEnded, DirectBackend
+from relay.config import DIRECT_HOST_ENV
+from server.relays.capabilities import DIRECT_VNC
+from server.viewer.backends import DirectBackend
 from tests.e2e.viewer_stack import (
     Desktop,
     ViewerStack,
@@ -42,7 +42,7 @@ from tests.integration.test_viewer_tunnel import (
 )
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
-from wire.errors import CloseCode, ErrorCode, OpError
+from wire.errors import ChannelClosedError, CloseCode, ErrorCode, OpError
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -129,7 +129,7 @@ async def test_the_direct_path_splices_nothing_to_a_port_that_does_not_authentic
     assert server_port is not None
     # The server's own HTTP port (no RFB banner), and x11vnc with a wrong secret.
     for port, key in ((server_port, secret), (desktop.vnc_port, bytes(8))):
-        with pytest.raises(BackendEnded):
+        with pytest.raises(ChannelClosedError):
             await DirectBackend.connect(port, key)
     backend = await DirectBackend.connect(desktop.vnc_port, secret)
     assert bytes(await backend.read()).startswith(b"RFB 003.008\n")  # our handshake to the viewer
@@ -169,7 +169,7 @@ async def test_a_lost_relay_closes_direct_viewers_and_its_return_admits_them(
     await wait_until(lambda: server_vnc_connections(desktop) == 0, 5, "x11vnc connection closed")
 
     stack.start_relay()
-    directory = stack.app.state.viewer.directory
+    directory = stack.app.state.services.viewer.directory
 
     async def running_again() -> bool:
         row = await directory.row(stack.relay_id, desktop.desktop_session_id)

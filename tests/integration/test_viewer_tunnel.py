@@ -325,7 +325,7 @@ async def test_a_viewer_that_stops_reading_does_not_slow_another(
 
 
 def _sessions(stack: ViewerStack) -> list:  # type: ignore[type-arg]
-    registry = stack.app.state.viewer.registry
+    registry = stack.app.state.services.viewer.registry
     return [s for group in registry._sessions.values() for s in group]
 
 

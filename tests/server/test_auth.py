@@ -23,7 +23,9 @@ from server.auth.ratelimit import ADDRESS_FACTOR, LoginRateLimiter
 from server.auth.routes import BAD_CREDENTIALS, auth_routes
 from server.config import Settings
 from server.db.store import Store
+from server.services import install
 from tests.support import postgres
+from tests.support.services import bare_services
 
 T = TypeVar("T")
 PASSWORD = "correct horse battery staple"
@@ -43,10 +45,11 @@ async def whoami(request: Request) -> JSONResponse:
 def make_app(url: str, settings: Settings) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        app.state.settings = settings
-        app.state.store = await Store.open(url, password_hasher=fast_hasher())
+        store = await Store.open(url, password_hasher=fast_hasher())
+        limiter = LoginRateLimiter(settings.login_max_failures, settings.login_window_s)
+        install(app.state, bare_services(settings=settings, store=store, login_limiter=limiter))
         yield
-        await app.state.store.close()
+        await app.state.services.store.close()
 
     routes = [*auth_routes, Route("/api/v1/whoami", whoami, methods=["GET", "POST"])]
     return Starlette(
@@ -61,7 +64,7 @@ class Harness:
 
     @property
     def store(self) -> Store:
-        store: Store = self.app.state.store
+        store: Store = self.app.state.services.store
         return store
 
     def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -211,7 +211,7 @@ CONTENT_TYPES = st.sampled_from(
 @st.composite
 def requests(draw: st.DrawFn, live: Live, method: str, template: str) -> dict[str, Any]:
     """One request to ``template``: real or garbage path params, a body, a type, a caller."""
-    names = ActionRegistry.names(live.app.state.actions)
+    names = ActionRegistry.names(live.app.state.services.actions)
     real = {
         "conversation_id": live.seed.conversation_id,
         "name": draw(st.sampled_from(names)),

@@ -84,7 +84,7 @@ async def test_a_change_reaches_a_subscriber_within_a_second(server: Any) -> Non
             [],
         )
         began = time.monotonic()
-        await app.state.inventory.record_started(relay, _row("a" * 32))
+        await app.state.services.inventory.record_started(relay, _row("a" * 32))
         event = await sse.next(timeout=1.0)
         assert time.monotonic() - began < 1.0
         assert event.event == "desktop_inventory_changed" and event.id
@@ -97,20 +97,22 @@ async def test_reconnect_with_last_event_id_gets_exactly_the_missed_events(serve
     relay = RelayId(seed.relay["relay_id"])
     async with open_sse(client, _url(seed.conversation_id), _auth(seed.api_token)) as sse:
         await sse.next()  # snapshot
-        await app.state.inventory.record_started(relay, _row("b" * 32))
+        await app.state.services.inventory.record_started(relay, _row("b" * 32))
         seen = await sse.next()
-    await wait_until(lambda: app.state.bus.fanout.count() == 0, 5, "the feed to be released")
+    await wait_until(
+        lambda: app.state.services.bus.fanout.count() == 0, 5, "the feed to be released"
+    )
     missed_ids = []
     for n, slot in enumerate(("s1", "s2", "s3")):
-        await app.state.inventory.record_started(relay, _row(str(n) * 32, slot))
-        await app.state.events.settled()  # one event per change, not a coalesced one
+        await app.state.services.inventory.record_started(relay, _row(str(n) * 32, slot))
+        await app.state.services.events.settled()  # one event per change, not a coalesced one
     await publish_conversation(app.state, seed.conversation_id, "message_created", {"text": "hi"})
     assert seen.id is not None
     headers = {**_auth(seed.api_token), "Last-Event-ID": seen.id}
     async with open_sse(client, _url(seed.conversation_id), headers) as sse:
         replayed = await _changes(sse, 4)
         missed_ids = [e.id for e in replayed]
-        await app.state.inventory.record_ended(relay, "b" * 32, "stopped", "test")
+        await app.state.services.inventory.record_ended(relay, "b" * 32, "stopped", "test")
         live = await sse.next()
         assert sse.pending() == []
     assert [e.event for e in replayed] == ["desktop_inventory_changed"] * 3 + ["message_created"]
@@ -130,7 +132,7 @@ async def test_subscribers_see_only_their_conversation(server: Any) -> None:
     ):
         await outsider.next()
         await member.next()
-        await app.state.inventory.record_started(relay, _row("c" * 32))
+        await app.state.services.inventory.record_started(relay, _row("c" * 32))
         await member.next()
         await publish_conversation(app.state, other_id, "message_created", {"text": "x"})
         only = await outsider.next()
@@ -149,21 +151,23 @@ async def test_stream_refuses_missing_conversation_non_members_and_strangers(ser
 
 async def test_pings_keep_the_stream_alive_and_disconnects_are_cleaned_up(server: Any) -> None:
     app, client, seed, _ = server
-    app.state.events.ping_s = 0.2
+    app.state.services.events.ping_s = 0.2
     async with open_sse(client, _url(seed.conversation_id), _auth(seed.api_token)) as sse:
         await sse.next()
         await wait_until(lambda: len(sse.comments) >= 2, 3, "two keep-alive pings")
-        assert app.state.bus.fanout.count() == 1
-    await wait_until(lambda: app.state.bus.fanout.count() == 0, 5, "the feed to be released")
+        assert app.state.services.bus.fanout.count() == 1
+    await wait_until(
+        lambda: app.state.services.bus.fanout.count() == 0, 5, "the feed to be released"
+    )
 
 
 async def test_a_relay_disconnect_publishes_unknown_rows(server: Any) -> None:
     app, client, seed, _ = server
     relay = RelayId(seed.relay["relay_id"])
-    await app.state.inventory.record_started(relay, _row("d" * 32))
+    await app.state.services.inventory.record_started(relay, _row("d" * 32))
     async with open_sse(client, _url(seed.conversation_id), _auth(seed.api_token)) as sse:
         await sse.next()
-        await app.state.inventory.relay_disconnected(relay)
+        await app.state.services.inventory.relay_disconnected(relay)
         event = await sse.next(timeout=1.0)
     assert [r["state"] for r in event.data["desktops"]] == ["unknown"]
 
@@ -244,6 +248,6 @@ async def test_many_streams_opening_at_once_all_get_their_snapshot(server: Any) 
         )
         snapshots = await asyncio.gather(*(sse.next() for sse in opened))
         assert {(s.event, s.id) for s in snapshots} == {("desktop_inventory_changed", None)}
-        await app.state.inventory.record_started(relay, _row("e" * 32))
+        await app.state.services.inventory.record_started(relay, _row("e" * 32))
         changes = await asyncio.gather(*(sse.next() for sse in opened))
         assert {c.data["changed"][0]["desktop_session_id"] for c in changes} == {"e" * 32}

@@ -1,0 +1,61 @@
+"""The server's parts, built once in the app's lifespan and read through one accessor.
+
+``server.app`` builds a :class:`Services` when the app starts and installs it on the app;
+routes read it with :func:`services_of` (a request or a WebSocket). Nothing else is kept on
+``app.state``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import HTTPConnection
+
+from server.actions.registry import ActionRegistry
+from server.auth.ratelimit import LoginRateLimiter
+from server.chat.ports import ChatService
+from server.config import Settings
+from server.db.store import Store
+from server.events.bus import Bus
+from server.events.hub import ConversationEvents
+from server.inventory.service import Inventory
+from server.relays.hub import RelayHub
+from server.screen.tool import ScreenTool
+from server.viewer.assets import NovncAssets
+from server.viewer.audio import AudioService
+from server.viewer.service import ViewerService
+
+
+@dataclass(frozen=True)
+class Services:
+    """Every long-lived part of one server process (dependency order)."""
+
+    settings: Settings
+    store: Store
+    hub: RelayHub
+    login_limiter: LoginRateLimiter
+    bus: Bus
+    events: ConversationEvents
+    inventory: Inventory
+    actions: ActionRegistry
+    viewer: ViewerService
+    audio: AudioService
+    novnc_assets: NovncAssets
+    chat: ChatService
+    screen_tool: ScreenTool
+
+
+def install(state: Any, services: Services) -> None:
+    """Make ``services`` the app's (``state`` is ``app.state``)."""
+    state.services = services
+    # ``server.events.routes`` reads these two by name until it asks ``services_of``.
+    state.store, state.events = services.store, services.events
+
+
+def services_of(conn: HTTPConnection) -> Services:
+    """The app's :class:`Services` (a route runs only after the lifespan installed them)."""
+    services = getattr(conn.app.state, "services", None)
+    if not isinstance(services, Services):
+        raise RuntimeError("the server's services are not installed (lifespan not run)")
+    return services

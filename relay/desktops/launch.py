@@ -54,6 +54,9 @@ _LOCK_RE = re.compile(r"^\.X([0-9]+)-lock$")
 # RELAYDESK_*) and its DISPLAY/D-Bus/XDG session must never leak into a desktop agents drive.
 _INHERITED_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ"})
 _ACCESSIBILITY_ENV = {"GTK_MODULES": "gail:atk-bridge", "QT_ACCESSIBILITY": "1"}
+# How long after it starts a run-once program is waited for (beside the readiness probe).
+ONE_SHOT_WAIT_S = 2.0
+_ONE_SHOT_POLL_S = 0.02
 
 
 class AudioStarter(Protocol):
@@ -313,8 +316,10 @@ class Launcher:
             if (req.audio and self._audio) else {}
         )  # fmt: skip
         env.update(extra)
-        self._spawn_session(req, procs, env, log, session)
+        one_shots = self._spawn_session(req, procs, env, log, session)
+        one_shots_until = min(time.monotonic() + ONE_SHOT_WAIT_S, deadline)
         await self._await_ready(procs, vnc_port, ws_port, deadline)
+        await _reap_one_shots(procs, one_shots, one_shots_until)
         return LaunchedDesktop(
             display,
             vnc_port,
@@ -395,9 +400,11 @@ class Launcher:
         env: dict[str, str],
         log: IO[bytes],
         session: SessionSetup,
-    ) -> None:
+    ) -> list[ChildProcess]:
         """Window manager, clipboard bridge, the profile's programs and the start-up apps:
-        useful but not essential, and never waited for (readiness is the display's)."""
+        useful but not essential, and never waited for (readiness is the display's).
+
+        Returns the profile's run-once programs, for ``_reap_one_shots``."""
         optional: list[tuple[str, Sequence[str], dict[str, str]]] = []
         if self._config.window_manager:
             optional.append(("wm", self._config.window_manager, {}))
@@ -408,11 +415,18 @@ class Launcher:
         if session.profile is not None and session.home is not None:
             optional.extend(session.profile.startup(session.home))
         optional.extend((f"app:{words[0]}", words, {}) for words in req.apps)
+        once = session.profile.once if session.profile is not None else frozenset()
+        one_shots: list[ChildProcess] = []
         for name, argv, extra in optional:
             try:
-                procs.add(_spawn(name, argv, env | extra, False, log, (), user=session.user))
+                child = _spawn(name, argv, env | extra, False, log, (), user=session.user)
             except OSError as err:
                 logger.warning("desktop %s: %s not started: %s", req.slot, name, err)
+                continue
+            procs.add(child)
+            if name in once:
+                one_shots.append(child)
+        return one_shots
 
     async def _await_ready(
         self, procs: DesktopProcesses, vnc_port: int, ws_port: int, deadline: float
@@ -440,6 +454,22 @@ class Launcher:
             # Name the culprit: x11vnc if it does not greet directly, else websockify.
             await _direct_banner(vnc_port, timeout)
             raise
+
+
+async def _reap_one_shots(
+    procs: DesktopProcesses, one_shots: list[ChildProcess], until: float
+) -> None:
+    """Collect run-once programs (a wallpaper setter) that have exited, and drop them from the
+    desktop's processes: otherwise each stays a zombie until the desktop stops. One still
+    running at ``until`` stays in the set and stops with the desktop."""
+    pending = list(one_shots)
+    while pending:
+        for child in [c for c in pending if c.returncode() is not None]:  # poll() reaps
+            pending.remove(child)
+            procs.children.remove(child)
+        if not pending or time.monotonic() >= until:
+            return
+        await asyncio.sleep(_ONE_SHOT_POLL_S)
 
 
 async def _direct_banner(vnc_port: int, timeout_s: float) -> None:

@@ -31,6 +31,7 @@ ENTRIES_DIR: Final = ".local/share/applications"
 MENU_FILE: Final = ".config/relaydesk/menu.csv"
 # Apps' command lines are the profile author's; a start or launch only names an id.
 _ENV_NAME_RE: Final = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
+_LAUNCHERS_LINE_RE: Final = re.compile(r"^[ \t]*@LAUNCHERS@[ \t]*$", re.MULTILINE)
 
 
 class ProfileError(ValueError):
@@ -71,6 +72,8 @@ class Profile:
     files: Mapping[str, str]
     programs: Mapping[str, tuple[str, ...]]
     apps: tuple[App, ...]
+    # Session programs that do their work and exit (a wallpaper setter): reaped, not kept.
+    once: frozenset[str] = frozenset()
 
     def missing(self) -> list[str]:
         """Required programs this host lacks (empty: the profile is available)."""
@@ -118,7 +121,7 @@ def install_home_files(profile: Profile, home: Path, user: DesktopUser | None) -
     menu = f"jgmenu --simple --at-pointer --icon-size=22 --csv-file={home / MENU_FILE}"
     for target, source in profile.files.items():
         text = (profile.directory / source).read_text(encoding="utf-8")
-        text = text.replace("@LAUNCHERS@", launchers).replace("@MENU@", menu)
+        text = fill_placeholders(text, launchers, menu)
         write_in_home(home, target, _expand(text, home, profile.directory).encode(), user)
     for app in profile.apps:
         entry = _desktop_entry(app, profile.expand(app.exec, home))
@@ -126,6 +129,16 @@ def install_home_files(profile: Profile, home: Path, user: DesktopUser | None) -
     rows = "".join(f"{app.name},{_menu_command(profile.expand(app.exec, home))},{app.icon}\n"
                    for app in profile.apps)  # fmt: skip
     write_in_home(home, MENU_FILE, rows.encode(), user)
+
+
+def fill_placeholders(text: str, launchers: str, menu: str) -> str:
+    """``@LAUNCHERS@`` (only on a line of its own) and ``@MENU@`` filled in.
+
+    The launcher block is several lines: replaced anywhere else (a comment that mentions it),
+    its later lines would stand outside the comment and add launchers a second time.
+    """
+    text = _LAUNCHERS_LINE_RE.sub(lambda _: launchers, text)
+    return text.replace("@MENU@", menu)
 
 
 def _desktop_entry(app: App, argv: list[str]) -> str:
@@ -182,13 +195,14 @@ def parse_profile(path: Path) -> Profile:
 
 def _build(path: Path, data: dict[str, Any]) -> Profile:
     programs = {str(k): _words(v["exec"]) for k, v in data.get("programs", {}).items()}
+    once = frozenset(str(k) for k, v in data.get("programs", {}).items() if v.get("once") is True)
     apps = tuple(_app(item) for item in data.get("apps", []))
     profile = Profile(
         name=path.stem, description=str(data.get("description", "")), directory=path.parent,
         packages=_strings(data.get("packages", [])), requires=_strings(data.get("requires", [])),
         start=_strings(data.get("start", [])), env=_env(data.get("env", {})),
         files={str(k): str(v) for k, v in data.get("files", {}).items()},
-        programs=programs, apps=apps,
+        programs=programs, apps=apps, once=once,
     )  # fmt: skip
     for item in profile.start:
         if item not in programs and item not in {a.id for a in apps}:

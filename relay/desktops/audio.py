@@ -257,8 +257,8 @@ class PulseAudioStarter:
         root = self.settings.runtime_root
         _private_dir(root, 0o711 if user is not None else 0o700)
         directory = runtime_dir(display, root)
-        # Whatever is here belongs to an earlier desktop on this display, which is gone: the
-        # X server's lock proves nobody else holds the display now.
+        # Whatever is here belongs to an earlier desktop on this display, which is gone: our
+        # Xvfb just bound the display's socket, so nobody else holds the display now.
         shutil.rmtree(directory, ignore_errors=True)
         _private_dir(directory)
         script = _DEFAULT_PA.format(

@@ -108,9 +108,27 @@ def clean_stale_x_locks(tmp: Path = X_TMP) -> list[int]:
 
 
 def x_display_alive(display: int, tmp: Path = X_TMP) -> bool:
-    """True while an X server holds ``display`` (its lock names a running pid)."""
+    """True while an X server holds ``display``: its lock names a running pid or its socket
+    accepts. Xvfb started with ``-displayfd`` (every desktop's) writes no lock file at all."""
     pid = _lock_pid(tmp / f".X{display}-lock")
-    return pid is not None and _pid_running(pid)
+    if pid is not None and _pid_running(pid):
+        return True
+    return _x_socket_listens(tmp / ".X11-unix" / f"X{display}")
+
+
+def _x_socket_listens(path: Path) -> bool:
+    """Whether an X server listens on ``path``, abstract name first (as libxcb tries)."""
+    for address in (f"\0{path}", str(path)):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.setblocking(False)  # never wait on a busy server: a full backlog is a live one
+            try:
+                sock.connect(address)
+            except BlockingIOError:
+                return True
+            except OSError:
+                continue
+            return True
+    return False
 
 
 def _lock_pid(lock: Path) -> int | None:

@@ -14,7 +14,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,14 @@ import psutil
 import pytest
 
 from relay.desktops import DesktopConfig, DesktopManager
-from relay.desktops.audio import AudioSettings, PulseAudioStarter, runtime_dir
+from relay.desktops.audio import (
+    AudioSettings,
+    PulseAudioStarter,
+    display_number,
+    runtime_dir,
+    socket_path,
+)
+from relay.desktops.launch import x_display_alive
 from tests.relay.conftest import live_groups, pgids_of, record_for, state_records
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
@@ -169,11 +178,30 @@ def test_orphan_timeout_is_read_from_the_environment() -> None:
         DesktopConfig.from_env({"RELAYDESK_ORPHAN_TIMEOUT_S": "-1"})
 
 
+@pytest.fixture
+def pulse_settings() -> Iterator[AudioSettings]:
+    """Sound directories under the system temp dir, traversable like the real root: a root
+    relay's PulseAudio runs as the desktop user, who cannot enter pytest's 0700 tmp_path."""
+    parent = Path(tempfile.mkdtemp(prefix="relaydesk-test-pulse-"))
+    parent.chmod(0o711)
+    try:
+        yield AudioSettings(runtime_root=parent / "pulse")
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+async def _sound_server_answers(sock: Path) -> None:
+    assert sock.exists(), f"{sock.parent.name}: a live desktop's sound directory was removed"
+    _, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(sock)), scaled(5))
+    writer.close()
+    await writer.wait_closed()
+
+
 @pytest.mark.skipif(shutil.which("pulseaudio") is None, reason="PulseAudio is not installed")
 async def test_a_stopped_desktop_leaves_no_sound_directory(
-    light_config: DesktopConfig, tmp_path: Path
+    light_config: DesktopConfig, pulse_settings: AudioSettings
 ) -> None:
-    settings = AudioSettings(runtime_root=tmp_path / "pulse")
+    settings = pulse_settings
     manager = DesktopManager(light_config, audio=PulseAudioStarter(settings))
     try:
         row = await manager.start(audio=True)
@@ -184,4 +212,33 @@ async def test_a_stopped_desktop_leaves_no_sound_directory(
                            desktop_session_id=row["desktop_session_id"])  # fmt: skip
         assert not directory.exists()
     finally:
+        await manager.close(stop_desktops=True)
+
+
+@pytest.mark.skipif(shutil.which("pulseaudio") is None, reason="PulseAudio is not installed")
+async def test_another_relay_starting_or_a_desktop_stopping_keeps_a_live_sound_server(
+    light_config: DesktopConfig, pulse_settings: AudioSettings, tmp_path: Path
+) -> None:
+    # Xvfb started with -displayfd writes no X lock: a relay starting on the same host must
+    # still see that the display is live, or its stale cleanup takes a playing desktop's sound
+    # away (apps and captures then get "Connection refused").
+    root = pulse_settings.runtime_root
+    manager = DesktopManager(light_config, audio=PulseAudioStarter(pulse_settings))
+    other = DesktopManager(dataclasses.replace(light_config, state_dir=tmp_path / "other"),
+                           audio=PulseAudioStarter(pulse_settings))  # fmt: skip
+    try:
+        playing = await manager.start(audio=True)
+        stopping = await manager.start(slot="second", audio=True)
+        assert playing["audio"] is True and stopping["audio"] is True
+        sound = socket_path(display_number(playing["display"]), root)
+        dead = next(n for n in range(900, 1000) if not x_display_alive(n))
+        runtime_dir(dead, root).mkdir()  # what a relay killed mid-start leaves
+        await other.adopt_from_state()
+        await _sound_server_answers(sound)
+        assert not runtime_dir(dead, root).exists(), "a stale sound directory is still removed"
+        await manager.stop(kind="virtual", slot="second",
+                           desktop_session_id=stopping["desktop_session_id"])  # fmt: skip
+        await _sound_server_answers(sound)
+    finally:
+        await other.close(stop_desktops=False)
         await manager.close(stop_desktops=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ from relay.desktops.audio import (
     REASON_UNAVAILABLE,
     audio_outcome,
 )
-from relay.desktops.launch import clean_stale_x_locks, desktop_env
+from relay.desktops.launch import clean_stale_x_locks, desktop_env, x_display_alive
+from relay.desktops.probe import ProbeFailed, check_banner
 from relay.desktops.process import (
     ChildProcess,
     DesktopProcesses,
@@ -27,7 +29,7 @@ from relay.desktops.process import (
 )
 from relay.desktops.state import Desktop, StateFile
 from relay.desktops.validation import check_apps, parse_geometry
-from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.errors import ErrorCode, InvalidArgs, OpError, RelaydeskError
 
 pytestmark = pytest.mark.unit
 
@@ -112,6 +114,14 @@ def test_audio_without_a_hook_starts_silent_and_says_why() -> None:
     assert audio_outcome(True, True, {"PULSE_SERVER": "unix:/x"}) is None
 
 
+def test_a_failed_probe_is_a_relaydesk_error_that_says_why() -> None:
+    with pytest.raises(ProbeFailed) as failed:
+        check_banner(b"HTTP/1.1 200")
+    assert isinstance(failed.value, RelaydeskError)
+    assert failed.value.code is ErrorCode.UNAVAILABLE
+    assert str(failed.value) == failed.value.reason == "not an RFB banner: b'HTTP/1.1 200'"
+
+
 def test_geometry_bounds_are_inclusive() -> None:
     assert parse_geometry("640x480") == (640, 480)
     assert parse_geometry("7680x4320") == (7680, 4320)
@@ -173,6 +183,17 @@ def test_stale_x_locks_removed_only_when_their_pid_is_dead(tmp_path: Path) -> No
     assert not (tmp_path / ".X11-unix" / "X5").exists()
     assert (tmp_path / ".X6-lock").exists()
     assert (tmp_path / ".X7-lock").exists()
+
+
+def test_a_display_is_alive_while_its_socket_listens_even_without_a_lock(tmp_path: Path) -> None:
+    # Xvfb started with -displayfd (every desktop) writes no lock file; its socket proves it.
+    (tmp_path / ".X11-unix").mkdir()
+    assert not x_display_alive(5, tmp_path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(tmp_path / ".X11-unix" / "X5"))
+        server.listen()
+        assert x_display_alive(5, tmp_path)
+    assert not x_display_alive(5, tmp_path), "a socket file nobody listens on holds nothing"
 
 
 async def test_state_file_round_trip_and_corruption(tmp_path: Path) -> None:

@@ -26,17 +26,15 @@ from tests.support.docker import (
     RELAY_IMAGE_TARGET_MB,
     SERVER_IMAGE,
     SERVER_IMAGE_TARGET_MB,
-    Container,
     Seed,
     ServerContainer,
     api_action,
     build_images,
-    create_volume,
     image_size_mb,
     relay_env,
-    remove_volume,
     require_docker,
     run_container,
+    server_on_new_volume,
 )
 
 
@@ -86,12 +84,9 @@ def main() -> None:
         print(f"scripts/docker-build: {build_images():.1f} s")
     report_sizes()
 
-    volume = create_volume()
-    server = ServerContainer(volume)
-    containers: list[Container] = []
-    try:
+    with server_on_new_volume() as server:
         started = time.monotonic()
-        containers.append(server.start())
+        server.start()
         server.wait_ready()
         print(f"server container start → /readyz 200: {time.monotonic() - started:.2f} s")
         seed = server.seed("bench-relay")
@@ -101,10 +96,6 @@ def main() -> None:
             connected.append(c)
             ready.append(r)
             wait_disconnected(server)
-    finally:
-        for container in containers:
-            container.remove()
-        remove_volume(volume)
 
     p50_ready, p50_connected = percentile(ready, 0.5), percentile(connected, 0.5)
     print(

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_screen_local import _paint_desktop_like
-from benchmarks.common import HttpClient, parser, percentile
+from benchmarks.common import HttpClient, click_call, parser, percentile
 from relay.screen.capture import ScreenCapture, encode_screenshot
 from relay.screen.service import ScreenService
 from relaydesk.allocator import tune_allocator
@@ -177,7 +177,7 @@ async def _relay_clicks(display: str, guarded: bool, repeat: int) -> list[float]
             shot = await svc.screenshot(display, {})
             rect = crop_rect(CLICK_AT, (shot.width, shot.height))
             args["guard"] = {"crop": encode_crop(cut(shot.pixels, rect)), "rect": rect.to_dict()}
-        click = _click_call(svc, display, args, guarded)
+        click = click_call(svc, display, args, guarded)
         await click()  # opens the display's connections
         return await _timed(click, repeat)
     finally:
@@ -279,17 +279,6 @@ def main(argv: list[str] | None = None) -> None:
     # (glibc thresholds, and uvloop, which uvicorn picks when it is installed).
     tune_allocator()
     uvloop.run(run(options.quick))
-
-
-def _click_call(
-    svc: ScreenService, display: str, args: dict[str, Any], guarded: bool
-) -> Callable[[], Awaitable[Any]]:
-    """A guarded click through the service, or the baseline: the same XTEST click in the same
-    display worker with no guard step (the service itself refuses unguarded clicks)."""
-    if guarded:
-        return lambda: svc.run(display, "click", args)
-    x, y = args["x"], args["y"]
-    return lambda: svc.run_in_display(display, lambda ctx: ctx.input.click(x, y, 1, 1))
 
 
 if __name__ == "__main__":

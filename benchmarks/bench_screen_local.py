@@ -15,7 +15,7 @@ import io
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import click_call
 from relay.screen.capture import ScreenCapture, encode
 from relay.screen.service import ScreenService
 from tests.support.xvfb import private_xvfb
@@ -113,7 +114,7 @@ async def _click_times(svc: ScreenService, display: str, guarded: bool, repeat: 
         args: dict[str, Any] = {"x": point[0], "y": point[1]}
         if guard is not None:
             args["guard"] = guard
-        click = _click_call(svc, display, args, guarded)
+        click = click_call(svc, display, args, guarded)
         start = time.perf_counter()
         await click()
         times.append((time.perf_counter() - start) * 1000)
@@ -147,17 +148,6 @@ def main(argv: list[str] | None = None) -> None:
             painter.close()
     with private_xvfb(1280, 800) as server:
         asyncio.run(bench_guard(server.display, 20 if options.quick else 200))
-
-
-def _click_call(
-    svc: ScreenService, display: str, args: dict[str, Any], guarded: bool
-) -> Callable[[], Awaitable[Any]]:
-    """A guarded click through the service, or the baseline: the same XTEST click in the same
-    display worker with no guard step (the service itself refuses unguarded clicks)."""
-    if guarded:
-        return lambda: svc.run(display, "click", args)
-    x, y = args["x"], args["y"]
-    return lambda: svc.run_in_display(display, lambda ctx: ctx.input.click(x, y, 1, 1))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,11 @@ import contextlib
 import json
 import statistics
 import urllib.parse
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from relay.screen.service import ScreenService
 
 
 def percentile(samples: Sequence[float], fraction: float) -> float:
@@ -22,6 +25,17 @@ def summary(name: str, samples_ms: Sequence[float]) -> str:
     p50, p99 = percentile(samples_ms, 0.5), percentile(samples_ms, 0.99)
     mean = statistics.fmean(samples_ms)
     return f"{name}: p50 {p50:.3f} ms  p99 {p99:.3f} ms  mean {mean:.3f} ms  n={len(samples_ms)}"
+
+
+def click_call(
+    svc: ScreenService, display: str, args: dict[str, Any], guarded: bool
+) -> Callable[[], Awaitable[Any]]:
+    """A guarded click through the service, or the baseline: the same XTEST click in the same
+    display worker with no guard step (the service itself refuses unguarded clicks)."""
+    if guarded:
+        return lambda: svc.run(display, "click", args)
+    x, y = args["x"], args["y"]
+    return lambda: svc.run_in_display(display, lambda ctx: ctx.input.click(x, y, 1, 1))
 
 
 def parser(description: str) -> argparse.ArgumentParser:

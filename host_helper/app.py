@@ -35,6 +35,7 @@ from wire.errors import (
     OpError,
     RequestRejected,
     UnsupportedMediaType,
+    http_status,
 )
 from wire.jsonbody import is_json_media_type, parse_json_object
 
@@ -48,26 +49,14 @@ DESKTOPS_KEY: web.AppKey[LocalDesktops] = web.AppKey("desktops", LocalDesktops)
 SCREEN_KEY: web.AppKey[HostScreen] = web.AppKey("screen", HostScreen)
 # A guard crop is at most 1024x1024 RGB, base64-encoded: ~4 MiB.
 MAX_BODY = 8 * 1024 * 1024
-STATUS_OF: dict[ErrorCode, int] = {
-    ErrorCode.INVALID_ARGS: 400,
-    ErrorCode.UNAUTHORIZED: 401,
-    ErrorCode.FORBIDDEN: 403,
-    ErrorCode.NOT_FOUND: 404,
-    ErrorCode.NOT_RUNNING: 409,
-    ErrorCode.STALE_SCREEN: 409,
-    ErrorCode.START_FAILED: 502,
-    ErrorCode.UNAVAILABLE: 503,
-    ErrorCode.TIMEOUT: 504,
-}
 
 
 def error_response(err: OpError) -> web.Response:
+    """``{ok: false, error}`` with the status of the error's code (``wire.errors``)."""
     body: dict[str, Any] = {"ok": False, "error": err.to_dict()}
-    if isinstance(err, RequestRejected):
-        if (field := err.details.get("field")) is not None:
-            body["error"]["field"] = field
-        return web.json_response(body, status=err.status)
-    return web.json_response(body, status=STATUS_OF.get(err.code, 500))
+    if isinstance(err, RequestRejected) and (field := err.details.get("field")) is not None:
+        body["error"]["field"] = field
+    return web.json_response(body, status=http_status(err))
 
 
 def _authorised(request: web.Request, token: str) -> bool:

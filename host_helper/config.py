@@ -9,7 +9,6 @@ from pathlib import Path
 # answer a small change in ~7 ms instead of x11vnc's default ~20 ms batching and napping.
 LOW_LATENCY_X11VNC_FLAGS: tuple[str, ...] = ("-wait", "2", "-defer", "2", "-nonap")
 DEFAULT_NOVNC_DIR = Path("/usr/share/novnc")
-DEFAULT_PORT = 8401
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 
 

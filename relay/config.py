@@ -85,11 +85,12 @@ class RelaySettings:
         if not token:
             where = source or "--token-file, RELAYDESK_RELAY_TOKEN or RELAYDESK_RELAY_TOKEN_FILE"
             raise RelayConfigError(f"no relay token in {where}")
+        state_dir = default_state_dir(env)
         return cls(
             server_url=check_server_url(url),
             token=token,
             token_source=source,
-            state_dir=default_state_dir(env),
+            state_dir=state_dir,
             liveness_timeout_s=env_float("LIVENESS_TIMEOUT_S", 30.0, env),
             backoff_max_s=env_float("RELAY_BACKOFF_MAX_S", 10.0, env),
             stop_desktops_on_exit=stop_desktops_on_exit,
@@ -97,7 +98,7 @@ class RelaySettings:
             host_helper_token=env.get(HOST_HELPER_TOKEN_ENV, "").strip(),
             direct_vnc_host=env.get(DIRECT_HOST_ENV) or None,
             audio_bitrate=parse_bitrate(env.get(BITRATE_ENV, "")),
-            desktops=DesktopConfig.from_env(env),
+            desktops=DesktopConfig.from_env(env, state_dir=state_dir),
             audio=AudioSettings.from_env(env),
         )
 

@@ -29,6 +29,15 @@ from server.db.store import Store
 AdminCall = Callable[[Store, argparse.Namespace], Awaitable[Any]]
 
 
+def _on(action: Callable[[Store, Any], Awaitable[Any]], field: str) -> AdminCall:
+    """The command that calls ``action(store, args.<field>)``."""
+
+    async def call(store: Store, args: argparse.Namespace) -> Any:
+        return await action(store, getattr(args, field))
+
+    return call
+
+
 def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
 
@@ -67,36 +76,8 @@ def _server_url() -> str:
     return f"http://{host}:{port}"
 
 
-async def _create_token(store: Store, args: argparse.Namespace) -> Any:
-    return await admin.create_token(store, args.user)
-
-
 async def _add_relay(store: Store, args: argparse.Namespace) -> Any:
     return await admin.add_relay(store, args.name, args.owner, co_located=args.co_located)
-
-
-async def _list_tokens(store: Store, args: argparse.Namespace) -> Any:
-    return await admin.list_tokens(store, args.user)
-
-
-async def _revoke_token(store: Store, args: argparse.Namespace) -> Any:
-    return await admin.revoke_token(store, args.token_id)
-
-
-async def _disable_user(store: Store, args: argparse.Namespace) -> Any:
-    return await admin.disable_user(store, args.user)
-
-
-async def _enable_user(store: Store, args: argparse.Namespace) -> Any:
-    return await admin.enable_user(store, args.user)
-
-
-async def _revoke_relay(store: Store, args: argparse.Namespace) -> Any:
-    return await admin.revoke_relay(store, args.relay)
-
-
-async def _rotate_relay_token(store: Store, args: argparse.Namespace) -> Any:
-    return await admin.rotate_relay_token(store, args.relay)
 
 
 async def _set_relay(store: Store, args: argparse.Namespace) -> Any:
@@ -166,7 +147,10 @@ def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
     _add_recovery_commands(asub)
     t = _add(
-        asub, "create-token", "create an API token (rdk_…) for a user; shown once", _create_token
+        asub,
+        "create-token",
+        "create an API token (rdk_…) for a user; shown once",
+        _on(admin.create_token, "user"),
     )
     t.add_argument("user", help="user name")
     _add_access_commands(asub)
@@ -248,7 +232,7 @@ def _add_access_commands(asub: Any) -> None:
         asub,
         "list-tokens",
         "list API tokens (id, name, user, created, last used, revoked); never the tokens",
-        _list_tokens,
+        _on(admin.list_tokens, "user"),
         reads=True,
     )
     lt.add_argument("user", nargs="?", default=None, help="only this user's tokens")
@@ -256,17 +240,19 @@ def _add_access_commands(asub: Any) -> None:
         asub,
         "revoke-token",
         f"revoke an API token; every server refuses it within {READ_CACHE_TTL_S:g} s",
-        _revoke_token,
+        _on(admin.revoke_token, "token_id"),
     )
     rt.add_argument("token_id", help="the token's id, as list-tokens shows it")
     du = _add(
         asub,
         "disable-user",
         "disable a user: no login, web sessions ended, API tokens refused; data is kept",
-        _disable_user,
+        _on(admin.disable_user, "user"),
     )
     du.add_argument("user", help="user name or id")
-    eu = _add(asub, "enable-user", "let a disabled user log in again", _enable_user)
+    eu = _add(
+        asub, "enable-user", "let a disabled user log in again", _on(admin.enable_user, "user")
+    )
     eu.add_argument("user", help="user name or id")
     _add(
         asub,
@@ -289,14 +275,14 @@ def _add_relay_commands(asub: Any) -> None:
         "revoke-relay",
         "refuse a relay's token; the server closes its connection (rotate-relay-token "
         "gives it a new one)",
-        _revoke_relay,
+        _on(admin.revoke_relay, "relay"),
     )
     rr.add_argument("relay", help="relay name or id")
     rot = _add(
         asub,
         "rotate-relay-token",
         "give a relay a new token, printed once; the old one stops working at once",
-        _rotate_relay_token,
+        _on(admin.rotate_relay_token, "relay"),
     )
     rot.add_argument("relay", help="relay name or id")
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.metadata
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from relaydesk import admin_cli, desktops_cli, logs
 
@@ -197,10 +195,6 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
     else:
         print(f"database {where} upgraded from {before or 'empty'} to {after}", file=sys.stderr)
     return 0
-
-
-def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=None, default=str))
 
 
 # Files relaydesk creates (database, keys, state, logs, desktops' private files) are the

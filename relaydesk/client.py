@@ -1,9 +1,9 @@
 """A small typed client for relaydesk's HTTP API (docs/http-api.md), for agents and scripts.
 
 Thin by design: every method is one typed action (``POST /api/v1/actions/{name}``) or one
-read, answered with the server's JSON; an error answer raises :class:`RelaydeskError` with the
-server's ``code``, ``message``, HTTP ``status`` and extra fields (``field``,
-``current_session_id``, …)::
+read, answered with the server's JSON; an error answer raises :class:`ApiError` (a
+``wire.errors.RelaydeskError``) with the server's ``code``, ``message``, HTTP ``status`` and
+extra fields in ``details`` (``field``, ``current_session_id``, …)::
 
     from relaydesk.client import RelaydeskClient
 
@@ -25,15 +25,24 @@ from typing import Any, TypedDict
 
 import httpx
 
+from wire.errors import ErrorCode, RelaydeskError
+
+__all__ = ["ApiError", "RelaydeskClient", "RelaydeskError"]
+
 DEFAULT_TIMEOUT_S = 60.0
 
 
-class RelaydeskError(Exception):
+class ApiError(RelaydeskError):
     """An error answer: ``{ok: false, error: {code, message, …}}`` and its HTTP status."""
 
-    def __init__(self, status: int, code: str, message: str, details: dict[str, Any]) -> None:
-        self.status, self.code, self.message, self.details = status, code, message, details
-        super().__init__(f"{status} {code}: {message}")
+    status: int
+
+    def __init__(self, status: int, code: ErrorCode, message: str, details: dict[str, Any]) -> None:
+        self.status, self.code, self.details = status, code, details
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.code.value}: {self.message}"
 
 
 class Conversation(TypedDict):
@@ -199,12 +208,20 @@ def _answer(response: httpx.Response) -> dict[str, Any]:
         body = response.json()
     except ValueError:
         body = None
-    if not isinstance(body, dict):
-        raise RelaydeskError(response.status_code, "bad_response", response.text[:200], {})
+    if not isinstance(body, dict):  # not the API answering (a proxy's page, a wrong URL)
+        raise ApiError(response.status_code, ErrorCode.PROTOCOL_ERROR, response.text[:200], {})
     if response.is_success and body.get("ok", True):
         return body
     error = body.get("error") if isinstance(body.get("error"), dict) else {}
     assert isinstance(error, dict)
     details = {k: v for k, v in error.items() if k not in {"code", "message"}}
-    code, message = str(error.get("code", "error")), str(error.get("message", ""))
-    raise RelaydeskError(response.status_code, code, message, details)
+    raise ApiError(response.status_code, _code(error.get("code")), str(error.get("message", "")),
+                   details)  # fmt: skip
+
+
+def _code(raw: object) -> ErrorCode:
+    """The answer's code; ``internal`` for one this client does not know."""
+    try:
+        return ErrorCode(str(raw))
+    except ValueError:
+        return ErrorCode.INTERNAL

@@ -17,14 +17,17 @@ from typing import Any
 import httpx
 
 from relaydesk import tables
-from relaydesk.client import DesktopRow, RelaydeskClient, RelaydeskError
+from relaydesk.client import ApiError, DesktopRow, RelaydeskClient
+from wire.errors import ErrorCode, RelaydeskError
 
 TOKEN_ENV = "RELAYDESK_API_TOKEN"  # noqa: S105 - a variable's name
 SERVER_ENV = "RELAYDESK_SERVER_URL"
 
 
-class UsageError(Exception):
+class UsageError(RelaydeskError):
     """The command cannot run as given; the message says what to change."""
+
+    code = ErrorCode.INVALID_ARGS
 
 
 def add_desktops(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -103,8 +106,8 @@ def _stop(client: RelaydeskClient, args: argparse.Namespace) -> Any:
     rows = client.desktops(conversation)
     row = next((r for r in rows if _is_target(r, args)), None)
     if row is None:
-        raise RelaydeskError(404, "not_running", f"no {args.kind} desktop is running in slot "
-                             f"{args.slot!r} of relay {args.relay!r}", {})  # fmt: skip
+        raise ApiError(404, ErrorCode.NOT_RUNNING, f"no {args.kind} desktop is running in slot "
+                       f"{args.slot!r} of relay {args.relay!r}", {})  # fmt: skip
     target: DesktopRow = {**row, "desktop_session_id": args.session or row["desktop_session_id"]}
     stopped = client.stop(conversation, target)
     return {
@@ -128,8 +131,8 @@ def _run(call: Any, args: argparse.Namespace) -> int:
     except UsageError as err:
         print(f"relaydesk: {err}", file=sys.stderr)
         return 2
-    except RelaydeskError as err:
-        print(f"relaydesk: {err.message or err.code} ({err.status} {err.code})", file=sys.stderr)
+    except ApiError as err:
+        print(f"relaydesk: {err.message} ({err.status} {err.code.value})", file=sys.stderr)
         return 1
     except httpx.HTTPError as err:
         print(f"relaydesk: cannot reach the server at {_server(args)}: {err}", file=sys.stderr)

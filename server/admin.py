@@ -136,28 +136,21 @@ async def revoke_token(store: Store, token_id: str) -> dict[str, Any]:
 
 async def disable_user(store: Store, username: str) -> dict[str, Any]:
     """Refuse the user's logins, sessions and API tokens; their data stays."""
-    user = await _user(store, username)
-    async with _as_admin_error():
-        changed = await store.disable_user(user.user_id)
-    return {
-        "user_id": user.user_id,
-        "username": user.username,
-        "disabled": True,
-        "changed": changed,
-    }
+    return await _set_disabled(store, username, disabled=True)
 
 
 async def enable_user(store: Store, username: str) -> dict[str, Any]:
     """Let a disabled user log in again (their old sessions stay ended)."""
+    return await _set_disabled(store, username, disabled=False)
+
+
+async def _set_disabled(store: Store, username: str, *, disabled: bool) -> dict[str, Any]:
     user = await _user(store, username)
+    change = store.disable_user if disabled else store.enable_user
     async with _as_admin_error():
-        changed = await store.enable_user(user.user_id)
-    return {
-        "user_id": user.user_id,
-        "username": user.username,
-        "disabled": False,
-        "changed": changed,
-    }
+        changed = await change(user.user_id)
+    return {"user_id": user.user_id, "username": user.username, "disabled": disabled,
+            "changed": changed}  # fmt: skip
 
 
 async def add_relay(

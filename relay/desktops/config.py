@@ -22,8 +22,8 @@ DEFAULT_APPS: tuple[str, ...] = ("xterm",)
 
 
 def _default_state_dir() -> Path:
-    data_dir = os.environ.get("RELAYDESK_DATA_DIR") or str(Path.home() / ".local/share/relaydesk")
-    return Path(data_dir) / "relay"
+    # A relay process passes its own (``relay.config.RelaySettings``, from RELAYDESK_DATA_DIR).
+    return Path.home() / ".local" / "share" / "relaydesk" / "relay"
 
 
 @dataclass(frozen=True)

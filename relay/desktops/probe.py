@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from wire.errors import ErrorCode, RelaydeskError
+
 T = TypeVar("T")
 LOOPBACK = "127.0.0.1"
 BANNER_LEN = 12
@@ -22,8 +24,14 @@ _POLL_MAX_S = 0.1
 PROBE_ERRORS = (OSError, aiohttp.ClientError, TimeoutError)
 
 
-class ProbeFailed(Exception):
+class ProbeFailed(RelaydeskError):
     """One probe step failed; ``str()`` is the reason reported to the server."""
+
+    code = ErrorCode.UNAVAILABLE
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
 
 
 def check_banner(data: bytes) -> bytes:

@@ -109,9 +109,15 @@ class ConversationEvents:
         await self.bus.close_feed(feed)
 
 
+class HasEvents(Protocol):
+    """What holds the server's ``ConversationEvents`` (``server.services.Services``)."""
+
+    @property
+    def events(self) -> ConversationEvents: ...
+
+
 async def publish_conversation(
-    app_state: Any, conversation_id: str, event: str, data: dict[str, Any]
+    services: HasEvents, conversation_id: str, event: str, data: dict[str, Any]
 ) -> str:
-    """Publish on ``app.state.events`` (chat: ``message_created``)."""
-    events: ConversationEvents = app_state.events
-    return await events.publish_conversation(conversation_id, event, data)
+    """Publish on the server's ``ConversationEvents`` (chat: ``message_created``)."""
+    return await services.events.publish_conversation(conversation_id, event, data)

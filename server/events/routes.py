@@ -35,6 +35,7 @@ from server.events.hub import (
     ConversationEvents,
 )
 from server.json_response import JSONResponse
+from server.services import services_of
 from wire.errors import ErrorCode, InvalidArgs, InvalidInput, OpError
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ def _sse(event: BusEvent) -> bytes:
 
 
 async def _member(request: Request, conversation_id: str, user_id: str) -> bool:
-    role = await request.app.state.store.get_role(conversation_id, user_id)
+    role = await services_of(request).store.get_role(conversation_id, user_id)
     return role_allows(role, "read")
 
 
@@ -139,7 +140,7 @@ async def event_stream(request: Request) -> Response:
         return _error(err)
     if not await _member(request, conversation_id, principal.user_id):
         return _error(OpError(ErrorCode.FORBIDDEN, "not a member of this conversation"))
-    events: ConversationEvents = request.app.state.events
+    events = services_of(request).events
     try:
         feed = await events.open(conversation_id, last_id)
     except OpError as err:

@@ -36,12 +36,11 @@ from tests.support.docker import (
     ServerContainer,
     api_action,
     build_images,
-    create_volume,
     image_size_mb,
     relay_env,
-    remove_volume,
     require_docker,
     run_container,
+    server_on_new_volume,
     wait_for,
 )
 from tests.support.processes import scaled
@@ -84,22 +83,16 @@ def stack() -> Iterator[Stack]:
     require_docker()
     build_s = build_images()
     print(f"\nscripts/docker-build: {build_s:.1f} s")
-    volume = create_volume()
-    server = ServerContainer(volume)
-    containers: list[Container] = []
-    try:
-        containers.append(server.start())
+    with server_on_new_volume() as server:
+        server.start()
         server.wait_ready()
         seed = server.seed()
         relay = run_container(RELAY_IMAGE, "relay", relay_env(server, seed.relay_token))
-        containers.append(relay)
-        server.wait_relays(1)
-        yield Stack(server, relay, seed, build_s)
-    finally:
-        for container in [*containers, server.container]:
-            if container is not None:
-                container.remove()
-        remove_volume(volume)
+        try:
+            server.wait_relays(1)
+            yield Stack(server, relay, seed, build_s)
+        finally:
+            relay.remove()
 
 
 def test_image_sizes_within_targets(stack: Stack) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -20,8 +20,8 @@ from host_helper.app import DESKTOPS_KEY, build_app
 from host_helper.config import HelperConfig
 from host_helper.desktop import LocalDesktops
 from tests.support.processes import free_port, scaled
-from tests.support.xrecorder import XRecorder
-from tests.support.xvfb import XvfbServer, start_xvfb
+from tests.support.screens import private_screen, recorder_on
+from tests.support.xvfb import XvfbServer
 
 TOKEN = "hh_test_token_that_must_never_be_logged"
 
@@ -38,23 +38,9 @@ def x11vnc_on(display: str) -> list[psutil.Process]:
     return found
 
 
-@pytest.fixture(scope="module")
-def host_screen() -> Iterator[XvfbServer]:
-    server = start_xvfb(800, 600)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def recorder(host_screen: XvfbServer) -> Iterator[XRecorder]:
-    """A window over the host screen that records every input event."""
-    rec = XRecorder(host_screen.display, scaled(10))
-    try:
-        yield rec
-    finally:
-        rec.stop()
+# The stand-in for the user's real screen, and a recorder of the input that reaches it.
+host_screen = private_screen(800, 600)
+recorder = recorder_on("host_screen")
 
 
 @dataclasses.dataclass

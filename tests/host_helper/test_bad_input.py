@@ -7,9 +7,6 @@ helper runs in a background thread so hypothesis can drive it with a plain clien
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import threading
 from collections.abc import Iterator
 
 import httpx
@@ -18,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from host_helper.app import build_app
-from host_helper.config import HelperConfig
 from tests.host_helper.conftest import TOKEN, helper_config, running_helper
+from tests.support.background import error_records, in_background_thread
 from tests.support.processes import scaled
 from wire.errors import ErrorCode
 
@@ -52,42 +49,11 @@ def helper_routes() -> list[tuple[str, str]]:
 ROUTES = helper_routes()
 
 
-class ErrorRecords(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.levelno >= logging.ERROR or record.exc_info:
-            self.records.append(record)
-
-
-Stopper = list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]
-
-
-def _serve(config: HelperConfig, ready: threading.Event, stop: Stopper) -> None:
-    async def main() -> None:
-        stop.append((asyncio.get_running_loop(), asyncio.Event()))
-        async with running_helper(config):
-            ready.set()
-            await stop[0][1].wait()
-
-    asyncio.run(main())
-
-
 @pytest.fixture(scope="module")
 def helper_url() -> Iterator[str]:
     config = helper_config(NO_SCREEN)
-    ready, stop = threading.Event(), Stopper()
-    thread = threading.Thread(target=_serve, args=(config, ready, stop), daemon=True)
-    thread.start()
-    assert ready.wait(scaled(30))
-    try:
-        yield f"http://{config.host}:{config.port}"
-    finally:
-        loop, event = stop[0]
-        loop.call_soon_threadsafe(event.set)
-        thread.join(scaled(20))
+    with in_background_thread(lambda: running_helper(config), start_timeout_s=30) as helper:
+        yield helper.url
 
 
 def _check(response: httpx.Response) -> None:
@@ -100,26 +66,24 @@ def _check(response: httpx.Response) -> None:
 def test_every_helper_route_refuses_bad_bodies_clearly(
     helper_url: str, method: str, path: str
 ) -> None:
-    errors = ErrorRecords()
-    logging.getLogger().addHandler(errors)
-    try:
-        with httpx.Client(base_url=helper_url, headers=AUTH, timeout=scaled(10)) as client:
-            slow = [HealthCheck.too_slow, HealthCheck.data_too_large]
+    with (
+        error_records() as errors,
+        httpx.Client(base_url=helper_url, headers=AUTH, timeout=scaled(10)) as client,
+    ):
+        slow = [HealthCheck.too_slow, HealthCheck.data_too_large]
 
-            @settings(max_examples=40, deadline=None, database=None, suppress_health_check=slow)
-            @given(body=MALFORMED, content_type=st.sampled_from(["application/json", "text/plain"]))
-            def check(body: bytes, content_type: str) -> None:
-                headers = {"Content-Type": content_type}
-                _check(client.request(method, path, content=body, headers=headers))
-                assert client.get("/v1/local/status").status_code == 200
+        @settings(max_examples=40, deadline=None, database=None, suppress_health_check=slow)
+        @given(body=MALFORMED, content_type=st.sampled_from(["application/json", "text/plain"]))
+        def check(body: bytes, content_type: str) -> None:
+            headers = {"Content-Type": content_type}
+            _check(client.request(method, path, content=body, headers=headers))
+            assert client.get("/v1/local/status").status_code == 200
 
-            check()
-            big = b'{"x": "' + b"a" * (9 * 1024 * 1024) + b'"}'
-            response = client.post(path, content=big, headers={"Content-Type": "application/json"})
-            assert response.status_code == 413
-            _check(response)
-    finally:
-        logging.getLogger().removeHandler(errors)
+        check()
+        big = b'{"x": "' + b"a" * (9 * 1024 * 1024) + b'"}'
+        response = client.post(path, content=big, headers={"Content-Type": "application/json"})
+        assert response.status_code == 413
+        _check(response)
     assert errors.records == [], [r.getMessage() for r in errors.records]
 
 

@@ -8,16 +8,15 @@ recorder; the recorded key events must be the same on both.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 from relay.screen.service import ScreenService
 from tests.host_helper.conftest import Helper
-from tests.support.processes import scaled
+from tests.support.screens import private_screen, recorder_on, screen_service
 from tests.support.xrecorder import XRecorder
-from tests.support.xvfb import XvfbServer, private_xvfb
+from tests.support.xvfb import XvfbServer
 
 pytestmark = pytest.mark.integration
 
@@ -25,28 +24,9 @@ KEYS = ["pgup", "rctrl", "XF86AudioMute", "super+e", "ctrl+shift+t", "alt+F4", "
 TEXTS = ["Hello, wörld! ☃", "€ł½µ@", "tab\there\nnew line"]  # the second: AltGr characters
 
 
-@pytest.fixture(scope="module")
-def desktop_screen() -> Iterator[XvfbServer]:
-    with private_xvfb(800, 600) as server:
-        yield server
-
-
-@pytest.fixture
-def desktop_recorder(desktop_screen: XvfbServer) -> Iterator[XRecorder]:
-    rec = XRecorder(desktop_screen.display, scaled(10))
-    try:
-        yield rec
-    finally:
-        rec.stop()
-
-
-@pytest.fixture
-async def service() -> AsyncIterator[ScreenService]:
-    svc = ScreenService()
-    try:
-        yield svc
-    finally:
-        await svc.aclose()
+desktop_screen = private_screen(800, 600)
+desktop_recorder = recorder_on("desktop_screen")
+service = screen_service()
 
 
 def keys_of(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -7,7 +7,6 @@ import contextlib
 import json
 import signal
 import socket
-from pathlib import Path
 
 import httpx
 import pytest
@@ -18,7 +17,6 @@ from tests.support.processes import ProcessFactory, scaled
 from tests.support.stack import (
     Seed,
     inprocess_server,
-    seed_database,
     start_relay,
     start_server,
     wait_until,
@@ -26,11 +24,6 @@ from tests.support.stack import (
 from wire.ids import RelayId
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def seed(tmp_path: Path) -> Seed:
-    return await seed_database(tmp_path / "data")
 
 
 async def test_relay_connects_and_a_wrong_token_is_refused_without_being_logged(

@@ -8,16 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import ManagedProcess, ProcessFactory, free_port, scaled
-from tests.support.stack import Seed, relaydesk_argv, seed_database, start_relay, start_server
+from tests.support.stack import Seed, relaydesk_argv, start_relay, start_server
 
 pytestmark = pytest.mark.integration
 
 CONFIG_ERROR_EXIT = 2
-
-
-@pytest.fixture
-async def seed(tmp_path: Path) -> Seed:
-    return await seed_database(tmp_path / "data")
 
 
 def _relay(factory: ProcessFactory, seed: Seed, *args: str) -> ManagedProcess:

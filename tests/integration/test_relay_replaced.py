@@ -7,32 +7,22 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import pytest
 
 from tests.support.processes import ManagedProcess, ProcessFactory, scaled
-from tests.support.stack import Seed, seed_database, start_relay, start_server, wait_until
+from tests.support.stack import (
+    QUICK_DESKTOPS,
+    Seed,
+    seed_action,
+    start_relay,
+    start_server,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
 REPLACED_EXIT = 3
-QUICK_DESKTOPS = {"RELAYDESK_DESKTOP_APPS": ",", "RELAYDESK_WINDOW_MANAGER": ""}
-
-
-@pytest.fixture
-async def seed(tmp_path: Path) -> Seed:
-    return await seed_database(tmp_path / "data")
-
-
-async def _action(url: str, seed: Seed, name: str, **args: Any) -> dict[str, Any]:
-    body = {"conversation_id": seed.conversation_id, **args}
-    headers = {"Authorization": f"Bearer {seed.api_token}"}
-    async with httpx.AsyncClient(base_url=url, timeout=scaled(40)) as client:
-        response = await client.post(f"/api/v1/actions/{name}", json=body, headers=headers)
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
 
 
 def _desktop_pids(state_dir: Path) -> list[int]:
@@ -57,7 +47,7 @@ async def _replace(
     state = seed.data_dir / "relay-state"
     first = _relay(factory, seed, server.url, "first", state, *first_args)
     await first.wait_for_line_async("connected to", scaled(20))
-    started = (await _action(server.url, seed, "desktop_start", slot="main"))["desktop"]
+    started = (await seed_action(server.url, seed, "desktop_start", slot="main"))["desktop"]
     pids = _desktop_pids(state)
     assert _alive(pids)
     other = state if same_state else seed.data_dir / "other-relay-state"
@@ -72,7 +62,7 @@ async def test_a_relay_replaced_from_elsewhere_stops_its_desktops(
 ) -> None:
     url, started, pids, _second = await _replace(process_factory, seed, (), same_state=False)
     assert _alive(pids) == [], "the replaced relay's desktops must not outlive it"
-    listed = await _action(url, seed, "desktop_list_active", probe=True)
+    listed = await seed_action(url, seed, "desktop_list_active", probe=True)
     sessions = [row["desktop_session_id"] for row in listed["desktops"]]
     assert started["desktop_session_id"] not in sessions
 
@@ -84,7 +74,7 @@ async def test_a_relay_replaced_by_one_with_its_state_hands_its_desktops_over(
         process_factory, seed, ("--stop-desktops-on-exit",), same_state=True
     )
     assert sorted(_alive(pids)) == sorted(pids), "the new relay adopted them: they keep running"
-    listed = await _action(url, seed, "desktop_list_active", probe=True)
+    listed = await seed_action(url, seed, "desktop_list_active", probe=True)
     (row,) = [
         r for r in listed["desktops"] if r["desktop_session_id"] == started["desktop_session_id"]
     ]

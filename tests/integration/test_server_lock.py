@@ -4,17 +4,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from server.db.store import Store
 from tests.support.processes import ManagedProcess, ProcessFactory, free_port, scaled
 from tests.support.stack import (
+    QUICK_DESKTOPS,
     Seed,
     relaydesk_argv,
-    seed_database,
+    seed_action,
     start_relay,
     start_server,
     wait_until,
@@ -22,26 +21,9 @@ from tests.support.stack import (
 
 pytestmark = pytest.mark.integration
 
-QUICK_DESKTOPS = {"RELAYDESK_DESKTOP_APPS": ",", "RELAYDESK_WINDOW_MANAGER": ""}
-
-
-@pytest.fixture
-async def seed(tmp_path: Path) -> Seed:
-    return await seed_database(tmp_path / "data")
-
-
-async def _action(url: str, seed: Seed, name: str, **args: Any) -> dict[str, Any]:
-    body = {"conversation_id": seed.conversation_id, **args}
-    headers = {"Authorization": f"Bearer {seed.api_token}"}
-    async with httpx.AsyncClient(base_url=url, timeout=scaled(40)) as client:
-        response = await client.post(f"/api/v1/actions/{name}", json=body, headers=headers)
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
-
 
 async def _states(url: str, seed: Seed) -> dict[str, str]:
-    listed = await _action(url, seed, "desktop_list_active")
+    listed = await seed_action(url, seed, "desktop_list_active")
     return {row["desktop_session_id"]: row["state"] for row in listed["desktops"]}
 
 
@@ -56,7 +38,7 @@ async def _running_desktop(factory: ProcessFactory, seed: Seed) -> tuple[str, st
         factory, seed, server.url, env=QUICK_DESKTOPS, extra_args=("--stop-desktops-on-exit",)
     )
     await wait_until(lambda: server.relays_connected() == 1, 20, "the relay to connect")
-    started = await _action(server.url, seed, "desktop_start", slot="main")
+    started = await seed_action(server.url, seed, "desktop_start", slot="main")
     return server.url, started["desktop"]["desktop_session_id"]
 
 

@@ -62,7 +62,7 @@ def test_settings_are_read_once_from_one_environment(tmp_path: Path) -> None:
     }
     settings = RelaySettings.from_env(None, None, stop_desktops_on_exit=True, environ=environ)
     assert (settings.server_url, settings.token) == ("http://127.0.0.1:8400", "rdr_x")
-    assert settings.state_dir == tmp_path / "relay"
+    assert settings.state_dir == settings.desktops.state_dir == tmp_path / "relay"
     assert settings.host_helper_url == "http://127.0.0.1:8500"
     assert settings.host_helper_token == "helper-secret"
     assert "helper-secret" not in repr(settings)
@@ -70,6 +70,19 @@ def test_settings_are_read_once_from_one_environment(tmp_path: Path) -> None:
     assert (settings.audio_bitrate, settings.liveness_timeout_s) == (64000, 12.5)
     assert settings.stop_desktops_on_exit is True
     assert settings.connect_url == "ws://127.0.0.1:8400/relay/v1/connect"
+
+
+def test_desktops_keep_their_state_where_the_settings_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELAYDESK_DATA_DIR", str(tmp_path / "process"))
+    environ = {
+        "RELAYDESK_SERVER_URL": "http://127.0.0.1:8400",
+        "RELAYDESK_RELAY_TOKEN": "rdr_x",
+        "RELAYDESK_DATA_DIR": str(tmp_path / "given"),
+    }
+    settings = RelaySettings.from_env(None, None, environ=environ)
+    assert settings.desktops.state_dir == tmp_path / "given" / "relay"
 
 
 def test_flags_win_and_defaults_fill_the_rest() -> None:

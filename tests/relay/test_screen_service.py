@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -14,8 +13,9 @@ from Xlib.protocol import event
 
 from relay.screen.service import ScreenService
 from tests.support.processes import scaled
+from tests.support.screens import private_screen, recorder_on, screen_service
 from tests.support.xrecorder import XRecorder
-from tests.support.xvfb import XvfbServer, private_xvfb
+from tests.support.xvfb import private_xvfb
 from wire.errors import ErrorCode, OpError
 from wire.guard import crop_rect, cut, encode_crop
 
@@ -24,28 +24,9 @@ pytestmark = pytest.mark.integration
 WIDTH, HEIGHT = 1280, 800
 
 
-@pytest.fixture(scope="module")
-def xvfb() -> Iterator[XvfbServer]:
-    with private_xvfb(WIDTH, HEIGHT) as server:
-        yield server
-
-
-@pytest.fixture
-def recorder(xvfb: XvfbServer) -> Iterator[XRecorder]:
-    rec = XRecorder(xvfb.display, scaled(10.0))
-    try:
-        yield rec
-    finally:
-        rec.stop()
-
-
-@pytest.fixture
-def service() -> Iterator[ScreenService]:
-    svc = ScreenService()
-    try:
-        yield svc
-    finally:
-        svc.close()
+xvfb = private_screen(WIDTH, HEIGHT)
+recorder = recorder_on("xvfb")
+service = screen_service()
 
 
 async def _guard_for(svc: ScreenService, disp: str, point: tuple[int, int]) -> dict[str, object]:

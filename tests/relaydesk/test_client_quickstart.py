@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from relaydesk.client import RelaydeskClient, RelaydeskError
+from relaydesk.client import ApiError, RelaydeskClient
 from tests.e2e.viewer_stack import ViewerStack, viewer_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -60,18 +60,18 @@ async def test_errors_name_the_field_the_caller_sent(stack: ViewerStack) -> None
     """``key`` (the schema's name), never the relay's internal ``keys``."""
     cid = stack.seed.conversation_id
 
-    def call() -> list[RelaydeskError]:
+    def call() -> list[ApiError]:
         errors = []
         with RelaydeskClient(stack.url, stack.seed.api_token) as desk:
             started = desk.start(cid, slot="errors")
             session = started.desktop["desktop_session_id"]
             try:
                 desk.action("desktop_start", cid, slot="Not A Slot")
-            except RelaydeskError as err:
+            except ApiError as err:
                 errors.append(err)
             try:
                 desk.key(cid, "NoSuchKey", desktop_session_id=session)
-            except RelaydeskError as err:
+            except ApiError as err:
                 errors.append(err)
             desk.stop(cid, started)
         return errors

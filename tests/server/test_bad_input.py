@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from server.actions.registry import ActionRegistry
 from server.app import create_app
 from server.config import Settings
+from tests.support.background import ErrorRecords, error_records, in_background_thread
 from tests.support.processes import ProcessFactory, scaled
 from tests.support.stack import Seed, inprocess_server, seed_database, start_server
 from wire.errors import ErrorCode
@@ -41,18 +40,6 @@ pytestmark = pytest.mark.unit
 CODES = {code.value for code in ErrorCode}
 # Every status a bad request may get. 502/503/504 are the relay's (it is not connected here).
 FINE = {200, 201, 303, 400, 401, 403, 404, 405, 409, 413, 415, 429, 502, 503, 504}
-
-
-class ErrorRecords(logging.Handler):
-    """Collects ERROR records and tracebacks from every logger while a request runs."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.levelno >= logging.ERROR or record.exc_info:
-            self.records.append(record)
 
 
 @dataclass
@@ -78,43 +65,13 @@ class Live:
         return {}
 
 
-class ServerThread:
-    """``inprocess_server`` on its own event loop in a thread, until ``stop``."""
-
-    def __init__(self, seed: Seed) -> None:
-        self.seed = seed
-        self.ready = threading.Event()
-        self.result: tuple[Starlette, str] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
-
-    async def _main(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        async with inprocess_server(self.seed) as result:
-            self.result = result
-            self.ready.set()
-            await self._stop.wait()
-
-    def start(self) -> tuple[Starlette, str]:
-        self._thread.start()
-        assert self.ready.wait(scaled(60)) and self.result is not None, "server did not start"
-        return self.result
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(scaled(20))
-
-
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     seed = asyncio.run(seed_database(tmp_path_factory.mktemp("bad-input") / "data"))
-    thread = ServerThread(seed)
-    app, base = thread.start()
-    errors = ErrorRecords()
-    logging.getLogger().addHandler(errors)
-    try:
+    with (
+        in_background_thread(lambda: inprocess_server(seed)) as (app, base),
+        error_records() as errors,
+    ):
         login = httpx.post(
             f"{base}/api/v1/login",
             json={"username": "alice", "password": seed.user["password"]},
@@ -126,9 +83,6 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         )
         yield live
         live.client.close()
-    finally:
-        logging.getLogger().removeHandler(errors)
-        thread.stop()
 
 
 # -- the routes, as the app has them ------------------------------------------------------------

@@ -55,7 +55,8 @@ async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     seed = await seed_database(tmp_path / "data")
     other = await _other_conversation(seed)
     async with (
-        inprocess_server(seed, redis_url=url) as (app, base),
+        inprocess_server(seed, redis_url=url, cluster_secret="test-cluster-secret" if url else "")
+        as (app, base),
         httpx.AsyncClient(base_url=base, timeout=10) as client,
     ):
         yield app, client, seed, other
@@ -71,6 +72,13 @@ def _auth(token: str) -> dict[str, str]:
 
 async def _changes(stream: SseStream, count: int) -> list[Any]:
     return [await stream.next(timeout=5) for _ in range(count)]
+
+
+async def test_the_stream_reads_the_installed_services_only(server: Any) -> None:
+    app, client, seed, _ = server
+    assert not hasattr(app.state, "store") and not hasattr(app.state, "events")
+    async with open_sse(client, _url(seed.conversation_id), _auth(seed.api_token)) as sse:
+        assert (await sse.next()).event == "desktop_inventory_changed"
 
 
 async def test_a_change_reaches_a_subscriber_within_a_second(server: Any) -> None:
@@ -106,7 +114,9 @@ async def test_reconnect_with_last_event_id_gets_exactly_the_missed_events(serve
     for n, slot in enumerate(("s1", "s2", "s3")):
         await app.state.services.inventory.record_started(relay, _row(str(n) * 32, slot))
         await app.state.services.events.settled()  # one event per change, not a coalesced one
-    await publish_conversation(app.state, seed.conversation_id, "message_created", {"text": "hi"})
+    await publish_conversation(
+        app.state.services, seed.conversation_id, "message_created", {"text": "hi"}
+    )
     assert seen.id is not None
     headers = {**_auth(seed.api_token), "Last-Event-ID": seen.id}
     async with open_sse(client, _url(seed.conversation_id), headers) as sse:
@@ -134,7 +144,7 @@ async def test_subscribers_see_only_their_conversation(server: Any) -> None:
         await member.next()
         await app.state.services.inventory.record_started(relay, _row("c" * 32))
         await member.next()
-        await publish_conversation(app.state, other_id, "message_created", {"text": "x"})
+        await publish_conversation(app.state.services, other_id, "message_created", {"text": "x"})
         only = await outsider.next()
         assert only.event == "message_created", "the relay is not shared with 'Other'"
 

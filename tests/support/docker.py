@@ -9,12 +9,14 @@ skipped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,6 +222,8 @@ class ServerContainer:
     volume: str
     port: int = field(default_factory=free_port)
     container: Container | None = None
+    # Every container ``start`` ran (a restart runs a new one), removed with the volume.
+    started: list[Container] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     # Docker's health probe every second instead of the image's 10 s, so tests see it soon.
     run_args: tuple[str, ...] = ("--health-interval", "1s")
@@ -237,6 +241,7 @@ class ServerContainer:
             volumes={self.volume: "/var/lib/relaydesk"},
             run_args=self.run_args,
         )
+        self.started.append(self.container)
         return self.container
 
     def readyz(self) -> dict[str, Any] | None:
@@ -313,3 +318,17 @@ def create_volume() -> str:
     name = unique_name("data")
     docker("volume", "create", "--label", LABEL, name)
     return name
+
+
+@contextlib.contextmanager
+def server_on_new_volume() -> Iterator[ServerContainer]:
+    """A server (not started yet) with its data in a new volume; on exit every container it
+    started and the volume are removed."""
+    volume = create_volume()
+    server = ServerContainer(volume)
+    try:
+        yield server
+    finally:
+        for container in server.started:
+            container.remove()
+        remove_volume(volume)

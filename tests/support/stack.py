@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 
 from relaydesk.run import uvicorn_config
@@ -32,7 +33,8 @@ FAST_ENV = {
     "RELAYDESK_PRESENCE_INTERVAL_S": "0.5",
     "RELAYDESK_LOG_LEVEL": "info",
 }
-
+# Desktops with no apps and no window manager: they start in a blink.
+QUICK_DESKTOPS = {"RELAYDESK_DESKTOP_APPS": ",", "RELAYDESK_WINDOW_MANAGER": ""}
 
 RELAY_STATE_DIRS: set[Path] = set()
 
@@ -156,6 +158,17 @@ async def start_server(
     server = ServerProcess(process, port)
     await wait_until(lambda: server.relays_connected() >= 0, 30, "the server to be ready")
     return server
+
+
+async def seed_action(url: str, seed: Seed, name: str, **args: Any) -> dict[str, Any]:
+    """``POST /api/v1/actions/{name}`` in the seed's conversation as its user; must answer 200."""
+    body = {"conversation_id": seed.conversation_id, **args}
+    headers = {"Authorization": f"Bearer {seed.api_token}"}
+    async with httpx.AsyncClient(base_url=url, timeout=scaled(40)) as client:
+        response = await client.post(f"/api/v1/actions/{name}", json=body, headers=headers)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
 
 
 def start_relay(

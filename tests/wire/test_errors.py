@@ -24,9 +24,6 @@ pytestmark = pytest.mark.unit
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("wire", "server", "relay", "host_helper")
-# Exception classes still rooted elsewhere, in modules under other work; each entry must still
-# exist (so the list only shrinks).
-NOT_YET_CONVERTED = frozenset({"relay/desktops/probe.py:ProbeFailed"})
 
 
 @pytest.mark.parametrize("code", list(ErrorCode))
@@ -79,8 +76,7 @@ def test_every_exception_of_the_project_derives_from_relaydesk_error() -> None:
         for key, bases in classes.items()
         if bases & builtin_errors and not _is_relaydesk_error(key.rsplit(":", 1)[1], classes, set())
     )
-    assert set(outside) <= NOT_YET_CONVERTED, f"not under RelaydeskError: {outside}"
-    assert set(classes) >= NOT_YET_CONVERTED, "a class of NOT_YET_CONVERTED is gone: drop it"
+    assert outside == [], f"not under RelaydeskError: {outside}"
 
 
 def test_relaydesk_error_is_the_root_of_the_wire_tree() -> None:

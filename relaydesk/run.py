@@ -68,7 +68,7 @@ def run_server(host: str | None, port: int | None) -> int:
     import uvicorn
 
     from server.app import create_app
-    from server.config import Settings
+    from server.config import ConfigError, Settings
     from server.db.errors import DatabaseInUse
     from server.db.lock import lock_for
 
@@ -77,6 +77,11 @@ def run_server(host: str | None, port: int | None) -> int:
     settings = dataclasses.replace(
         settings, host=host or settings.host, port=port if port is not None else settings.port
     )
+    try:
+        settings.check()
+    except ConfigError as err:
+        print(f"relaydesk server: {err}", file=sys.stderr)
+        return 1
     lock = lock_for(settings.database_url)
     try:
         if lock is not None:

@@ -23,11 +23,14 @@ from server.auth.routes import auth_routes
 from server.boundary.body import ROUTING_CODES, routing_error
 from server.boundary.hosts import HostPolicy
 from server.boundary.middleware import InputBoundary
+from server.cluster.build import routing
+from server.cluster.internal import internal_routes
 from server.config import Settings
 from server.db.migrate import upgrade
 from server.db.store import Store
 from server.errors import error_handler
 from server.health import health_routes
+from server.metrics import metrics_routes
 from server.relays.endpoint import relay_connect
 from server.relays.hub import RelayHub
 from server.services import Services, install
@@ -42,6 +45,8 @@ def _routes() -> list[BaseRoute]:
         *health_routes,
         *auth_routes,
         WebSocketRoute("/relay/v1/connect", relay_connect),
+        *internal_routes(),
+        *metrics_routes,
     ]
     # -- inventory, actions, events (feature: inventory) --
     from server.inventory import feature as inventory_feature
@@ -58,15 +63,18 @@ def _routes() -> list[BaseRoute]:
 
 def create_app(settings: Settings) -> Starlette:
     """Build the application; the database opens (and migrates) on start-up."""
+    settings.check()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if settings.migrate_on_start:
             await upgrade(settings.database_url)
         store = await Store.open(settings.database_url)
-        hub = RelayHub(store)
-        presence = asyncio.create_task(hub.keep_presence(settings.presence_interval_s))
+        links = RelayHub(store)
+        presence = asyncio.create_task(links.keep_presence(settings.presence_interval_s))
         async with contextlib.AsyncExitStack() as features:
+            routed = await features.enter_async_context(routing(settings, links))
+            hub = routed.router
             await features.enter_async_context(
                 session_purging(store, settings.session_purge_interval_s)
             )
@@ -91,6 +99,8 @@ def create_app(settings: Settings) -> Starlette:
                     settings=settings,
                     store=store,
                     hub=hub,
+                    links=links,
+                    cluster=routed.cluster,
                     login_limiter=LoginRateLimiter(
                         settings.login_max_failures, settings.login_window_s
                     ),
@@ -110,7 +120,7 @@ def create_app(settings: Settings) -> Starlette:
                 yield
             finally:
                 presence.cancel()
-                await hub.close_all("server shutting down")
+                await links.close_all("server shutting down")
         await store.close()
 
     policy = HostPolicy.build(settings.public_url, settings.allowed_hosts)

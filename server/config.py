@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A server configuration that cannot work; the message says what to set."""
 
 
 def _env(name: str, default: str) -> str:
@@ -60,6 +65,35 @@ class Settings:
     history_retention_days: int = 30
     screen_revision_ttl_s: int = 300
     screen_revision_memory_bytes: int = 256 * 1024 * 1024
+    # Several replicas (``redis_url`` set): the shared secret of their internal channel, the
+    # address the others reach this one at (default: derived from host and port), and how
+    # often a replica says it is alive (it is dead after ``cluster_dead_after_s`` of silence).
+    cluster_secret: str = ""
+    internal_url: str = ""
+    cluster_heartbeat_s: float = 1.0
+    cluster_dead_after_s: float = 5.0
+
+    @property
+    def clustered(self) -> bool:
+        """Several replicas share Redis (ownership, forwarding); else one process serves all."""
+        return bool(self.redis_url)
+
+    def advertised_url(self) -> str:
+        """Where the other replicas reach this one (``internal_url`` or host:port)."""
+        if self.internal_url:
+            return self.internal_url.rstrip("/")
+        host = _own_address() if self.host in {"", "0.0.0.0", "::"} else self.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}"
+
+    def check(self) -> None:
+        """Refuse a configuration that cannot work, with a message an operator can act on."""
+        if self.clustered and len(self.cluster_secret) < 16:
+            raise ConfigError(
+                "RELAYDESK_REDIS_URL is set but RELAYDESK_CLUSTER_SECRET is missing or shorter "
+                "than 16 characters: replicas authenticate each other with it; set the same "
+                "secret on every replica"
+            )
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -94,7 +128,21 @@ class Settings:
             screen_revision_memory_bytes=_env_int(
                 "SCREEN_REVISION_MEMORY_BYTES", 256 * 1024 * 1024
             ),
+            cluster_secret=_env("CLUSTER_SECRET", ""),
+            internal_url=_env("INTERNAL_URL", ""),
+            cluster_heartbeat_s=_env_float("CLUSTER_HEARTBEAT_S", 1.0),
+            cluster_dead_after_s=_env_float("CLUSTER_DEAD_AFTER_S", 5.0),
         )
+
+
+def _own_address() -> str:
+    """This host's address on its default route (a wildcard bind is reachable there)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: selects a route, sends nothing
+            return str(probe.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
 
 
 def database_url_from_env(data_dir: Path | None = None) -> str:

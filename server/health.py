@@ -1,4 +1,4 @@
-"""``/healthz`` (the process is up) and ``/readyz`` (the database answers)."""
+"""``/healthz`` (the process is up) and ``/readyz`` (the database, and Redis when clustered)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,13 @@ async def healthz(request: Request) -> JSONResponse:
 async def readyz(request: Request) -> JSONResponse:
     services = services_of(request)
     database = await services.store.ping()
-    body = {"ok": database, "database": database, "relays_connected": services.hub.connected_count}
-    return JSONResponse(body, status_code=200 if database else 503)
+    ok = database
+    body: dict[str, object] = {"database": database}
+    if services.cluster is not None:
+        body["redis"] = redis = await services.cluster.redis_ok()
+        ok = database and redis
+    body.update(ok=ok, relays_connected=services.links.connected_count)
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 health_routes = [Route("/healthz", healthz), Route("/readyz", readyz)]

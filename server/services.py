@@ -15,12 +15,14 @@ from starlette.requests import HTTPConnection
 from server.actions.registry import ActionRegistry
 from server.auth.ratelimit import LoginRateLimiter
 from server.chat.ports import ChatService
+from server.cluster.router import ClusterRouter
 from server.config import Settings
 from server.db.store import Store
 from server.events.bus import Bus
 from server.events.hub import ConversationEvents
 from server.inventory.service import Inventory
 from server.relays.hub import RelayHub
+from server.relays.router import RelayRouter
 from server.screen.tool import ScreenTool
 from server.viewer.assets import NovncAssets
 from server.viewer.audio import AudioService
@@ -33,7 +35,10 @@ class Services:
 
     settings: Settings
     store: Store
-    hub: RelayHub
+    # ``hub`` reaches any relay (``RelayRouter``); ``links`` holds those connected here.
+    hub: RelayRouter
+    links: RelayHub
+    cluster: ClusterRouter | None
     login_limiter: LoginRateLimiter
     bus: Bus
     events: ConversationEvents
@@ -49,8 +54,6 @@ class Services:
 def install(state: Any, services: Services) -> None:
     """Make ``services`` the app's (``state`` is ``app.state``)."""
     state.services = services
-    # ``server.events.routes`` reads these two by name until it asks ``services_of``.
-    state.store, state.events = services.store, services.events
 
 
 def services_of(conn: HTTPConnection) -> Services:

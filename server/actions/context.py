@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 from server.actions.errors import relay_error
 from server.auth.principal import Principal
@@ -11,10 +11,15 @@ from server.config import Settings
 from server.db.records import RelayRecord, Role
 from server.db.store import Store
 from server.inventory.service import Inventory
-from server.relays.hub import RelayHub
+from server.relays.calls import call
+from server.relays.router import RelayRouter
 from server.screen.tool import ScreenTool
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ids import RelayId
+from wire.ops import OpSpec
+
+A = TypeVar("A")
+R = TypeVar("R")
 
 
 class ActionServices(Protocol):
@@ -27,7 +32,7 @@ class ActionServices(Protocol):
     def store(self) -> Store: ...
 
     @property
-    def hub(self) -> RelayHub: ...
+    def hub(self) -> RelayRouter: ...
 
     @property
     def inventory(self) -> Inventory: ...
@@ -55,7 +60,7 @@ class ActionContext:
         return self.services.store
 
     @property
-    def hub(self) -> RelayHub:
+    def hub(self) -> RelayRouter:
         return self.services.hub
 
     @property
@@ -91,14 +96,9 @@ class ActionContext:
                 return relay
         raise OpError(ErrorCode.RELAY_NOT_FOUND, "no such relay in this conversation")
 
-    async def relay_call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def relay_call(self, op: OpSpec[A, R], args: A) -> R:
         """Ask the resolved relay to run ``op``; its errors become the action's errors."""
         try:
-            result = await self.hub.request(
-                self.relay_id, op, args, self.settings.request_timeout_s
-            )
+            return await call(self.hub, self.relay_id, op, args, self.settings.request_timeout_s)
         except OpError as err:
             raise relay_error(err) from err
-        if not isinstance(result, dict):
-            raise OpError(ErrorCode.INTERNAL, f"relay answered {op} without an object")
-        return result

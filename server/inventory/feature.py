@@ -27,7 +27,7 @@ from server.events.bus import Bus, create_bus
 from server.events.hub import ConversationEvents
 from server.events.routes import event_routes
 from server.inventory.service import Inventory
-from server.relays.hub import RelayHub
+from server.relays.router import RelayRouter
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class InventoryParts:
 
 @contextlib.asynccontextmanager
 async def lifespan(
-    store: Store, hub: RelayHub, settings: Settings
+    store: Store, hub: RelayRouter, settings: Settings
 ) -> AsyncIterator[InventoryParts]:
     """Build the feature's parts; stop the pruner and close the bus on exit."""
     bus = create_bus(settings.redis_url)

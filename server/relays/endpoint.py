@@ -14,6 +14,7 @@ from server.relays.capabilities import granted_capabilities
 from server.relays.hub import RelayHub
 from server.relays.link import RelayLink
 from server.services import services_of
+from wire import ops
 from wire.connection import Connection, HelloReceived, Role
 from wire.errors import CloseCode, ErrorCode, OpError, ProtocolError
 from wire.ids import RelayId
@@ -26,7 +27,7 @@ HELLO_TIMEOUT_S = 10.0
 
 async def _server_ops(request: Request) -> Any:
     """Requests a relay may send the server."""
-    if request.op == "ping":
+    if request.op == ops.PING.name:
         return {}
     raise OpError(ErrorCode.UNKNOWN_OP, f"unknown op {request.op[:64]!r}")
 
@@ -61,7 +62,7 @@ async def relay_connect(websocket: WebSocket) -> None:
         Role.SERVER, max_text=settings.max_text_frame, max_payload=settings.max_channel_frame
     )
     try:
-        await _serve(websocket, connection, relay, token, services.hub, settings)
+        await _serve(websocket, connection, relay, token, services.links, settings)
     except ProtocolError as err:
         log.warning("relay %s broke the protocol: %s", relay.name, err.message)
         await _close(websocket, err.close_code, err.message)

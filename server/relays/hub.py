@@ -123,6 +123,24 @@ class RelayHub:
         for observer in self._observers:
             await observer.relay_disconnected(link.relay_id)
 
+    async def hand_over(self, relay_id: RelayId) -> None:
+        """A newer connection of the relay is held by another replica: close ours (4009)
+        without recording the relay gone, since it is not."""
+        async with self._lock:
+            link = self._links.pop(relay_id, None)
+            if link is not None:
+                self._tokens.pop(link, None)
+        if link is not None:
+            await link.close_transport(CloseCode.REPLACED, "replaced by a newer connection")
+
+    async def forget_remote(self, relay_id: RelayId) -> None:
+        """A relay held by a replica that died: record it gone, as if it disconnected here."""
+        if relay_id in self._links:
+            return
+        await self._store.set_relay_presence(relay_id, connected=False)
+        for observer in self._observers:
+            await observer.relay_disconnected(relay_id)
+
     async def dispatch_event(self, relay_id: RelayId, event: Event) -> None:
         for observer in self._observers:
             try:

@@ -11,7 +11,7 @@ from typing import Any
 from server.actions.registry import ActionRegistry
 from server.config import Settings
 from server.db.store import Store
-from server.relays.hub import RelayHub
+from server.relays.router import RelayRouter
 from server.screen.action import SCREEN_ACTION, HubRequests
 from server.screen.revisions import RevisionStore
 from server.screen.tool import ScreenTool
@@ -27,7 +27,7 @@ class QueuedAudit:
         await self._store.queue_audit(**row)
 
 
-def build_tool(hub: RelayHub, store: Store, settings: Settings) -> ScreenTool:
+def build_tool(hub: RelayRouter, store: Store, settings: Settings) -> ScreenTool:
     """A screen tool over the app's relay hub and store, with the configured revision store."""
     revisions = RevisionStore(
         settings.secret_key,
@@ -38,7 +38,7 @@ def build_tool(hub: RelayHub, store: Store, settings: Settings) -> ScreenTool:
 
 
 def start_screen(
-    hub: RelayHub, store: Store, settings: Settings, actions: ActionRegistry
+    hub: RelayRouter, store: Store, settings: Settings, actions: ActionRegistry
 ) -> ScreenTool:
     """Create the tool and register the ``screen`` action."""
     actions.register(SCREEN_ACTION)

@@ -23,7 +23,7 @@ from typing import Final, Protocol
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server.inventory.rows import DesktopRow
-from server.relays.channel import ServerChannel
+from server.relays.router import RelayChannel
 from server.viewer.access import ViewerRefused, ViewerTarget, check_viewer, refusal_for_state
 from server.viewer.registry import DesktopKey, desktop_key
 from server.viewer.service import SUBPROTOCOL, ViewerService, origin_allowed
@@ -215,7 +215,7 @@ class AudioService:
             relays=self.viewer.hub,
         )
 
-    async def _open(self, target: ViewerTarget) -> ServerChannel:
+    async def _open(self, target: ViewerTarget) -> RelayChannel:
         if "audio" not in self.viewer.hub.capabilities(target.relay_id):
             raise audio_unavailable("this desktop's relay has no audio support")
         try:
@@ -259,5 +259,3 @@ def _refusal_for_error(err: OpError) -> ViewerRefused:
     if err.code is ErrorCode.UNAVAILABLE:
         return audio_unavailable(err.message)
     return ViewerRefused(CloseCode.INTERNAL_ERROR, err.message)
-
-

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from typing import Protocol
 
-from server.relays.channel import ServerChannel
+from server.relays.router import RelayChannel
 from wire.errors import ChannelCloseCode, ChannelClosedError, RfbHandshakeError
 from wire.frames import Payload
 from wire.rfb import NoneSecurityServer, VncClientHandshake
@@ -40,7 +40,7 @@ class VncBackend(Protocol):
 class RelayBackend:
     """A relay channel (``channel.open {target: vnc}``)."""
 
-    def __init__(self, channel: ServerChannel) -> None:
+    def __init__(self, channel: RelayChannel) -> None:
         self.channel = channel
 
     async def read(self) -> Payload:

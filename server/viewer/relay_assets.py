@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from server.relays.hub import RelayHub
+from server.relays.router import RelayRouter
 from wire.ids import RelayId
 
 ASSET_TIMEOUT_S = 5.0
@@ -17,7 +17,7 @@ class RelayList(Protocol):
 class HubAssetRelays:
     """Connected relays (by the store's relay list) that announce a capability."""
 
-    def __init__(self, hub: RelayHub, store: RelayList) -> None:
+    def __init__(self, hub: RelayRouter, store: RelayList) -> None:
         self._hub = hub
         self._store = store
 

@@ -12,7 +12,7 @@ from starlette.websockets import WebSocket
 from server.config import Settings
 from server.db.store import Store
 from server.inventory.rows import DesktopDirectory
-from server.relays.hub import RelayHub
+from server.relays.router import RelayRouter
 from server.services import services_of
 from server.viewer.assets import VIEWER_DIR, NovncAssets, viewer_file
 from server.viewer.audio import AudioService
@@ -74,7 +74,7 @@ class ViewerParts:
 
 
 def build_viewer(
-    settings: Settings, store: Store, hub: RelayHub, directory: DesktopDirectory
+    settings: Settings, store: Store, hub: RelayRouter, directory: DesktopDirectory
 ) -> ViewerParts:
     """The viewer and audio services and noVNC's asset sources."""
     viewer = ViewerService(settings, store, hub, directory)

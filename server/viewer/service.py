@@ -4,8 +4,9 @@ The backend is a relay channel, except for relays the operator registered as co-
 the server (``admin add-relay --co-located``) that announce ``direct_vnc``: for those the
 server connects to the desktop's x11vnc on loopback itself, and only after completing the RFB
 handshake with the desktop's VNC secret (``DirectBackend``). The relay names a port and the
-secret (``vnc.direct``); it never names a host, and a port that is not that desktop's x11vnc
-fails the handshake before anything is spliced.
+secret (``vnc.direct``, asked once per desktop session and kept until the session leaves the
+viewable states); it never names a host, and a port that is not that desktop's x11vnc fails the
+handshake before anything is spliced. Opening a viewer costs the relay no ``desktop.status``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from starlette.websockets import WebSocket
 from server.boundary.hosts import HostPolicy
 from server.config import Settings
 from server.inventory.rows import DesktopDirectory, DesktopRow
+from server.relays.calls import call
 from server.relays.capabilities import DIRECT_VNC
-from server.relays.hub import RelayHub
+from server.relays.router import RelayRouter
 from server.viewer.access import (
     VIEWABLE_STATES,
     MembershipStore,
@@ -33,13 +35,13 @@ from server.viewer.access import (
 from server.viewer.backends import DirectBackend, RelayBackend, VncBackend
 from server.viewer.registry import DesktopKey, ViewerRegistry, desktop_key
 from server.viewer.tunnel import ViewerSession
+from wire import ops
 from wire.errors import ChannelCloseCode, ChannelClosedError, CloseCode, ErrorCode, OpError
 from wire.ids import RelayId
 
 log = logging.getLogger(__name__)
 
 SUBPROTOCOL = "binary"
-DIRECT_OP = "vnc.direct"
 VNC_SECRET_LEN = 8
 OPEN_TIMEOUT_S = 10.0
 STATUS_TIMEOUT_S = 1.5
@@ -66,9 +68,7 @@ def origin_allowed(headers: Any, public_url: str) -> bool:
     return HostPolicy.build(public_url).origin_allowed(headers.get("origin"), headers.get("host"))
 
 
-def _direct_address(raw: object) -> DirectAddress | None:
-    if not isinstance(raw, dict):
-        return None
+def _direct_address(raw: ops.VncDirectResult) -> DirectAddress | None:
     port, secret = raw.get("port"), raw.get("secret")
     if not (isinstance(port, int) and 0 < port < 65536 and isinstance(secret, str)):
         return None
@@ -86,7 +86,7 @@ class ViewerService:
         self,
         settings: Settings,
         store: MembershipStore,
-        hub: RelayHub,
+        hub: RelayRouter,
         directory: DesktopDirectory | None,
     ) -> None:
         self.settings = settings
@@ -175,36 +175,22 @@ class ViewerService:
         return backend
 
     async def _ask_direct(self, target: ViewerTarget) -> DirectAddress | None:
-        args = {"desktop_session_id": target.row.desktop_session_id}
+        args = ops.SessionArgs(desktop_session_id=target.row.desktop_session_id)
         try:
-            result = await self.hub.request(target.relay_id, DIRECT_OP, args, STATUS_TIMEOUT_S)
+            result = await call(self.hub, target.relay_id, ops.VNC_DIRECT, args, STATUS_TIMEOUT_S)
         except OpError as err:
             if err.code in _UNREACHABLE:
                 raise
             return None
         return _direct_address(result)
 
-    async def _relay_row(self, relay_id: RelayId, session_id: str) -> dict[str, Any] | None:
-        """The relay's own status row of ``session_id`` (the relay answers after any stop)."""
-        result = await self.hub.request(relay_id, "desktop.status", {}, STATUS_TIMEOUT_S)
-        for row in result.get("desktops", []):
-            if isinstance(row, dict) and row.get("desktop_session_id") == session_id:
-                return row
-        return None
-
     async def _relay_holds(self, relay_id: RelayId, session_id: str) -> bool:
         """Whether the relay still runs ``session_id``. ``desktop.holds`` answers at once, even
         while the relay is stopping that desktop (``desktop.status`` waits for the stop, which
-        can outlast the viewers' 2 s); a relay without it is asked for its status."""
-        try:
-            result = await self.hub.request(
-                relay_id, "desktop.holds", {"desktop_session_id": session_id}, STATUS_TIMEOUT_S
-            )
-        except OpError as err:
-            if err.code is not ErrorCode.UNKNOWN_OP:
-                raise
-            return await self._relay_row(relay_id, session_id) is not None
-        return bool(result.get("holds")) if isinstance(result, dict) else False
+        can outlast the viewers' 2 s)."""
+        args = ops.SessionArgs(desktop_session_id=session_id)
+        result = await call(self.hub, relay_id, ops.DESKTOP_HOLDS, args, STATUS_TIMEOUT_S)
+        return result.get("holds") is True
 
     def _judge_for(self, target: ViewerTarget) -> Any:
         async def judge(ended: ChannelClosedError) -> ViewerRefused:

@@ -1,0 +1,1 @@
+"""Several server replicas on one PostgreSQL and one Redis (DESIGN §8)."""

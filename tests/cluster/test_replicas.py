@@ -1,0 +1,261 @@
+"""Three server replicas on PostgreSQL and Redis behind HAProxy (round robin, no affinity),
+a real relay with real desktops: any replica serves the relay, whichever one holds it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import numpy as np
+import pytest
+import pytest_asyncio
+import redis.asyncio as redis
+
+from benchmarks.rfb import RFBClient, WebSocketTransport
+from server import admin
+from server.cluster.ownership import OWNERS
+from server.db.migrate import upgrade
+from server.db.store import Store
+from tests.e2e.viewer_stack import capture, without_cursor
+from tests.integration.test_viewer_tunnel import full_frame, until_closed
+from tests.support import postgres
+from tests.support import redis as redis_support
+from tests.support.haproxy import start_haproxy
+from tests.support.processes import ManagedProcess, ProcessTracker, free_port, scaled
+from tests.support.stack import Seed, ServerProcess, start_relay, start_server, wait_until
+from wire.errors import CloseCode
+
+pytestmark = [
+    pytest.mark.integration, pytest.mark.postgres, pytest.mark.redis,
+    pytest.mark.asyncio(loop_scope="module"),
+]  # fmt: skip
+
+postgres_cluster = postgres.postgres_cluster
+redis_server = redis_support.redis_server
+redis_url = redis_support.redis_url
+
+
+@dataclass
+class Cluster:
+    seed: Seed
+    replicas: dict[str, ServerProcess]
+    balancer: str
+    relay: ManagedProcess
+    redis: redis.Redis
+    tracker: ProcessTracker
+
+    @property
+    def relay_id(self) -> str:
+        return str(self.seed.relay["relay_id"])
+
+    async def owner(self) -> str | None:
+        """The port of the replica that holds the relay, per Redis (``None``: nobody)."""
+        raw = await self.redis.hget(OWNERS, self.relay_id)
+        if raw is None:
+            return None
+        url = str(json.loads(raw)["url"])
+        return url.rsplit(":", 1)[1]
+
+    async def call(self, base: str, name: str, **args: Any) -> tuple[int, Any]:
+        args.setdefault("conversation_id", self.seed.conversation_id)
+        headers = {"Authorization": f"Bearer {self.seed.api_token}"}
+        async with httpx.AsyncClient(base_url=base, timeout=scaled(30)) as client:
+            response = await client.post(f"/api/v1/actions/{name}", json=args, headers=headers)
+        return response.status_code, response.json()
+
+    async def others(self) -> tuple[str, str]:
+        """The two replicas that do not hold the relay (as base URLs)."""
+        owner = await self.owner()
+        rest = [r.url for port, r in self.replicas.items() if port != owner]
+        return rest[0], rest[1]
+
+
+async def _seed(data_dir: Path, url: str) -> Seed:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    await upgrade(url)
+    store = await Store.open(url)
+    try:
+        user = await admin.create_user(store, "alice", is_admin=True)
+        token = await admin.create_token(store, "alice")
+        conversation = await admin.create_conversation(store, "Team", ["alice:owner"])
+        relay = await admin.add_relay(store, "relay-1", "alice")
+        await admin.share_relay(store, relay["relay_id"], conversation["conversation_id"])
+    finally:
+        await store.close()
+    return Seed(data_dir, url, user, token["token"], conversation["conversation_id"], relay)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres_cluster: postgres.PostgresCluster,
+    redis_url: str,
+) -> AsyncIterator[Cluster]:
+    root = tmp_path_factory.mktemp("replicas")
+    database = f"replicas_{secrets.token_hex(4)}"
+    seed = await _seed(root / "data", postgres_cluster.create_database(database))
+    tracker = ProcessTracker(root / "processes")
+    env = {
+        "RELAYDESK_REDIS_URL": redis_url,
+        "RELAYDESK_CLUSTER_SECRET": secrets.token_urlsafe(24),
+        "RELAYDESK_CLUSTER_HEARTBEAT_S": "0.5",
+        "RELAYDESK_CLUSTER_DEAD_AFTER_S": "2",
+    }
+    client = redis.Redis.from_url(redis_url)
+    await client.delete(OWNERS)
+    try:
+        replicas = {}
+        for _ in range(3):
+            server = await start_server(tracker.start, seed, free_port(), env)
+            replicas[str(server.port)] = server
+        _, port = start_haproxy(tracker.start, root, [r.port for r in replicas.values()])
+        balancer = f"http://127.0.0.1:{port}"
+        relay = start_relay(tracker.start, seed, balancer, extra_args=("--stop-desktops-on-exit",))
+        stack = Cluster(seed, replicas, balancer, relay, client, tracker)
+        await wait_until(stack.owner, 30, "the relay to be owned by a replica")
+        yield stack
+    except BaseException:
+        for process in tracker.processes:
+            print(f"----- {process.name}: {process.log_tail(3000)}")
+        raise
+    finally:
+        tracker.cleanup()
+        await client.aclose()
+
+
+async def test_a_relay_held_by_one_replica_is_served_by_the_others(cluster: Cluster) -> None:
+    b, c = await cluster.others()
+    status, started = await cluster.call(b, "desktop_start", slot="main")
+    assert status == 200, started
+    session = started["desktop"]["desktop_session_id"]
+
+    for base in (b, c, cluster.balancer, cluster.balancer):
+        status, listed = await cluster.call(base, "desktop_list_active", probe=True)
+        assert status == 200, listed
+        assert session in [row["desktop_session_id"] for row in listed["desktops"]]
+        assert listed["probes"] == {"relay-1": "ok"}
+
+    status, stopped = await cluster.call(
+        c, "desktop_stop_confirm", relay="relay-1", kind="virtual", slot="main",
+        desktop_session_id=session,
+    )  # fmt: skip
+    assert status == 200 and stopped["stopped"] is True, stopped
+
+
+async def test_a_stale_confirmation_through_another_replica_stops_nothing(
+    cluster: Cluster,
+) -> None:
+    b, c = await cluster.others()
+    status, first = await cluster.call(b, "desktop_start", slot="race")
+    assert status == 200, first
+    stale = {"relay": "relay-1", "kind": "virtual", "slot": "race",
+             "desktop_session_id": first["desktop"]["desktop_session_id"]}  # fmt: skip
+    status, _ = await cluster.call(c, "desktop_stop_confirm", **stale)
+    assert status == 200
+    status, second = await cluster.call(c, "desktop_start", slot="race")
+    assert status == 200, second
+    newer = second["desktop"]["desktop_session_id"]
+    status, refused = await cluster.call(b, "desktop_stop_confirm", **stale)
+    assert status == 409 and refused["error"]["code"] == "session_conflict", refused
+    assert refused["error"]["current_session_id"] == newer
+    status, rows = await cluster.call(cluster.balancer, "desktop_status")
+    running = [r["desktop_session_id"] for r in rows["desktops"] if r["slot"] == "race"]
+    assert running == [newer]
+    status, _ = await cluster.call(
+        b, "desktop_stop_confirm", relay="relay-1", slot="race", desktop_session_id=newer
+    )
+    assert status == 200
+
+
+async def test_an_internal_request_without_the_cluster_secret_is_refused(
+    cluster: Cluster,
+) -> None:
+    owner = cluster.replicas[str(await cluster.owner())]
+    body = {"relay_id": cluster.relay_id, "op": "desktop.status", "args": {}, "timeout_s": 5}
+    async with httpx.AsyncClient(base_url=owner.url) as client:
+        response = await client.post("/internal/v1/request", json=body)
+        forged = await client.post(
+            "/internal/v1/request", json=body,
+            headers={"x-relaydesk-timestamp": "1", "x-relaydesk-nonce": "a",
+                     "x-relaydesk-signature": "0" * 64},
+        )  # fmt: skip
+    assert (response.status_code, forged.status_code) == (403, 403)
+
+
+async def test_every_replica_reports_readiness_and_metrics(cluster: Cluster) -> None:
+    owner = str(await cluster.owner())
+    async with httpx.AsyncClient() as client:
+        for port, replica in cluster.replicas.items():
+            ready = (await client.get(f"{replica.url}/readyz")).json()
+            assert (ready["ok"], ready["database"], ready["redis"]) == (True, True, True)
+            text = (await client.get(f"{replica.url}/metrics")).text
+            held = "1.0" if port == owner else "0.0"
+            assert f"relaydesk_relays_connected {held}" in text
+            assert "relaydesk_relays_owned 1.0" in text
+
+
+async def test_a_viewer_through_another_replica_shows_the_desktop_pixel_exact(
+    cluster: Cluster,
+) -> None:
+    b, c = await cluster.others()
+    status, started = await cluster.call(b, "desktop_start", slot="viewed")
+    assert status == 200, started
+    desktop = started["desktop"]
+    socket = "ws" + b[4:] + urlsplit(started["viewer_url"]).path + "websockify"
+    client = RFBClient(await WebSocketTransport.connect(socket))
+    await asyncio.wait_for(client.handshake(), scaled(10))
+    frame = await full_frame(client)
+    expected = await asyncio.to_thread(capture, desktop["display"])
+    assert frame.shape == expected.shape
+    frame, expected = (without_cursor(image, desktop["display"]) for image in (frame, expected))
+    assert np.array_equal(frame, expected), "the framebuffer differs from the Xvfb capture"
+
+    ws = client.t._ws  # type: ignore[attr-defined]
+    status, _ = await cluster.call(
+        c, "desktop_stop_confirm", relay="relay-1", slot="viewed",
+        desktop_session_id=desktop["desktop_session_id"],
+    )  # fmt: skip
+    assert status == 200
+    await until_closed(ws, 10)
+    assert ws.close_code == CloseCode.DESKTOP_STOPPED
+
+
+async def test_the_owner_killed_rows_go_unknown_then_heal_nothing_stopped(
+    cluster: Cluster,
+) -> None:
+    b, _ = await cluster.others()
+    status, started = await cluster.call(b, "desktop_start", slot="survivor")
+    assert status == 200, started
+    session = started["desktop"]["desktop_session_id"]
+    dead_port = str(await cluster.owner())
+    dead = cluster.replicas.pop(dead_port)
+    dead.process.send_signal(signal.SIGKILL)
+    seen_unknown = False
+
+    async def reowned() -> bool:
+        nonlocal seen_unknown
+        _, rows = await cluster.call(b, "desktop_status")
+        states = {r["desktop_session_id"]: r["state"] for r in rows.get("desktops", [])}
+        seen_unknown = seen_unknown or states.get(session) == "unknown"
+        owner = await cluster.owner()
+        return owner not in (None, dead_port) and states.get(session) == "running"
+
+    await wait_until(reowned, 30, "the relay to reconnect to a live replica", interval=0.1)
+    for base in [r.url for r in cluster.replicas.values()]:
+        status, listed = await cluster.call(base, "desktop_list_active", probe=True)
+        assert status == 200, listed
+        assert [r["desktop_session_id"] for r in listed["desktops"]] == [session]
+    assert cluster.relay.is_alive()
+    status, _ = await cluster.call(
+        b, "desktop_stop_confirm", relay="relay-1", slot="survivor", desktop_session_id=session
+    )
+    assert status == 200
+    print(f"rows seen unknown while the relay was away: {seen_unknown}")

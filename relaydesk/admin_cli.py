@@ -19,6 +19,7 @@ from sqlalchemy import make_url
 
 from relaydesk import tables
 from server import admin
+from server.cluster.build import shared_caches
 from server.config import database_url_from_env
 from server.db.cache import READ_CACHE_TTL_S
 from server.db.errors import StoreError
@@ -323,6 +324,8 @@ async def _with_store(call: AdminCall, args: argparse.Namespace, database_url: s
     await upgrade(database_url)
     store = await Store.open(database_url)
     try:
-        return await call(store, args)
+        # Replicas sharing Redis drop cached tokens and roles at once, not after their TTL.
+        async with shared_caches(os.environ.get("RELAYDESK_REDIS_URL", ""), store, listen=False):
+            return await call(store, args)
     finally:
         await store.close()

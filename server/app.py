@@ -18,12 +18,11 @@ from starlette.routing import BaseRoute, WebSocketRoute
 
 from server.auth.errors import AuthError, auth_error_handler
 from server.auth.purge import session_purging
-from server.auth.ratelimit import LoginRateLimiter
 from server.auth.routes import auth_routes
 from server.boundary.body import ROUTING_CODES, routing_error
 from server.boundary.hosts import HostPolicy
 from server.boundary.middleware import InputBoundary
-from server.cluster.build import routing
+from server.cluster.build import login_limits, routing, shared_caches
 from server.cluster.internal import internal_routes
 from server.config import Settings
 from server.db.migrate import upgrade
@@ -73,7 +72,9 @@ def create_app(settings: Settings) -> Starlette:
         links = RelayHub(store)
         presence = asyncio.create_task(links.keep_presence(settings.presence_interval_s))
         async with contextlib.AsyncExitStack() as features:
+            await features.enter_async_context(shared_caches(settings.redis_url, store))
             routed = await features.enter_async_context(routing(settings, links))
+            login_limiter = await features.enter_async_context(login_limits(settings))
             hub = routed.router
             await features.enter_async_context(
                 session_purging(store, settings.session_purge_interval_s)
@@ -101,9 +102,7 @@ def create_app(settings: Settings) -> Starlette:
                     hub=hub,
                     links=links,
                     cluster=routed.cluster,
-                    login_limiter=LoginRateLimiter(
-                        settings.login_max_failures, settings.login_window_s
-                    ),
+                    login_limiter=login_limiter,
                     bus=parts.bus,
                     events=parts.events,
                     inventory=parts.inventory,

@@ -131,20 +131,20 @@ async def login(request: Request) -> Response:
     read, then a small JSON body (``LOGIN_BODY_LIMIT``), then the username's rate limit.
     """
     address, limiter = client_address(request), login_limiter(request)
-    _check_rate(limiter.address_retry_after(address), "", address)
+    _check_rate(await limiter.address_retry_after(address), "", address)
     _check_origin(request)
     credentials = _credentials(await read_json_object(request, LOGIN_BODY_LIMIT))
     if credentials is None:
         return invalid_args("expected a JSON object with string 'username' and 'password'")
     username, password = credentials
-    _check_rate(limiter.retry_after(username, address), username, address)
+    _check_rate(await limiter.retry_after(username, address), username, address)
     store = store_of(request)
     user = await store.verify_password(username, password)
     if user is None:
-        limiter.record_failure(username, address)
+        await limiter.record_failure(username, address)
         log.warning("login failed user=%r from %s", username[:64], address)
         raise Unauthorized(BAD_CREDENTIALS)
-    limiter.record_success(username)
+    await limiter.record_success(username)
     if old_secret := request.cookies.get(SESSION_COOKIE):
         await store.delete_web_session(old_secret)  # no session fixation across logins
     return await _signed_in(request, user, "password")

@@ -1,5 +1,7 @@
-"""The one place that chooses the ``RelayRouter``: the hub itself on one machine, the
-``ClusterRouter`` when replicas share Redis (``RELAYDESK_REDIS_URL``)."""
+"""The one place that chooses what replicas share: the ``RelayRouter`` (the hub itself on one
+machine, the ``ClusterRouter`` when replicas share Redis, ``RELAYDESK_REDIS_URL``) and who hears
+of a store's cache invalidations (nobody else, or every replica), and where login failures are
+counted (this process, or Redis)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,14 @@ import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from server.auth.ratelimit import ADDRESS_FACTOR, LoginRateLimiter
 from server.cluster.ownership import Ownership
 from server.cluster.peers import Peers
 from server.cluster.router import ClusterRouter
 from server.cluster.signing import ClusterSigner
 from server.config import Settings
+from server.db.base import StoreBase
+from server.db.invalidation import LocalInvalidations, RedisInvalidations
 from server.relays.hub import RelayHub
 from server.relays.router import RelayRouter
 
@@ -50,4 +55,50 @@ async def routing(settings: Settings, hub: RelayHub) -> AsyncIterator[Routing]:
         yield Routing(cluster, cluster)
     finally:
         await cluster.stop()
+        await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def shared_caches(
+    redis_url: str, store: StoreBase, *, listen: bool = True
+) -> AsyncIterator[None]:
+    """With Redis, announce ``store``'s cache invalidations to every replica (and, when
+    ``listen``, clear its caches on theirs) until exit; without, nothing changes."""
+    if not redis_url:
+        yield
+        return
+    import redis.asyncio as redis
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=5.0)
+    invalidations = RedisInvalidations(client)
+    store.invalidations = invalidations
+    try:
+        if listen:
+            async with invalidations.listening(store.clear_caches):
+                yield
+        else:
+            yield
+    finally:
+        store.invalidations = LocalInvalidations()
+        await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def login_limits(settings: Settings) -> AsyncIterator[LoginRateLimiter]:
+    """The login rate limiter: one budget in Redis for all replicas, else this process's."""
+    failures, window_s = settings.login_max_failures, settings.login_window_s
+    if not settings.clustered:
+        yield LoginRateLimiter.in_process(failures, window_s)
+        return
+    import redis.asyncio as redis
+
+    from server.auth.redis_windows import RedisWindow
+
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=5.0)
+    try:
+        yield LoginRateLimiter(
+            RedisWindow(client, "user", failures, window_s),
+            RedisWindow(client, "address", failures * ADDRESS_FACTOR, window_s),
+        )
+    finally:
         await client.aclose()

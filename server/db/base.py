@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -15,6 +15,7 @@ from server.auth.passwords import Passwords
 from server.db import models
 from server.db.cache import ReadCache
 from server.db.errors import AlreadyExists
+from server.db.invalidation import CacheName, Invalidations, LocalInvalidations
 from server.db.records import RelayRecord, UserRecord
 from wire.ids import RelayId, UserId
 
@@ -42,6 +43,22 @@ class StoreBase:
         self.role_cache: ReadCache[tuple[str, str], Any] = ReadCache()
         self.relay_cache: ReadCache[tuple[str, str], Any] = ReadCache()
         self.desktop_cache: ReadCache[tuple[str, tuple[str, ...]], Any] = ReadCache()
+        # Who else must drop these caches after a write (other replicas: ``invalidation.py``).
+        self.invalidations: Invalidations = LocalInvalidations()
+
+    def clear_caches(self, names: Iterable[str]) -> None:
+        """Forget the named caches (a write here, or one announced by another process)."""
+        caches: dict[str, ReadCache[Any, Any]] = {
+            "token": self.token_cache, "role": self.role_cache,
+            "relay": self.relay_cache, "desktop": self.desktop_cache,
+        }  # fmt: skip
+        for name in names:
+            caches[name].clear()
+
+    async def _caches_changed(self, *names: CacheName) -> None:
+        """A write through this store: clear these caches here, then everywhere else."""
+        self.clear_caches(names)
+        await self.invalidations.announce(names)
 
     def _now(self) -> datetime:
         return self._clock()

@@ -1,9 +1,10 @@
 """``ReadCache``: a short-lived, bounded memo of hot ``Store`` reads (tokens, roles, visibility).
 
-Writes made through this process's ``Store`` clear the matching cache at once. Writes made
-elsewhere (the ``relaydesk admin`` CLI, another server replica) are seen within ``ttl_s``
-(``READ_CACHE_TTL_S``, 2 s): that is the documented staleness bound of a revocation, a role
-change or a share made outside this process. A read that raced a write is never stored: each
+Writes made through this process's ``Store`` clear the matching cache at once; with Redis,
+writes made elsewhere (the ``relaydesk admin`` CLI, another server replica) clear it when their
+notice arrives (``invalidation.py``). Otherwise, or when a notice is lost, they are seen within
+``ttl_s`` (``READ_CACHE_TTL_S``, 2 s): the staleness bound of a revocation, a role change or a
+share made outside this process. A read that raced a write is never stored: each
 fill remembers the generation it started in, and a write bumps the generation.
 """
 

@@ -40,7 +40,7 @@ class ConversationStore(StoreBase):
             await session.flush()
             for user_id, role in members:
                 await _put_member(session, ConversationId(row.id), user_id, role)
-        self.role_cache.clear()
+        await self._caches_changed("role")
         return _conversation_record(row)
 
     async def add_member(self, conversation_id: str, user_id: str, role: Role) -> None:
@@ -49,7 +49,7 @@ class ConversationStore(StoreBase):
             if await session.get(models.Conversation, conversation_id) is None:
                 raise NotFound("conversation", conversation_id)
             await _put_member(session, conversation_id, user_id, role)
-        self.role_cache.clear()
+        await self._caches_changed("role")
 
     async def get_conversation(self, conversation_id: str) -> ConversationRecord | None:
         async with self._sessions() as session:

@@ -116,20 +116,19 @@ class IdentityStore(StoreBase):
         async with self._sessions.begin() as session:
             changed = await _set_disabled(session, user_id, self._now())
             await session.execute(delete(models.WebSession).filter_by(user_id=user_id))
-        self._users_changed()
+        await self._users_changed()
         return changed
 
     async def enable_user(self, user_id: str) -> bool:
         """Let a disabled user in again; False if the user was not disabled."""
         async with self._sessions.begin() as session:
             changed = await _set_disabled(session, user_id, None)
-        self._users_changed()
+        await self._users_changed()
         return changed
 
-    def _users_changed(self) -> None:
+    async def _users_changed(self) -> None:
         """Cached token answers and roles may name a user whose access just changed."""
-        self.token_cache.clear()
-        self.role_cache.clear()
+        await self._caches_changed("token", "role")
 
     async def list_api_tokens(self, user_id: str | None = None) -> list[TokenRecord]:
         """One user's API tokens (every user's when ``user_id`` is None), oldest first."""
@@ -187,7 +186,7 @@ class IdentityStore(StoreBase):
                 .filter_by(id=token_id, revoked_at=None)
                 .values(revoked_at=self._now())
             )
-        self.token_cache.clear()
+        await self._caches_changed("token")
         return rowcount(result) > 0
 
     # -- web sessions -----------------------------------------------------------------

@@ -110,7 +110,7 @@ class RelayStore(StoreBase):
             )
             if rowcount(result) == 0:
                 raise NotFound("relay", relay_id)
-        self._relays_changed()
+        await self._relays_changed()
         return token
 
     async def revoke_relay(self, relay_id: str) -> None:
@@ -125,7 +125,7 @@ class RelayStore(StoreBase):
             )
             if rowcount(result) == 0:
                 raise NotFound("relay", relay_id)
-        self._relays_changed()
+        await self._relays_changed()
 
     async def authenticate_relay(self, token: str) -> RelayRecord | None:
         """The relay holding this token, unless unknown or revoked (never cached)."""
@@ -178,7 +178,7 @@ class RelayStore(StoreBase):
         if capabilities is not None:
             values["capabilities"] = list(capabilities)
         found = await self._presence_batches.submit(PresenceUpdate(relay_id, values))
-        self._relays_changed()
+        await self._relays_changed()
         if not found:
             raise NotFound("relay", relay_id)
 
@@ -219,7 +219,7 @@ class RelayStore(StoreBase):
                 )
             )
             found = list(revoked)
-        self._relays_changed()
+        await self._relays_changed()
         return found
 
     async def share_relay(self, relay_id: str, conversation_id: str) -> None:
@@ -231,7 +231,7 @@ class RelayStore(StoreBase):
                 raise NotFound("conversation", conversation_id)
             if await session.get(models.RelayShare, (relay_id, conversation_id)) is None:
                 session.add(models.RelayShare(relay_id=relay_id, conversation_id=conversation_id))
-        self._relays_changed(shares=True)
+        await self._relays_changed(shares=True)
 
     async def unshare_relay(self, relay_id: str, conversation_id: str) -> bool:
         """Hide the relay from the conversation; False when it was not shared there."""
@@ -239,7 +239,7 @@ class RelayStore(StoreBase):
             share = await session.get(models.RelayShare, (relay_id, conversation_id))
             if share is not None:
                 await session.delete(share)
-        self._relays_changed(shares=True)
+        await self._relays_changed(shares=True)
         return share is not None
 
     async def rename_relay(self, relay_id: str, name: str) -> None:
@@ -252,7 +252,7 @@ class RelayStore(StoreBase):
             )
             if rowcount(result) == 0:
                 raise NotFound("relay", relay_id)
-        self._relays_changed(shares=True)
+        await self._relays_changed(shares=True)
 
     async def set_relay_co_located(self, relay_id: str, co_located: bool) -> None:
         """Record whether the relay runs on the server's own host."""
@@ -295,11 +295,12 @@ class RelayStore(StoreBase):
         self.relay_cache.put(key, found, generation)
         return found
 
-    def _relays_changed(self, *, shares: bool = False) -> None:
+    async def _relays_changed(self, *, shares: bool = False) -> None:
         """A relay write through this store: cached reads of relays (and shares) are stale."""
-        self.relay_cache.clear()
         if shares:
-            self.desktop_cache.clear()
+            await self._caches_changed("relay", "desktop")
+        else:
+            await self._caches_changed("relay")
 
     async def _update_relay(self, relay_id: str, values: dict[str, object]) -> None:
         async with self._sessions.begin() as session:
@@ -308,7 +309,7 @@ class RelayStore(StoreBase):
             )
             if rowcount(result) == 0:
                 raise NotFound("relay", relay_id)
-        self._relays_changed()
+        await self._relays_changed()
 
 
 def _params(update: PresenceUpdate) -> dict[str, object]:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import secrets
 import signal
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import redis.asyncio as redis
 
 from benchmarks.rfb import RFBClient, WebSocketTransport
 from server import admin
+from server.cluster.build import shared_caches
 from server.cluster.ownership import OWNERS
 from server.db.migrate import upgrade
 from server.db.store import Store
@@ -226,6 +228,59 @@ async def test_a_viewer_through_another_replica_shows_the_desktop_pixel_exact(
     assert status == 200
     await until_closed(ws, 10)
     assert ws.close_code == CloseCode.DESKTOP_STOPPED
+
+
+async def _me(client: httpx.AsyncClient, base: str, token: str) -> int:
+    response = await client.get(f"{base}/api/v1/me", headers={"Authorization": f"Bearer {token}"})
+    return response.status_code
+
+
+async def test_revoking_a_token_on_one_replica_takes_effect_on_the_others_within_100_ms(
+    cluster: Cluster, redis_url: str
+) -> None:
+    # The admin CLI's way: a store of its own that announces its writes on Redis.
+    store = await Store.open(cluster.seed.database_url)
+    b, c = await cluster.others()
+    try:
+        async with shared_caches(redis_url, store, listen=False), httpx.AsyncClient() as client:
+            token, record = await store.create_api_token(cluster.seed.user["user_id"], "soon")
+            for base in (b, c):  # each replica now holds the token in its read cache
+                assert await _me(client, base, token) == 200
+            await admin.revoke_token(store, record.token_id)
+            revoked_at = time.monotonic()
+            refused: dict[str, float] = {}
+            while len(refused) < 2 and time.monotonic() - revoked_at < scaled(1):
+                for base in (b, c):
+                    if base not in refused and await _me(client, base, token) == 401:
+                        refused[base] = time.monotonic() - revoked_at
+    finally:
+        await store.close()
+    print(f"revocation seen after (s): {refused}")
+    assert set(refused) == {b, c}
+    assert max(refused.values()) < scaled(0.1), refused
+
+
+async def _failures_until_refused(bases: list[str], username: str) -> int:
+    """Wrong passwords for ``username``, round robin over ``bases``, until one is refused."""
+    async with httpx.AsyncClient(timeout=scaled(10)) as client:
+        for attempt in range(1, 20):
+            base = bases[attempt % len(bases)]
+            body = {"username": username, "password": "wrong"}
+            response = await client.post(f"{base}/api/v1/login", json=body)
+            if response.status_code == 429:
+                return attempt - 1
+            assert response.status_code == 401, response.text
+    raise AssertionError("never rate limited")
+
+
+async def test_failed_logins_over_three_replicas_hit_the_limit_at_the_same_count_as_on_one(
+    cluster: Cluster,
+) -> None:
+    bases = [r.url for r in cluster.replicas.values()]
+    suffix = secrets.token_hex(4)
+    on_one = await _failures_until_refused(bases[:1], f"guess-one-{suffix}")
+    spread = await _failures_until_refused(bases, f"guess-all-{suffix}")
+    assert on_one == spread == 5  # RELAYDESK_LOGIN_MAX_FAILURES' default
 
 
 async def test_the_owner_killed_rows_go_unknown_then_heal_nothing_stopped(

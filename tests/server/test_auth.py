@@ -46,7 +46,7 @@ def make_app(url: str, settings: Settings) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         store = await Store.open(url, password_hasher=fast_hasher())
-        limiter = LoginRateLimiter(settings.login_max_failures, settings.login_window_s)
+        limiter = LoginRateLimiter.in_process(settings.login_max_failures, settings.login_window_s)
         install(app.state, bare_services(settings=settings, store=store, login_limiter=limiter))
         yield
         await app.state.services.store.close()
@@ -154,24 +154,24 @@ def test_rate_limit_after_failures(web: Harness) -> None:
     assert web.login(username="bob").status_code == 200
 
 
-def test_limiter_counts_addresses_with_a_larger_allowance() -> None:
+async def test_limiter_counts_addresses_with_a_larger_allowance() -> None:
     now = [0.0]
-    limiter = LoginRateLimiter(2, 10, clock=lambda: now[0])
+    limiter = LoginRateLimiter.in_process(2, 10, clock=lambda: now[0])
     for i in range(2 * ADDRESS_FACTOR):
-        assert limiter.retry_after(f"user{i}", "10.0.0.1") is None
-        limiter.record_failure(f"user{i}", "10.0.0.1")
-    assert limiter.retry_after("someone-else", "10.0.0.1") == 10
-    assert limiter.retry_after("someone-else", "10.0.0.2") is None
+        assert await limiter.retry_after(f"user{i}", "10.0.0.1") is None
+        await limiter.record_failure(f"user{i}", "10.0.0.1")
+    assert await limiter.retry_after("someone-else", "10.0.0.1") == 10
+    assert await limiter.retry_after("someone-else", "10.0.0.2") is None
     now[0] = 10.5
-    assert limiter.retry_after("someone-else", "10.0.0.1") is None
+    assert await limiter.retry_after("someone-else", "10.0.0.1") is None
 
 
-def test_success_clears_user_failures() -> None:
-    limiter = LoginRateLimiter(2, 10, clock=lambda: 0.0)
-    limiter.record_failure("Alice", "a")
-    limiter.record_success("alice")
-    limiter.record_failure("alice", "a")
-    assert limiter.retry_after("alice", "a") is None
+async def test_success_clears_user_failures() -> None:
+    limiter = LoginRateLimiter.in_process(2, 10, clock=lambda: 0.0)
+    await limiter.record_failure("Alice", "a")
+    await limiter.record_success("alice")
+    await limiter.record_failure("alice", "a")
+    assert await limiter.retry_after("alice", "a") is None
 
 
 def test_cookie_post_needs_csrf(web: Harness) -> None:

@@ -40,6 +40,7 @@ from relay.desktops.audio import (
 from wire.errors import ChannelCloseCode, ErrorCode, OpError
 from wire.frames import Payload
 from wire.ids import ChannelId
+from wire.ops import ChannelOpenResult, RelayRow
 
 if TYPE_CHECKING:
     from relay.link import ServerLink
@@ -381,18 +382,18 @@ class AudioStreams:
         self._stopping: set[asyncio.Task[None]] = set()
 
     async def open_channel(
-        self, link: ServerLink, channel_id: ChannelId, row: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, link: ServerLink, channel_id: ChannelId, row: RelayRow
+    ) -> ChannelOpenResult:
         """Attach a listener to the desktop of ``row``; refuse a desktop without sound."""
         if not row.get("audio"):
             why = row.get("audio_reason") or "not requested"
             raise OpError(
                 ErrorCode.UNAVAILABLE, f"this desktop has no audio ({why})", {"audio": False}
             )
-        session_id = str(row["desktop_session_id"])
+        session_id = row["desktop_session_id"]
         desktop = self.desktops.get(session_id)
         if desktop is None:
-            display = display_number(str(row.get("display", "")))
+            display = display_number(str(row.get("display") or ""))
             desktop = DesktopAudio(session_id, display, self.bitrate)
             self.desktops[session_id] = desktop
         listener = AudioChannel(channel_id, link, self._listener_closed(desktop))

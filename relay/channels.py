@@ -1,7 +1,11 @@
-"""Relay end of a channel: bytes between the server and a loopback TCP target.
+"""Relay end of a channel: bytes between the server and a byte stream.
+
+A channel carries any :class:`ByteStream`: a loopback TCP connection (:class:`TargetStream`,
+e.g. a desktop's x11vnc behind ``relay.vnc_target``) or a host helper's WebSocket stream
+(``relay.local_desktop.HelperStream``).
 
 Each direction has its own task. Bytes from the server are written in wire order and credit is
-returned only once the target socket has taken them, so a slow target holds at most one window.
+returned only once the target has taken them, so a slow target holds at most one window.
 Bytes from the target are read straight into buffers that keep :data:`HEADROOM` free bytes in
 front of the data (:class:`TargetStream` is a buffered protocol), so the link can turn a chunk
 into its DATA frame, and its WebSocket frame, where it lies: the channel's bytes are never
@@ -14,10 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
@@ -46,6 +49,20 @@ Chunk = bytearray | memoryview
 TargetEnd = Callable[[], Awaitable[tuple[ChannelCloseCode, str]]]
 
 
+class ByteStream(Protocol):
+    """What a channel pumps: chunks in (each after :data:`HEADROOM` free bytes), bytes out."""
+
+    async def read(self) -> Chunk:
+        """The next chunk (data after :data:`HEADROOM`); empty once the stream ended."""
+        ...
+
+    async def write(self, data: Payload) -> None:
+        """Write ``data``; raises ``ConnectionError`` once the stream is gone."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
 async def _target_closed() -> tuple[ChannelCloseCode, str]:
     return ChannelCloseCode.TARGET_CLOSED, "target closed the connection"
 
@@ -72,13 +89,6 @@ class TargetStream(asyncio.BufferedProtocol):
     async def connect(cls, host: str, port: int) -> TargetStream:
         loop = asyncio.get_running_loop()
         _, stream = await loop.create_connection(cls, host, port)
-        return stream
-
-    @classmethod
-    async def over(cls, sock: socket.socket) -> TargetStream:
-        """Wrap a connected socket (e.g. one end of a socket pair)."""
-        loop = asyncio.get_running_loop()
-        _, stream = await loop.create_connection(cls, sock=sock)
         return stream
 
     # -- protocol callbacks --------------------------------------------------------------------
@@ -166,14 +176,14 @@ class TargetStream(asyncio.BufferedProtocol):
             await self._lost.wait()
 
 
-class TcpChannel:
-    """Pumps one channel to and from a TCP stream."""
+class StreamChannel:
+    """Pumps one channel to and from a :class:`ByteStream`."""
 
     def __init__(
         self,
         channel_id: ChannelId,
         link: ServerLink,
-        target: TargetStream,
+        target: ByteStream,
         target_end: TargetEnd = _target_closed,
     ) -> None:
         self.channel_id = channel_id

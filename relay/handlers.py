@@ -1,4 +1,11 @@
-"""The relay's ops: one small handler per op, dispatched by table."""
+"""The relay's ops: one small handler per op of ``wire.ops``, dispatched by table.
+
+Every request's arguments are checked against its op's ``TypedDict`` before the handler runs
+(``wire.ops.check_args``: a missing, unknown or mistyped field is ``invalid_args`` naming it).
+Desktop ops go to a :class:`~relay.backend.DesktopBackend`: the one of the kind the op names,
+or the one that holds the op's ``desktop_session_id``; nothing here depends on the kind.
+Every op received is logged at debug level as ``op <name>`` (the relay's op log).
+"""
 
 from __future__ import annotations
 
@@ -6,35 +13,39 @@ import asyncio
 import base64
 import logging
 import mimetypes
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from relay.channels import TargetEnd, TcpChannel
+from relay.backend import DEFAULT_SLOT, DesktopBackend, check_revision_target, require_row
+from relay.channels import StreamChannel, TargetEnd
 from relay.desktops.config import DEFAULT_NOVNC_DIR
-from relay.screen.service import ScreenService
-from relay.vnc_target import VncTarget
-from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError, RfbHandshakeError
+from wire import ops
+from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
 from wire.ids import ChannelId
 from wire.messages import Request
+from wire.screen_actions import ScreenAction
 
 if TYPE_CHECKING:
     from relay.link import ServerLink
-    from relay.local_desktop import LocalDesktop
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[["ServerLink", dict[str, Any]], Awaitable[Any]]
+A = TypeVar("A")
+R = TypeVar("R")
+Handler = Callable[["ServerLink", Any], Awaitable[Any]]
+Entry = tuple[ops.OpSpec[Any, Any], Handler]
 # ``channel.open`` of other target types: (link, channel id, the desktop's status row) → result.
-ChannelOpener = Callable[["ServerLink", ChannelId, dict[str, Any]], Awaitable[dict[str, Any]]]
-CONNECT_TIMEOUT_S = 5.0
+ChannelOpener = Callable[["ServerLink", ChannelId, ops.RelayRow], Awaitable[ops.ChannelOpenResult]]
 # keyboard.state is read while the viewer holds key events: bounded, and short.
 KEYBOARD_STATE_TIMEOUT_S = 1.5
+KEYBOARD_STATE_KEYS: Final = ("num_lock", "caps_lock", "scroll_lock", "source")
+# Arguments that name the target desktop of a screen action, never passed on to its backend.
+SCREEN_ROUTING_ARGS: Final = frozenset({"desktop_session_id", "kind", "revision_target"})
 # noVNC files the server may ask for when it has no tree of its own (``novnc.asset``).
 NOVNC_ALLOWED_DIRS: Final = ("core/", "vendor/", "app/")
 NOVNC_ALLOWED_FILES: Final = frozenset({"vnc.html"})
 NOVNC_MAX_FILE: Final = 4 * 1024 * 1024
-# Set on a relay running beside the server: the server may then reach x11vnc itself.
 # What to do about a relay asked for its host's real screen (``local``) without a host helper.
 NO_HOST_HELPER: Final = (
     "this relay has no host helper, so it does not share its host's real screen: run "
@@ -42,44 +53,13 @@ NO_HOST_HELPER: Final = (
     "screen's session on the relay's host and start the relay with RELAYDESK_HOST_HELPER "
     "set to it (docs/host-helper.md)"
 )
+# Why a relay may have no backend of a kind.
+WHY_NO_BACKEND: Final[dict[str, str]] = {"local": NO_HOST_HELPER}
 
 
-class Desktops(Protocol):
-    """What the handlers need of the desktop manager."""
-
-    async def start(
-        self,
-        *,
-        kind: str = ...,
-        slot: str = ...,
-        geometry: str = ...,
-        depth: int = ...,
-        audio: bool = ...,
-        started_by: str | None = ...,
-        apps: list[str] | None = ...,
-        profile: str | None = ...,
-        persist_home: bool = ...,
-    ) -> dict[str, Any]: ...
-
-    async def status(self) -> list[dict[str, Any]]: ...
-
-    def profile_status(self) -> list[dict[str, Any]]: ...
-
-    async def apps(
-        self, desktop_session_id: str | None, default: tuple[str, str]
-    ) -> dict[str, Any]: ...
-
-    async def launch_app(
-        self, desktop_session_id: str | None, default: tuple[str, str], app: object
-    ) -> dict[str, Any]: ...
-
-    async def reset_home(self, *, kind: str, slot: str) -> dict[str, Any]: ...
-
-    def holds(self, desktop_session_id: str) -> bool: ...
-
-    def vnc_secret(self, desktop_session_id: str) -> bytes | None: ...
-
-    async def stop(self, *, kind: str, slot: str, desktop_session_id: str) -> dict[str, Any]: ...
+def _entry(spec: ops.OpSpec[A, R], handler: Callable[[ServerLink, A], Awaitable[R]]) -> Entry:
+    """One table row; mypy checks that the handler takes and gives the op's types."""
+    return spec, handler
 
 
 class Handlers:
@@ -87,246 +67,223 @@ class Handlers:
 
     def __init__(
         self,
-        desktops: Desktops | None,
+        backends: Iterable[DesktopBackend] = (),
         *,
-        missing: list[str] | None = None,
-        extra_ops: dict[str, Handler] | None = None,
+        channel_targets: dict[str, ChannelOpener] | None = None,
         novnc_dir: Path | None = None,
         direct_host: str | None = None,
-        channel_targets: dict[str, ChannelOpener] | None = None,
-        local: LocalDesktop | None = None,
-        screen: ScreenService | None = None,
     ) -> None:
-        self.desktops = desktops
-        self.missing = missing or []
+        self.backends: dict[str, DesktopBackend] = {b.kind: b for b in backends}
         self.novnc_dir = novnc_dir or DEFAULT_NOVNC_DIR
+        # Set on a relay running beside the server: the server may then reach x11vnc itself.
         self.direct_host = direct_host
-        # The host helper's local desktop (relay/local_desktop.py), when RELAYDESK_HOST_HELPER
-        # is set.
-        self.local = local
-        # The screen service ``keyboard.state`` reads through: the relay's own (one X
-        # connection per display), else the first call creates one.
-        self.screen = screen
-        self.channel_opens = 0
-        self._table: dict[str, Handler] = {
-            "ping": self._ping,
-            "desktop.start": self._desktop_start,
-            "desktop.status": self._desktop_status,
-            "desktop.holds": self._desktop_holds,
-            "desktop.stop": self._desktop_stop,
-            "desktop.profiles": self._desktop_profiles,
-            "desktop.apps": self._desktop_apps,
-            "desktop.launch": self._desktop_launch,
-            "desktop.reset_home": self._desktop_reset_home,
-            "channel.open": self._channel_open,
-            "novnc.asset": self._novnc_asset,
-            "keyboard.state": self._keyboard_state,
-            "vnc.direct": self._vnc_direct,
-            "screen.local": self._no_host_helper,
-            # screen.<action> (relay/screen_ops.py); screen.local when a host helper is set
-            **(extra_ops or {}),
-        }
         self._channel_targets = channel_targets or {}  # audio (relay/audio.py)
+        self._table: dict[str, Entry] = {
+            entry[0].name: entry
+            for entry in (
+                _entry(ops.PING, self._ping),
+                _entry(ops.DESKTOP_START, self._desktop_start),
+                _entry(ops.DESKTOP_STATUS, self._desktop_status),
+                _entry(ops.DESKTOP_HOLDS, self._desktop_holds),
+                _entry(ops.DESKTOP_STOP, self._desktop_stop),
+                _entry(ops.DESKTOP_PROFILES, self._desktop_profiles),
+                _entry(ops.DESKTOP_APPS, self._desktop_apps),
+                _entry(ops.DESKTOP_LAUNCH, self._desktop_launch),
+                _entry(ops.DESKTOP_RESET_HOME, self._desktop_reset_home),
+                _entry(ops.CHANNEL_OPEN, self._channel_open),
+                _entry(ops.NOVNC_ASSET, self._novnc_asset),
+                _entry(ops.KEYBOARD_STATE, self._keyboard_state),
+                _entry(ops.VNC_DIRECT, self._vnc_direct),
+                *(_entry(spec, self._screen_handler(action))
+                  for action, spec in ops.SCREEN.items()),
+            )
+        }  # fmt: skip
 
     def capabilities(self) -> list[str]:
         caps = ["session_identity"]
-        if self.desktops is not None and not self.missing:
-            caps.append("virtual_desktop")
-            caps.extend(
-                f"profile:{p['name']}" for p in self.desktops.profile_status() if p["available"]
-            )
+        for backend in self.backends.values():
+            caps.extend(backend.capabilities())
         if (self.novnc_dir / "core").is_dir():
             caps.append("novnc_asset")
         if self.direct_host:
             caps.append("direct_vnc")
-        if self.local is not None:
-            caps.append("local_desktop")
         if "audio" in self._channel_targets:
             caps.append("audio")
-        if "screen.click" in self._table:
+        if self.backends:
             caps.extend(("screen", "screen_guard"))
         return caps
 
-    async def desktop_rows(self) -> list[dict[str, Any]]:
-        rows = await self.desktops.status() if self.desktops is not None else []
-        return rows + (await self.local.rows() if self.local is not None else [])
+    async def desktop_rows(self) -> list[ops.RelayRow]:
+        return [row for backend in self.backends.values() for row in await backend.rows()]
 
     async def dispatch(self, link: ServerLink, request: Request) -> Any:
-        handler = self._table.get(request.op)
-        if handler is None:
+        log.debug("op %s", request.op[:64])
+        entry = self._table.get(request.op)
+        if entry is None:
             raise OpError(ErrorCode.UNKNOWN_OP, f"unknown op {request.op[:64]!r}")
-        return await handler(link, request.args)
+        spec, handler = entry
+        return await handler(link, ops.check_args(spec, request.args))
 
-    async def _vnc_direct(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        """For a server on this host (direct path): the desktop's loopback x11vnc port and VNC
-        secret. The server connects only if the operator registered this relay as co-located,
-        only to loopback, and splices nothing before the secret's handshake succeeded."""
-        if not self.direct_host:
-            raise OpError(ErrorCode.UNAVAILABLE, "this relay does not offer the direct path")
-        row = await self._find_desktop(args.get("desktop_session_id"))
-        secret = self.desktops.vnc_secret(row["desktop_session_id"]) if self.desktops else None
-        if secret is None or row.get("kind") == "local":
-            raise OpError(ErrorCode.NOT_RUNNING, "no running virtual desktop has this session id")
-        return {"port": int(row["vnc_port"]), "secret": base64.b64encode(secret).decode()}
+    async def aclose(self) -> None:
+        for backend in self.backends.values():
+            await backend.aclose()
 
-    async def _no_host_helper(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        raise OpError(ErrorCode.UNAVAILABLE, NO_HOST_HELPER)
+    # -- finding the backend and the desktop ------------------------------------------------
 
-    async def _ping(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+    def _of_kind(self, kind: str) -> DesktopBackend:
+        backend = self.backends.get(kind)
+        if backend is None:
+            why = WHY_NO_BACKEND.get(kind, f"this relay runs no {kind} desktops")
+            raise OpError(ErrorCode.UNAVAILABLE, why, {"field": "kind"})
+        return backend
+
+    async def _holder(self, desktop_session_id: str) -> DesktopBackend | None:
+        for backend in self.backends.values():
+            if await backend.holds(desktop_session_id):
+                return backend
+        return None
+
+    async def _located(self, desktop_session_id: str) -> tuple[DesktopBackend, ops.RelayRow]:
+        """The backend and row of a session this relay runs, else ``not_running``."""
+        backend = await self._holder(desktop_session_id)
+        row = await backend.find(desktop_session_id, DEFAULT_SLOT) if backend else None
+        if backend is None or row is None:
+            raise OpError(ErrorCode.NOT_RUNNING, "no running desktop has this session id")
+        return backend, row
+
+    async def _targeted(self, args: ops.DesktopTargetArgs) -> DesktopBackend:
+        """The backend of ``desktop_session_id``, else of ``kind`` (default ``virtual``)."""
+        session_id = args.get("desktop_session_id")
+        if session_id is None:
+            return self._of_kind(args.get("kind", "virtual"))
+        backend = await self._holder(session_id)
+        if backend is None:
+            raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
+        return backend
+
+    # -- ops -----------------------------------------------------------------------------------
+
+    async def _ping(self, link: ServerLink, args: ops.PingArgs) -> ops.PingResult:
         """The empty op: answers at once, echoing ``echo`` (round-trip measurement)."""
         return {"echo": args.get("echo")}
 
-    def _manager(self) -> Desktops:
-        if self.desktops is None or self.missing:
-            missing = ", ".join(self.missing) or "desktop support"
-            raise OpError(
-                ErrorCode.UNAVAILABLE, f"this relay cannot run desktops; missing: {missing}"
-            )
-        return self.desktops
+    async def _desktop_start(
+        self, link: ServerLink, args: ops.DesktopStartArgs
+    ) -> ops.DesktopStartResult:
+        return await self._of_kind(args.get("kind", "virtual")).start(args)
 
-    async def _desktop_start(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        allowed = {
-            "kind", "slot", "geometry", "depth", "audio", "started_by", "profile", "persist_home",
-        }  # fmt: skip
-        unknown = sorted(set(args) - allowed)
-        if unknown:
-            raise InvalidArgs(unknown[0], "unknown argument")
-        if args.get("kind") == "local":
-            if self.local is None:
-                raise OpError(ErrorCode.UNAVAILABLE, NO_HOST_HELPER, {"field": "kind"})
-            return await self.local.start(args)
-        return await self._manager().start(**args)
-
-    async def _desktop_profiles(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        """Every desktop profile of this relay: available, or which programs it misses."""
-        return {"profiles": self._manager().profile_status()}
-
-    async def _desktop_apps(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        """``{desktop_session_id?, kind?, slot?}`` → the desktop's profile and launchable apps."""
-        return await self._manager().apps(*_desktop_target(args))
-
-    async def _desktop_launch(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        """``{desktop_session_id?, kind?, slot?, app}``: start one launchable app (by id)."""
-        return await self._manager().launch_app(*_desktop_target(args), args.get("app"))
-
-    async def _desktop_reset_home(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        """``{kind, slot}``: wipe the slot's kept home (refused while a desktop runs there)."""
-        return await self._manager().reset_home(
-            kind=str(args.get("kind", "virtual")), slot=str(args.get("slot", "main"))
-        )
-
-    async def _desktop_status(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+    async def _desktop_status(self, link: ServerLink, args: ops.Empty) -> ops.DesktopStatusResult:
         return {"desktops": await self.desktop_rows()}
 
-    async def _desktop_holds(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        """Whether this relay still runs ``desktop_session_id``, answered at once: unlike
+    async def _desktop_holds(
+        self, link: ServerLink, args: ops.SessionArgs
+    ) -> ops.DesktopHoldsResult:
+        """Whether this relay still runs the session, answered at once: unlike
         ``desktop.status`` it does not wait for a start or stop in progress (a stopping desktop
         is already forgotten)."""
-        session_id = args.get("desktop_session_id")
-        if not isinstance(session_id, str) or not session_id:
-            raise InvalidArgs("desktop_session_id", "required")
-        held = self.desktops is not None and self.desktops.holds(session_id)
-        if not held and self.local is not None:
-            held = any(
-                row.get("desktop_session_id") == session_id for row in await self.local.rows()
-            )
-        return {"holds": held}
+        return {"holds": await self._holder(args["desktop_session_id"]) is not None}
 
-    async def _desktop_stop(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        session_id = args.get("desktop_session_id")
-        if not isinstance(session_id, str) or not session_id:
-            raise InvalidArgs("desktop_session_id", "required")
-        if self.local is not None and args.get("kind") == "local":
-            return await self.local.stop(args)
-        return await self._manager().stop(
-            kind=str(args.get("kind", "virtual")),
-            slot=str(args.get("slot", "main")),
-            desktop_session_id=session_id,
-        )
+    async def _desktop_stop(
+        self, link: ServerLink, args: ops.DesktopStopArgs
+    ) -> ops.DesktopStopResult:
+        return await self._of_kind(args.get("kind", "virtual")).stop(args)
 
-    async def _find_desktop(self, session_id: object) -> dict[str, Any]:
-        for row in await self.desktop_rows():
-            if row.get("desktop_session_id") == session_id:
-                return row
-        raise OpError(ErrorCode.NOT_RUNNING, "no running desktop has this session id")
+    async def _desktop_profiles(
+        self, link: ServerLink, args: ops.Empty
+    ) -> ops.DesktopProfilesResult:
+        """Every desktop profile of this relay: available, or which programs it misses."""
+        return {"profiles": [p for b in self.backends.values() for p in b.profiles()]}
 
-    async def _keyboard_state(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+    async def _desktop_apps(
+        self, link: ServerLink, args: ops.DesktopTargetArgs
+    ) -> ops.DesktopAppsResult:
+        """The desktop's profile and launchable apps."""
+        backend = await self._targeted(args)
+        return await backend.apps(args.get("desktop_session_id"), args.get("slot", DEFAULT_SLOT))
+
+    async def _desktop_launch(
+        self, link: ServerLink, args: ops.DesktopLaunchArgs
+    ) -> ops.DesktopLaunchResult:
+        """Start one launchable app (by id) in the desktop."""
+        backend = await self._targeted(args)
+        slot = args.get("slot", DEFAULT_SLOT)
+        return await backend.launch(args.get("desktop_session_id"), slot, args["app"])
+
+    async def _desktop_reset_home(
+        self, link: ServerLink, args: ops.SlotArgs
+    ) -> ops.DesktopResetHomeResult:
+        """Wipe the slot's kept home (refused while a desktop runs there)."""
+        backend = self._of_kind(args.get("kind", "virtual"))
+        return await backend.reset_home(args.get("slot", DEFAULT_SLOT))
+
+    async def _vnc_direct(self, link: ServerLink, args: ops.SessionArgs) -> ops.VncDirectResult:
+        """For a server on this host (direct path): the desktop's loopback x11vnc port and VNC
+        secret, answered without the lifecycle lock. The server connects only if the operator
+        registered this relay as co-located, only to loopback, and splices nothing before the
+        secret's handshake succeeded."""
+        if not self.direct_host:
+            raise OpError(ErrorCode.UNAVAILABLE, "this relay does not offer the direct path")
+        session_id = args["desktop_session_id"]
+        backend = await self._holder(session_id)
+        address = backend.direct(session_id) if backend is not None else None
+        if address is None:
+            raise OpError(ErrorCode.NOT_RUNNING, "no running virtual desktop has this session id")
+        return address
+
+    async def _keyboard_state(self, link: ServerLink, args: ops.SessionArgs) -> ops.KeyboardState:
         """Lock-key LEDs of one running desktop's own display; never starts a desktop."""
-        row = await self._find_desktop(args.get("desktop_session_id"))
-        if self.local is not None and row.get("kind") == "local":
-            return await self.local.keyboard_state(row, KEYBOARD_STATE_TIMEOUT_S)
-        display = row.get("display")
-        if not isinstance(display, str):
-            raise OpError(ErrorCode.UNAVAILABLE, "this desktop has no display to read")
-        if self.screen is None:
-            self.screen = ScreenService()
-            self._owns_screen = True
-        await self.screen.bind(display, str(row["desktop_session_id"]))
+        backend, row = await self._located(args["desktop_session_id"])
         try:
             async with asyncio.timeout(KEYBOARD_STATE_TIMEOUT_S):
-                state = await self.screen.run(display, "keyboard_state", {})
+                state = await backend.keyboard_state(row)
         except TimeoutError:
             raise OpError(ErrorCode.TIMEOUT, "reading the keyboard state timed out") from None
-        return {key: state.get(key) for key in ("num_lock", "caps_lock", "scroll_lock", "source")}
+        return {"num_lock": state.get("num_lock"), "caps_lock": state.get("caps_lock"),
+                "scroll_lock": state.get("scroll_lock"), "source": state.get("source")}  # fmt: skip
 
-    async def aclose(self) -> None:
-        """Release the display connections ``keyboard.state`` opened (if it owns them)."""
-        if self.screen is not None and getattr(self, "_owns_screen", False):
-            screen, self.screen = self.screen, None
-            await screen.aclose()
+    def _screen_handler(
+        self, action: ScreenAction
+    ) -> Callable[[ServerLink, ops.ScreenArgs], Awaitable[ops.ScreenResult]]:
+        async def handle(link: ServerLink, args: ops.ScreenArgs) -> ops.ScreenResult:
+            return await self.screen(action, args)
 
-    async def _channel_open(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        # Counted and logged before any check: tests assert that refused viewers never get here.
-        self.channel_opens += 1
-        log.info("channel.open requested (%d so far)", self.channel_opens)
-        channel_id = args.get("channel_id")
-        target = args.get("target")
-        if not isinstance(channel_id, int) or isinstance(channel_id, bool) or channel_id < 0:
+        return handle
+
+    async def screen(self, action: ScreenAction, args: ops.ScreenArgs) -> ops.ScreenResult:
+        """``screen.<action>``: find the target desktop, check the screenshot's revision target
+        is still exactly that desktop, and run the action on it."""
+        session_id = args.get("desktop_session_id")
+        if session_id is not None:
+            backend, row = await self._located(session_id)
+        else:
+            backend = self._of_kind(args.get("kind", "virtual"))
+            row = require_row(await backend.find(None, DEFAULT_SLOT), None, backend.kind)
+        check_revision_target(args.get("revision_target"), row)
+        action_args = {k: v for k, v in args.items() if k not in SCREEN_ROUTING_ARGS}
+        return await backend.screen(row, action, action_args)
+
+    async def _channel_open(
+        self, link: ServerLink, args: ops.ChannelOpenArgs
+    ) -> ops.ChannelOpenResult:
+        channel_id, target = ChannelId(args["channel_id"]), args["target"]
+        if channel_id < 0:
             raise InvalidArgs("channel_id", "must be a non-negative integer")
-        kind = target.get("type") if isinstance(target, dict) else None
-        if isinstance(target, dict) and (opener := self._channel_targets.get(str(kind))):
-            row = await self._find_desktop(target.get("desktop_session_id"))
-            return await opener(link, ChannelId(channel_id), row)
-        if not isinstance(target, dict) or target.get("type") != "vnc":
-            raise InvalidArgs("target", "must be {type: 'vnc', desktop_session_id}")
-        row = await self._find_desktop(target.get("desktop_session_id"))
-        if self.local is not None and row.get("kind") == "local":
-            return await self.local.open_channel(link, ChannelId(channel_id), row)
-        port = int(row["vnc_port"])
-        secret = self.desktops.vnc_secret(row["desktop_session_id"]) if self.desktops else None
-        if secret is None:
-            raise OpError(ErrorCode.NOT_RUNNING, "no running desktop has this session id")
-        try:
-            async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                target = await VncTarget.open("127.0.0.1", port, secret)
-        except (OSError, TimeoutError, RfbHandshakeError) as err:
-            raise OpError(
-                ErrorCode.UNAVAILABLE, "the desktop's VNC server does not answer"
-            ) from err
-        target_end = self._desktop_end(row)
-        link.start_channel(TcpChannel(ChannelId(channel_id), link, target, target_end))
+        opener = self._channel_targets.get(target["type"])
+        if target["type"] != "vnc" and opener is None:
+            raise OpError(ErrorCode.UNAVAILABLE, f"this relay streams no {target['type']}")
+        backend, row = await self._located(target["desktop_session_id"])
+        if opener is not None:
+            return await opener(link, channel_id, row)
+        stream = await backend.open_stream(row)
+        ended = _stream_end(backend, row["desktop_session_id"])
+        link.start_channel(StreamChannel(channel_id, link, stream, ended))
         return {"channel_id": channel_id}
 
-    def _desktop_end(self, row: dict[str, Any]) -> TargetEnd:
-        """Why a desktop's x11vnc hung up: its desktop is going away, or just this stream.
-
-        The manager forgets a desktop before it stops its processes, so a lock-free probe
-        tells a stop apart at once (status would wait for the whole stop under the lock).
-        """
-        probe = getattr(self.desktops, "probe", None)
-
-        async def ended() -> tuple[ChannelCloseCode, str]:
-            if probe is not None:
-                result = await probe(row.get("kind", "virtual"), row.get("slot", "main"))
-                if result.get("desktop_session_id") != row["desktop_session_id"]:
-                    return ChannelCloseCode.DESKTOP_STOPPED, "desktop stopped"
-            return ChannelCloseCode.TARGET_CLOSED, "target closed the connection"
-
-        return ended
-
-    async def _novnc_asset(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
+    async def _novnc_asset(
+        self, link: ServerLink, args: ops.NovncAssetArgs
+    ) -> ops.NovncAssetResult:
         """One file of the relay's noVNC tree, for a server that has none."""
-        path = novnc_asset_path(args.get("path"))
+        path = novnc_asset_path(args["path"])
         root = self.novnc_dir.resolve()
         file = (root / path).resolve()
         if not file.is_relative_to(root) or not file.is_file():
@@ -338,13 +295,19 @@ class Handlers:
                 "data": base64.b64encode(data).decode("ascii")}  # fmt: skip
 
 
-def _desktop_target(args: dict[str, Any]) -> tuple[str | None, tuple[str, str]]:
-    """(desktop_session_id or None, (kind, slot)) of an op that names one desktop."""
-    session_id = args.get("desktop_session_id")
-    if session_id is not None and not isinstance(session_id, str):
-        raise InvalidArgs("desktop_session_id", "must be a string")
-    kind = str(args.get("kind", "virtual"))
-    return session_id, ("virtual" if kind == "docker" else kind, str(args.get("slot", "main")))
+def _stream_end(backend: DesktopBackend, desktop_session_id: str) -> TargetEnd:
+    """Why a desktop's VNC stream ended: its desktop is going away, or just this stream.
+
+    A backend forgets a desktop before it stops its processes, so this lock-free question
+    tells a stop apart at once (status would wait for the whole stop under the lock).
+    """
+
+    async def ended() -> tuple[ChannelCloseCode, str]:
+        if not await backend.holds(desktop_session_id):
+            return ChannelCloseCode.DESKTOP_STOPPED, "desktop stopped"
+        return ChannelCloseCode.TARGET_CLOSED, "target closed the connection"
+
+    return ended
 
 
 def novnc_asset_path(raw: object) -> str:

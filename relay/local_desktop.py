@@ -2,33 +2,47 @@
 
 Set up when ``RELAYDESK_HOST_HELPER`` names the helper (``http://H:P``); every call carries
 ``RELAYDESK_HOST_HELPER_TOKEN``. The relay talks to the helper at exactly that address and
-nothing else: a viewer channel is the helper's connect stream (a WebSocket the helper bridges to
-its own loopback websockify), pumped into the wire channel like any TCP target.
+nothing else: a viewer channel carries the helper's connect stream (a WebSocket the helper bridges
+to its own loopback websockify) as its byte stream (:class:`HelperStream`).
 
 At most one local desktop per relay (slot ``main``); its ``desktop_session_id`` is the helper's
-``local_screen_session_id``. When the helper does not answer, ops fail with ``unavailable`` and
-status reports the last known row as ``unknown`` until the helper answers again. A small poll
-loop turns a helper-side failure or stop into ``desktop.changed``.
+``local_screen_session_id``; its row's ``display`` is the helper's display. When the helper does
+not answer, ops fail with ``unavailable`` and status reports the last known row as ``unknown``
+until the helper answers again. A small poll loop turns a helper-side failure or stop into
+``desktop.changed``. :class:`LocalDesktop` is the ``DesktopBackend`` of kind ``local``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import socket
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, cast
 
 import aiohttp
 
-from relay.channels import TargetStream, TcpChannel
+from relay.backend import not_offered
+from relay.channels import ByteStream, Chunk
 from relay.config import HOST_HELPER_TOKEN_ENV
-from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
-from wire.ids import ChannelId
-
-if TYPE_CHECKING:
-    from relay.link import ServerLink
+from relay.wsframes import HEADROOM
+from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.frames import Payload
+from wire.ops import (
+    DesktopAppsResult,
+    DesktopKind,
+    DesktopLaunchResult,
+    DesktopResetHomeResult,
+    DesktopStartArgs,
+    DesktopStartResult,
+    DesktopStopArgs,
+    DesktopStopResult,
+    KeyboardState,
+    ProfileInfo,
+    RelayRow,
+    ScreenResult,
+    VncDirectResult,
+)
+from wire.screen_actions import ScreenAction
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +52,11 @@ LOCAL_SLOT: Final = "main"
 UNREACHABLE: Final = "host_helper_unreachable"
 REQUEST_TIMEOUT_S = 20.0
 POLL_INTERVAL_S = 2.0
-READ_CHUNK = 256 * 1024
 MAX_MESSAGE = 4 * 1024 * 1024
-# Accepted from desktop.start; geometry and depth are the real screen's own and are ignored.
-_START_ARGS = frozenset({"kind", "slot", "geometry", "depth", "audio", "started_by"})
-KEYBOARD_STATE_KEYS = ("num_lock", "caps_lock", "scroll_lock", "source")
+# Not for the real screen: geometry and depth are the screen's own and are ignored.
+_START_REFUSED = ("profile", "persist_home")
 
 OnChange = Callable[[dict[str, Any]], Awaitable[None]]
-OpHandler = Callable[["ServerLink", dict[str, Any]], Awaitable[Any]]
 
 
 class HostHelperClient:
@@ -120,8 +131,8 @@ class HostHelperClient:
             await self._session.close()
 
 
-def _row(desktop: dict[str, Any]) -> dict[str, Any]:
-    """A helper session → the relay's status row (no ``display``: not a relay display)."""
+def _row(desktop: dict[str, Any]) -> RelayRow:
+    """A helper session → the relay's status row (``display``: the helper's display)."""
     return {
         "desktop_session_id": desktop["local_screen_session_id"],
         "kind": LOCAL_KIND,
@@ -129,46 +140,40 @@ def _row(desktop: dict[str, Any]) -> dict[str, Any]:
         "state": "running",
         "started_at": desktop.get("started_at"),
         "started_by": desktop.get("started_by"),
-        "host_display": desktop.get("display"),
-        "websockify_port": desktop.get("websockify_port"),
+        "display": desktop.get("display"),
+        "websockify_port": int(desktop["websockify_port"]),
     }
 
 
-async def _ws_to_stream(ws: aiohttp.ClientWebSocketResponse, writer: asyncio.StreamWriter) -> None:
-    async for message in ws:
-        if message.type != aiohttp.WSMsgType.BINARY:
-            break
-        writer.write(message.data)
-        await writer.drain()
+class HelperStream:
+    """The helper's connect stream as a channel's :class:`~relay.channels.ByteStream`: one
+    binary WebSocket message per chunk each way. A message is read only when the channel asks
+    for the next chunk, so a viewer without credit stops the reads (and the helper's sends)."""
 
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self._ws = ws
 
-async def _stream_to_ws(reader: asyncio.StreamReader, ws: aiohttp.ClientWebSocketResponse) -> None:
-    while data := await reader.read(READ_CHUNK):
-        await ws.send_bytes(data)
+    async def read(self) -> Chunk:
+        message = await self._ws.receive()
+        if message.type != aiohttp.WSMsgType.BINARY or not message.data:
+            return bytearray()
+        chunk = bytearray(HEADROOM + len(message.data))
+        chunk[HEADROOM:] = message.data
+        return chunk
 
+    async def write(self, data: Payload) -> None:
+        if self._ws.closed:
+            raise ConnectionResetError("the host helper's stream is closed")
+        await self._ws.send_bytes(bytes(data))
 
-async def bridge(
-    ws: aiohttp.ClientWebSocketResponse, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> None:
-    """Pump the helper's stream and one end of a socket pair until either side ends."""
-    pumps = [asyncio.create_task(_ws_to_stream(ws, writer)),
-             asyncio.create_task(_stream_to_ws(reader, ws))]  # fmt: skip
-    try:
-        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for pump in pumps:
-            pump.cancel()
-        for pump in pumps:
-            with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
-                await pump
-        await ws.close()
-        writer.close()
-        with contextlib.suppress(ConnectionError, OSError):
-            await writer.wait_closed()
+    async def aclose(self) -> None:
+        await self._ws.close()
 
 
 class LocalDesktop:
-    """Its desktop at the helper: ``desktop.*``, ``channel.open``, ``keyboard.state``, screen."""
+    """The ``DesktopBackend`` of the relay host's real screen, run by the host helper."""
+
+    kind: DesktopKind = LOCAL_KIND
 
     def __init__(
         self,
@@ -179,20 +184,18 @@ class LocalDesktop:
         self.client = client
         self.on_change = on_change
         self.poll_interval_s = poll_interval_s
-        self._last: dict[str, Any] | None = None  # the last row the helper confirmed
-        self._bridges: set[asyncio.Task[None]] = set()
+        self._last: RelayRow | None = None  # the last row the helper confirmed
         self._poll: asyncio.Task[None] | None = None
 
-    def table(self) -> dict[str, OpHandler]:
-        """Ops to merge into the relay's op table."""
-        return {"screen.local": self._screen_op}
+    def capabilities(self) -> list[str]:
+        return ["local_desktop"]
 
     # -- desktop ops --------------------------------------------------------------------
 
-    async def start(self, args: dict[str, Any]) -> dict[str, Any]:
+    async def start(self, args: DesktopStartArgs) -> DesktopStartResult:
         """Start (or return) the local desktop; the slot is always ``main``."""
-        if unknown := sorted(set(args) - _START_ARGS):
-            raise InvalidArgs(unknown[0], "unknown argument")
+        if refused := next((name for name in _START_REFUSED if args.get(name)), None):
+            raise InvalidArgs(refused, "the real screen has no profile or kept home")
         if args.get("slot", LOCAL_SLOT) != LOCAL_SLOT:
             raise InvalidArgs("slot", "a relay has one local desktop, in slot 'main'")
         if args.get("audio"):
@@ -200,21 +203,18 @@ class LocalDesktop:
         body = {"started_by": args.get("started_by")}
         result = await self.client.call("POST", "/v1/local/start", body)
         self._last = _row(result)
-        return self._last | {"already_running": bool(result.get("already_running"))}
+        return {**self._last, "already_running": bool(result.get("already_running"))}
 
-    async def stop(self, args: dict[str, Any]) -> dict[str, Any]:
+    async def stop(self, args: DesktopStopArgs) -> DesktopStopResult:
         """Compare-and-stop at the helper (under its lock)."""
-        session_id = args.get("desktop_session_id")
-        if not isinstance(session_id, str) or not session_id:
-            raise InvalidArgs("desktop_session_id", "required")
-        body = {"local_screen_session_id": session_id}
+        body = {"local_screen_session_id": args["desktop_session_id"]}
         result = dict(await self.client.call("POST", "/v1/local/stop", body))
         result.pop("ok", None)
         if result.get("stopped"):
             self._last = None
-        return result
+        return cast(DesktopStopResult, result)
 
-    async def rows(self) -> list[dict[str, Any]]:
+    async def rows(self) -> list[RelayRow]:
         """The local row; the last known one as ``unknown`` while the helper is unreachable."""
         try:
             status = await self.client.call("GET", "/v1/local/status")
@@ -222,78 +222,69 @@ class LocalDesktop:
             if self._last is None:
                 return []
             log.info("host helper unavailable: %s", err.message)
-            return [self._last | {"state": "unknown", "reason": UNREACHABLE}]
+            return [{**self._last, "state": "unknown", "reason": UNREACHABLE}]
         desktop = status.get("desktop")
         self._last = _row(desktop) if isinstance(desktop, dict) else None
         return [self._last] if self._last else []
 
-    async def open_channel(
-        self, link: ServerLink, channel_id: int, row: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Carry the helper's connect stream on a wire channel (socket pair → ``TcpChannel``)."""
+    async def holds(self, desktop_session_id: str) -> bool:
+        return any(r["desktop_session_id"] == desktop_session_id for r in await self.rows())
+
+    async def find(self, desktop_session_id: str | None, slot: str) -> RelayRow | None:
+        rows = await self.rows()
+        if desktop_session_id is None:
+            return next((r for r in rows if r["slot"] == slot), None)
+        return next((r for r in rows if r["desktop_session_id"] == desktop_session_id), None)
+
+    def _confirmed(self, row: RelayRow) -> None:
+        """A row the helper cannot confirm now is never acted on (nor guessed)."""
+        if row["state"] != "running":
+            raise self.client.unreachable_error()
+
+    async def open_stream(self, row: RelayRow) -> ByteStream:
+        """The helper's connect stream to the local desktop's websockify."""
         port = row.get("websockify_port")
-        if row.get("state") != "running" or not isinstance(port, int):
+        if row["state"] != "running" or not isinstance(port, int):
             raise OpError(ErrorCode.UNAVAILABLE, "the host helper does not answer")
-        ws = await self.client.connect(port)
-        ours, theirs = socket.socketpair()
-        target = await TargetStream.over(ours)
-        helper_reader, helper_writer = await asyncio.open_connection(sock=theirs)
-        task = asyncio.create_task(bridge(ws, helper_reader, helper_writer), name="local-bridge")
-        self._bridges.add(task)
-        task.add_done_callback(self._bridges.discard)
-        session_id = row["desktop_session_id"]
-
-        async def ended() -> tuple[ChannelCloseCode, str]:
-            rows = await self.rows()
-            if not any(r["desktop_session_id"] == session_id for r in rows):
-                return ChannelCloseCode.DESKTOP_STOPPED, "desktop stopped"
-            return ChannelCloseCode.TARGET_CLOSED, "target closed the connection"
-
-        link.start_channel(TcpChannel(ChannelId(channel_id), link, target, ended))
-        return {"channel_id": channel_id}
+        return HelperStream(await self.client.connect(port))
 
     # -- screen ---------------------------------------------------------------------------
 
-    async def _screen_op(self, link: ServerLink, args: dict[str, Any]) -> dict[str, Any]:
-        return await self.screen(args)
-
-    async def screen(self, args: dict[str, Any]) -> dict[str, Any]:
-        """``screen.local {action, args}``: run a screen action on the host display."""
-        action, action_args = args.get("action"), args.get("args", {})
-        if not isinstance(action, str) or not action.isidentifier():
-            raise InvalidArgs("action", "must name a screen action")
-        if not isinstance(action_args, dict):
-            raise InvalidArgs("args", "must be an object")
-        target = action_args.pop("revision_target", None)
-        if target is not None:
-            await self._check_revision_target(target)
-        result = dict(await self.client.call("POST", f"/v1/screen/{action}", action_args))
+    async def screen(
+        self, row: RelayRow, action: ScreenAction, args: dict[str, Any]
+    ) -> ScreenResult:
+        """A screen action on the host display, run by the helper's screen service."""
+        self._confirmed(row)
+        result = dict(await self.client.call("POST", f"/v1/screen/{action}", args))
         result.pop("ok", None)
-        if self._last is not None:
-            result["desktop_session_id"] = self._last["desktop_session_id"]
-        return result
+        result["desktop_session_id"] = row["desktop_session_id"]
+        result["display"] = row.get("display")
+        return cast(ScreenResult, result)
 
-    async def keyboard_state(self, row: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """``keyboard.state`` of the running local session ``row``: the host display's LEDs."""
-        if row.get("state") != "running":
-            raise self.client.unreachable_error()
-        try:
-            async with asyncio.timeout(timeout_s):
-                state = await self.client.call("POST", "/v1/screen/keyboard_state", {})
-        except TimeoutError:
-            raise OpError(ErrorCode.TIMEOUT, "reading the keyboard state timed out") from None
-        return {key: state.get(key) for key in KEYBOARD_STATE_KEYS}
+    async def keyboard_state(self, row: RelayRow) -> KeyboardState:
+        """The host display's LEDs."""
+        self._confirmed(row)
+        state = await self.client.call("POST", "/v1/screen/keyboard_state", {})
+        return cast(KeyboardState, state)
 
-    async def _check_revision_target(self, target: object) -> None:
-        """A screenshot of one local session must not guard input on a newer one."""
-        rows = await self.rows()
-        current = rows[0]["desktop_session_id"] if rows else None
-        wanted = target.get("desktop_session_id") if isinstance(target, dict) else None
-        if wanted is not None and wanted != current:
-            raise OpError(
-                ErrorCode.REVISION_MISMATCH,
-                "the screen revision belongs to another local session than the running one",
-            )
+    # -- what the real screen does not have ------------------------------------------------
+
+    def profiles(self) -> list[ProfileInfo]:
+        return []
+
+    async def apps(self, desktop_session_id: str | None, slot: str) -> DesktopAppsResult:
+        raise not_offered(self.kind, "profile apps")
+
+    async def launch(
+        self, desktop_session_id: str | None, slot: str, app: str
+    ) -> DesktopLaunchResult:
+        raise not_offered(self.kind, "profile apps")
+
+    async def reset_home(self, slot: str) -> DesktopResetHomeResult:
+        raise not_offered(self.kind, "kept home")
+
+    def direct(self, desktop_session_id: str) -> VncDirectResult | None:
+        return None
 
     # -- watch ----------------------------------------------------------------------------
 
@@ -319,14 +310,13 @@ class LocalDesktop:
             return  # unknown, not ended: the next answer decides
         desktop = status.get("desktop")
         self._last = _row(desktop) if isinstance(desktop, dict) else None
-        if (
-            before is None
-            or (self._last or {}).get("desktop_session_id") == before["desktop_session_id"]
-        ):
+        now = self._last["desktop_session_id"] if self._last is not None else None
+        if before is None or now == before["desktop_session_id"]:
             return
-        failure = status.get("last_failure") or {}
+        failure: dict[str, Any] = status.get("last_failure") or {}
         failed = failure.get("local_screen_session_id") == before["desktop_session_id"]
-        event = before | {
+        event = {
+            **before,
             "state": "failed" if failed else "stopped",
             "reason": failure.get("reason") if failed else "stopped on the host helper",
         }
@@ -334,9 +324,8 @@ class LocalDesktop:
             await self.on_change(event)
 
     async def aclose(self) -> None:
-        """Stop polling, close viewer bridges and the HTTP session (the desktop keeps running)."""
-        tasks = [t for t in (self._poll, *self._bridges) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        """Stop polling and close the HTTP session (the desktop keeps running)."""
+        if self._poll is not None:
+            self._poll.cancel()
+            await asyncio.gather(self._poll, return_exceptions=True)
         await self.client.aclose()

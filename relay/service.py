@@ -6,18 +6,20 @@ import asyncio
 import logging
 import os
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from relay.audio import AudioStreams
+from relay.backend import DesktopBackend
 from relay.config import RelaySettings
 from relay.desktops.audio import PulseAudioStarter
+from relay.desktops.backend import VirtualBackend
 from relay.desktops.launch import missing_binaries
 from relay.desktops.manager import DesktopManager
 from relay.handlers import Handlers
 from relay.local_desktop import HostHelperClient, LocalDesktop
 from relay.screen.service import ScreenService
-from relay.screen_ops import ScreenOps
 from relay.worker import RelayWorker
 
 log = logging.getLogger(__name__)
@@ -76,24 +78,23 @@ class RelayService:
             if settings.host_helper_url
             else None
         )
+        # One backend per kind of desktop this relay runs (relay/backend.py).
+        backends: list[DesktopBackend] = [
+            VirtualBackend(self.desktops, self.screen, missing=missing_binaries(desktop_config))
+        ]
+        if self.local is not None:
+            backends.append(self.local)
         self.handlers = Handlers(
-            self.desktops,
-            missing=missing_binaries(desktop_config),
-            extra_ops={
-                **ScreenOps(self.desktops, self.screen).table(),
-                **(self.local.table() if self.local is not None else {}),
-            },
+            backends,
             channel_targets={"audio": self.audio.open_channel} if audio.available else None,
             novnc_dir=desktop_config.novnc_dir,
             direct_host=settings.direct_vnc_host,
-            local=self.local,
-            screen=self.screen,  # keyboard.state shares the screen tool's connections
         )
         self.worker = RelayWorker(settings, self.handlers)
         self.owner = StateOwner(desktop_config.state_dir)
 
-    async def _desktop_changed(self, row: dict[str, Any]) -> None:
-        await self.worker.send_event("desktop.changed", row)
+    async def _desktop_changed(self, row: Mapping[str, Any]) -> None:
+        await self.worker.send_event("desktop.changed", dict(row))
 
     def stop(self) -> None:
         self.worker.stop()

@@ -175,7 +175,7 @@ class RelayWorker:
             protocol=PROTOCOL_VERSION,
             relay_version=__version__,
             capabilities=tuple(self.handlers.capabilities()),
-            desktops=tuple(await self.handlers.desktop_rows()),
+            desktops=tuple(dict(row) for row in await self.handlers.desktop_rows()),
             max_frame=self.settings.max_frame,
             max_text=self.settings.max_text,
         )

@@ -176,18 +176,21 @@ class DesktopManager:
         finally:
             await self._emit(events)
 
+    def live(self, desktop_session_id: str) -> Desktop | None:
+        """One of this relay's desktops, looked up without the lock (a desktop being stopped
+        is forgotten first, so this does not wait for its stop)."""
+        return next((d for d in self._desktops.values()
+                     if d.desktop_session_id == desktop_session_id), None)  # fmt: skip
+
     def holds(self, desktop_session_id: str) -> bool:
-        """Whether ``desktop_session_id`` is one of this relay's desktops, without the lock (a
-        desktop being stopped is forgotten first, so this does not wait for its stop)."""
-        return any(d.desktop_session_id == desktop_session_id for d in self._desktops.values())
+        """Whether ``desktop_session_id`` is one of this relay's desktops (without the lock)."""
+        return self.live(desktop_session_id) is not None
 
     def vnc_secret(self, desktop_session_id: str) -> bytes | None:
         """The VNC secret of a live desktop (None: no such desktop), for whoever connects to
         its x11vnc on the relay's behalf (the relay's channels, a co-located server)."""
-        for desktop in self._desktops.values():
-            if desktop.desktop_session_id == desktop_session_id:
-                return desktop.vnc_secret
-        return None
+        desktop = self.live(desktop_session_id)
+        return desktop.vnc_secret if desktop is not None else None
 
     def displays(self) -> set[str]:
         """The displays of the desktops this relay runs (as rows name them, ``:N``)."""

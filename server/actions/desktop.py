@@ -15,7 +15,8 @@ from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
 from server.inventory.rows import DesktopRow
 from server.viewer.capability import grant_for, mint
-from wire.errors import ErrorCode, OpError, SessionConflict
+from wire import ops
+from wire.errors import ErrorCode, InvalidArgs, OpError, SessionConflict
 
 RELAY: Final[Schema] = {
     "type": "string", "minLength": 1, "maxLength": 64,
@@ -42,12 +43,16 @@ GEOMETRY_PATTERN: Final = (
     r"^([0-9]{2,5}x[0-9]{2,5}|vga|svga|xga|hd|wxga|sxga|hd\+|fhd|wuxga|qhd|4k)$"
 )
 VIRTUAL: Final = "virtual"
-KIND_ALIASES: Final = {"docker": VIRTUAL}
+# The kinds an action may name and the relay kind each means ("docker" names the virtual one).
+KINDS: Final[dict[str, ops.DesktopKind]] = {"virtual": "virtual", "docker": "virtual",
+                                            "local": "local"}  # fmt: skip
 
 
-def _kind(args: dict[str, Any]) -> str:
-    kind = str(args.get("kind", VIRTUAL))
-    return KIND_ALIASES.get(kind, kind)
+def _kind(args: dict[str, Any]) -> ops.DesktopKind:
+    kind = KINDS.get(str(args.get("kind", VIRTUAL)))
+    if kind is None:
+        raise InvalidArgs("kind", f"must be one of {', '.join(KINDS)}")
+    return kind
 
 
 async def _tracked_relay(ctx: ActionContext, args: dict[str, Any]) -> None:
@@ -114,14 +119,11 @@ def _probe_outcome(result: object) -> str:
 
 async def start(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     await _tracked_relay(ctx, args)
-    request: dict[str, Any] = {
-        k: args[k]
-        for k in ("kind", "slot", "geometry", "depth", "audio", "profile", "persist_home")
-        if k in args
-    }
-    result = await ctx.relay_call(
-        "desktop.start", {**request, "started_by": ctx.principal.username}
-    )
+    request = ops.DesktopStartArgs(kind=_kind(args), started_by=ctx.principal.username)
+    for name in ("slot", "geometry", "depth", "audio", "profile", "persist_home"):
+        if name in args:
+            request[name] = args[name]
+    result = await ctx.relay_call(ops.DESKTOP_START, request)
     row = await ctx.inventory.record_started(ctx.relay_id, result)
     already = bool(result.get("already_running"))
     ctx.outcome = "already_running" if already else "ok"
@@ -176,16 +178,17 @@ async def stop_confirm(ctx: ActionContext, args: dict[str, Any]) -> dict[str, An
 
 
 async def _compare_and_stop(
-    ctx: ActionContext, kind: str, slot: str, session_id: str
+    ctx: ActionContext, kind: ops.DesktopKind, slot: str, session_id: str
 ) -> dict[str, Any]:
     """The relay's compare-and-stop under its lifecycle lock, and its answer recorded."""
     answer = await ctx.relay_call(
-        "desktop.stop", {"kind": kind, "slot": slot, "desktop_session_id": session_id}
+        ops.DESKTOP_STOP,
+        ops.DesktopStopArgs(kind=kind, slot=slot, desktop_session_id=session_id),
     )
     if answer.get("conflict"):
         await ctx.inventory.record_ended(ctx.relay_id, session_id, "stopped", "replaced")
         raise SessionConflict(str(answer.get("current_session_id")))
-    stopped = bool(answer.get("stopped"))
+    stopped = answer["stopped"]
     reason = f"stopped by {ctx.principal.username}" if stopped else "not_on_relay"
     row = await ctx.inventory.record_ended(ctx.relay_id, session_id, "stopped", reason)
     ctx.outcome = "stopped" if stopped else "was_not_running"

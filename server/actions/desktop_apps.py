@@ -21,6 +21,7 @@ from server.actions.desktop import (
 from server.actions.desktop import _tracked_relay as tracked_relay
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
+from wire import ops
 from wire.errors import ErrorCode, OpError
 
 APP_ID: Final[Schema] = {
@@ -40,17 +41,19 @@ async def _running_session(ctx: ActionContext, args: dict[str, Any]) -> str:
 
 async def apps(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     session_id = await _running_session(ctx, args)
-    answer = await ctx.relay_call("desktop.apps", {"desktop_session_id": session_id})
-    return {"desktop_session_id": session_id, "profile": answer.get("profile"),
-            "launchable": answer.get("launchable", [])}  # fmt: skip
+    answer = await ctx.relay_call(
+        ops.DESKTOP_APPS, ops.DesktopTargetArgs(desktop_session_id=session_id)
+    )
+    return {"desktop_session_id": session_id, "profile": answer["profile"],
+            "launchable": answer["launchable"]}  # fmt: skip
 
 
 async def launch(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     session_id = await _running_session(ctx, args)
     answer = await ctx.relay_call(
-        "desktop.launch", {"desktop_session_id": session_id, "app": args["app"]}
+        ops.DESKTOP_LAUNCH, ops.DesktopLaunchArgs(desktop_session_id=session_id, app=args["app"])
     )
-    return {"desktop_session_id": session_id, "app": answer.get("app"), "launched": True}
+    return {"desktop_session_id": session_id, "app": answer["app"], "launched": True}
 
 
 async def reset_home(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -61,9 +64,9 @@ async def reset_home(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]
                    "slot": slot, "confirm": True}  # fmt: skip
         return {"confirm_required": True, "kind": kind, "slot": slot,
                 "confirm": {"action": "desktop_reset_home", "args": confirm}}  # fmt: skip
-    answer = await ctx.relay_call("desktop.reset_home", {"kind": kind, "slot": slot})
-    ctx.outcome = "reset" if answer.get("existed") else "was_empty"
-    return {"reset": True, "kind": kind, "slot": slot, "existed": bool(answer.get("existed"))}
+    answer = await ctx.relay_call(ops.DESKTOP_RESET_HOME, ops.SlotArgs(kind=kind, slot=slot))
+    ctx.outcome = "reset" if answer["existed"] else "was_empty"
+    return {"reset": True, "kind": kind, "slot": slot, "existed": answer["existed"]}
 
 
 DESKTOP_APP_ACTIONS: Final[tuple[Action, ...]] = (

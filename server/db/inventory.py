@@ -15,6 +15,7 @@ from server.db import models
 from server.db.base import StoreBase, rowcount
 from server.db.batch import Coalescer
 from server.inventory.rows import LIVE_STATES, DesktopRow
+from wire.ops import DesktopState
 
 TERMINAL_STATES: frozenset[str] = frozenset({"stopped", "failed"})
 
@@ -216,5 +217,7 @@ def _upsert(session: AsyncSession) -> Any:
     return statement.on_conflict_do_update(index_elements=list(_KEY), set_=updated)
 
 
-def _replace_state(row: DesktopRow, state: str, reason: str, updated_at: str) -> DesktopRow:
+def _replace_state(
+    row: DesktopRow, state: DesktopState, reason: str, updated_at: str
+) -> DesktopRow:
     return replace(row, state=state, reason=reason, updated_at=updated_at)

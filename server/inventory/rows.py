@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, fields
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-DesktopState = Literal["starting", "running", "stopping", "stopped", "failed", "unknown"]
-DesktopKind = Literal["virtual", "local"]
-LIVE_STATES: frozenset[str] = frozenset({"starting", "running", "stopping", "unknown"})
+from wire.ops import DesktopKind, DesktopState
+
+LIVE_STATES: frozenset[DesktopState] = frozenset({"starting", "running", "stopping", "unknown"})
 
 
 @dataclass(frozen=True)
@@ -17,9 +17,9 @@ class DesktopRow:
 
     relay_id: str
     desktop_session_id: str
-    kind: str
+    kind: DesktopKind
     slot: str
-    state: str
+    state: DesktopState
     started_at: str | None
     started_by: str | None
     updated_at: str

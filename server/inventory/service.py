@@ -17,9 +17,12 @@ from typing import Any, Protocol
 
 from server.db.base import Clock, utc_now
 from server.inventory.rows import LIVE_STATES, DesktopRow, RowListener
+from server.relays.calls import call
+from wire import ops
 from wire.errors import ErrorCode, OpError
 from wire.ids import RelayId
 from wire.messages import Event, Hello
+from wire.ops import DESKTOP_KINDS, DesktopState
 
 log = logging.getLogger(__name__)
 
@@ -75,15 +78,21 @@ def _text(data: Mapping[str, Any], key: str, default: str | None = None) -> str 
     return value if isinstance(value, str) else default
 
 
-def row_from_relay(relay_id: str, data: Mapping[str, Any], state: str, now: str) -> DesktopRow:
-    """A row from what a relay reported; ``invalid_args`` when it names no session."""
+def row_from_relay(
+    relay_id: str, data: Mapping[str, Any], state: DesktopState, now: str
+) -> DesktopRow:
+    """A row from what a relay reported; ``invalid_args`` when it names no session or a kind
+    that does not exist."""
     session_id = data.get("desktop_session_id")
     if not isinstance(session_id, str) or not 0 < len(session_id) <= MAX_SESSION_ID:
         raise OpError(ErrorCode.INVALID_ARGS, "relay row without a valid desktop_session_id")
+    kind = data.get("kind", "virtual")
+    if kind not in DESKTOP_KINDS:
+        raise OpError(ErrorCode.INVALID_ARGS, "relay row of an unknown desktop kind")
     return DesktopRow(
         relay_id=relay_id,
         desktop_session_id=session_id,
-        kind=_text(data, "kind", "virtual") or "virtual",
+        kind=kind,
         slot=_text(data, "slot", "main") or "main",
         state=state,
         started_at=_text(data, "started_at"),
@@ -95,7 +104,7 @@ def row_from_relay(relay_id: str, data: Mapping[str, Any], state: str, now: str)
     )
 
 
-def reported_state(data: Mapping[str, Any]) -> str:
+def reported_state(data: Mapping[str, Any]) -> DesktopState:
     """A reported desktop runs, unless the relay itself cannot confirm it (``unknown``).
 
     A relay reports its local desktop ``unknown`` while its host helper does not answer.
@@ -208,8 +217,10 @@ class Inventory:
     async def probe(self, relay_id: RelayId) -> list[DesktopRow]:
         """Ask the relay for ``desktop.status`` and reconcile; returns the relay's live rows."""
         since = self._clock()
-        result = await self._hub.request(relay_id, "desktop.status", {}, self.probe_timeout_s)
-        rows = result.get("desktops") if isinstance(result, dict) else None
+        result = await call(
+            self._hub, relay_id, ops.DESKTOP_STATUS, ops.Empty(), self.probe_timeout_s
+        )
+        rows = result.get("desktops")
         if not isinstance(rows, list):
             raise OpError(ErrorCode.INTERNAL, "relay answered desktop.status without desktops")
         await self.reconcile(relay_id, rows, since=since, missing_reason=NOT_ON_RELAY)
@@ -265,7 +276,7 @@ class Inventory:
             return await self.row(relay_id, row.desktop_session_id) or row
 
     async def record_ended(
-        self, relay_id: RelayId, desktop_session_id: str, state: str, reason: str
+        self, relay_id: RelayId, desktop_session_id: str, state: DesktopState, reason: str
     ) -> DesktopRow | None:
         """Mark a live row ``stopped`` or ``failed``; returns the row as it is now."""
         async with self._locks[relay_id]:
@@ -326,15 +337,17 @@ class Inventory:
         if state not in KNOWN_STATES or not isinstance(session_id, str):
             log.warning("relay %s sent desktop.changed without state or session", relay_id)
             return
-        if state in TERMINAL_STATES:
-            reason = _text(data, "reason") or str(state)
-            ended = await self.record_ended(relay_id, session_id, str(state), reason)
+        if state == "stopped" or state == "failed":
+            reason = _text(data, "reason") or state
+            ended = await self.record_ended(relay_id, session_id, state, reason)
             if ended is None:
-                await self._record_unseen(relay_id, data, str(state))
+                await self._record_unseen(relay_id, data, state)
         elif state in ("running", "starting"):
             await self.record_started(relay_id, data)
 
-    async def _record_unseen(self, relay_id: RelayId, data: dict[str, Any], state: str) -> None:
+    async def _record_unseen(
+        self, relay_id: RelayId, data: dict[str, Any], state: DesktopState
+    ) -> None:
         """A failure of a desktop the inventory never saw still belongs to its history."""
         async with self._locks[relay_id]:
             row = row_from_relay(relay_id, data, state, self._now())

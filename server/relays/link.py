@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from server.relays.channel import ServerChannel
+from wire import ops
 from wire.connection import Connection
 from wire.errors import ChannelCloseCode
 from wire.ids import ChannelId, RelayId
@@ -51,9 +52,10 @@ class RelayLink(Link):
         channel = ServerChannel(channel_id, self)
         self.add_channel(channel)
         try:
-            await self.request(
-                "channel.open", {"channel_id": channel_id, "target": target}, timeout_s
+            args = ops.ChannelOpenArgs(
+                channel_id=channel_id, target=cast(ops.ChannelTarget, target)
             )
+            await self.request(ops.CHANNEL_OPEN.name, dict(args), timeout_s)
         except BaseException:
             self.forget_channel(channel_id)
             self.connection.close_channel(channel_id, ChannelCloseCode.ERROR, "open failed")

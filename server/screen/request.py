@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wire.errors import InvalidArgs
-from wire.screen_actions import GUARDED_ACTIONS, SCREEN_ACTIONS
+from wire.screen_actions import GUARDED_ACTIONS, SCREEN_ACTIONS, ScreenAction
 
 FORMATS = ("png", "jpeg", "webp")
 BUTTONS = ("left", "middle", "right")
@@ -36,7 +36,7 @@ Point = tuple[int, int]
 class ScreenRequest:
     """A checked ``screen`` call."""
 
-    action: str
+    action: ScreenAction
     desktop_session_id: str | None = None
     local: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S

@@ -13,11 +13,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from server.db.audit import AuditWriter
+from server.relays.calls import call
 from server.screen.request import ScreenRequest, audit_shape, parse
 from server.screen.revisions import Binding, Capture, KeptCapture, RevisionStore
+from wire import ops
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import crop_rect, encode_crop
 from wire.ids import RelayId
@@ -25,8 +27,6 @@ from wire.screen_actions import SCREEN_ACTIONS
 
 log = logging.getLogger(__name__)
 
-LOCAL_OP = "screen.local"
-OP_PREFIX = "screen."
 STALE_HINT = "the screen changed around the target: take a new screenshot and choose again"
 # Results of the relay that stay on the server (host details, the raw capture).
 _PRIVATE_RESULT_KEYS = ("capture", "display")
@@ -108,16 +108,14 @@ class ScreenTool:
     async def _relay(
         self, caller: Caller, request: ScreenRequest, args: dict[str, Any]
     ) -> dict[str, Any]:
-        op = f"{OP_PREFIX}{request.action}"
-        if request.local:
-            # The relay hands local-screen actions to its host helper, which runs the same
-            # guard compare on the host display.
-            local_args = {k: v for k, v in args.items() if k != "desktop_session_id"}
-            op, args = LOCAL_OP, {"action": request.action, "args": local_args}
-        result = await self.relays.request(caller.relay, op, args, request.timeout_s)
-        if not isinstance(result, dict):
-            raise OpError(ErrorCode.PROTOCOL_ERROR, "the relay answered without a result object")
-        return result
+        if request.local and request.desktop_session_id is None:
+            # The relay's local desktop (its host's real screen), by kind: the same op as for
+            # any other desktop; the relay's host helper runs it on the host display.
+            args["kind"] = "local"
+        spec = ops.SCREEN[request.action]
+        result = await call(self.relays, caller.relay, spec, cast(ops.ScreenArgs, args),
+                            request.timeout_s)  # fmt: skip
+        return dict(result)
 
     async def _screenshot(self, caller: Caller, request: ScreenRequest) -> dict[str, Any]:
         args = dict(request.relay_args)

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from starlette.requests import Request
 from starlette.responses import FileResponse, PlainTextResponse, Response
 
+from wire import ops
 from wire.errors import OpError
 from wire.ids import RelayId
 
@@ -165,7 +166,8 @@ class NovncAssets:
         assert self.relays is not None
         for relay_id in await self.relays.connected_with(RELAY_ASSET_CAPABILITY):
             try:
-                result = await self.relays.request(relay_id, "novnc.asset", {"path": path})
+                args = ops.NovncAssetArgs(path=path)
+                result = await self.relays.request(relay_id, ops.NOVNC_ASSET.name, dict(args))
                 body = base64.b64decode(result["data"], validate=True)
             except (OpError, KeyError, TypeError, binascii.Error) as err:
                 log.info("relay %s has no noVNC asset %s: %s", relay_id, path, err)

@@ -19,15 +19,16 @@ from starlette.routing import Route
 from server.db.records import role_allows
 from server.errors import error_response
 from server.json_response import JSONResponse
+from server.relays.calls import call
 from server.services import services_of
 from server.viewer.access import ViewerRefused
 from server.viewer.capability import ViewerDenied, verify
+from wire import ops
 from wire.errors import CloseCode, ErrorCode, OpError, RelaydeskError
 from wire.ids import RelayId
 
 log = logging.getLogger(__name__)
 
-KEYBOARD_STATE_OP = "keyboard.state"
 # The page holds key events while it waits: a short bound keeps typing responsive.
 RELAY_TIMEOUT_S = 2.0
 HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
@@ -50,7 +51,7 @@ def _relay_refusal(err: OpError) -> OpError:
     return OpError(err.code, err.message, status=status)
 
 
-def _lock(result: dict[str, Any], name: str) -> bool | None:
+def _lock(result: ops.KeyboardState, name: str) -> bool | None:
     value = result.get(name)
     return value if isinstance(value, bool) else None
 
@@ -69,14 +70,14 @@ async def keyboard_state(request: Request) -> Response:
     if not role_allows(role, "write") or not visible:
         return _unknown(ViewerRefused(CloseCode.VIEWER_FORBIDDEN))
     try:
-        result = await services.hub.request(
-            RelayId(grant.relay_id), KEYBOARD_STATE_OP, {"desktop_session_id": sid},
-            RELAY_TIMEOUT_S,
+        result = await call(
+            services.hub, RelayId(grant.relay_id), ops.KEYBOARD_STATE,
+            ops.SessionArgs(desktop_session_id=sid), RELAY_TIMEOUT_S,
         )  # fmt: skip
     except OpError as err:
+        if err.code is ErrorCode.PROTOCOL_ERROR:
+            return _unknown(OpError(err.code, "malformed keyboard state", status=502))
         return _unknown(_relay_refusal(err))
-    if not isinstance(result, dict):
-        return _unknown(OpError(ErrorCode.PROTOCOL_ERROR, "malformed keyboard state", status=502))
     locks = {name: _lock(result, name) for name in LOCKS}
     return _answer(200, {"ok": True, "known": locks["num_lock"] is not None, **locks})
 

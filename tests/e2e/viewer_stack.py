@@ -40,7 +40,8 @@ DESKTOP_ENV = {
     "RELAYDESK_DESKTOP_APPS": "true",
     "RELAYDESK_WATCHDOG_INTERVAL_S": "30",
 }
-CHANNEL_OPEN_LINE = re.compile(r"channel\.open requested")
+# The relay's op log (debug level): one line per op it received.
+OP_LINE = re.compile(r"relay\.handlers: op (\S+)$", re.MULTILINE)
 
 
 @dataclass
@@ -96,9 +97,13 @@ class ViewerStack:
     def socket_url(self, desktop: Desktop, token: str | None = None) -> str:
         return f"{self.ws_base}{self.viewer_path(desktop, token)}websockify"
 
+    def relay_ops(self, op: str) -> int:
+        """``op`` requests the relay received so far (from its op log)."""
+        return OP_LINE.findall(self.relay.log_text()).count(op)
+
     def channel_opens(self) -> int:
-        """``channel.open`` requests the relay received so far (from its log)."""
-        return len(CHANNEL_OPEN_LINE.findall(self.relay.log_text()))
+        """``channel.open`` requests the relay received so far."""
+        return self.relay_ops("channel.open")
 
     def server_channels(self) -> int:
         try:
@@ -157,7 +162,9 @@ def _start_relay(
     token_file.chmod(0o600)
     argv = relaydesk_argv("relay", "--server", url, "--token-file", str(token_file))
     seed.use_relay_authority()
-    return tracker.start(argv, name="relay", env={**seed.env(), **DESKTOP_ENV, **env})
+    # Debug level: the relay's op log, which the tests count.
+    full_env = {**seed.env(), **DESKTOP_ENV, "RELAYDESK_LOG_LEVEL": "debug", **env}
+    return tracker.start(argv, name="relay", env=full_env)
 
 
 def paint_root(display: str, width: int = 1280, height: int = 800) -> None:

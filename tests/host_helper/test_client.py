@@ -17,6 +17,7 @@ from tests.support.stack import relaydesk_argv, wait_until
 from wire.errors import ErrorCode, OpError
 from wire.ids import RequestId
 from wire.messages import Request
+from wire.ops import RevisionTarget
 
 pytestmark = pytest.mark.integration
 
@@ -74,11 +75,14 @@ async def test_local_desktop_ops_and_the_poll_report(helper: Helper) -> None:
         assert bad_slot.value.code is ErrorCode.INVALID_ARGS
         row = await local.start({"kind": "local", "started_by": "alice"})
         assert (row["kind"], row["started_by"], row["state"]) == ("local", "alice", "running")
-        shot = await local.screen({"action": "screen_size", "args": {}})
+        handlers = Handlers([local])
+        shot = await handlers.screen("screen_size", {"kind": "local"})
         assert (shot["width"], shot["desktop_session_id"]) == (800, row["desktop_session_id"])
+        target: RevisionTarget = {"desktop_session_id": "f" * 32, "display": None}
         with pytest.raises(OpError) as mismatch:
-            await local.screen({"action": "click", "args": {
-                "x": 1, "y": 1, "revision_target": {"desktop_session_id": "f" * 32}}})  # fmt: skip
+            await handlers.screen(
+                "click", {"kind": "local", "x": 1, "y": 1, "revision_target": target}
+            )
         assert mismatch.value.code is ErrorCode.REVISION_MISMATCH
 
         # stopped behind the relay's back (e.g. on the host): the poll reports it once
@@ -144,8 +148,7 @@ def host_num_lock(display: str) -> bool:
 
 async def test_keyboard_state_of_a_local_session_reads_the_host_display(helper: Helper) -> None:
     local = LocalDesktop(HostHelperClient(helper.url, TOKEN))
-    handlers = Handlers(None)
-    handlers.local = local
+    handlers = Handlers([local])
 
     async def keyboard_state(session_id: str) -> Any:
         request = Request(RequestId("r1"), "keyboard.state", {"desktop_session_id": session_id})
@@ -161,7 +164,7 @@ async def test_keyboard_state_of_a_local_session_reads_the_host_display(helper: 
         assert state == {"num_lock": before, "caps_lock": False, "scroll_lock": False,
                          "source": "led_mask"}  # fmt: skip
         for flipped in (not before, before):
-            await local.screen({"action": "key", "args": {"keys": "Num_Lock"}})
+            await handlers.screen("key", {"kind": "local", "keys": "Num_Lock"})
             await wait_until(lambda f=flipped: num_lock_is(f), 5, f"the NumLock LED {flipped}")
             assert (await keyboard_state(session))["num_lock"] is flipped
 
@@ -171,7 +174,7 @@ async def test_keyboard_state_of_a_local_session_reads_the_host_display(helper: 
         # A row the helper cannot confirm is never read (nor guessed).
         row = (await local.rows())[0] | {"state": "unknown"}
         with pytest.raises(OpError) as unconfirmed:
-            await local.keyboard_state(row, scaled(2))
+            await local.keyboard_state(row)
         assert unconfirmed.value.code is ErrorCode.UNAVAILABLE
         await helper.stop(session)
         with pytest.raises(OpError) as stopped:

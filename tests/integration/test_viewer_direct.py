@@ -104,6 +104,22 @@ async def test_a_direct_viewer_sees_the_screen_without_a_relay_channel(
     await wait_until(lambda: server_vnc_connections(desktop) == 0, 5, "x11vnc connection closed")
 
 
+async def test_a_direct_viewer_open_costs_the_relay_no_status_call(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    """Counted at the relay, in its op log: opening direct viewers asks ``vnc.direct`` at most
+    once for the session, and never ``desktop.status``."""
+    status, direct = stack.relay_ops("desktop.status"), stack.relay_ops("vnc.direct")
+    for _ in range(3):
+        client = await open_viewer(stack.socket_url(desktop))
+        assert (client.width, client.height) == (1280, 800)
+        await client.close()
+        await wait_until(lambda: settled(stack), 5, "the viewer to be released")
+    assert stack.relay_ops("desktop.status") == status, "a direct viewer cost a status call"
+    assert stack.relay_ops("vnc.direct") - direct <= 1
+    assert stack.channel_opens() == 0
+
+
 async def test_refused_direct_viewers_never_reach_x11vnc(
     stack: ViewerStack, desktop: Desktop
 ) -> None:

@@ -14,19 +14,14 @@ from wire.messages import Request
 pytestmark = pytest.mark.unit
 
 
-class _NoDesktops:
-    async def start(self, **kwargs: object) -> dict[str, object]:
-        raise AssertionError("a local start never reaches the virtual desktop manager")
-
-
 @pytest.mark.parametrize(
     ("op", "args"),
-    [("screen.local", {"action": "screenshot"}), ("desktop.start", {"kind": "local"})],
+    [("screen.screenshot", {"kind": "local"}), ("desktop.start", {"kind": "local"})],
 )
 async def test_the_local_screen_without_a_host_helper_names_the_next_step(
     op: str, args: dict[str, object], tmp_path: Path
 ) -> None:
-    handlers = Handlers(_NoDesktops(), novnc_dir=tmp_path)  # type: ignore[arg-type]
+    handlers = Handlers(novnc_dir=tmp_path)
     with pytest.raises(OpError) as info:
         await handlers.dispatch(None, Request(RequestId(1), op, args, 1000))  # type: ignore[arg-type]
     assert info.value.code is ErrorCode.UNAVAILABLE

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 import pytest
 
 from relay.desktops import DesktopManager
+from relay.desktops.backend import VirtualBackend
+from relay.handlers import Handlers
 from relay.screen.service import ScreenService
-from relay.screen_ops import ScreenOps
 
 pytestmark = pytest.mark.integration
 
@@ -32,28 +33,25 @@ async def _restart(manager: DesktopManager, row: dict[str, object]) -> dict[str,
 async def test_first_actions_after_a_restart_on_the_same_display_succeed(
     manager: DesktopManager, screen: ScreenService
 ) -> None:
-    ops = ScreenOps(manager, screen)
+    ops = Handlers([VirtualBackend(manager, screen)])
     first = await manager.start(kind="virtual", slot="main", geometry="800x600")
-    shot = await ops.run("screenshot", {})
+    shot = await ops.screen("screenshot", {})
     assert shot["desktop_session_id"] == first["desktop_session_id"]
 
     second = await _restart(manager, first)
     assert second["display"] == first["display"], "Xvfb picks the lowest free display"
-    shot = await ops.run("screenshot", {})
+    shot = await ops.screen("screenshot", {})
     assert (shot["width"], shot["desktop_session_id"]) == (800, second["desktop_session_id"])
 
     third = await _restart(manager, second)
-    moved = await ops.run("move", {"x": 10, "y": 20})
+    moved = await ops.screen("move", {"x": 10, "y": 20})
     assert (moved["x"], moved["desktop_session_id"]) == (10, third["desktop_session_id"])
 
 
 async def test_keyboard_state_after_a_restart_on_the_same_display_succeeds(
     manager: DesktopManager, screen: ScreenService
 ) -> None:
-    from relay.handlers import Handlers
-
-    handlers = Handlers(manager)
-    handlers.screen = screen
+    handlers = Handlers([VirtualBackend(manager, screen)])
     first = await manager.start(kind="virtual", slot="main", geometry="800x600")
     args = {"desktop_session_id": first["desktop_session_id"]}
     assert "num_lock" in await handlers._keyboard_state(None, args)  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from server.db.cache import ReadCache
 from server.db.store import Store
 from server.inventory.rows import DesktopRow
 from tests.support import postgres
+from wire.ops import DesktopState
 
 database_url = postgres.database_url
 postgres_cluster = postgres.postgres_cluster
@@ -45,7 +46,7 @@ async def outsider(database_url: str) -> AsyncIterator[Store]:
     await opened.close()
 
 
-def _row(relay_id: str, session: str, state: str = "running") -> DesktopRow:
+def _row(relay_id: str, session: str, state: DesktopState = "running") -> DesktopRow:
     now = "2026-01-01T00:00:00+00:00"
     return DesktopRow(relay_id, session, "virtual", "main", state, now, "alice", now)
 

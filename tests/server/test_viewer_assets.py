@@ -16,7 +16,8 @@ from starlette.testclient import TestClient
 from relay.handlers import Handlers
 from server.viewer.assets import NODE_MODULES_NOVNC, NovncAssets, canonical_headers
 from wire.errors import InvalidArgs, OpError
-from wire.ids import RelayId
+from wire.ids import RelayId, RequestId
+from wire.messages import Request as OpRequest
 
 pytestmark = pytest.mark.unit
 
@@ -31,7 +32,8 @@ class FakeRelays:
 
     async def request(self, relay_id: RelayId, op: str, args: dict[str, Any]) -> Any:
         self.calls += 1
-        return await self.handlers._table[op](None, args)  # type: ignore[arg-type]
+        request = OpRequest(RequestId("r1"), op, args)
+        return await self.handlers.dispatch(None, request)  # type: ignore[arg-type]
 
 
 def client_for(assets: NovncAssets) -> TestClient:
@@ -63,7 +65,7 @@ def test_relay_fallback_serves_canonical_headers_and_caches(tmp_path: Path) -> N
     tree = tmp_path / "novnc"
     (tree / "core").mkdir(parents=True)
     (tree / "core" / "rfb.js").write_text("export default 1;\n")
-    relays = FakeRelays(Handlers(None, novnc_dir=tree))
+    relays = FakeRelays(Handlers(novnc_dir=tree))
     client = client_for(NovncAssets([], relays))
     for _ in range(2):
         response = client.get("/novnc/core/rfb.js")
@@ -80,12 +82,12 @@ async def test_the_relay_op_refuses_traversal_and_reads_allowed_files(tmp_path: 
     (tmp_path / "core").mkdir()
     (tmp_path / "core" / "a.js").write_bytes(b"x")
     (tmp_path / "secret").write_text("no")
-    handlers = Handlers(None, novnc_dir=tmp_path)
+    handlers = Handlers(novnc_dir=tmp_path)
     answer = await handlers._novnc_asset(None, {"path": "core/a.js"})  # type: ignore[arg-type]
     assert base64.b64decode(answer["data"]) == b"x"
     for bad in ("secret", "../secret", "core/../secret", "/etc/passwd", "", None):
         with pytest.raises(InvalidArgs):
-            await handlers._novnc_asset(None, {"path": bad})  # type: ignore[arg-type]
+            await handlers._novnc_asset(None, {"path": bad})  # type: ignore[arg-type, typeddict-item]
     with pytest.raises(OpError):
         await handlers._novnc_asset(None, {"path": "core/none.js"})  # type: ignore[arg-type]
 

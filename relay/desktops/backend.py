@@ -1,0 +1,184 @@
+"""``VirtualBackend``: the relay's own desktops (``DesktopManager``) as a ``DesktopBackend``.
+
+Screen actions and the keyboard state run through the relay's :class:`ScreenService` on the
+desktop's own display (one X connection per display; connections of displays whose desktops
+are gone are released). A viewer's stream is the desktop's x11vnc on loopback, authenticated
+with the desktop's VNC secret (``relay.vnc_target``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any, cast
+
+from relay.channels import ByteStream
+from relay.desktops.manager import DesktopManager
+from relay.screen.service import ScreenService
+from relay.vnc_target import VncTarget
+from wire.errors import ErrorCode, OpError, RfbHandshakeError
+from wire.ops import (
+    DesktopAppsResult,
+    DesktopKind,
+    DesktopLaunchResult,
+    DesktopResetHomeResult,
+    DesktopStartArgs,
+    DesktopStartResult,
+    DesktopStopArgs,
+    DesktopStopResult,
+    KeyboardState,
+    ProfileInfo,
+    RelayRow,
+    ScreenResult,
+    VncDirectResult,
+)
+from wire.screen_actions import ScreenAction
+
+CONNECT_TIMEOUT_S = 5.0
+LOOPBACK = "127.0.0.1"
+
+
+class VirtualBackend:
+    """Desktops the relay runs as processes on its host."""
+
+    kind: DesktopKind = "virtual"
+
+    def __init__(
+        self,
+        manager: DesktopManager,
+        screen: ScreenService | None = None,
+        *,
+        missing: list[str] | None = None,
+    ) -> None:
+        self.manager = manager
+        # None: the first screen action creates (and this backend then closes) one.
+        self._screen = screen
+        self._owns_screen = screen is None
+        # Programs a desktop needs that this host lacks: nothing starts while any is missing.
+        self.missing = missing or []
+        self._displays: set[str] = set()
+
+    def capabilities(self) -> list[str]:
+        if self.missing:
+            return []
+        available = [p["name"] for p in self.manager.profile_status() if p["available"]]
+        return ["virtual_desktop", *(f"profile:{name}" for name in available)]
+
+    def _runnable(self) -> DesktopManager:
+        if self.missing:
+            missing = ", ".join(self.missing)
+            raise OpError(
+                ErrorCode.UNAVAILABLE, f"this relay cannot run desktops; missing: {missing}"
+            )
+        return self.manager
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self, args: DesktopStartArgs) -> DesktopStartResult:
+        row = await self._runnable().start(**args)
+        return cast(DesktopStartResult, row)
+
+    async def stop(self, args: DesktopStopArgs) -> DesktopStopResult:
+        result = await self._runnable().stop(
+            kind=args.get("kind", self.kind),
+            slot=args.get("slot", "main"),
+            desktop_session_id=args["desktop_session_id"],
+        )
+        return cast(DesktopStopResult, result)
+
+    async def rows(self) -> list[RelayRow]:
+        return cast(list[RelayRow], await self.manager.status())
+
+    async def holds(self, desktop_session_id: str) -> bool:
+        return self.manager.holds(desktop_session_id)
+
+    async def find(self, desktop_session_id: str | None, slot: str) -> RelayRow | None:
+        row = await self.manager.running(desktop_session_id, (self.kind, slot))
+        await self._release_gone(self.manager.displays())
+        return cast(RelayRow | None, row)
+
+    def direct(self, desktop_session_id: str) -> VncDirectResult | None:
+        found = self.manager.live(desktop_session_id)
+        if found is None or found.vnc_secret is None:
+            return None
+        secret = base64.b64encode(found.vnc_secret).decode()
+        return {"port": found.vnc_port, "secret": secret}
+
+    # -- viewing and the screen --------------------------------------------------------------
+
+    async def open_stream(self, row: RelayRow) -> ByteStream:
+        secret = self.manager.vnc_secret(row["desktop_session_id"])
+        if secret is None or "vnc_port" not in row:
+            raise OpError(ErrorCode.NOT_RUNNING, "no running desktop has this session id")
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                return await VncTarget.open(LOOPBACK, row["vnc_port"], secret)
+        except (OSError, TimeoutError, RfbHandshakeError) as err:
+            raise OpError(
+                ErrorCode.UNAVAILABLE, "the desktop's VNC server does not answer"
+            ) from err
+
+    @property
+    def screen_service(self) -> ScreenService:
+        if self._screen is None:
+            self._screen = ScreenService()
+        return self._screen
+
+    async def _bound(self, row: RelayRow) -> str:
+        display = row.get("display")
+        if not isinstance(display, str):
+            raise OpError(ErrorCode.UNAVAILABLE, "this desktop has no display to read")
+        self._displays.add(display)
+        await self.screen_service.bind(display, row["desktop_session_id"])
+        return display
+
+    async def screen(
+        self, row: RelayRow, action: ScreenAction, args: dict[str, Any]
+    ) -> ScreenResult:
+        display = await self._bound(row)
+        session_id = row["desktop_session_id"]
+        try:
+            result = await self.screen_service.answer(display, action, args)
+        except OpError as err:
+            if err.code is ErrorCode.UNAVAILABLE and not self.manager.holds(session_id):
+                # The display failed because its desktop stopped.
+                raise OpError(ErrorCode.NOT_RUNNING, "the desktop stopped") from err
+            raise
+        return cast(ScreenResult, {**result, "desktop_session_id": session_id,
+                                   "display": display})  # fmt: skip
+
+    async def keyboard_state(self, row: RelayRow) -> KeyboardState:
+        display = await self._bound(row)
+        state = await self.screen_service.run(display, "keyboard_state", {})
+        return cast(KeyboardState, state)
+
+    async def _release_gone(self, live: set[str]) -> None:
+        """Close screen connections of displays whose desktops are gone."""
+        for display in sorted(self._displays - live):
+            self._displays.discard(display)
+            await self.screen_service.release_display(display)
+
+    # -- profiles and homes ------------------------------------------------------------------
+
+    def profiles(self) -> list[ProfileInfo]:
+        return cast(list[ProfileInfo], self._runnable().profile_status())
+
+    async def apps(self, desktop_session_id: str | None, slot: str) -> DesktopAppsResult:
+        result = await self._runnable().apps(desktop_session_id, (self.kind, slot))
+        return cast(DesktopAppsResult, result)
+
+    async def launch(
+        self, desktop_session_id: str | None, slot: str, app: str
+    ) -> DesktopLaunchResult:
+        result = await self._runnable().launch_app(desktop_session_id, (self.kind, slot), app)
+        return cast(DesktopLaunchResult, result)
+
+    async def reset_home(self, slot: str) -> DesktopResetHomeResult:
+        result = await self._runnable().reset_home(kind=self.kind, slot=slot)
+        return cast(DesktopResetHomeResult, result)
+
+    async def aclose(self) -> None:
+        """Release the display connections this backend opened (if it owns its service)."""
+        if self._owns_screen and self._screen is not None:
+            screen, self._screen = self._screen, None
+            await screen.aclose()

@@ -1,0 +1,356 @@
+"""The relay's ops (server → relay requests): names, typed arguments and results, one check.
+
+Every op is an :class:`OpSpec`: its name, a ``TypedDict`` of its arguments and one of its
+result. The server builds arguments with those ``TypedDict`` constructors and reads results
+through them (``mypy --strict`` refuses a field that does not exist); the relay checks every
+request's arguments against the same ``TypedDict`` before its handler runs
+(:func:`check_args`: a missing, unknown or mistyped field is ``invalid_args`` naming it).
+"""
+
+import types
+from dataclasses import dataclass
+from functools import cache
+from typing import (
+    Any,
+    Final,
+    Generic,
+    Literal,
+    NotRequired,
+    TypedDict,
+    TypeVar,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
+
+from wire.errors import InvalidArgs
+from wire.screen_actions import SCREEN_ACTIONS, ScreenAction
+
+DesktopKind = Literal["virtual", "local"]
+DesktopState = Literal["starting", "running", "stopping", "stopped", "failed", "unknown"]
+DESKTOP_KINDS: Final[tuple[DesktopKind, ...]] = get_args(DesktopKind)
+DESKTOP_STATES: Final[tuple[DesktopState, ...]] = get_args(DesktopState)
+ChannelType = Literal["vnc", "audio"]
+
+
+class RelayRow(TypedDict):
+    """One desktop as a relay reports it (status, hello, start, ``desktop.changed``)."""
+
+    desktop_session_id: str
+    kind: DesktopKind
+    slot: str
+    state: DesktopState
+    started_at: NotRequired[str | None]
+    started_by: NotRequired[str | None]
+    updated_at: NotRequired[str]
+    reason: NotRequired[str | None]
+    geometry: NotRequired[str]
+    depth: NotRequired[int]
+    display: NotRequired[str | None]
+    websockify_port: NotRequired[int]
+    vnc_port: NotRequired[int]
+    audio: NotRequired[bool]
+    audio_reason: NotRequired[str | None]
+    profile: NotRequired[str | None]
+    persist_home: NotRequired[bool]
+
+
+class Empty(TypedDict):
+    """No arguments."""
+
+
+class PingArgs(TypedDict):
+    echo: NotRequired[object]
+
+
+class PingResult(TypedDict):
+    echo: object
+
+
+class DesktopStartArgs(TypedDict):
+    kind: NotRequired[DesktopKind]
+    slot: NotRequired[str]
+    geometry: NotRequired[str]
+    depth: NotRequired[int]
+    audio: NotRequired[bool | None]
+    started_by: NotRequired[str | None]
+    profile: NotRequired[str | None]
+    persist_home: NotRequired[bool]
+
+
+class DesktopStartResult(RelayRow):
+    already_running: bool
+
+
+class DesktopStatusResult(TypedDict):
+    desktops: list[RelayRow]
+
+
+class SessionArgs(TypedDict):
+    """Ops that name one running desktop by its session."""
+
+    desktop_session_id: str
+
+
+class DesktopHoldsResult(TypedDict):
+    holds: bool
+
+
+class DesktopStopArgs(TypedDict):
+    desktop_session_id: str
+    kind: NotRequired[DesktopKind]
+    slot: NotRequired[str]
+
+
+class DesktopStopResult(TypedDict):
+    stopped: bool
+    was_running: NotRequired[bool]
+    conflict: NotRequired[bool]
+    current_session_id: NotRequired[str]
+    stopped_session_id: NotRequired[str]
+
+
+class ProfileInfo(TypedDict):
+    name: str
+    available: bool
+    default: bool
+    missing: list[str]
+    description: str
+    apps: list[dict[str, Any]]
+
+
+class DesktopProfilesResult(TypedDict):
+    profiles: list[ProfileInfo]
+
+
+class DesktopTargetArgs(TypedDict):
+    """One desktop: ``desktop_session_id``, else the running one in ``(kind, slot)``."""
+
+    desktop_session_id: NotRequired[str]
+    kind: NotRequired[DesktopKind]
+    slot: NotRequired[str]
+
+
+class DesktopAppsResult(TypedDict):
+    desktop_session_id: str
+    profile: str | None
+    launchable: list[dict[str, Any]]
+
+
+class DesktopLaunchArgs(DesktopTargetArgs):
+    app: str
+
+
+class DesktopLaunchResult(TypedDict):
+    desktop_session_id: str
+    app: str
+    launched: bool
+
+
+class SlotArgs(TypedDict):
+    kind: NotRequired[DesktopKind]
+    slot: NotRequired[str]
+
+
+class DesktopResetHomeResult(TypedDict):
+    kind: DesktopKind
+    slot: str
+    reset: bool
+    existed: bool
+
+
+class ChannelTarget(TypedDict):
+    type: ChannelType
+    desktop_session_id: str
+
+
+class ChannelOpenArgs(TypedDict):
+    channel_id: int
+    target: ChannelTarget
+
+
+class ChannelOpenResult(TypedDict):
+    channel_id: int
+    # audio channels: the stream's format
+    sample_rate: NotRequired[int]
+    channels: NotRequired[int]
+    frame_ms: NotRequired[int]
+    bitrate: NotRequired[int]
+
+
+class NovncAssetArgs(TypedDict):
+    path: str
+
+
+class NovncAssetResult(TypedDict):
+    headers: dict[str, str]
+    data: str
+
+
+class KeyboardState(TypedDict):
+    num_lock: bool | None
+    caps_lock: bool | None
+    scroll_lock: bool | None
+    source: str | None
+
+
+class VncDirectResult(TypedDict):
+    port: int
+    secret: str
+
+
+class RevisionTarget(TypedDict):
+    """The desktop session and display a screenshot was taken on."""
+
+    desktop_session_id: str
+    display: str | None
+
+
+class ScreenArgs(TypedDict, total=False):
+    """``screen.<action>``: the target desktop, then the action's own fields (checked by the
+    screen service, ``relay/screen/args.py``)."""
+
+    desktop_session_id: str
+    kind: DesktopKind
+    revision_target: RevisionTarget
+    guard: dict[str, Any]
+    x: int
+    y: int
+    to_x: int
+    to_y: int
+    button: str | int
+    direction: str
+    amount: int
+    text: str
+    keys: str
+    format: str
+    quality: int
+    preview_max_width: int
+
+
+class ScreenResult(TypedDict, total=False):
+    desktop_session_id: str
+    display: str | None
+    width: int
+    height: int
+    format: str
+    image: str
+    capture: dict[str, Any]
+    guard: dict[str, Any]
+    x: int
+    y: int
+
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class OpSpec(Generic[A, R]):
+    """One op: its name and the types of its arguments and result."""
+
+    name: str
+    args: type[A]
+    result: type[R]
+
+
+PING: Final = OpSpec("ping", PingArgs, PingResult)
+DESKTOP_START: Final = OpSpec("desktop.start", DesktopStartArgs, DesktopStartResult)
+DESKTOP_STATUS: Final = OpSpec("desktop.status", Empty, DesktopStatusResult)
+DESKTOP_HOLDS: Final = OpSpec("desktop.holds", SessionArgs, DesktopHoldsResult)
+DESKTOP_STOP: Final = OpSpec("desktop.stop", DesktopStopArgs, DesktopStopResult)
+DESKTOP_PROFILES: Final = OpSpec("desktop.profiles", Empty, DesktopProfilesResult)
+DESKTOP_APPS: Final = OpSpec("desktop.apps", DesktopTargetArgs, DesktopAppsResult)
+DESKTOP_LAUNCH: Final = OpSpec("desktop.launch", DesktopLaunchArgs, DesktopLaunchResult)
+DESKTOP_RESET_HOME: Final = OpSpec("desktop.reset_home", SlotArgs, DesktopResetHomeResult)
+CHANNEL_OPEN: Final = OpSpec("channel.open", ChannelOpenArgs, ChannelOpenResult)
+NOVNC_ASSET: Final = OpSpec("novnc.asset", NovncAssetArgs, NovncAssetResult)
+KEYBOARD_STATE: Final = OpSpec("keyboard.state", SessionArgs, KeyboardState)
+VNC_DIRECT: Final = OpSpec("vnc.direct", SessionArgs, VncDirectResult)
+SCREEN_OP_PREFIX: Final = "screen."
+SCREEN: Final[dict[ScreenAction, OpSpec[ScreenArgs, ScreenResult]]] = {
+    action: OpSpec(f"{SCREEN_OP_PREFIX}{action}", ScreenArgs, ScreenResult)
+    for action in SCREEN_ACTIONS
+}
+_ALL: tuple[OpSpec[Any, Any], ...] = (
+    PING, DESKTOP_START, DESKTOP_STATUS, DESKTOP_HOLDS, DESKTOP_STOP, DESKTOP_PROFILES,
+    DESKTOP_APPS, DESKTOP_LAUNCH, DESKTOP_RESET_HOME, CHANNEL_OPEN, NOVNC_ASSET,
+    KEYBOARD_STATE, VNC_DIRECT, *SCREEN.values(),
+)  # fmt: skip
+OPS: Final[dict[str, OpSpec[Any, Any]]] = {spec.name: spec for spec in _ALL}
+
+
+# -- the check --------------------------------------------------------------------------------
+
+
+def check_args(spec: OpSpec[A, Any], args: object) -> A:
+    """``args`` as ``spec``'s argument type, or ``invalid_args`` naming the first bad field."""
+    return cast(A, _check_typeddict(spec.args, args, ""))
+
+
+@cache
+def _hints(typeddict: type) -> dict[str, Any]:
+    return get_type_hints(typeddict)
+
+
+def _check_typeddict(typeddict: type, value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidArgs(where or "args", "must be an object")
+    hints = _hints(typeddict)
+    for key in value:
+        if key not in hints:
+            raise InvalidArgs(f"{where}{key}", "unknown argument")
+    for key in sorted(cast(frozenset[str], typeddict.__required_keys__)):  # type: ignore[attr-defined]
+        if key not in value:
+            raise InvalidArgs(f"{where}{key}", "required")
+    for key, item in value.items():
+        _check_value(hints[key], item, f"{where}{key}")
+    return value
+
+
+def _check_value(hint: Any, value: object, name: str) -> None:
+    if not _fits(hint, value, name):
+        raise InvalidArgs(name, f"must be {_describe(hint)}")
+
+
+def _fits(hint: Any, value: object, name: str) -> bool:
+    origin = get_origin(hint)
+    if hint is Any or hint is object:
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    if origin is Literal:
+        return any(value == option and type(value) is type(option) for option in get_args(hint))
+    if origin in (Union, types.UnionType):
+        return any(_fits(option, value, name) for option in get_args(hint))
+    if is_typeddict(hint):
+        _check_typeddict(hint, value, f"{name}.")
+        return True
+    if origin is list:
+        return isinstance(value, list) and all(_fits(get_args(hint)[0], v, name) for v in value)
+    if origin is dict or hint is dict:
+        return isinstance(value, dict)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _describe(hint: Any) -> str:
+    origin = get_origin(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(option) for option in get_args(hint))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(option) for option in get_args(hint))
+    if hint is None or hint is type(None):
+        return "null"
+    if origin is list:
+        return "a list"
+    if origin is dict or hint is dict or is_typeddict(hint):
+        return "an object"
+    names = {str: "a string", int: "an integer", bool: "true or false", float: "a number"}
+    return names.get(hint, getattr(hint, "__name__", str(hint)))

@@ -33,8 +33,8 @@ class Hello:
     relay_version: str
     capabilities: tuple[str, ...] = ()
     desktops: tuple[dict[str, Any], ...] = ()
-    # The largest binary frame payload and text frame the relay reads (absent from older
-    # relays: the defaults).
+    # The largest binary frame payload and text frame the relay reads (docs/protocol.md: each
+    # has one default when left out).
     max_frame: int = DEFAULT_MAX_PAYLOAD
     max_text: int = DEFAULT_MAX_TEXT
 
@@ -46,8 +46,8 @@ class Welcome:
     relay_id: RelayId
     heartbeat_s: float
     max_frame: int
-    # The largest text frame the server reads (absent from older servers: the default).
-    max_text: int = DEFAULT_MAX_TEXT
+    # The largest text frame the server reads.
+    max_text: int
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def _positive(obj: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> A
 
 
 def _optional_positive(obj: dict[str, Any], key: str, default: int) -> int:
-    """A positive integer field that older peers leave out."""
+    """A positive integer field with a documented default when left out."""
     return int(_positive(obj, key, int)) if key in obj else default
 
 
@@ -142,7 +142,7 @@ def _parse_welcome(obj: dict[str, Any]) -> Welcome:
         relay_id=RelayId(_require(obj, "relay_id", str)),
         heartbeat_s=float(_positive(obj, "heartbeat_s", (int, float))),
         max_frame=_positive(obj, "max_frame", int),
-        max_text=_optional_positive(obj, "max_text", DEFAULT_MAX_TEXT),
+        max_text=_positive(obj, "max_text", int),
     )
 
 

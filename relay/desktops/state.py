@@ -20,13 +20,6 @@ logger = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 
-# Row keys that travel to the server (status rows, hello, events).
-ROW_KEYS = (
-    "desktop_session_id", "kind", "slot", "state", "geometry", "depth", "display",
-    "started_at", "started_by", "websockify_port", "vnc_port", "audio", "audio_reason",
-    "profile", "persist_home",
-)  # fmt: skip
-
 
 @dataclass
 class Desktop:

@@ -90,10 +90,6 @@ class InventoryStore(StoreBase):
             self._desktops_for_relays
         )
 
-    async def upsert_desktop(self, row: DesktopRow) -> None:
-        """Insert or replace the row with this ``(relay_id, desktop_session_id)``."""
-        await self.upsert_desktops([row])
-
     async def upsert_desktops(self, rows: Iterable[DesktopRow]) -> None:
         """Insert or replace rows, all in one transaction (one statement per batch)."""
         values = [self._values(row) for row in rows]

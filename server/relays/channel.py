@@ -63,10 +63,6 @@ class ServerChannel:
     def is_closed(self) -> bool:
         return self._closed is not None
 
-    @property
-    def close_info(self) -> ChannelClosedError | None:
-        return self._closed
-
     async def read(self) -> Payload:
         """Next chunk of bytes; raise :class:`ChannelClosedError` once closed and drained."""
         while not self._inbox:

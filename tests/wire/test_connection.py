@@ -64,7 +64,7 @@ from wire.messages import (
 pytestmark = pytest.mark.unit
 
 HELLO = Hello(1, "0.1.0", ("session_identity", "virtual_desktop"), ())
-WELCOME = Welcome(RelayId("relay_1"), 10.0, 1024 * 1024)
+WELCOME = Welcome(RelayId("relay_1"), 10.0, 1024 * 1024, 16 * 1024 * 1024)
 CH = ChannelId(7)
 
 
@@ -655,7 +655,7 @@ def test_a_relay_sends_no_payload_over_the_servers_welcome_max_frame():
     relay = Connection(Role.RELAY)  # reads frames of up to 1 MiB itself
     relay.send_hello(HELLO)
     deliver(relay, server)
-    server.accept(Welcome(RelayId("relay_1"), 10.0, 4))
+    server.accept(Welcome(RelayId("relay_1"), 10.0, 4, 16 * 1024 * 1024))
     deliver(server, relay)
     server.open_channel(CH)
     relay.open_channel(CH)

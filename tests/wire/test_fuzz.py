@@ -69,7 +69,7 @@ OPEN_CHANNELS = (ChannelId(0), ChannelId(1), ChannelId(7))
 SMALL_LIMITS = {"max_text": 4096, "max_payload": 64, "window": 128}
 
 HELLO = Hello(1, "0.1.0", ("session_identity", "screen"), ({"kind": "virtual", "slot": "main"},))
-WELCOME = Welcome(RelayId("relay_1"), 10.0, 1 << 20)
+WELCOME = Welcome(RelayId("relay_1"), 10.0, 1 << 20, 16 << 20)
 VALID_TEXTS = [
     encode_message(message)
     for message in (

@@ -76,7 +76,7 @@ async def _joined(
     relay = Link(relay_conn, to_server.send, on_request=answer, max_concurrency=2)
     relay_conn.send_hello(Hello(PROTOCOL_VERSION, "test"))
     server_conn.receive_text(relay_conn.data_to_send()[0])  # type: ignore[arg-type]
-    server_conn.accept(Welcome(RelayId("r1"), 15.0, 1 << 20))
+    server_conn.accept(Welcome(RelayId("r1"), 15.0, 1 << 20, 16 << 20))
     relay_conn.receive_text(server_conn.data_to_send()[0])  # type: ignore[arg-type]
     pumps = [
         asyncio.create_task(_pump(to_server, server)),

@@ -162,11 +162,6 @@ def test_error_response_from_op_error():
         ('{"type":"req","id":"a","op":"ping"}', Request(RequestId("a"), "ping", {}, 30_000)),
         ('{"type":"res","id":"a","ok":true}', Response(RequestId("a"), True, None)),
         ('{"type":"event","name":"n"}', Event("n", {})),
-        (
-            # a server that does not announce max_text: the default limit
-            '{"type":"welcome","relay_id":"r","heartbeat_s":5,"max_frame":9}',
-            Welcome(RelayId("r"), 5.0, 9, 16 * 1024 * 1024),
-        ),
         # unknown fields are ignored (forward compatibility within v1)
         ('{"type":"cancel","id":"a","extra":[1,2]}', Cancel(RequestId("a"))),
         ('{"id":"a","type":"cancel"}', Cancel(RequestId("a"))),
@@ -245,7 +240,7 @@ def _obj(kind: str, **fields: Any) -> str:
 
 
 HELLO = {"protocol": 1, "relay_version": "0.1.0"}
-WELCOME = {"relay_id": "r", "heartbeat_s": 10, "max_frame": 1024}
+WELCOME = {"relay_id": "r", "heartbeat_s": 10, "max_frame": 1024, "max_text": 4096}
 REQ = {"id": "a", "op": "ping"}
 
 
@@ -283,6 +278,7 @@ REQ = {"id": "a", "op": "ping"}
         _obj("welcome", **{**WELCOME, "max_text": "65536"}),
         _obj("welcome", **{**WELCOME, "max_text": None}),
         _obj("welcome", relay_id="r", heartbeat_s=10),
+        _obj("welcome", relay_id="r", heartbeat_s=10, max_frame=9),
         # req
         _obj("req", op="ping"),
         _obj("req", id="", op="ping"),

@@ -1,0 +1,113 @@
+"""``Slots``: one relay's desktops by (kind, slot), its starts in progress, the lifecycle lock
+that serialises every change of them, and the files that record them.
+
+Every method that changes the table expects the caller to hold :attr:`Slots.lock`
+(docs/desktops.md, "Lifecycle lock and compare-and-stop").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from datetime import UTC, datetime
+from typing import Any
+
+from relay.desktops.audio import PROCESS_NAME as PULSEAUDIO
+from relay.desktops.audio import runtime_dir
+from relay.desktops.config import DesktopConfig
+from relay.desktops.credentials import RelayAuthority
+from relay.desktops.launch import AudioStarter
+from relay.desktops.process import ChildProcess
+from relay.desktops.state import Desktop, StartingDesktop, StateFile
+from wire.ids import DesktopSessionId
+
+logger = logging.getLogger(__name__)
+
+Event = dict[str, Any]
+SlotKey = tuple[str, str]
+
+
+def now_iso() -> str:
+    """The current UTC time as rows carry it (milliseconds, ``Z``)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def failed_event(desktop: Desktop, reason: str) -> Event:
+    """The event that tells the server a desktop failed."""
+    return desktop.to_row() | {"state": "failed", "reason": reason, "updated_at": now_iso()}
+
+
+class Slots:
+    """The desktops of one relay, the lock over them and their state and authority files."""
+
+    def __init__(self, config: DesktopConfig, audio: AudioStarter | None) -> None:
+        self.config = config
+        self.audio = audio
+        self.desktops: dict[SlotKey, Desktop] = {}
+        # Starts in progress, recorded in the state file child by child.
+        self.starting: dict[DesktopSessionId, StartingDesktop] = {}
+        self.lock = asyncio.Lock()
+        self.state = StateFile(config.state_file)
+        self.authority = RelayAuthority(config.authority_file)
+
+    def sorted(self) -> list[Desktop]:
+        """The live desktops in (kind, slot) order."""
+        return [self.desktops[k] for k in sorted(self.desktops)]
+
+    def by_session(self, desktop_session_id: str) -> Desktop | None:
+        """The live desktop of ``desktop_session_id`` (None: no such desktop)."""
+        return next((d for d in self.desktops.values()
+                     if d.desktop_session_id == desktop_session_id), None)  # fmt: skip
+
+    def record_spawn(self, child: ChildProcess) -> None:
+        """Write the state file at once, before the start spawns anything else (blocking, on
+        purpose: a relay killed in the next instant must still find this child)."""
+        logger.debug("recording %s pid=%d of a starting desktop", child.name, child.pid)
+        try:
+            self.state.save(self.sorted(), list(self.starting.values()))
+        except OSError as err:
+            logger.error("cannot write desktop state file: %s", type(err).__name__)
+
+    async def save(self) -> None:
+        """The state file and the relay's authority file, after every change of desktops."""
+        desktops = self.sorted()
+        cookies = [(d.display, d.credentials.x_cookie) for d in desktops if d.credentials]
+        starting = list(self.starting.values())
+        try:
+            await asyncio.to_thread(self.state.save, desktops, starting)
+        except OSError as err:
+            # Desktops keep running; only re-adoption after a restart is at risk.
+            logger.error("cannot write desktop state file: %s", type(err).__name__)
+        try:
+            await asyncio.to_thread(self.authority.write, cookies)
+        except OSError as err:
+            # The desktops run; the relay's own screen actions on a new one would be refused.
+            logger.error("cannot write the relay's X authority file: %s", type(err).__name__)
+
+    async def remove(self, desktop: Desktop, reason: str, save: bool = True) -> None:
+        """Forget the desktop and stop its whole process set (caller holds the lock)."""
+        self.desktops.pop(desktop.key, None)
+        desktop.state = "stopping"
+        clean = await self.stop_processes(desktop)
+        private = self.config.run_dir / desktop.desktop_session_id
+        await asyncio.to_thread(shutil.rmtree, private, True)
+        if desktop.home is not None and not desktop.persist_home:
+            await asyncio.to_thread(shutil.rmtree, desktop.home, True)
+        desktop.state = "stopped" if reason == "stopped" else "failed"
+        log = logger.info if reason in ("stopped", "relay closing") else logger.warning
+        log(
+            "desktop %s kind=%s slot=%s: %s%s",
+            desktop.state, desktop.kind, desktop.slot, reason,
+            "" if clean else " (some processes remain)",
+        )  # fmt: skip
+        if save:
+            await self.save()
+
+    async def stop_processes(self, desktop: Desktop) -> bool:
+        """Stop a desktop's groups; its sound directory goes first, while the desktop still
+        holds its display number (afterwards another desktop may take number and directory)."""
+        if self.audio is not None and desktop.processes.find(PULSEAUDIO) is not None:
+            directory = runtime_dir(desktop.display, self.audio.runtime_root)
+            await asyncio.to_thread(shutil.rmtree, directory, True)
+        return await desktop.processes.stop(self.config.stop_grace_s)

@@ -1,0 +1,140 @@
+"""``Starter``: one desktop start under the lifecycle lock, from its orphan guard to the row,
+recorded child by child so a relay killed mid-start leaves every process in the state file;
+and the relay's heartbeat that keeps the guards waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+
+from relay.desktops.audio import audio_outcome
+from relay.desktops.config import DesktopConfig
+from relay.desktops.credentials import PRIVATE_FILE_MODE
+from relay.desktops.guard import GuardArgs
+from relay.desktops.homes import Homes, open_truncated
+from relay.desktops.launch import LaunchedDesktop, Launcher, SessionSetup
+from relay.desktops.process import ChildProcess, DesktopProcesses
+from relay.desktops.profiles import Profile
+from relay.desktops.slots import Slots, now_iso
+from relay.desktops.state import Desktop, StartingDesktop
+from relay.desktops.validation import StartRequest
+from wire.ids import DesktopSessionId
+
+logger = logging.getLogger(__name__)
+
+GUARD = "guard"
+
+
+def beat(config: DesktopConfig) -> None:
+    """Tell the desktops' orphan guards this relay is alive (blocking)."""
+    path = config.heartbeat_file
+    try:
+        path.touch(mode=PRIVATE_FILE_MODE)
+        os.utime(path)
+    except OSError as err:
+        logger.error("cannot touch the relay heartbeat file: %s", type(err).__name__)
+
+
+class Starter:
+    """Starts desktops into :class:`Slots` (the caller holds the lock)."""
+
+    def __init__(
+        self, slots: Slots, homes: Homes, http: Callable[[], aiohttp.ClientSession]
+    ) -> None:
+        self._slots = slots
+        self._homes = homes
+        self._http = http
+        self.config = slots.config
+
+    async def launch(self, req: StartRequest, profile: Profile) -> Desktop:
+        """Start one desktop in the request's slot and record it."""
+        slots = self._slots
+        session_id = DesktopSessionId(secrets.token_hex(16))
+        launcher = Launcher(self.config, self._http(), slots.audio)
+        private = self.config.run_dir / session_id
+        procs = DesktopProcesses(on_add=slots.record_spawn)
+        slots.starting[session_id] = StartingDesktop(session_id, req.kind, req.slot, procs)
+        session: SessionSetup | None = None
+        try:
+            await asyncio.to_thread(beat, self.config)
+            home, user = await self._homes.prepare(req, session_id)
+            session = SessionSetup(profile, home, user)
+            self._spawn_guard(req, session_id, procs)
+            launched = await launcher.launch(req, f"{req.kind}-{req.slot}", private, procs, session)
+        except BaseException:
+            own_home = session.home if session is not None and not req.persist_home else None
+            await asyncio.shield(self._abandon(session_id, private, own_home))
+            raise
+        del slots.starting[session_id]
+        desktop = self._desktop_from(req, session_id, launched)
+        desktop.profile, desktop.persist_home = profile.name, req.persist_home
+        desktop.home = str(session.home)
+        desktop.session_env = launched.session_env
+        slots.desktops[desktop.key] = desktop
+        await slots.save()
+        logger.info(
+            "desktop started kind=%s slot=%s display=:%d", req.kind, req.slot, launched.display
+        )
+        return desktop
+
+    async def _abandon(
+        self, session_id: DesktopSessionId, private: Path, home: Path | None
+    ) -> None:
+        """A start failed or was cancelled: stop what it spawned, forget its record."""
+        starting = self._slots.starting.pop(session_id, None)
+        if starting is not None:
+            await starting.processes.stop(self.config.stop_grace_s)
+        await asyncio.to_thread(shutil.rmtree, private, True)
+        if home is not None:
+            await asyncio.to_thread(shutil.rmtree, home, True)
+        await self._slots.save()
+
+    def _spawn_guard(
+        self, req: StartRequest, session_id: DesktopSessionId, procs: DesktopProcesses
+    ) -> None:
+        """The desktop's orphan guard (relay/desktops/guard.py), its first child."""
+        if self.config.orphan_timeout_s <= 0:
+            return
+        audio = self._slots.audio
+        args = GuardArgs(
+            session_id, self.config.state_file, self.config.heartbeat_file,
+            self.config.orphan_timeout_s, self.config.run_dir / session_id,
+            audio.runtime_root if audio is not None else None,
+        )  # fmt: skip
+        argv = [sys.executable, "-m", "relay.desktops.guard", *args.argv()]
+        log = open_truncated(self.config.log_dir / f"{req.kind}-{req.slot}.guard.log")
+        try:
+            procs.add(ChildProcess.spawn(GUARD, argv, env=_guard_env(), essential=False,
+                                         output=log))  # fmt: skip
+        except OSError as err:
+            logger.warning("desktop %s runs without an orphan guard: %s", req.slot, err)
+        finally:
+            log.close()
+
+    def _desktop_from(
+        self, req: StartRequest, session_id: DesktopSessionId, launched: LaunchedDesktop
+    ) -> Desktop:
+        # No sound server is no reason to refuse a desktop: the row says why it is silent.
+        has_audio = self._slots.audio is not None
+        audio_reason = audio_outcome(req.audio, has_audio, launched.extra_env)
+        return Desktop(
+            desktop_session_id=session_id, kind=req.kind, slot=req.slot,
+            geometry=req.geometry, depth=req.depth, display=launched.display,
+            started_at=now_iso(), started_by=req.started_by,
+            websockify_port=launched.websockify_port, vnc_port=launched.vnc_port,
+            audio=audio_reason is None, processes=launched.processes,
+            dbus_address=launched.dbus_address, audio_reason=audio_reason,
+            credentials=launched.credentials,
+        )  # fmt: skip
+
+
+def _guard_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "PYTHONPATH", "TZ")}

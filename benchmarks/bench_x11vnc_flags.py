@@ -27,7 +27,8 @@ from Xlib.display import Display
 
 from benchmarks.rfb import RFBClient
 from relay.desktops.config import BASELINE_X11VNC_FLAGS, LOW_LATENCY_X11VNC_FLAGS
-from relay.desktops.launch import desktop_env, free_ports, read_line
+from relay.desktops.displays import free_ports
+from relay.desktops.launch import desktop_env, read_line
 from relay.desktops.probe import poll_until_ready, rfb_banner_tcp
 from relay.desktops.process import ChildProcess, DesktopProcesses
 

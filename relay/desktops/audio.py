@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from relay.desktops.launch import x_display_alive
+from relay.desktops.displays import x_display_alive
 from relay.desktops.probe import ProbeFailed, poll_until_ready
 from relay.desktops.process import ChildProcess, DesktopProcesses
 from relay.desktops.user import DesktopUser

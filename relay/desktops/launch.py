@@ -4,14 +4,11 @@ autocutsel and the start-up apps, each in its own process group, each probed unt
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import logging
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +29,7 @@ from relay.desktops.credentials import (
     private_dir,
     write_desktop_files,
 )
+from relay.desktops.displays import clean_stale_x_locks, free_ports
 from relay.desktops.probe import (
     LOOPBACK,
     ProbeFailed,
@@ -48,8 +46,6 @@ from wire.errors import ErrorCode, OpError
 logger = logging.getLogger(__name__)
 
 # The X server keeps its locks and sockets here whatever TMPDIR says.
-X_TMP = Path("/tmp")  # noqa: S108
-_LOCK_RE = re.compile(r"^\.X([0-9]+)-lock$")
 # Only these variables of the relay reach desktop apps: the relay's own secrets (tokens in
 # RELAYDESK_*) and its DISPLAY/D-Bus/XDG session must never leak into a desktop agents drive.
 _INHERITED_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ"})
@@ -89,75 +85,6 @@ def missing_binaries(config: DesktopConfig | None = None) -> list[str]:
     if not (cfg.novnc_dir / "vnc.html").is_file():
         missing.append("noVNC")
     return missing
-
-
-def clean_stale_x_locks(tmp: Path = X_TMP) -> list[int]:
-    """Remove X lock files and sockets whose server pid is dead; returns the displays freed."""
-    freed = []
-    for lock in tmp.glob(".X*-lock"):
-        match = _LOCK_RE.fullmatch(lock.name)
-        pid = _lock_pid(lock) if match else None
-        if match is None or pid is None or _pid_running(pid):
-            continue
-        with contextlib.suppress(OSError):
-            (tmp / ".X11-unix" / f"X{match[1]}").unlink(missing_ok=True)
-            lock.unlink()
-            freed.append(int(match[1]))
-            logger.info("removed stale X lock of display :%s (pid %d gone)", match[1], pid)
-    return freed
-
-
-def x_display_alive(display: int, tmp: Path = X_TMP) -> bool:
-    """True while an X server holds ``display``: its lock names a running pid or its socket
-    accepts. Xvfb started with ``-displayfd`` (every desktop's) writes no lock file at all."""
-    pid = _lock_pid(tmp / f".X{display}-lock")
-    if pid is not None and _pid_running(pid):
-        return True
-    return _x_socket_listens(tmp / ".X11-unix" / f"X{display}")
-
-
-def _x_socket_listens(path: Path) -> bool:
-    """Whether an X server listens on ``path``, abstract name first (as libxcb tries)."""
-    for address in (f"\0{path}", str(path)):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.setblocking(False)  # never wait on a busy server: a full backlog is a live one
-            try:
-                sock.connect(address)
-            except BlockingIOError:
-                return True
-            except OSError:
-                continue
-            return True
-    return False
-
-
-def _lock_pid(lock: Path) -> int | None:
-    try:
-        return int(lock.read_text(encoding="ascii").strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _pid_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def free_ports(count: int) -> list[int]:
-    """Loopback ports the kernel just handed out (all held at once so they differ)."""
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind((LOOPBACK, 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def desktop_env(

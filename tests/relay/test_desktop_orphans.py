@@ -31,7 +31,7 @@ from relay.desktops.audio import (
     runtime_dir,
     socket_path,
 )
-from relay.desktops.launch import x_display_alive
+from relay.desktops.displays import x_display_alive
 from tests.relay.conftest import live_groups, pgids_of, record_for, state_records
 from tests.support.processes import scaled
 from tests.support.stack import wait_until

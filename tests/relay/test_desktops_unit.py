@@ -19,7 +19,8 @@ from relay.desktops.audio import (
     REASON_UNAVAILABLE,
     audio_outcome,
 )
-from relay.desktops.launch import clean_stale_x_locks, desktop_env, x_display_alive
+from relay.desktops.displays import clean_stale_x_locks, x_display_alive
+from relay.desktops.launch import desktop_env
 from relay.desktops.probe import ProbeFailed, check_banner
 from relay.desktops.process import (
     ChildProcess,

@@ -89,8 +89,10 @@ class WebSocketTransport:
         await self._ws.send_bytes(data)
 
     async def close(self) -> None:
-        await self._ws.close()
-        await self._session.close()
+        try:
+            await self._ws.close()
+        finally:
+            await self._session.close()
 
 
 @dataclass
@@ -123,15 +125,22 @@ class RFBClient:
         cls, port: int, host: str = "127.0.0.1", secret: bytes | None = None
     ) -> RFBClient:
         """Connect straight to x11vnc (``secret``: the desktop's VNC secret, which it needs)."""
-        client = cls(await TCPTransport.connect(host, port))
-        await client.handshake(secret)
-        return client
+        return await cls._opened(await TCPTransport.connect(host, port), secret)
 
     @classmethod
     async def open_websocket(cls, url: str, secret: bytes | None = None) -> RFBClient:
         """Connect through a WebSocket: websockify (``secret`` needed) or the server (None)."""
-        client = cls(await WebSocketTransport.connect(url))
-        await client.handshake(secret)
+        return await cls._opened(await WebSocketTransport.connect(url), secret)
+
+    @classmethod
+    async def _opened(cls, transport: Transport, secret: bytes | None) -> RFBClient:
+        """A client after its handshake; a failed handshake closes the transport."""
+        client = cls(transport)
+        try:
+            await client.handshake(secret)
+        except BaseException:
+            await transport.close()
+            raise
         return client
 
     async def handshake(self, secret: bytes | None = None) -> None:

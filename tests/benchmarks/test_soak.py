@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_soak import Failure, _overlaps, floor_gain, pooled_slope, slope
+from benchmarks.bench_soak import Failure
+from benchmarks.soak_report import _overlaps, floor_gain, pooled_slope, slope
 from tests.support.processes import scaled
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

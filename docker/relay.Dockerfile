@@ -85,7 +85,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HOME=/var/lib/relaydesk \
     RELAYDESK_DATA_DIR=/var/lib/relaydesk \
-    RELAYDESK_NOVNC_DIR=/usr/share/novnc
+    RELAYDESK_NOVNC_DIR=/usr/share/novnc \
+    RELAYDESK_DESKTOP_PROFILE=minimal
 VOLUME ["/var/lib/relaydesk"]
 WORKDIR /var/lib/relaydesk
 USER relaydesk:relaydesk

@@ -57,14 +57,19 @@ COPY host_helper /opt/relaydesk/host_helper
 COPY relaydesk /opt/relaydesk/relaydesk
 COPY migrations /opt/relaydesk/migrations
 # Editable, so the code stays at /opt/relaydesk beside web/ where the server looks for it.
-# Then what only building needed goes: pip and setuptools, numpy's tests, the debugging
+# Then what only building or other databases need goes: pip and setuptools, numpy's tests,
+# C headers and f2py, type stubs, SQLAlchemy's MySQL, Oracle and SQL Server dialects, the debugging
 # symbols of the wheels' extension modules (the vendored libraries in *.libs/ are left alone:
 # they are patched by auditwheel, and strip breaks them).
 RUN /opt/venv/bin/pip install -q --no-deps -c constraints.txt -e . \
     && /opt/venv/bin/python -m compileall -q /opt/relaydesk \
     && /opt/venv/bin/pip uninstall -q -y pip setuptools \
-    && rm -rf /opt/relaydesk/build /opt/venv/lib/python3.11/site-packages/numpy/*/tests \
-        /opt/venv/lib/python3.11/site-packages/numpy/tests \
+    && cd /opt/venv/lib/python3.11/site-packages \
+    && rm -rf /opt/relaydesk/build numpy/*/tests numpy/tests numpy/f2py numpy/_core/include \
+        numpy/core/include numpy/_pyinstaller sqlalchemy/dialects/mssql \
+        sqlalchemy/dialects/oracle sqlalchemy/dialects/mysql numpy/random/_examples \
+        alembic/templates \
+    && find . -name '*.pyi' -type f -delete \
     && find /opt/venv -name '*.so' -type f -not -path '*.libs/*' \
         -exec strip --strip-unneeded {} +
 

@@ -94,3 +94,15 @@ def artifacts_dir(request: pytest.FixtureRequest) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     return path
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_x_authority() -> Iterator[None]:
+    """A module that opens a relay's desktops points ``XAUTHORITY`` at that relay's authority
+    file (``Seed.use_relay_authority``); the next module starts without it."""
+    before = os.environ.get("XAUTHORITY")
+    yield
+    if before is None:
+        os.environ.pop("XAUTHORITY", None)
+    else:
+        os.environ["XAUTHORITY"] = before

@@ -16,11 +16,15 @@ from typing import Any
 
 CALLS = frozenset({"size", "position", "moveTo", "click", "mouseDown", "mouseUp", "vscroll",
                    "hscroll", "press", "hotkey", "isValidKey"})  # fmt: skip
+# Answers go to the real standard output only: libraries print there too (python-xlib's
+# "no xauthority details" warning), so everything else printed goes to standard error.
+_ANSWERS = sys.stdout
+sys.stdout = sys.stderr
 
 
 def _reply(answer: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(answer) + "\n")
-    sys.stdout.flush()
+    _ANSWERS.write(json.dumps(answer) + "\n")
+    _ANSWERS.flush()
 
 
 def _open() -> Any:

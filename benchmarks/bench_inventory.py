@@ -176,6 +176,8 @@ async def run_server(
     port = free_port()
     env = {**os.environ, **seed.env(), "RELAYDESK_LOG_LEVEL": "warning",
            "RELAYDESK_REDIS_URL": redis_url}  # fmt: skip
+    if redis_url:  # Redis-backed replicas authenticate each other with the cluster secret
+        env["RELAYDESK_CLUSTER_SECRET"] = secrets.token_urlsafe(24)
     log = seed.data_dir / f"server-{'redis' if redis_url else 'memory'}.log"
     server = ManagedProcess(relaydesk_argv("server", "--port", str(port)), log, env=env).start()
     base = f"http://127.0.0.1:{port}"

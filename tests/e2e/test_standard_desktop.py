@@ -25,20 +25,15 @@ import pytest_asyncio
 from PIL import Image
 from playwright.async_api import Browser
 
-from relay.desktops.profiles import load_profiles
 from tests.e2e.test_viewer_browser import canvas_pixels, wait_for_state
 from tests.e2e.viewer_stack import Desktop, ViewerStack, viewer_stack
 from tests.support.browser import chromium
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 
-STANDARD = load_profiles()["standard"]
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.skipif(
-        bool(STANDARD.missing()), reason=f"standard profile needs {STANDARD.missing()}"
-    ),
 ]
 
 WIDTH, HEIGHT = 1280, 800

@@ -197,7 +197,6 @@ async def _sound_server_answers(sock: Path) -> None:
     await writer.wait_closed()
 
 
-@pytest.mark.skipif(shutil.which("pulseaudio") is None, reason="PulseAudio is not installed")
 async def test_a_stopped_desktop_leaves_no_sound_directory(
     light_config: DesktopConfig, pulse_settings: AudioSettings
 ) -> None:
@@ -215,7 +214,6 @@ async def test_a_stopped_desktop_leaves_no_sound_directory(
         await manager.close(stop_desktops=True)
 
 
-@pytest.mark.skipif(shutil.which("pulseaudio") is None, reason="PulseAudio is not installed")
 async def test_another_relay_starting_or_a_desktop_stopping_keeps_a_live_sound_server(
     light_config: DesktopConfig, pulse_settings: AudioSettings, tmp_path: Path
 ) -> None:

@@ -13,7 +13,6 @@ import logging
 import os
 import secrets
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from Xlib import error as xerror
 from Xlib.display import Display
 
 from host_helper.config import HelperConfig
+from relay.desktops.displays import free_ports
 from relay.desktops.probe import (
     LOOPBACK,
     PROBE_ERRORS,
@@ -57,15 +57,6 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _free_ports(count: int) -> list[int]:
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind((LOOPBACK, 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def new_vnc_secret() -> bytes:
@@ -254,7 +245,7 @@ class LocalDesktops:
                 log.exception("local desktop watchdog round failed")
 
     async def _launch(self, started_by: str | None) -> LocalDesktop:
-        vnc_port, ws_port = _free_ports(2)
+        vnc_port, ws_port = free_ports(2)
         desktop = LocalDesktop(
             secrets.token_hex(16), self.config.display, vnc_port, ws_port, _now_iso(), started_by
         )

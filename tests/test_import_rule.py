@@ -42,7 +42,9 @@ ALLOWED_FIRST_PARTY = {
 }
 # The relay's desktop I/O (a prefix covers its submodules): what the host helper may import of
 # the relay, and all that these modules may import of it.
-DESKTOP_IO = frozenset({"relay.screen", "relay.desktops.process", "relay.desktops.probe"})
+DESKTOP_IO = frozenset(
+    {"relay.screen", "relay.desktops.process", "relay.desktops.probe", "relay.desktops.displays"}
+)
 # Modules whose import means I/O or concurrency machinery; a prefix covers its submodules.
 WIRE_FORBIDDEN_MODULES = frozenset(
     {

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from relay.a11y.client import A11yWorker
 from relay.channels import ByteStream
 from wire.errors import ErrorCode, OpError
 from wire.ops import (
@@ -94,6 +95,10 @@ class DesktopBackend(Protocol):
 
     def direct(self, desktop_session_id: str) -> VncDirectResult | None:
         """Port and VNC secret of the session's x11vnc on this host (None: not offered)."""
+        ...
+
+    async def a11y_worker(self, row: RelayRow) -> A11yWorker:
+        """The accessibility worker of the desktop (``a11y_unavailable`` when it has none)."""
         ...
 
     async def aclose(self) -> None: ...

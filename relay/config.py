@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
+from relay.a11y.settings import A11ySettings
 from relay.desktops.audio import AudioSettings
 from relay.desktops.config import DesktopConfig
 from wire.errors import RelaydeskError
@@ -65,6 +66,7 @@ class RelaySettings:
     audio_bitrate: int = DEFAULT_BITRATE
     desktops: DesktopConfig = field(default_factory=DesktopConfig)
     audio: AudioSettings = field(default_factory=AudioSettings)
+    a11y: A11ySettings = field(default_factory=A11ySettings)
 
     @classmethod
     def from_env(
@@ -100,6 +102,7 @@ class RelaySettings:
             audio_bitrate=parse_bitrate(env.get(BITRATE_ENV, "")),
             desktops=DesktopConfig.from_env(env, state_dir=state_dir),
             audio=AudioSettings.from_env(env),
+            a11y=A11ySettings.from_env(env),
         )
 
     @property

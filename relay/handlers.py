@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from relay.a11y.service import A11yService
+from relay.a11y.settings import A11ySettings
 from relay.backend import DEFAULT_SLOT, DesktopBackend, check_revision_target, require_row
 from relay.channels import StreamChannel, TargetEnd
 from relay.desktops.config import DEFAULT_NOVNC_DIR
@@ -72,7 +74,9 @@ class Handlers:
         channel_targets: dict[str, ChannelOpener] | None = None,
         novnc_dir: Path | None = None,
         direct_host: str | None = None,
+        a11y: A11ySettings | None = None,
     ) -> None:
+        self.a11y = A11yService(a11y or A11ySettings())
         self.backends: dict[str, DesktopBackend] = {b.kind: b for b in backends}
         self.novnc_dir = novnc_dir or DEFAULT_NOVNC_DIR
         # Set on a relay running beside the server: the server may then reach x11vnc itself.
@@ -94,6 +98,7 @@ class Handlers:
                 _entry(ops.NOVNC_ASSET, self._novnc_asset),
                 _entry(ops.KEYBOARD_STATE, self._keyboard_state),
                 _entry(ops.VNC_DIRECT, self._vnc_direct),
+                _entry(ops.DESKTOP_A11Y, self._desktop_a11y),
                 *(_entry(spec, self._screen_handler(action))
                   for action, spec in ops.SCREEN.items()),
             )
@@ -207,7 +212,22 @@ class Handlers:
         """Start one launchable app (by id) in the desktop."""
         backend = await self._targeted(args)
         slot = args.get("slot", DEFAULT_SLOT)
-        return await backend.launch(args.get("desktop_session_id"), slot, args["app"])
+        result = await backend.launch(args.get("desktop_session_id"), slot, args["app"])
+        wait_s = args.get("wait_s", 0.0)
+        pid = result.get("pid")
+        if wait_s > 0 and pid is not None and result.get("accessible", True):
+            row = require_row(await backend.find(result["desktop_session_id"], slot),
+                              result["desktop_session_id"], backend.kind)  # fmt: skip
+            result["window"] = await self.a11y.launched_window(backend, row, pid, wait_s)
+        return result
+
+    async def _desktop_a11y(self, link: ServerLink, args: ops.A11yArgs) -> ops.A11yResult:
+        """One accessibility call on one desktop (relay/a11y/service.py)."""
+        backend = await self._targeted(args)
+        session_id = args.get("desktop_session_id")
+        row = require_row(await backend.find(session_id, args.get("slot", DEFAULT_SLOT)),
+                          session_id, backend.kind)  # fmt: skip
+        return {"result": await self.a11y.call(backend, row, args["call"], args["params"])}
 
     async def _desktop_reset_home(
         self, link: ServerLink, args: ops.SlotArgs

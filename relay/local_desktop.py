@@ -21,6 +21,7 @@ from typing import Any, Final, cast
 
 import aiohttp
 
+from relay.a11y.client import A11yWorker
 from relay.backend import not_offered
 from relay.channels import ByteStream, Chunk
 from relay.config import HOST_HELPER_TOKEN_ENV
@@ -282,6 +283,15 @@ class LocalDesktop:
 
     async def reset_home(self, slot: str) -> DesktopResetHomeResult:
         raise not_offered(self.kind, "kept home")
+
+    async def a11y_worker(self, row: RelayRow) -> A11yWorker:
+        raise OpError(
+            ErrorCode.A11Y_UNAVAILABLE,
+            "the accessibility tools do not reach the host's real screen yet: the host "
+            "helper does not share its session's accessibility bus",
+            {"suggestion": "use the screen tool (screenshot, then a guarded click) on the "
+             "local screen"},
+        )  # fmt: skip
 
     def direct(self, desktop_session_id: str) -> VncDirectResult | None:
         return None

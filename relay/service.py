@@ -80,7 +80,8 @@ class RelayService:
         )
         # One backend per kind of desktop this relay runs (relay/backend.py).
         backends: list[DesktopBackend] = [
-            VirtualBackend(self.desktops, self.screen, missing=missing_binaries(desktop_config))
+            VirtualBackend(self.desktops, self.screen, missing=missing_binaries(desktop_config),
+                           a11y=settings.a11y)
         ]
         if self.local is not None:
             backends.append(self.local)
@@ -89,6 +90,7 @@ class RelayService:
             channel_targets={"audio": self.audio.open_channel} if audio.available else None,
             novnc_dir=desktop_config.novnc_dir,
             direct_host=settings.direct_vnc_host,
+            a11y=settings.a11y,
         )
         self.worker = RelayWorker(settings, self.handlers)
         self.owner = StateOwner(desktop_config.state_dir)

@@ -142,12 +142,18 @@ class DesktopAppsResult(TypedDict):
 
 class DesktopLaunchArgs(DesktopTargetArgs):
     app: str
+    # Wait this long for the app's window on the accessibility bus (0: do not wait).
+    wait_s: NotRequired[float]
 
 
 class DesktopLaunchResult(TypedDict):
     desktop_session_id: str
     app: str
     launched: bool
+    pid: NotRequired[int]
+    # The app as desktop_apps lists it, once its window is on the accessibility bus.
+    window: NotRequired[dict[str, Any] | None]
+    accessible: NotRequired[bool]
 
 
 class SlotArgs(TypedDict):
@@ -160,6 +166,22 @@ class DesktopResetHomeResult(TypedDict):
     slot: str
     reset: bool
     existed: bool
+
+
+A11yCall = Literal["apps", "observe", "find", "read", "act", "wait"]
+A11Y_CALLS: Final[tuple[A11yCall, ...]] = get_args(A11yCall)
+
+
+class A11yArgs(DesktopTargetArgs):
+    """``desktop.a11y``: one accessibility call on one desktop (docs/accessibility.md); its
+    parameters are checked by the server's action schemas and again by the relay's worker."""
+
+    call: A11yCall
+    params: dict[str, Any]
+
+
+class A11yResult(TypedDict):
+    result: dict[str, Any]
 
 
 class ChannelTarget(TypedDict):
@@ -209,6 +231,22 @@ class RevisionTarget(TypedDict):
     display: str | None
 
 
+class ScreenRect(TypedDict):
+    """A region of the screen in pixels."""
+
+    x: int
+    y: int
+    width: int
+    height: int
+
+
+class ScreenGrid(TypedDict, total=False):
+    """A grid drawn on a screenshot or zoom image, labelled in these coordinates."""
+
+    coordinates: Literal["pixels", "normalized"]
+    relative_to: ScreenRect
+
+
 class ScreenArgs(TypedDict, total=False):
     """``screen.<action>``: the target desktop, then the action's own fields (checked by the
     screen service, ``relay/screen/args.py``)."""
@@ -229,6 +267,9 @@ class ScreenArgs(TypedDict, total=False):
     format: str
     quality: int
     preview_max_width: int
+    region: ScreenRect
+    scale: float
+    grid: ScreenGrid
 
 
 class ScreenResult(TypedDict, total=False):
@@ -270,6 +311,7 @@ CHANNEL_OPEN: Final = OpSpec("channel.open", ChannelOpenArgs, ChannelOpenResult)
 NOVNC_ASSET: Final = OpSpec("novnc.asset", NovncAssetArgs, NovncAssetResult)
 KEYBOARD_STATE: Final = OpSpec("keyboard.state", SessionArgs, KeyboardState)
 VNC_DIRECT: Final = OpSpec("vnc.direct", SessionArgs, VncDirectResult)
+DESKTOP_A11Y: Final = OpSpec("desktop.a11y", A11yArgs, A11yResult)
 SCREEN_OP_PREFIX: Final = "screen."
 SCREEN: Final[dict[ScreenAction, OpSpec[ScreenArgs, ScreenResult]]] = {
     action: OpSpec(f"{SCREEN_OP_PREFIX}{action}", ScreenArgs, ScreenResult)
@@ -278,7 +320,7 @@ SCREEN: Final[dict[ScreenAction, OpSpec[ScreenArgs, ScreenResult]]] = {
 _ALL: tuple[OpSpec[Any, Any], ...] = (
     PING, DESKTOP_START, DESKTOP_STATUS, DESKTOP_HOLDS, DESKTOP_STOP, DESKTOP_PROFILES,
     DESKTOP_APPS, DESKTOP_LAUNCH, DESKTOP_RESET_HOME, CHANNEL_OPEN, NOVNC_ASSET,
-    KEYBOARD_STATE, VNC_DIRECT, *SCREEN.values(),
+    KEYBOARD_STATE, VNC_DIRECT, DESKTOP_A11Y, *SCREEN.values(),
 )  # fmt: skip
 OPS: Final[dict[str, OpSpec[Any, Any]]] = {spec.name: spec for spec in _ALL}
 

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import signal
 from typing import Any, cast
 
+from relay.a11y.client import A11yWorker, WorkerSpec, a11y_python
+from relay.a11y.settings import A11ySettings
 from relay.channels import ByteStream
 from relay.desktops.manager import DesktopManager
+from relay.desktops.process import ChildProcess, pid_create_time
 from relay.screen.service import ScreenService
 from relay.vnc_target import VncTarget
 from wire.errors import ErrorCode, OpError, RfbHandshakeError
@@ -49,8 +53,12 @@ class VirtualBackend:
         screen: ScreenService | None = None,
         *,
         missing: list[str] | None = None,
+        a11y: A11ySettings | None = None,
     ) -> None:
         self.manager = manager
+        self.a11y = a11y or A11ySettings()
+        self._a11y_workers: dict[str, A11yWorker] = {}
+        self._a11y_python: str | bool | None = False  # False: not looked for yet
         # None: the first screen action creates (and this backend then closes) one.
         self._screen = screen
         self._owns_screen = screen is None
@@ -152,8 +160,47 @@ class VirtualBackend:
         state = await self.screen_service.run(display, "keyboard_state", {})
         return cast(KeyboardState, state)
 
+    # -- accessibility ----------------------------------------------------------------------
+
+    async def a11y_worker(self, row: RelayRow) -> A11yWorker:
+        session_id = row["desktop_session_id"]
+        worker = self._a11y_workers.get(session_id)
+        if worker is not None:
+            return worker
+        if self._a11y_python is False:
+            self._a11y_python = await asyncio.to_thread(a11y_python, self.a11y.python)
+        python = self._a11y_python
+        if not isinstance(python, str):
+            raise OpError(
+                ErrorCode.A11Y_UNAVAILABLE,
+                "this relay's host has no Python with the GObject bindings the accessibility "
+                "tools need (Debian: python3-gi; scripts/install installs it)",
+                {"suggestion": "use the screen tool (screenshot, then a guarded click)"},
+            )  # fmt: skip
+        user = await self.manager.desktop_user()
+
+        def spec() -> WorkerSpec:
+            desktop = self.manager.live(session_id)
+            if desktop is None:
+                raise OpError(ErrorCode.NOT_RUNNING, "the desktop stopped")
+            log_path = self.manager.config.log_dir / f"{desktop.kind}-{desktop.slot}.log"
+            env = dict(desktop.session_env) | self.a11y.worker_env()
+            return WorkerSpec(python, env, user, log_path)
+
+        async def joined(pid: int) -> None:
+            child = ChildProcess.adopt("a11y-worker", pid, pid_create_time(pid) or 0.0,
+                                       False, signal.SIGKILL)  # fmt: skip
+            if not await self.manager.add_process(session_id, child):
+                child.kill()
+
+        worker = A11yWorker(f"desktop {row.get('slot', '?')}", spec, joined)
+        self._a11y_workers[session_id] = worker
+        return worker
+
     async def _release_gone(self, live: set[str]) -> None:
         """Close screen connections of displays whose desktops are gone."""
+        for session_id in [s for s in self._a11y_workers if not self.manager.holds(s)]:
+            await self._a11y_workers.pop(session_id).aclose()
         for display in sorted(self._displays - live):
             self._displays.discard(display)
             await self.screen_service.release_display(display)
@@ -179,6 +226,9 @@ class VirtualBackend:
 
     async def aclose(self) -> None:
         """Release the display connections this backend opened (if it owns its service)."""
+        for worker in self._a11y_workers.values():
+            await worker.aclose()
+        self._a11y_workers.clear()
         if self._owns_screen and self._screen is not None:
             screen, self._screen = self._screen, None
             await screen.aclose()

@@ -49,7 +49,19 @@ logger = logging.getLogger(__name__)
 # Only these variables of the relay reach desktop apps: the relay's own secrets (tokens in
 # RELAYDESK_*) and its DISPLAY/D-Bus/XDG session must never leak into a desktop agents drive.
 _INHERITED_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ"})
-_ACCESSIBILITY_ENV = {"GTK_MODULES": "gail:atk-bridge", "QT_ACCESSIBILITY": "1"}
+# Every app exposes its accessibility tree (docs/accessibility.md, "Set-up").
+_ACCESSIBILITY_ENV = {
+    "GTK_MODULES": "gail:atk-bridge",
+    "ACCESSIBILITY_ENABLED": "1",
+    "QT_ACCESSIBILITY": "1",
+    "QT_LINUX_ACCESSIBILITY_ALWAYS_ON": "1",
+}
+# The accessibility bus's launcher (Debian's at-spi2-core); started with the session so the
+# first accessibility call does not wait for D-Bus to activate it.
+A11Y_BUS_LAUNCHERS = (
+    "/usr/libexec/at-spi-bus-launcher",
+    "/usr/lib/at-spi2-core/at-spi-bus-launcher",
+)
 # How long after it starts a run-once program is waited for (beside the readiness probe).
 ONE_SHOT_WAIT_S = 2.0
 _ONE_SHOT_POLL_S = 0.02
@@ -351,6 +363,9 @@ class Launcher:
 
         Returns the profile's run-once programs, for ``_reap_one_shots``."""
         optional: list[tuple[str, Sequence[str], dict[str, str]]] = []
+        launcher = next((p for p in A11Y_BUS_LAUNCHERS if os.access(p, os.X_OK)), None)
+        if launcher is not None and "DBUS_SESSION_BUS_ADDRESS" in env:
+            optional.append(("a11y-bus", [launcher, "--launch-immediately", "--a11y=1"], {}))
         if self._config.window_manager:
             optional.append(("wm", self._config.window_manager, {}))
         if shutil.which(self._config.clipboard_binary):

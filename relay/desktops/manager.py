@@ -237,7 +237,18 @@ class DesktopManager:
             await self._save()
         logger.info("launched %s in desktop slot=%s", entry.id, desktop.slot)
         return {"desktop_session_id": desktop.desktop_session_id, "app": entry.id,
-                "launched": True}  # fmt: skip
+                "launched": True, "pid": child.pid, "accessible": entry.accessible}  # fmt: skip
+
+    async def add_process(self, desktop_session_id: str, child: ChildProcess) -> bool:
+        """Join a process started later (the accessibility worker) to a live desktop's: it
+        stops with the desktop and is recorded like the others. False: no such desktop."""
+        async with self._lock:
+            desktop = self.live(desktop_session_id)
+            if desktop is None:
+                return False
+            desktop.processes.add(child)
+            await self._save()
+        return True
 
     async def reset_home(self, *, kind: str, slot: str) -> dict[str, Any]:
         """Wipe the kept home of a slot; refused while a desktop runs there."""

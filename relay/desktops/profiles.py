@@ -47,15 +47,17 @@ class App:
     icon: str
     exec: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    # Whether its windows reach the accessibility bus (xterm's do not: nothing to wait for).
+    accessible: bool = True
 
     @property
     def desktop_entry(self) -> str:
         """The desktop-entry id written into every home of the profile."""
         return f"relaydesk-{self.id}.desktop"
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "icon": self.icon,
-                "desktop_entry": self.desktop_entry}  # fmt: skip
+                "desktop_entry": self.desktop_entry, "accessible": self.accessible}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -217,8 +219,11 @@ def _app(item: dict[str, Any]) -> App:
     app_id = str(item["id"])
     if not NAME_RE.fullmatch(app_id):
         raise ValueError(f"app id {app_id!r} must match {NAME_RE.pattern}")
+    accessible = item.get("accessible", True)
+    if not isinstance(accessible, bool):
+        raise ValueError(f"app {app_id!r}: accessible must be true or false")
     return App(app_id, str(item["name"]), str(item.get("icon", "application-x-executable")),
-               _words(item["exec"]), _env(item.get("env", {})))  # fmt: skip
+               _words(item["exec"]), _env(item.get("env", {})), accessible)  # fmt: skip
 
 
 def _words(value: object) -> tuple[str, ...]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from server.actions.a11y import LOCAL
+from server.actions.a11y import apps as a11y_apps
 from server.actions.context import ActionContext
 from server.actions.desktop import (
     KIND,
@@ -19,8 +21,10 @@ from server.actions.desktop import (
     _live_row,
 )
 from server.actions.desktop import _tracked_relay as tracked_relay
+from server.actions.errors import relay_error
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
+from server.relays.calls import call
 from wire import ops
 from wire.errors import ErrorCode, OpError
 
@@ -39,21 +43,26 @@ async def _running_session(ctx: ActionContext, args: dict[str, Any]) -> str:
     return row.desktop_session_id
 
 
-async def apps(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-    session_id = await _running_session(ctx, args)
-    answer = await ctx.relay_call(
-        ops.DESKTOP_APPS, ops.DesktopTargetArgs(desktop_session_id=session_id)
-    )
-    return {"desktop_session_id": session_id, "profile": answer["profile"],
-            "launchable": answer["launchable"]}  # fmt: skip
-
-
 async def launch(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     session_id = await _running_session(ctx, args)
-    answer = await ctx.relay_call(
-        ops.DESKTOP_LAUNCH, ops.DesktopLaunchArgs(desktop_session_id=session_id, app=args["app"])
+    wait_s = float(args["wait_s"])
+    launch_args = ops.DesktopLaunchArgs(
+        desktop_session_id=session_id, app=args["app"], wait_s=wait_s
     )
-    return {"desktop_session_id": session_id, "app": answer["app"], "launched": True}
+    try:
+        answer = await call(ctx.hub, ctx.relay_id, ops.DESKTOP_LAUNCH, launch_args,
+                            ctx.settings.request_timeout_s + wait_s)  # fmt: skip
+    except OpError as err:
+        if err.code is ErrorCode.TIMEOUT and "suggestion" in err.details:
+            raise
+        raise relay_error(err) from err
+    reply: dict[str, Any] = {"desktop_session_id": session_id, "app": answer["app"],
+                             "launched": True}  # fmt: skip
+    if "window" in answer:
+        reply["app_window"] = answer["window"]
+    if answer.get("accessible") is False:
+        reply["note"] = "this app exposes no accessibility tree: use the screen tool with it"
+    return reply
 
 
 async def reset_home(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -72,20 +81,26 @@ async def reset_home(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]
 DESKTOP_APP_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
         "desktop_apps", "read",
-        tool_schema({"relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID}),
-        "List the applications that may be started in a running desktop (launchable: id, name, "
-        "icon, desktop_entry), from its profile.",
-        apps,
+        tool_schema({"relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID,
+                     "local": LOCAL}),
+        "List the apps of a running desktop: launchable (id, name, icon, desktop_entry: what "
+        "desktop_launch may start, from its profile) and running (each app's name, pid and "
+        "top-level windows with ids, titles, bounds and which has the focus, read from the "
+        "accessibility bus; apps the relay's policy refuses are listed with the reason).",
+        a11y_apps,
     ),
     Action(
         "desktop_launch", "write",
         tool_schema(
             {"relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID,
-             "app": APP_ID},
+             "app": APP_ID,
+             "wait_s": {"type": "number", "minimum": 0, "maximum": 60, "default": 15,
+                        "description": "Wait this long for the app's window on the "
+                        "accessibility bus (0: return at once)."}},
             ("app",),
         ),
-        "Start one launchable app (an id from desktop_apps) in a running desktop. Its window "
-        "opens in the background; find it with a screenshot.",
+        "Start one launchable app (an id from desktop_apps) in a running desktop; answers once "
+        "its window is on the accessibility bus (app_window), or a timeout error.",
         launch, audit_op="desktop.launch",
     ),
     Action(

@@ -1,0 +1,636 @@
+"""AT-SPI over D-Bus: the accessibility bus of one desktop, read in bulk and pipelined.
+
+Used only inside the accessibility worker (``relay/a11y/worker.py``), under the system's Python
+whose GObject bindings (``gi``) the distribution builds. Everything goes over D-Bus directly
+through Gio, never through libatspi's own cache (it goes stale unless its main loop runs):
+
+- one ``org.a11y.atspi.Cache.GetItems`` call per app returns every node the app has exposed
+  (role, name, description, states, interfaces, parent, child count) — the apps keep that
+  cache only while someone listens for events, so the worker registers a listener first;
+- everything else (extents, values, texts, the children an app has not cached yet) is fetched
+  *pipelined*: every call is sent, then every reply is read, so 100 extents cost about one
+  round trip instead of 100;
+- every call has a short timeout; an app that misses it is marked unresponsive for a while and
+  skipped, so one stopped app costs one timeout, not one per node.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+# AT-SPI's role enumeration (AtspiRole), as tokens: the role's name with spaces as "_".
+ROLES: Final[tuple[str, ...]] = tuple(
+    name.replace(" ", "_")
+    for name in (
+        "invalid",
+        "accelerator label",
+        "alert",
+        "animation",
+        "arrow",
+        "calendar",
+        "canvas",
+        "check box",
+        "check menu item",
+        "color chooser",
+        "column header",
+        "combo box",
+        "date editor",
+        "desktop icon",
+        "desktop frame",
+        "dial",
+        "dialog",
+        "directory pane",
+        "drawing area",
+        "file chooser",
+        "filler",
+        "focus traversable",
+        "font chooser",
+        "frame",
+        "glass pane",
+        "html container",
+        "icon",
+        "image",
+        "internal frame",
+        "label",
+        "layered pane",
+        "list",
+        "list item",
+        "menu",
+        "menu bar",
+        "menu item",
+        "option pane",
+        "page tab",
+        "page tab list",
+        "panel",
+        "password text",
+        "popup menu",
+        "progress bar",
+        "push button",
+        "radio button",
+        "radio menu item",
+        "root pane",
+        "row header",
+        "scroll bar",
+        "scroll pane",
+        "separator",
+        "slider",
+        "spin button",
+        "split pane",
+        "status bar",
+        "table",
+        "table cell",
+        "table column header",
+        "table row header",
+        "tearoff menu item",
+        "terminal",
+        "text",
+        "toggle button",
+        "tool bar",
+        "tool tip",
+        "tree",
+        "tree table",
+        "unknown",
+        "viewport",
+        "window",
+        "extended",
+        "header",
+        "footer",
+        "paragraph",
+        "ruler",
+        "application",
+        "autocomplete",
+        "editbar",
+        "embedded",
+        "entry",
+        "chart",
+        "caption",
+        "document frame",
+        "heading",
+        "page",
+        "section",
+        "redundant object",
+        "form",
+        "link",
+        "input method window",
+        "table row",
+        "tree item",
+        "document spreadsheet",
+        "document presentation",
+        "document text",
+        "document web",
+        "document email",
+        "comment",
+        "list box",
+        "grouping",
+        "image map",
+        "notification",
+        "info bar",
+        "level bar",
+        "title bar",
+        "block quote",
+        "audio",
+        "video",
+        "definition",
+        "article",
+        "landmark",
+        "log",
+        "marquee",
+        "math",
+        "rating",
+        "timer",
+        "static",
+        "math fraction",
+        "math root",
+        "subscript",
+        "superscript",
+        "description list",
+        "description term",
+        "description value",
+        "footnote",
+        "content deletion",
+        "content insertion",
+        "mark",
+        "suggestion",
+        "push button menu",
+    )
+)
+# AT-SPI's state enumeration (AtspiStateType), as tokens ("-" written "_").
+STATES: Final[tuple[str, ...]] = tuple(
+    name.replace("-", "_")
+    for name in (
+        "invalid",
+        "active",
+        "armed",
+        "busy",
+        "checked",
+        "collapsed",
+        "defunct",
+        "editable",
+        "enabled",
+        "expandable",
+        "expanded",
+        "focusable",
+        "focused",
+        "has-tooltip",
+        "horizontal",
+        "iconified",
+        "modal",
+        "multi-line",
+        "multiselectable",
+        "opaque",
+        "pressed",
+        "resizable",
+        "selectable",
+        "selected",
+        "sensitive",
+        "showing",
+        "single-line",
+        "stale",
+        "transient",
+        "vertical",
+        "visible",
+        "manages-descendants",
+        "indeterminate",
+        "required",
+        "truncated",
+        "animated",
+        "invalid-entry",
+        "supports-autocompletion",
+        "selectable-text",
+        "is-default",
+        "visited",
+        "checkable",
+        "has-popup",
+        "read-only",
+    )
+)
+
+REGISTRY: Final = "org.a11y.atspi.Registry"
+ROOT_PATH: Final = "/org/a11y/atspi/accessible/root"
+CACHE_PATH: Final = "/org/a11y/atspi/cache"
+ACCESSIBLE: Final = "org.a11y.atspi.Accessible"
+COMPONENT: Final = "org.a11y.atspi.Component"
+PROPERTIES: Final = "org.freedesktop.DBus.Properties"
+IFACE_PREFIX: Final = "org.a11y.atspi."
+COORD_SCREEN: Final = 0
+# Errors that mean "this object or app is gone" (as opposed to slow or failing).
+GONE_ERRORS: Final = frozenset(
+    {
+        "org.freedesktop.DBus.Error.UnknownObject",
+        "org.freedesktop.DBus.Error.UnknownMethod",
+        "org.freedesktop.DBus.Error.ServiceUnknown",
+        "org.freedesktop.DBus.Error.NameHasNoOwner",
+        "org.freedesktop.DBus.Error.UnknownInterface",
+        "org.freedesktop.DBus.Error.Disconnected",
+    }
+)
+TIMEOUT_ERRORS: Final = frozenset(
+    {
+        "org.freedesktop.DBus.Error.NoReply",
+        "org.freedesktop.DBus.Error.Timeout",
+        "org.freedesktop.DBus.Error.TimedOut",
+    }
+)
+# Calls sent before their replies are read, at most (the bus limits pending replies).
+PIPELINE_DEPTH: Final = 256
+
+Key = tuple[str, str]  # (bus name, object path)
+
+
+def role_token(number: int) -> str:
+    return ROLES[number] if 0 <= number < len(ROLES) else "unknown"
+
+
+def state_tokens(words: Sequence[int]) -> frozenset[str]:
+    """AT-SPI's two 32-bit state words as state tokens."""
+    bits = (words[0] if words else 0) | ((words[1] if len(words) > 1 else 0) << 32)
+    return frozenset(name for i, name in enumerate(STATES) if bits >> i & 1)
+
+
+class CallFailed(Exception):
+    """A D-Bus call failed; ``kind`` is ``gone``, ``timeout`` or ``failed``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class Node:
+    """One accessible object as the app's cache (or a fill-in read) describes it."""
+
+    bus: str
+    path: str
+    parent: Key | None
+    index: int
+    child_count: int
+    interfaces: frozenset[str]
+    name: str
+    role: str
+    description: str
+    states: frozenset[str]
+    children: list[Key] = field(default_factory=list)
+    complete: bool = False  # children listed in full
+
+    @property
+    def key(self) -> Key:
+        return (self.bus, self.path)
+
+    def has(self, interface: str) -> bool:
+        return interface in self.interfaces
+
+
+@dataclass
+class Tree:
+    """One app's nodes, with each node's children in order."""
+
+    bus: str
+    nodes: dict[Key, Node]
+    root: Key
+
+    def children(self, node: Node) -> list[Node]:
+        return [self.nodes[k] for k in node.children if k in self.nodes]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One D-Bus method call: target, interface, method, arguments (signature, values)."""
+
+    bus: str
+    path: str
+    interface: str
+    method: str
+    signature: str | None = None
+    values: tuple[Any, ...] = ()
+
+
+class Bus:
+    """The desktop's accessibility bus (raises ``CallFailed`` when it cannot be reached)."""
+
+    def __init__(self, call_timeout_ms: int, bulk_timeout_ms: int, skip_s: float) -> None:
+        from gi.repository import Gio, GLib  # the distribution's bindings; see module doc
+
+        self._gio: Any = Gio
+        self._glib: Any = GLib
+        self.call_timeout_ms = call_timeout_ms
+        self.bulk_timeout_ms = bulk_timeout_ms
+        self.skip_s = skip_s
+        self.unresponsive: dict[str, float] = {}  # bus name → until (monotonic)
+        self.events = 0
+        try:
+            session = Gio.bus_get_sync(Gio.BusType.SESSION, None)
+        except GLib.Error as err:
+            raise CallFailed("failed", f"no session bus: {err.message}") from None
+        self._session = session
+        # Apps that read it (Chromium, Qt, GTK 4) expose their trees only when it is set.
+        try:
+            enable = GLib.Variant(
+                "(ssv)", ("org.a11y.Status", "IsEnabled", GLib.Variant("b", True))
+            )
+            session.call_sync(
+                "org.a11y.Bus", "/org/a11y/bus", PROPERTIES, "Set", enable, None, 0, 5000, None
+            )
+            address = session.call_sync(
+                "org.a11y.Bus",
+                "/org/a11y/bus",
+                "org.a11y.Bus",
+                "GetAddress",
+                None,
+                GLib.VariantType("(s)"),
+                0,
+                5000,
+                None,
+            ).unpack()[0]
+            flags = (
+                Gio.DBusConnectionFlags.AUTHENTICATION_CLIENT
+                | Gio.DBusConnectionFlags.MESSAGE_BUS_CONNECTION
+            )
+            self._conn = Gio.DBusConnection.new_for_address_sync(address, flags, None, None)
+        except GLib.Error as err:
+            raise CallFailed("failed", f"no accessibility bus: {err.message}") from None
+        self._conn.signal_subscribe(
+            None, None, None, None, None, Gio.DBusSignalFlags.NONE, self._on_signal
+        )
+        self._listen()
+
+    def _on_signal(self, *_args: Any) -> None:
+        self.events += 1
+
+    def _listen(self) -> None:
+        """Register an event listener: apps keep their caches (``GetItems``) and emit events
+        only while one is registered."""
+        for signature, values in (("(sass)", ("object:", [], "")), ("(s)", ("object:",))):
+            try:
+                self.call(
+                    Call(
+                        REGISTRY,
+                        "/org/a11y/atspi/registry",
+                        REGISTRY,
+                        "RegisterEvent",
+                        signature,
+                        values,
+                    ),
+                    2000,
+                )
+                return
+            except CallFailed:
+                continue
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def _variant(self, call: Call) -> Any:
+        return None if call.signature is None else self._glib.Variant(call.signature, call.values)
+
+    def _classify(self, err: Any, bus: str) -> CallFailed:
+        name = self._gio.DBusError.get_remote_error(err) or ""
+        timed_out = name in TIMEOUT_ERRORS or err.matches(
+            self._gio.io_error_quark(), self._gio.IOErrorEnum.TIMED_OUT
+        )
+        if timed_out:
+            self.unresponsive[bus] = time.monotonic() + self.skip_s
+            return CallFailed("timeout", "the app did not answer in time")
+        if name in GONE_ERRORS:
+            return CallFailed("gone", "the object or its app is gone")
+        return CallFailed("failed", str(self._gio.DBusError.strip_remote_error(err) or err))
+
+    def check_responsive(self, bus: str) -> None:
+        until = self.unresponsive.get(bus)
+        if until is not None:
+            if time.monotonic() < until:
+                raise CallFailed("timeout", "the app did not answer a moment ago; it is skipped")
+            del self.unresponsive[bus]
+
+    def call(self, call: Call, timeout_ms: int | None = None) -> tuple[Any, ...]:
+        """One call, waited for."""
+        if call.bus != REGISTRY:
+            self.check_responsive(call.bus)
+        try:
+            reply = self._conn.call_sync(
+                call.bus,
+                call.path,
+                call.interface,
+                call.method,
+                self._variant(call),
+                None,
+                0,
+                timeout_ms or self.call_timeout_ms,
+                None,
+            )
+        except self._glib.Error as err:
+            raise self._classify(err, call.bus) from None
+        return tuple(reply.unpack()) if reply is not None else ()
+
+    def many(self, calls: Sequence[Call], timeout_ms: int | None = None) -> list[Any]:
+        """Calls pipelined: every reply (a tuple) or ``CallFailed``, in order."""
+        results: list[Any] = [None] * len(calls)
+        pending = 0
+        context = self._glib.MainContext.default()
+
+        def done(conn: Any, result: Any, index: int) -> None:
+            nonlocal pending
+            pending -= 1
+            try:
+                reply = conn.call_finish(result)
+                results[index] = tuple(reply.unpack()) if reply is not None else ()
+            except self._glib.Error as err:
+                results[index] = self._classify(err, calls[index].bus)
+
+        for index, call in enumerate(calls):
+            if call.bus != REGISTRY and call.bus in self.unresponsive:
+                try:
+                    self.check_responsive(call.bus)
+                except CallFailed as err:
+                    results[index] = err
+                    continue
+            while pending >= PIPELINE_DEPTH:
+                context.iteration(True)
+            pending += 1
+            self._conn.call(
+                call.bus,
+                call.path,
+                call.interface,
+                call.method,
+                self._variant(call),
+                None,
+                0,
+                timeout_ms or self.call_timeout_ms,
+                None,
+                done,
+                index,
+            )
+        while pending:
+            context.iteration(True)
+        return results
+
+    def wait_event(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for any accessibility event; True when one came."""
+        before = self.events
+        fired = [False]
+
+        def wake() -> bool:
+            fired[0] = True
+            return False
+
+        source = self._glib.timeout_add(max(1, int(seconds * 1000)), wake)
+        context = self._glib.MainContext.default()
+        while not fired[0] and self.events == before:
+            context.iteration(True)
+        if not fired[0]:
+            self._glib.source_remove(source)
+        return self.events != before
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def apps(self) -> list[Key]:
+        reply = self.call(Call(REGISTRY, ROOT_PATH, ACCESSIBLE, "GetChildren"), 2000)
+        return [(str(bus), str(path)) for bus, path in reply[0]]
+
+    def prop(self, key: Key, interface: str, name: str) -> Call:
+        return Call(key[0], key[1], PROPERTIES, "Get", "(ss)", (interface, name))
+
+    def pid_call(self, bus: str) -> Call:
+        return Call(
+            "org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus",
+            "GetConnectionUnixProcessID",
+            "(s)",
+            (bus,),
+        )
+
+    def tree(self, app: Key) -> Tree:
+        """Every node the app has cached, in one call."""
+        reply = self.call(
+            Call(app[0], CACHE_PATH, "org.a11y.atspi.Cache", "GetItems"), self.bulk_timeout_ms
+        )
+        nodes: dict[Key, Node] = {}
+        for item in reply[0]:
+            node = _cache_node(item)
+            if node is not None:
+                nodes[node.key] = node
+        order: dict[Key, list[tuple[int, Key]]] = {}
+        for node in nodes.values():
+            if node.parent is not None and node.parent in nodes:
+                order.setdefault(node.parent, []).append((node.index, node.key))
+        for parent, kids in order.items():
+            kids.sort()
+            nodes[parent].children = [k for _, k in kids]
+            nodes[parent].complete = len(kids) >= nodes[parent].child_count
+        for node in nodes.values():
+            if node.child_count == 0:
+                node.complete = True
+        root = (app[0], ROOT_PATH)
+        if root not in nodes:
+            nodes[root] = Node(
+                app[0],
+                ROOT_PATH,
+                None,
+                0,
+                0,
+                frozenset({"Accessible"}),
+                "",
+                "application",
+                "",
+                frozenset(),
+            )
+        top = [
+            n.key
+            for n in nodes.values()
+            if n.parent == root
+            or (n.parent is not None and n.parent[1] == ROOT_PATH and n.key != root)
+        ]
+        if not nodes[root].children:
+            nodes[root].children = sorted(top, key=lambda k: nodes[k].index)
+        return Tree(app[0], nodes, root)
+
+    def fill(self, tree: Tree, parents: Iterable[Node]) -> None:
+        """List, pipelined, the children the app had not cached of ``parents``."""
+        wanted = [p for p in parents if not p.complete]
+        if not wanted:
+            return
+        replies = self.many([Call(p.bus, p.path, ACCESSIBLE, "GetChildren") for p in wanted])
+        fresh: list[tuple[Node, Key, int]] = []
+        for parent, reply in zip(wanted, replies, strict=True):
+            parent.complete = True
+            if isinstance(reply, CallFailed):
+                continue
+            keys = [(str(b), str(p)) for b, p in reply[0]]
+            parent.children = keys
+            fresh.extend((parent, k, i) for i, k in enumerate(keys) if k not in tree.nodes)
+        if not fresh:
+            return
+        calls: list[Call] = []
+        for _, key, _ in fresh:
+            calls.extend(
+                (
+                    Call(key[0], key[1], ACCESSIBLE, "GetRole"),
+                    self.prop(key, ACCESSIBLE, "Name"),
+                    self.prop(key, ACCESSIBLE, "Description"),
+                    Call(key[0], key[1], ACCESSIBLE, "GetState"),
+                    Call(key[0], key[1], ACCESSIBLE, "GetInterfaces"),
+                    self.prop(key, ACCESSIBLE, "ChildCount"),
+                )
+            )
+        replies = self.many(calls)
+        for n, (parent, key, index) in enumerate(fresh):
+            part = replies[n * 6 : n * 6 + 6]
+            if any(isinstance(r, CallFailed) for r in part):
+                continue
+            role, name, description, states, interfaces, count = (r[0] for r in part)
+            tree.nodes[key] = Node(
+                key[0],
+                key[1],
+                parent.key,
+                index,
+                int(count),
+                _short(interfaces),
+                str(name),
+                role_token(int(role)),
+                str(description),
+                state_tokens(states),
+            )
+
+
+def _short(interfaces: Iterable[str]) -> frozenset[str]:
+    return frozenset(i.removeprefix(IFACE_PREFIX) for i in interfaces)
+
+
+def _cache_node(item: Sequence[Any]) -> Node | None:
+    """A node from one ``GetItems`` entry; both layouts (with a child count since AT-SPI 2.x,
+    with a children list before) are read."""
+    try:
+        if len(item) == 10:
+            me, _app, parent, index, count, ifaces, name, role, desc, states = item
+        else:
+            me, _app, parent, children, ifaces, name, role, desc, states = item
+            index, count = -1, len(children)
+    except (TypeError, ValueError):
+        return None
+    parent_key = (str(parent[0]), str(parent[1])) if parent and parent[1] != "/" else None
+    return Node(
+        str(me[0]),
+        str(me[1]),
+        parent_key,
+        int(index),
+        int(count),
+        _short(ifaces),
+        str(name),
+        role_token(int(role)),
+        str(desc),
+        state_tokens(states),
+    )
+
+
+def first_failure(replies: Iterable[Any]) -> CallFailed | None:
+    return next((r for r in replies if isinstance(r, CallFailed)), None)
+
+
+def unwrap(reply: Any, default: Any = None, convert: Callable[[Any], Any] | None = None) -> Any:
+    """A reply's first value (``default`` for a failed call)."""
+    if isinstance(reply, CallFailed) or not reply:
+        return default
+    value = reply[0]
+    return convert(value) if convert is not None else value

@@ -1,0 +1,140 @@
+"""``desktop.a11y`` on the relay: a call to the desktop's worker, then what the worker cannot do.
+
+The worker reads the tree and performs native actions. When an element has no native action
+for what was asked (or it failed), the worker answers with the element's *live* bounds and the
+relay performs physical input there through the one screen stack (``relay/screen``), if this
+relay allows physical input for that kind of desktop; typed text is then read back through the
+element's Text interface. Launching an app waits until its window is on the accessibility bus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from relay.a11y.settings import A11ySettings
+from relay.screen.service import LIVE_BOUNDS
+from wire.errors import ErrorCode, OpError
+from wire.ops import RelayRow
+
+if TYPE_CHECKING:
+    from relay.backend import DesktopBackend
+
+log = logging.getLogger(__name__)
+
+# How long a call may take in the worker, beyond a ``wait``'s own timeout.
+CALL_TIMEOUT_S: Final[dict[str, float]] = {
+    "apps": 10.0,
+    "observe": 20.0,
+    "find": 20.0,
+    "read": 10.0,
+    "act": 10.0,
+    "text": 10.0,
+}
+LAUNCH_POLL_S: Final = 0.2
+
+
+class A11yService:
+    """Accessibility calls on any backend's desktops, with this relay's policy."""
+
+    def __init__(self, settings: A11ySettings) -> None:
+        self.settings = settings
+
+    async def call(
+        self, backend: DesktopBackend, row: RelayRow, call: str, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        worker = await backend.a11y_worker(row)
+        timeout = CALL_TIMEOUT_S.get(call, 10.0)
+        if call == "wait":
+            timeout = float(params.get("timeout_ms", 5000)) / 1000 + 2.0
+        result = await worker.call(call, params, timeout)
+        physical = result.pop("physical", None)
+        if call != "act" or physical is None:
+            return result
+        if not params.get("physical", True) or not self.settings.physical_allowed(backend.kind):
+            raise OpError(
+                ErrorCode.POLICY_DENIED,
+                f"{result.get('reason', 'no native action')}, and physical input is not "
+                f"allowed here",
+                {
+                    "suggestion": "pick an element with a native action, or ask the relay's "
+                    "operator to allow physical input (RELAYDESK_A11Y_PHYSICAL)"
+                },
+            )
+        await self._physical(backend, row, cast(dict[str, Any], physical))
+        if physical.get("action") == "type":
+            read = await worker.call("text", {"ref": params["ref"]}, CALL_TIMEOUT_S["text"])
+            result["text"] = read.get("text")
+            expected = str(physical.get("text", ""))
+            result["confirmed"] = (
+                read.get("text") == expected
+                if physical.get("replace")
+                else expected in str(read.get("text") or "")
+            )
+        result["at"] = {"x": physical["x"], "y": physical["y"]}
+        return result
+
+    async def _physical(
+        self, backend: DesktopBackend, row: RelayRow, physical: dict[str, Any]
+    ) -> None:
+        """Input at the live bounds the worker just read (no screenshot guard: nothing was
+        chosen on a picture)."""
+        action, at = physical["action"], {"x": physical["x"], "y": physical["y"]}
+        if action == "click":
+            await backend.screen(row, "click", {**at, "button": "left", "guard": LIVE_BOUNDS})
+        elif action == "scroll":
+            await backend.screen(
+                row,
+                "scroll",
+                {**at, "direction": physical["direction"], "amount": physical["amount"]},
+            )
+        elif action in ("type", "key"):
+            if not physical.get("focused"):
+                await backend.screen(row, "click", {**at, "button": "left", "guard": LIVE_BOUNDS})
+            if action == "key":
+                await backend.screen(row, "key", {"keys": physical["keys"]})
+                return
+            if physical.get("replace"):
+                await backend.screen(row, "key", {"keys": "ctrl+a"})
+                await backend.screen(row, "key", {"keys": "BackSpace"})
+            await backend.screen(row, "type", {"text": physical["text"]})
+        else:
+            raise OpError(ErrorCode.ACTION_FAILED, f"unknown physical action {action!r}")
+
+    async def launched_window(
+        self, backend: DesktopBackend, row: RelayRow, pid: int, wait_s: float
+    ) -> dict[str, Any]:
+        """The app started as process group ``pid``, once its window is on the accessibility
+        bus; ``timeout`` after ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        worker = await backend.a11y_worker(row)
+        while True:
+            listed = await worker.call("apps", {}, CALL_TIMEOUT_S["apps"])
+            for app in listed.get("apps", []):
+                if _in_group(app.get("pid"), pid) and app.get("windows"):
+                    return cast(dict[str, Any], app)
+            if time.monotonic() >= deadline:
+                raise OpError(
+                    ErrorCode.TIMEOUT,
+                    f"the app started, but no window of it reached the accessibility bus "
+                    f"within {wait_s:g} s",
+                    {
+                        "suggestion": "take a screenshot to see it; some apps (xterm) expose no "
+                        "accessibility tree"
+                    },
+                )
+            await asyncio.sleep(LAUNCH_POLL_S)
+
+
+def _in_group(pid: object, group: int) -> bool:
+    if not isinstance(pid, int):
+        return False
+    if pid == group:
+        return True
+    try:
+        return os.getpgid(pid) == group
+    except OSError:
+        return False

@@ -1,0 +1,1213 @@
+"""The accessibility worker: observes and acts on one desktop's accessibility tree (AT-SPI).
+
+One worker runs per desktop, started on first use by the relay (``relay/a11y/client.py``) as
+the desktop's user, with the desktop's environment (its display and session bus), under the
+system's Python: the GObject bindings it needs are the distribution's, built for that
+interpreter only. It imports nothing of relaydesk but ``relay.a11y.atspi`` and the pure
+selector parser (``wire.a11y_selector``).
+
+Protocol: JSON lines. In: ``{"id", "call", "params"}``; out: ``{"id", "ok": true, "result"}``
+or ``{"id", "ok": false, "error": {"code", "message", "suggestion"}}``. The first line out is
+``{"ready": true}`` or ``{"ready": false, "reason"}``. Calls run one at a time.
+
+Calls: ``apps``, ``observe``, ``find``, ``read``, ``act``, ``text`` (an element's text, read
+back after physical typing) and ``wait`` (docs/accessibility.md). Elements come back as
+qualified refs ``@<snapshot>:<element>``; a snapshot lives ``RELAYDESK_A11Y_SNAPSHOT_TTL_S``
+in a bounded LRU, and every ref keeps the locator that found it, so it is re-resolved against
+the live tree right before any action.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import secrets
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from relay.a11y.atspi import (
+    ACCESSIBLE,
+    COMPONENT,
+    COORD_SCREEN,
+    Bus,
+    Call,
+    CallFailed,
+    Key,
+    Node,
+    Tree,
+    first_failure,
+    role_token,
+    state_tokens,
+    unwrap,
+)
+from wire import a11y_selector as selectors
+
+CALL_TIMEOUT_MS: Final = int(os.environ.get("RELAYDESK_A11Y_CALL_TIMEOUT_MS", "250"))
+SNAPSHOT_TTL_S: Final = float(os.environ.get("RELAYDESK_A11Y_SNAPSHOT_TTL_S", "120"))
+SNAPSHOTS_KEPT: Final = 64
+# A container with more children than this is not descended into (Calc's sheet has 2^31).
+HUGE: Final = 500
+MAX_LINE: Final = 1 << 20
+TEXT_PREVIEW: Final = 40
+READ_TEXT_MAX: Final = 4000
+# What the default ("interactive") view lists: controls, and named context around them.
+INTERACTIVE_ROLES: Final = frozenset(
+    {
+        "push_button",
+        "toggle_button",
+        "check_box",
+        "radio_button",
+        "menu_item",
+        "check_menu_item",
+        "radio_menu_item",
+        "combo_box",
+        "text",
+        "entry",
+        "password_text",
+        "spin_button",
+        "slider",
+        "link",
+        "page_tab",
+        "list_item",
+        "tree_item",
+        "table_cell",
+        "push_button_menu",
+        "menu",
+        "scroll_bar",
+        "dial",
+        "color_chooser",
+        "date_editor",
+        "icon",
+    }
+)
+CONTEXT_ROLES: Final = frozenset(
+    {
+        "frame",
+        "dialog",
+        "window",
+        "alert",
+        "heading",
+        "page_tab_list",
+        "tool_bar",
+        "menu_bar",
+        "status_bar",
+        "document_web",
+        "document_frame",
+        "form",
+        "list",
+        "list_box",
+        "table",
+        "tree",
+        "tree_table",
+        "notification",
+        "info_bar",
+        "grouping",
+        "label",
+        "static",
+    }
+)
+LISTED_STATES: Final = (
+    "focusable",
+    "focused",
+    "checked",
+    "indeterminate",
+    "selected",
+    "expanded",
+    "collapsed",
+    "pressed",
+    "editable",
+    "read_only",
+    "modal",
+    "required",
+    "active",
+)
+SCROLL_ANYWHERE: Final = 6  # AtspiScrollType
+CLICK_ACTIONS: Final = ("click", "press", "activate", "toggle", "jump", "open", "select")
+SECRET_ROLES: Final = frozenset({"password_text"})
+SUGGESTIONS: Final[dict[str, str]] = {
+    "stale_ref": "the snapshot expired; call desktop_observe or desktop_find again for fresh refs",
+    "snapshot_not_found": "use a ref from a recent desktop_observe or desktop_find answer",
+    "element_not_found": "the element is gone (window closed or content changed); observe again",
+    "app_not_found": "call desktop_apps to see the running apps and their windows",
+    "policy_denied": "this relay does not let agents use that app; pick another app",
+    "action_failed": "read the element with desktop_read, or fall back to a screenshot and a "
+    "guarded click",
+    "a11y_unavailable": "use the screen tool (screenshot, then a guarded click) instead",
+    "timeout": "the app is busy or stopped; try again later or use the screen tool",
+    "invalid_args": "fix the named argument and call again",
+}
+
+
+class A11yError(Exception):
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+    def body(self) -> dict[str, Any]:
+        suggestion = self.details.pop("suggestion", None) or SUGGESTIONS.get(self.code, "")
+        return {
+            "code": self.code,
+            "message": self.message,
+            "suggestion": suggestion,
+            **self.details,
+        }
+
+
+def failed(err: CallFailed, what: str) -> A11yError:
+    if err.kind == "timeout":
+        return A11yError(
+            "timeout",
+            f"{what}: the app did not answer within "
+            f"{CALL_TIMEOUT_MS} ms; it is marked unresponsive for a while",
+        )
+    if err.kind == "gone":
+        return A11yError("element_not_found", f"{what}: {err}")
+    return A11yError("action_failed", f"{what}: {err}")
+
+
+# -- policy ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Which apps agents may observe and act on (relay settings, docs/accessibility.md)."""
+
+    allow: frozenset[str] | None = None
+    deny: frozenset[str] = frozenset()
+    read_only: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_env(cls) -> Policy:
+        raw = json.loads(os.environ.get("RELAYDESK_A11Y_POLICY") or "{}")
+
+        def names(key: str) -> frozenset[str]:
+            return frozenset(str(n).lower() for n in raw.get(key) or ())
+
+        return cls(names("allow") if raw.get("allow") else None, names("deny"), names("read_only"))
+
+    def refusal(self, app: App, acting: bool) -> str | None:
+        """Why agents may not observe (or, ``acting``, act on) ``app``; None: they may."""
+        ids = app.ids()
+        if ids & self.deny:
+            return "denied by this relay's accessibility policy"
+        if self.allow is not None and not ids & self.allow:
+            return "not in this relay's list of allowed apps"
+        if acting and ids & self.read_only:
+            return "read-only under this relay's accessibility policy"
+        return None
+
+
+@dataclass
+class App:
+    bus: str
+    name: str
+    pid: int | None
+    command: str | None
+
+    def ids(self) -> frozenset[str]:
+        return frozenset(x.lower() for x in (self.name, self.command or "") if x)
+
+
+# -- snapshots ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Locator:
+    """How to find an element again: its app, and the path of (role, name, index among the
+    siblings of that role and name) from the app's root."""
+
+    app_name: str
+    steps: tuple[tuple[str, str, int], ...]
+
+
+@dataclass
+class Element:
+    key: Key
+    locator: Locator
+    role: str
+    name: str
+
+
+@dataclass
+class Snapshot:
+    id: str
+    created: float
+    elements: dict[str, Element] = field(default_factory=dict)
+
+    def add(self, element: Element) -> str:
+        ref = f"@{self.id}:e{len(self.elements) + 1}"
+        self.elements[ref.split(":", 1)[1]] = element
+        return ref
+
+
+REF_RE: Final = re.compile(r"^@([a-z0-9]{8}):(e[0-9]{1,6})$")
+
+
+class Snapshots:
+    def __init__(self, ttl_s: float, kept: int) -> None:
+        self.ttl_s, self.kept = ttl_s, kept
+        self._all: OrderedDict[str, Snapshot] = OrderedDict()
+        self._expired: OrderedDict[str, None] = OrderedDict()
+
+    def new(self) -> Snapshot:
+        self._prune()
+        snapshot = Snapshot(secrets.token_hex(4), time.monotonic())
+        self._all[snapshot.id] = snapshot
+        while len(self._all) > self.kept:
+            old, _ = self._all.popitem(last=False)
+            self._forget(old)
+        return snapshot
+
+    def _forget(self, snapshot_id: str) -> None:
+        self._expired[snapshot_id] = None
+        while len(self._expired) > 4096:
+            self._expired.popitem(last=False)
+
+    def _prune(self) -> None:
+        now = time.monotonic()
+        for sid in [s for s, snap in self._all.items() if now - snap.created > self.ttl_s]:
+            del self._all[sid]
+            self._forget(sid)
+
+    def element(self, ref: object, field_name: str = "ref") -> Element:
+        if not isinstance(ref, str) or not (m := REF_RE.match(ref)):
+            raise A11yError(
+                "invalid_args", f"{field_name} must look like @s8f3k2p9:e17", field=field_name
+            )
+        self._prune()
+        snapshot = self._all.get(m[1])
+        if snapshot is None:
+            if m[1] in self._expired:
+                raise A11yError(
+                    "stale_ref",
+                    f"snapshot {m[1]} expired (refs live "
+                    f"{self.ttl_s:g} s or until {self.kept} newer snapshots)",
+                )
+            raise A11yError("snapshot_not_found", f"no snapshot {m[1]} on this desktop")
+        element = snapshot.elements.get(m[2])
+        if element is None:
+            raise A11yError("element_not_found", f"snapshot {m[1]} has no element {m[2]}")
+        return element
+
+
+# -- the worker --------------------------------------------------------------------------------
+
+
+@dataclass
+class Walked:
+    node: Node
+    depth: int
+    path: list[Node]
+
+
+class Worker:
+    def __init__(self, bus: Bus, policy: Policy) -> None:
+        self.bus = bus
+        self.policy = policy
+        self.snapshots = Snapshots(SNAPSHOT_TTL_S, SNAPSHOTS_KEPT)
+        self.names: dict[str, str] = {}  # bus name → the app's name, as it last said it
+
+    # -- apps and windows ----------------------------------------------------------------------
+
+    def list_apps(self) -> list[App]:
+        keys = self.bus.apps()
+        replies = self.bus.many(
+            [
+                c
+                for k in keys
+                for c in (self.bus.prop(k, ACCESSIBLE, "Name"), self.bus.pid_call(k[0]))
+            ]
+        )
+        apps: list[App] = []
+        for i, key in enumerate(keys):
+            # A busy or stopped app cannot say its name: it keeps the one it last said.
+            name = unwrap(replies[2 * i], "", str) or self.names.get(key[0], "")
+            if name:
+                self.names[key[0]] = name
+            pid = unwrap(replies[2 * i + 1], None, int)
+            apps.append(App(key[0], name, pid, _command(pid)))
+        return apps
+
+    def find_app(self, wanted: object, apps: list[App] | None = None) -> App:
+        apps = self.list_apps() if apps is None else apps
+        text = str(wanted).strip().lower()
+        for app in apps:
+            if (
+                text in app.ids()
+                or text == app.bus
+                or (app.pid is not None and text == str(app.pid))
+            ):
+                return app
+        raise A11yError(
+            "app_not_found",
+            f"no running app {str(wanted)[:64]!r} on the accessibility bus",
+            running=[a.name for a in apps][:50],
+        )
+
+    def _windows(self, app: App) -> list[dict[str, Any]]:
+        if self._skipped(app):
+            return []
+        try:
+            reply = self.bus.call(
+                Call(app.bus, "/org/a11y/atspi/accessible/root", ACCESSIBLE, "GetChildren")
+            )
+        except CallFailed:
+            return []
+        keys = [(str(b), str(p)) for b, p in reply[0]]
+        calls: list[Call] = []
+        for key in keys:
+            calls.extend(
+                (
+                    Call(key[0], key[1], ACCESSIBLE, "GetRole"),
+                    self.bus.prop(key, ACCESSIBLE, "Name"),
+                    Call(key[0], key[1], ACCESSIBLE, "GetState"),
+                    Call(key[0], key[1], COMPONENT, "GetExtents", "(u)", (COORD_SCREEN,)),
+                )
+            )
+        replies = self.bus.many(calls)
+        windows = []
+        for i, key in enumerate(keys):
+            role, name, states, extents = replies[4 * i : 4 * i + 4]
+            state = state_tokens(unwrap(states, []))
+            windows.append(
+                {
+                    "key": key,
+                    "role": role_token(unwrap(role, 0, int)),
+                    "name": unwrap(name, "", str),
+                    "bounds": _bounds(unwrap(extents)),
+                    "focused": "active" in state,
+                    "showing": "showing" in state,
+                }
+            )
+        return windows
+
+    def _skipped(self, app: App) -> bool:
+        try:
+            self.bus.check_responsive(app.bus)
+        except CallFailed:
+            return True
+        return False
+
+    def apps(self, params: dict[str, Any]) -> dict[str, Any]:
+        snapshot = self.snapshots.new()
+        listed = []
+        for app in self.list_apps():
+            refusal = self.policy.refusal(app, acting=False)
+            entry: dict[str, Any] = {"name": app.name, "pid": app.pid, "command": app.command}
+            if refusal is not None:
+                listed.append(entry | {"policy": "denied", "reason": refusal, "windows": []})
+                continue
+            windows = self._windows(app)
+            entry["responsive"] = not self._skipped(app)
+            if (why := self.policy.refusal(app, acting=True)) is not None:
+                entry |= {"policy": "read_only", "reason": why}
+            entry["windows"] = [
+                {
+                    "id": snapshot.add(
+                        Element(
+                            w["key"],
+                            Locator(app.name, ((w["role"], w["name"], 0),)),
+                            w["role"],
+                            w["name"],
+                        )
+                    ),
+                    "name": w["name"],
+                    "role": w["role"],
+                    "bounds": w["bounds"],
+                    "focused": w["focused"],
+                    "showing": w["showing"],
+                }
+                for w in windows
+            ]
+            listed.append(entry)
+        return {"snapshot": snapshot.id, "apps": listed}
+
+    # -- trees ---------------------------------------------------------------------------------
+
+    def _tree(self, app: App) -> Tree:
+        try:
+            return self.bus.tree((app.bus, "/org/a11y/atspi/accessible/root"))
+        except CallFailed as err:
+            raise failed(err, f"reading {app.name!r}") from None
+
+    def _scope(self, params: dict[str, Any], acting: bool = False) -> list[tuple[App, Tree, Node]]:
+        """The (app, tree, root) pairs a call looks at: the named window, the named app, else
+        the focused window (else every allowed app for ``find``/``wait``)."""
+        window, app_name = params.get("window"), params.get("app")
+        apps = self.list_apps()
+        if isinstance(window, str) and window.startswith("@"):
+            element = self.snapshots.element(window, "window")
+            app = self._app_of(element, apps)
+            tree = self._tree(app)
+            node = self._live_node(tree, element)
+            return [(app, tree, node)]
+        candidates = [self.find_app(app_name, apps)] if app_name is not None else apps
+        pairs: list[tuple[App, Tree, Node]] = []
+        for app in candidates:
+            if (why := self.policy.refusal(app, acting)) is not None:
+                if app_name is not None:
+                    raise A11yError("policy_denied", f"{app.name!r}: {why}")
+                continue
+            if app_name is None and self._skipped(app):
+                continue
+            try:
+                tree = self._tree(app)
+            except A11yError:
+                if app_name is not None:
+                    raise
+                continue
+            for node in tree.children(tree.nodes[tree.root]):
+                if window is not None and node.name != window:
+                    continue
+                if (
+                    window is None
+                    and app_name is None
+                    and not params.get("_all")
+                    and "active" not in node.states
+                ):
+                    continue
+                pairs.append((app, tree, node))
+            if app_name is not None and window is None:
+                pairs = [(app, tree, tree.nodes[tree.root])]
+        if not pairs and window is not None:
+            raise A11yError("app_not_found", f"no window named {str(window)[:64]!r}")
+        if not pairs and window is None and app_name is None and not params.get("_all"):
+            raise A11yError(
+                "app_not_found",
+                "no window has the focus; name an app or a window",
+                suggestion="call desktop_apps, then pass app or window",
+            )
+        return pairs
+
+    def _app_of(self, element: Element, apps: list[App]) -> App:
+        for app in apps:
+            if app.bus == element.key[0]:
+                return app
+        for app in apps:
+            if app.name == element.locator.app_name:
+                return app
+        raise A11yError(
+            "element_not_found",
+            f"the app {element.locator.app_name!r} of this element is no longer running",
+        )
+
+    def _live_node(self, tree: Tree, element: Element) -> Node:
+        """The element in the live tree: by its object, else by its locator."""
+        node = tree.nodes.get(element.key) if tree.bus == element.key[0] else None
+        if node is None:
+            node = self._relocate(tree, element.locator)
+        if node is None or "defunct" in node.states:
+            raise A11yError(
+                "element_not_found",
+                f"{element.role} {element.name!r} is no longer in its app's accessibility tree",
+            )
+        return node
+
+    def _relocate(self, tree: Tree, locator: Locator) -> Node | None:
+        node = tree.nodes[tree.root]
+        for role, name, index in locator.steps:
+            self.bus.fill(tree, [node])
+            same = [c for c in tree.children(node) if c.role == role and c.name == name]
+            if index >= len(same):
+                return None
+            node = same[index]
+        return node
+
+    def _locator(self, app: App, path: Sequence[Node], tree: Tree) -> Locator:
+        steps = []
+        for parent, node in itertools.pairwise(path):
+            same = [c for c in tree.children(parent) if c.role == node.role and c.name == node.name]
+            steps.append((node.role, node.name, same.index(node) if node in same else 0))
+        return Locator(app.name, tuple(steps))
+
+    def _walk(
+        self, tree: Tree, root: Node, max_depth: int, path_to_root: list[Node]
+    ) -> Iterator[Walked]:
+        """Depth-first over showing nodes; never into huge or self-managed containers. Children
+        the app has not cached are listed level by level, pipelined."""
+        stack: list[tuple[Node, int, list[Node]]] = [(root, 0, [*path_to_root, root])]
+        while stack:
+            node, depth, path = stack.pop()
+            yield Walked(node, depth, path)
+            if (
+                depth >= max_depth
+                or node.child_count > HUGE
+                or "manages_descendants" in node.states
+            ):
+                continue
+            self.bus.fill(tree, [node])
+            kids = [k for k in tree.children(node) if "showing" in k.states or k.role == "frame"]
+            stack.extend((k, depth + 1, [*path, k]) for k in reversed(kids))
+
+    def _path_to(self, tree: Tree, node: Node) -> list[Node]:
+        """Ancestors of ``node`` from the app's root (exclusive of ``node``)."""
+        chain: list[Node] = []
+        current = node.parent
+        seen = 0
+        while current is not None and current in tree.nodes and seen < 256:
+            parent = tree.nodes[current]
+            chain.append(parent)
+            current = parent.parent
+            seen += 1
+        chain.reverse()
+        if not chain or chain[0].key != tree.root:
+            chain.insert(0, tree.nodes[tree.root])
+        return chain
+
+    # -- observe -------------------------------------------------------------------------------
+
+    def observe(self, params: dict[str, Any]) -> dict[str, Any]:
+        max_depth = int(params.get("depth", 24))
+        budget = int(params.get("max_nodes", 400))
+        view = params.get("view", "interactive")
+        fmt = params.get("format", "text")
+        (app, tree, root), *_ = self._scope(params)
+        snapshot = self.snapshots.new()
+        chosen: list[tuple[Walked, int]] = []
+        cut_budget = cut_depth = False
+        included_depth: dict[Key, int] = {}
+        for walked in self._walk(tree, root, max_depth, self._path_to(tree, root)):
+            node = walked.node
+            if walked.depth >= max_depth and node.child_count:
+                cut_depth = True
+            parent_level = next(
+                (
+                    included_depth[p.key]
+                    for p in reversed(walked.path[:-1])
+                    if p.key in included_depth
+                ),
+                -1,
+            )
+            if node is root and node.role == "application":
+                continue  # the answer names the app; its windows start at the left margin
+            if node is root or view == "all" or _listed(node):
+                if len(chosen) >= budget:
+                    cut_budget = True
+                    break
+                included_depth[node.key] = parent_level + 1
+                chosen.append((walked, parent_level + 1))
+        extras = self._details([w.node for w, _ in chosen])
+        lines, items = [], []
+        for (walked, level), (bounds, value) in zip(chosen, extras, strict=True):
+            node = walked.node
+            ref = snapshot.add(
+                Element(node.key, self._locator(app, walked.path, tree), node.role, node.name)
+            )
+            lines.append("  " * level + _line(ref, node, bounds, value))
+            if fmt != "text":
+                items.append(_item(ref, node, bounds, value, level))
+        text = "\n".join(lines)
+        result: dict[str, Any] = {
+            "snapshot": snapshot.id,
+            "app": app.name,
+            "window": root.name,
+            "nodes": len(chosen),
+            "view": view,
+            "truncated": {"budget": cut_budget, "depth": cut_depth},
+        }
+        if fmt in ("text", "both"):
+            result["text"] = text
+        if fmt in ("json", "both"):
+            result["elements"] = items
+        if cut_budget:
+            result["note"] = (
+                f"the tree was cut at {budget} elements: observe a window or raise "
+                "max_nodes for more"
+            )
+        return result
+
+    def _details(self, nodes: Sequence[Node]) -> list[tuple[list[int] | None, str | None]]:
+        """Bounds and values of ``nodes``, pipelined."""
+        calls: list[Call] = []
+        plan: list[tuple[int | None, int | None, str]] = []
+        for node in nodes:
+            extents = value = None
+            if node.has("Component"):
+                extents = len(calls)
+                calls.append(
+                    Call(node.bus, node.path, COMPONENT, "GetExtents", "(u)", (COORD_SCREEN,))
+                )
+            kind = ""
+            if node.has("Text") and (node.has("EditableText") or node.role in ("text", "entry")):
+                value, kind = len(calls), "text"
+                calls.append(
+                    Call(
+                        node.bus,
+                        node.path,
+                        "org.a11y.atspi.Text",
+                        "GetText",
+                        "(ii)",
+                        (0, TEXT_PREVIEW),
+                    )
+                )
+            elif node.has("Value"):
+                value, kind = len(calls), "value"
+                calls.append(self.bus.prop(node.key, "org.a11y.atspi.Value", "CurrentValue"))
+            plan.append((extents, value, kind))
+        replies = self.bus.many(calls) if calls else []
+        out: list[tuple[list[int] | None, str | None]] = []
+        for node, (extents, value, kind) in zip(nodes, plan, strict=True):
+            bounds = _bounds(unwrap(replies[extents])) if extents is not None else None
+            text = None
+            if value is not None:
+                raw = unwrap(replies[value])
+                if raw is not None:
+                    text = _format_value(raw) if kind == "value" else str(raw)
+                    if node.role in SECRET_ROLES and text:
+                        text = "•" * min(len(text), 8)
+            out.append((bounds, text))
+        return out
+
+    # -- find and wait -------------------------------------------------------------------------
+
+    def _matches(
+        self, selector: selectors.Selector, params: dict[str, Any], limit: int
+    ) -> tuple[list[tuple[App, Tree, Walked]], bool]:
+        pairs = self._scope(params | {"_all": True}, acting=False)
+        found: list[tuple[App, Tree, Walked]] = []
+        needs_value = any(t.name == "value" for c in selector.compounds for t in c.attrs)
+        needs_id = any(t.name == "id" for c in selector.compounds for t in c.attrs)
+        nth = selector.compounds[-1].nth
+        wanted = limit if nth is None else nth + 1
+        for app, tree, root in pairs:
+            walked_all = list(
+                self._walk(
+                    tree, root, 64, self._path_to(tree, root)[:-1] if root.key != tree.root else []
+                )
+            )
+            extra = self._match_fields(walked_all, needs_value, needs_id)
+            for walked in walked_all:
+                chain = [_as_mapping(n, extra.get(n.key)) for n in walked.path]
+                if selectors.match_path(selector, chain):
+                    found.append((app, tree, walked))
+                    if len(found) >= wanted:
+                        break
+            if len(found) >= wanted:
+                break
+        if nth is not None:
+            return (found[nth : nth + 1], False)
+        return (found[:limit], len(found) >= limit)
+
+    def _match_fields(
+        self, walked: list[Walked], value: bool, ident: bool
+    ) -> dict[Key, dict[str, str]]:
+        if not (value or ident):
+            return {}
+        nodes = [w.node for w in walked]
+        out: dict[Key, dict[str, str]] = {n.key: {} for n in nodes}
+        if value:
+            for node, (_, text) in zip(nodes, self._details(nodes), strict=True):
+                out[node.key]["value"] = text or ""
+        if ident:
+            replies = self.bus.many(
+                [self.bus.prop(n.key, ACCESSIBLE, "AccessibleId") for n in nodes]
+            )
+            for node, reply in zip(nodes, replies, strict=True):
+                out[node.key]["id"] = unwrap(reply, "", str)
+        return out
+
+    def _selector(self, params: dict[str, Any]) -> selectors.Selector:
+        try:
+            return selectors.parse(str(params.get("selector", "")))
+        except selectors.SelectorError as err:
+            raise A11yError("invalid_args", f"selector: {err}", field="selector") from None
+
+    def find(self, params: dict[str, Any]) -> dict[str, Any]:
+        selector = self._selector(params)
+        limit = int(params.get("limit", 20))
+        found, more = self._matches(selector, params, limit)
+        snapshot = self.snapshots.new()
+        details = self._details([w.node for _, _, w in found])
+        matches = []
+        for (app, tree, walked), (bounds, value) in zip(found, details, strict=True):
+            node = walked.node
+            ref = snapshot.add(
+                Element(node.key, self._locator(app, walked.path, tree), node.role, node.name)
+            )
+            matches.append(_item(ref, node, bounds, value, None) | {"app": app.name})
+        return {"snapshot": snapshot.id, "matches": matches, "count": len(matches), "more": more}
+
+    def wait(self, params: dict[str, Any]) -> dict[str, Any]:
+        selector = self._selector(params)
+        condition = params.get("condition", "exists")
+        timeout_s = float(params.get("timeout_ms", 5000)) / 1000
+        started = time.monotonic()
+        deadline = started + timeout_s
+        checks = 0
+        while True:
+            checks += 1
+            try:
+                found, _ = self._matches(selector, params, 1)
+            except A11yError as err:
+                if err.code != "app_not_found":
+                    raise
+                found = []
+            node = found[0][2].node if found else None
+            if _satisfied(condition, node):
+                result = {
+                    "satisfied": True,
+                    "condition": condition,
+                    "checks": checks,
+                    "elapsed_ms": round((time.monotonic() - started) * 1000),
+                }
+                if node is not None:
+                    result |= self.find(params | {"limit": 1})
+                return result
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise A11yError(
+                    "timeout",
+                    f"{condition} not reached for {selector.text!r} in {timeout_s:g} s",
+                    checks=checks,
+                )
+            # Woken by the apps' events where they fire; a check every 250 ms where they do not.
+            self.bus.wait_event(min(left, 0.25))
+
+    # -- one element ---------------------------------------------------------------------------
+
+    def _resolve(self, params: dict[str, Any], acting: bool) -> tuple[App, Node, Element]:
+        element = self.snapshots.element(params.get("ref"))
+        app = self._app_of(element, self.list_apps())
+        if (why := self.policy.refusal(app, acting)) is not None:
+            raise A11yError("policy_denied", f"{app.name!r}: {why}")
+        key = element.key if app.bus == element.key[0] else None
+        if key is not None:
+            # Live check of the object itself: one call, no tree read.
+            try:
+                reply = self.bus.many(
+                    [
+                        Call(key[0], key[1], ACCESSIBLE, "GetState"),
+                        Call(key[0], key[1], ACCESSIBLE, "GetInterfaces"),
+                        Call(key[0], key[1], ACCESSIBLE, "GetRole"),
+                        self.bus.prop(key, ACCESSIBLE, "Name"),
+                        self.bus.prop(key, ACCESSIBLE, "ChildCount"),
+                        self.bus.prop(key, ACCESSIBLE, "Description"),
+                    ]
+                )
+            except CallFailed as err:
+                raise failed(err, "reading the element") from None
+            failure = first_failure(reply)
+            if failure is None:
+                states = state_tokens(reply[0][0])
+                if "defunct" not in states:
+                    node = Node(
+                        key[0],
+                        key[1],
+                        None,
+                        0,
+                        int(reply[4][0]),
+                        frozenset(i.removeprefix("org.a11y.atspi.") for i in reply[1][0]),
+                        str(reply[3][0]),
+                        role_token(int(reply[2][0])),
+                        str(reply[5][0]),
+                        states,
+                    )
+                    return app, node, element
+            elif failure.kind == "timeout":
+                raise failed(failure, f"{app.name!r}")
+        tree = self._tree(app)
+        return app, self._live_node(tree, element), element
+
+    def read(self, params: dict[str, Any]) -> dict[str, Any]:
+        app, node, _ = self._resolve(params, acting=False)
+        k = node.key
+        calls = [Call(k[0], k[1], COMPONENT, "GetExtents", "(u)", (COORD_SCREEN,))]
+        if node.has("Text"):
+            calls.append(
+                Call(k[0], k[1], "org.a11y.atspi.Text", "GetText", "(ii)", (0, READ_TEXT_MAX))
+            )
+        if node.has("Action"):
+            calls.append(Call(k[0], k[1], "org.a11y.atspi.Action", "GetActions"))
+        if node.has("Value"):
+            calls.extend(
+                self.bus.prop(k, "org.a11y.atspi.Value", p)
+                for p in ("CurrentValue", "MinimumValue", "MaximumValue")
+            )
+        replies = self.bus.many(calls)
+        result: dict[str, Any] = {
+            "app": app.name,
+            "role": node.role,
+            "name": node.name,
+            "description": node.description,
+            "states": sorted(node.states),
+            "interfaces": sorted(node.interfaces),
+            "children": node.child_count,
+            "bounds": _bounds(unwrap(replies[0])),
+            "ref": params.get("ref"),
+        }
+        at = 1
+        if node.has("Text"):
+            text = unwrap(replies[at], "", str)
+            result["text"] = "•" * min(len(text), 8) if node.role in SECRET_ROLES else text
+            at += 1
+        if node.has("Action"):
+            result["actions"] = [a[0] for a in unwrap(replies[at], [])]
+            at += 1
+        if node.has("Value"):
+            result["value"] = {
+                n: unwrap(replies[at + i], None, float)
+                for i, n in enumerate(("current", "minimum", "maximum"))
+            }
+        elif "text" in result:
+            result["value"] = result["text"]
+        return result
+
+    def text(self, params: dict[str, Any]) -> dict[str, Any]:
+        _, node, _ = self._resolve(params, acting=False)
+        return {"text": self._text_of(node)}
+
+    def _text_of(self, node: Node) -> str | None:
+        if not node.has("Text"):
+            return None
+        try:
+            reply = self.bus.call(
+                Call(node.bus, node.path, "org.a11y.atspi.Text", "GetText", "(ii)", (0, -1))
+            )
+        except CallFailed:
+            return None
+        return str(reply[0])
+
+    # -- act -----------------------------------------------------------------------------------
+
+    def act(self, params: dict[str, Any]) -> dict[str, Any]:
+        action = params.get("action")
+        app, node, _ = self._resolve(params, acting=True)
+        handler = {
+            "click": self._click,
+            "type": self._type,
+            "key": self._key,
+            "scroll": self._scroll,
+            "focus": self._focus,
+        }.get(str(action))
+        if handler is None:
+            raise A11yError("invalid_args", f"unknown act {str(action)[:32]!r}", field="action")
+        result = handler(node, params)
+        return {"app": app.name, "role": node.role, "name": node.name} | result
+
+    def _center(self, node: Node) -> dict[str, int]:
+        """The middle of the element's live bounds (for physical input)."""
+        try:
+            reply = self.bus.call(
+                Call(node.bus, node.path, COMPONENT, "GetExtents", "(u)", (COORD_SCREEN,))
+            )
+        except CallFailed as err:
+            raise failed(err, "reading the element's bounds") from None
+        x, y, w, h = (int(v) for v in reply[0])
+        if w <= 0 or h <= 0 or x < -10000 or y < -10000:
+            raise A11yError(
+                "action_failed",
+                "the element has no area on the screen",
+                suggestion="scroll it into view with desktop_scroll into_view, then retry",
+            )
+        return {"x": x + w // 2, "y": y + h // 2}
+
+    def _physical(self, node: Node, what: str, why: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "method": "physical",
+            "reason": why,
+            "physical": {"action": what, **self._center(node), **extra},
+        }
+
+    def _click(self, node: Node, params: dict[str, Any]) -> dict[str, Any]:
+        if node.has("Action"):
+            try:
+                names = [
+                    a[0]
+                    for a in self.bus.call(
+                        Call(node.bus, node.path, "org.a11y.atspi.Action", "GetActions")
+                    )[0]
+                ]
+                index = next(
+                    (names.index(n) for n in CLICK_ACTIONS if n in names), 0 if names else None
+                )
+                if index is not None:
+                    done = self.bus.call(
+                        Call(
+                            node.bus,
+                            node.path,
+                            "org.a11y.atspi.Action",
+                            "DoAction",
+                            "(i)",
+                            (index,),
+                        )
+                    )[0]
+                    if done:
+                        return {"method": "native", "native": names[index]}
+            except CallFailed as err:
+                if err.kind == "timeout":
+                    raise failed(err, "clicking") from None
+        return self._physical(node, "click", "the element has no usable native action")
+
+    def _type(self, node: Node, params: dict[str, Any]) -> dict[str, Any]:
+        text = str(params.get("text", ""))
+        replace = params.get("mode", "replace") == "replace"
+        if node.has("EditableText"):
+            try:
+                if replace:
+                    ok = self.bus.call(
+                        Call(
+                            node.bus,
+                            node.path,
+                            "org.a11y.atspi.EditableText",
+                            "SetTextContents",
+                            "(s)",
+                            (text,),
+                        )
+                    )[0]
+                else:
+                    end = self.bus.call(
+                        self.bus.prop(node.key, "org.a11y.atspi.Text", "CharacterCount")
+                    )[0]
+                    ok = self.bus.call(
+                        Call(
+                            node.bus,
+                            node.path,
+                            "org.a11y.atspi.EditableText",
+                            "InsertText",
+                            "(isi)",
+                            (int(end), text, len(text)),
+                        )
+                    )[0]
+            except CallFailed as err:
+                if err.kind == "timeout":
+                    raise failed(err, "typing") from None
+                ok = False
+            if ok:
+                return {"method": "native", "text": self._text_of(node)}
+        # No editable text (Chromium's fields): focus it, type physically, read back via Text.
+        focused = self._grab(node)
+        return {
+            "method": "physical",
+            "reason": "the element has no editable text interface",
+            "physical": {
+                "action": "type",
+                "text": text,
+                "replace": replace,
+                "focused": focused,
+                **self._center(node),
+            },
+        }
+
+    def _grab(self, node: Node) -> bool:
+        if not node.has("Component"):
+            return False
+        try:
+            return bool(self.bus.call(Call(node.bus, node.path, COMPONENT, "GrabFocus"))[0])
+        except CallFailed:
+            return False
+
+    def _key(self, node: Node, params: dict[str, Any]) -> dict[str, Any]:
+        focused = self._grab(node)
+        return {
+            "method": "physical",
+            "reason": "keys have no native accessibility action",
+            "physical": {
+                "action": "key",
+                "keys": str(params.get("keys", "")),
+                "focused": focused,
+                **self._center(node),
+            },
+        }
+
+    def _scroll(self, node: Node, params: dict[str, Any]) -> dict[str, Any]:
+        if params.get("into_view"):
+            try:
+                done = self.bus.call(
+                    Call(node.bus, node.path, COMPONENT, "ScrollTo", "(u)", (SCROLL_ANYWHERE,))
+                )[0]
+            except CallFailed as err:
+                raise failed(err, "scrolling into view") from None
+            if done:
+                return {"method": "native", "native": "scroll_to"}
+            raise A11yError("action_failed", "the app did not scroll the element into view")
+        return self._physical(
+            node,
+            "scroll",
+            "scrolling by an amount is physical input",
+            direction=str(params.get("direction", "down")),
+            amount=int(params.get("amount", 3)),
+        )
+
+    def _focus(self, node: Node, params: dict[str, Any]) -> dict[str, Any]:
+        if self._grab(node):
+            return {"method": "native", "native": "grab_focus"}
+        return self._physical(node, "click", "the element did not take the focus natively")
+
+
+# -- formatting --------------------------------------------------------------------------------
+
+
+def _command(pid: int | None) -> str | None:
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _bounds(extents: Any) -> list[int] | None:
+    if not extents or len(extents) != 4:
+        return None
+    return [int(v) for v in extents]
+
+
+def _format_value(raw: Any) -> str:
+    number = float(raw)
+    return str(int(number)) if number.is_integer() else f"{number:g}"
+
+
+def _listed(node: Node) -> bool:
+    """Whether the default (interactive) view lists the node."""
+    if node.role in INTERACTIVE_ROLES or node.has("EditableText"):
+        return True
+    if node.has("Action") and node.role not in ("label", "static", "image", "filler", "panel"):
+        return True
+    return bool(node.name) and node.role in CONTEXT_ROLES
+
+
+def _states(node: Node) -> list[str]:
+    enabled = "enabled" in node.states or "sensitive" in node.states
+    return ["enabled" if enabled else "disabled", *(s for s in LISTED_STATES if s in node.states)]
+
+
+def _brief_states(node: Node) -> list[str]:
+    """The states a line of text shows: what differs from a usual control (enabled and
+    focusable are left out)."""
+    return [s for s in _states(node) if s not in ("enabled", "focusable")]
+
+
+def _line(ref: str, node: Node, bounds: list[int] | None, value: str | None) -> str:
+    parts = [ref, node.role]
+    if node.name:
+        parts.append(json.dumps(node.name[:120], ensure_ascii=False))
+    if value:
+        parts.append("value=" + json.dumps(value[:TEXT_PREVIEW], ensure_ascii=False))
+    if states := _brief_states(node):
+        parts.append("[" + " ".join(states) + "]")
+    if bounds is not None:
+        parts.append(f"@{bounds[0]},{bounds[1]} {bounds[2]}x{bounds[3]}")
+    if node.child_count > HUGE or "manages_descendants" in node.states:
+        parts.append(f"({node.child_count} children, not listed)")
+    return " ".join(parts)
+
+
+def _item(
+    ref: str, node: Node, bounds: list[int] | None, value: str | None, depth: int | None
+) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "ref": ref,
+        "role": node.role,
+        "name": node.name,
+        "states": _states(node),
+        "bounds": bounds,
+    }
+    if value is not None:
+        item["value"] = value
+    if depth is not None:
+        item["depth"] = depth
+    return item
+
+
+def _as_mapping(node: Node, extra: dict[str, str] | None) -> dict[str, object]:
+    return {
+        "role": node.role,
+        "name": node.name,
+        "description": node.description,
+        "states": node.states,
+        "value": (extra or {}).get("value", ""),
+        "id": (extra or {}).get("id", ""),
+    }
+
+
+def _satisfied(condition: object, node: Node | None) -> bool:
+    if condition == "gone":
+        return node is None
+    if node is None:
+        return False
+    if condition == "visible":
+        return {"showing", "visible"} <= node.states
+    if condition == "enabled":
+        return "enabled" in node.states or "sensitive" in node.states
+    if condition == "focused":
+        return "focused" in node.states
+    return True
+
+
+# -- the loop ----------------------------------------------------------------------------------
+
+
+def _reply(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    try:
+        bus = Bus(CALL_TIMEOUT_MS, max(4 * CALL_TIMEOUT_MS, 1000), skip_s=10.0)
+    except CallFailed as err:
+        _reply({"ready": False, "reason": str(err)})
+        return
+    except ImportError as err:
+        _reply({"ready": False, "reason": f"no GObject bindings for this Python: {err}"})
+        return
+    worker = Worker(bus, Policy.from_env())
+    calls = {
+        "apps": worker.apps,
+        "observe": worker.observe,
+        "find": worker.find,
+        "read": worker.read,
+        "act": worker.act,
+        "text": worker.text,
+        "wait": worker.wait,
+    }
+    _reply({"ready": True})
+    for line in sys.stdin.buffer:
+        request_id = None
+        if len(line) > MAX_LINE:
+            _reply(
+                {
+                    "id": None,
+                    "ok": False,
+                    "error": {"code": "invalid_args", "message": "request too large"},
+                }
+            )
+            continue
+        try:
+            request = json.loads(line)
+            request_id = request.get("id")
+            handler = calls.get(request.get("call"))
+            if handler is None:
+                raise A11yError("invalid_args", f"unknown call {str(request.get('call'))[:32]!r}")
+            _reply(
+                {"id": request_id, "ok": True, "result": handler(dict(request.get("params") or {}))}
+            )
+        except A11yError as err:
+            _reply({"id": request_id, "ok": False, "error": err.body()})
+        except CallFailed as err:
+            _reply({"id": request_id, "ok": False, "error": failed(err, "accessibility").body()})
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            _reply(
+                {
+                    "id": request_id,
+                    "ok": False,
+                    "error": {
+                        "code": "action_failed",
+                        "message": f"{type(err).__name__}: {err}",
+                        "suggestion": SUGGESTIONS["action_failed"],
+                    },
+                }
+            )
+
+
+if __name__ == "__main__":
+    main()

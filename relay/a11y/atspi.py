@@ -234,6 +234,8 @@ TIMEOUT_ERRORS: Final = frozenset(
         "org.freedesktop.DBus.Error.TimedOut",
     }
 )
+# The one call that tells whether an app marked unresponsive answers again.
+PROBE_TIMEOUT_MS: Final = 100
 # Calls sent before their replies are read, at most (the bus limits pending replies).
 PIPELINE_DEPTH: Final = 256
 
@@ -397,11 +399,20 @@ class Bus:
         return CallFailed("failed", str(self._gio.DBusError.strip_remote_error(err) or err))
 
     def check_responsive(self, bus: str) -> None:
+        """Raise ``timeout`` for an app marked unresponsive that still does not answer one
+        short probe (an app that recovered is used again at once)."""
         until = self.unresponsive.get(bus)
-        if until is not None:
-            if time.monotonic() < until:
-                raise CallFailed("timeout", "the app did not answer a moment ago; it is skipped")
-            del self.unresponsive[bus]
+        if until is None:
+            return
+        if time.monotonic() < until:
+            try:
+                self._conn.call_sync(bus, ROOT_PATH, PROPERTIES, "Get",
+                                     self._glib.Variant("(ss)", (ACCESSIBLE, "ChildCount")),
+                                     None, 0, PROBE_TIMEOUT_MS, None)  # fmt: skip
+            except self._glib.Error:
+                self.unresponsive[bus] = time.monotonic() + self.skip_s
+                raise CallFailed("timeout", "the app did not answer a moment ago") from None
+        del self.unresponsive[bus]
 
     def call(self, call: Call, timeout_ms: int | None = None) -> tuple[Any, ...]:
         """One call, waited for."""
@@ -438,12 +449,17 @@ class Bus:
             except self._glib.Error as err:
                 results[index] = self._classify(err, calls[index].bus)
 
+        skipped: dict[str, CallFailed | None] = {}  # one probe per app and batch
         for index, call in enumerate(calls):
-            if call.bus != REGISTRY and call.bus in self.unresponsive:
-                try:
-                    self.check_responsive(call.bus)
-                except CallFailed as err:
-                    results[index] = err
+            if call.bus != REGISTRY and call.bus in self.unresponsive | skipped:
+                if call.bus not in skipped:
+                    try:
+                        self.check_responsive(call.bus)
+                        skipped[call.bus] = None
+                    except CallFailed as err:
+                        skipped[call.bus] = err
+                if (failure := skipped[call.bus]) is not None:
+                    results[index] = failure
                     continue
             while pending >= PIPELINE_DEPTH:
                 context.iteration(True)

@@ -997,6 +997,10 @@ class Worker:
         }
 
     def _grab(self, node: Node) -> bool:
+        """Give the element the focus, unless it has it (GTK selects an entry's text when it
+        gains the focus: pressing keys in a focused field must not select anything)."""
+        if "focused" in node.states:
+            return True
         if not node.has("Component"):
             return False
         try:

@@ -12,114 +12,42 @@ import asyncio
 import json
 import os
 import signal
-import tempfile
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import pytest_asyncio
 
-from tests.support.processes import ProcessTracker, scaled
-from tests.support.stack import Seed, inprocess_server, seed_database, start_relay, wait_until
-from tests.support.xrecorder import XRecorder
-from wire.ids import RelayId
+from tests.support.a11y_stack import FORM_APP, A11yStack, a11y_stack
+from tests.support.processes import scaled
+from tests.support.stack import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
-FORM_APP = Path(__file__).resolve().parents[1] / "support" / "a11y_app.py"
 SNAPSHOT_TTL_S = 6
-
-
-@dataclass
-class Stack:
-    app: Any
-    url: str
-    seed: Seed
-    relay_id: str
-    session_id: str
-    display: str
-    state_file: Path
-
-    async def act(self, name: str, **body: Any) -> tuple[int, dict[str, Any]]:
-        payload = {"conversation_id": self.seed.conversation_id, **body}
-        headers = {"Authorization": f"Bearer {self.seed.api_token}"}
-        async with httpx.AsyncClient(base_url=self.url, timeout=scaled(60)) as client:
-            response = await client.post(f"/api/v1/actions/{name}", json=payload, headers=headers)
-        return response.status_code, response.json()
-
-    async def ok(self, name: str, **body: Any) -> dict[str, Any]:
-        status, result = await self.act(name, **body)
-        assert status == 200, result
-        assert result["ok"] is True
-        return result
-
-    def state(self) -> dict[str, Any]:
-        try:
-            data: dict[str, Any] = json.loads(self.state_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data
+FORM = f"/usr/bin/python3 {FORM_APP} {{shared}}/form.json"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
-    root = tmp_path_factory.mktemp("a11y")
-    # The form runs as the desktop's user: its state file lives where that user may write.
-    shared = Path(tempfile.mkdtemp(prefix="relaydesk-a11y-"))
-    os.chmod(shared, 0o777)  # noqa: S103 - a test's exchange directory, removed at the end
-    state_file = shared / "form.json"
-    seed = await seed_database(root / "data")
-    tracker = ProcessTracker(root / "processes")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[A11yStack]:
     env = {
-        "RELAYDESK_DESKTOP_APPS": f"/usr/bin/python3 {FORM_APP} {state_file},gtk3-widget-factory",
         "RELAYDESK_A11Y_SNAPSHOT_TTL_S": str(SNAPSHOT_TTL_S),
-        "RELAYDESK_A11Y_DENY_APPS": "denied-app",
-        "DISPLAY": "",
+        # observed but never acted on
+        "RELAYDESK_A11Y_READ_ONLY_APPS": "gtk3-widget-factory",
     }
-    async with inprocess_server(seed) as (app, url):
-        relay = start_relay(
-            tracker.start, seed, url, env=env, extra_args=("--stop-desktops-on-exit",)
-        )
-        relay_id = seed.relay["relay_id"]
-        try:
-            await wait_until(
-                lambda: app.state.services.hub.is_connected(RelayId(relay_id)), 20,
-                "the relay to connect",
-            )  # fmt: skip
-            stack = Stack(app, url, seed, relay_id, "", "", state_file)
-            started = await stack.ok("desktop_start", geometry="1280x800", profile="minimal")
-            stack.session_id = started["desktop"]["desktop_session_id"]
-            stack.display = started["desktop"]["display"]
-            await wait_until(lambda: stack.state() != {}, scaled(30), "the form to start")
-            yield stack
-        except BaseException:
-            print(relay.log_tail())
-            raise
-        finally:
-            if os.environ.get("A11Y_DEBUG"):
-                print(relay.log_tail())
-            tracker.cleanup()
-            for leftover in shared.iterdir():
-                leftover.unlink()
-            shared.rmdir()
+    root = tmp_path_factory.mktemp("a11y")
+    async with a11y_stack(root, [FORM, "gtk3-widget-factory"], env) as stack:
+        await wait_until(lambda: stack.state() != {}, scaled(30), "the form to start")
+        yield stack
 
 
-async def _wait_app(stack: Stack, name: str) -> dict[str, Any]:
-    deadline = time.monotonic() + scaled(30)
-    while True:
-        listed = await stack.ok("desktop_apps")
-        for app in listed["running"]:
-            if app["name"] == name and app["windows"]:
-                return app
-        assert time.monotonic() < deadline, listed
-        await asyncio.sleep(0.2)
+async def _wait_app(stack: A11yStack, name: str) -> dict[str, Any]:
+    return await stack.wait_app(name)
 
 
-async def _find_one(stack: Stack, selector: str, **scope: Any) -> dict[str, Any]:
+async def _find_one(stack: A11yStack, selector: str, **scope: Any) -> dict[str, Any]:
     found = await stack.ok("desktop_find", selector=selector, **scope)
     assert found["count"] == 1, found
     match: dict[str, Any] = found["matches"][0]
@@ -143,12 +71,11 @@ async def test_running_apps_are_listed_with_their_windows(stack):
     assert "relaydesk form" in titles
     window = next(w for w in form["windows"] if w["name"] == "relaydesk form")
     assert window["id"].startswith("@") and window["role"] == "frame"
-    x, y, width, height = window["bounds"]
+    _x, _y, width, height = window["bounds"]
     assert width >= 200 and height >= 100
     assert isinstance(form["pid"], int) and isinstance(factory["pid"], int)
     listed = await stack.ok("desktop_apps")
     assert listed["a11y"] == {"available": True}
-    assert listed["source"] if "source" in listed else True
 
 
 async def test_observe_lists_the_forms_controls_by_name(stack):
@@ -312,20 +239,84 @@ async def test_a_stopped_app_times_out_within_the_bound_while_others_answer(stac
         os.kill(form["pid"], signal.SIGCONT)
 
 
-async def test_only_write_members_may_act(stack):
-    # A read-only member sees but cannot act (role check before anything reaches the relay).
-    status, body = await stack.act("desktop_click", ref="@abcdef12:e1",
-                                   conversation_id="nonexistent-conv")  # fmt: skip
-    assert status in (403, 404), body
+async def test_a_read_only_app_is_observed_but_not_acted_on(stack):
+    factory = await _wait_app(stack, "gtk3-widget-factory")
+    assert factory["policy"] == "read_only" and "read-only" in factory["reason"]
+    button = (await stack.ok("desktop_find", selector='radio_button[name="Page 2"]',
+                             app="gtk3-widget-factory"))["matches"][0]  # fmt: skip
+    status, body = await stack.act("desktop_click", ref=button["ref"])
+    _error(status, body, "policy_denied", 403)
+    read = await stack.ok("desktop_read", ref=button["ref"])
+    assert "checked" not in read["states"]
 
 
-async def test_the_app_window_is_seen_by_an_independent_x_client(stack):
-    # The form's window is really mapped where the tools say it is.
-    recorder = XRecorder(stack.display, scaled(10))
+async def test_keys_go_physically_to_the_element_and_can_be_refused(stack):
+    name = await _find_one(stack, 'text[name="Name"]', window="relaydesk form")
+    await stack.ok("desktop_type", ref=name["ref"], text="abc")
+    # Focusing a GTK entry selects its text: End leaves the caret after it, unselected.
+    await stack.ok("desktop_key", ref=name["ref"], keys="End")
+    pressed = await stack.ok("desktop_key", ref=name["ref"], keys="BackSpace")
+    assert pressed["method"] == "physical" and set(pressed["at"]) == {"x", "y"}
+    read = await stack.ok("desktop_read", ref=name["ref"])
+    assert read["text"] == "ab"
+    status, body = await stack.act("desktop_key", ref=name["ref"], keys="BackSpace",
+                                   physical=False)  # fmt: skip
+    _error(status, body, "policy_denied", 403)
+    assert (await stack.ok("desktop_read", ref=name["ref"]))["text"] == "ab"
+
+
+async def test_a_read_member_may_observe_but_not_act(stack):
+    from server import admin
+    from server.db.records import parse_role
+    from server.db.store import Store
+
+    store = await Store.open(stack.seed.database_url)
     try:
-        form = await _wait_app(stack, "a11y_app.py")
-        window = next(w for w in form["windows"] if w["name"] == "relaydesk form")
-        x, y, width, height = window["bounds"]
-        assert 0 <= x < 1280 and 0 <= y < 800
+        user = await admin.create_user(store, "reader")
+        token = (await admin.create_token(store, "reader"))["token"]
+        await store.add_member(stack.seed.conversation_id, user["user_id"], parse_role("read"))
     finally:
-        recorder.stop()
+        await store.close()
+    save = await _find_one(stack, 'push_button[name="Save"]', window="relaydesk form")
+    clicks = stack.state()["clicks"]
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {"conversation_id": stack.seed.conversation_id, "ref": save["ref"]}
+    async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(30)) as client:
+        refused = await client.post("/api/v1/actions/desktop_click", json=body, headers=headers)
+        allowed = await client.post("/api/v1/actions/desktop_read", json=body, headers=headers)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
+    assert allowed.status_code == 200 and allowed.json()["name"] == "Save"
+    assert stack.state()["clicks"] == clicks
+
+
+def _x_window_geometry(display_name: str, title: str) -> tuple[int, int, int, int] | None:
+    """The on-screen geometry of the top-level X window titled ``title``, read with Xlib."""
+    from Xlib import display
+
+    conn = display.Display(display_name)
+    try:
+        root = conn.screen().root
+        pending = list(root.query_tree().children)
+        while pending:
+            window = pending.pop()
+            if window.get_wm_name() == title:
+                geometry = window.get_geometry()
+                origin = window.translate_coords(root, 0, 0)
+                return (-origin.x, -origin.y, geometry.width, geometry.height)
+            pending.extend(window.query_tree().children)
+        return None
+    finally:
+        conn.close()
+
+
+async def test_window_bounds_match_the_x_servers_geometry(stack):
+    form = await _wait_app(stack, "a11y_app.py")
+    window = next(w for w in form["windows"] if w["name"] == "relaydesk form")
+    geometry = await asyncio.to_thread(_x_window_geometry, stack.display, "relaydesk form")
+    assert geometry is not None
+    # The accessible frame is the window with its title bar and border (the window manager's
+    # frame): it holds the client window, a few pixels larger on each side.
+    ax, ay, aw, ah = window["bounds"]
+    gx, gy, gw, gh = geometry
+    assert ax <= gx and ay <= gy and ax + aw >= gx + gw and ay + ah >= gy + gh, (ax, ay, aw, ah)
+    assert max(gx - ax, gy - ay, aw - gw, ah - gh) <= 40, ((ax, ay, aw, ah), geometry)

@@ -1,0 +1,127 @@
+"""A server, a real relay and one real desktop running chosen apps, for the accessibility
+tests and benchmark: actions are called over HTTP with the seeded agent's bearer token."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.processes import ProcessTracker, scaled
+from tests.support.stack import Seed, inprocess_server, seed_database, start_relay, wait_until
+from wire.ids import RelayId
+
+SUPPORT = Path(__file__).resolve().parent
+FORM_APP = SUPPORT / "a11y_app.py"
+TEST_PAGE = SUPPORT / "a11y_page.html"
+
+
+@dataclass
+class A11yStack:
+    app: Any
+    url: str
+    seed: Seed
+    relay_id: str
+    session_id: str
+    display: str
+    shared: Path  # a directory the desktop's user may write (state files, browser profiles)
+    relay_log: Any = None
+
+    @property
+    def state_file(self) -> Path:
+        return self.shared / "form.json"
+
+    async def act(self, name: str, **body: Any) -> tuple[int, dict[str, Any]]:
+        payload = {"conversation_id": self.seed.conversation_id, **body}
+        headers = {"Authorization": f"Bearer {self.seed.api_token}"}
+        async with httpx.AsyncClient(base_url=self.url, timeout=scaled(60)) as client:
+            response = await client.post(f"/api/v1/actions/{name}", json=payload, headers=headers)
+        return response.status_code, response.json()
+
+    async def ok(self, name: str, **body: Any) -> dict[str, Any]:
+        status, result = await self.act(name, **body)
+        assert status == 200, result
+        assert result["ok"] is True
+        return result
+
+    def state(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(self.state_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data
+
+    async def wait_app(self, name: str, timeout: float = 30) -> dict[str, Any]:
+        """The running app ``name`` once it has a window on the accessibility bus."""
+        deadline = time.monotonic() + scaled(timeout)
+        while True:
+            listed = await self.ok("desktop_apps")
+            for app in listed["running"]:
+                if app["name"] == name and app["windows"]:
+                    found: dict[str, Any] = app
+                    return found
+            assert time.monotonic() < deadline, listed
+            await asyncio.sleep(0.2)
+
+
+def chromium_app(shared: Path, name: str, *flags: str) -> str:
+    """A Chromium command line on the test page, with its own profile under ``shared``."""
+    return " ".join([
+        "chromium", f"--user-data-dir={shared / name}", "--no-first-run",
+        "--no-default-browser-check", "--password-store=basic", "--disable-gpu",
+        "--disable-background-networking", "--disable-component-update", *flags,
+        f"file://{TEST_PAGE}",
+    ])  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def a11y_stack(
+    root: Path, apps: list[str], env: dict[str, str] | None = None, profile: str = "minimal"
+) -> AsyncIterator[A11yStack]:
+    """``apps``: start-up command lines; ``{shared}`` in them is the shared directory."""
+    shared = Path(tempfile.mkdtemp(prefix="relaydesk-a11y-"))
+    os.chmod(shared, 0o777)  # noqa: S103 - the desktop user's exchange directory, removed after
+    seed = await seed_database(root / "data")
+    tracker = ProcessTracker(root / "processes")
+    relay_env = {
+        "RELAYDESK_DESKTOP_APPS": ",".join(a.replace("{shared}", str(shared)) for a in apps),
+        "DISPLAY": "",
+        **(env or {}),
+    }
+    try:
+        async with inprocess_server(seed) as (app, url):
+            relay = start_relay(
+                tracker.start, seed, url, env=relay_env, extra_args=("--stop-desktops-on-exit",)
+            )
+            relay_id = seed.relay["relay_id"]
+            try:
+                await wait_until(
+                    lambda: app.state.services.hub.is_connected(RelayId(relay_id)), 20,
+                    "the relay to connect",
+                )  # fmt: skip
+                stack = A11yStack(app, url, seed, relay_id, "", "", shared, relay)
+                started = await stack.ok("desktop_start", geometry="1280x800", profile=profile)
+                stack.session_id = started["desktop"]["desktop_session_id"]
+                stack.display = started["desktop"]["display"]
+                yield stack
+            except BaseException:
+                print(relay.log_tail())
+                raise
+            finally:
+                tracker.cleanup()
+    finally:
+        for leftover in sorted(shared.rglob("*"), reverse=True):
+            if leftover.is_dir() and not leftover.is_symlink():
+                leftover.rmdir()
+            else:
+                leftover.unlink()
+        shared.rmdir()

@@ -42,6 +42,11 @@ ROLE_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
 
 Node = Mapping[str, object]
 NodeT = TypeVar("NodeT", bound=Mapping[str, object])
+# Roles a role token also matches: toolkits name a one-line text field "text" (GTK) or
+# "entry" (Chromium, Qt), so ``text`` (and its aliases) finds both.
+ROLE_FAMILIES: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
+    {"text": frozenset({"entry"})}
+)
 _T = TypeVar("_T")
 
 _WS: Final = frozenset(" \t\n\r\f")
@@ -521,7 +526,7 @@ _PSEUDO_TESTS: Final[Mapping[Pseudo, Callable[[Collection[object]], bool]]] = {
 def compound_matches(c: Compound, node: Node) -> bool:
     """True when ``node`` passes the role, attribute and pseudo-class tests of ``c``."""
     role = role_token(_node_string(node, "role"))
-    if c.role is not None and c.role != role:
+    if c.role is not None and c.role != role and role not in ROLE_FAMILIES.get(c.role, ()):
         return False
     for test in c.attrs:
         actual = role if test.name == "role" else _node_string(node, test.name)

@@ -21,6 +21,7 @@ from wire.errors import ErrorCode, OpError
 from wire.ops import RelayRow
 
 if TYPE_CHECKING:
+    from relay.a11y.client import A11yWorker
     from relay.backend import DesktopBackend
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,9 @@ CALL_TIMEOUT_S: Final[dict[str, float]] = {
     "text": 10.0,
 }
 LAUNCH_POLL_S: Final = 0.2
+# Typed text shows in an app's tree shortly after its key events: read back this long.
+CONFIRM_S: Final = 3.0
+CONFIRM_POLL_S: Final = 0.05
 
 
 class A11yService:
@@ -66,16 +70,24 @@ class A11yService:
             )
         await self._physical(backend, row, cast(dict[str, Any], physical))
         if physical.get("action") == "type":
-            read = await worker.call("text", {"ref": params["ref"]}, CALL_TIMEOUT_S["text"])
-            result["text"] = read.get("text")
-            expected = str(physical.get("text", ""))
-            result["confirmed"] = (
-                read.get("text") == expected
-                if physical.get("replace")
-                else expected in str(read.get("text") or "")
-            )
+            result |= await self._confirm_text(worker, params["ref"], physical)
         result["at"] = {"x": physical["x"], "y": physical["y"]}
         return result
+
+    async def _confirm_text(
+        self, worker: A11yWorker, ref: str, physical: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Read typed text back through the element's Text interface; apps update their
+        trees after the key events, so it is read until it shows or ``CONFIRM_S`` passes."""
+        expected = str(physical.get("text", ""))
+        deadline = time.monotonic() + CONFIRM_S
+        while True:
+            read = await worker.call("text", {"ref": ref}, CALL_TIMEOUT_S["text"])
+            text = str(read.get("text") or "")
+            confirmed = text == expected if physical.get("replace") else expected in text
+            if confirmed or time.monotonic() >= deadline:
+                return {"text": read.get("text"), "confirmed": confirmed}
+            await asyncio.sleep(CONFIRM_POLL_S)
 
     async def _physical(
         self, backend: DesktopBackend, row: RelayRow, physical: dict[str, Any]

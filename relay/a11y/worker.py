@@ -127,6 +127,10 @@ LISTED_STATES: Final = (
     "required",
     "active",
 )
+# Children of nodes out of view one find may list beyond what the apps cached.
+HIDDEN_FILL_BUDGET: Final = 2000
+# How long a browser's empty documents may take to fill before they are called missing.
+RENDERER_GRACE_S: Final = 2.0
 SCROLL_ANYWHERE: Final = 6  # AtspiScrollType
 CLICK_ACTIONS: Final = ("click", "press", "activate", "toggle", "jump", "open", "select")
 SECRET_ROLES: Final = frozenset({"password_text"})
@@ -314,6 +318,7 @@ class Worker:
         self.policy = policy
         self.snapshots = Snapshots(SNAPSHOT_TTL_S, SNAPSHOTS_KEPT)
         self.names: dict[str, str] = {}  # bus name → the app's name, as it last said it
+        self._hidden_budget = 0  # children of hidden nodes a find may still list
 
     # -- apps and windows ----------------------------------------------------------------------
 
@@ -529,10 +534,12 @@ class Worker:
         return Locator(app.name, tuple(steps))
 
     def _walk(
-        self, tree: Tree, root: Node, max_depth: int, path_to_root: list[Node]
-    ) -> Iterator[Walked]:
-        """Depth-first over showing nodes; never into huge or self-managed containers. Children
-        the app has not cached are listed level by level, pipelined."""
+        self, tree: Tree, root: Node, max_depth: int, path_to_root: list[Node],
+        hidden: bool = False,
+    ) -> Iterator[Walked]:  # fmt: skip
+        """Depth-first over showing nodes (``hidden``: also over the cached nodes that are not
+        showing, e.g. rows scrolled out of view); never into huge or self-managed containers.
+        Children a showing node's app has not cached are listed, pipelined."""
         stack: list[tuple[Node, int, list[Node]]] = [(root, 0, [*path_to_root, root])]
         while stack:
             node, depth, path = stack.pop()
@@ -543,8 +550,16 @@ class Worker:
                 or "manages_descendants" in node.states
             ):
                 continue
-            self.bus.fill(tree, [node])
-            kids = [k for k in tree.children(node) if "showing" in k.states or k.role == "frame"]
+            showing = "showing" in node.states or node.role in ("frame", "application")
+            if showing:
+                self.bus.fill(tree, [node])
+            elif hidden and not node.complete and self._hidden_budget >= node.child_count:
+                # Apps cache little of what is out of view (Chromium's rows below the fold):
+                # listed on demand, within a budget per call.
+                self._hidden_budget -= node.child_count
+                self.bus.fill(tree, [node])
+            kids = [k for k in tree.children(node)
+                    if hidden or "showing" in k.states or k.role == "frame"]  # fmt: skip
             stack.extend((k, depth + 1, [*path, k]) for k in reversed(kids))
 
     def _path_to(self, tree: Tree, node: Node) -> list[Node]:
@@ -588,6 +603,9 @@ class Worker:
             )
             if node is root and node.role == "application":
                 continue  # the answer names the app; its windows start at the left margin
+            parent = walked.path[-2] if len(walked.path) > 1 else None
+            if view != "all" and parent is not None and _repeats(node, parent):
+                continue
             if node is root or view == "all" or _listed(node):
                 if len(chosen) >= budget:
                     cut_budget = True
@@ -595,6 +613,13 @@ class Worker:
                 included_depth[node.key] = parent_level + 1
                 chosen.append((walked, parent_level + 1))
         extras = self._details([w.node for w, _ in chosen])
+        docs = [(w.node, b) for (w, _), (b, _) in zip(chosen, extras, strict=True)]
+        if _renderer_missing(app, docs):
+            if params.get("_retried") or not self._renderer_fills(
+                [n for n, _ in docs if n.role in ("document_web", "frame")]
+            ):
+                raise _no_renderer(app)
+            return self.observe(params | {"_retried": True})
         lines, items = [], []
         for (walked, level), (bounds, value) in zip(chosen, extras, strict=True):
             node = walked.node
@@ -623,6 +648,17 @@ class Worker:
                 "max_nodes for more"
             )
         return result
+
+    def _renderer_fills(self, docs: list[Node]) -> bool:
+        """A page still loading looks like a browser without a renderer tree for a moment:
+        whether its documents fill within ``RENDERER_GRACE_S``."""
+        deadline = time.monotonic() + RENDERER_GRACE_S
+        while time.monotonic() < deadline:
+            self.bus.wait_event(0.1)
+            counts = self.bus.many([self.bus.prop(d.key, ACCESSIBLE, "ChildCount") for d in docs])
+            if any(unwrap(c, 0, int) > 0 for c in counts):
+                return True
+        return False
 
     def _details(self, nodes: Sequence[Node]) -> list[tuple[list[int] | None, str | None]]:
         """Bounds and values of ``nodes``, pipelined."""
@@ -677,10 +713,15 @@ class Worker:
         needs_id = any(t.name == "id" for c in selector.compounds for t in c.attrs)
         nth = selector.compounds[-1].nth
         wanted = limit if nth is None else nth + 1
+        self._hidden_budget = HIDDEN_FILL_BUDGET
         for app, tree, root in pairs:
             walked_all = list(
                 self._walk(
-                    tree, root, 64, self._path_to(tree, root)[:-1] if root.key != tree.root else []
+                    tree,
+                    root,
+                    64,
+                    self._path_to(tree, root) if root.key != tree.root else [],
+                    hidden=True,
                 )
             )
             extra = self._match_fields(walked_all, needs_value, needs_id)
@@ -1079,6 +1120,16 @@ def _listed(node: Node) -> bool:
     return bool(node.name) and node.role in CONTEXT_ROLES
 
 
+def _repeats(node: Node, parent: Node) -> bool:
+    """A text leaf that only repeats its parent's name (a table cell's or a heading's)."""
+    return (
+        node.role in ("static", "label")
+        and node.child_count == 0
+        and bool(node.name)
+        and node.name == parent.name
+    )
+
+
 def _states(node: Node) -> list[str]:
     enabled = "enabled" in node.states or "sensitive" in node.states
     return ["enabled" if enabled else "disabled", *(s for s in LISTED_STATES if s in node.states)]
@@ -1131,6 +1182,33 @@ def _as_mapping(node: Node, extra: dict[str, str] | None) -> dict[str, object]:
         "value": (extra or {}).get("value", ""),
         "id": (extra or {}).get("id", ""),
     }
+
+
+BROWSERS: Final = ("chromium", "chrome", "electron", "brave", "msedge")
+
+
+def _renderer_missing(app: App, nodes: list[tuple[Node, list[int] | None]]) -> bool:
+    """Whether a Chromium-based app shows its window's frame and toolbar but only empty,
+    sizeless web documents (its renderer exposes no tree)."""
+    if not any(b in i for i in app.ids() for b in BROWSERS):
+        return False
+    docs = [(n, b) for n, b in nodes if n.role == "document_web"]
+    if not docs:
+        # A browser's main window without any document: its renderer never joined the bus.
+        return len(nodes) <= 3 and bool(nodes) and nodes[0][0].role == "frame"
+    return all(n.child_count == 0 and not n.name and (not b or b[2] * b[3] == 0) for n, b in docs)
+
+
+def _no_renderer(app: App) -> A11yError:
+    """What a browser whose pages have no accessibility tree is answered with."""
+    return A11yError(
+        "a11y_unavailable",
+        f"{app.name} exposes its window but not the page: its renderer's accessibility is off "
+        "(started without --force-renderer-accessibility, or with "
+        "--disable-renderer-accessibility), so its web content has no accessibility tree",
+        suggestion="use the screen tool for this window, or start the browser from the "
+        "desktop's profile (desktop_launch), which sets the flag",
+    )
 
 
 def _satisfied(condition: object, node: Node | None) -> bool:

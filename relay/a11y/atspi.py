@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from relay.a11y.dbuswire import WireError, read_body
+
 # AT-SPI's role enumeration (AtspiRole), as tokens: the role's name with spaces as "_".
 ROLES: Final[tuple[str, ...]] = tuple(
     name.replace(" ", "_")
@@ -234,6 +236,12 @@ TIMEOUT_ERRORS: Final = frozenset(
         "org.freedesktop.DBus.Error.TimedOut",
     }
 )
+# Events about what is always read live (bounds, text, values): a cached tree stays valid.
+LIVE_EVENTS: Final = frozenset({
+    "BoundsChanged", "VisibleDataChanged", "TextCaretMoved", "TextSelectionChanged",
+    "TextChanged", "TextAttributesChanged", "ActiveDescendantChanged",
+})  # fmt: skip
+LIVE_PROPERTIES: Final = frozenset({"accessible-value"})
 # The one call that tells whether an app marked unresponsive answers again.
 PROBE_TIMEOUT_MS: Final = 100
 # Calls sent before their replies are read, at most (the bus limits pending replies).
@@ -322,6 +330,8 @@ class Bus:
         self.skip_s = skip_s
         self.unresponsive: dict[str, float] = {}  # bus name → until (monotonic)
         self.events = 0
+        # Apps (bus names) that sent an event since their tree was last read.
+        self.changed: set[str] = set()
         try:
             session = Gio.bus_get_sync(Gio.BusType.SESSION, None)
         except GLib.Error as err:
@@ -358,8 +368,23 @@ class Bus:
         )
         self._listen()
 
-    def _on_signal(self, *_args: Any) -> None:
+    def _on_signal(
+        self, _conn: Any, sender: str | None, _path: str, _iface: str, name: str, params: Any
+    ) -> None:
         self.events += 1
+        if not sender or name in LIVE_EVENTS or sender in self.changed:
+            return
+        if name == "PropertyChange" and params.n_children():
+            detail = params.get_child_value(0)
+            if detail.get_type_string() == "s" and detail.get_string() in LIVE_PROPERTIES:
+                return
+        self.changed.add(sender)
+
+    def drain(self) -> None:
+        """Take in the events that arrived since the last call (without waiting)."""
+        context = self._glib.MainContext.default()
+        while context.pending():
+            context.iteration(False)
 
     def _listen(self) -> None:
         """Register an event listener: apps keep their caches (``GetItems``) and emit events
@@ -517,9 +542,30 @@ class Bus:
             (bus,),
         )
 
+    def call_raw(self, call: Call, timeout_ms: int) -> tuple[Any, ...]:
+        """One call whose reply is read from its wire bytes (``relay/a11y/dbuswire.py``):
+        for large replies, where unpacking through GLib costs more than the call."""
+        self.check_responsive(call.bus)
+        gio = self._gio
+        message = gio.DBusMessage.new_method_call(call.bus, call.path, call.interface,
+                                                  call.method)  # fmt: skip
+        try:
+            reply, _ = self._conn.send_message_with_reply_sync(
+                message, gio.DBusSendMessageFlags.NONE, timeout_ms, None
+            )
+            if reply.get_message_type() == gio.DBusMessageType.ERROR:
+                reply.to_gerror()
+            blob = bytes(reply.to_blob(gio.DBusCapabilityFlags.NONE))
+        except self._glib.Error as err:
+            raise self._classify(err, call.bus) from None
+        try:
+            return read_body(blob)[1]
+        except WireError as err:
+            raise CallFailed("failed", f"unreadable reply: {err}") from None
+
     def tree(self, app: Key) -> Tree:
         """Every node the app has cached, in one call."""
-        reply = self.call(
+        reply = self.call_raw(
             Call(app[0], CACHE_PATH, "org.a11y.atspi.Cache", "GetItems"), self.bulk_timeout_ms
         )
         nodes: dict[Key, Node] = {}

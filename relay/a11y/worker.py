@@ -127,6 +127,7 @@ LISTED_STATES: Final = (
     "required",
     "active",
 )
+MAX_CACHED_TREES: Final = 16
 # Children of nodes out of view one find may list beyond what the apps cached.
 HIDDEN_FILL_BUDGET: Final = 2000
 # How long a browser's empty documents may take to fill before they are called missing.
@@ -319,6 +320,7 @@ class Worker:
         self.snapshots = Snapshots(SNAPSHOT_TTL_S, SNAPSHOTS_KEPT)
         self.names: dict[str, str] = {}  # bus name → the app's name, as it last said it
         self._hidden_budget = 0  # children of hidden nodes a find may still list
+        self._trees: dict[str, Tree] = {}  # bus name → its tree as last read
 
     # -- apps and windows ----------------------------------------------------------------------
 
@@ -438,10 +440,23 @@ class Worker:
     # -- trees ---------------------------------------------------------------------------------
 
     def _tree(self, app: App) -> Tree:
+        """The app's tree: read again when the app sent any event since it was last read
+        (apps announce every change of their trees' structure, names and states), else the
+        one read then. Bounds, values and texts are never kept: they are read live."""
+        self.bus.drain()
+        cached = self._trees.get(app.bus)
+        if cached is not None and app.bus not in self.bus.changed:
+            return cached
+        self.bus.changed.discard(app.bus)
         try:
-            return self.bus.tree((app.bus, "/org/a11y/atspi/accessible/root"))
+            tree = self.bus.tree((app.bus, "/org/a11y/atspi/accessible/root"))
         except CallFailed as err:
+            self._trees.pop(app.bus, None)
             raise failed(err, f"reading {app.name!r}") from None
+        self._trees[app.bus] = tree
+        if len(self._trees) > MAX_CACHED_TREES:
+            self._trees.pop(next(iter(self._trees)))
+        return tree
 
     def _scope(self, params: dict[str, Any], acting: bool = False) -> list[tuple[App, Tree, Node]]:
         """The (app, tree, root) pairs a call looks at: the named window, the named app, else
@@ -456,6 +471,7 @@ class Worker:
             return [(app, tree, node)]
         candidates = [self.find_app(app_name, apps)] if app_name is not None else apps
         pairs: list[tuple[App, Tree, Node]] = []
+        wanted: set[Key] = set()
         for app in candidates:
             if (why := self.policy.refusal(app, acting)) is not None:
                 if app_name is not None:
@@ -463,25 +479,30 @@ class Worker:
                 continue
             if app_name is None and self._skipped(app):
                 continue
+            whole_app = app_name is not None and window is None
+            everything = window is None and app_name is None and bool(params.get("_all"))
+            if not (whole_app or everything):
+                # Which of its windows is meant is read cheaply (names and states of the
+                # top-level windows only): only the app that has it is read whole.
+                wanted = {
+                    w["key"]
+                    for w in self._windows(app)
+                    if (w["name"] == window if window is not None else w["focused"])
+                }
+                if not wanted:
+                    continue
             try:
                 tree = self._tree(app)
             except A11yError:
                 if app_name is not None:
                     raise
                 continue
+            if whole_app:
+                pairs.append((app, tree, tree.nodes[tree.root]))
+                continue
             for node in tree.children(tree.nodes[tree.root]):
-                if window is not None and node.name != window:
-                    continue
-                if (
-                    window is None
-                    and app_name is None
-                    and not params.get("_all")
-                    and "active" not in node.states
-                ):
-                    continue
-                pairs.append((app, tree, node))
-            if app_name is not None and window is None:
-                pairs = [(app, tree, tree.nodes[tree.root])]
+                if everything or node.key in wanted:
+                    pairs.append((app, tree, node))
         if not pairs and window is not None:
             raise A11yError("app_not_found", f"no window named {str(window)[:64]!r}")
         if not pairs and window is None and app_name is None and not params.get("_all"):
@@ -689,6 +710,10 @@ class Worker:
                 calls.append(self.bus.prop(node.key, "org.a11y.atspi.Value", "CurrentValue"))
             plan.append((extents, value, kind))
         replies = self.bus.many(calls) if calls else []
+        stalled = next((r for r in replies if isinstance(r, CallFailed) and r.kind == "timeout"),
+                       None)  # fmt: skip
+        if stalled is not None:
+            raise failed(stalled, "reading bounds and values")
         out: list[tuple[list[int] | None, str | None]] = []
         for node, (extents, value, kind) in zip(nodes, plan, strict=True):
             bounds = _bounds(unwrap(replies[extents])) if extents is not None else None

@@ -67,7 +67,7 @@ RUN apt-get update -qq \
     && apt-get install -y -qq --no-install-recommends \
         python3 tini procps \
         xvfb x11vnc openbox xterm autocutsel x11-utils \
-        dbus-daemon dbus-session-bus-common at-spi2-core \
+        dbus-daemon dbus-session-bus-common at-spi2-core libatk-adaptor python3-gi \
         pulseaudio pulseaudio-utils libopus0 \
         fonts-dejavu-core \
         $([ "$WITH_BROWSER" = 1 ] && echo firefox-esr) >/dev/null \

@@ -321,6 +321,7 @@ class Worker:
         self.names: dict[str, str] = {}  # bus name → the app's name, as it last said it
         self._hidden_budget = 0  # children of hidden nodes a find may still list
         self._trees: dict[str, Tree] = {}  # bus name → its tree as last read
+        self._known: dict[str, App] = {}  # bus name → app, as last listed
 
     # -- apps and windows ----------------------------------------------------------------------
 
@@ -341,7 +342,16 @@ class Worker:
                 self.names[key[0]] = name
             pid = unwrap(replies[2 * i + 1], None, int)
             apps.append(App(key[0], name, pid, _command(pid)))
+        self._known = {app.bus: app for app in apps}
         return apps
+
+    def _app_by_bus(self, element: Element) -> App:
+        """The app of an element: from the last listing when its bus is still connected
+        (one call fewer before every action), else from a new listing."""
+        app = self._known.get(element.key[0])
+        if app is not None and app.pid is not None and _alive(app.pid):
+            return app
+        return self._app_of(element, self.list_apps())
 
     def find_app(self, wanted: object, apps: list[App] | None = None) -> App:
         apps = self.list_apps() if apps is None else apps
@@ -841,7 +851,7 @@ class Worker:
 
     def _resolve(self, params: dict[str, Any], acting: bool) -> tuple[App, Node, Element]:
         element = self.snapshots.element(params.get("ref"))
-        app = self._app_of(element, self.list_apps())
+        app = self._app_by_bus(element)
         if (why := self.policy.refusal(app, acting)) is not None:
             raise A11yError("policy_denied", f"{app.name!r}: {why}")
         key = element.key if app.bus == element.key[0] else None
@@ -1113,6 +1123,10 @@ class Worker:
 
 
 # -- formatting --------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
 
 
 def _command(pid: int | None) -> str | None:

@@ -268,8 +268,13 @@ async def test_desktop_apps_and_the_chat_list_the_launchable_apps(
     assert [app["id"] for app in answer["launchable"]] == LAUNCHABLE
     assert answer["launchable"][0] == {
         "id": "chromium", "name": "Chromium", "icon": "chromium",
-        "desktop_entry": "relaydesk-chromium.desktop",
+        "desktop_entry": "relaydesk-chromium.desktop", "accessible": True,
     }  # fmt: skip
+    terminal = next(app for app in answer["launchable"] if app["id"] == "xterm")
+    assert terminal["accessible"] is False
+    # the running apps come from the desktop's accessibility bus
+    assert answer["a11y"] == {"available": True}
+    assert any(app["name"] == "Chromium" for app in answer["running"]), answer["running"]
 
     headers = {"Authorization": f"Bearer {stack.seed.api_token}"}
     url = f"/api/v1/conversations/{stack.seed.conversation_id}/messages"
@@ -287,7 +292,12 @@ async def test_desktop_launch_opens_the_editor(stack: ViewerStack, standard: Des
     answer = await stack.action("desktop_launch", slot="main", app="mousepad")
     assert answer["desktop_session_id"] == standard.desktop_session_id
     assert answer["app"] == "mousepad" and answer["launched"] is True
+    # it answers once the editor's window is on the accessibility bus
+    titles = [window["name"] for window in answer["app_window"]["windows"]]
+    assert any("Mousepad" in title for title in titles), answer["app_window"]
     await wait_for_window(standard, "Mousepad")
+    terminal = await stack.action("desktop_launch", slot="main", app="xterm")
+    assert "app_window" not in terminal and "accessibility" in terminal["note"]
     status, body = await post(stack, "desktop_launch", slot="main", app="rm -rf /")
     assert status == 400 and body["error"]["field"] == "app", body
 

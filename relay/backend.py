@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from relay.a11y.client import A11yWorker
+from relay.a11y.client import A11yCaller
 from relay.channels import ByteStream
 from wire.errors import ErrorCode, OpError
 from wire.ops import (
@@ -97,7 +97,7 @@ class DesktopBackend(Protocol):
         """Port and VNC secret of the session's x11vnc on this host (None: not offered)."""
         ...
 
-    async def a11y_worker(self, row: RelayRow) -> A11yWorker:
+    async def a11y_worker(self, row: RelayRow) -> A11yCaller:
         """The accessibility worker of the desktop (``a11y_unavailable`` when it has none)."""
         ...
 

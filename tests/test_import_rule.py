@@ -43,7 +43,13 @@ ALLOWED_FIRST_PARTY = {
 # The relay's desktop I/O (a prefix covers its submodules): what the host helper may import of
 # the relay, and all that these modules may import of it.
 DESKTOP_IO = frozenset(
-    {"relay.screen", "relay.desktops.process", "relay.desktops.probe", "relay.desktops.displays"}
+    {
+        "relay.screen",
+        "relay.desktops.process",
+        "relay.desktops.probe",
+        "relay.desktops.displays",
+        "relay.a11y",
+    }
 )
 # Modules whose import means I/O or concurrency machinery; a prefix covers its submodules.
 WIRE_FORBIDDEN_MODULES = frozenset(

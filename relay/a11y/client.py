@@ -22,10 +22,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from relay.desktops.user import DesktopUser
 from wire.errors import ErrorCode, OpError
+
+if TYPE_CHECKING:
+    from relay.desktops.user import DesktopUser
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,14 @@ def op_error(error: Mapping[str, Any]) -> OpError:
     code = ERROR_CODES.get(str(error.get("code")), ErrorCode.ACTION_FAILED)
     details = {k: v for k, v in error.items() if k not in ("code", "message")}
     return OpError(code, str(error.get("message", code.value))[:2000], details)
+
+
+class A11yCaller(Protocol):
+    """Whatever answers a desktop's accessibility calls: its worker, or a host helper's."""
+
+    async def call(
+        self, call: str, params: Mapping[str, Any], timeout_s: float
+    ) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)

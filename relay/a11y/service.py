@@ -21,7 +21,7 @@ from wire.errors import ErrorCode, OpError
 from wire.ops import RelayRow
 
 if TYPE_CHECKING:
-    from relay.a11y.client import A11yWorker
+    from relay.a11y.client import A11yCaller
     from relay.backend import DesktopBackend
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class A11yService:
         return result
 
     async def _confirm_text(
-        self, worker: A11yWorker, ref: str, physical: dict[str, Any]
+        self, worker: A11yCaller, ref: str, physical: dict[str, Any]
     ) -> dict[str, Any]:
         """Read typed text back through the element's Text interface; apps update their
         trees after the key events, so it is read until it shows or ``CONFIRM_S`` passes."""

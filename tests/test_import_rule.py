@@ -6,7 +6,8 @@ packages, never each other (nor the CLI package or the tests), with two addition
 - ``server`` → ``migrations``: the Alembic history is the server's own schema (its ``env.py``
   builds on ``server.db``) and only the server runs it;
 - ``host_helper`` → the relay's desktop I/O (:data:`DESKTOP_IO`: the screen service with its
-  input backends, keys, capture and guard check; process groups; readiness probes). That is
+  input backends, keys, capture and guard check; the accessibility worker; process groups;
+  readiness probes). That is
   the one implementation for every display relaydesk touches, and it imports only ``wire``,
   third-party packages and itself, so the helper never loads the rest of the relay.
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Final, Protocol
 
 import aiohttp
 
@@ -86,6 +86,30 @@ class AudioStarter(Protocol):
         """Parent of the sound servers' per-display runtime directories (removed with their
         desktops)."""
         ...
+
+
+# Chromium-based browsers and Electron apps expose their web content only with this flag
+# (docs/accessibility.md): every one relaydesk starts gets it.
+RENDERER_A11Y_FLAG: Final = "--force-renderer-accessibility"
+CHROMIUM_FAMILY: Final = frozenset({
+    "chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome",
+    "brave-browser", "microsoft-edge", "electron", "code", "codium",
+})  # fmt: skip
+
+
+def accessible_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the renderer accessibility flag when it starts a Chromium-based app."""
+    words = list(argv)
+    if (
+        words
+        and Path(words[0]).name in CHROMIUM_FAMILY
+        and not any(
+            w.startswith(RENDERER_A11Y_FLAG) or w == "--disable-renderer-accessibility"
+            for w in words
+        )
+    ):
+        words.insert(1, RENDERER_A11Y_FLAG)
+    return words
 
 
 def missing_binaries(config: DesktopConfig | None = None) -> list[str]:
@@ -379,7 +403,8 @@ class Launcher:
         one_shots: list[ChildProcess] = []
         for name, argv, extra in optional:
             try:
-                child = _spawn(name, argv, env | extra, False, log, (), user=session.user)
+                child = _spawn(name, accessible_argv(argv), env | extra, False, log, (),
+                               user=session.user)  # fmt: skip
             except OSError as err:
                 logger.warning("desktop %s: %s not started: %s", req.slot, name, err)
                 continue

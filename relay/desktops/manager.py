@@ -19,7 +19,7 @@ from relay.desktops.adoption import adopt_from_state
 from relay.desktops.audio import REASON_FAILED, audio_lost
 from relay.desktops.config import DesktopConfig
 from relay.desktops.homes import Homes, open_append, secure_state_dir
-from relay.desktops.launch import AudioStarter, missing_binaries
+from relay.desktops.launch import AudioStarter, accessible_argv, missing_binaries
 from relay.desktops.probe import ProbeResult, probe_chain
 from relay.desktops.process import ChildProcess
 from relay.desktops.profiles import Profile, choose, load_profiles
@@ -221,7 +221,7 @@ class DesktopManager:
             if profile is None or desktop.home is None:
                 raise OpError(ErrorCode.UNAVAILABLE, "this desktop has no profile to launch from")
             entry = profile.app(app)
-            argv = profile.expand(entry.exec, Path(desktop.home))
+            argv = accessible_argv(profile.expand(entry.exec, Path(desktop.home)))
             user = await self.desktop_user()
             log = open_append(self.config.log_dir / f"{desktop.kind}-{desktop.slot}.log")
             try:

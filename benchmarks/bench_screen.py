@@ -7,7 +7,10 @@
    <= 3 ms added at p50), and the same pair end to end;
 3. click round trip end to end with a revision (target p50 <= 10 ms);
 4. server memory per retained revision (tracemalloc) and the memory bound under many
-   screenshots (1,000; ``--quick``: 40).
+   screenshots (1,000; ``--quick``: 40);
+5. zoom round trips (a 320x200 region at scale 1 and 2, and with a grid) next to the full
+   screenshot round trip of the same desktop, interleaved in rounds; and a screenshot with a
+   grid next to the plain one.
 
 Round trips are timed with ``benchmarks.common.HttpClient``, a minimal HTTP/1.1 client on one
 kept-alive connection that sends the request, reads the whole response and parses its JSON:
@@ -254,6 +257,32 @@ async def bench_memory(bench: Bench, row: dict[str, Any], count: int) -> None:
         raise SystemExit("the revision store exceeded its memory bound")
 
 
+ZOOM_REGION = {"x": 480, "y": 300, "width": 320, "height": 200}
+
+
+async def bench_zoom(bench: Bench, row: dict[str, Any], repeat: int) -> None:
+    print("\n5. zoom round trip vs full screenshot round trip (1280x800 desktop, PNG)")
+    session = {"desktop_session_id": row["desktop_session_id"]}
+    bodies: dict[str, dict[str, Any]] = {
+        "full screenshot": {"action": "screenshot"},
+        "screenshot, grid": {"action": "screenshot", "grid": True},
+        "zoom 320x200, scale 1": {"action": "zoom", "region": ZOOM_REGION},
+        "zoom 320x200, scale 2": {"action": "zoom", "region": ZOOM_REGION, "scale": 2},
+        "zoom 320x200, scale 2, grid": {"action": "zoom", "region": ZOOM_REGION, "scale": 2,
+                                        "grid": True},
+    }  # fmt: skip
+    samples: dict[str, list[float]] = {name: [] for name in bodies}
+    for body in bodies.values():
+        await bench.screen(**body, **session)  # warm up
+    batch = max(1, repeat // ROUNDS)
+    for _ in range(ROUNDS):  # interleaved, so load on the machine hits all alike
+        for name, body in bodies.items():
+            samples[name] += await _timed(lambda body=body: bench.screen(**body, **session), batch)
+    full = percentile(samples["full screenshot"], 0.5)
+    for name, times in samples.items():
+        print(_line(f"  {name}", times) + f"  ratio to full x{percentile(times, 0.5) / full:.2f}")
+
+
 async def run(quick: bool) -> None:
     repeat = 10 if quick else 100
     with tempfile.TemporaryDirectory(prefix="bench-screen-") as tmp:
@@ -268,6 +297,7 @@ async def run(quick: bool) -> None:
                 await bench_screenshots(bench, rows, repeat)
                 await bench_clicks(bench, rows[SIZES[0]], 20 if quick else 200)
                 await bench_memory(bench, rows[SIZES[0]], 40 if quick else 1000)
+                await bench_zoom(bench, rows[SIZES[0]], repeat)
             finally:
                 for painter in painters:
                     painter.close()

@@ -1,7 +1,9 @@
 """The screen tool's action names, defined once for the server, the relay and the host helper.
 
-``GUARDED_ACTIONS`` are the ones whose point an agent chose on a screenshot: they run only
-behind the stale-screen guard (``wire.guard``).
+``IMAGE_ACTIONS`` answer with a picture of the screen (a ``screenshot``, or a ``zoom`` into a
+region) that the server keeps under its own ``screen_revision``. ``GUARDED_ACTIONS`` are the
+ones whose point an agent chose on such a picture: they run only behind the stale-screen guard
+(``wire.guard``).
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ from __future__ import annotations
 from typing import Final, Literal, get_args
 
 ScreenAction = Literal[
-    "screenshot", "click", "double_click", "move", "drag", "scroll", "type", "key",
+    "screenshot", "zoom", "click", "double_click", "move", "drag", "scroll", "type", "key",
     "mouse_position", "screen_size", "keyboard_state",
 ]  # fmt: skip
 SCREEN_ACTIONS: Final[tuple[ScreenAction, ...]] = get_args(ScreenAction)
+IMAGE_ACTIONS: Final[frozenset[ScreenAction]] = frozenset({"screenshot", "zoom"})
 GUARDED_ACTIONS: Final[frozenset[ScreenAction]] = frozenset({"click", "double_click", "drag"})

@@ -10,7 +10,8 @@ import re
 from typing import Any
 
 from wire.errors import InvalidArgs
-from wire.guard import Guard
+from wire.guard import CropRect, Guard
+from wire.screen_coords import Frame, zoom_size
 
 MAX_TEXT_LENGTH = 10_000
 MAX_SCROLL_AMOUNT = 50
@@ -83,3 +84,54 @@ def guard(args: dict[str, Any]) -> Guard | None:
     """The optional ``guard: {crop, rect}`` the server attached (its presence is not checked)."""
     value = args.get("guard")
     return None if value is None else Guard.from_wire(value)
+
+
+def box(value: object, name: str) -> CropRect:
+    """``{x, y, width, height}`` in pixels with a positive size (it may reach off the screen)."""
+    if not isinstance(value, dict) or set(value) != {"x", "y", "width", "height"}:
+        raise InvalidArgs(name, "must be {x, y, width, height}")
+    x, y, width, height = (value[key] for key in ("x", "y", "width", "height"))
+    for key, item in zip(("x", "y", "width", "height"), (x, y, width, height), strict=True):
+        if not isinstance(item, int) or isinstance(item, bool):
+            raise InvalidArgs(f"{name}.{key}", "must be an integer")
+    if width <= 0 or height <= 0:
+        raise InvalidArgs(f"{name}.{'width' if width <= 0 else 'height'}", "must be positive")
+    return CropRect(x, y, width, height)
+
+
+def region(args: dict[str, Any], size: tuple[int, int], name: str = "region") -> CropRect:
+    """A region ``{x, y, width, height}`` that lies on the screen (never clamped)."""
+    rect = box(args.get(name), name)
+    if rect.x < 0 or rect.y < 0 or not rect.fits(size):
+        raise InvalidArgs(
+            name,
+            f"{rect.width}x{rect.height} at ({rect.x}, {rect.y}) is not inside the "
+            f"{size[0]}x{size[1]} screen",
+        )
+    return rect
+
+
+def zoom_image_size(args: dict[str, Any], area: CropRect) -> tuple[int, int]:
+    """The zoom image's size for ``scale`` (default 1; ``InvalidArgs("scale")`` when too big)."""
+    return zoom_size(area.width, area.height, args.get("scale", 1))
+
+
+def grid(args: dict[str, Any], size: tuple[int, int]) -> Frame | None:
+    """The coordinates a requested grid is labelled in (``grid: {coordinates, relative_to?}``)."""
+    value = args.get("grid")
+    if value is None or value is False:
+        return None
+    if value is True:
+        return Frame.pixels()
+    if not isinstance(value, dict):
+        raise InvalidArgs("grid", "must be true or {coordinates, relative_to?}")
+    coordinates = choice(value, "coordinates", ("pixels", "normalized"), "pixels")
+    if set(value) - {"coordinates", "relative_to"}:
+        raise InvalidArgs("grid", "takes coordinates and relative_to only")
+    area = value.get("relative_to")
+    if coordinates == "pixels":
+        if area is not None:
+            raise InvalidArgs("grid.relative_to", "applies to normalized coordinates only")
+        return Frame.pixels()
+    whole = CropRect(0, 0, *size)
+    return Frame.normalized(whole if area is None else box(area, "grid.relative_to"))

@@ -143,3 +143,16 @@ def preview(rgb: RGBArray, max_width: int) -> RGBArray:
     image = Image.fromarray(np.ascontiguousarray(rgb), "RGB")
     small = image.resize((max_width, new_height), Image.Resampling.BILINEAR)
     return np.asarray(small, dtype=np.uint8)
+
+
+def magnify(rgb: RGBArray, size: tuple[int, int]) -> RGBArray:
+    """``rgb`` enlarged to ``size`` (width, height): by a whole factor, each pixel becomes a
+    block of that many pixels (exact); otherwise bicubic."""
+    height, width = rgb.shape[:2]
+    if (width, height) == size:
+        return rgb
+    factor, rest = divmod(size[0], width)
+    if rest == 0 and size[1] == height * factor:
+        return np.repeat(np.repeat(rgb, factor, axis=0), factor, axis=1)
+    image = Image.fromarray(np.ascontiguousarray(rgb), "RGB")
+    return np.asarray(image.resize(size, Image.Resampling.BICUBIC), dtype=np.uint8)

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from Xlib import error as xerror
 
@@ -32,16 +32,20 @@ from relay.screen.backends import (
 from relay.screen.capture import (
     IMAGE_FORMATS,
     EncodedImage,
+    ImageFormat,
     RGBArray,
     ScreenCapture,
     encode,
     encode_screenshot,
+    magnify,
 )
 from relay.screen.capture import preview as make_preview
+from relay.screen.grid import draw_grid
 from wire.capture import BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
-from wire.guard import Guard
-from wire.screen_actions import SCREEN_ACTIONS
+from wire.guard import CropRect, Guard
+from wire.screen_actions import IMAGE_ACTIONS, SCREEN_ACTIONS
+from wire.screen_coords import Grid, grid_for
 
 logger = logging.getLogger(__name__)
 
@@ -50,16 +54,21 @@ T = TypeVar("T")
 
 @dataclass
 class ScreenshotResult:
-    """A capture and its encodings.
+    """A capture and its encodings: a screenshot, or a zoom into ``region``.
 
-    ``capture`` is the banded PNG the server keeps (the image itself when the format is PNG);
-    ``pixels`` are its full-resolution RGB pixels.
+    ``capture`` is the banded PNG the server keeps, of the screen as it is (it is the image
+    itself when the image is a PNG with no scaling and no grid); ``pixels`` are its
+    full-resolution RGB pixels. A zoom's ``image`` shows ``region`` enlarged by ``scale``.
     """
 
     pixels: RGBArray
     image: EncodedImage
     capture: BandedPng
     preview: EncodedImage | None = None
+    region: CropRect | None = None
+    screen: tuple[int, int] | None = None
+    scale: float = 1
+    grid: Grid | None = None
 
     @property
     def width(self) -> int:
@@ -74,12 +83,26 @@ class ScreenshotResult:
         """Raw RGB24 bytes, row-major, ``width * height * 3`` long."""
         return self.pixels.tobytes()
 
+    @property
+    def image_is_capture(self) -> bool:
+        """Whether the image is the kept capture itself (else the capture travels beside it)."""
+        return self.image.data is self.capture.data
+
     def to_dict(self) -> dict[str, Any]:
         result = self.image.to_dict()
         if self.preview is not None:
             small = self.preview.to_dict()
             result["preview"] = {key: small[key] for key in ("width", "height", "image")}
-        result["coordinates"] = "full_resolution"
+        if self.region is None:
+            result["coordinates"] = "full_resolution"
+        else:
+            result["coordinates"] = "zoom"
+            result["region"] = self.region.to_dict()
+            result["scale"] = self.scale
+        if self.screen is not None:
+            result["screen"] = {"width": self.screen[0], "height": self.screen[1]}
+        if self.grid is not None:
+            result["grid"] = self.grid.to_dict()
         return result
 
 
@@ -106,8 +129,15 @@ Handler = Callable[[ScreenContext, dict[str, Any]], dict[str, Any]]
 # -- guard -----------------------------------------------------------------------------------
 
 
+# Put in place of a guard by the relay itself (never by a message: it is not JSON) for input
+# at an accessibility element's live bounds, read just before (relay/a11y/service.py).
+LIVE_BOUNDS: Final = object()
+
+
 def check_guard(ctx: ScreenContext, args: dict[str, Any], at: tuple[int, int]) -> dict[str, Any]:
     """Compare the guard crop with the screen now; stale raises before any input is sent."""
+    if args.get("guard") is LIVE_BOUNDS:
+        return {"checked": False, "reason": "live accessibility bounds"}
     guard = Guard.required(args.get("guard"))
     region = guard.region_at(at, ctx.size())
     try:
@@ -120,25 +150,63 @@ def check_guard(ctx: ScreenContext, args: dict[str, Any], at: tuple[int, int]) -
 # -- handlers (run in the display's worker thread) --------------------------------------------
 
 
-def capture_screenshot(ctx: ScreenContext, args: dict[str, Any]) -> ScreenshotResult:
+def _image_format(args: dict[str, Any]) -> tuple[ImageFormat, int | None]:
     fmt = check.choice(args, "format", IMAGE_FORMATS, "png")
     quality = check.bounded(args, "quality", 1, 100, 80) if "quality" in args else None
+    return cast(ImageFormat, fmt), quality
+
+
+def _image_of(
+    capture: BandedPng, shown: RGBArray, pixels: RGBArray, fmt: ImageFormat, quality: int | None
+) -> EncodedImage:
+    """The image of ``shown``: the capture itself when it is a PNG of the plain pixels."""
+    if fmt == "png" and shown is pixels:
+        return EncodedImage("png", capture.width, capture.height, capture.data)
+    return encode(shown, fmt, quality)
+
+
+def capture_screenshot(ctx: ScreenContext, args: dict[str, Any]) -> ScreenshotResult:
+    fmt, quality = _image_format(args)
     max_width = args.get("preview_max_width")
     if max_width is not None:
         max_width = check.bounded(args, "preview_max_width", 16, 100_000, 0)
-    capture, pixels = encode_screenshot(ctx.capture.grab_bgra(None, ctx.size()))
-    if fmt == "png":
-        image = EncodedImage("png", capture.width, capture.height, capture.data)
-    else:
-        image = encode(pixels, fmt, quality)  # type: ignore[arg-type]
+    size = ctx.size()
+    labels = check.grid(args, size)
+    capture, pixels = encode_screenshot(ctx.capture.grab_bgra(None, size))
+    shown, grid = pixels, None
+    if labels is not None:  # drawn on the picture only: the capture stays the screen itself
+        grid = grid_for(labels, CropRect(0, 0, *size), size)
+        shown = draw_grid(pixels, grid)
+    image = _image_of(capture, shown, pixels, fmt, quality)
     small = None
     if max_width is not None:
-        small = encode(make_preview(pixels, max_width), fmt, quality)  # type: ignore[arg-type]
-    return ScreenshotResult(pixels, image, capture, small)
+        small = encode(make_preview(shown, max_width), fmt, quality)
+    return ScreenshotResult(pixels, image, capture, small, grid=grid)
+
+
+def capture_zoom(ctx: ScreenContext, args: dict[str, Any]) -> ScreenshotResult:
+    """A region of the screen at full resolution, enlarged by ``scale``, with its capture."""
+    size = ctx.size()
+    region = check.region(args, size)
+    out_size = check.zoom_image_size(args, region)
+    fmt, quality = _image_format(args)
+    labels = check.grid(args, size)
+    capture, pixels = encode_screenshot(ctx.capture.grab_bgra(region))
+    shown, grid = magnify(pixels, out_size), None
+    if labels is not None:
+        grid = grid_for(labels, region, out_size)
+        shown = draw_grid(shown, grid)
+    image = _image_of(capture, shown, pixels, fmt, quality)
+    scale = args.get("scale", 1)
+    return ScreenshotResult(pixels, image, capture, None, region, size, scale, grid)
 
 
 def _screenshot(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
     return capture_screenshot(ctx, args).to_dict()
+
+
+def _zoom(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    return capture_zoom(ctx, args).to_dict()
 
 
 def _click_n(count: int) -> Handler:
@@ -210,6 +278,7 @@ def _keyboard_state(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
 
 HANDLERS: dict[str, Handler] = {
     "screenshot": _screenshot,
+    "zoom": _zoom,
     "click": _click_n(1),
     "double_click": _click_n(2),
     "move": _move,
@@ -316,12 +385,16 @@ class ScreenService:
         return await self._worker(display).call(handler, args)
 
     async def answer(self, display: str, action: str, args: dict[str, Any]) -> dict[str, Any]:
-        """Like :meth:`run`, as a remote caller gets it: a screenshot also carries ``capture``
-        (where its PNG's row bands start, plus the lossless PNG when the image is lossy)."""
-        if action != "screenshot":
+        """Like :meth:`run`, as a remote caller gets it: a screenshot or zoom also carries
+        ``capture`` (where its PNG's row bands start, plus that lossless PNG when the image is
+        not it: lossy, enlarged or with a grid)."""
+        if action not in IMAGE_ACTIONS:
             return await self.run(display, action, args)
-        shot = await self.screenshot(display, args)
-        capture = shot.capture.to_wire(with_png=shot.image.format != "png")
+        if not isinstance(args, dict):
+            raise InvalidArgs("args", "must be an object")
+        capture_fn = capture_zoom if action == "zoom" else capture_screenshot
+        shot = await self._worker(display).call(capture_fn, args)
+        capture = shot.capture.to_wire(with_png=not shot.image_is_capture)
         return {**shot.to_dict(), "capture": capture}
 
     async def run_in_display(self, display: str, fn: Callable[[ScreenContext], T]) -> T:

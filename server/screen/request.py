@@ -1,17 +1,21 @@
 """The ``screen`` action's request: field checks and the relay arguments it becomes.
 
-Checks here are about shape (types, enums, which fields an action needs). Whether a point
-lies on the screen is checked against the kept screenshot for guarded actions (here) and
-against the live screen by the relay for every action; coordinates are never clamped.
+Checks here are about shape (types, enums, which fields an action needs). Coordinates are
+kept as sent until :meth:`ScreenRequest.placed` converts them, once, to screen pixels (the
+tool knows by then what they are relative to). Whether a point lies on the screen is checked
+against the kept screenshot or zoom for guarded actions (``server.screen.tool``) and against
+the live screen by the relay for every action; coordinates are never clamped.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wire.errors import InvalidArgs
-from wire.screen_actions import GUARDED_ACTIONS, SCREEN_ACTIONS, ScreenAction
+from wire.guard import CropRect
+from wire.screen_actions import GUARDED_ACTIONS, IMAGE_ACTIONS, SCREEN_ACTIONS, ScreenAction
+from wire.screen_coords import COORDINATES, MAX_SCALE, MIN_SCALE, Coordinates, Frame, zoom_size
 
 FORMATS = ("png", "jpeg", "webp")
 BUTTONS = ("left", "middle", "right")
@@ -26,29 +30,110 @@ ROUTING_FIELDS = frozenset({"conversation_id", "relay", "relay_id"})
 FIELDS = frozenset({
     "action", "desktop_session_id", "local", "x", "y", "button", "text", "key", "amount",
     "direction", "from", "to", "target_bbox", "expected_screen_revision",
-    "preview_max_width", "format", "quality", "timeout",
+    "preview_max_width", "format", "quality", "timeout", "coordinates", "relative_to",
+    "region", "scale", "grid",
 }) | ROUTING_FIELDS  # fmt: skip
 
+Number = int | float
 Point = tuple[int, int]
 
 
 @dataclass(frozen=True)
+class Given:
+    """Numbers as the caller sent them (any coordinate system), and the fields they came from."""
+
+    values: tuple[Number, ...]
+    fields: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A request's coordinates in screen pixels: converted once, before the guard."""
+
+    point: Point | None = None
+    end: Point | None = None
+    target_bbox: CropRect | None = None
+    region: CropRect | None = None
+
+
+@dataclass(frozen=True)
 class ScreenRequest:
-    """A checked ``screen`` call."""
+    """A checked ``screen`` call: its numbers as given until :meth:`placed` converts them."""
 
     action: ScreenAction
     desktop_session_id: str | None = None
     local: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
-    point: Point | None = None
-    end: Point | None = None
-    target_bbox: tuple[int, int, int, int] | None = None
+    coordinates: Coordinates = "pixels"
+    relative_to: CropRect | None = None
+    point: Given | None = None
+    end: Given | None = None
+    target_bbox: Given | None = None
+    region: Given | None = None
+    grid: bool = False
     revision: str | None = None
     relay_args: dict[str, Any] = field(default_factory=dict)
+    geometry: Geometry | None = None
 
     @property
     def guarded(self) -> bool:
         return self.action in GUARDED_ACTIONS
+
+    @property
+    def has_coordinates(self) -> bool:
+        """Whether any number of the request is a coordinate to convert."""
+        return any(g is not None for g in (self.point, self.end, self.target_bbox, self.region))
+
+    @property
+    def needs_screen_size(self) -> bool:
+        """Normalized coordinates across the whole screen: its size decides the pixels."""
+        return (
+            self.coordinates == "normalized" and self.relative_to is None and self.has_coordinates
+        )
+
+    def placed(self, frame: Frame) -> ScreenRequest:
+        """The request with its coordinates in screen pixels and its relay arguments complete.
+
+        The one conversion of a request's coordinates (``wire.screen_coords`` does the
+        arithmetic): every check after it, the guard's included, sees screen pixels.
+        """
+        if not (self.has_coordinates or self.grid):
+            return self  # nothing to convert (most screenshots, type, key, …)
+        geometry = Geometry(
+            point=None if self.point is None else _point(frame, self.point),
+            end=None if self.end is None else _point(frame, self.end),
+            target_bbox=None if self.target_bbox is None else _box(frame, self.target_bbox),
+            region=None if self.region is None else _box(frame, self.region),
+        )
+        if geometry.region is not None:  # a zoom too large is refused before the relay
+            zoom_size(geometry.region.width, geometry.region.height,
+                      self.relay_args.get("scale", 1))  # fmt: skip
+        return replace(self, geometry=geometry, relay_args=_relay_args(self, geometry))
+
+
+def _point(frame: Frame, given: Given) -> Point:
+    return frame.point((given.values[0], given.values[1]), (given.fields[0], given.fields[1]))
+
+
+def _box(frame: Frame, given: Given) -> CropRect:
+    x, y, width, height = given.values
+    return frame.box((x, y, width, height), given.fields[0].rsplit(".", 1)[0])
+
+
+def _relay_args(request: ScreenRequest, geometry: Geometry) -> dict[str, Any]:
+    args = dict(request.relay_args)
+    if geometry.point is not None:
+        args["x"], args["y"] = geometry.point
+    if geometry.end is not None:
+        args["to_x"], args["to_y"] = geometry.end
+    if geometry.region is not None:
+        args["region"] = geometry.region.to_dict()
+    if request.grid:
+        grid: dict[str, Any] = {"coordinates": request.coordinates}
+        if request.relative_to is not None:
+            grid["relative_to"] = request.relative_to.to_dict()
+        args["grid"] = grid
+    return args
 
 
 # -- field readers -----------------------------------------------------------------------------
@@ -83,51 +168,85 @@ def _enum(body: dict[str, Any], name: str, options: tuple[str, ...]) -> str | No
     return value
 
 
-def _coord(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgs(name, "must be an integer pixel coordinate")
-    if not -MAX_COORD < value < MAX_COORD:
+def _number(value: Any, name: str) -> Number:
+    """A coordinate as sent: its system (pixels, normalized, zoom) is judged when converted."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgs(name, "must be a number")
+    if not -MAX_COORD < value < MAX_COORD:  # also refuses NaN
         raise InvalidArgs(name, "is far outside any screen")
     return value
 
 
-def _xy(body: dict[str, Any]) -> Point | None:
+def _given(values: list[Any], fields: tuple[str, ...]) -> Given:
+    numbers = tuple(_number(v, f) for v, f in zip(values, fields, strict=True))
+    return Given(numbers, fields)
+
+
+def _xy(body: dict[str, Any]) -> Given | None:
     x, y = body.get("x"), body.get("y")
     if x is None and y is None:
         return None
     if x is None or y is None:
         raise InvalidArgs("x" if x is None else "y", "x and y go together")
-    return _coord(x, "x"), _coord(y, "y")
+    return _given([x, y], ("x", "y"))
 
 
-def _point_field(body: dict[str, Any], name: str) -> Point | None:
+def _point_field(body: dict[str, Any], name: str) -> Given | None:
     """``{x, y}`` or ``[x, y]``."""
     value = body.get(name)
     if value is None:
         return None
     if isinstance(value, dict) and set(value) == {"x", "y"}:
-        return _coord(value["x"], f"{name}.x"), _coord(value["y"], f"{name}.y")
+        return _given([value["x"], value["y"]], (f"{name}.x", f"{name}.y"))
     if isinstance(value, list) and len(value) == 2:
-        return _coord(value[0], f"{name}[0]"), _coord(value[1], f"{name}[1]")
+        return _given(value, (f"{name}[0]", f"{name}[1]"))
     raise InvalidArgs(name, "must be a point {x, y}")
 
 
-def _bbox(body: dict[str, Any]) -> tuple[int, int, int, int] | None:
-    """``{x, y, width, height}`` or ``[x, y, width, height]``."""
-    value = body.get("target_bbox")
+_BOX = ("x", "y", "width", "height")
+
+
+def _box_field(body: dict[str, Any], name: str) -> Given | None:
+    """``{x, y, width, height}`` or ``[x, y, width, height]``; errors name ``name.width`` etc."""
+    value = body.get(name)
     if value is None:
         return None
-    names = ("x", "y", "width", "height")
-    if isinstance(value, dict) and set(value) == set(names):
-        items = [value[n] for n in names]
+    if isinstance(value, dict) and set(value) == set(_BOX):
+        items = [value[n] for n in _BOX]
     elif isinstance(value, list) and len(value) == 4:
         items = value
     else:
-        raise InvalidArgs("target_bbox", "must be {x, y, width, height}")
-    x, y, w, h = (_coord(v, f"target_bbox.{n}") for v, n in zip(items, names, strict=True))
-    if w <= 0 or h <= 0:
-        raise InvalidArgs("target_bbox", "width and height must be positive")
-    return x, y, w, h
+        raise InvalidArgs(name, "must be {x, y, width, height}")
+    return _given(items, tuple(f"{name}.{n}" for n in _BOX))
+
+
+def _relative_to(body: dict[str, Any], coordinates: str) -> CropRect | None:
+    """The region normalized coordinates span, in screen pixels (default: the whole screen)."""
+    given = _box_field(body, "relative_to")
+    if given is None:
+        return None
+    if coordinates != "normalized":
+        raise InvalidArgs("relative_to", 'applies to coordinates: "normalized" only')
+    return Frame.pixels().box((given.values[0], given.values[1], given.values[2],
+                               given.values[3]), "relative_to")  # fmt: skip
+
+
+def _scale(body: dict[str, Any]) -> Number | None:
+    value = body.get("scale")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgs("scale", f"must be a number from {MIN_SCALE} to {MAX_SCALE}")
+    if not MIN_SCALE <= value <= MAX_SCALE:
+        raise InvalidArgs("scale", f"must be between {MIN_SCALE} and {MAX_SCALE}")
+    return value
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise InvalidArgs(name, "must be true or false")
+    return value
 
 
 def _timeout(body: dict[str, Any]) -> float:
@@ -155,34 +274,30 @@ def _need(value: Any, name: str, action: str) -> Any:
     return value
 
 
-def _screenshot_args(body: dict[str, Any]) -> dict[str, Any]:
+def _image_args(body: dict[str, Any], action: str) -> dict[str, Any]:
     args: dict[str, Any] = {"format": _enum(body, "format", FORMATS) or "png"}
     if (quality := _int(body, "quality", 1, 100)) is not None:
         args["quality"] = quality
-    if (width := _int(body, "preview_max_width", 16, 100_000)) is not None:
+    if action == "zoom":
+        if (scale := _scale(body)) is not None:
+            args["scale"] = scale
+    elif (width := _int(body, "preview_max_width", 16, 100_000)) is not None:
         args["preview_max_width"] = width
     return args
 
 
-def _pointer_args(action: str, body: dict[str, Any], point: Point | None) -> dict[str, Any]:
-    x, y = _need(point, "x", action)
-    args: dict[str, Any] = {"x": x, "y": y}
-    if action != "move":
-        args["button"] = _enum(body, "button", BUTTONS) or "left"
-    return args
+def _pointer_args(action: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {} if action == "move" else {"button": _enum(body, "button", BUTTONS) or "left"}
 
 
-def _scroll_args(body: dict[str, Any], point: Point | None) -> dict[str, Any]:
-    args: dict[str, Any] = {
+def _scroll_args(body: dict[str, Any]) -> dict[str, Any]:
+    return {
         "direction": _enum(body, "direction", DIRECTIONS) or "down",
         "amount": _int(body, "amount", 1, MAX_AMOUNT) or 3,
     }
-    if point is not None:
-        args["x"], args["y"] = point
-    return args
 
 
-def _drag_points(body: dict[str, Any]) -> tuple[Point, Point]:
+def _drag_points(body: dict[str, Any]) -> tuple[Given, Given]:
     start, xy = _point_field(body, "from"), _xy(body)
     if start is not None and xy is not None:
         raise InvalidArgs("from", "give the start point as from or as x, y, not both")
@@ -200,61 +315,97 @@ def parse(body: Any) -> ScreenRequest:
     action = _enum(body, "action", SCREEN_ACTIONS)
     if action is None:
         raise InvalidArgs("action", f"is required: one of {', '.join(SCREEN_ACTIONS)}")
-    local = body.get("local", False)
-    if not isinstance(local, bool):
-        raise InvalidArgs("local", "must be true or false")
+    coordinates = _enum(body, "coordinates", COORDINATES) or "pixels"
+    if coordinates == "zoom" and action in IMAGE_ACTIONS:
+        raise InvalidArgs(
+            "coordinates",
+            "zoom coordinates are pixels of an earlier zoom, for actions that name its "
+            f"screen_revision; {action} takes pixels or normalized",
+        )
     common = {
         "action": action,
         "desktop_session_id": _session(body),
-        "local": local,
+        "local": _flag(body, "local"),
         "timeout_s": _timeout(body),
+        "coordinates": coordinates,
+        "relative_to": _relative_to(body, coordinates),
         "revision": body.get("expected_screen_revision"),
     }
     return _for_action(action, body, common)
 
 
 def _for_action(action: str, body: dict[str, Any], common: dict[str, Any]) -> ScreenRequest:
-    bbox = _bbox(body)
+    bbox = _box_field(body, "target_bbox")
     if bbox is not None and action not in GUARDED_ACTIONS:
         raise InvalidArgs("target_bbox", "applies to click, double_click and drag only")
     if action == "drag":
         start, end = _drag_points(body)
-        args = {"x": start[0], "y": start[1], "to_x": end[0], "to_y": end[1],
-                "button": _enum(body, "button", BUTTONS) or "left"}  # fmt: skip
+        args = _pointer_args(action, body)
         return ScreenRequest(**common, point=start, end=end, target_bbox=bbox, relay_args=args)
+    if action in IMAGE_ACTIONS:
+        region = _need(_box_field(body, "region"), "region", action) if action == "zoom" else None
+        args = _image_args(body, action)
+        return ScreenRequest(**common, region=region, grid=_flag(body, "grid"), relay_args=args)
     point = _xy(body)
     if action in ("click", "double_click", "move"):
-        args = _pointer_args(action, body, point)
+        _need(point, "x", action)
+        args = _pointer_args(action, body)
     elif action == "scroll":
-        args = _scroll_args(body, point)
-    elif action == "screenshot":
-        args = _screenshot_args(body)
+        args = _scroll_args(body)
     elif action == "type":
         args = {"text": _need(_str(body, "text", MAX_TEXT), "text", action)}
     elif action == "key":
         args = {"keys": _need(_str(body, "key", MAX_KEY), "key", action)}
     else:
-        args = {}
+        args, point = {}, None
     return ScreenRequest(**common, point=point, target_bbox=bbox, relay_args=args)
 
 
 def audit_shape(request: ScreenRequest) -> dict[str, Any]:
-    """What the audit row may say about a request: its shape, never typed text or keys."""
+    """What the audit row may say about a request: its shape, never typed text or keys.
+
+    Coordinates are the screen pixels they were converted to (as sent, before a conversion
+    failed)."""
     shape: dict[str, Any] = {"action": request.action, "local": request.local}
-    if request.point is not None:
-        shape["x"], shape["y"] = request.point
-    if request.end is not None:
-        shape["to_x"], shape["to_y"] = request.end
-    if request.target_bbox is not None:
-        shape["target_bbox"] = list(request.target_bbox)
+    if request.coordinates != "pixels":
+        shape["coordinates"] = request.coordinates
+    shape.update(_audit_geometry(request))
     args = request.relay_args
-    for name in ("button", "direction", "amount", "format", "preview_max_width"):
+    for name in ("button", "direction", "amount", "format", "preview_max_width", "scale"):
         if name in args:
             shape[name] = args[name]
+    if request.grid:
+        shape["grid"] = True
     if "text" in args:
         shape["text_length"] = len(args["text"])
     if "keys" in args:
         # A chord can spell a secret one key at a time: record only how many keys it has.
         shape["key_count"] = len([part for part in args["keys"].split("+") if part]) or 1
     shape["guarded"] = request.guarded
+    return shape
+
+
+def _audit_geometry(request: ScreenRequest) -> dict[str, Any]:
+    placed = request.geometry
+    if placed is None:
+        point, end = request.point, request.end
+        bbox, region = request.target_bbox, request.region
+        shape: dict[str, Any] = {}
+        if point is not None:
+            shape["x"], shape["y"] = point.values
+        if end is not None:
+            shape["to_x"], shape["to_y"] = end.values
+        if bbox is not None:
+            shape["target_bbox"] = list(bbox.values)
+        if region is not None:
+            shape["region"] = list(region.values)
+        return shape
+    shape = {}
+    if placed.point is not None:
+        shape["x"], shape["y"] = placed.point
+    if placed.end is not None:
+        shape["to_x"], shape["to_y"] = placed.end
+    for name, rect in (("target_bbox", placed.target_bbox), ("region", placed.region)):
+        if rect is not None:
+            shape[name] = [rect.x, rect.y, rect.width, rect.height]
     return shape

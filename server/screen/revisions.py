@@ -6,7 +6,8 @@ A revision is ``sr1.<base64url(payload)>.<base64url(hmac)>``; the payload is com
 it as opaque; the server can tell a forged revision, one for another target, and one whose
 capture expired apart without a lookup.
 
-The :class:`RevisionStore` keeps each revision's full-resolution capture as the relay sent it:
+A revision names a screenshot or a zoom (a region of the screen, ``View``). The
+:class:`RevisionStore` keeps each revision's full-resolution capture as the relay sent it:
 the screenshot's PNG, made of independently deflated row bands (``wire.capture``; lossless,
 ~2 % of the raw size for desktop pixels; a guard crop inflates only its bands), with a TTL and
 a total memory bound enforced by least-recently-used eviction.
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from wire.capture import Base64BandedPng
 from wire.compare import same_text
 from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.guard import CropRect
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,22 @@ class Revision:
     revision_id: str
     binding: Binding
     issued_at: float
+
+
+@dataclass(frozen=True)
+class View:
+    """What a kept capture shows: ``region`` of a screen of ``screen`` size, given to the agent
+    as an image of ``image`` size. A screenshot shows the whole screen at full size; a zoom
+    shows a region, perhaps enlarged."""
+
+    screen: tuple[int, int]
+    region: CropRect
+    image: tuple[int, int]
+    zoom: bool = False
+
+    @classmethod
+    def whole(cls, width: int, height: int) -> View:
+        return cls((width, height), CropRect(0, 0, width, height), (width, height))
 
 
 class Capture(Base64BandedPng):
@@ -141,10 +159,11 @@ def verify(key: str, token: object) -> Revision:
 
 @dataclass(frozen=True)
 class KeptCapture:
-    """A verified revision and the capture kept for it."""
+    """A verified revision, the capture kept for it and what that capture shows."""
 
     revision: Revision
     capture: Capture
+    view: View
 
 
 @dataclass(frozen=True)
@@ -176,7 +195,8 @@ class RevisionStore:
         self.clock = clock
         self._used: OrderedDict[str, KeptCapture] = OrderedDict()  # least recently used first
         self._born: OrderedDict[str, float] = OrderedDict()  # oldest first (TTL sweeps)
-        self._latest: dict[Binding, tuple[str, str]] = {}  # binding -> (revision_id, token)
+        # binding -> (revision_id, token) of its newest screenshot (zooms show only a part)
+        self._latest: dict[Binding, tuple[str, str]] = {}
         self._memory = 0
         self._evicted = 0
         self._expired = 0
@@ -188,8 +208,10 @@ class RevisionStore:
         return StoreStats(len(self._used), self._memory, self.memory_limit,
                           self._evicted, self._expired)  # fmt: skip
 
-    def keep(self, binding: Binding, capture: Capture) -> str:
-        """Keep ``capture`` under a new revision for ``binding``; returns its token."""
+    def keep(self, binding: Binding, capture: Capture, view: View | None = None) -> str:
+        """Keep ``capture`` (showing ``view``; default: the whole screen) under a new revision
+        for ``binding``; returns its token."""
+        view = view or View.whole(capture.width, capture.height)
         now = self.clock()
         revision = new_revision(binding, now)
         token = token_for(self._key, revision)
@@ -199,9 +221,10 @@ class RevisionStore:
                            "not kept", capture.size_bytes)  # fmt: skip
             return token
         rid = revision.revision_id
-        self._used[rid] = KeptCapture(revision, capture)
+        self._used[rid] = KeptCapture(revision, capture, view)
         self._born[rid] = revision.issued_at
-        self._latest[binding] = (rid, token)
+        if not view.zoom:
+            self._latest[binding] = (rid, token)
         self._memory += capture.size_bytes
         while self._memory > self.memory_limit:
             self._remove(next(iter(self._used)))
@@ -238,7 +261,7 @@ class RevisionStore:
         return kept
 
     def latest(self, binding: Binding) -> str | None:
-        """The newest kept revision of ``binding``, if any (a hint after a stale click)."""
+        """The newest kept screenshot of ``binding``, if any (a hint after a stale click)."""
         latest = self._latest.get(binding)
         return latest[1] if latest is not None and latest[0] in self._used else None
 

@@ -1,10 +1,12 @@
 """The screen tool on the server: revisions, the stale-screen guard, the relay call, audit.
 
-Flow (DESIGN §7, ``docs/screen-tool.md``): a screenshot's raw capture is kept under a signed
-``screen_revision``; a guarded action (click, double_click, drag) must name the revision its
-point was chosen on, the server checks the revision belongs to this relay and desktop, cuts the
-reference crop around the point (or ``target_bbox``) from the kept capture and sends it with
-the action; the relay compares it with the screen immediately before any input.
+Flow (DESIGN §7, ``docs/screen-tool.md``): a screenshot's or zoom's raw capture is kept under
+a signed ``screen_revision``; a request's coordinates (pixels, normalized or zoom) are converted
+to screen pixels once (``ScreenRequest.placed``); a guarded action (click, double_click, drag)
+must name the revision its point was chosen on, the server checks the revision belongs to this
+relay and desktop, cuts the reference crop around the point (or ``target_bbox``) from the kept
+capture — within a zoom's region for a zoom's revision — and sends it with the action; the
+relay compares it with the screen immediately before any input.
 """
 
 from __future__ import annotations
@@ -13,23 +15,26 @@ import asyncio
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 from server.db.audit import AuditWriter
 from server.relays.calls import call
 from server.screen.request import ScreenRequest, audit_shape, parse
-from server.screen.revisions import Binding, Capture, KeptCapture, RevisionStore
+from server.screen.revisions import Binding, Capture, KeptCapture, RevisionStore, View
 from wire import ops
 from wire.errors import ErrorCode, InvalidArgs, OpError
-from wire.guard import crop_rect, encode_crop
+from wire.guard import CropRect, crop_rect, encode_crop
 from wire.ids import RelayId
-from wire.screen_actions import SCREEN_ACTIONS
+from wire.screen_actions import IMAGE_ACTIONS, SCREEN_ACTIONS, ScreenAction
+from wire.screen_coords import Frame, zoom_size
 
 log = logging.getLogger(__name__)
 
 STALE_HINT = "the screen changed around the target: take a new screenshot and choose again"
 # Results of the relay that stay on the server (host details, the raw capture).
 _PRIVATE_RESULT_KEYS = ("capture", "display")
+# Every answer of the screen tool says it came from pixels (not the accessibility tree).
+VISION_SOURCE: Final = "vision"
 
 
 class RelayRequester(Protocol):
@@ -66,17 +71,16 @@ class ScreenTool:
 
     async def run(self, caller: Caller, body: Any) -> dict[str, Any]:
         """Check, run and audit one action; raises ``OpError`` (audited too)."""
-        request: ScreenRequest | None = None
-        session: str | None = None
+        attempt = _Attempt()
         try:
-            request = parse(body)
-            session = request.desktop_session_id
-            result = await self._run(caller, request)
-            session = result.get("desktop_session_id", session)
+            attempt.request = parse(body)
+            attempt.session = attempt.request.desktop_session_id
+            result = await self._run(caller, attempt)
+            attempt.session = result.get("desktop_session_id", attempt.session)
         except OpError as err:
-            await self._audit(caller, request, body, session, err)
+            await self._audit(caller, attempt.request, body, attempt.session, err)
             raise
-        await self._audit(caller, request, body, session, None, result)
+        await self._audit(caller, attempt.request, body, attempt.session, None, result)
         return result
 
     async def refused(self, caller: Caller, body: Any, error: OpError) -> None:
@@ -87,15 +91,18 @@ class ScreenTool:
             request = None
         await self._audit(caller, request, body, None, error)
 
-    async def _run(self, caller: Caller, request: ScreenRequest) -> dict[str, Any]:
-        if request.action == "screenshot":
-            return await self._screenshot(caller, request)
+    async def _run(self, caller: Caller, attempt: _Attempt) -> dict[str, Any]:
+        assert attempt.request is not None
+        kept = self._kept(caller, attempt.request)
+        frame = await self._frame(caller, attempt.request, kept)
+        request = attempt.request = attempt.request.placed(frame)
+        if request.action in IMAGE_ACTIONS:
+            return await self._picture(caller, request)
         args = dict(request.relay_args)
         if request.desktop_session_id is not None:
             args["desktop_session_id"] = request.desktop_session_id
-        kept = None
         if request.guarded:
-            kept = self._kept(caller, request)
+            assert kept is not None
             args.update(await _guard_args(request, kept))
         try:
             result = await self._relay(caller, request, args)
@@ -103,21 +110,26 @@ class ScreenTool:
             if err.code is ErrorCode.STALE_SCREEN and kept is not None:
                 raise self._stale(err, request, kept) from None
             raise
-        return _public(result)
+        return _public(request, result)
 
     async def _relay(
-        self, caller: Caller, request: ScreenRequest, args: dict[str, Any]
+        self,
+        caller: Caller,
+        request: ScreenRequest,
+        args: dict[str, Any],
+        action: ScreenAction | None = None,
     ) -> dict[str, Any]:
         if request.local and request.desktop_session_id is None:
             # The relay's local desktop (its host's real screen), by kind: the same op as for
             # any other desktop; the relay's host helper runs it on the host display.
             args["kind"] = "local"
-        spec = ops.SCREEN[request.action]
+        spec = ops.SCREEN[action or request.action]
         result = await call(self.relays, caller.relay, spec, cast(ops.ScreenArgs, args),
                             request.timeout_s)  # fmt: skip
         return dict(result)
 
-    async def _screenshot(self, caller: Caller, request: ScreenRequest) -> dict[str, Any]:
+    async def _picture(self, caller: Caller, request: ScreenRequest) -> dict[str, Any]:
+        """A screenshot or zoom: the relay's picture, its capture kept under a new revision."""
         args = dict(request.relay_args)
         if request.desktop_session_id is not None:
             args["desktop_session_id"] = request.desktop_session_id
@@ -127,30 +139,73 @@ class ScreenTool:
             if err.code is ErrorCode.LIMIT_REACHED:
                 message = (
                     f"{err.message}: this screenshot is too large to carry; a smaller desktop "
-                    "geometry, or a larger RELAYDESK_MAX_TEXT_FRAME on the server, fits it"
+                    "geometry (or zoom region), or a larger RELAYDESK_MAX_TEXT_FRAME on the "
+                    "server, fits it"
                 )
                 raise OpError(err.code, message, err.details) from None
             raise
-        # A PNG screenshot is its own capture; other formats come with the capture's PNG.
+        # A plain PNG is its own capture; other images come with the capture's PNG.
         image = result.get("image") if result.get("format") == "png" else None
         capture = Capture.from_wire(result.get("capture"), image)
+        view = _view(request, result)
+        if (capture.width, capture.height) != (view.region.width, view.region.height):
+            raise OpError(ErrorCode.PROTOCOL_ERROR, "the relay's capture and image differ in size")
         binding = Binding(
             caller.relay, str(result.get("desktop_session_id")), str(result.get("display"))
         )
-        if (capture.width, capture.height) != (result.get("width"), result.get("height")):
-            raise OpError(ErrorCode.PROTOCOL_ERROR, "the relay's capture and image differ in size")
-        public = _public(result)
-        public["screen_revision"] = self.revisions.keep(binding, capture)
+        public = _public(request, result)
+        public["screen_revision"] = self.revisions.keep(binding, capture, view)
         return public
 
-    def _kept(self, caller: Caller, request: ScreenRequest) -> KeptCapture:
-        if request.revision is None:
+    def _kept(self, caller: Caller, request: ScreenRequest) -> KeptCapture | None:
+        """The capture a guarded action was chosen on (required), or the one whose frame an
+        unguarded action's coordinates refer to (when it names one and needs it)."""
+        if request.guarded and request.revision is None:
             raise OpError(
                 ErrorCode.MISSING_SCREEN_REVISION,
                 f"{request.action} needs expected_screen_revision: the screen_revision of the "
-                "screenshot the point was chosen on",
+                "screenshot (or zoom) the point was chosen on",
             )
+        zoomed = request.coordinates == "zoom" and request.has_coordinates
+        needs = zoomed or request.needs_screen_size
+        if request.revision is None or not (request.guarded or needs):
+            return None
         return self.revisions.lookup(request.revision, caller.relay, request.desktop_session_id)
+
+    async def _frame(
+        self, caller: Caller, request: ScreenRequest, kept: KeptCapture | None
+    ) -> Frame:
+        """What the request's numbers mean in screen pixels."""
+        if not request.has_coordinates or request.coordinates == "pixels":
+            return Frame.pixels()  # nothing to convert (a grid is labelled by the relay)
+        if request.coordinates == "zoom":
+            if kept is None:
+                raise InvalidArgs(
+                    "expected_screen_revision",
+                    "zoom coordinates need the screen_revision of the zoom they were read on",
+                )
+            if not kept.view.zoom:
+                raise InvalidArgs(
+                    "coordinates",
+                    "zoom coordinates need a zoom's screen_revision; this one is a screenshot's, "
+                    "whose pixels are screen pixels: use coordinates pixels",
+                )
+            return Frame.zoom(kept.view.region, kept.view.image)
+        if request.relative_to is not None:
+            return Frame.normalized(request.relative_to)
+        screen = kept.view.screen if kept is not None else await self._screen_size(caller, request)
+        return Frame.normalized(CropRect(0, 0, *screen))
+
+    async def _screen_size(self, caller: Caller, request: ScreenRequest) -> tuple[int, int]:
+        """The target's screen size now (normalized coordinates without a revision)."""
+        args: dict[str, Any] = {}
+        if request.desktop_session_id is not None:
+            args["desktop_session_id"] = request.desktop_session_id
+        result = await self._relay(caller, request, args, "screen_size")
+        width, height = result.get("width"), result.get("height")
+        if not (_positive(width) and _positive(height)):
+            raise OpError(ErrorCode.PROTOCOL_ERROR, "the relay's screen size is not a size")
+        return cast(int, width), cast(int, height)
 
     def _stale(self, err: OpError, request: ScreenRequest, kept: KeptCapture) -> OpError:
         latest = self.revisions.latest(kept.revision.binding)
@@ -195,18 +250,59 @@ class ScreenTool:
             log.exception("writing the screen audit row failed")
 
 
+@dataclass
+class _Attempt:
+    """One call as far as it got: the request (converted once placed) and its session."""
+
+    request: ScreenRequest | None = None
+    session: str | None = None
+
+
+def _positive(value: object) -> bool:
+    return type(value) is int and value > 0
+
+
+def _view(request: ScreenRequest, result: dict[str, Any]) -> View:
+    """What the relay's picture shows, checked against what was asked."""
+    width, height = result.get("width"), result.get("height")
+    if not (_positive(width) and _positive(height)):
+        raise OpError(ErrorCode.PROTOCOL_ERROR, "the relay's picture has no size")
+    image = (cast(int, width), cast(int, height))
+    if request.action == "screenshot":
+        return View.whole(*image)
+    assert request.geometry is not None and request.geometry.region is not None
+    region = request.geometry.region
+    scale = request.relay_args.get("scale", 1)
+    screen = result.get("screen")
+    if (
+        image != zoom_size(region.width, region.height, scale)
+        or not isinstance(screen, dict)
+        or not (_positive(screen.get("width")) and _positive(screen.get("height")))
+    ):
+        raise OpError(ErrorCode.PROTOCOL_ERROR, "the relay's zoom is not the one asked for")
+    return View((screen["width"], screen["height"]), region, image, zoom=True)
+
+
 async def _guard_args(request: ScreenRequest, kept: KeptCapture) -> dict[str, Any]:
     """``guard`` and ``revision_target`` for a guarded action, from the kept capture."""
-    capture = kept.capture
-    assert request.point is not None
-    _on_screenshot(request.point, capture, "x", "y")
-    if request.end is not None:
-        _on_screenshot(request.end, capture, "to.x", "to.y")
-    rect = crop_rect(request.point, (capture.width, capture.height), request.target_bbox)
-    crop = await asyncio.to_thread(capture.region, rect)
+    geometry = request.geometry
+    assert geometry is not None and geometry.point is not None and request.point is not None
+    view = kept.view
+    _on_picture(geometry.point, view, request.point.fields)
+    if geometry.end is not None and request.end is not None:
+        _on_screen(geometry.end, view, request.end.fields)
+    region = view.region
+    # The guard's geometry within the kept picture (a zoom: its region), then on the screen.
+    local = (geometry.point[0] - region.x, geometry.point[1] - region.y)
+    bbox = geometry.target_bbox
+    local_bbox = None if bbox is None else (bbox.x - region.x, bbox.y - region.y,
+                                            bbox.width, bbox.height)  # fmt: skip
+    rect = crop_rect(local, (region.width, region.height), local_bbox)
+    crop = await asyncio.to_thread(kept.capture.region, rect)
+    on_screen = CropRect(rect.x + region.x, rect.y + region.y, rect.width, rect.height)
     binding = kept.revision.binding
     return {
-        "guard": {"crop": encode_crop(crop), "rect": rect.to_dict()},
+        "guard": {"crop": encode_crop(crop), "rect": on_screen.to_dict()},
         "revision_target": {
             "desktop_session_id": binding.desktop_session_id,
             "display": binding.display,
@@ -214,20 +310,42 @@ async def _guard_args(request: ScreenRequest, kept: KeptCapture) -> dict[str, An
     }
 
 
-def _on_screenshot(point: tuple[int, int], capture: Capture, x_name: str, y_name: str) -> None:
+def _on_picture(point: tuple[int, int], view: View, fields: tuple[str, ...]) -> None:
+    """A guarded point must lie on the picture it was chosen on: never clamped."""
+    if not view.zoom:
+        _on_screen(point, view, fields)
+        return
+    region = view.region
+    for name, value, low, size in ((fields[0], point[0], region.x, region.width),
+                                   (fields[1], point[1], region.y, region.height)):  # fmt: skip
+        if not low <= value < low + size:
+            raise InvalidArgs(
+                name,
+                f"{value} is outside the zoomed region ({name[-1]} {low}..{low + size - 1}) of "
+                "this zoom's screen_revision; choose a point on the zoom, or take a screenshot",
+            )
+
+
+def _on_screen(point: tuple[int, int], view: View, fields: tuple[str, ...]) -> None:
     """Coordinates are pixels of the full-resolution screenshot: never clamped."""
-    for name, value, limit in ((x_name, point[0], capture.width),
-                               (y_name, point[1], capture.height)):  # fmt: skip
+    width, height = view.screen
+    for name, value, limit in ((fields[0], point[0], width),
+                               (fields[1], point[1], height)):  # fmt: skip
         if not 0 <= value < limit:
             raise InvalidArgs(
                 name,
-                f"{value} is outside the {capture.width}x{capture.height} screenshot "
+                f"{value} is outside the {width}x{height} screenshot "
                 f"(0..{limit - 1}); coordinates are full-resolution pixels",
             )
 
 
-def _public(result: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in result.items() if k not in _PRIVATE_RESULT_KEYS}
+def _public(request: ScreenRequest, result: dict[str, Any]) -> dict[str, Any]:
+    """What the caller sees: no host details, and every answer marked as the pixel path's."""
+    public = {k: v for k, v in result.items() if k not in _PRIVATE_RESULT_KEYS}
+    if request.action == "keyboard_state" and "source" in public:
+        public["lock_source"] = public.pop("source")  # how the locks were read: LEDs or not
+    public["source"] = VISION_SOURCE
+    return public
 
 
 def _audit_details(

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from relay.a11y.dbuswire import WireError, read_body
+from wire.errors import RelaydeskError
 
 # AT-SPI's role enumeration (AtspiRole), as tokens: the role's name with spaces as "_".
 ROLES: Final[tuple[str, ...]] = tuple(
@@ -260,7 +261,7 @@ def state_tokens(words: Sequence[int]) -> frozenset[str]:
     return frozenset(name for i, name in enumerate(STATES) if bits >> i & 1)
 
 
-class CallFailed(Exception):
+class CallFailed(RelaydeskError):
     """A D-Bus call failed; ``kind`` is ``gone``, ``timeout`` or ``failed``."""
 
     def __init__(self, kind: str, message: str) -> None:

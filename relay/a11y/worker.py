@@ -47,6 +47,7 @@ from relay.a11y.atspi import (
     unwrap,
 )
 from wire import a11y_selector as selectors
+from wire.errors import ErrorCode, RelaydeskError
 
 CALL_TIMEOUT_MS: Final = int(os.environ.get("RELAYDESK_A11Y_CALL_TIMEOUT_MS", "250"))
 SNAPSHOT_TTL_S: Final = float(os.environ.get("RELAYDESK_A11Y_SNAPSHOT_TTL_S", "120"))
@@ -149,17 +150,18 @@ SUGGESTIONS: Final[dict[str, str]] = {
 }
 
 
-class A11yError(Exception):
+class A11yError(RelaydeskError):
+    """An answer the worker gives as ``{code, message, suggestion, …}``."""
+
     def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        self.code = ErrorCode(code)
         self.details = details
+        super().__init__(message)
 
     def body(self) -> dict[str, Any]:
-        suggestion = self.details.pop("suggestion", None) or SUGGESTIONS.get(self.code, "")
+        suggestion = self.details.pop("suggestion", None) or SUGGESTIONS.get(self.code.value, "")
         return {
-            "code": self.code,
+            "code": self.code.value,
             "message": self.message,
             "suggestion": suggestion,
             **self.details,

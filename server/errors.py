@@ -34,6 +34,12 @@ PUBLIC_DETAILS: Final = frozenset(
         "screen_revision",
         "latest_screen_revision",
         "reason",
+        # what to do next (accessibility tools), and the apps there are
+        "suggestion",
+        # when an agent may try again (takeover_active, stopped_by_user)
+        "retry_after_s",
+        "running",
+        "checks",
     }
 )
 

@@ -60,6 +60,16 @@ class ErrorCode(StrEnum):
     REVISION_EXPIRED = "revision_expired"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     METHOD_NOT_ALLOWED = "method_not_allowed"
+    TAKEOVER_ACTIVE = "takeover_active"
+    STOPPED_BY_USER = "stopped_by_user"
+    # accessibility tools (docs/accessibility.md)
+    A11Y_UNAVAILABLE = "a11y_unavailable"
+    STALE_REF = "stale_ref"
+    SNAPSHOT_NOT_FOUND = "snapshot_not_found"
+    ELEMENT_NOT_FOUND = "element_not_found"
+    APP_NOT_FOUND = "app_not_found"
+    POLICY_DENIED = "policy_denied"
+    ACTION_FAILED = "action_failed"
 
 
 class CloseCode(IntEnum):
@@ -108,7 +118,17 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.STALE_SCREEN: 409,
         ErrorCode.REVISION_MISMATCH: 409,
         ErrorCode.REVISION_EXPIRED: 409,
+        ErrorCode.STALE_REF: 409,
+        ErrorCode.SNAPSHOT_NOT_FOUND: 404,
+        ErrorCode.ELEMENT_NOT_FOUND: 404,
+        ErrorCode.APP_NOT_FOUND: 404,
+        ErrorCode.POLICY_DENIED: 403,
+        ErrorCode.ACTION_FAILED: 422,
+        ErrorCode.A11Y_UNAVAILABLE: 503,
         ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
+        # A person holds the desktop (423 Locked); a person stopped this agent (409).
+        ErrorCode.TAKEOVER_ACTIVE: 423,
+        ErrorCode.STOPPED_BY_USER: 409,
         ErrorCode.INTERNAL: 500,
         ErrorCode.START_FAILED: 502,
         ErrorCode.RELAY_UNREACHABLE: 502,

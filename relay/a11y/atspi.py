@@ -530,6 +530,16 @@ class Bus:
         reply = self.call(Call(REGISTRY, ROOT_PATH, ACCESSIBLE, "GetChildren"), 2000)
         return [(str(bus), str(path)) for bus, path in reply[0]]
 
+    def registry_owner(self) -> str | None:
+        """The registry's unique bus name (its events say that apps came or went)."""
+        try:
+            bus = "org.freedesktop.DBus"
+            reply = self.call(Call(bus, "/org/freedesktop/DBus", bus, "GetNameOwner", "(s)",
+                                   (REGISTRY,)))  # fmt: skip
+        except CallFailed:
+            return None
+        return str(reply[0])
+
     def prop(self, key: Key, interface: str, name: str) -> Call:
         return Call(key[0], key[1], PROPERTIES, "Get", "(ss)", (interface, name))
 

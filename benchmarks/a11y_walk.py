@@ -13,6 +13,7 @@ import contextlib
 import json
 import sys
 import time
+from typing import Any
 
 import gi
 
@@ -22,7 +23,7 @@ from gi.repository import Atspi  # noqa: E402
 CALLS = [0]
 
 
-def _children(node):
+def _children(node: Any) -> list[Any]:
     CALLS[0] += 1
     count = node.get_child_count()
     out = []
@@ -34,7 +35,7 @@ def _children(node):
     return out
 
 
-def walk(node, limit=5000):
+def walk(node: Any, limit: int = 5000) -> int:
     """Every node below ``node``: role, name, states and extents of each, one call each."""
     seen = 0
     stack = [node]
@@ -53,7 +54,7 @@ def walk(node, limit=5000):
     return seen
 
 
-def find(node, role, name):
+def find(node: Any, role: str, name: str) -> Any:
     stack = [node]
     while stack:
         current = stack.pop()
@@ -64,7 +65,7 @@ def find(node, role, name):
     return None
 
 
-def main():
+def main() -> None:
     app_name, rounds = sys.argv[1], int(sys.argv[2])
     button = sys.argv[3] if len(sys.argv) > 3 else None
     Atspi.set_timeout(250, 2000)

@@ -1,4 +1,5 @@
-"""``relaydesk`` command line: ``up``, ``server``, ``relay``, ``host-helper``, ``db``, ``admin``."""
+"""``relaydesk`` command line: ``up``, ``server``, ``relay``, ``host-helper``, ``db``, ``admin``,
+``desktops``, ``mcp``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from relaydesk import admin_cli, desktops_cli, logs
+from relaydesk import admin_cli, desktops_cli, logs, mcp_cli
 
 EPILOG = """\
 Configuration comes from RELAYDESK_* environment variables (RELAYDESK_DATABASE_URL,
@@ -136,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_db,
         admin_cli.add_admin,
         desktops_cli.add_desktops,
+        mcp_cli.add_mcp,
     ):
         add(sub)
     return parser

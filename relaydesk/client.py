@@ -123,13 +123,13 @@ class RelaydeskClient:
     # -- the two primitives ------------------------------------------------------------------
 
     def get(self, path: str) -> dict[str, Any]:
-        return _answer(self._http.get(path))
+        return answer_of(self._http.get(path))
 
     def action(self, name: str, conversation_id: str, **args: Any) -> dict[str, Any]:
         """Any typed action; ``None`` arguments are left out (the server's defaults apply)."""
         body = {"conversation_id": conversation_id}
         body.update({key: value for key, value in args.items() if value is not None})
-        return _answer(self._http.post(f"/api/v1/actions/{name}", json=body))
+        return answer_of(self._http.post(f"/api/v1/actions/{name}", json=body))
 
     # -- conversations and desktops ----------------------------------------------------------
 
@@ -203,7 +203,8 @@ class RelaydeskClient:
                            desktop_session_id=desktop_session_id)  # fmt: skip
 
 
-def _answer(response: httpx.Response) -> dict[str, Any]:
+def answer_of(response: httpx.Response) -> dict[str, Any]:
+    """The answer's JSON body; ``ApiError`` for an error answer or one that is not the API's."""
     try:
         body = response.json()
     except ValueError:

@@ -68,12 +68,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
 
 
-def _server(args: argparse.Namespace) -> str:
+def server_url(args: argparse.Namespace) -> str:
+    """``--server``, else the environment, else the local default."""
     return (args.server or os.environ.get(SERVER_ENV) or os.environ.get("RELAYDESK_PUBLIC_URL")
             or "http://127.0.0.1:8400")  # fmt: skip
 
 
-def _token(args: argparse.Namespace) -> str:
+def api_token(args: argparse.Namespace) -> str:
+    """The API token from ``--token-file``, else ``RELAYDESK_API_TOKEN``; ``UsageError`` if none."""
     if args.token_file:
         try:
             token = Path(args.token_file).read_text(encoding="utf-8").strip()
@@ -126,7 +128,7 @@ def _is_target(row: DesktopRow, args: argparse.Namespace) -> bool:
 
 def _run(call: Any, args: argparse.Namespace) -> int:
     try:
-        with RelaydeskClient(_server(args), _token(args)) as client:
+        with RelaydeskClient(server_url(args), api_token(args)) as client:
             result = call(client, args)
     except UsageError as err:
         print(f"relaydesk: {err}", file=sys.stderr)
@@ -135,7 +137,7 @@ def _run(call: Any, args: argparse.Namespace) -> int:
         print(f"relaydesk: {err.message} ({err.status} {err.code.value})", file=sys.stderr)
         return 1
     except httpx.HTTPError as err:
-        print(f"relaydesk: cannot reach the server at {_server(args)}: {err}", file=sys.stderr)
+        print(f"relaydesk: cannot reach the server at {server_url(args)}: {err}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(result, default=str))

@@ -15,10 +15,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import httpx2
+import mcp_types as types
 import numpy as np
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from benchmarks.rfb import RFBClient, WebSocketTransport
 from server import admin
@@ -228,6 +232,37 @@ async def test_a_viewer_through_another_replica_shows_the_desktop_pixel_exact(
     assert status == 200
     await until_closed(ws, 10)
     assert ws.close_code == CloseCode.DESKTOP_STOPPED
+
+
+async def test_mcp_through_the_balancer_needs_no_affinity(cluster: Cluster) -> None:
+    """Stateless MCP: a 2025-era client initializes on one replica and goes on with the others
+    (round robin); every replica lists the tools and serves the relay's desktop."""
+    b, c = await cluster.others()
+    status, started = await cluster.call(b, "desktop_start", slot="mcp")
+    assert status == 200, started
+    session = started["desktop"]["desktop_session_id"]
+    endpoint = f"{cluster.balancer}/api/v1/conversations/{cluster.seed.conversation_id}/mcp"
+    headers = {"Authorization": f"Bearer {cluster.seed.api_token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=scaled(30)) as http,
+        Client(streamable_http_client(endpoint, http_client=http), mode="legacy") as client,
+    ):
+        for _ in range(len(cluster.replicas)):
+            tools = {tool.name for tool in (await client.list_tools()).tools}
+            assert "screen" in tools
+            listed = await client.call_tool("desktop_list_active", {})
+            assert session in _text(listed), listed.content
+            shot = await client.call_tool("screen", {"action": "screenshot",
+                                                     "desktop_session_id": session})  # fmt: skip
+            assert not shot.is_error and json.loads(_text(shot))["screen_revision"]
+    status, _ = await cluster.call(
+        c, "desktop_stop_confirm", relay="relay-1", slot="mcp", desktop_session_id=session
+    )
+    assert status == 200
+
+
+def _text(result: types.CallToolResult) -> str:
+    return next(c.text for c in result.content if isinstance(c, types.TextContent))
 
 
 async def _me(client: httpx.AsyncClient, base: str, token: str) -> int:

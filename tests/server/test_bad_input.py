@@ -220,8 +220,12 @@ def assert_clear_answer(live: Live, request: dict[str, Any], before: int) -> Non
     status, kind, body = send(live, request)
     assert status in FINE, (status, request["method"], request["url"], body[:300])
     if status >= 400 and kind.startswith("application/json"):
-        error = json.loads(body)["error"]
-        assert error["code"] in CODES and error["message"], error
+        answer = json.loads(body)
+        if "jsonrpc" in answer:  # the MCP endpoint: the protocol's own error object
+            assert isinstance(answer["error"]["code"], int) and answer["error"]["message"], answer
+        else:
+            error = answer["error"]
+            assert error["code"] in CODES and error["message"], error
     if request["url"].startswith("/api/") and status >= 400:
         assert kind.startswith("application/json"), (status, request["url"], body[:200])
     assert live.errors.records[before:] == [], [r.getMessage() for r in live.errors.records]

@@ -9,6 +9,7 @@ it changes, so tests can check what the app really did, independently of the too
 import json
 import os
 import sys
+from typing import Any
 
 import gi
 
@@ -18,7 +19,7 @@ from gi.repository import Gtk  # noqa: E402
 
 def main() -> None:
     state_path = sys.argv[1]
-    state = {"saved": None, "remember": False, "details_open": False, "clicks": 0}
+    state: dict[str, Any] = {"saved": None, "remember": False, "details_open": False, "clicks": 0}
 
     def write() -> None:
         tmp = state_path + ".tmp"

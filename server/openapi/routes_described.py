@@ -1,0 +1,195 @@
+"""What each HTTP route of the server does, for the OpenAPI document: ``(method, path) → op``.
+
+Keys are the routes' own methods and path templates (``WEBSOCKET`` for a WebSocket route). The
+typed actions are not here: the document makes one operation per registered action. A route
+missing here still appears in the document, marked ``x-undocumented`` (a test keeps this table
+complete).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from server.openapi.parts import (
+    API_TOKEN,
+    MEMBER_READ,
+    MEMBER_WRITE,
+    NONE,
+    RELAY,
+    Json,
+    answer,
+    header,
+    media,
+    operation,
+    query,
+    upgrade,
+)
+
+ACTION_ROUTE: Final = ("POST", "/api/v1/actions/{name}")
+WEBSOCKET: Final = "WEBSOCKET"
+VIEWER_AUTH: Final = (
+    "No credential header: the viewer token in the path is the capability (HMAC-signed, "
+    "expiring, bound to the user, conversation, relay and desktop session). The holder must "
+    "still have role write in the conversation."
+)
+STRING: Final[Json] = {"type": "string"}
+INTEGER: Final[Json] = {"type": "integer"}
+
+_SESSION: Final[dict[tuple[str, str], Json]] = {
+    ("POST", "/api/v1/login"): operation(
+        "login", "Sign in with a password", tag="auth", security=NONE,
+        description="Sets the `relaydesk_session` cookie and answers the CSRF token. Rate "
+        "limited per address and per username (429 with `Retry-After`).",
+        body={"type": "object", "required": ["username", "password"],
+              "properties": {"username": STRING, "password": STRING}},
+        responses=answer("Signed in: `{ok, user, csrf_token}`."),
+    ),
+    ("POST", "/api/v1/logout"): operation(
+        "logout", "End the cookie session", tag="auth", security=MEMBER_WRITE,
+        responses=answer("Signed out; the cookie is cleared."),
+    ),
+    ("GET", "/api/v1/me"): operation(
+        "me", "Who is calling", tag="auth", security=MEMBER_READ,
+        responses=answer("`{ok, user, via, csrf_token}` (`csrf_token` for cookie sessions)."),
+    ),
+    ("GET", "/login/{token}"): operation(
+        "login_link", "Sign in with a one-time login link", tag="auth", security=NONE,
+        responses=media("Signed in: a redirect to `/` setting the session cookie.",
+                        "text/html", "303"),
+    ),
+}  # fmt: skip
+
+_CHAT: Final[dict[tuple[str, str], Json]] = {
+    ("GET", "/api/v1/conversations"): operation(
+        "list_conversations", "The caller's conversations", tag="chat", security=MEMBER_READ,
+        responses=answer("`{ok, conversations: [{conversation_id, title, role, created_at}]}`."),
+    ),
+    ("GET", "/api/v1/conversations/{conversation_id}"): operation(
+        "get_conversation", "One conversation: its relays and members", tag="chat",
+        security=MEMBER_READ, description="Role read. Not a member: 404, as for no such "
+        "conversation.",
+        responses=answer("`{ok, conversation_id, title, role, relays, members}`."),
+    ),
+    ("GET", "/api/v1/conversations/{conversation_id}/messages"): operation(
+        "list_messages", "A page of the transcript, oldest first", tag="chat",
+        security=MEMBER_READ, description="Role read.",
+        parameters=[query("before", "Messages before this message id.", INTEGER),
+                    query("limit", "Page size, 1..200 (default 50).", INTEGER)],
+        responses=answer("`{ok, messages, has_more}`."),
+    ),
+    ("POST", "/api/v1/conversations/{conversation_id}/messages"): operation(
+        "post_message", "Post a message; `/desktop …` runs the command", tag="chat",
+        security=MEMBER_WRITE, description="Role write to store a message (a read member may "
+        "run read-only `/desktop` commands). At most 4,000 characters.",
+        body={"type": "object", "required": ["text"], "properties": {"text": STRING}},
+        responses={**answer("Not stored (a read member's command): `{ok, message: null, reply}`."),
+                   **answer("Stored: `{ok, message, reply, private}`.", status="201")},
+    ),
+    ("POST", "/api/v1/conversations/{conversation_id}/mcp"): operation(
+        "mcp", "MCP over Streamable HTTP, bound to the conversation", tag="agents",
+        security=API_TOKEN, description="One JSON-RPC message per POST (stateless: no "
+        "`Mcp-Session-Id`; JSON answers). Tools are the typed actions the caller's role allows, "
+        "without `conversation_id`. API tokens only. docs/mcp.md.",
+        body={"$ref": "#/components/schemas/JsonRpcMessage"},
+        responses={**answer("The JSON-RPC answer.", {"$ref": "#/components/schemas/"
+                                                     "JsonRpcMessage"}),
+                   "202": {"description": "A notification, accepted."}},
+    ),
+}  # fmt: skip
+
+_ACTIONS_AND_EVENTS: Final[dict[tuple[str, str], Json]] = {
+    ("GET", "/api/v1/actions"): operation(
+        "list_actions", "Every typed action with its JSON Schema", tag="actions",
+        security=MEMBER_READ,
+        responses=answer("`{ok, actions: [{name, description, input_schema, required_role}]}`."),
+    ),
+    ("GET", "/api/v1/events"): operation(
+        "events", "The conversation's live events (Server-Sent Events)", tag="events",
+        security=MEMBER_READ, description="`desktop_inventory_changed`, `message_created`, "
+        "`stream_reset`; keep-alive comments every 15 s; resumes after `Last-Event-ID`.",
+        parameters=[query("conversation_id", "The conversation (role read).", STRING,
+                          required=True),
+                    query("last_event_id", "Resume after this event id (as the header).",
+                          STRING),
+                    header("Last-Event-ID", "Resume after this event id (`<ms>-<seq>`).")],
+        responses=media("The event stream.", "text/event-stream"),
+    ),
+    ("GET", "/api/v1/openapi.json"): operation(
+        "openapi", "This document", tag="meta", security=NONE,
+        responses=answer("OpenAPI 3.1, generated from the routes and the action registry.",
+                         {"type": "object"}),
+    ),
+}  # fmt: skip
+
+_VIEWER: Final[dict[tuple[str, str], Json]] = {
+    ("GET", "/vnc/{desktop_session_id}/{token}/"): operation(
+        "viewer_page", "The viewer page of a desktop", tag="viewer", security=NONE,
+        description=VIEWER_AUTH, responses=media("The page (never cached).", "text/html"),
+    ),
+    (WEBSOCKET, "/vnc/{desktop_session_id}/{token}/websockify"): operation(
+        "viewer_stream", "The desktop's VNC byte stream (WebSocket)", tag="viewer",
+        security=NONE, description=VIEWER_AUTH,
+        responses=upgrade("Binary RFB frames both ways."),
+    ),
+    (WEBSOCKET, "/vnc/{desktop_session_id}/{token}/audio"): operation(
+        "viewer_audio", "The desktop's sound (WebSocket)", tag="viewer", security=NONE,
+        description=VIEWER_AUTH, responses=upgrade("One Opus packet (48 kHz, 20 ms) a message."),
+    ),
+    ("GET", "/vnc/{sid}/{token}/keyboard-state"): operation(
+        "viewer_keyboard_state", "The desktop's lock keys", tag="viewer", security=NONE,
+        description=VIEWER_AUTH,
+        responses=answer("`{ok, known, num_lock, caps_lock, scroll_lock}` (null: unknown)."),
+    ),
+    ("GET", "/vnc/{sid}/{token}/control"): operation(
+        "viewer_control", "Who is in control of the desktop (Server-Sent Events)",
+        tag="viewer", security=NONE, description=VIEWER_AUTH,
+        responses=media("`control` and `agent_action` events.", "text/event-stream"),
+    ),
+    ("GET", "/novnc/{path}"): operation(
+        "novnc_file", "noVNC's files", tag="viewer", security=NONE,
+        responses=media("The file.", "application/octet-stream"),
+    ),
+    ("GET", "/viewer/{name}"): operation(
+        "viewer_file", "The viewer page's scripts and styles", tag="viewer", security=NONE,
+        responses=media("The file.", "application/octet-stream"),
+    ),
+}  # fmt: skip
+
+_SERVICE: Final[dict[tuple[str, str], Json]] = {
+    ("GET", "/"): operation(
+        "web_app", "The web app (chat and dock)", tag="web", security=NONE,
+        responses=media("The page.", "text/html"),
+    ),
+    ("GET", "/favicon.ico"): operation(
+        "favicon", "The icon", tag="web", security=NONE,
+        responses=media("The icon.", "image/x-icon"),
+    ),
+    ("GET", "/app/{path}"): operation(
+        "web_file", "The web app's files", tag="web", security=NONE,
+        responses=media("The file.", "application/octet-stream"),
+    ),
+    ("GET", "/healthz"): operation(
+        "healthz", "The process answers", tag="operations", security=NONE,
+        responses=answer("`{ok: true}`."),
+    ),
+    ("GET", "/readyz"): operation(
+        "readyz", "The database (and Redis when clustered) answer", tag="operations",
+        security=NONE, responses=answer("`{ok, database, redis?, relays_connected}`; 503 when "
+                                        "not ready.", {"type": "object"}),
+    ),
+    ("GET", "/metrics"): operation(
+        "metrics", "This replica's figures (Prometheus text format)", tag="operations",
+        security=NONE, responses=media("The figures.", "text/plain"),
+    ),
+    (WEBSOCKET, "/relay/v1/connect"): operation(
+        "relay_connect", "A relay's connection (WebSocket, subprotocol relaydesk.v1)",
+        tag="relays", security=RELAY, description="docs/protocol.md.",
+        responses=upgrade("The wire protocol v1."),
+    ),
+}  # fmt: skip
+
+DESCRIBED: Final[dict[tuple[str, str], Json]] = {
+    **_SESSION, **_CHAT, **_ACTIONS_AND_EVENTS, **_VIEWER, **_SERVICE,
+}  # fmt: skip
+# Replica-to-replica routes (signed with the cluster secret): not part of the API.
+INTERNAL_PREFIX: Final = "/internal/"

@@ -18,6 +18,8 @@ from server.actions.desktop import _tracked_relay as tracked_relay
 from server.actions.errors import relay_error
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
+from server.control.gate import DesktopTarget, agent_input
+from server.inventory.rows import DesktopRow
 from server.relays.calls import call
 from wire import a11y_selector, ops
 from wire.errors import ErrorCode, InvalidArgs, OpError
@@ -63,7 +65,7 @@ SCOPE: Final[dict[str, Schema]] = {"app": APP, "window": WINDOW}
 ACT_AUDIT: Final = "desktop.a11y"
 
 
-async def _session(ctx: ActionContext, args: dict[str, Any]) -> str:
+async def _row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow:
     """The running desktop the arguments name (like the screen tool: by session id, else the
     slot's live desktop)."""
     if args.get("local"):
@@ -74,7 +76,11 @@ async def _session(ctx: ActionContext, args: dict[str, Any]) -> str:
     if row is None or row.state != "running":
         raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
     ctx.desktop_session_id = row.desktop_session_id
-    return row.desktop_session_id
+    return row
+
+
+async def _session(ctx: ActionContext, args: dict[str, Any]) -> str:
+    return (await _row(ctx, args)).desktop_session_id
 
 
 async def a11y_call(
@@ -132,10 +138,17 @@ async def wait(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _act(action: str, *fields: str) -> Any:
+    """An act: agent input, so it runs under the desktop's control gate (a person's takeover
+    refuses it with ``takeover_active``, Stop with ``stopped_by_user``; docs/control.md) and
+    the desktop's viewers see where it landed."""
+
     async def handler(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-        session = await _session(ctx, args)
+        row = await _row(ctx, args)
         params = {"action": action, **_pick(args, "ref", "physical", *fields)}
-        result = await a11y_call(ctx, session, "act", params)
+        async with agent_input(ctx, DesktopTarget.of_row(row)) as grant:
+            result = await a11y_call(ctx, row.desktop_session_id, "act", params)
+            at: dict[str, Any] = result["at"] if isinstance(result.get("at"), dict) else {}
+            grant.acted(f"desktop_{action}", **{k: at[k] for k in ("x", "y") if k in at})
         ctx.outcome = str(result.get("method", "ok"))
         return result
 

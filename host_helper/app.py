@@ -8,6 +8,9 @@ Routes (every one needs ``Authorization: Bearer <RELAYDESK_HOST_HELPER_TOKEN>``)
     POST /v1/local/stop             {local_screen_session_id} → compare-and-stop result
     GET  /v1/local/connect?port=N   WebSocket bridged to the local desktop's websockify
     POST /v1/screen/{action}        screen action on the host display (host_helper/screen.py)
+    GET  /v1/local/input?after=N&wait=S  a person's input on the display, long-polled
+    POST /v1/local/a11y             {call, params, policy, timeout_s}: an accessibility call on
+                                    the display's session (host_helper/a11y.py)
 
 Errors are ``{ok: false, error: {code, message, details}}`` with a fitting HTTP status. Bodies
 pass the server's input rules (``wire.jsonbody``: JSON only, ``MAX_BODY`` read incrementally,
@@ -25,13 +28,16 @@ from typing import Any
 
 from aiohttp import web
 
+from host_helper.a11y import HostA11y
 from host_helper.config import HelperConfig
 from host_helper.connect import connect
 from host_helper.desktop import LocalDesktops
+from host_helper.input_watch import Attribution, InputWatch
 from host_helper.screen import HostScreen
 from wire.errors import (
     BodyTooLarge,
     ErrorCode,
+    InvalidInput,
     OpError,
     RequestRejected,
     UnsupportedMediaType,
@@ -47,6 +53,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CONFIG_KEY: web.AppKey[HelperConfig] = web.AppKey("config", HelperConfig)
 DESKTOPS_KEY: web.AppKey[LocalDesktops] = web.AppKey("desktops", LocalDesktops)
 SCREEN_KEY: web.AppKey[HostScreen] = web.AppKey("screen", HostScreen)
+INPUT_KEY: web.AppKey[InputWatch] = web.AppKey("input", InputWatch)
+A11Y_KEY: web.AppKey[HostA11y] = web.AppKey("a11y", HostA11y)
+# The longest a relay's poll for a person's input is held open.
+MAX_INPUT_WAIT_S = 25.0
 # A guard crop is at most 1024x1024 RGB, base64-encoded: ~4 MiB.
 MAX_BODY = 8 * 1024 * 1024
 
@@ -136,17 +146,62 @@ async def local_connect(request: web.Request) -> web.StreamResponse:
 
 async def screen_action(request: web.Request) -> web.Response:
     body = await _body(request)
-    result = await request.app[SCREEN_KEY].run(request.match_info["action"], body)
+    # The agent's own input: the XInput2 watch does not take it for a person's.
+    with request.app[INPUT_KEY].attribution.injecting():
+        result = await request.app[SCREEN_KEY].run(request.match_info["action"], body)
+    return web.json_response({"ok": True, **result})
+
+
+def _query_number(request: web.Request, name: str, low: float, high: float) -> float:
+    raw = request.query.get(name, "0")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidInput(name, "must be a number") from None
+    if not low <= value <= high:
+        raise InvalidInput(name, f"must be from {low:g} to {high:g}")
+    return value
+
+
+async def local_input(request: web.Request) -> web.Response:
+    """A person's input on the display: the count (``seq``) once it passes ``after``, or
+    after ``wait`` seconds; with the running session it belongs to."""
+    after = _query_number(request, "after", 0, 2**53)
+    if after % 1:
+        raise InvalidInput("after", "must be a whole number")
+    wait = _query_number(request, "wait", 0, MAX_INPUT_WAIT_S)
+    report = await request.app[INPUT_KEY].wait(int(after), wait)
+    status = await request.app[DESKTOPS_KEY].status()
+    desktop = status.get("desktop") if isinstance(status.get("desktop"), dict) else None
+    return web.json_response({
+        "ok": True, "watching": report.watching, "seq": report.seq,
+        "idle_ms": None if report.idle_s is None else round(report.idle_s * 1000),
+        "local_screen_session_id": desktop.get("local_screen_session_id") if desktop else None,
+    })  # fmt: skip
+
+
+async def local_a11y(request: web.Request) -> web.Response:
+    body = await _body(request)
+    result = await request.app[A11Y_KEY].call(body)
     return web.json_response({"ok": True, **result})
 
 
 async def _close_services(app: web.Application) -> None:
+    await app[A11Y_KEY].aclose()
+    await app[INPUT_KEY].stop()
     await app[DESKTOPS_KEY].close()
     await app[SCREEN_KEY].aclose()
 
 
+async def _release_polls(app: web.Application) -> None:
+    """Shutting down: the relay's open polls answer now instead of holding the shutdown."""
+    app[INPUT_KEY].release()
+
+
 async def _start_watchdog(app: web.Application) -> None:
     app[DESKTOPS_KEY].start_watchdog()
+    if app[CONFIG_KEY].display:
+        app[INPUT_KEY].start()
 
 
 def build_app(config: HelperConfig) -> web.Application:
@@ -154,7 +209,10 @@ def build_app(config: HelperConfig) -> web.Application:
     app[CONFIG_KEY] = config
     app[DESKTOPS_KEY] = LocalDesktops(config)
     app[SCREEN_KEY] = HostScreen(config.display, config.input_backend)
+    app[A11Y_KEY] = HostA11y(config.display)
+    app[INPUT_KEY] = InputWatch(config.display, Attribution(config.input_grace_s))
     app.on_startup.append(_start_watchdog)
+    app.on_shutdown.append(_release_polls)
     # After open connections (viewer bridges) are closed: stop what the helper started.
     app.on_cleanup.append(_close_services)
     app.router.add_get("/v1/status", local_status)
@@ -163,6 +221,8 @@ def build_app(config: HelperConfig) -> web.Application:
     app.router.add_post("/v1/local/stop", local_stop)
     app.router.add_get("/v1/local/connect", local_connect)
     app.router.add_post("/v1/screen/{action}", screen_action)
+    app.router.add_get("/v1/local/input", local_input)
+    app.router.add_post("/v1/local/a11y", local_a11y)
     return app
 
 

@@ -29,6 +29,9 @@ class HelperConfig:
     stop_grace_s: float = 3.0
     watchdog_interval_s: float = 2.0
     input_backend: str = "xtest"
+    # After one of the helper's own screen actions, XTEST input counts as the agent's for
+    # this long (host_helper/input_watch.py).
+    input_grace_s: float = 0.5
 
 
 def env_flag(raw: str | None) -> bool:

@@ -57,8 +57,6 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-
-
 def new_vnc_secret() -> bytes:
     """8 random bytes without NUL (the VNC code reads a stored secret as a C string)."""
     return bytes(secrets.randbelow(255) + 1 for _ in range(SECRET_LEN))

@@ -9,19 +9,21 @@ At most one local desktop per relay (slot ``main``); its ``desktop_session_id`` 
 ``local_screen_session_id``; its row's ``display`` is the helper's display. When the helper does
 not answer, ops fail with ``unavailable`` and status reports the last known row as ``unknown``
 until the helper answers again. A small poll loop turns a helper-side failure or stop into
-``desktop.changed``. :class:`LocalDesktop` is the ``DesktopBackend`` of kind ``local``.
+``desktop.changed``, and a long poll of the helper's XInput2 watch turns a person's input on
+the real screen into ``desktop.person_input`` (docs/control.md). :class:`LocalDesktop` is the
+``DesktopBackend`` of kind ``local``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, cast
 
 import aiohttp
 
-from relay.a11y.client import A11yWorker
+from relay.a11y.client import A11yCaller
 from relay.backend import not_offered
 from relay.channels import ByteStream, Chunk
 from relay.config import HOST_HELPER_TOKEN_ENV
@@ -53,6 +55,10 @@ LOCAL_SLOT: Final = "main"
 UNREACHABLE: Final = "host_helper_unreachable"
 REQUEST_TIMEOUT_S = 20.0
 POLL_INTERVAL_S = 2.0
+# A person's input on the real screen: each poll waits this long at the helper, and after a
+# report the next comes no sooner than the interval (the server's lock lasts seconds).
+INPUT_WAIT_S = 10.0
+INPUT_REPORT_INTERVAL_S = 0.25
 MAX_MESSAGE = 4 * 1024 * 1024
 # Not for the real screen: geometry and depth are the screen's own and are ignored.
 _START_REFUSED = ("profile", "persist_home")
@@ -88,11 +94,17 @@ class HostHelperClient:
         reason = "timed out" if isinstance(err, TimeoutError) else type(err).__name__
         return self.unreachable_error(reason)
 
-    async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
         """One request; the helper's error body becomes the same ``OpError``."""
         try:
             async with (
-                asyncio.timeout(self._timeout_s),
+                asyncio.timeout(timeout_s or self._timeout_s),
                 self.session.request(
                     method, f"{self.url}{path}", json=body, headers=self._headers
                 ) as resp,
@@ -181,12 +193,17 @@ class LocalDesktop:
         client: HostHelperClient,
         on_change: OnChange | None = None,
         poll_interval_s: float = POLL_INTERVAL_S,
+        on_input: OnChange | None = None,
     ) -> None:
         self.client = client
+        # The relay's accessibility policy, sent with each call (the helper's worker applies it).
+        self.a11y_policy: dict[str, str] = {}
         self.on_change = on_change
+        self.on_input = on_input
         self.poll_interval_s = poll_interval_s
         self._last: RelayRow | None = None  # the last row the helper confirmed
         self._poll: asyncio.Task[None] | None = None
+        self._input: asyncio.Task[None] | None = None
 
     def capabilities(self) -> list[str]:
         return ["local_desktop"]
@@ -284,14 +301,10 @@ class LocalDesktop:
     async def reset_home(self, slot: str) -> DesktopResetHomeResult:
         raise not_offered(self.kind, "kept home")
 
-    async def a11y_worker(self, row: RelayRow) -> A11yWorker:
-        raise OpError(
-            ErrorCode.A11Y_UNAVAILABLE,
-            "the accessibility tools do not reach the host's real screen yet: the host "
-            "helper does not share its session's accessibility bus",
-            {"suggestion": "use the screen tool (screenshot, then a guarded click) on the "
-             "local screen"},
-        )  # fmt: skip
+    async def a11y_worker(self, row: RelayRow) -> A11yCaller:
+        """The host helper's worker, on the real screen's session bus (host_helper/a11y.py)."""
+        self._confirmed(row)
+        return HelperA11y(self.client, self.a11y_policy)
 
     def direct(self, desktop_session_id: str) -> VncDirectResult | None:
         return None
@@ -302,6 +315,29 @@ class LocalDesktop:
         """Poll the helper so its failures and stops reach the server as ``desktop.changed``."""
         if self._poll is None or self._poll.done():
             self._poll = asyncio.create_task(self._watch(), name="local-desktop-watch")
+        if self.on_input is not None and (self._input is None or self._input.done()):
+            self._input = asyncio.create_task(self._follow_input(), name="local-desktop-input")
+
+    async def _follow_input(self) -> None:
+        """Report each new person input on the real screen of the running local desktop."""
+        seq: int | None = None
+        while True:
+            wait = 0.0 if seq is None else INPUT_WAIT_S  # the first poll only learns the count
+            path = f"/v1/local/input?after={seq or 0}&wait={wait:g}"
+            try:
+                answer = await self.client.call("GET", path)
+            except OpError:
+                await asyncio.sleep(self.poll_interval_s)
+                continue
+            fresh, session = answer.get("seq"), answer.get("local_screen_session_id")
+            if not isinstance(fresh, int):
+                await asyncio.sleep(self.poll_interval_s)
+                continue
+            if seq is not None and fresh > seq and isinstance(session, str) and self.on_input:
+                await self.on_input({"desktop_session_id": session, "kind": LOCAL_KIND,
+                                     "slot": LOCAL_SLOT})  # fmt: skip
+            seq = fresh
+            await asyncio.sleep(INPUT_REPORT_INTERVAL_S)
 
     async def _watch(self) -> None:
         while True:
@@ -335,7 +371,23 @@ class LocalDesktop:
 
     async def aclose(self) -> None:
         """Stop polling and close the HTTP session (the desktop keeps running)."""
-        if self._poll is not None:
-            self._poll.cancel()
-            await asyncio.gather(self._poll, return_exceptions=True)
+        for task in (self._poll, self._input):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.client.aclose()
+
+
+class HelperA11y:
+    """Accessibility calls answered by the host helper's worker."""
+
+    def __init__(self, client: HostHelperClient, policy: dict[str, str]) -> None:
+        self.client = client
+        self.policy = policy
+
+    async def call(self, call: str, params: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        body = {"call": call, "params": dict(params), "policy": self.policy,
+                "timeout_s": timeout_s}  # fmt: skip
+        answer = dict(await self.client.call("POST", "/v1/local/a11y", body, timeout_s + 10))
+        answer.pop("ok", None)
+        return answer

@@ -74,10 +74,13 @@ class RelayService:
             LocalDesktop(
                 HostHelperClient(settings.host_helper_url, settings.host_helper_token),
                 self._desktop_changed,
+                on_input=self._person_input,
             )
             if settings.host_helper_url
             else None
         )
+        if self.local is not None:
+            self.local.a11y_policy = settings.a11y.worker_env()
         # One backend per kind of desktop this relay runs (relay/backend.py).
         backends: list[DesktopBackend] = [
             VirtualBackend(self.desktops, self.screen, missing=missing_binaries(desktop_config),
@@ -97,6 +100,10 @@ class RelayService:
 
     async def _desktop_changed(self, row: Mapping[str, Any]) -> None:
         await self.worker.send_event("desktop.changed", dict(row))
+
+    async def _person_input(self, row: Mapping[str, Any]) -> None:
+        """Someone used the host's real screen (the host helper's XInput2 watch)."""
+        await self.worker.send_event("desktop.person_input", dict(row))
 
     def stop(self) -> None:
         self.worker.stop()

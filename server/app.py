@@ -29,7 +29,9 @@ from server.db.migrate import upgrade
 from server.db.store import Store
 from server.errors import error_handler
 from server.health import health_routes
+from server.mcp.endpoint import McpEndpoint
 from server.metrics import metrics_routes
+from server.openapi.document import openapi_routes
 from server.relays.endpoint import relay_connect
 from server.relays.hub import RelayHub
 from server.services import Services, install
@@ -46,6 +48,7 @@ def _routes() -> list[BaseRoute]:
         WebSocketRoute("/relay/v1/connect", relay_connect),
         *internal_routes(),
         *metrics_routes,
+        *openapi_routes,
     ]
     # -- inventory, actions, events (feature: inventory) --
     from server.inventory import feature as inventory_feature
@@ -63,6 +66,8 @@ def _routes() -> list[BaseRoute]:
 def create_app(settings: Settings) -> Starlette:
     """Build the application; the database opens (and migrates) on start-up."""
     settings.check()
+    # -- MCP (feature: mcp): its route below; it serves requests from the lifespan on --
+    mcp = McpEndpoint(settings.max_body_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -86,7 +91,7 @@ def create_app(settings: Settings) -> Starlette:
                 inventory_feature.lifespan(store, hub, settings)
             )
             # -- viewer (feature: viewer) --
-            viewing = build_viewer(settings, store, hub, parts.inventory)
+            viewing = build_viewer(settings, store, hub, parts.inventory, parts.control)
             features.callback(viewing.viewer.close_all, "server shutting down")
             # -- chat and web UI (feature: chat) --
             from server.chat import feature as chat_feature
@@ -106,6 +111,7 @@ def create_app(settings: Settings) -> Starlette:
                     bus=parts.bus,
                     events=parts.events,
                     inventory=parts.inventory,
+                    control=parts.control,
                     actions=parts.actions,
                     viewer=viewing.viewer,
                     audio=viewing.audio,
@@ -114,6 +120,7 @@ def create_app(settings: Settings) -> Starlette:
                     screen_tool=screen_feature.start_screen(hub, store, settings, parts.actions),
                 ),
             )
+            await features.enter_async_context(mcp.running())
             log.info("server ready on %s:%s", settings.host, settings.port)
             try:
                 yield
@@ -124,7 +131,7 @@ def create_app(settings: Settings) -> Starlette:
 
     policy = HostPolicy.build(settings.public_url, settings.allowed_hosts)
     return Starlette(
-        routes=_routes(),
+        routes=[*_routes(), *mcp.routes()],
         middleware=[Middleware(InputBoundary, policy=policy)],
         lifespan=lifespan,
         exception_handlers={

@@ -72,6 +72,14 @@ class Settings:
     internal_url: str = ""
     cluster_heartbeat_s: float = 1.0
     cluster_dead_after_s: float = 5.0
+    # People stay in charge (docs/control.md): a person's input holds a desktop this long; a
+    # stopped agent gets no new grant for the cooldown; grants' budget and idle expiry, with
+    # per-relay overrides (JSON: {"relay name": {"budget": N, "idle_s": S}}).
+    takeover_idle_s: float = 5.0
+    agent_regrant_cooldown_s: float = 30.0
+    agent_grant_budget: int = 1000
+    agent_grant_idle_s: float = 120.0
+    agent_grant_relays: str = ""
 
     @property
     def clustered(self) -> bool:
@@ -94,6 +102,9 @@ class Settings:
                 "than 16 characters: replicas authenticate each other with it; set the same "
                 "secret on every replica"
             )
+        from server.control.policy import PolicyBook
+
+        PolicyBook.from_settings(self)  # a bad RELAYDESK_AGENT_GRANT_RELAYS fails here
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -132,6 +143,11 @@ class Settings:
             internal_url=_env("INTERNAL_URL", ""),
             cluster_heartbeat_s=_env_float("CLUSTER_HEARTBEAT_S", 1.0),
             cluster_dead_after_s=_env_float("CLUSTER_DEAD_AFTER_S", 5.0),
+            takeover_idle_s=_env_float("TAKEOVER_IDLE_S", 5.0),
+            agent_regrant_cooldown_s=_env_float("AGENT_REGRANT_COOLDOWN_S", 30.0),
+            agent_grant_budget=_env_int("AGENT_GRANT_BUDGET", 1000),
+            agent_grant_idle_s=_env_float("AGENT_GRANT_IDLE_S", 120.0),
+            agent_grant_relays=_env("AGENT_GRANT_RELAYS", ""),
         )
 
 

@@ -17,6 +17,7 @@ from server.auth.ratelimit import LoginRateLimiter
 from server.chat.ports import ChatService
 from server.cluster.router import ClusterRouter
 from server.config import Settings
+from server.control.service import ControlService
 from server.db.store import Store
 from server.events.bus import Bus
 from server.events.hub import ConversationEvents
@@ -43,6 +44,8 @@ class Services:
     bus: Bus
     events: ConversationEvents
     inventory: Inventory
+    # who is in control of each desktop (docs/control.md)
+    control: ControlService
     actions: ActionRegistry
     viewer: ViewerService
     audio: AudioService

@@ -8,6 +8,7 @@ from typing import Protocol, TypeVar
 from server.actions.errors import relay_error
 from server.auth.principal import Principal
 from server.config import Settings
+from server.control.service import ControlService
 from server.db.records import RelayRecord, Role
 from server.db.store import Store
 from server.inventory.service import Inventory
@@ -39,6 +40,9 @@ class ActionServices(Protocol):
 
     @property
     def screen_tool(self) -> ScreenTool: ...
+
+    @property
+    def control(self) -> ControlService: ...
 
 
 @dataclass

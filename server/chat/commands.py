@@ -146,6 +146,9 @@ class CommandRunner:
             return await self._with_relay(command.relay, "status", self._status, "virtual")
         if isinstance(command, slash.DesktopApps):
             return await self._with_relay(command.relay, "apps", self._apps, command.kind)
+        if isinstance(command, slash.ControlDesktop):
+            control = ControlCommand(self, command.verb)
+            return await self._with_relay(command.relay, command.verb, control.run, command.kind)
         if isinstance(command, slash.ListDesktops):
             return await self._list()
         if isinstance(command, slash.CloseViewer):
@@ -365,3 +368,51 @@ class CommandRunner:
         text = "\n".join(f"{usage} — {description}" for usage, description in lines)
         rows = [{"usage": usage, "description": description} for usage, description in lines]
         return Reply(text, _payload("help", "help", lines=rows))
+
+
+# verb → the typed action it runs
+CONTROL_ACTIONS: dict[slash.ControlVerb, str] = {
+    "take": "desktop_take_control",
+    "hand-back": "desktop_hand_back",
+    "stop-agent": "agent_stop",
+}
+
+
+class ControlCommand:
+    """``/desktop take|hand-back|stop-agent [relay]`` on the relay's main desktop."""
+
+    def __init__(self, runner: CommandRunner, verb: slash.ControlVerb) -> None:
+        self.runner = runner
+        self.verb = verb
+
+    async def run(self, relay: str, kind: str) -> Reply:
+        status, body = await self.runner._call(
+            CONTROL_ACTIONS[self.verb], relay=relay, kind=kind, slot=CHAT_SLOT
+        )
+        error = body.get("error") if isinstance(body.get("error"), dict) else None
+        if error is not None and error.get("code") == ErrorCode.NOT_RUNNING.value:
+            return CommandRunner._not_running(self.verb, relay, kind, "nothing to control")
+        if status >= 400:
+            return _error_reply(self.verb, status, body, relay=relay, kind=kind)
+        outcome, text = self._said(relay, body)
+        payload = _payload(self.verb, outcome, relay=relay, kind=kind,
+                           control=body.get("control"), stopped=body.get("stopped"))  # fmt: skip
+        return Reply(text, payload)
+
+    def _said(self, relay: str, body: dict[str, Any]) -> tuple[str, str]:
+        if self.verb == "take":
+            return "took_control", (
+                f"You have control of the desktop on {relay}: agent input is refused until you "
+                f"hand it back with /desktop hand-back {relay}."
+            )
+        if self.verb == "hand-back":
+            return "handed_back", f"Handed the desktop on {relay} back: agents may act on it."
+        names = [str(name) for name in body.get("stopped") or []]
+        if not names and not body.get("cancelled"):
+            return "no_agent", f"No agent is acting on the desktop on {relay}."
+        who = ", ".join(names) or "The agent"
+        wait = body.get("regrant_after_s")
+        after = f" for {wait:g} s" if isinstance(wait, int | float) else ""
+        return "agent_stopped", (
+            f"Stopped {who} on {relay}: its run ended and its input is refused{after}."
+        )

@@ -12,6 +12,9 @@ behaviour of each command are documented in ``docs/web-ui.md``::
     /desktop status [relay]     one relay's desktops, probed
     /desktop attach [relay]     a viewer on the running desktop; never starts one
     /desktop stop [relay]       the stop confirmation for the exact running session
+    /desktop take [relay]       take control of the running desktop (agents wait)
+    /desktop hand-back [relay]  hand it back: agents may act again
+    /desktop stop-agent [relay] stop the agent acting on it (no new grant for a while)
     /desktop help [command]     this list
 """
 
@@ -85,6 +88,20 @@ class DesktopApps:
     tag: Literal["apps"] = "apps"
 
 
+ControlVerb = Literal["take", "hand-back", "stop-agent"]
+CONTROL_VERBS: tuple[ControlVerb, ...] = ("take", "hand-back", "stop-agent")
+
+
+@dataclass(frozen=True)
+class ControlDesktop:
+    """``/desktop take|hand-back|stop-agent [relay]``: who is in control of the desktop."""
+
+    verb: ControlVerb
+    relay: str | None
+    kind: DesktopKind = "virtual"
+    tag: Literal["control"] = "control"
+
+
 @dataclass(frozen=True)
 class Help:
     topic: str | None = None
@@ -99,6 +116,7 @@ Command = (
     | AttachDesktop
     | StopDesktop
     | DesktopApps
+    | ControlDesktop
     | Help
 )
 
@@ -121,6 +139,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "attach": ("/desktop attach [relay]", "open a viewer on the running desktop; never starts"),
     "stop": ("/desktop stop [relay]", "stop the running desktop (asks for confirmation)"),
     "apps": ("/desktop apps [relay]", "list the apps the running desktop can start"),
+    "take": ("/desktop take [relay]", "take control of the running desktop: agents wait"),
+    "hand-back": ("/desktop hand-back [relay]", "hand the desktop back: agents may act again"),
+    "stop-agent": ("/desktop stop-agent [relay]", "stop the agent acting on the desktop"),
     "close": ("/desktop close", "close this browser's viewer tab; the desktop keeps running"),
     "help": ("/desktop help [command]", "show this help"),
 }
@@ -213,7 +234,16 @@ def _with_relay(word: str, rest: list[str]) -> Command | ParseError:
         return AttachDesktop(relay)
     if word == "apps":
         return DesktopApps(relay)
+    if word in CONTROL_VERBS:
+        return ControlDesktop(_control_verb(word), relay)
     return StopDesktop(relay)
+
+
+def _control_verb(word: str) -> ControlVerb:
+    for verb in CONTROL_VERBS:
+        if word == verb:
+            return verb
+    raise ValueError(word)
 
 
 def _help(word: str, rest: list[str]) -> Command | ParseError:
@@ -237,11 +267,16 @@ _KEYWORD_PARSERS: dict[str, Callable[[str, list[str]], Command | ParseError]] = 
     "attach": _with_relay,
     "stop": _with_relay,
     "apps": _with_relay,
+    "take": _with_relay,
+    "hand-back": _with_relay,
+    "stop-agent": _with_relay,
     "help": _help,
 }
 
 
-_TAKES_RELAY = frozenset({"docker", "local", "status", "attach", "stop", "apps"})
+_TAKES_RELAY = frozenset(
+    {"docker", "local", "status", "attach", "stop", "apps", "take", "hand-back", "stop-agent"}
+)
 
 
 def _bad_word(word: str) -> ParseError:
@@ -327,6 +362,8 @@ def describe(command: Command) -> str:
         return f"/desktop {command.tag}"
     if isinstance(command, DesktopStatus | AttachDesktop | StopDesktop | DesktopApps):
         return f"/desktop {command.tag}" + (f" {command.relay}" if command.relay else "")
+    if isinstance(command, ControlDesktop):
+        return f"/desktop {command.verb}" + (f" {command.relay}" if command.relay else "")
     if isinstance(command, Help):
         return "/desktop help" + (f" {command.topic}" if command.topic else "")
     assert_never(command)

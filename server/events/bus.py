@@ -154,6 +154,10 @@ class Bus(Protocol):
         """Unregister the feed (a disconnected subscriber)."""
         ...
 
+    async def forget(self, topic: str) -> None:
+        """Drop the topic's history (a desktop's topic once the desktop ended)."""
+        ...
+
     async def close(self) -> None:
         """End every feed and release connections."""
         ...

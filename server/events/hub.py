@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
 from server.events.bus import Bus, Feed
-from server.inventory.rows import DesktopRow
+from server.inventory.rows import DesktopRow, RowAnnotator
 from wire.ids import RelayId
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,11 @@ class ConversationEvents:
         self.ping_s = ping_s
         self._pending: dict[str, list[DesktopRow]] = {}
         self._publishers: dict[str, asyncio.Task[None]] = {}
+        self._annotate: RowAnnotator | None = None
+
+    def use_control(self, annotate: RowAnnotator) -> None:
+        """Snapshots carry who is in control of each desktop."""
+        self._annotate = annotate
 
     async def publish_conversation(
         self, conversation_id: str, event: str, data: dict[str, Any]
@@ -96,6 +101,8 @@ class ConversationEvents:
     ) -> dict[str, Any]:
         """``{desktops: [live visible rows], changed: [rows that just changed]}``."""
         rows = await self._store.visible_desktops(conversation_id)
+        if self._annotate is not None:
+            rows = await self._annotate(rows)
         return {
             "conversation_id": conversation_id,
             "desktops": [row.to_dict() for row in rows],

@@ -40,5 +40,8 @@ class InProcessBus:
     async def close_feed(self, feed: Feed) -> None:
         self.fanout.remove(feed)
 
+    async def forget(self, topic: str) -> None:
+        self._history.pop(topic, None)
+
     async def close(self) -> None:
         self.fanout.end_all()

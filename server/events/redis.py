@@ -99,6 +99,12 @@ class RedisBus:
         if self.fanout.remove(feed):
             await self._stop_reader(feed.topic)
 
+    async def forget(self, topic: str) -> None:
+        try:
+            await self._redis.delete(_key(topic))
+        except RedisError as err:
+            raise _unreachable() from err
+
     async def close(self) -> None:
         self.fanout.end_all()
         for topic in list(self._readers):

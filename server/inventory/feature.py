@@ -16,11 +16,17 @@ from typing import Any, Final
 
 from starlette.routing import BaseRoute
 
+from server.actions.a11y import A11Y_ACTIONS
 from server.actions.desktop import DESKTOP_ACTIONS
 from server.actions.desktop_apps import DESKTOP_APP_ACTIONS
 from server.actions.registry import ActionRegistry
 from server.actions.routes import action_routes
 from server.config import Settings
+from server.control.actions import CONTROL_ACTIONS
+from server.control.policy import PolicyBook
+from server.control.routes import control_routes
+from server.control.service import ControlService
+from server.control.store import create_control_store
 from server.db.base import utc_now
 from server.db.store import Store
 from server.events.bus import Bus, create_bus
@@ -35,7 +41,7 @@ PRUNE_INTERVAL_S: Final = 3600.0
 
 
 def routes() -> list[BaseRoute]:
-    return [*action_routes, *event_routes]
+    return [*action_routes, *event_routes, *control_routes]
 
 
 async def _prune_forever(inventory: Inventory, store: Any, settings: Settings) -> None:
@@ -56,12 +62,29 @@ async def _prune_forever(inventory: Inventory, store: Any, settings: Settings) -
 
 @dataclass(frozen=True)
 class InventoryParts:
-    """What the inventory feature builds: the bus, the inventory, its events, the actions."""
+    """What the inventory feature builds: the bus, the inventory, its events, the actions,
+    and who is in control of each desktop."""
 
     bus: Bus
     inventory: Inventory
     events: ConversationEvents
     actions: ActionRegistry
+    control: ControlService
+
+
+def build_control(
+    settings: Settings, store: Store, bus: Bus, inventory: Inventory, events: ConversationEvents
+) -> ControlService:
+    """The control service, its store chosen by ``RELAYDESK_REDIS_URL``, fed by the inventory
+    (rows that end) and the relays (a person at a host's real screen)."""
+    control = ControlService(
+        create_control_store(settings.redis_url), PolicyBook.from_settings(settings), bus, store,
+        store, directory=inventory,
+    )  # fmt: skip
+    inventory.add_listener(control.row_changed)
+    inventory.use_control(control.annotate)
+    events.use_control(control.annotate)
+    return control
 
 
 @contextlib.asynccontextmanager
@@ -77,13 +100,19 @@ async def lifespan(
         # One replica: no relay is connected yet, so nothing confirms last run's rows.
         await inventory.forget_connections(r.relay_id for r in await store.list_relays())
     hub.add_observer(inventory)
+    control = build_control(settings, store, bus, inventory, events)
+    hub.add_observer(control)
+    await control.start(replicas=settings.clustered)
     pruner = asyncio.create_task(_prune_forever(inventory, store, settings), name="inventory-prune")
     try:
-        registry = ActionRegistry(DESKTOP_ACTIONS + DESKTOP_APP_ACTIONS)
-        yield InventoryParts(bus, inventory, events, registry)
+        registry = ActionRegistry(
+            DESKTOP_ACTIONS + DESKTOP_APP_ACTIONS + A11Y_ACTIONS + CONTROL_ACTIONS
+        )
+        yield InventoryParts(bus, inventory, events, registry, control)
     finally:
         pruner.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await pruner
+        await control.aclose()
         await events.aclose()
         await bus.close()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
+from server.control.model import ControlInfo
 from wire.ops import DesktopKind, DesktopState
 
 LIVE_STATES: frozenset[DesktopState] = frozenset({"starting", "running", "stopping", "unknown"})
@@ -27,6 +28,16 @@ class DesktopRow:
     geometry: str | None = None
     display: str | None = None
     relay_name: str | None = None
+    # Who is in control (docs/control.md); filled where rows are listed, else absent.
+    control: ControlInfo | None = None
+
+    def with_control(self, control: ControlInfo) -> DesktopRow:
+        """This row with who is in control: a copy made without ``__init__`` (``replace``
+        cost ~20 µs a row where thousands are listed at once)."""
+        row = object.__new__(DesktopRow)
+        row.__dict__.update(self.__dict__)
+        row.__dict__["control"] = control
+        return row
 
     @property
     def can_stop(self) -> bool:
@@ -36,6 +47,8 @@ class DesktopRow:
         # Plain attribute reads: ``asdict`` deep-copies and dominated listing 1,000 rows.
         values = {name: getattr(self, name) for name in _FIELD_NAMES}
         values["can_stop"] = self.can_stop
+        if self.control is None:
+            del values["control"]
         return values
 
 
@@ -43,6 +56,8 @@ _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(DesktopRow))
 
 
 RowListener = Callable[[DesktopRow], Awaitable[None]]
+# Adds who is in control to listed rows (``ControlService.annotate``).
+RowAnnotator = Callable[[Sequence[DesktopRow]], Awaitable[list[DesktopRow]]]
 
 
 class DesktopDirectory(Protocol):

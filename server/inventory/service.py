@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from server.db.base import Clock, utc_now
-from server.inventory.rows import LIVE_STATES, DesktopRow, RowListener
+from server.inventory.rows import LIVE_STATES, DesktopRow, RowAnnotator, RowListener
 from server.relays.calls import call
 from wire import ops
 from wire.errors import ErrorCode, OpError
@@ -129,6 +129,7 @@ class Inventory:
         self.probe_timeout_s = probe_timeout_s
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._listeners: list[RowListener] = []
+        self._annotate: RowAnnotator | None = None
         self._batch_listeners: list[BatchListener] = []
         self._event_handlers: dict[str, Callable[[RelayId, dict[str, Any]], Awaitable[None]]] = {
             "desktop.changed": self._desktop_changed,
@@ -140,6 +141,10 @@ class Inventory:
         """Call ``listener`` with each changed row, after the change is stored."""
         self._listeners.append(listener)
 
+    def use_control(self, annotate: RowAnnotator) -> None:
+        """Listed rows (``visible``) carry who is in control of each desktop."""
+        self._annotate = annotate
+
     def add_batch_listener(self, listener: BatchListener) -> None:
         """Call ``listener`` once per change of one relay's rows (the event stream uses it)."""
         self._batch_listeners.append(listener)
@@ -147,14 +152,14 @@ class Inventory:
     # -- reads --------------------------------------------------------------------------
 
     async def visible(self, conversation_id: str) -> list[DesktopRow]:
-        """Live rows of the relays shared with the conversation."""
+        """Live rows of the relays shared with the conversation, with their control state."""
         rows = await self._store.visible_desktops(conversation_id)
         stale = {r.relay_id for r in rows if self._is_stale_unknown(r)}
-        if not stale:
-            return rows
-        for relay_id in sorted(stale):
-            await self.heal(relay_id)
-        return await self._store.visible_desktops(conversation_id)
+        if stale:
+            for relay_id in sorted(stale):
+                await self.heal(relay_id)
+            rows = await self._store.visible_desktops(conversation_id)
+        return await self._annotate(rows) if self._annotate is not None else rows
 
     async def heal(self, relay_id: str) -> None:
         """Rows left ``unknown`` while their relay is in fact connected here (another server

@@ -8,6 +8,7 @@ by ``server.screen.feature``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from typing import Any, Final
 
@@ -15,16 +16,26 @@ from server.actions.context import ActionContext
 from server.actions.errors import relay_error
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
+from server.control.screen import screen_input
 from server.screen.request import BUTTONS, DIRECTIONS, FORMATS, MAX_AMOUNT, MAX_TEXT
 from server.screen.tool import Caller
 from wire.errors import OpError
 from wire.ids import RelayId
 from wire.screen_actions import SCREEN_ACTIONS
+from wire.screen_coords import COORDINATES, MAX_SCALE, MAX_ZOOM_PIXELS, MAX_ZOOM_SIDE, MIN_SCALE
 
+_NUMBER: Final[Schema] = {"type": "number"}
 _POINT: Final[Schema] = {
     "type": "object",
-    "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+    "properties": {"x": _NUMBER, "y": _NUMBER},
     "required": ["x", "y"],
+    "additionalProperties": False,
+}
+_BOX_KEYS: Final = ("x", "y", "width", "height")
+_BOX: Final[Schema] = {
+    "type": "object",
+    "properties": {k: _NUMBER for k in _BOX_KEYS},
+    "required": list(_BOX_KEYS),
     "additionalProperties": False,
 }
 
@@ -32,8 +43,9 @@ PROPERTIES: Final[dict[str, Schema]] = {
     "action": {
         "type": "string",
         "enum": list(SCREEN_ACTIONS),
-        "description": "What to do. Take a screenshot first; click, double_click and drag "
-        "must name the screen_revision of the screenshot their point was chosen on.",
+        "description": "What to do. Take a screenshot first (or zoom into a region of it); "
+        "click, double_click and drag must name the screen_revision of the screenshot or "
+        "zoom their point was chosen on.",
     },
     "relay": {
         "type": "string",
@@ -52,14 +64,31 @@ PROPERTIES: Final[dict[str, Schema]] = {
         "default": False,
         "description": "Drive the relay host's real screen (through its host helper).",
     },
+    "coordinates": {
+        "type": "string",
+        "enum": list(COORDINATES),
+        "default": "pixels",
+        "description": "What x, y, from, to, target_bbox and region mean. 'pixels' (default): "
+        "pixels of the FULL-RESOLUTION screen, as in a screenshot (not its preview), also "
+        "when the revision is a zoom's. 'normalized': 0..1000 on both axes across the whole "
+        "screen, or across relative_to; 500,500 is the centre, 1000 the far edge. 'zoom': "
+        "pixels of the zoom image named by expected_screen_revision.",
+    },
+    "relative_to": {
+        **_BOX,
+        "properties": {k: {"type": "integer"} for k in _BOX_KEYS},
+        "description": "With coordinates 'normalized': the region (screen pixels, e.g. a "
+        "window's or an element's bounds) that 0..1000 spans; default the whole screen.",
+    },
     "x": {
-        "type": "integer",
-        "description": "Horizontal pixel in the FULL-RESOLUTION screenshot (not the preview); "
-        "0 is the left edge. For click, double_click, move, and scroll (where to scroll).",
+        "type": "number",
+        "description": "Horizontal position: by default a pixel of the FULL-RESOLUTION "
+        "screenshot (not the preview), 0 is the left edge; see coordinates for normalized and "
+        "zoom. For click, double_click, move, drag (start) and scroll (where to scroll).",
     },
     "y": {
-        "type": "integer",
-        "description": "Vertical pixel in the full-resolution screenshot; 0 is the top edge.",
+        "type": "number",
+        "description": "Vertical position, like x; 0 is the top edge.",
     },
     "button": {"type": "string", "enum": list(BUTTONS), "default": "left"},
     "text": {
@@ -83,22 +112,43 @@ PROPERTIES: Final[dict[str, Schema]] = {
         "enum": list(DIRECTIONS),
         "description": "For scroll: direction (default down).",
     },
-    "from": {**_POINT, "description": "For drag: start point {x, y} (full resolution)."},
-    "to": {**_POINT, "description": "For drag: end point {x, y} (full resolution)."},
+    "from": {**_POINT, "description": "For drag: start point {x, y} (see coordinates)."},
+    "to": {**_POINT, "description": "For drag: end point {x, y} (see coordinates)."},
     "target_bbox": {
-        "type": "object",
-        "properties": {k: {"type": "integer"} for k in ("x", "y", "width", "height")},
-        "required": ["x", "y", "width", "height"],
-        "additionalProperties": False,
-        "description": "Optional box (full resolution) of the element being clicked; the point "
-        "must lie inside. Only changes inside it (plus a margin) refuse the click as stale.",
+        **_BOX,
+        "description": "Optional box {x, y, width, height} (see coordinates) of the element "
+        "being clicked; the point must lie inside. Only changes inside it (plus a margin) "
+        "refuse the click as stale.",
+    },
+    "region": {
+        **_BOX,
+        "description": "For zoom (required): the region {x, y, width, height} to look at "
+        "closely, in pixels or normalized (see coordinates); it must lie on the screen.",
+    },
+    "scale": {
+        "type": "number",
+        "minimum": MIN_SCALE,
+        "maximum": MAX_SCALE,
+        "default": 1,
+        "description": "For zoom: enlarge the region by this factor (1..4; whole numbers keep "
+        f"pixels sharp). The image may be at most {MAX_ZOOM_SIDE} px a side and "
+        f"{MAX_ZOOM_PIXELS:,} pixels.",
+    },
+    "grid": {
+        "type": "boolean",
+        "default": False,
+        "description": "For screenshot and zoom: draw labelled coordinate lines on the image, "
+        "in the coordinates asked for (pixels: screen pixels, also on a zoom; normalized: "
+        "0..1000). A click at a labelled value lands on that line. The guard compares the "
+        "real screen, not the lines.",
     },
     "expected_screen_revision": {
         "type": "string",
         "maxLength": 1024,
         "description": "Required for click, double_click and drag: the screen_revision returned "
-        "by the screenshot the point was chosen on. If the screen changed there since, the "
-        "action is refused with stale_screen and nothing is clicked.",
+        "by the screenshot or zoom the point was chosen on. If the screen changed there since, "
+        "the action is refused with stale_screen and nothing is clicked. A zoom's revision "
+        "guards points inside its region only.",
     },
     "preview_max_width": {
         "type": "integer",
@@ -112,11 +162,15 @@ PROPERTIES: Final[dict[str, Schema]] = {
 }
 
 DESCRIPTION: Final = (
-    "See and drive a live Linux desktop. 'screenshot' returns a PNG (width, height, "
-    "screen_revision); all coordinates are pixels of that full-resolution image. Pointer "
-    "actions that act on what you saw (click, double_click, drag) require "
+    "See and drive a live Linux desktop through pixels (answers carry source: 'vision'); "
+    "prefer accessibility actions where an application offers them. 'screenshot' returns a "
+    "PNG (width, height, screen_revision); by default every coordinate is a pixel of that "
+    "full-resolution image, or send coordinates: 'normalized' (0..1000 on both axes). 'zoom' "
+    "returns a region at full resolution, optionally enlarged, with its own "
+    "screen_revision, to read small text or aim precisely; grid: true labels coordinates on "
+    "the image. Pointer actions that act on what you saw (click, double_click, drag) require "
     "expected_screen_revision; if the screen changed around the point since that screenshot "
-    "they fail with stale_screen and send no input: take a new screenshot and choose again."
+    "or zoom they fail with stale_screen and send no input: look again and choose again."
 )
 
 
@@ -148,7 +202,9 @@ async def handle(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     caller = replace(caller, relay_id=relay.relay_id)
     ctx.desktop_session_id = args.get("desktop_session_id")
     try:
-        result = await tool.run(caller, args)
+        # Input actions pass the control gate first (a person in charge, Stop; reads do not).
+        async with screen_input(ctx, args, functools.partial(tool.refused, caller, args)):
+            result = await tool.run(caller, args)
     except OpError as err:
         message, details = schema_field_names(err.message, err.details)
         if message == err.message:

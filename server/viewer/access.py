@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from server.db.records import Role, role_allows
+from server.db.records import Role, UserRecord, role_allows
 from server.inventory.rows import DesktopDirectory, DesktopRow
 from server.viewer.capability import ViewerDenied, ViewerGrant, verify
 from wire.errors import CloseCode, ErrorCode, RelaydeskError
@@ -58,6 +58,8 @@ class MembershipStore(Protocol):
     async def get_role(self, conversation_id: str, user_id: str) -> Role | None: ...
 
     async def is_relay_visible(self, relay_id: str, conversation_id: str) -> bool: ...
+
+    async def get_user(self, user_id: str) -> UserRecord | None: ...
 
 
 class RelayPresence(Protocol):

@@ -189,7 +189,7 @@ def _kept_headers(raw: object) -> dict[str, str]:
 
 
 VIEWER_FILES = frozenset(
-    {"viewer.js", "viewer.css", "bridge.js", "toolbar.js", "zoom.js", "audio.js",
+    {"viewer.js", "viewer.css", "bridge.js", "toolbar.js", "zoom.js", "audio.js", "control.js",
      "audio-worklet.js"}
 )  # fmt: skip
 

@@ -16,6 +16,7 @@ from server.relays.router import RelayRouter
 from server.services import services_of
 from server.viewer.assets import VIEWER_DIR, NovncAssets, viewer_file
 from server.viewer.audio import AudioService
+from server.viewer.input import PersonInputSink
 from server.viewer.relay_assets import HubAssetRelays
 from server.viewer.service import ViewerService
 
@@ -74,9 +75,14 @@ class ViewerParts:
 
 
 def build_viewer(
-    settings: Settings, store: Store, hub: RelayRouter, directory: DesktopDirectory
+    settings: Settings,
+    store: Store,
+    hub: RelayRouter,
+    directory: DesktopDirectory,
+    control: PersonInputSink | None = None,
 ) -> ViewerParts:
-    """The viewer and audio services and noVNC's asset sources."""
-    viewer = ViewerService(settings, store, hub, directory)
+    """The viewer and audio services and noVNC's asset sources (``control`` hears the
+    viewers' input)."""
+    viewer = ViewerService(settings, store, hub, directory, control)
     assets = NovncAssets(NovncAssets.default_roots(), HubAssetRelays(hub, store))
     return ViewerParts(viewer, AudioService(viewer), assets)

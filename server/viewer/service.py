@@ -20,6 +20,7 @@ from starlette.websockets import WebSocket
 
 from server.boundary.hosts import HostPolicy
 from server.config import Settings
+from server.control import model as control_model
 from server.inventory.rows import DesktopDirectory, DesktopRow
 from server.relays.calls import call
 from server.relays.capabilities import DIRECT_VNC
@@ -33,6 +34,7 @@ from server.viewer.access import (
     refusal_for_state,
 )
 from server.viewer.backends import DirectBackend, RelayBackend, VncBackend
+from server.viewer.input import InputWatch, PersonInputSink
 from server.viewer.registry import DesktopKey, ViewerRegistry, desktop_key
 from server.viewer.tunnel import ViewerSession
 from wire import ops
@@ -88,10 +90,15 @@ class ViewerService:
         store: MembershipStore,
         hub: RelayRouter,
         directory: DesktopDirectory | None,
+        control: PersonInputSink | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.hub = hub
+        self.control = control
+        # Whether viewers' input is looked at (a person's input takes control); only a
+        # measurement of what that costs turns it off (benchmarks/bench_takeover.py).
+        self.watch_input = True
         self.directory: DesktopDirectory | None = None
         self.registry = ViewerRegistry()
         self._direct: dict[DesktopKey, DirectAddress] = {}
@@ -119,7 +126,8 @@ class ViewerService:
             log.info("viewer refused (session %s…): %s", desktop_session_id[:8], refused.reason)
             await websocket.close(refused.close_code, refused.reason[:120])
             return
-        session = ViewerSession(websocket, backend, target, self._judge_for(target))
+        watch = await self._input_watch(target)
+        session = ViewerSession(websocket, backend, target, self._judge_for(target), watch)
         self.registry.add(session)
         log.info("viewer opened (session %s…)", desktop_session_id[:8])
         try:
@@ -127,6 +135,15 @@ class ViewerService:
         finally:
             self.registry.discard(session)
         log.info("viewer closed (session %s…): %d %s", desktop_session_id[:8], code, reason)
+
+    async def _input_watch(self, target: ViewerTarget) -> InputWatch | None:
+        """The watch that tells control about this viewer's person (None: nobody listens)."""
+        if self.control is None or not self.watch_input:
+            return None
+        user = await self.store.get_user(target.grant.user_id)
+        name = user.username if user is not None else "a viewer"
+        key = control_model.DesktopKey(target.relay_id, target.row.desktop_session_id)
+        return InputWatch(self.control, key, name, target.grant.user_id)
 
     async def _admit(self, websocket: WebSocket, session_id: str, token: str) -> ViewerTarget:
         if not origin_allowed(websocket.headers, self.settings.public_url):

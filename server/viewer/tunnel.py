@@ -19,6 +19,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server.viewer.access import ViewerRefused, ViewerTarget
 from server.viewer.backends import VncBackend
+from server.viewer.input import InputWatch
 from wire.errors import ChannelClosedError, CloseCode
 
 log = logging.getLogger(__name__)
@@ -35,12 +36,18 @@ class ViewerSession:
     """Pumps one viewer's stream until either side ends or the registry ends it."""
 
     def __init__(
-        self, websocket: WebSocket, backend: VncBackend, target: ViewerTarget, judge: Judge
+        self,
+        websocket: WebSocket,
+        backend: VncBackend,
+        target: ViewerTarget,
+        judge: Judge,
+        watch: InputWatch | None = None,
     ) -> None:
         self.websocket = websocket
         self.backend = backend
         self.target = target
         self._judge = judge
+        self._watch = watch
         self._ended = asyncio.Event()
         self._close: tuple[CloseCode, str] | None = None
         self._viewer_gone = False
@@ -111,6 +118,8 @@ class ViewerSession:
                 if data is None:
                     self.end(CloseCode.UNSUPPORTED_DATA, "binary frames only")
                     return
+                if self._watch is not None:
+                    self._watch.observe(data)
                 await self.backend.write(data)
                 self.bytes_up += len(data)
         except ChannelClosedError as ended:

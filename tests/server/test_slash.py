@@ -10,6 +10,7 @@ from server.chat.slash import (
     AttachDesktop,
     CloseViewer,
     Command,
+    ControlDesktop,
     DesktopStatus,
     Help,
     ListDesktops,
@@ -48,6 +49,11 @@ COMMANDS: list[tuple[str, Command]] = [
     ("/desktop help", Help()),
     ("/desktop help stop", Help("stop")),
     ("/desktop\tlist", ListDesktops()),
+    ("/desktop take", ControlDesktop("take", None)),
+    ("/desktop take relay-1", ControlDesktop("take", "relay-1")),
+    ("/desktop HAND-BACK relay-1", ControlDesktop("hand-back", "relay-1")),
+    ("/desktop stop-agent", ControlDesktop("stop-agent", None)),
+    ("/desktop stop-agent relay-1", ControlDesktop("stop-agent", "relay-1")),
 ]
 
 
@@ -72,6 +78,8 @@ ERRORS: list[tuple[str, str | None]] = [
     ("", "/desktop help"),
     ("/desktop " + "x" * 500, None),
     ("/desktop ../../etc", "/desktop help"),
+    ("/desktop stop-agnet relay-1", "/desktop stop-agent relay-1"),
+    ("/desktop take a b", "/desktop take"),
 ]
 
 
@@ -131,17 +139,20 @@ def test_describe_round_trips(text: str, command: Command) -> None:
 
 def test_help_covers_every_command() -> None:
     usages = [usage for usage, _ in help_lines()]
-    for word in ("docker", "local", "close", "list", "status", "attach", "stop", "help"):
+    words = ("docker", "local", "close", "list", "status", "attach", "stop", "help", "take",
+             "hand-back", "stop-agent")  # fmt: skip
+    for word in words:
         assert any(usage.startswith(f"/desktop {word}") for usage in usages)
     assert help_lines("stop") == [("/desktop stop [relay]", help_lines("stop")[0][1])]
 
 
 COMMAND_TYPES = (
     OpenDesktop, CloseViewer, ListDesktops, DesktopStatus, AttachDesktop, StopDesktop, Help,
+    ControlDesktop,
 )  # fmt: skip
 WORDS = st.sampled_from(
     ["/desktop", "docker", "local", "list", "status", "attach", "stop", "close", "help",
-     "relay-1", "<b>", "\u200b", "", "/", "x" * 70]
+     "relay-1", "<b>", "\u200b", "", "/", "x" * 70, "take", "hand-back", "stop-agent"]
 )  # fmt: skip
 
 

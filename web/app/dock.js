@@ -2,10 +2,19 @@
 // with Open and Stop. Stop always goes through a dialog naming the exact session; confirming
 // sends desktop_stop_confirm with that session id, so a desktop restarted meanwhile is never
 // stopped by a stale confirmation (the conflict is shown and the rows refresh). No bulk stop.
+// Each row shows who is in control (idle, an agent, a person) live, with Stop agent, Take
+// control and Hand back (docs/control.md).
 import { action } from "./api.js";
 import { byId, el, formatTime, relayName, shortId, STATE_NOTES } from "./dom.js";
 
 const LIVE = new Set(["starting", "running", "stopping", "unknown"]);
+
+// A row's control as a short text: "idle", "agent bot", "alice (holds it)".
+export function controlText(control) {
+  if (!control || control.state === "idle") return "idle";
+  if (control.state === "agent") return `agent ${control.name}`;
+  return control.held ? `${control.name} (took control)` : `${control.name} (using it)`;
+}
 
 export class Dock {
   constructor({ openDesktop, onInventory = () => {} }) {
@@ -44,6 +53,60 @@ export class Dock {
   update(rows, changed = []) {
     this.show(rows);
     this.onInventory(rows, changed);
+  }
+
+  // desktop_control_changed: one desktop's control, live (no refetch of the inventory).
+  controlChanged({ relay_id: relayId, desktop_session_id: sid, control }) {
+    const row = this.rows.find((r) => r.desktop_session_id === sid && r.relay_id === relayId);
+    if (!row) return;
+    row.control = control;
+    this.show(this.rows);
+  }
+
+  async control(row, name) {
+    const label = { desktop_take_control: "Take control", desktop_hand_back: "Hand back",
+      agent_stop: "Stop agent" }[name];
+    const { status, body } = await action(name, {
+      conversation_id: this.conversationId, relay: relayName(row), kind: row.kind,
+      slot: row.slot || "main", desktop_session_id: row.desktop_session_id,
+    });
+    const message = byId("dock-message");
+    if (status !== 200) {
+      message.textContent = `${label}: ${body?.error?.message || `error ${status}`}`;
+      return;
+    }
+    if (name === "agent_stop") {
+      message.textContent = (body.stopped || []).length || body.cancelled
+        ? `Stopped ${(body.stopped || []).join(", ") || "the agent"}: its input is refused for ${body.regrant_after_s} s.`
+        : "No agent is acting on that desktop.";
+    } else {
+      message.textContent = name === "desktop_take_control"
+        ? "You have control: agent input is refused until you hand it back."
+        : "Handed back: agents may act again.";
+    }
+    this.controlChanged({ relay_id: row.relay_id, desktop_session_id: row.desktop_session_id,
+      control: body.control });
+  }
+
+  controlCell(row, label) {
+    const control = row.control || { state: "idle" };
+    const cell = el("td", { class: "control" },
+      el("span", { class: `pill control-${control.state}`, text: controlText(control) }));
+    if (row.state !== "running") return cell;
+    const buttons = [];
+    if (control.agent) {
+      buttons.push(el("button", { type: "button", class: "danger", "aria-label": `Stop the agent on ${label}`,
+        onclick: () => this.control(row, "agent_stop") }, "Stop agent"));
+    }
+    if (control.state === "person" && control.held) {
+      buttons.push(el("button", { type: "button", "aria-label": `Hand back ${label}`,
+        onclick: () => this.control(row, "desktop_hand_back") }, "Hand back"));
+    } else {
+      buttons.push(el("button", { type: "button", "aria-label": `Take control of ${label}`,
+        onclick: () => this.control(row, "desktop_take_control") }, "Take control"));
+    }
+    cell.append(el("span", { class: "control-actions" }, ...buttons));
+    return cell;
   }
 
   toggle(open = this.panel.hidden) {
@@ -86,10 +149,13 @@ export class Dock {
       actions.append(el("button", { type: "button", class: "danger", "aria-label": `Stop ${label}`,
         onclick: () => this.askStop(row) }, "Stop…"));
     }
-    return el("tr", { class: `dock-row state-${state}`, dataset: { session: row.desktop_session_id, state } },
+    const control = (row.control && row.control.state) || "idle";
+    return el("tr", { class: `dock-row state-${state}`,
+      dataset: { session: row.desktop_session_id, state, control } },
       el("th", { scope: "row", text: relayName(row) }),
       el("td", { text: row.slot && row.slot !== "main" ? `${row.kind} (${row.slot})` : row.kind }),
       stateCell,
+      this.controlCell(row, label),
       el("td", { text: row.started_by || "—" }),
       el("td", {}, el("time", { datetime: row.started_at || "", text: formatTime(row.started_at) })),
       el("td", {}, el("code", { title: row.desktop_session_id, text: shortId(row.desktop_session_id) })),

@@ -179,6 +179,9 @@ function startEvents(id) {
     const data = JSON.parse(event.data);
     dock.update(data.desktops || [], data.changed || []);
   });
+  source.addEventListener("desktop_control_changed", (event) => {
+    dock.controlChanged(JSON.parse(event.data));
+  });
   source.addEventListener("error", async () => {
     if (source.readyState !== EventSource.CLOSED) {
       status.textContent = "Reconnecting to live updates…";

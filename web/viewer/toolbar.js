@@ -104,7 +104,7 @@ class Toolbar {
 
   wirePopovers() {
     const pairs = [["keys-button", "keys-menu"], ["clipboard-button", "clipboard-panel"],
-      ["settings-button", "settings-panel"]];
+      ["settings-button", "settings-panel"], ["control", "control-panel"]];
     this.popovers = pairs.map(([button, panel]) => [byId(button), byId(panel)]);
     for (const [button, panel] of this.popovers) {
       button.addEventListener("click", () => this.toggle(panel, panel.hidden));

@@ -6,6 +6,7 @@
 // ones show the overlay, the others reconnect with backoff while the desktop runs.
 import RFB from "/novnc/core/rfb.js";
 import { installBridge } from "/viewer/bridge.js";
+import { createControl } from "/viewer/control.js";
 import { createToolbar } from "/viewer/toolbar.js";
 
 export const CLOSE = Object.freeze({
@@ -131,6 +132,7 @@ class Viewer {
     window.relaydeskViewer = this.info;
     // Named after the session: the chat's "Open viewer" finds this tab instead of opening one.
     window.name = `relaydesk-viewer-${sid}`;
+    this.control = createControl({ viewer: this, grant: grantOf(token) || {}, sid });
     this.useToken(token);
     this.toolbar = createToolbar({ viewer: this, grant: grantOf(token) });
   }
@@ -139,7 +141,10 @@ class Viewer {
     this.token = token;
     this.url = socketUrl(window.location, this.sid, token);
     const path = `/vnc/${this.sid}/${token}/`;
-    if (window.location.pathname !== path) window.history.replaceState(null, "", path);
+    if (window.location.pathname !== path) {
+      window.history.replaceState(null, "", path + window.location.search);
+    }
+    this.control.follow(token);
     const grant = grantOf(token);
     clearTimeout(this.refreshTimer);
     if (grant && Number.isFinite(grant.e)) {
@@ -186,6 +191,7 @@ class Viewer {
     });
     this.rfb = rfb;
     this.toolbar.attach(rfb);
+    this.control.attach(rfb);
     installBridge(rfb, {
       keyboardStateUrl: new URL("keyboard-state", window.location.href).href,
       canvasContainer: this.screen,

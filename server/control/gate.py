@@ -1,0 +1,142 @@
+"""The gate every agent input passes before any input event: ``admit_agent_input``.
+
+Input paths (the screen tool's input actions, accessibility acts, …) call, with the action's
+context and the desktop it acts on::
+
+    target = await resolve_target(ctx, desktop_session_id=..., kind=..., slot=...)
+    async with agent_input(ctx, target, window_id=None) as grant:
+        ...send the input...
+        grant.acted("click", x=..., y=...)
+
+``agent_input`` marks the request in flight first (so Stop ends it even during admission),
+then admits it: ``OpError`` ``takeover_active`` (a person holds the desktop),
+``stopped_by_user`` (a person stopped this agent: no grant during the cooldown), or
+``stale_screen`` (the agent's window grant covers another window). When Stop reaches the
+request while it runs, the request is cancelled and ``stopped_by_user`` comes out of the
+``async with``. Paths that admit and run in separate steps use :func:`admit_agent_input` and
+``AgentGrant.in_flight()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from server.control.audit import AuditContext
+from server.control.model import AgentRequest, DesktopKey, Grant, GrantScope
+from server.inventory.rows import DesktopRow
+from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.ops import DesktopKind
+
+if TYPE_CHECKING:
+    from server.actions.context import ActionContext
+    from server.control.service import ControlService
+
+
+@dataclass(frozen=True)
+class DesktopTarget:
+    """The desktop an input acts on, as the inventory names it."""
+
+    relay_id: str
+    kind: DesktopKind
+    slot: str
+    desktop_session_id: str
+
+    @property
+    def key(self) -> DesktopKey:
+        return DesktopKey(self.relay_id, self.desktop_session_id)
+
+    @classmethod
+    def of_row(cls, row: DesktopRow) -> DesktopTarget:
+        return cls(row.relay_id, row.kind, row.slot, row.desktop_session_id)
+
+
+@dataclass(frozen=True)
+class AgentGrant:
+    """The grant an admitted input runs under."""
+
+    service: ControlService
+    target: DesktopTarget
+    grant: Grant
+
+    def in_flight(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Mark the request in flight: Stop cancels it (``stopped_by_user``)."""
+        return self.service.inflight.track(self.target.key, self.grant.agent_id)
+
+    def acted(self, action: str, **shape: Any) -> None:
+        """Tell the desktop's viewers what the agent just did (``x``/``y`` mark the spot;
+        never typed text)."""
+        self.service.agent_acted(
+            self.target.key, {"agent": self.grant.agent_name, "action": action, **shape}
+        )
+
+
+def control_of(ctx: ActionContext) -> ControlService:
+    return ctx.services.control
+
+
+def agent_request(ctx: ActionContext, window_id: str | None, scope: GrantScope) -> AgentRequest:
+    if scope == "window" and not window_id:
+        raise InvalidArgs("window_id", "a window grant needs the window's id")
+    principal = ctx.principal
+    return AgentRequest(principal.user_id, principal.username, scope, window_id)
+
+
+async def admit_agent_input(
+    ctx: ActionContext,
+    target: DesktopTarget,
+    *,
+    window_id: str | None = None,
+    scope: GrantScope = "desktop",
+) -> AgentGrant:
+    """Admit one agent input on ``target`` (minting the agent's grant if it holds none);
+    ``OpError`` ``takeover_active`` / ``stopped_by_user`` / ``stale_screen`` otherwise."""
+    request = agent_request(ctx, window_id, scope)
+    context = AuditContext(ctx.conversation_id or None, ctx.source, ctx.request_id)
+    relay_name = ctx.relay.name if ctx.relay is not None else None
+    service = control_of(ctx)
+    grant = await service.admit(target.key, request, relay_name=relay_name, context=context)
+    return AgentGrant(service, target, grant)
+
+
+@contextlib.asynccontextmanager
+async def agent_input(
+    ctx: ActionContext,
+    target: DesktopTarget,
+    *,
+    window_id: str | None = None,
+    scope: GrantScope = "desktop",
+) -> AsyncIterator[AgentGrant]:
+    """In flight, then admitted: the body sends the input; Stop ends it with
+    ``stopped_by_user``."""
+    service = control_of(ctx)
+    async with service.inflight.track(target.key, ctx.principal.user_id):
+        yield await admit_agent_input(ctx, target, window_id=window_id, scope=scope)
+
+
+async def resolve_target(
+    ctx: ActionContext,
+    *,
+    desktop_session_id: str | None = None,
+    kind: DesktopKind = "virtual",
+    slot: str = "main",
+) -> DesktopTarget:
+    """The running desktop of the context's relay that the input means: the named session,
+    else the one in ``(kind, slot)``; ``not_running`` when there is none.
+
+    Read from the conversation's live rows, which the store keeps for a moment and forgets on
+    every write (on every replica, with Redis); callers send the input to exactly the session
+    found (``desktop_session_id``), so a desktop replaced meanwhile gets none of it.
+    """
+    relay_id = ctx.relay_id
+    for row in await ctx.store.visible_desktops(ctx.conversation_id):
+        if row.relay_id != relay_id or row.state != "running":
+            continue
+        if desktop_session_id is not None:
+            if row.desktop_session_id == desktop_session_id:
+                return DesktopTarget.of_row(row)
+        elif (row.kind, row.slot) == (kind, slot):
+            return DesktopTarget.of_row(row)
+    raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")

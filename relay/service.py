@@ -83,8 +83,12 @@ class RelayService:
             self.local.a11y_policy = settings.a11y.worker_env()
         # One backend per kind of desktop this relay runs (relay/backend.py).
         backends: list[DesktopBackend] = [
-            VirtualBackend(self.desktops, self.screen, missing=missing_binaries(desktop_config),
-                           a11y=settings.a11y)
+            VirtualBackend(
+                self.desktops,
+                self.screen,
+                missing=missing_binaries(desktop_config),
+                a11y=settings.a11y,
+            )
         ]
         if self.local is not None:
             backends.append(self.local)

@@ -412,7 +412,14 @@ class Bus:
     def _variant(self, call: Call) -> Any:
         return None if call.signature is None else self._glib.Variant(call.signature, call.values)
 
+    @property
+    def closed(self) -> bool:
+        """Whether the accessibility bus went away (its launcher or daemon exited)."""
+        return bool(self._conn.is_closed())
+
     def _classify(self, err: Any, bus: str) -> CallFailed:
+        if self._conn.is_closed():
+            return CallFailed("closed", "the desktop's accessibility bus went away")
         name = self._gio.DBusError.get_remote_error(err) or ""
         timed_out = name in TIMEOUT_ERRORS or err.matches(
             self._gio.io_error_quark(), self._gio.IOErrorEnum.TIMED_OUT

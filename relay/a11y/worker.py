@@ -171,6 +171,9 @@ class A11yError(RelaydeskError):
 
 
 def failed(err: CallFailed, what: str) -> A11yError:
+    if err.kind == "closed":
+        return A11yError("a11y_unavailable", f"{what}: {err}; it is started again on the next "
+                         "call", suggestion="retry once")  # fmt: skip
     if err.kind == "timeout":
         return A11yError(
             "timeout",
@@ -1349,6 +1352,8 @@ def main() -> None:
                     },
                 }
             )
+        if bus.closed:
+            return  # the next call starts a worker on the bus D-Bus starts again
 
 
 if __name__ == "__main__":

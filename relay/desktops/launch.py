@@ -56,6 +56,7 @@ _ACCESSIBILITY_ENV = {
     "QT_ACCESSIBILITY": "1",
     "QT_LINUX_ACCESSIBILITY_ALWAYS_ON": "1",
 }
+A11Y_BUS_CHILD: Final = "a11y-bus"
 # The accessibility bus's launcher (Debian's at-spi2-core); started with the session so the
 # first accessibility call does not wait for D-Bus to activate it.
 A11Y_BUS_LAUNCHERS = (
@@ -389,7 +390,7 @@ class Launcher:
         optional: list[tuple[str, Sequence[str], dict[str, str]]] = []
         launcher = next((p for p in A11Y_BUS_LAUNCHERS if os.access(p, os.X_OK)), None)
         if launcher is not None and "DBUS_SESSION_BUS_ADDRESS" in env:
-            optional.append(("a11y-bus", [launcher, "--launch-immediately", "--a11y=1"], {}))
+            optional.append((A11Y_BUS_CHILD, [launcher, "--launch-immediately", "--a11y=1"], {}))
         if self._config.window_manager:
             optional.append(("wm", self._config.window_manager, {}))
         if shutil.which(self._config.clipboard_binary):

@@ -19,7 +19,12 @@ from relay.desktops.adoption import adopt_from_state
 from relay.desktops.audio import REASON_FAILED, audio_lost
 from relay.desktops.config import DesktopConfig
 from relay.desktops.homes import Homes, open_append, secure_state_dir
-from relay.desktops.launch import AudioStarter, accessible_argv, missing_binaries
+from relay.desktops.launch import (
+    A11Y_BUS_CHILD,
+    AudioStarter,
+    accessible_argv,
+    missing_binaries,
+)
 from relay.desktops.probe import ProbeResult, probe_chain
 from relay.desktops.process import ChildProcess
 from relay.desktops.profiles import Profile, choose, load_profiles
@@ -62,6 +67,8 @@ class DesktopManager:
         # The one lifecycle lock, and the table it guards: docs/desktops.md.
         self._slots = Slots(self.config, audio)
         self._lock = self._slots.lock
+        # Sessions whose accessibility bus exited (said once each).
+        self._a11y_lost: set[str] = set()
         self._desktops = self._slots.desktops
         self.authority = self._slots.authority
         self._homes = Homes(self.config)
@@ -312,6 +319,23 @@ class DesktopManager:
             await self._fail_all(failed)
         if any(d.audio and audio_lost(d.processes) for d in snapshot):
             await self._audio_lost()
+        self._note_a11y_bus_lost(snapshot)
+
+    def _note_a11y_bus_lost(self, desktops: list[Desktop]) -> None:
+        """Watchdog: a desktop whose accessibility bus launcher exited keeps running; the
+        session's D-Bus starts the bus again on the next accessibility call (activation), and
+        until then the tools answer ``a11y_unavailable``. Said once per desktop."""
+        for desktop in desktops:
+            child = desktop.processes.find(A11Y_BUS_CHILD)
+            if child is None or desktop.desktop_session_id in self._a11y_lost:
+                continue
+            if not child.is_alive():
+                self._a11y_lost.add(desktop.desktop_session_id)
+                logger.warning(
+                    "desktop slot=%s: its accessibility bus exited (code %s); the desktop "
+                    "keeps running, the bus is started again on the next accessibility call",
+                    desktop.slot, child.returncode(),
+                )  # fmt: skip
 
     # -- internals ----------------------------------------------------------------------
 

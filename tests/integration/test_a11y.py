@@ -336,3 +336,40 @@ async def test_a_person_in_control_refuses_agent_acts_but_not_reads(stack):
     assert stack.state()["clicks"] == clicks  # no input reached the app
     await stack.ok("desktop_click", ref=save["ref"])
     await wait_until(lambda: stack.state()["clicks"] == clicks + 1, scaled(10), "the click")
+
+
+async def test_the_accessibility_bus_dying_is_reported_and_the_desktop_keeps_running(stack):
+    # A desktop of its own (its apps write the shared state file too: this test reads none).
+    started = await stack.ok("desktop_start", slot="bus", geometry="1024x768", profile="minimal")
+    session = started["desktop"]["desktop_session_id"]
+    try:
+        listed = await stack.ok("desktop_apps", desktop_session_id=session)
+        assert listed["a11y"] == {"available": True}
+        state = json.loads((stack.seed.data_dir / "relay-state" / "desktops.json").read_text())
+        record = next(d for d in state["desktops"] if d["desktop_session_id"] == session)
+        bus = next(p for p in record["processes"] if p["name"] == "a11y-bus")
+        os.killpg(bus["pid"], signal.SIGKILL)  # the launcher and the bus daemon it started
+        await wait_until(lambda: "accessibility bus exited" in stack.relay_log.log_tail(),
+                         scaled(20), "the watchdog's report")  # fmt: skip
+        # The tools answer again at once: at most one call says the bus went away, then a new
+        # worker finds the bus the session's D-Bus starts again. (Apps that were connected to
+        # the old bus do not reconnect: GTK 3 does not.)
+        deadline = time.monotonic() + scaled(30)
+        while True:
+            status, body = await stack.act("desktop_apps", desktop_session_id=session)
+            assert status == 200, body
+            if body["a11y"] == {"available": True}:
+                break
+            assert "went away" in body["a11y"]["reason"], body
+            assert time.monotonic() < deadline, body
+            await asyncio.sleep(0.5)
+        rows = (await stack.ok("desktop_status"))["desktops"]
+        assert any(r["desktop_session_id"] == session and r["state"] == "running" for r in rows)
+    finally:
+        stopped = await stack.ok(
+            "desktop_stop_confirm",
+            relay=stack.seed.relay["name"],
+            slot="bus",
+            desktop_session_id=session,
+        )
+        assert stopped["stopped"] is True, stopped

@@ -447,22 +447,20 @@ class Bus:
                 raise CallFailed("timeout", "the app did not answer a moment ago") from None
         del self.unresponsive[bus]
 
+    def _arguments(self, call: Call, timeout_ms: int | None) -> tuple[Any, ...]:
+        """Gio's arguments of a method call: target, method, parameters, no reply type, no
+        flags, the timeout, no cancellable."""
+        timeout = timeout_ms or self.call_timeout_ms
+        parameters = self._variant(call)
+        return (call.bus, call.path, call.interface, call.method, parameters, None, 0, timeout,
+                None)  # fmt: skip
+
     def call(self, call: Call, timeout_ms: int | None = None) -> tuple[Any, ...]:
         """One call, waited for."""
         if call.bus != REGISTRY:
             self.check_responsive(call.bus)
         try:
-            reply = self._conn.call_sync(
-                call.bus,
-                call.path,
-                call.interface,
-                call.method,
-                self._variant(call),
-                None,
-                0,
-                timeout_ms or self.call_timeout_ms,
-                None,
-            )
+            reply = self._conn.call_sync(*self._arguments(call, timeout_ms))
         except self._glib.Error as err:
             raise self._classify(err, call.bus) from None
         return tuple(reply.unpack()) if reply is not None else ()
@@ -497,19 +495,7 @@ class Bus:
             while pending >= PIPELINE_DEPTH:
                 context.iteration(True)
             pending += 1
-            self._conn.call(
-                call.bus,
-                call.path,
-                call.interface,
-                call.method,
-                self._variant(call),
-                None,
-                0,
-                timeout_ms or self.call_timeout_ms,
-                None,
-                done,
-                index,
-            )
+            self._conn.call(*self._arguments(call, timeout_ms), done, index)
         while pending:
             context.iteration(True)
         return results

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import HttpClient, parser, percentile, summary
-from tests.support.a11y_stack import FORM_APP, A11yStack, a11y_stack, chromium_app
+from tests.support.a11y_stack import FORM, A11yStack, a11y_stack, chromium_app
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 
@@ -64,7 +65,10 @@ def naive_walk(
     stack: A11yStack, slot_env: dict[str, str], app: str, rounds: int, button: str | None
 ) -> dict[str, Any]:
     """Run the baseline walk inside the desktop, as its user, with its environment."""
-    argv = ["/usr/bin/python3", str(WALK), app, str(rounds), *([button] if button else [])]
+    walk = stack.shared / WALK.name  # where the desktop's user may read it
+    shutil.copyfile(WALK, walk)
+    os.chmod(walk, 0o644)
+    argv = ["/usr/bin/python3", str(walk), app, str(rounds), *([button] if button else [])]
     if os.geteuid() == 0:
         argv = ["runuser", "-u", slot_env.get("USER", "relaydesk-desktop"), "--", *argv]
     result = subprocess.run(
@@ -98,8 +102,7 @@ def p50(samples: list[float]) -> float:
 async def run(quick: bool) -> None:
     rounds = 5 if quick else 30
     root = Path(tempfile.mkdtemp(prefix="bench-a11y-"))
-    form = f"/usr/bin/python3 {FORM_APP} {{shared}}/form.json"
-    apps = [form, FACTORY, chromium_app(Path("{shared}"), "page", "--force-renderer-accessibility")]
+    apps = [FORM, FACTORY, chromium_app(Path("{shared}"), "page", "--force-renderer-accessibility")]
     async with a11y_stack(root, apps) as stack:
         await wait_until(lambda: stack.state() != {}, scaled(30), "the form to start")
         await stack.wait_app(FACTORY)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -31,11 +32,40 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The worker imports ``relay.a11y`` and ``wire`` from the tree this file belongs to.
+# The worker's code travels on its standard input (its first line), so it runs whoever may
+# read the relay's files: a desktop's user need not read the relay's installation.
 CODE_ROOT: Final = Path(__file__).resolve().parents[2]
+PACKAGES: Final = ("relay", "relay.a11y", "wire")
+MODULES: Final = (
+    "wire.errors", "wire.a11y_selector", "relay.a11y.dbuswire", "relay.a11y.atspi",
+    "relay.a11y.worker",
+)  # fmt: skip
 BOOT: Final = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from relay.a11y.worker import main; main()"
+    "import json, sys, types\n"
+    "bundle = json.loads(sys.stdin.buffer.readline())\n"
+    "for name, source in bundle:\n"
+    "    module = types.ModuleType(name)\n"
+    "    module.__file__ = '<relaydesk ' + name + '>'\n"
+    "    if not source:\n"
+    "        module.__path__ = []\n"
+    "    module.__package__ = name if not source else name.rpartition('.')[0]\n"
+    "    sys.modules[name] = module\n"
+    "    exec(compile(source, module.__file__, 'exec'), module.__dict__)\n"
+    "sys.modules['relay.a11y.worker'].main()\n"
 )
+
+
+@functools.cache
+def code_bundle() -> bytes:
+    """The worker's modules as one JSON line: ``[[name, source], …]`` in import order
+    (packages with no source)."""
+    entries = [[name, ""] for name in PACKAGES]
+    for name in MODULES:
+        path = CODE_ROOT.joinpath(*name.split(".")).with_suffix(".py")
+        entries.append([name, path.read_text(encoding="utf-8")])
+    return json.dumps(entries).encode() + b"\n"
+
+
 # Interpreters tried for the worker: it needs the distribution's GObject bindings (``gi``).
 PYTHONS: Final = ("/usr/bin/python3", "python3")
 READY_TIMEOUT_S: Final = 15.0
@@ -188,7 +218,9 @@ class A11yWorker:
     async def _start(self) -> _Process:
         spec = self._spec()
         popen = await asyncio.to_thread(_spawn, spec)
-        assert popen.stdout is not None
+        assert popen.stdout is not None and popen.stdin is not None
+        with contextlib.suppress(OSError):  # it exited at once: no "ready" line says so below
+            await asyncio.to_thread(_send_code, popen)
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=MAX_REPLY)
         transport, _ = await loop.connect_read_pipe(
@@ -231,6 +263,12 @@ class A11yWorker:
             await self._kill("stopping with its desktop")
 
 
+def _send_code(popen: subprocess.Popen[bytes]) -> None:
+    assert popen.stdin is not None
+    popen.stdin.write(code_bundle())
+    popen.stdin.flush()
+
+
 def _spawn(spec: WorkerSpec) -> subprocess.Popen[bytes]:
     """Start the worker as the desktop's user (blocking)."""
     output: Any = subprocess.DEVNULL
@@ -238,7 +276,7 @@ def _spawn(spec: WorkerSpec) -> subprocess.Popen[bytes]:
         output = open(spec.log_path, "ab")  # noqa: SIM115 - closed below, kept by the child
     try:
         return subprocess.Popen(
-            [spec.python, "-s", "-E", "-c", BOOT, str(CODE_ROOT)],
+            [spec.python, "-s", "-E", "-c", BOOT],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=output,

@@ -103,9 +103,9 @@ async def test_typing_into_a_chromium_field_is_physical_and_confirmed(stack):
 async def test_chromium_without_the_flag_is_diagnosed(tmp_path_factory):
     # relaydesk's desktops turn accessibility on for every app (the bus's IsEnabled, which
     # Chromium reads too): only a browser that turns its renderer's off lacks the page's tree.
-    plain = chromium_app(SHARED, "without", "--disable-renderer-accessibility").replace(
-        "a11y_page.html", "a11y_plain.html"
-    )
+    plain = chromium_app(SHARED, "without", "--disable-renderer-accessibility",
+                         page="a11y_plain.html")  # fmt: skip
+
     async with a11y_stack(tmp_path_factory.mktemp("plain"), [plain]) as stack:
         await _window(stack, PLAIN)
         deadline = time.monotonic() + scaled(10)

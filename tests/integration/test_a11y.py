@@ -20,14 +20,13 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from tests.support.a11y_stack import FORM_APP, A11yStack, a11y_stack
+from tests.support.a11y_stack import FORM, A11yStack, a11y_stack
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 SNAPSHOT_TTL_S = 6
-FORM = f"/usr/bin/python3 {FORM_APP} {{shared}}/form.json"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

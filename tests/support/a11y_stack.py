@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -73,13 +74,19 @@ class A11yStack:
             await asyncio.sleep(0.2)
 
 
-def chromium_app(shared: Path, name: str, *flags: str) -> str:
-    """A Chromium command line on the test page, with its own profile under ``shared``."""
+# What a desktop's apps read is copied into the shared directory: the desktop's user may not
+# read the checkout (a private clone, a home directory).
+SHARED_FILES = (FORM_APP, TEST_PAGE, SUPPORT / "a11y_plain.html")
+FORM = "/usr/bin/python3 {shared}/a11y_app.py {shared}/form.json"
+
+
+def chromium_app(shared: Path, name: str, *flags: str, page: str = "a11y_page.html") -> str:
+    """A Chromium command line on a test page, with its own profile under ``shared``."""
     return " ".join([
         "chromium", f"--user-data-dir={shared / name}", "--no-first-run",
         "--no-default-browser-check", "--password-store=basic", "--disable-gpu",
         "--disable-background-networking", "--disable-component-update", *flags,
-        f"file://{TEST_PAGE}",
+        f"file://{shared / page}",
     ])  # fmt: skip
 
 
@@ -90,6 +97,9 @@ async def a11y_stack(
     """``apps``: start-up command lines; ``{shared}`` in them is the shared directory."""
     shared = Path(tempfile.mkdtemp(prefix="relaydesk-a11y-"))
     os.chmod(shared, 0o777)  # noqa: S103 - the desktop user's exchange directory, removed after
+    for source in SHARED_FILES:
+        shutil.copyfile(source, shared / source.name)
+        os.chmod(shared / source.name, 0o644)
     seed = await seed_database(root / "data")
     tracker = ProcessTracker(root / "processes")
     relay_env = {

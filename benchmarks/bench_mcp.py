@@ -37,11 +37,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from benchmarks.common import HttpClient, parser, percentile, summary
-from tests.support.a11y_stack import FORM_APP, A11yStack, a11y_stack
+from tests.support.a11y_stack import FORM, A11yStack, a11y_stack
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 
-FORM = f"/usr/bin/python3 {FORM_APP} {{shared}}/form.json"
 SCREENSHOT: dict[str, Any] = {"action": "screenshot"}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 MODERN = "2026-07-28"

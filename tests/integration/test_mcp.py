@@ -36,7 +36,7 @@ from PIL import Image
 from server import admin
 from server.db.records import parse_role
 from server.db.store import Store
-from tests.support.a11y_stack import FORM_APP, A11yStack, a11y_stack
+from tests.support.a11y_stack import FORM, A11yStack, a11y_stack
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 
@@ -44,7 +44,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples"
-FORM = f"/usr/bin/python3 {FORM_APP} {{shared}}/form.json"
 WIDTH, HEIGHT = 1280, 800  # the stack's desktop geometry
 # Streamable HTTP as the SDK's client speaks it (2026-07-28), as a 2025-11-25 client does
 # (initialize, then requests without the per-request envelope), and ``relaydesk mcp`` on stdio.

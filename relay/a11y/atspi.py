@@ -237,10 +237,12 @@ TIMEOUT_ERRORS: Final = frozenset(
         "org.freedesktop.DBus.Error.TimedOut",
     }
 )
-# Events about what is always read live (bounds, text, values): a cached tree stays valid.
+# Events about what is always read live (text, caret, values): a kept tree stays valid. Bounds
+# and visible-data events are not among them: scrolling changes which elements are showing
+# without a state event (Chromium).
 LIVE_EVENTS: Final = frozenset({
-    "BoundsChanged", "VisibleDataChanged", "TextCaretMoved", "TextSelectionChanged",
-    "TextChanged", "TextAttributesChanged", "ActiveDescendantChanged",
+    "TextCaretMoved", "TextSelectionChanged", "TextChanged", "TextAttributesChanged",
+    "ActiveDescendantChanged",
 })  # fmt: skip
 LIVE_PROPERTIES: Final = frozenset({"accessible-value"})
 # The one call that tells whether an app marked unresponsive answers again.

@@ -128,7 +128,6 @@ LISTED_STATES: Final = (
     "required",
     "active",
 )
-MAX_CACHED_TREES: Final = 16
 # A listing of the apps is reused this long unless the registry announces a change.
 APPS_MAX_AGE_S: Final = 2.0
 # Children of nodes out of view one find may list beyond what the apps cached.
@@ -327,7 +326,6 @@ class Worker:
         self.snapshots = Snapshots(SNAPSHOT_TTL_S, SNAPSHOTS_KEPT)
         self.names: dict[str, str] = {}  # bus name → the app's name, as it last said it
         self._hidden_budget = 0  # children of hidden nodes a find may still list
-        self._trees: dict[str, Tree] = {}  # bus name → its tree as last read
         self._known: dict[str, App] = {}  # bus name → app, as last listed
         self._listed_at = -APPS_MAX_AGE_S
         self._registry: str | None = None
@@ -474,23 +472,12 @@ class Worker:
     # -- trees ---------------------------------------------------------------------------------
 
     def _tree(self, app: App) -> Tree:
-        """The app's tree: read again when the app sent any event since it was last read
-        (apps announce every change of their trees' structure, names and states), else the
-        one read then. Bounds, values and texts are never kept: they are read live."""
-        self.bus.drain()
-        cached = self._trees.get(app.bus)
-        if cached is not None and app.bus not in self.bus.changed:
-            return cached
-        self.bus.changed.discard(app.bus)
+        """The app's tree, read now: apps do not announce every change of what is showing
+        (Chromium scrolls without a state event), so a kept tree could answer stale states."""
         try:
-            tree = self.bus.tree((app.bus, "/org/a11y/atspi/accessible/root"))
+            return self.bus.tree((app.bus, "/org/a11y/atspi/accessible/root"))
         except CallFailed as err:
-            self._trees.pop(app.bus, None)
             raise failed(err, f"reading {app.name!r}") from None
-        self._trees[app.bus] = tree
-        if len(self._trees) > MAX_CACHED_TREES:
-            self._trees.pop(next(iter(self._trees)))
-        return tree
 
     def _scope(self, params: dict[str, Any], acting: bool = False) -> list[tuple[App, Tree, Node]]:
         """The (app, tree, root) pairs a call looks at: the named window, the named app, else

@@ -80,8 +80,8 @@ async def test_find_reaches_rows_below_the_fold_and_scrolls_them_into_view(stack
                            window=PAGE, condition="visible", timeout_ms=10000)  # fmt: skip
     assert shown["satisfied"] is True
     # back to the top for the tests that follow
-    heading = await stack.ok("desktop_find", selector='heading[name="Order form"]', window=PAGE)
-    await stack.ok("desktop_scroll", ref=heading["matches"][0]["ref"], into_view=True)
+    button = await stack.ok("desktop_find", selector='button[name="Place order"]', window=PAGE)
+    await stack.ok("desktop_scroll", ref=button["matches"][0]["ref"], into_view=True)
     await stack.ok("desktop_wait", selector='button[name="Place order"]', window=PAGE,
                    condition="visible", timeout_ms=10000)  # fmt: skip
 

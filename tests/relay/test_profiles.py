@@ -176,7 +176,13 @@ async def test_kept_home_survives_a_restart_until_it_is_reset(tmp_path: Path) ->
         fresh = await manager.start(slot="fresh", profile="minimal")
         fresh_home = Path(manager._desktops[("virtual", "fresh")].home or "")
         visible = [p.name for p in fresh_home.iterdir() if p.name != ".Xauthority"]
-        assert visible == [] or set(visible) <= {".config", ".local"}, visible
+        # the profile's files, the accessibility bus's socket (~/.cache/at-spi) and the GTK
+        # settings cache the session's apps keep (~/.cache/dconf)
+        assert visible == [] or set(visible) <= {".config", ".local", ".cache"}, visible
+        cached = (
+            {p.name for p in (fresh_home / ".cache").iterdir()} if ".cache" in visible else set()
+        )
+        assert cached <= {"at-spi", "dconf"}, cached
         assert not any(fresh_home.rglob("notes.txt"))
         await manager.stop(
             kind="virtual", slot="fresh", desktop_session_id=fresh["desktop_session_id"]

@@ -128,6 +128,10 @@ LISTED_STATES: Final = (
     "required",
     "active",
 )
+MAX_KEPT_TREES: Final = 16
+# A kept tree is read again after this long even without an event (what is showing changes
+# on scrolling without one).
+TREE_MAX_AGE_S: Final = 1.0
 # A listing of the apps is reused this long unless the registry announces a change.
 APPS_MAX_AGE_S: Final = 2.0
 # Children of nodes out of view one find may list beyond what the apps cached.
@@ -327,6 +331,7 @@ class Worker:
         self.names: dict[str, str] = {}  # bus name → the app's name, as it last said it
         self._hidden_budget = 0  # children of hidden nodes a find may still list
         self._known: dict[str, App] = {}  # bus name → app, as last listed
+        self._trees: dict[str, tuple[float, Tree]] = {}  # bus name → (read at, tree)
         self._listed_at = -APPS_MAX_AGE_S
         self._registry: str | None = None
 
@@ -472,12 +477,25 @@ class Worker:
     # -- trees ---------------------------------------------------------------------------------
 
     def _tree(self, app: App) -> Tree:
-        """The app's tree, read now: apps do not announce every change of what is showing
-        (Chromium scrolls without a state event), so a kept tree could answer stale states."""
+        """The app's tree: read again when the app announced a change of structure, names or
+        states since, or when the kept one is older than ``TREE_MAX_AGE_S`` (apps do not
+        announce everything: Chromium scrolls without a state event). Bounds, values and
+        texts are never kept: they are read live."""
+        self.bus.drain()
+        kept = self._trees.get(app.bus)
+        if kept is not None and app.bus not in self.bus.changed and \
+                time.monotonic() - kept[0] < TREE_MAX_AGE_S:  # fmt: skip
+            return kept[1]
+        self.bus.changed.discard(app.bus)
         try:
-            return self.bus.tree((app.bus, "/org/a11y/atspi/accessible/root"))
+            tree = self.bus.tree((app.bus, "/org/a11y/atspi/accessible/root"))
         except CallFailed as err:
+            self._trees.pop(app.bus, None)
             raise failed(err, f"reading {app.name!r}") from None
+        self._trees[app.bus] = (time.monotonic(), tree)
+        if len(self._trees) > MAX_KEPT_TREES:
+            self._trees.pop(next(iter(self._trees)))
+        return tree
 
     def _scope(self, params: dict[str, Any], acting: bool = False) -> list[tuple[App, Tree, Node]]:
         """The (app, tree, root) pairs a call looks at: the named window, the named app, else

@@ -129,9 +129,5 @@ async def a11y_stack(
             finally:
                 tracker.cleanup()
     finally:
-        for leftover in sorted(shared.rglob("*"), reverse=True):
-            if leftover.is_dir() and not leftover.is_symlink():
-                leftover.rmdir()
-            else:
-                leftover.unlink()
-        shared.rmdir()
+        # A browser's helpers may still be writing there for a moment: best effort.
+        shutil.rmtree(shared, ignore_errors=True)

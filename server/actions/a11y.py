@@ -15,12 +15,10 @@ from typing import Any, Final
 from server.actions.context import ActionContext
 from server.actions.desktop import KIND, RELAY, SESSION_ID, SLOT, _kind, _live_row
 from server.actions.desktop import _tracked_relay as tracked_relay
-from server.actions.errors import relay_error
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
 from server.control.gate import DesktopTarget, agent_input
 from server.inventory.rows import DesktopRow
-from server.relays.calls import call
 from wire import a11y_selector, ops
 from wire.errors import ErrorCode, InvalidArgs, OpError
 
@@ -89,13 +87,7 @@ async def a11y_call(
 ) -> dict[str, Any]:  # fmt: skip
     """One accessibility call on the relay; the worker's own errors pass through as they are."""
     args: ops.A11yArgs = {"desktop_session_id": session_id, "call": name, "params": params}
-    try:
-        answer = await call(ctx.hub, ctx.relay_id, ops.DESKTOP_A11Y, args,
-                            ctx.settings.request_timeout_s + wait_s + EXTRA_S)  # fmt: skip
-    except OpError as err:
-        if err.code is ErrorCode.TIMEOUT and "suggestion" in err.details:
-            raise
-        raise relay_error(err) from err
+    answer = await ctx.relay_call(ops.DESKTOP_A11Y, args, wait_s + EXTRA_S)
     result = dict(answer.get("result") or {})
     result["desktop_session_id"] = session_id
     result["source"] = "a11y"

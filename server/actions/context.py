@@ -100,9 +100,11 @@ class ActionContext:
                 return relay
         raise OpError(ErrorCode.RELAY_NOT_FOUND, "no such relay in this conversation")
 
-    async def relay_call(self, op: OpSpec[A, R], args: A) -> R:
-        """Ask the resolved relay to run ``op``; its errors become the action's errors."""
+    async def relay_call(self, op: OpSpec[A, R], args: A, extra_s: float = 0.0) -> R:
+        """Ask the resolved relay to run ``op`` (given ``extra_s`` beyond the request timeout,
+        for ops that wait on purpose); its errors become the action's errors."""
         try:
-            return await call(self.hub, self.relay_id, op, args, self.settings.request_timeout_s)
+            timeout = self.settings.request_timeout_s + extra_s
+            return await call(self.hub, self.relay_id, op, args, timeout)
         except OpError as err:
             raise relay_error(err) from err

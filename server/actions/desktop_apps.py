@@ -21,10 +21,8 @@ from server.actions.desktop import (
     _live_row,
 )
 from server.actions.desktop import _tracked_relay as tracked_relay
-from server.actions.errors import relay_error
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
-from server.relays.calls import call
 from wire import ops
 from wire.errors import ErrorCode, OpError
 
@@ -49,13 +47,7 @@ async def launch(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     launch_args = ops.DesktopLaunchArgs(
         desktop_session_id=session_id, app=args["app"], wait_s=wait_s
     )
-    try:
-        answer = await call(ctx.hub, ctx.relay_id, ops.DESKTOP_LAUNCH, launch_args,
-                            ctx.settings.request_timeout_s + wait_s)  # fmt: skip
-    except OpError as err:
-        if err.code is ErrorCode.TIMEOUT and "suggestion" in err.details:
-            raise
-        raise relay_error(err) from err
+    answer = await ctx.relay_call(ops.DESKTOP_LAUNCH, launch_args, wait_s)
     reply: dict[str, Any] = {"desktop_session_id": session_id, "app": answer["app"],
                              "launched": True}  # fmt: skip
     if "window" in answer:

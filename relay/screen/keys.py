@@ -133,3 +133,17 @@ def parse_chord(text: object, field: str = "keys") -> Chord:
             raise InvalidArgs(field, f"unknown key {part!r}")
         keysyms.append(keysym)
     return Chord(tuple(keysyms[:-1]), keysyms[-1])
+
+
+def parse_key(text: object, field: str = "keys") -> int:
+    """One key name (``shift``, ``a``, ``Return``) for a key held down; a chord is refused."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidArgs(field, "must be one key name like 'shift', 'a' or 'Return'")
+    chord = parse_chord(text, field)
+    if chord.modifiers:
+        raise InvalidArgs(
+            field,
+            f"names one key, not a chord like {text.strip()!r}: hold each key of a "
+            "chord with its own key_down",
+        )
+    return chord.key

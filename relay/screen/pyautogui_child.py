@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 CALLS = frozenset({"size", "position", "moveTo", "click", "mouseDown", "mouseUp", "vscroll",
-                   "hscroll", "press", "hotkey", "isValidKey"})  # fmt: skip
+                   "hscroll", "press", "hotkey", "keyDown", "keyUp", "isValidKey"})  # fmt: skip
 # Answers go to the real standard output only: libraries print there too (python-xlib's
 # "no xauthority details" warning), so everything else printed goes to standard error.
 _ANSWERS = sys.stdout

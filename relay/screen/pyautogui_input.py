@@ -15,6 +15,9 @@ translated to pyautogui's names here. What differs from XTEST, by pyautogui's de
 - keys pyautogui has no name for (e.g. ``XF86AudioMute`` outside its media keys) are refused
   the same way;
 - keyboard state is not observable: ``None`` for every lock, ``source: "not_observable"``.
+
+Keys and buttons pressed by ``key_down``/``mouse_down`` are remembered and released by
+``release_held`` and ``close``, before the child ends.
 """
 
 from __future__ import annotations
@@ -35,7 +38,13 @@ from relay.screen.backends import (
     KeyboardState,
     drag_path,
 )
-from relay.screen.keys import UNICODE_KEYSYM_OFFSET, char_to_keysym, keysym_name, parse_chord
+from relay.screen.keys import (
+    UNICODE_KEYSYM_OFFSET,
+    char_to_keysym,
+    keysym_name,
+    parse_chord,
+    parse_key,
+)
 from wire.errors import ErrorCode, InvalidArgs, OpError
 
 logger = logging.getLogger(__name__)
@@ -85,6 +94,9 @@ class PyAutoGuiInput:
 
     def __init__(self, display_name: str) -> None:
         self._display = display_name or "the screen"
+        # Pressed by mouse_down/key_down and not released yet (in the order pressed).
+        self._buttons: dict[int, None] = {}
+        self._keys: dict[str, None] = {}
         self._child = subprocess.Popen(
             [sys.executable, "-m", CHILD_MODULE],
             stdin=subprocess.PIPE,
@@ -121,6 +133,11 @@ class PyAutoGuiInput:
         return self._read(CALL_TIMEOUT_S)
 
     def close(self) -> None:
+        if self._keys or self._buttons:
+            try:
+                self.release_held()
+            except (OpError, ConnectionError, OSError, ValueError):
+                logger.debug("pyautogui's process ended before held keys were released")
         if self._child.stdin is not None:
             self._child.stdin.close()  # the child exits when its input ends
         try:
@@ -188,3 +205,37 @@ class PyAutoGuiInput:
         names = [pyautogui_name(keysym) for keysym in (*chord.modifiers, chord.key)]
         self._refuse_unknown({name: name for name in names}, "keys", "key named")
         self._call("hotkey", *names)
+
+    def mouse_down(self, button: int = 1) -> None:
+        self._call("mouseDown", button=BUTTON_NAMES[button])
+        self._buttons[button] = None
+
+    def mouse_up(self, button: int = 1) -> None:
+        self._call("mouseUp", button=BUTTON_NAMES[button])
+        self._buttons.pop(button, None)
+
+    def _key_name(self, key_name: str) -> str:
+        name = pyautogui_name(parse_key(key_name))
+        self._refuse_unknown({name: name}, "keys", "key named")
+        return name
+
+    def key_down(self, key_name: str) -> None:
+        name = self._key_name(key_name)
+        self._call("keyDown", name)
+        self._keys[name] = None
+
+    def key_up(self, key_name: str) -> None:
+        name = self._key_name(key_name)
+        self._call("keyUp", name)
+        self._keys.pop(name, None)
+
+    def release_held(self) -> None:
+        """Release every key and button ``key_down``/``mouse_down`` left down, last first."""
+        while self._keys:
+            name = next(reversed(self._keys))
+            self._keys.pop(name)
+            self._call("keyUp", name)
+        while self._buttons:
+            button = next(reversed(self._buttons))
+            self._buttons.pop(button)
+            self._call("mouseUp", button=BUTTON_NAMES[button])

@@ -8,6 +8,10 @@ serialised, so a guard check and the input it guards are never interleaved with 
 action) and a single-thread executor that owns the display's input connection and mss
 instance (neither is thread-safe). Handlers are small synchronous functions run in that
 thread, dispatched from :data:`HANDLERS`.
+
+Buttons and keys an agent holds (``mouse_down``, ``key_down``) are remembered by the display's
+input backend and released when the display's connection closes: its desktop stopped or was
+replaced (``release_display``, ``bind``), the display failed, or the service closed.
 """
 
 from __future__ import annotations
@@ -254,11 +258,50 @@ def _type(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
     return {"typed": len(text)}  # never echo the text: it may be a password
 
 
-def _key(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+def _keys(args: dict[str, Any], what: str) -> str:
     keys = args.get("keys", args.get("key"))
     if not isinstance(keys, str):
-        raise InvalidArgs("keys", "must be a key chord like 'ctrl+shift+t'")
+        raise InvalidArgs("keys", f"must be {what}")
+    return keys
+
+
+def _key(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    keys = _keys(args, "a key chord like 'ctrl+shift+t'")
     ctx.input.key(keys)
+    return {"keys": keys}
+
+
+def _mouse_down(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Press and hold at (x, y), or where the pointer is: guarded at that point either way."""
+    given = "x" in args or "y" in args
+    at = check.point(args, ctx.size()) if given else ctx.input.mouse_position()
+    button = check.button(args)
+    guard = check_guard(ctx, args, at)
+    if given:
+        ctx.input.move(*at)
+    ctx.input.mouse_down(button)
+    return {"x": at[0], "y": at[1], "button": button, "guard": guard}
+
+
+def _mouse_up(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    at = check.point(args, ctx.size()) if "x" in args or "y" in args else None
+    button = check.button(args)
+    if at is not None:
+        ctx.input.move(*at)
+    ctx.input.mouse_up(button)
+    x, y = at or ctx.input.mouse_position()
+    return {"x": x, "y": y, "button": button}
+
+
+def _key_down(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    keys = _keys(args, "one key name like 'shift' or 'a'")
+    ctx.input.key_down(keys)
+    return {"keys": keys}
+
+
+def _key_up(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    keys = _keys(args, "one key name like 'shift' or 'a'")
+    ctx.input.key_up(keys)
     return {"keys": keys}
 
 
@@ -276,6 +319,10 @@ def _keyboard_state(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
     return dict(ctx.input.keyboard_state())
 
 
+def _release_held(ctx: ScreenContext, args: dict[str, Any]) -> None:
+    ctx.input.release_held()
+
+
 HANDLERS: dict[str, Handler] = {
     "screenshot": _screenshot,
     "zoom": _zoom,
@@ -289,6 +336,10 @@ HANDLERS: dict[str, Handler] = {
     "mouse_position": _mouse_position,
     "screen_size": _screen_size,
     "keyboard_state": _keyboard_state,
+    "mouse_down": _mouse_down,
+    "mouse_up": _mouse_up,
+    "key_down": _key_down,
+    "key_up": _key_up,
 }
 assert set(HANDLERS) == set(SCREEN_ACTIONS)
 
@@ -413,6 +464,13 @@ class ScreenService:
         self._sessions[name] = desktop_session_id
         if previous is not None and previous != desktop_session_id:
             await self.release_display(name)
+
+    async def release_held(self, display: str) -> None:
+        """Release the buttons and keys the agent left held on ``display`` (mouse_down,
+        key_down); a display without an open connection holds nothing."""
+        worker = self._workers.get(display)
+        if worker is not None and worker.context is not None:
+            await worker.call(_release_held, {})
 
     async def release_display(self, display: str) -> None:
         """Forget a display (its desktop stopped): close its connections and thread."""

@@ -6,6 +6,10 @@ means several desktops never share a process-global ``DISPLAY``.
 
 Every action ends with ``sync()``: when it returns, the server has generated all events,
 so a guard capture, a result or a test's sentinel is ordered after them.
+
+Buttons and keys pressed by ``mouse_down``/``key_down`` stay down in the X server until
+released: this backend remembers them and releases them on ``release_held`` and ``close``
+(XTEST's device state outlives the connection that pressed them).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from Xlib import XK, X
 from Xlib import error as xerror
@@ -29,7 +34,7 @@ from relay.screen.backends import (
     KeyboardState,
     drag_path,
 )
-from relay.screen.keys import Chord, char_to_keysym, parse_chord
+from relay.screen.keys import Chord, char_to_keysym, parse_chord, parse_key
 from wire.errors import ErrorCode, OpError
 
 logger = logging.getLogger(__name__)
@@ -41,6 +46,16 @@ REMAP_RESTORE_DELAY_S = 0.05
 LED_CAPS_LOCK, LED_NUM_LOCK, LED_SCROLL_LOCK = 0x1, 0x2, 0x4
 
 KeyStroke = tuple[int, bool]  # (keycode, needs shift)
+
+
+@dataclass(frozen=True)
+class HeldKey:
+    """What ``key_down`` pressed for one keysym: its keycode, the Shift it added (0: none),
+    and whether the keycode is a spare bound to the keysym while it is held."""
+
+    code: int
+    shift: int = 0
+    bound: bool = False
 
 
 class XTestInput:
@@ -66,6 +81,9 @@ class XTestInput:
         self._keymap: dict[int, list[tuple[int, int]]] = {}
         self._spares: list[int] = []
         self._row_width = 2
+        # Pressed by mouse_down/key_down and not released yet (in the order pressed).
+        self._buttons: dict[int, None] = {}
+        self._keys: dict[int, HeldKey] = {}
 
     # -- queries -------------------------------------------------------------------------
 
@@ -143,6 +161,18 @@ class XTestInput:
             self._fake(X.ButtonRelease, button)
         self._display.sync()
 
+    def mouse_down(self, button: int = 1) -> None:
+        """Press ``button`` where the pointer is and leave it pressed."""
+        self._fake(X.ButtonPress, button)
+        self._buttons[button] = None
+        self._display.sync()
+
+    def mouse_up(self, button: int = 1) -> None:
+        """Release ``button`` (the X server ignores the release of a button that is up)."""
+        self._fake(X.ButtonRelease, button)
+        self._buttons.pop(button, None)
+        self._display.sync()
+
     # -- keyboard -----------------------------------------------------------------------
 
     def _load_keymap(self) -> None:
@@ -170,9 +200,15 @@ class XTestInput:
         code, index = min(entries, key=lambda entry: entry[1])
         return code, index == 1
 
+    def _held_codes(self) -> set[int]:
+        """Keycodes down because of key_down: other actions neither press nor release them."""
+        return {code for held in self._keys.values() for code in (held.code, held.shift) if code}
+
     def _tap(self, stroke: KeyStroke) -> None:
         code, shifted = stroke
         shift = self._shift_code() if shifted else 0
+        if shift in self._held_codes():
+            shift = 0
         if shift:
             self._fake(X.KeyPress, shift)
         self._fake(X.KeyPress, code)
@@ -227,6 +263,8 @@ class XTestInput:
         key_code, shifted = code_of(chord.key)
         shift = self._shift_code() if shifted else 0
         held = [*modifier_codes, *([shift] if shift and shift not in modifier_codes else [])]
+        already = self._held_codes()  # held by key_down: stays down after the chord
+        held = [code for code in held if code not in already]
         for code in held:
             self._fake(X.KeyPress, code)
         self._fake(X.KeyPress, key_code)
@@ -274,7 +312,83 @@ class XTestInput:
                 stroke = (bound[keysym], False) if keysym in bound else self._stroke_for(keysym)
                 self._tap(stroke or (0, False))
 
+    # -- keys held down ------------------------------------------------------------------
+
+    def key_down(self, key_name: str) -> None:
+        """Press one key and leave it down; a key on the shifted level is held with Shift.
+
+        A key no keycode types is bound to a spare keycode until it is released.
+        """
+        keysym = parse_key(key_name)
+        held = self._keys.get(keysym)
+        if held is not None:  # down already: pressed again, as a held key repeats
+            self._fake(X.KeyPress, held.code)
+            self._display.sync()
+            return
+        self._load_keymap()
+        held, already = self._hold(keysym), self._held_codes()
+        for code in (held.shift, held.code):
+            if code and code not in already:
+                self._fake(X.KeyPress, code)
+        self._keys[keysym] = held
+        self._display.sync()
+
+    def _hold(self, keysym: int) -> HeldKey:
+        """The keycode (and Shift) to press for ``keysym``, binding a spare when none types it."""
+        stroke = self._stroke_for(keysym)
+        if stroke is not None:
+            code, shifted = stroke
+            return HeldKey(code, self._shift_code() if shifted else 0)
+        if not self._spares:
+            raise OpError(ErrorCode.UNAVAILABLE, "no spare keycode left to hold this key")
+        code = self._spares.pop(0)
+        row = [keysym, keysym] + [X.NoSymbol] * (self._row_width - 2)
+        self._display.change_keyboard_mapping(code, [row])
+        self._display.sync()
+        return HeldKey(code, bound=True)
+
+    def key_up(self, key_name: str) -> None:
+        """Release one key; a key this backend does not hold gets a release of its keycode
+        (ignored by the X server when that key is up)."""
+        keysym = parse_key(key_name)
+        held = self._keys.pop(keysym, None)
+        if held is not None:
+            self._release(held)
+            return
+        self._load_keymap()
+        stroke = self._stroke_for(keysym)
+        if stroke is not None and stroke[0] not in self._held_codes():
+            self._fake(X.KeyRelease, stroke[0])
+        self._display.sync()
+
+    def _release(self, held: HeldKey) -> None:
+        """Release what ``held`` pressed, except keycodes another held key still holds."""
+        still = self._held_codes()
+        for code in (held.code, held.shift):
+            if code and code not in still:
+                self._fake(X.KeyRelease, code)
+        self._display.sync()
+        if held.bound:
+            time.sleep(REMAP_RESTORE_DELAY_S)
+            self._display.change_keyboard_mapping(held.code, [[X.NoSymbol] * self._row_width])
+            self._display.sync()
+
+    def release_held(self) -> None:
+        """Release every key and button ``key_down``/``mouse_down`` left down, last first."""
+        while self._keys:
+            keysym = next(reversed(self._keys))
+            self._release(self._keys.pop(keysym))
+        for button in reversed(list(self._buttons)):
+            self._fake(X.ButtonRelease, button)
+        self._buttons.clear()
+        self._display.sync()
+
     def close(self) -> None:
+        if self._keys or self._buttons:
+            try:
+                self.release_held()
+            except (xerror.ConnectionClosedError, xerror.XError, OSError):
+                logger.debug("display gone before its held keys and buttons were released")
         try:
             self._display.close()
         except (xerror.ConnectionClosedError, OSError):

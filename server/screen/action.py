@@ -44,8 +44,11 @@ PROPERTIES: Final[dict[str, Schema]] = {
         "type": "string",
         "enum": list(SCREEN_ACTIONS),
         "description": "What to do. Take a screenshot first (or zoom into a region of it); "
-        "click, double_click and drag must name the screen_revision of the screenshot or "
-        "zoom their point was chosen on.",
+        "click, double_click, drag and mouse_down must name the screen_revision of the "
+        "screenshot or zoom their point was chosen on. mouse_down/mouse_up press and release "
+        "a mouse button separately, key_down/key_up one key (hold shift while clicking, drag "
+        "step by step with move in between); whatever you press stays held until you release "
+        "it.",
     },
     "relay": {
         "type": "string",
@@ -84,13 +87,20 @@ PROPERTIES: Final[dict[str, Schema]] = {
         "type": "number",
         "description": "Horizontal position: by default a pixel of the FULL-RESOLUTION "
         "screenshot (not the preview), 0 is the left edge; see coordinates for normalized and "
-        "zoom. For click, double_click, move, drag (start) and scroll (where to scroll).",
+        "zoom. For click, double_click, move, drag (start) and scroll (where to scroll); "
+        "optional for mouse_down and mouse_up, which move there first (without x, y they act "
+        "where the pointer is).",
     },
     "y": {
         "type": "number",
         "description": "Vertical position, like x; 0 is the top edge.",
     },
-    "button": {"type": "string", "enum": list(BUTTONS), "default": "left"},
+    "button": {
+        "type": "string",
+        "enum": list(BUTTONS),
+        "default": "left",
+        "description": "For click, double_click, drag, mouse_down and mouse_up.",
+    },
     "text": {
         "type": "string",
         "maxLength": MAX_TEXT,
@@ -99,7 +109,11 @@ PROPERTIES: Final[dict[str, Schema]] = {
     "key": {
         "type": "string",
         "maxLength": 200,
-        "description": "For key: a key or chord, e.g. 'Return', 'ctrl+shift+t', 'alt+F4'.",
+        "description": "For key: a key or chord, e.g. 'Return', 'ctrl+shift+t', 'alt+F4'. "
+        "For key_down and key_up: exactly one key name, e.g. 'shift', 'ctrl', 'a', 'Return' "
+        "(hold a chord with one key_down per key; key_up releases it). A held letter repeats "
+        "after about half a second, as on a real keyboard: hold modifiers, type text with "
+        "type.",
     },
     "amount": {
         "type": "integer",
@@ -117,8 +131,8 @@ PROPERTIES: Final[dict[str, Schema]] = {
     "target_bbox": {
         **_BOX,
         "description": "Optional box {x, y, width, height} (see coordinates) of the element "
-        "being clicked; the point must lie inside. Only changes inside it (plus a margin) "
-        "refuse the click as stale.",
+        "being clicked (click, double_click, drag, mouse_down); the point must lie inside. "
+        "Only changes inside it (plus a margin) refuse the action as stale.",
     },
     "region": {
         **_BOX,
@@ -145,10 +159,11 @@ PROPERTIES: Final[dict[str, Schema]] = {
     "expected_screen_revision": {
         "type": "string",
         "maxLength": 1024,
-        "description": "Required for click, double_click and drag: the screen_revision returned "
-        "by the screenshot or zoom the point was chosen on. If the screen changed there since, "
-        "the action is refused with stale_screen and nothing is clicked. A zoom's revision "
-        "guards points inside its region only.",
+        "description": "Required for click, double_click, drag and mouse_down: the "
+        "screen_revision returned by the screenshot or zoom the point was chosen on (for "
+        "mouse_down without x, y: the point is where the pointer is). If the screen changed "
+        "there since, the action is refused with stale_screen and nothing is clicked. A "
+        "zoom's revision guards points inside its region only.",
     },
     "preview_max_width": {
         "type": "integer",
@@ -168,9 +183,12 @@ DESCRIPTION: Final = (
     "full-resolution image, or send coordinates: 'normalized' (0..1000 on both axes). 'zoom' "
     "returns a region at full resolution, optionally enlarged, with its own "
     "screen_revision, to read small text or aim precisely; grid: true labels coordinates on "
-    "the image. Pointer actions that act on what you saw (click, double_click, drag) require "
-    "expected_screen_revision; if the screen changed around the point since that screenshot "
-    "or zoom they fail with stale_screen and send no input: look again and choose again."
+    "the image. Pointer actions that act on what you saw (click, double_click, drag, "
+    "mouse_down) require expected_screen_revision; if the screen changed around the point "
+    "since that screenshot or zoom they fail with stale_screen and send no input: look again "
+    "and choose again. mouse_down/mouse_up and key_down/key_up hold a button or key between "
+    "actions: release everything you press; what is left held is released when the "
+    "desktop's screen connection closes."
 )
 
 

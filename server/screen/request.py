@@ -110,6 +110,17 @@ class ScreenRequest:
                       self.relay_args.get("scale", 1))  # fmt: skip
         return replace(self, geometry=geometry, relay_args=_relay_args(self, geometry))
 
+    @property
+    def at_pointer(self) -> bool:
+        """A guarded action without a point (``mouse_down``): it acts where the pointer is."""
+        return self.guarded and self.point is None
+
+    def pointed(self, pointer: Point) -> ScreenRequest:
+        """The placed request acting at ``pointer`` (screen pixels, read from the desktop)."""
+        geometry = replace(self.geometry or Geometry(), point=pointer)
+        args = {**self.relay_args, "x": pointer[0], "y": pointer[1]}
+        return replace(self, geometry=geometry, relay_args=args)
+
 
 def _point(frame: Frame, given: Given) -> Point:
     return frame.point((given.values[0], given.values[1]), (given.fields[0], given.fields[1]))
@@ -337,7 +348,7 @@ def parse(body: Any) -> ScreenRequest:
 def _for_action(action: str, body: dict[str, Any], common: dict[str, Any]) -> ScreenRequest:
     bbox = _box_field(body, "target_bbox")
     if bbox is not None and action not in GUARDED_ACTIONS:
-        raise InvalidArgs("target_bbox", "applies to click, double_click and drag only")
+        raise InvalidArgs("target_bbox", "applies to click, double_click, drag and mouse_down only")
     if action == "drag":
         start, end = _drag_points(body)
         args = _pointer_args(action, body)
@@ -350,11 +361,13 @@ def _for_action(action: str, body: dict[str, Any], common: dict[str, Any]) -> Sc
     if action in ("click", "double_click", "move"):
         _need(point, "x", action)
         args = _pointer_args(action, body)
+    elif action in ("mouse_down", "mouse_up"):
+        args = _pointer_args(action, body)  # the point is optional: else where the pointer is
     elif action == "scroll":
         args = _scroll_args(body)
     elif action == "type":
         args = {"text": _need(_str(body, "text", MAX_TEXT), "text", action)}
-    elif action == "key":
+    elif action in ("key", "key_down", "key_up"):
         args = {"keys": _need(_str(body, "key", MAX_KEY), "key", action)}
     else:
         args, point = {}, None

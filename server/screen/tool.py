@@ -2,11 +2,12 @@
 
 Flow (DESIGN §7, ``docs/screen-tool.md``): a screenshot's or zoom's raw capture is kept under
 a signed ``screen_revision``; a request's coordinates (pixels, normalized or zoom) are converted
-to screen pixels once (``ScreenRequest.placed``); a guarded action (click, double_click, drag)
-must name the revision its point was chosen on, the server checks the revision belongs to this
-relay and desktop, cuts the reference crop around the point (or ``target_bbox``) from the kept
-capture — within a zoom's region for a zoom's revision — and sends it with the action; the
-relay compares it with the screen immediately before any input.
+to screen pixels once (``ScreenRequest.placed``); a guarded action (click, double_click, drag,
+mouse_down) must name the revision its point was chosen on (``mouse_down`` without a point:
+the pointer's position, read from the desktop first), the server checks the revision belongs
+to this relay and desktop, cuts the reference crop around the point (or ``target_bbox``) from
+the kept capture — within a zoom's region for a zoom's revision — and sends it with the
+action; the relay compares it with the screen immediately before any input.
 """
 
 from __future__ import annotations
@@ -98,6 +99,10 @@ class ScreenTool:
         request = attempt.request = attempt.request.placed(frame)
         if request.action in IMAGE_ACTIONS:
             return await self._picture(caller, request)
+        if request.at_pointer:
+            assert kept is not None
+            pointer = await self._pointer(caller, request, kept)
+            request = attempt.request = request.pointed(pointer)
         args = dict(request.relay_args)
         if request.desktop_session_id is not None:
             args["desktop_session_id"] = request.desktop_session_id
@@ -207,6 +212,29 @@ class ScreenTool:
             raise OpError(ErrorCode.PROTOCOL_ERROR, "the relay's screen size is not a size")
         return cast(int, width), cast(int, height)
 
+    async def _pointer(
+        self, caller: Caller, request: ScreenRequest, kept: KeptCapture
+    ) -> tuple[int, int]:
+        """Where the pointer is now, for a guarded action given no point (``mouse_down``): the
+        point the guard checks and the relay presses at. It must lie on the picture the
+        revision shows."""
+        args: dict[str, Any] = {}
+        if request.desktop_session_id is not None:
+            args["desktop_session_id"] = request.desktop_session_id
+        result = await self._relay(caller, request, args, "mouse_position")
+        x, y = result.get("x"), result.get("y")
+        if type(x) is not int or type(y) is not int:
+            raise OpError(ErrorCode.PROTOCOL_ERROR, "the relay's pointer position is not a point")
+        region = kept.view.region
+        if not region.contains((x, y)):
+            raise InvalidArgs(
+                "x",
+                f"{request.action} without x, y acts where the pointer is, ({x}, {y}), which is "
+                f"outside what this screen_revision shows ({region.width}x{region.height} at "
+                f"({region.x}, {region.y})); give x and y, or take a screenshot",
+            )
+        return x, y
+
     def _stale(self, err: OpError, request: ScreenRequest, kept: KeptCapture) -> OpError:
         latest = self.revisions.latest(kept.revision.binding)
         details = {
@@ -286,9 +314,11 @@ def _view(request: ScreenRequest, result: dict[str, Any]) -> View:
 async def _guard_args(request: ScreenRequest, kept: KeptCapture) -> dict[str, Any]:
     """``guard`` and ``revision_target`` for a guarded action, from the kept capture."""
     geometry = request.geometry
-    assert geometry is not None and geometry.point is not None and request.point is not None
+    assert geometry is not None and geometry.point is not None
     view = kept.view
-    _on_picture(geometry.point, view, request.point.fields)
+    # A point read from the pointer (mouse_down without one) is reported as x, y.
+    fields = ("x", "y") if request.point is None else request.point.fields
+    _on_picture(geometry.point, view, fields)
     if geometry.end is not None and request.end is not None:
         _on_screen(geometry.end, view, request.end.fields)
     region = view.region

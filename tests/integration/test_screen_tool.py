@@ -349,6 +349,125 @@ async def test_a_chord_arrives_as_one_chord(stack, main):
     assert presses[2]["keysym"] in (XK.XK_t, XK.XK_T)
 
 
+# -- held buttons and keys ----------------------------------------------------------------------
+
+
+def _of(events: list[dict[str, Any]], kind: str) -> list[tuple[int, int, int]]:
+    return [(ev["x"], ev["y"], ev["button"]) for ev in events if ev["type"] == kind]
+
+
+async def test_mouse_down_then_mouse_up_press_and_release_once(stack, main):
+    shot = await _shot(stack)
+    status, result = await stack.screen(
+        action="mouse_down", x=400, y=300, expected_screen_revision=shot["screen_revision"]
+    )
+    assert status == 200, result
+    assert result["guard"]["checked"] is True
+    events = main.recorder.drain()
+    assert (_presses(events), _of(events, "ButtonRelease")) == ([(400, 300, 1)], [])
+    status, result = await stack.screen(action="mouse_up")
+    assert (status, result["x"], result["y"]) == (200, 400, 300), result
+    events = main.recorder.drain()
+    assert (_presses(events), _of(events, "ButtonRelease")) == ([], [(400, 300, 1)])
+
+
+async def test_mouse_down_move_and_mouse_up_drag_with_the_button_held(stack, main):
+    shot = await _shot(stack)
+    status, _ = await stack.screen(
+        action="mouse_down", x=200, y=200, expected_screen_revision=shot["screen_revision"]
+    )
+    assert status == 200
+    for x, y in ((240, 220), (300, 250), (360, 280)):
+        assert (await stack.screen(action="move", x=x, y=y))[0] == 200
+    assert (await stack.screen(action="mouse_up", x=400, y=300))[0] == 200
+    events = main.recorder.drain()
+    kinds = [ev["type"] for ev in events]
+    assert (_presses(events), _of(events, "ButtonRelease")) == ([(200, 200, 1)], [(400, 300, 1)])
+    held = events[kinds.index("ButtonPress") : kinds.index("ButtonRelease")]
+    moves = [(ev["x"], ev["y"], ev["state"] & X.Button1Mask) for ev in held
+             if ev["type"] == "MotionNotify"]  # fmt: skip
+    assert [(x, y) for x, y, _ in moves] == [(240, 220), (300, 250), (360, 280), (400, 300)]
+    assert all(mask for _, _, mask in moves)
+
+
+async def test_mouse_down_without_a_point_presses_where_the_pointer_is(stack, main):
+    assert (await stack.screen(action="move", x=321, y=234))[0] == 200
+    shot = await _shot(stack)
+    main.recorder.drain()
+    status, result = await stack.screen(
+        action="mouse_down", expected_screen_revision=shot["screen_revision"]
+    )
+    assert (status, result["x"], result["y"]) == (200, 321, 234), result
+    assert (await stack.screen(action="mouse_up"))[0] == 200
+    events = main.recorder.drain()
+    assert (_presses(events), _of(events, "ButtonRelease")) == ([(321, 234, 1)], [(321, 234, 1)])
+
+
+async def test_a_stale_mouse_down_sends_nothing(stack, main):
+    assert (await stack.screen(action="move", x=400, y=300))[0] == 200
+    shot = await _shot(stack)
+    main.recorder.paint(360, 270, 80, 60, 0xFFFFFF)  # a dialog appeared under the target
+    main.recorder.drain()
+    revision = shot["screen_revision"]
+    status, body = await stack.screen(
+        action="mouse_down", x=400, y=300, expected_screen_revision=revision
+    )
+    _error(status, body, "stale_screen", 409)
+    status, body = await stack.screen(action="mouse_down", expected_screen_revision=revision)
+    _error(status, body, "stale_screen", 409)  # the pointer is there too
+    status, body = await stack.screen(action="mouse_down", x=400, y=300)
+    _error(status, body, "missing_screen_revision", 400)
+    assert main.recorder.drain() == []
+
+
+async def test_key_down_shift_holds_it_for_the_keys_in_between(stack, main):
+    for body in ({"action": "key_down", "key": "shift"}, {"action": "key", "key": "a"},
+                 {"action": "type", "text": "b"}, {"action": "key_up", "key": "shift"},
+                 {"action": "key", "key": "a"}):  # fmt: skip
+        status, result = await stack.screen(**body)
+        assert status == 200, result
+    events = main.recorder.drain()
+    shift = [ev["type"] for ev in events if ev["keysym"] == XK.XK_Shift_L]
+    assert shift == ["KeyPress", "KeyRelease"]
+    typed = [ev["char"] for ev in events if ev["type"] == "KeyPress" and ev["char"]]
+    assert typed == ["A", "B", "a"]
+    rows = await stack.app.state.services.store.list_audit(relay_id=stack.relay_id)
+    held = [row for row in rows if row.op in ("screen.key_down", "screen.key_up")]
+    assert [row.details["key_count"] for row in held[-2:]] == [1, 1]
+    assert "shift" not in repr([row.details for row in held])  # counted, never named
+
+
+async def test_held_input_waits_while_a_person_is_in_control(stack, main):
+    import httpx
+
+    headers = {"Authorization": f"Bearer {stack.seed.api_token}"}
+    body = {"conversation_id": stack.seed.conversation_id, "desktop_session_id": main.session_id}
+
+    async def control(name: str) -> None:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(30)) as client:
+            response = await client.post(f"/api/v1/actions/{name}", json=body, headers=headers)
+        assert response.status_code == 200, response.text
+
+    # The gate knows the desktops the inventory knows (this module started them directly).
+    row = {"desktop_session_id": main.session_id, "kind": "virtual", "slot": "main"}
+    await stack.app.state.services.inventory.record_started(RelayId(stack.relay_id), row)
+    shot = await _shot(stack)
+    await control("desktop_take_control")
+    try:
+        for action in (
+            {"action": "mouse_down", "x": 10, "y": 10,
+             "expected_screen_revision": shot["screen_revision"]},
+            {"action": "mouse_up"},
+            {"action": "key_down", "key": "ctrl"},
+            {"action": "key_up", "key": "ctrl"},
+        ):  # fmt: skip
+            status, result = await stack.screen(**action)
+            _error(status, result, "takeover_active", 423)
+    finally:
+        await control("desktop_hand_back")
+    assert main.recorder.drain() == []
+
+
 async def test_the_audit_trail_has_shapes_but_never_typed_text(stack, main):
     await stack.screen(action="type", text="hunter2-secret")
     main.recorder.drain()

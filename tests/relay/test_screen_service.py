@@ -84,6 +84,8 @@ async def test_stale_drag_sends_nothing(xvfb, recorder, service):
         ("click", {"x": 400, "y": 300}),
         ("double_click", {"x": 400, "y": 300}),
         ("drag", {"x": 100, "y": 100, "to_x": 300, "to_y": 200}),
+        ("mouse_down", {"x": 400, "y": 300}),
+        ("mouse_down", {}),
     ],
 )
 async def test_an_unguarded_click_or_drag_is_refused_and_sends_nothing(
@@ -173,6 +175,13 @@ async def test_unknown_key_names_it_and_sends_nothing(xvfb, recorder, service):
         ("type", {"text": "a" * 10_001}, "text"),
         ("scroll", {"direction": "sideways"}, "direction"),
         ("click", {"x": 1, "y": 1, "button": "fourth"}, "button"),
+        ("mouse_down", {"x": 1, "y": 1, "button": "fourth"}, "button"),
+        ("mouse_up", {"button": "fourth"}, "button"),
+        ("mouse_up", {"x": WIDTH, "y": 1}, "x"),
+        ("key_down", {"keys": "ctrl+a"}, "keys"),
+        ("key_down", {"keys": "bogus_key"}, "keys"),
+        ("key_down", {}, "keys"),
+        ("key_up", {"keys": ""}, "keys"),
     ],
 )
 async def test_invalid_args_send_nothing(xvfb, recorder, service, action, args, field):
@@ -304,3 +313,225 @@ async def test_unknown_action_and_closed_service(xvfb):
     await svc.aclose()
     with pytest.raises(OpError):
         await svc.run(xvfb.display, "screen_size", {})
+
+
+# -- held buttons and keys (mouse_down/mouse_up, key_down/key_up) ------------------------------
+
+
+def _kinds(events: list[dict[str, object]], *kinds: str) -> list[dict[str, object]]:
+    return [ev for ev in events if ev["type"] in kinds]
+
+
+def _x_state(disp: str) -> tuple[int, set[int]]:
+    """The X server's own view, from an independent connection: the pointer's button mask
+    and the keycodes that are down."""
+    conn = display.Display(disp)
+    try:
+        mask = int(conn.screen().root.query_pointer().mask)
+        keymap = conn.query_keymap()
+        down = {byte * 8 + bit for byte, bits in enumerate(keymap) for bit in range(8)
+                if bits & (1 << bit)}  # fmt: skip
+        return mask, down
+    finally:
+        conn.close()
+
+
+def _keycode(disp: str, keysym: int) -> int:
+    conn = display.Display(disp)
+    try:
+        return int(conn.keysym_to_keycode(keysym))
+    finally:
+        conn.close()
+
+
+async def test_mouse_down_then_up_presses_once_and_releases_once(xvfb, recorder, service):
+    guard = await _guard_for(service, xvfb.display, (400, 300))
+    result = await service.run(xvfb.display, "mouse_down", {"x": 400, "y": 300, "guard": guard})
+    assert (result["x"], result["y"], result["button"]) == (400, 300, 1)
+    assert result["guard"]["checked"] is True
+    down = _kinds(recorder.drain(), "ButtonPress", "ButtonRelease")
+    assert [(ev["type"], ev["x"], ev["y"], ev["button"]) for ev in down] == [
+        ("ButtonPress", 400, 300, 1)
+    ]
+    assert _x_state(xvfb.display)[0] & X.Button1Mask  # still held between actions
+    result = await service.run(xvfb.display, "mouse_up", {})
+    assert (result["x"], result["y"], result["button"]) == (400, 300, 1)
+    up = _kinds(recorder.drain(), "ButtonPress", "ButtonRelease")
+    assert [(ev["type"], ev["x"], ev["y"], ev["button"]) for ev in up] == [
+        ("ButtonRelease", 400, 300, 1)
+    ]
+    assert up[0]["state"] & X.Button1Mask  # the state before the release: it was held
+    assert not _x_state(xvfb.display)[0] & X.Button1Mask
+
+
+async def test_mouse_down_move_mouse_up_drags_with_the_button_held(xvfb, recorder, service):
+    guard = await _guard_for(service, xvfb.display, (100, 100))
+    args = {"x": 100, "y": 100, "button": "right", "guard": guard}
+    await service.run(xvfb.display, "mouse_down", args)
+    for x, y in ((150, 130), (220, 170), (300, 200)):
+        await service.run(xvfb.display, "move", {"x": x, "y": y})
+    await service.run(xvfb.display, "mouse_up", {"x": 320, "y": 210, "button": "right"})
+    events = recorder.drain()
+    kinds = [ev["type"] for ev in events]
+    assert kinds.count("ButtonPress") == kinds.count("ButtonRelease") == 1
+    press, release = kinds.index("ButtonPress"), kinds.index("ButtonRelease")
+    assert (events[press]["x"], events[press]["y"], events[press]["button"]) == (100, 100, 3)
+    assert (events[release]["x"], events[release]["y"], events[release]["button"]) == (
+        320, 210, 3,
+    )  # fmt: skip
+    held = [ev for ev in events[press:release] if ev["type"] == "MotionNotify"]
+    assert [(ev["x"], ev["y"]) for ev in held] == [(150, 130), (220, 170), (300, 200), (320, 210)]
+    assert all(ev["state"] & X.Button3Mask for ev in held)
+
+
+async def test_mouse_down_without_a_point_presses_where_the_pointer_is(xvfb, recorder, service):
+    await service.run(xvfb.display, "move", {"x": 250, "y": 260})
+    recorder.drain()
+    elsewhere = await _guard_for(service, xvfb.display, (600, 500))
+    with pytest.raises(OpError) as info:  # the guard was cut around another point
+        await service.run(xvfb.display, "mouse_down", {"guard": elsewhere})
+    assert info.value.details["field"] == "guard.rect"
+    assert recorder.drain() == []
+    guard = await _guard_for(service, xvfb.display, (250, 260))
+    result = await service.run(xvfb.display, "mouse_down", {"guard": guard})
+    assert (result["x"], result["y"]) == (250, 260)
+    await service.run(xvfb.display, "mouse_up", {})
+    events = _kinds(recorder.drain(), "ButtonPress", "ButtonRelease", "MotionNotify")
+    assert [(ev["type"], ev["x"], ev["y"]) for ev in events] == [
+        ("ButtonPress", 250, 260), ("ButtonRelease", 250, 260),
+    ]  # fmt: skip
+
+
+async def test_a_stale_mouse_down_sends_nothing(xvfb, recorder, service):
+    guard = await _guard_for(service, xvfb.display, (400, 300))
+    recorder.paint(360, 270, 80, 60, 0xFFFFFF)
+    with pytest.raises(OpError) as info:
+        await service.run(xvfb.display, "mouse_down", {"x": 400, "y": 300, "guard": guard})
+    assert info.value.code is ErrorCode.STALE_SCREEN
+    assert recorder.drain() == []
+    assert not _x_state(xvfb.display)[0] & X.Button1Mask
+
+
+async def test_key_down_shift_holds_it_across_actions(xvfb, recorder, service):
+    assert await service.run(xvfb.display, "key_down", {"keys": "shift"}) == {"keys": "shift"}
+    await service.run(xvfb.display, "key", {"keys": "a"})
+    await service.run(xvfb.display, "type", {"text": "b"})
+    assert _keycode(xvfb.display, XK.XK_Shift_L) in _x_state(xvfb.display)[1]
+    await service.run(xvfb.display, "key_up", {"keys": "shift"})
+    await service.run(xvfb.display, "key", {"keys": "c"})
+    events = _kinds(recorder.drain(), "KeyPress", "KeyRelease")
+    shift = [(ev["type"], ev["keysym"]) for ev in events if ev["keysym"] == XK.XK_Shift_L]
+    assert shift == [("KeyPress", XK.XK_Shift_L), ("KeyRelease", XK.XK_Shift_L)]
+    typed = [(ev["char"], bool(ev["state"] & X.ShiftMask)) for ev in events
+             if ev["type"] == "KeyPress" and ev["keysym"] != XK.XK_Shift_L]  # fmt: skip
+    assert typed == [("A", True), ("B", True), ("c", False)]
+    assert _keycode(xvfb.display, XK.XK_Shift_L) not in _x_state(xvfb.display)[1]
+
+
+async def test_a_key_on_the_shifted_level_is_held_with_shift(xvfb, recorder, service):
+    await service.run(xvfb.display, "key_down", {"keys": "A"})
+    assert _kinds(recorder.drain(), "KeyPress")[-1]["char"] == "A"
+    await service.run(xvfb.display, "key_up", {"keys": "A"})
+    # (a held letter repeats like a real key's: its releases may come more than once)
+    released = {ev["keysym"] for ev in _kinds(recorder.drain(), "KeyRelease")}
+    assert released == {XK.XK_Shift_L, XK.XK_A}
+    assert _x_state(xvfb.display)[1] == set()
+
+
+async def test_releasing_what_is_not_held_is_harmless(xvfb, recorder, service):
+    await service.run(xvfb.display, "key_up", {"keys": "ctrl"})
+    await service.run(xvfb.display, "mouse_up", {"button": "middle"})
+    assert _kinds(recorder.drain(), "KeyPress", "ButtonPress") == []
+    mask, down = _x_state(xvfb.display)
+    assert down == set() and not mask & (X.Button1Mask | X.Button2Mask | X.Button3Mask)
+
+
+async def _hold_some(service: ScreenService, disp: str) -> None:
+    """ctrl, a character no keycode types (bound to a spare keycode) and the left button."""
+    guard = await _guard_for(service, disp, (500, 400))
+    await service.run(disp, "key_down", {"keys": "ctrl"})
+    await service.run(disp, "key_down", {"keys": "☃"})
+    await service.run(disp, "mouse_down", {"x": 500, "y": 400, "guard": guard})
+
+
+HELD_RELEASES = {("KeyRelease", XK.XK_Control_L), ("KeyRelease", 0x1002603), ("ButtonRelease", 1)}
+
+
+def _releases(events: list[dict[str, object]]) -> list[tuple[str, object]]:
+    return [(str(ev["type"]), ev["keysym"] if ev["type"] == "KeyRelease" else ev["button"])
+            for ev in _kinds(events, "KeyRelease", "ButtonRelease")]  # fmt: skip
+
+
+async def test_held_keys_and_buttons_are_released_when_the_display_is_released(
+    xvfb, recorder, service
+):
+    await _hold_some(service, xvfb.display)
+    presses = _kinds(recorder.drain(), "KeyPress", "ButtonPress")
+    assert [ev.get("char") for ev in presses if ev["type"] == "KeyPress"][-1] == "☃"
+    mask, down = _x_state(xvfb.display)
+    assert mask & X.Button1Mask and len(down) == 2
+    await service.release_display(xvfb.display)  # its desktop stopped or was replaced
+    # (the held character repeats like a real key's: its releases may come more than once)
+    assert set(_releases(recorder.drain())) == HELD_RELEASES
+    mask, down = _x_state(xvfb.display)
+    assert down == set() and not mask & X.Button1Mask
+    conn = display.Display(xvfb.display)
+    try:  # the spare keycode was given back
+        assert conn.keysym_to_keycodes(0x1002603) == []
+    finally:
+        conn.close()
+
+
+async def test_held_keys_and_buttons_are_released_when_the_service_closes(xvfb, recorder):
+    svc = ScreenService()
+    await _hold_some(svc, xvfb.display)
+    recorder.drain()
+    await svc.aclose()  # the relay (or host helper) shuts down
+    assert set(_releases(recorder.drain())) == HELD_RELEASES
+    mask, down = _x_state(xvfb.display)
+    assert down == set() and not mask & X.Button1Mask
+
+
+async def test_release_held_lets_go_and_keeps_the_connection(xvfb, recorder, service):
+    await _hold_some(service, xvfb.display)
+    recorder.drain()
+    await service.release_held(xvfb.display)
+    assert set(_releases(recorder.drain())) == HELD_RELEASES
+    assert _x_state(xvfb.display)[1] == set()
+    await service.release_held(xvfb.display)  # nothing held: nothing sent
+    await service.release_held(":999")  # never opened: nothing to do
+    assert recorder.drain() == []
+    await service.run(xvfb.display, "key", {"keys": "x"})
+    assert [ev["char"] for ev in _kinds(recorder.drain(), "KeyPress")] == ["x"]
+
+
+async def test_the_pyautogui_backend_holds_and_releases_alike(xvfb, recorder):
+    # pyautogui drives the screen of its own child process (the host helper's other backend).
+    svc = ScreenService(input_backend="pyautogui")
+    try:
+        guard = await _guard_for(svc, xvfb.display, (300, 200))
+        await svc.run(xvfb.display, "mouse_down", {"x": 300, "y": 200, "guard": guard})
+        await svc.run(xvfb.display, "mouse_up", {"x": 340, "y": 220})
+        await svc.run(xvfb.display, "key_down", {"keys": "shift"})
+        await svc.run(xvfb.display, "key", {"keys": "a"})
+        await svc.run(xvfb.display, "key_up", {"keys": "shift"})
+        events = recorder.drain()
+        buttons = _kinds(events, "ButtonPress", "ButtonRelease")
+        assert [(ev["type"], ev["x"], ev["y"]) for ev in buttons] == [
+            ("ButtonPress", 300, 200), ("ButtonRelease", 340, 220),
+        ]  # fmt: skip
+        assert [ev["char"] for ev in _kinds(events, "KeyPress") if ev["char"]] == ["A"]
+        with pytest.raises(OpError) as info:  # a key pyautogui has no name for
+            await svc.run(xvfb.display, "key_down", {"keys": "XF86AudioMicMute"})
+        assert info.value.details["field"] == "keys"
+        guard = await _guard_for(svc, xvfb.display, (500, 400))
+        await svc.run(xvfb.display, "key_down", {"keys": "ctrl"})
+        await svc.run(xvfb.display, "mouse_down", {"x": 500, "y": 400, "guard": guard})
+        recorder.drain()
+    finally:
+        await svc.aclose()
+    assert set(_releases(recorder.drain())) == {
+        ("KeyRelease", XK.XK_Control_L), ("ButtonRelease", 1),
+    }  # fmt: skip
+    mask, down = _x_state(xvfb.display)
+    assert down == set() and not mask & X.Button1Mask

@@ -10,11 +10,11 @@ import pytest
 
 from server.screen.action import SCREEN_ACTION
 from server.screen.request import parse
-from server.screen.revisions import RevisionStore
+from server.screen.revisions import RevisionStore, View
 from server.screen.tool import Caller, ScreenTool
 from wire.capture import BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
-from wire.guard import decode_crop
+from wire.guard import CropRect, decode_crop
 
 pytestmark = pytest.mark.unit
 
@@ -36,6 +36,7 @@ class FakeRelay:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.error: OpError | None = None
+        self.pointer = (100, 50)
 
     async def request(
         self, relay_id: Any, op: str, args: dict[str, Any] | None = None, timeout_s: float = 30
@@ -55,6 +56,9 @@ class FakeRelay:
                 "display": DISPLAY,
                 "capture": capture.to_wire(with_png=False),
             }
+        if op == "screen.mouse_position":
+            x, y = self.pointer
+            return {"x": x, "y": y, "desktop_session_id": SESSION, "display": DISPLAY}
         return {"ok_from_relay": op, "desktop_session_id": SESSION, "display": DISPLAY}
 
 
@@ -224,6 +228,14 @@ async def test_audit_rows_never_hold_typed_text_or_key_names(tool, audit):
         ({"action": "screenshot", "timeout": 0}, "timeout"),
         ({"action": "screenshot", "bogus": 1}, "bogus"),
         ({"action": "click", "x": 1, "y": 1, "target_bbox": {"x": 0, "y": 0}}, "target_bbox"),
+        ({"action": "mouse_down", "x": 1, "y": 1, "button": "fourth"}, "button"),
+        ({"action": "mouse_down", "y": 1}, "x"),
+        ({"action": "mouse_up", "button": "back"}, "button"),
+        ({"action": "mouse_up", "target_bbox": [0, 0, 5, 5]}, "target_bbox"),
+        ({"action": "key_down"}, "key"),
+        ({"action": "key_down", "key": 5}, "key"),
+        ({"action": "key_up"}, "key"),
+        ({"action": "key_up", "key": "a" * 201}, "key"),
     ],
 )
 def test_bad_requests_name_the_field(body: dict[str, Any], field: str) -> None:
@@ -259,3 +271,82 @@ def test_the_action_is_a_write_tool_with_an_llm_ready_schema() -> None:
     ):
         assert name in schema["properties"], name
     assert "full-resolution" in schema["properties"]["x"]["description"].lower()
+
+
+# -- held buttons and keys ---------------------------------------------------------------------
+
+
+async def test_mouse_down_at_a_point_is_guarded_like_a_click(tool, relay, audit):
+    shot = await tool.run(CALLER, {"action": "screenshot"})
+    revision = shot["screen_revision"]
+    with pytest.raises(OpError) as info:
+        await tool.run(CALLER, {"action": "mouse_down", "x": 100, "y": 50})
+    assert info.value.code is ErrorCode.MISSING_SCREEN_REVISION
+    bbox = [90, 40, 30, 20]
+    body = {"action": "mouse_down", "x": 100, "y": 50, "button": "right",
+            "target_bbox": bbox, "expected_screen_revision": revision}  # fmt: skip
+    await tool.run(CALLER, body)
+    op, args = relay.requests[-1]
+    assert op == "screen.mouse_down"
+    assert (args["x"], args["y"], args["button"]) == (100, 50, "right")
+    assert args["revision_target"] == {"desktop_session_id": SESSION, "display": DISPLAY}
+    rect = args["guard"]["rect"]
+    assert rect["x"] <= 90 and rect["x"] + rect["width"] >= 120  # the box plus its margin
+    assert audit.rows[-1]["details"]["guarded"] is True
+
+
+async def test_mouse_down_without_a_point_guards_where_the_pointer_is(tool, relay, audit):
+    shot = await tool.run(CALLER, {"action": "screenshot"})
+    body = {"action": "mouse_down", "expected_screen_revision": shot["screen_revision"]}
+    with pytest.raises(OpError) as info:
+        await tool.run(CALLER, {"action": "mouse_down"})
+    assert info.value.code is ErrorCode.MISSING_SCREEN_REVISION
+    sent = len(relay.requests)
+    result = await tool.run(CALLER, body)
+    assert [op for op, _ in relay.requests[sent:]] == ["screen.mouse_position", "screen.mouse_down"]
+    _, args = relay.requests[-1]
+    # the point read is the point pressed and guarded (the same crop a click there gets)
+    assert (args["x"], args["y"], args["button"]) == (100, 50, "left")
+    assert args["guard"]["rect"] == {"x": 36, "y": 2, "width": 128, "height": 96}
+    assert result["source"] == "vision"
+    details = audit.rows[-1]["details"]
+    assert (details["x"], details["y"], details["guarded"]) == (100, 50, True)
+
+
+async def test_mouse_down_without_a_point_outside_a_zoom_is_refused(tool, relay):
+    shot = await tool.run(CALLER, {"action": "screenshot"})
+    relay.pointer = (300, 190)
+    kept = tool.revisions.lookup(shot["screen_revision"], "relay-1", SESSION)
+    region = View((WIDTH, HEIGHT), CropRect(0, 0, 50, 50), (50, 50), zoom=True)
+    zoom = tool.revisions.keep(kept.revision.binding, kept.capture, region)
+    with pytest.raises(InvalidArgs) as info:
+        await tool.run(CALLER, {"action": "mouse_down", "expected_screen_revision": zoom})
+    assert info.value.details["field"] == "x"
+    assert "(300, 190)" in info.value.message and "pointer" in info.value.message
+    assert relay.requests[-1][0] == "screen.mouse_position"  # nothing pressed
+
+
+async def test_mouse_up_and_keys_are_unguarded_input(tool, relay, audit):
+    for body, args in (
+        ({"action": "mouse_up"}, {"button": "left"}),
+        ({"action": "mouse_up", "x": 7, "y": 8, "button": "middle"},
+         {"button": "middle", "x": 7, "y": 8}),
+        ({"action": "key_down", "key": "shift"}, {"keys": "shift"}),
+        ({"action": "key_up", "key": "shift"}, {"keys": "shift"}),
+    ):  # fmt: skip
+        await tool.run(CALLER, body)
+        assert relay.requests[-1] == (f"screen.{body['action']}", args)
+        assert audit.rows[-1]["details"]["guarded"] is False
+    # the audit counts a held key, never names it
+    assert audit.rows[-1]["details"]["key_count"] == 1
+    assert "shift" not in repr(audit.rows)
+
+
+def test_the_schema_tells_an_agent_about_holding() -> None:
+    schema = SCREEN_ACTION.definition()["input_schema"]["properties"]
+    for action in ("mouse_down", "mouse_up", "key_down", "key_up"):
+        assert action in schema["action"]["enum"]
+        assert action in schema["action"]["description"]
+    assert "key_down" in schema["key"]["description"]
+    assert "mouse_down" in schema["expected_screen_revision"]["description"]
+    assert "mouse_up" in schema["button"]["description"]

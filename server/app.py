@@ -25,6 +25,7 @@ from server.boundary.middleware import InputBoundary
 from server.cluster.build import login_limits, routing, shared_caches
 from server.cluster.internal import internal_routes
 from server.config import Settings
+from server.cua.endpoint import CuaEndpoint
 from server.db.migrate import upgrade
 from server.db.store import Store
 from server.errors import error_handler
@@ -68,6 +69,8 @@ def create_app(settings: Settings) -> Starlette:
     settings.check()
     # -- MCP (feature: mcp): its route below; it serves requests from the lifespan on --
     mcp = McpEndpoint(settings.max_body_bytes)
+    # -- Cua's computer-server protocol (feature: cua): per desktop, sessions kept here --
+    cua = CuaEndpoint(settings.max_body_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -131,7 +134,7 @@ def create_app(settings: Settings) -> Starlette:
 
     policy = HostPolicy.build(settings.public_url, settings.allowed_hosts)
     return Starlette(
-        routes=[*_routes(), *mcp.routes()],
+        routes=[*_routes(), *mcp.routes(), *cua.routes()],
         middleware=[Middleware(InputBoundary, policy=policy)],
         lifespan=lifespan,
         exception_handlers={

@@ -1,0 +1,1 @@
+"""Cua's computer-server protocol per desktop, over the typed actions (docs/cua.md)."""

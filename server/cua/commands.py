@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import inspect
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -197,6 +198,8 @@ async def _revision_for(call: CuaCall, point: tuple[int, int]) -> str:
         answer = await call.screen("zoom", region=region)
         return str(answer["screen_revision"])
     if call.session.revision is None:
+        # A caller the screen is not open to hears that first (forbidden, not_running…).
+        await call.screen("mouse_position")
         raise OpError(
             ErrorCode.STALE_SCREEN,
             "no screenshot in this session yet: take a new screenshot, then click on it",
@@ -441,7 +444,7 @@ async def get_desktop_environment(call: CuaCall, params: Mapping[str, Any]) -> R
 
 
 def _tree_node(element: Mapping[str, Any]) -> Result:
-    bounds = element.get("bounds") or {}
+    """One accessibility element in the shape Cua's tree uses (plus relaydesk's ``ref``)."""
     node: Result = {
         "role": element.get("role"),
         "title": element.get("name", ""),
@@ -450,9 +453,11 @@ def _tree_node(element: Mapping[str, Any]) -> Result:
     }
     if element.get("value") is not None:
         node["value"] = element["value"]
-    if bounds:
-        node["position"] = {"x": bounds.get("x"), "y": bounds.get("y")}
-        node["size"] = {"width": bounds.get("width"), "height": bounds.get("height")}
+    bounds = element.get("bounds")
+    if isinstance(bounds, list | tuple) and len(bounds) == 4:
+        x, y, width, height = bounds
+        node["position"] = {"x": x, "y": y}
+        node["size"] = {"width": width, "height": height}
     if element.get("states"):
         node["states"] = element["states"]
     return node
@@ -476,8 +481,11 @@ async def get_accessibility_tree(call: CuaCall, params: Mapping[str, Any]) -> Re
     answer = await call.action("desktop_observe", format="json", view="all")
     elements = answer.get("elements") or []
     roots = _nested(list(elements))
-    tree = roots[0] if len(roots) == 1 else {"role": "desktop", "title": "", "children": roots}
-    return {"tree": tree, "truncated": bool(answer.get("truncated", False))}
+    window = {"role": "window", "title": answer.get("window", ""), "children": roots}
+    tree = roots[0] if len(roots) == 1 else window
+    cut = answer.get("truncated")
+    truncated = any(cut.values()) if isinstance(cut, Mapping) else bool(cut)
+    return {"tree": tree, "truncated": truncated}
 
 
 def _quoted(text: str) -> str:
@@ -485,17 +493,18 @@ def _quoted(text: str) -> str:
 
 
 async def find_element(call: CuaCall, params: Mapping[str, Any]) -> Result:
-    parts = []
     role, title, value = params.get("role"), params.get("title"), params.get("value")
-    if isinstance(role, str) and role:
-        parts.append(f"role={role.lower().replace(' ', '_')}")
+    tests = []
     if isinstance(title, str) and title:
-        parts.append(f"name={_quoted(title)}")
+        tests.append(f"[name={_quoted(title)}]")
     if isinstance(value, str) and value:
-        parts.append(f"value={_quoted(value)}")
-    if not parts:
+        tests.append(f"[value={_quoted(value)}]")
+    if not (isinstance(role, str) and role) and not tests:
         raise InvalidArgs("role", "name at least one of role, title or value")
-    answer = await call.action("desktop_find", selector=f"[{' '.join(parts)}]", limit=1)
+    kind = role.lower().replace(" ", "_") if isinstance(role, str) and role else "*"
+    if not re.fullmatch(r"\*|[a-z][a-z0-9_]{0,63}", kind):
+        raise InvalidArgs("role", "must be a role name like 'push button' or 'check_box'")
+    answer = await call.action("desktop_find", selector=kind + "".join(tests), limit=1)
     matches = answer.get("matches") or []
     return {"element": _tree_node(matches[0]) if matches else None}
 

@@ -188,8 +188,59 @@ _SERVICE: Final[dict[tuple[str, str], Json]] = {
     ),
 }  # fmt: skip
 
+CUA_BASE: Final = "/api/v1/conversations/{conversation_id}/cua/{relay}/{kind}/{slot}"
+CUA_AUTH: Final = (
+    "An API token as `Authorization: Bearer rdk_…` or in Cua's `X-API-Key` header; the caller "
+    "must be a member of the conversation. `{kind}` is `virtual` or `local`, `{slot}` e.g. "
+    "`main`. docs/cua.md."
+)
+_CUA_KEY: Final = header("X-API-Key", "An API token (instead of Authorization).")
+_CUA_GUARD: Final = query("guard", "`off` turns the session's click guard off (default on); "
+                          "`off/cmd`, `off/ws`… when a client appended the endpoint to a base "
+                          "URL that ends in `?guard=off`.", STRING)
+_CUA_COMMAND: Final[Json] = {
+    "type": "object", "required": ["command"],
+    "properties": {"command": STRING, "params": {"type": "object"}},
+}
+_CUA_CMD: Final = operation(
+    "cua_cmd", "One Cua computer-server command", tag="agents", security=API_TOKEN,
+    description=f"{CUA_AUTH} Answers `text/plain` `data: {{\"success\": …}}` (failures too); an "
+    "unknown command is 400 with a did-you-mean.", parameters=[_CUA_KEY, _CUA_GUARD],
+    body=_CUA_COMMAND, responses=media("`data: {json}`.", "text/plain"),
+)
+_CUA_WS: Final = operation(
+    "cua_ws", "Cua computer-server commands over a WebSocket", tag="agents",
+    security=API_TOKEN, description=f"{CUA_AUTH} One JSON reply per command, in order.",
+    parameters=[_CUA_KEY, _CUA_GUARD], responses=upgrade("JSON text messages both ways."),
+)
+_CUA: Final[dict[tuple[str, str], Json]] = {
+    ("POST", f"{CUA_BASE}/cmd"): _CUA_CMD,
+    (WEBSOCKET, f"{CUA_BASE}/ws"): _CUA_WS,
+    ("GET", f"{CUA_BASE}/commands"): operation(
+        "cua_commands", "The Cua commands this desktop offers", tag="agents",
+        security=API_TOKEN, description=CUA_AUTH, parameters=[_CUA_KEY],
+        responses=answer("`{commands: {name: {params, aliases?}}, aliases}`.", {"type": "object"}),
+    ),
+    ("GET", f"{CUA_BASE}/status"): operation(
+        "cua_status", "Cua's status answer for this desktop", tag="agents", security=API_TOKEN,
+        description=CUA_AUTH, parameters=[_CUA_KEY],
+        responses=answer("`{status: ok, os_type: linux, features, relaydesk: {…}}`.",
+                         {"type": "object"}),
+    ),
+    ("POST", CUA_BASE): {**_CUA_CMD, "operationId": "cua_cmd_suffixed",
+                         "summary": "`/cmd` reached as `?guard=off/cmd`"},
+    ("GET", CUA_BASE): operation(
+        "cua_get_suffixed", "`/status` or `/commands` reached as `?guard=off/status`",
+        tag="agents", security=API_TOKEN, description=CUA_AUTH,
+        parameters=[_CUA_KEY, _CUA_GUARD], responses=answer("As `/status` or `/commands`.",
+                                                            {"type": "object"}),
+    ),
+    (WEBSOCKET, CUA_BASE): {**_CUA_WS, "operationId": "cua_ws_suffixed",
+                            "summary": "`/ws` reached as `?guard=off/ws`"},
+}  # fmt: skip
+
 DESCRIBED: Final[dict[tuple[str, str], Json]] = {
-    **_SESSION, **_CHAT, **_ACTIONS_AND_EVENTS, **_VIEWER, **_SERVICE,
+    **_SESSION, **_CHAT, **_ACTIONS_AND_EVENTS, **_VIEWER, **_SERVICE, **_CUA,
 }  # fmt: skip
 # Replica-to-replica routes (signed with the cluster secret): not part of the API.
 INTERNAL_PREFIX: Final = "/internal/"

@@ -274,8 +274,6 @@ async def test_unknown_commands_and_bad_input(stack):
     assert no_command.status_code == 400 and no_command.json()["error"]["field"] == "command"
     wrong_kind = stack.base.replace("/virtual/", "/physical/")
     assert (await stack.post("version", base=wrong_kind)).status_code == 400
-    shell = await stack.cmd("run_command", command="id -un")
-    assert shell["success"] is False and "RELAYDESK_CUA_SHELL" in shell["error"], shell
 
 
 async def test_status_and_commands_describe_the_desktop(stack):

@@ -16,6 +16,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from relay.a11y.settings import A11ySettings
+from relay.desktop_tools.settings import DesktopToolsConfigError, DesktopToolSettings
 from relay.desktops.audio import AudioSettings
 from relay.desktops.config import DesktopConfig
 from wire.errors import RelaydeskError
@@ -67,6 +68,8 @@ class RelaySettings:
     desktops: DesktopConfig = field(default_factory=DesktopConfig)
     audio: AudioSettings = field(default_factory=AudioSettings)
     a11y: A11ySettings = field(default_factory=A11ySettings)
+    # Shell and file commands in desktops (RELAYDESK_CUA_SHELL; docs/desktop-tools.md).
+    tools: DesktopToolSettings = field(default_factory=DesktopToolSettings)
 
     @classmethod
     def from_env(
@@ -103,6 +106,7 @@ class RelaySettings:
             desktops=DesktopConfig.from_env(env, state_dir=state_dir),
             audio=AudioSettings.from_env(env),
             a11y=A11ySettings.from_env(env),
+            tools=_tool_settings(env),
         )
 
     @property
@@ -172,6 +176,13 @@ def _read_token_file(path: str, named_by: str) -> str:
     except (OSError, UnicodeDecodeError) as err:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else "not readable"
         raise RelayConfigError(f"{named_by} {path}: {reason}") from None
+
+
+def _tool_settings(environ: Mapping[str, str]) -> DesktopToolSettings:
+    try:
+        return DesktopToolSettings.from_env(environ)
+    except DesktopToolsConfigError as err:
+        raise RelayConfigError(err.message) from None
 
 
 def env_float(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:

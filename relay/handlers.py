@@ -21,6 +21,8 @@ from relay.a11y.service import A11yService
 from relay.a11y.settings import A11ySettings
 from relay.backend import DEFAULT_SLOT, DesktopBackend, check_revision_target, require_row
 from relay.channels import StreamChannel, TargetEnd
+from relay.desktop_tools.service import DesktopTools
+from relay.desktop_tools.settings import DesktopToolSettings
 from relay.desktops.config import DEFAULT_NOVNC_DIR
 from wire import ops
 from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
@@ -75,8 +77,11 @@ class Handlers:
         novnc_dir: Path | None = None,
         direct_host: str | None = None,
         a11y: A11ySettings | None = None,
+        tools: DesktopToolSettings | None = None,
     ) -> None:
         self.a11y = A11yService(a11y or A11ySettings())
+        # Windows, clipboard, and opt-in shell and files (relay/desktop_tools).
+        self.tools = DesktopTools(tools or DesktopToolSettings.from_env())
         self.backends: dict[str, DesktopBackend] = {b.kind: b for b in backends}
         self.novnc_dir = novnc_dir or DEFAULT_NOVNC_DIR
         # Set on a relay running beside the server: the server may then reach x11vnc itself.
@@ -99,6 +104,11 @@ class Handlers:
                 _entry(ops.KEYBOARD_STATE, self._keyboard_state),
                 _entry(ops.VNC_DIRECT, self._vnc_direct),
                 _entry(ops.DESKTOP_A11Y, self._desktop_a11y),
+                _entry(ops.DESKTOP_WINDOWS, self._desktop_windows),
+                _entry(ops.DESKTOP_WINDOW, self._desktop_window),
+                _entry(ops.DESKTOP_CLIPBOARD, self._desktop_clipboard),
+                _entry(ops.DESKTOP_SHELL, self._desktop_shell),
+                _entry(ops.DESKTOP_FILE, self._desktop_file),
                 *(_entry(spec, self._screen_handler(action))
                   for action, spec in ops.SCREEN.items()),
             )
@@ -116,6 +126,7 @@ class Handlers:
             caps.append("audio")
         if self.backends:
             caps.extend(("screen", "screen_guard"))
+            caps.extend(self.tools.capabilities())
         return caps
 
     async def desktop_rows(self) -> list[ops.RelayRow]:
@@ -228,6 +239,48 @@ class Handlers:
         row = require_row(await backend.find(session_id, args.get("slot", DEFAULT_SLOT)),
                           session_id, backend.kind)  # fmt: skip
         return {"result": await self.a11y.call(backend, row, args["call"], args["params"])}
+
+    async def _tool_target(
+        self, args: ops.DesktopTargetArgs
+    ) -> tuple[DesktopBackend, ops.RelayRow]:
+        """The backend and row of the running desktop a desktop tool names."""
+        backend = await self._targeted(args)
+        session_id = args.get("desktop_session_id")
+        row = require_row(await backend.find(session_id, args.get("slot", DEFAULT_SLOT)),
+                          session_id, backend.kind)  # fmt: skip
+        return backend, row
+
+    async def _desktop_windows(
+        self, link: ServerLink, args: ops.DesktopTargetArgs
+    ) -> ops.DesktopWindowsResult:
+        """The desktop's top-level windows (relay/desktop_tools/windows.py)."""
+        return await self.tools.windows(*await self._tool_target(args))
+
+    async def _desktop_window(
+        self, link: ServerLink, args: ops.DesktopWindowArgs
+    ) -> ops.DesktopWindowResult:
+        """Activate, close, maximize, minimize, move or resize one window."""
+        return await self.tools.window(*await self._tool_target(args), args)
+
+    async def _desktop_clipboard(
+        self, link: ServerLink, args: ops.DesktopClipboardArgs
+    ) -> ops.DesktopClipboardResult:
+        """Read or set the desktop's CLIPBOARD selection."""
+        return await self.tools.clipboard(*await self._tool_target(args), args)
+
+    async def _desktop_shell(
+        self, link: ServerLink, args: ops.DesktopShellArgs
+    ) -> ops.DesktopShellResult:
+        """One ``/bin/sh -c`` command as the desktop's user (opt-in: RELAYDESK_CUA_SHELL)."""
+        self.tools.require_shell()
+        return await self.tools.shell(*await self._tool_target(args), args)
+
+    async def _desktop_file(
+        self, link: ServerLink, args: ops.DesktopFileArgs
+    ) -> ops.DesktopFileResult:
+        """One file command as the desktop's user (opt-in: RELAYDESK_CUA_SHELL)."""
+        self.tools.require_shell()
+        return await self.tools.file(*await self._tool_target(args), args)
 
     async def _desktop_reset_home(
         self, link: ServerLink, args: ops.SlotArgs

@@ -98,6 +98,7 @@ class RelayService:
             novnc_dir=desktop_config.novnc_dir,
             direct_host=settings.direct_vnc_host,
             a11y=settings.a11y,
+            tools=settings.tools,
         )
         self.worker = RelayWorker(settings, self.handlers)
         self.owner = StateOwner(desktop_config.state_dir)

@@ -432,7 +432,7 @@ async def open_target(call: CuaCall, params: Mapping[str, Any]) -> Result:
     if target.startswith("-") or "\n" in target or "\x00" in target:
         raise InvalidArgs("target", "must be a file path or a URL")
     quoted = "'" + target.replace("'", "'\\''") + "'"
-    await call.action("desktop_shell", command=f"setsid xdg-open {quoted} >/dev/null 2>&1 &")
+    await call.action("desktop_shell", command=f"xdg-open {quoted} >/dev/null 2>&1 &")
     return {}
 
 

@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute
 from server.actions.a11y import A11Y_ACTIONS
 from server.actions.desktop import DESKTOP_ACTIONS
 from server.actions.desktop_apps import DESKTOP_APP_ACTIONS
+from server.actions.desktop_tools import DESKTOP_TOOL_ACTIONS
 from server.actions.registry import ActionRegistry
 from server.actions.routes import action_routes
 from server.config import Settings
@@ -106,7 +107,11 @@ async def lifespan(
     pruner = asyncio.create_task(_prune_forever(inventory, store, settings), name="inventory-prune")
     try:
         registry = ActionRegistry(
-            DESKTOP_ACTIONS + DESKTOP_APP_ACTIONS + A11Y_ACTIONS + CONTROL_ACTIONS
+            DESKTOP_ACTIONS
+            + DESKTOP_APP_ACTIONS
+            + A11Y_ACTIONS
+            + CONTROL_ACTIONS
+            + DESKTOP_TOOL_ACTIONS
         )
         yield InventoryParts(bus, inventory, events, registry, control)
     finally:

@@ -1,0 +1,150 @@
+"""The desktop's CLIPBOARD selection, read and set with ``xclip`` run as the desktop's user.
+
+Setting starts an ``xclip`` that keeps serving the text until something else takes the
+selection (its own process group, joined to the desktop's: it stops with the desktop at the
+latest). Once a new one holds the selection, the servers of earlier sets are stopped and
+dropped from the desktop's processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from typing import Final
+
+from Xlib import error as xerror
+from Xlib.display import Display
+
+from relay.desktop_tools.run import Completed, run_in_desktop, start_server_in_desktop
+from relay.desktop_tools.session import DesktopSession
+from relay.screen.args import is_display_name
+from wire.errors import ErrorCode, OpError
+from wire.ops import CLIPBOARD_MAX
+
+XCLIP: Final = "xclip"
+SERVER_CHILD: Final = "clipboard"
+READ_CHILD: Final = "clipboard-read"
+# An owner that does not answer a read in this long is hung.
+READ_TIMEOUT_S: Final = 5.0
+# xclip reads its input and forks its server: its first process exits at once.
+SET_TIMEOUT_S: Final = 5.0
+# How long the new owner is waited for after xclip's first process has exited.
+OWNER_WAIT_S: Final = 1.0
+OWNER_POLL_S: Final = 0.01
+# What xclip says when the selection is empty (no owner, or no text in it).
+EMPTY_MARKS: Final = (b"not available", b"no owner")
+TARGETS: Final = ("UTF8_STRING", "STRING")
+
+
+def _xclip() -> str:
+    found = shutil.which(XCLIP)
+    if found is None:
+        raise OpError(
+            ErrorCode.UNAVAILABLE,
+            "the relay's host has no xclip, which the clipboard tools need (Debian: apt "
+            "install xclip)",
+        )
+    return found
+
+
+async def read_text(session: DesktopSession) -> tuple[str, bool]:
+    """The selection as text ("" when empty) and whether it was cut at the cap."""
+    xclip = _xclip()
+    for target in TARGETS:
+        done = await run_in_desktop(
+            session, READ_CHILD, [xclip, "-selection", "clipboard", "-o", "-t", target],
+            timeout_s=READ_TIMEOUT_S, cap=CLIPBOARD_MAX,
+        )  # fmt: skip
+        if done.timed_out:
+            raise OpError(
+                ErrorCode.TIMEOUT,
+                f"the clipboard's owner did not answer within {READ_TIMEOUT_S:g} s",
+            )
+        if done.returncode == 0:
+            return _decode(bytes(done.stdout.data), target), done.stdout.cut
+        if not _empty(done):
+            raise _failed("reading", done)
+    return "", False
+
+
+async def set_text(session: DesktopSession, text: str) -> None:
+    """Own the selection with ``text``; answers once the new owner holds it."""
+    xclip = _xclip()
+    before = await asyncio.to_thread(selection_owner, session.display)
+    session.forget_gone(SERVER_CHILD)
+    earlier = [c for c in session.processes.children if c.name == SERVER_CHILD]
+    returncode, errors = await start_server_in_desktop(
+        session, SERVER_CHILD, [xclip, "-selection", "clipboard", "-i"],
+        stdin=text.encode("utf-8", "surrogatepass"), timeout_s=SET_TIMEOUT_S,
+    )  # fmt: skip
+    if returncode != 0:
+        why = errors.strip() or f"exit status {returncode}"
+        raise OpError(ErrorCode.ACTION_FAILED, f"setting the clipboard failed: {why[:500]}")
+    if await asyncio.to_thread(_await_new_owner, session.display, before):
+        # Earlier servers lost the selection and are ending: not left to pile up.
+        for child in earlier:
+            child.kill()
+            session.drop(child)
+
+
+def selection_owner(display_name: str) -> int | None:
+    """The window owning CLIPBOARD (None: no owner, or the display cannot be read)."""
+    display = _open(display_name)
+    if display is None:
+        return None
+    try:
+        return _owner(display)
+    finally:
+        display.close()
+
+
+def _open(display_name: str) -> Display | None:
+    if not is_display_name(display_name):
+        return None
+    try:
+        return Display(display_name)
+    except (xerror.DisplayError, OSError):
+        return None
+
+
+def _owner(display: Display) -> int | None:
+    owner = display.get_selection_owner(display.intern_atom("CLIPBOARD"))
+    return int(owner.id) if owner else None
+
+
+def _await_new_owner(display_name: str, before: int | None) -> bool:
+    """Wait (bounded) until the selection's owner is no longer ``before``: xclip takes the
+    selection in its forked server, which may lag its first process's exit. False: it did
+    not show in time."""
+    display = _open(display_name)
+    if display is None:
+        return False
+    try:
+        deadline = time.monotonic() + OWNER_WAIT_S
+        while (owner := _owner(display)) is None or owner == before:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(OWNER_POLL_S)
+        return True
+    finally:
+        display.close()
+
+
+def _decode(data: bytes, target: str) -> str:
+    if target == "UTF8_STRING":
+        return data.decode("utf-8", "replace")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _empty(done: Completed) -> bool:
+    errors = bytes(done.stderr.data).lower()
+    return any(mark in errors for mark in EMPTY_MARKS)
+
+
+def _failed(what: str, done: Completed) -> OpError:
+    why = done.stderr.text().strip() or f"exit status {done.returncode}"
+    return OpError(ErrorCode.ACTION_FAILED, f"{what} the clipboard failed: {why[:500]}")

@@ -1,0 +1,115 @@
+"""``DesktopTools``: the desktop tools as the relay's op handlers call them, on the running
+desktop a handler found (docs/desktop-tools.md).
+
+Window and clipboard tools are always there; shell and file commands only on a relay started
+with ``RELAYDESK_CUA_SHELL=1`` (refused with ``forbidden`` otherwise, before anything else is
+looked at). Every tool's own arguments are checked here again (``wire.ops.check_*``), whatever
+the server checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Final, cast
+
+from relay.backend import DesktopBackend
+from relay.desktop_tools.clipboard import read_text, set_text
+from relay.desktop_tools.files import file_command
+from relay.desktop_tools.run import run_in_desktop
+from relay.desktop_tools.session import DesktopSession, session_of
+from relay.desktop_tools.settings import SHELL_ENV, DesktopToolSettings
+from relay.desktop_tools.windows import apply, list_windows
+from wire import ops
+from wire.errors import ErrorCode, OpError
+
+log = logging.getLogger(__name__)
+
+SHELL: Final = "/bin/sh"
+SHELL_CHILD: Final = "shell"
+SHELL_OUTPUT_CAP: Final = 1024 * 1024  # each of stdout and stderr
+DEFAULT_SHELL_TIMEOUT_S: Final = 30.0
+SHELL_OFF: Final = f"shell and file commands are off on this relay: start it with {SHELL_ENV}=1"
+
+
+class DesktopTools:
+    """Windows, clipboard, shell and files of a relay's virtual desktops."""
+
+    def __init__(self, settings: DesktopToolSettings | None = None) -> None:
+        self.settings = settings or DesktopToolSettings()
+
+    def capabilities(self) -> list[str]:
+        """``shell`` when shell and file commands are on."""
+        return ["shell"] if self.settings.cua_shell else []
+
+    def require_shell(self) -> None:
+        """``forbidden`` unless shell and file commands are on."""
+        if not self.settings.cua_shell:
+            raise OpError(ErrorCode.FORBIDDEN, SHELL_OFF, {"setting": SHELL_ENV})
+
+    async def windows(self, backend: DesktopBackend, row: ops.RelayRow) -> ops.DesktopWindowsResult:
+        session = await session_of(backend, row)
+        windows, active = await asyncio.to_thread(list_windows, session.display)
+        return {"desktop_session_id": session.desktop_session_id, "windows": windows,
+                "active": active}  # fmt: skip
+
+    async def window(
+        self, backend: DesktopBackend, row: ops.RelayRow, args: ops.DesktopWindowArgs
+    ) -> ops.DesktopWindowResult:
+        ops.check_window_args(args)
+        session = await session_of(backend, row)
+        op, window_id = args["op"], args["window_id"]
+        fields = ops.WINDOW_OP_FIELDS[op]
+        # check_args made them integers
+        values = {name: cast(int, value) for name, value in args.items() if name in fields}
+        await asyncio.to_thread(apply, session.display, window_id, op, values)
+        return {"desktop_session_id": session.desktop_session_id, "window_id": window_id,
+                "op": op, "done": True}  # fmt: skip
+
+    async def clipboard(
+        self, backend: DesktopBackend, row: ops.RelayRow, args: ops.DesktopClipboardArgs
+    ) -> ops.DesktopClipboardResult:
+        ops.check_clipboard_args(args)
+        session = await session_of(backend, row)
+        if args["op"] == "set":
+            await set_text(session, args["text"])
+            return {"desktop_session_id": session.desktop_session_id, "set": True}
+        text, truncated = await read_text(session)
+        return {"desktop_session_id": session.desktop_session_id, "text": text,
+                "truncated": truncated}  # fmt: skip
+
+    async def shell(
+        self, backend: DesktopBackend, row: ops.RelayRow, args: ops.DesktopShellArgs
+    ) -> ops.DesktopShellResult:
+        self.require_shell()
+        ops.check_shell_args(args)
+        session = await session_of(backend, row)
+        timeout_s = float(args.get("timeout_s", DEFAULT_SHELL_TIMEOUT_S))
+        started = time.monotonic()
+        done = await run_in_desktop(
+            session, SHELL_CHILD, [SHELL, "-c", args["command"]],
+            timeout_s=timeout_s, cap=SHELL_OUTPUT_CAP,
+        )  # fmt: skip
+        _log_command(session, "shell command", done.returncode, time.monotonic() - started)
+        return {
+            "desktop_session_id": session.desktop_session_id,
+            "stdout": done.stdout.text(), "stderr": done.stderr.text(),
+            "returncode": done.returncode, "timed_out": done.timed_out,
+            "truncated": done.truncated,
+        }  # fmt: skip
+
+    async def file(
+        self, backend: DesktopBackend, row: ops.RelayRow, args: ops.DesktopFileArgs
+    ) -> ops.DesktopFileResult:
+        self.require_shell()
+        ops.check_file_args(args)
+        session = await session_of(backend, row)
+        return await file_command(session, args)
+
+
+def _log_command(session: DesktopSession, what: str, code: int | None, took_s: float) -> None:
+    # Never the command itself: it may carry secrets (the server's audit row says who ran it).
+    ended = "killed at its time limit" if code is None else f"exit status {code}"
+    log.info("%s in desktop %s as %s: %s after %.1f s", what, session.display,
+             session.user_name or "the relay's user", ended, took_s)  # fmt: skip

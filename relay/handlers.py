@@ -104,6 +104,7 @@ class Handlers:
                 _entry(ops.KEYBOARD_STATE, self._keyboard_state),
                 _entry(ops.VNC_DIRECT, self._vnc_direct),
                 _entry(ops.DESKTOP_A11Y, self._desktop_a11y),
+                _entry(ops.INPUT_RELEASE, self._input_release),
                 _entry(ops.DESKTOP_WINDOWS, self._desktop_windows),
                 _entry(ops.DESKTOP_WINDOW, self._desktop_window),
                 _entry(ops.DESKTOP_CLIPBOARD, self._desktop_clipboard),
@@ -302,6 +303,13 @@ class Handlers:
         if address is None:
             raise OpError(ErrorCode.NOT_RUNNING, "no running virtual desktop has this session id")
         return address
+
+    async def _input_release(
+        self, link: ServerLink, args: ops.SessionArgs
+    ) -> ops.InputReleaseResult:
+        """Stop or a takeover: let go of the buttons and keys the agent left held."""
+        backend, row = await self._located(args["desktop_session_id"])
+        return {"released": await backend.release_held(row)}
 
     async def _keyboard_state(self, link: ServerLink, args: ops.SessionArgs) -> ops.KeyboardState:
         """Lock-key LEDs of one running desktop's own display; never starts a desktop."""

@@ -285,6 +285,11 @@ class LocalDesktop:
         state = await self.client.call("POST", "/v1/screen/keyboard_state", {})
         return cast(KeyboardState, state)
 
+    async def release_held(self, row: RelayRow) -> bool:
+        """The host helper keeps what its screen holds and releases it when its display's
+        connection closes; the relay has nothing to release here."""
+        return False
+
     # -- what the real screen does not have ------------------------------------------------
 
     def profiles(self) -> list[ProfileInfo]:

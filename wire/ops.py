@@ -30,7 +30,7 @@ from typing import (
 from wire.errors import InvalidArgs
 from wire.screen_actions import SCREEN_ACTIONS, ScreenAction
 
-DesktopKind = Literal["virtual", "local"]
+DesktopKind = Literal["virtual", "local", "docker"]
 DesktopState = Literal["starting", "running", "stopping", "stopped", "failed", "unknown"]
 DESKTOP_KINDS: Final[tuple[DesktopKind, ...]] = get_args(DesktopKind)
 DESKTOP_STATES: Final[tuple[DesktopState, ...]] = get_args(DesktopState)
@@ -531,11 +531,21 @@ SCREEN: Final[dict[ScreenAction, OpSpec[ScreenArgs, ScreenResult]]] = {
     action: OpSpec(f"{SCREEN_OP_PREFIX}{action}", ScreenArgs, ScreenResult)
     for action in SCREEN_ACTIONS
 }
+
+
+class InputReleaseResult(TypedDict):
+    """``input.release``: the agent's held buttons and keys were released."""
+
+    released: bool
+
+
+INPUT_RELEASE: Final = OpSpec("input.release", SessionArgs, InputReleaseResult)
+
 _ALL: tuple[OpSpec[Any, Any], ...] = (
     PING, DESKTOP_START, DESKTOP_STATUS, DESKTOP_HOLDS, DESKTOP_STOP, DESKTOP_PROFILES,
     DESKTOP_APPS, DESKTOP_LAUNCH, DESKTOP_RESET_HOME, CHANNEL_OPEN, NOVNC_ASSET,
     KEYBOARD_STATE, VNC_DIRECT, DESKTOP_A11Y, DESKTOP_WINDOWS, DESKTOP_WINDOW,
-    DESKTOP_CLIPBOARD, DESKTOP_SHELL, DESKTOP_FILE, *SCREEN.values(),
+    DESKTOP_CLIPBOARD, DESKTOP_SHELL, DESKTOP_FILE, INPUT_RELEASE, *SCREEN.values(),
 )  # fmt: skip
 OPS: Final[dict[str, OpSpec[Any, Any]]] = {spec.name: spec for spec in _ALL}
 

@@ -160,6 +160,12 @@ class VirtualBackend:
         state = await self.screen_service.run(display, "keyboard_state", {})
         return cast(KeyboardState, state)
 
+    async def release_held(self, row: RelayRow) -> bool:
+        display = row.get("display")
+        if isinstance(display, str) and display in self._displays:
+            await self.screen_service.release_held(display)
+        return True
+
     # -- accessibility ----------------------------------------------------------------------
 
     async def a11y_worker(self, row: RelayRow) -> A11yWorker:

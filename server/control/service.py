@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Generic, TypeVar
 
@@ -72,6 +72,9 @@ class PersonInput:
     named: bool
 
 
+Releaser = Callable[[DesktopKey], Coroutine[Any, Any, None]]
+
+
 @dataclass(frozen=True)
 class Applied(Generic[T]):
     """What one change did: the rule's result, grants that expired, the state after it."""
@@ -123,6 +126,22 @@ class ControlService:
         self._writers: dict[DesktopKey, asyncio.Task[None]] = {}
         self._timers: dict[DesktopKey, tuple[float, asyncio.Task[None]]] = {}
         self._listener: asyncio.Task[None] | None = None
+        # Lets go of what an agent left held on a desktop (its relay's ``input.release``).
+        self._releaser: Releaser | None = None
+        self._released: set[DesktopKey] = set()
+        self._releases: set[asyncio.Task[None]] = set()
+
+    def use_releaser(self, releaser: Releaser) -> None:
+        """How to let go of the buttons and keys an agent left held on a desktop: called,
+        without waiting, when Stop is pressed and when a person takes the desktop."""
+        self._releaser = releaser
+
+    def _release_held(self, key: DesktopKey) -> None:
+        if self._releaser is None:
+            return
+        task = asyncio.create_task(self._releaser(key), name="control-release-held")
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -220,6 +239,7 @@ class ControlService:
             key, lambda record, now: stop_agents(record, by, now, cooldown, agent_id)
         )
         revoked = applied.result
+        self._release_held(key)
         # Stop of "the agent" ends every agent request on the desktop; of one agent, its own.
         agents = [agent_id] if agent_id else None
         cancelled = self.inflight.cancel(key, by, agent_id)
@@ -303,6 +323,11 @@ class ControlService:
                                      reason)  # fmt: skip
         if applied.changed:
             self.publisher.state(key, applied.info)
+        if applied.info["state"] != "person":
+            self._released.discard(key)
+        elif key not in self._released:
+            self._released.add(key)  # a person holds it now: nothing the agent held stays held
+            self._release_held(key)
         if applied.next_at is not None:
             self._wake_at(key, applied.next_at)
 

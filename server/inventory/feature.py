@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from server.actions.registry import ActionRegistry
 from server.actions.routes import action_routes
 from server.config import Settings
 from server.control.actions import CONTROL_ACTIONS
+from server.control.model import DesktopKey
 from server.control.policy import PolicyBook
 from server.control.routes import control_routes
 from server.control.service import ControlService
@@ -35,6 +37,9 @@ from server.events.hub import ConversationEvents
 from server.events.routes import event_routes
 from server.inventory.service import Inventory
 from server.relays.router import RelayRouter
+from wire import ops
+from wire.errors import OpError
+from wire.ids import RelayId
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +79,12 @@ class InventoryParts:
 
 
 def build_control(
-    settings: Settings, store: Store, bus: Bus, inventory: Inventory, events: ConversationEvents
+    settings: Settings,
+    store: Store,
+    bus: Bus,
+    inventory: Inventory,
+    events: ConversationEvents,
+    hub: RelayRouter | None = None,
 ) -> ControlService:
     """The control service, its store chosen by ``RELAYDESK_REDIS_URL``, fed by the inventory
     (rows that end) and the relays (a person at a host's real screen)."""
@@ -83,9 +93,21 @@ def build_control(
         store, directory=inventory,
     )  # fmt: skip
     inventory.add_listener(control.row_changed)
+    if hub is not None:
+        control.use_releaser(functools.partial(release_held, hub, settings.request_timeout_s))
     inventory.use_control(control.annotate)
     events.use_control(control.annotate)
     return control
+
+
+async def release_held(hub: RelayRouter, timeout_s: float, key: DesktopKey) -> None:
+    """Ask the desktop's relay to let go of what an agent held there (best effort: a relay
+    that is away has released it with its display's connection anyway)."""
+    args = {"desktop_session_id": key.desktop_session_id}
+    try:
+        await hub.request(RelayId(key.relay_id), ops.INPUT_RELEASE.name, args, timeout_s)
+    except OpError as err:
+        log.info("held input on %s not released: %s", key.desktop_session_id, err.message)
 
 
 @contextlib.asynccontextmanager
@@ -101,7 +123,7 @@ async def lifespan(
         # One replica: no relay is connected yet, so nothing confirms last run's rows.
         await inventory.forget_connections(r.relay_id for r in await store.list_relays())
     hub.add_observer(inventory)
-    control = build_control(settings, store, bus, inventory, events)
+    control = build_control(settings, store, bus, inventory, events, hub)
     hub.add_observer(control)
     await control.start(replicas=settings.clustered)
     pruner = asyncio.create_task(_prune_forever(inventory, store, settings), name="inventory-prune")

@@ -6,6 +6,7 @@ An X client on each desktop (``tests/support/xrecorder.py``) records every input
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import re
@@ -24,6 +25,8 @@ from tests.support.processes import ProcessTracker, scaled
 from tests.support.stack import Seed, inprocess_server, seed_database, start_relay, wait_until
 from tests.support.xrecorder import XRecorder
 from wire.ids import RelayId
+
+SHIFT_L = 0xFFE1
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -466,6 +469,57 @@ async def test_held_input_waits_while_a_person_is_in_control(stack, main):
     finally:
         await control("desktop_hand_back")
     assert main.recorder.drain() == []
+
+
+async def test_stop_and_a_takeover_let_go_of_what_the_agent_held(stack, main, monkeypatch):
+    import dataclasses
+
+    import httpx
+
+    # A short cooldown after Stop (a setting; 30 s by default), so the tests after this act.
+    control_service = stack.app.state.services.control
+    policies = control_service.policies
+    short = dataclasses.replace(policies.default, regrant_cooldown_s=0.5)
+    monkeypatch.setattr(control_service, "policies", dataclasses.replace(policies, default=short))
+
+    headers = {"Authorization": f"Bearer {stack.seed.api_token}"}
+    body = {"conversation_id": stack.seed.conversation_id, "desktop_session_id": main.session_id}
+
+    async def control(name: str) -> None:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(30)) as client:
+            response = await client.post(f"/api/v1/actions/{name}", json=body, headers=headers)
+        assert response.status_code == 200, response.text
+
+    def released(events: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+        buttons = [ev["button"] for ev in events if ev["type"] == "ButtonRelease"]
+        keys = [ev["keysym"] for ev in events if ev["type"] == "KeyRelease"]
+        return buttons, keys
+
+    row = {"desktop_session_id": main.session_id, "kind": "virtual", "slot": "main"}
+    await stack.app.state.services.inventory.record_started(RelayId(stack.relay_id), row)
+    for press_on, let_go in (("desktop_take_control", "desktop_hand_back"), ("agent_stop", None)):
+        shot = await _shot(stack)
+        revision = shot["screen_revision"]
+        status, result = await stack.screen(
+            action="mouse_down", x=40, y=40, expected_screen_revision=revision
+        )
+        assert status == 200, result
+        status, result = await stack.screen(action="key_down", key="shift")
+        assert status == 200, result
+        main.recorder.drain()
+        await control(press_on)
+        try:
+            events: list[dict[str, Any]] = []
+            for _ in range(50):  # the release is sent beside the answer, not before it
+                events += main.recorder.drain()
+                if released(events) == ([1], [SHIFT_L]):
+                    break
+                await asyncio.sleep(0.1)
+            assert released(events) == ([1], [SHIFT_L]), (press_on, events)
+        finally:
+            if let_go:
+                await control(let_go)
+    await asyncio.sleep(1)  # the Stop's cooldown ends before the next test acts
 
 
 async def test_the_audit_trail_has_shapes_but_never_typed_text(stack, main):

@@ -219,6 +219,13 @@ async def test_with_rest_failing_the_client_falls_back_to_the_websocket(stack, r
         events = recorder.drain()
         assert _presses(events) == [(1, 640, 400)]
         assert _typed(events) == "ws ✓"
+        await cua.call("hotkey", "ctrl", "a")
+        await cua.call("scroll_down", 1)
+        events = recorder.drain()
+        keys = [ev for ev in events if ev["type"] == "KeyPress"]
+        assert keys[-1]["keysym"] == ord("a") and keys[-1]["state"] & 0x4, keys
+        assert [p[0] for p in _presses(events)] == [5]
+        assert await cua.call("get_cursor_position") == {"x": 640, "y": 400}
         assert "WebSocket" in cua.log or "websocket" in cua.log.lower()
     finally:
         cua.close()

@@ -13,12 +13,10 @@ from __future__ import annotations
 from typing import Any, Final
 
 from server.actions.context import ActionContext
-from server.actions.desktop import KIND, RELAY, SESSION_ID, SLOT, _kind, _live_row
-from server.actions.desktop import _tracked_relay as tracked_relay
+from server.actions.desktop import KIND, RELAY, SESSION_ID, SLOT, running_row
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
 from server.control.gate import DesktopTarget, agent_input
-from server.inventory.rows import DesktopRow
 from wire import a11y_selector, ops
 from wire.errors import ErrorCode, InvalidArgs, OpError
 
@@ -63,22 +61,8 @@ SCOPE: Final[dict[str, Schema]] = {"app": APP, "window": WINDOW}
 ACT_AUDIT: Final = "desktop.a11y"
 
 
-async def _row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow:
-    """The running desktop the arguments name (like the screen tool: by session id, else the
-    slot's live desktop)."""
-    if args.get("local"):
-        args = {**args, "kind": "local"}
-    _kind(args)
-    await tracked_relay(ctx, args)
-    row = await _live_row(ctx, args)
-    if row is None or row.state != "running":
-        raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
-    ctx.desktop_session_id = row.desktop_session_id
-    return row
-
-
 async def _session(ctx: ActionContext, args: dict[str, Any]) -> str:
-    return (await _row(ctx, args)).desktop_session_id
+    return (await running_row(ctx, args)).desktop_session_id
 
 
 async def a11y_call(
@@ -135,7 +119,7 @@ def _act(action: str, *fields: str) -> Any:
     the desktop's viewers see where it landed."""
 
     async def handler(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-        row = await _row(ctx, args)
+        row = await running_row(ctx, args)
         params = {"action": action, **_pick(args, "ref", "physical", *fields)}
         async with agent_input(ctx, DesktopTarget.of_row(row)) as grant:
             result = await a11y_call(ctx, row.desktop_session_id, "act", params)

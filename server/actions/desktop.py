@@ -25,8 +25,8 @@ RELAY: Final[Schema] = {
 KIND: Final[Schema] = {
     "type": "string", "enum": ["virtual", "docker", "local"], "default": "virtual",
     "description": "virtual: a desktop the relay creates as processes on its host; docker: "
-    "the same as virtual (another name for it, not a container: no more isolation); "
-    "local: the relay host's real screen.",
+    "a desktop in its own container (no host files, resource limits; relays that announce "
+    "docker_desktop); local: the relay host's real screen.",
 }  # fmt: skip
 SLOT: Final[Schema] = {
     "type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,31}$", "default": "main",
@@ -43,8 +43,8 @@ GEOMETRY_PATTERN: Final = (
     r"^([0-9]{2,5}x[0-9]{2,5}|vga|svga|xga|hd|wxga|sxga|hd\+|fhd|wuxga|qhd|4k)$"
 )
 VIRTUAL: Final = "virtual"
-# The kinds an action may name and the relay kind each means ("docker" names the virtual one).
-KINDS: Final[dict[str, ops.DesktopKind]] = {"virtual": "virtual", "docker": "virtual",
+# The kinds an action may name and the relay kind each means.
+KINDS: Final[dict[str, ops.DesktopKind]] = {"virtual": "virtual", "docker": "docker",
                                             "local": "local"}  # fmt: skip
 
 
@@ -87,6 +87,20 @@ async def _live_row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow | No
         row = await ctx.inventory.row(ctx.relay_id, session_id)
         return row if row is not None and row.can_stop else None
     return await ctx.inventory.live_in_slot(ctx.relay_id, _kind(args), str(args["slot"]))
+
+
+async def running_row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow:
+    """The running desktop the arguments name, like the screen tool: by session id, else the
+    slot's live desktop of ``kind`` (``local: true`` means kind ``local``); else not_running."""
+    if args.get("local"):
+        args = {**args, "kind": "local"}
+    _kind(args)
+    await _tracked_relay(ctx, args)
+    row = await _live_row(ctx, args)
+    if row is None or row.state != "running":
+        raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
+    ctx.desktop_session_id = row.desktop_session_id
+    return row
 
 
 # -- handlers ------------------------------------------------------------------------------

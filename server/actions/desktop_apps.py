@@ -18,13 +18,12 @@ from server.actions.desktop import (
     SESSION_ID,
     SLOT,
     _kind,
-    _live_row,
+    running_row,
 )
 from server.actions.desktop import _tracked_relay as tracked_relay
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
 from wire import ops
-from wire.errors import ErrorCode, OpError
 
 APP_ID: Final[Schema] = {
     "type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,31}$",
@@ -32,17 +31,8 @@ APP_ID: Final[Schema] = {
 }  # fmt: skip
 
 
-async def _running_session(ctx: ActionContext, args: dict[str, Any]) -> str:
-    await tracked_relay(ctx, args)
-    row = await _live_row(ctx, args)
-    if row is None or row.state != "running":
-        raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
-    ctx.desktop_session_id = row.desktop_session_id
-    return row.desktop_session_id
-
-
 async def launch(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-    session_id = await _running_session(ctx, args)
+    session_id = (await running_row(ctx, args)).desktop_session_id
     wait_s = float(args["wait_s"])
     launch_args = ops.DesktopLaunchArgs(
         desktop_session_id=session_id, app=args["app"], wait_s=wait_s

@@ -14,14 +14,12 @@ from __future__ import annotations
 from typing import Any, Final, cast
 
 from server.actions.context import ActionContext
-from server.actions.desktop import KIND, RELAY, SESSION_ID, SLOT, _kind, _live_row
-from server.actions.desktop import _tracked_relay as tracked_relay
+from server.actions.desktop import KIND, RELAY, SESSION_ID, SLOT, running_row
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
 from server.control.gate import DesktopTarget, agent_input
 from server.inventory.rows import DesktopRow
 from wire import ops
-from wire.errors import ErrorCode, OpError
 
 TARGET: Final[dict[str, Schema]] = {
     "relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID,
@@ -35,23 +33,12 @@ COORD: Final[Schema] = {"type": "integer", "minimum": ops.WINDOW_COORD_MIN,
 SIZE: Final[Schema] = {"type": "integer", "minimum": 1, "maximum": ops.WINDOW_SIZE_MAX}
 
 
-async def _running_row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow:
-    """The running desktop the arguments name: by session id, else the slot's live one."""
-    _kind(args)
-    await tracked_relay(ctx, args)
-    row = await _live_row(ctx, args)
-    if row is None or row.state != "running":
-        raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
-    ctx.desktop_session_id = row.desktop_session_id
-    return row
-
-
 def _session(row: DesktopRow) -> ops.DesktopTargetArgs:
     return {"desktop_session_id": row.desktop_session_id}
 
 
 async def windows(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-    row = await _running_row(ctx, args)
+    row = await running_row(ctx, args)
     answer = await ctx.relay_call(ops.DESKTOP_WINDOWS, _session(row))
     return {"desktop_session_id": row.desktop_session_id, "windows": answer["windows"],
             "active": answer["active"]}  # fmt: skip
@@ -59,7 +46,7 @@ async def windows(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
 
 async def window(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     ops.check_window_args(args)
-    row = await _running_row(ctx, args)
+    row = await running_row(ctx, args)
     fields = {k: args[k] for k in ops.WINDOW_OP_FIELDS[args["op"]]}
     request = cast(ops.DesktopWindowArgs, {"desktop_session_id": row.desktop_session_id,
                                            "window_id": args["window_id"], "op": args["op"],
@@ -74,7 +61,7 @@ async def window(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 async def clipboard_get(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-    row = await _running_row(ctx, args)
+    row = await running_row(ctx, args)
     request = ops.DesktopClipboardArgs(desktop_session_id=row.desktop_session_id, op="get")
     answer = await ctx.relay_call(ops.DESKTOP_CLIPBOARD, request)
     return {"desktop_session_id": row.desktop_session_id, "text": answer.get("text", ""),
@@ -82,7 +69,7 @@ async def clipboard_get(ctx: ActionContext, args: dict[str, Any]) -> dict[str, A
 
 
 async def clipboard_set(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-    row = await _running_row(ctx, args)
+    row = await running_row(ctx, args)
     request = ops.DesktopClipboardArgs(
         desktop_session_id=row.desktop_session_id, op="set", text=args["text"]
     )
@@ -94,7 +81,7 @@ async def clipboard_set(ctx: ActionContext, args: dict[str, Any]) -> dict[str, A
 
 async def shell(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     ops.check_shell_args(args)
-    row = await _running_row(ctx, args)
+    row = await running_row(ctx, args)
     timeout_s = float(args["timeout_s"])
     request = ops.DesktopShellArgs(
         desktop_session_id=row.desktop_session_id, command=args["command"], timeout_s=timeout_s
@@ -113,7 +100,7 @@ FILE_ARGS: Final = ("op", "path", "content", "append", "offset", "length")
 
 async def file(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     ops.check_file_args(args)
-    row = await _running_row(ctx, args)
+    row = await running_row(ctx, args)
     fields = {k: args[k] for k in FILE_ARGS if k in args}
     request = cast(ops.DesktopFileArgs, {**_session(row), **fields})
     async with agent_input(ctx, DesktopTarget.of_row(row)) as grant:

@@ -27,6 +27,7 @@ from wire.ops import DesktopKind
 
 SOURCE: Final = "cua"
 Result = dict[str, Any]
+Handler = Callable[["CuaCall", Mapping[str, Any]], Awaitable[Result]]
 # A region this size around a point is what an unguarded (``?guard=off``) click looks at: a
 # fresh zoom of it gives the click a revision of its own (the relay never clicks unguarded).
 OWN_LOOK_SIDE: Final = 8
@@ -207,7 +208,7 @@ async def _revision_for(call: CuaCall, point: tuple[int, int]) -> str:
     return call.session.revision
 
 
-def _clicker(action: str, button: str) -> Callable[[CuaCall, Mapping[str, Any]], Awaitable[Result]]:
+def _clicker(action: str, button: str) -> Handler:
     async def click(call: CuaCall, params: Mapping[str, Any]) -> Result:
         x, y = await _point_or_cursor(call, params)
         revision = await _revision_for(call, (x, y))
@@ -274,24 +275,14 @@ async def drag(call: CuaCall, params: Mapping[str, Any]) -> Result:
     return {}
 
 
-async def type_text(call: CuaCall, params: Mapping[str, Any]) -> Result:
-    await call.screen("type", text=_str(params, "text"))
-    return {}
+def _passed(action: str, name: str) -> Handler:
+    """A command that hands one text parameter to a screen action as it is."""
 
+    async def run(call: CuaCall, params: Mapping[str, Any]) -> Result:
+        await call.screen(action, **{name: _str(params, name)})
+        return {}
 
-async def press_key(call: CuaCall, params: Mapping[str, Any]) -> Result:
-    await call.screen("key", key=_str(params, "key"))
-    return {}
-
-
-async def key_down(call: CuaCall, params: Mapping[str, Any]) -> Result:
-    await call.screen("key_down", key=_str(params, "key"))
-    return {}
-
-
-async def key_up(call: CuaCall, params: Mapping[str, Any]) -> Result:
-    await call.screen("key_up", key=_str(params, "key"))
-    return {}
+    return run
 
 
 async def hotkey(call: CuaCall, params: Mapping[str, Any]) -> Result:
@@ -408,7 +399,7 @@ async def get_active_window_bounds(call: CuaCall, params: Mapping[str, Any]) -> 
     raise OpError(ErrorCode.NOT_FOUND, "no window has the focus")
 
 
-def _window_op(op: str, *fields: str) -> Callable[[CuaCall, Mapping[str, Any]], Awaitable[Result]]:
+def _window_op(op: str, *fields: str) -> Handler:
     async def run(call: CuaCall, params: Mapping[str, Any]) -> Result:
         window_id = (await _window(call, params))["id"]
         extra = {name: _int(params, name) for name in fields}
@@ -525,9 +516,7 @@ async def run_command(call: CuaCall, params: Mapping[str, Any]) -> Result:
             "return_code": -1 if code is None else code}  # fmt: skip
 
 
-def _file(
-    op: str, *names: str, answer_keys: tuple[str, ...] = ()
-) -> Callable[[CuaCall, Mapping[str, Any]], Awaitable[Result]]:
+def _file(op: str, *names: str, answer_keys: tuple[str, ...] = ()) -> Handler:
     async def run(call: CuaCall, params: Mapping[str, Any]) -> Result:
         args: Result = {"path": _str(params, "path")}
         for name in names:
@@ -549,9 +538,6 @@ async def write_bytes(call: CuaCall, params: Mapping[str, Any]) -> Result:
             "append": bool(params.get("append", False))}  # fmt: skip
     await call.action("desktop_file", op="write_bytes", **args)
     return {}
-
-
-Handler = Callable[[CuaCall, Mapping[str, Any]], Awaitable[Result]]
 
 
 @dataclass(frozen=True)
@@ -591,10 +577,10 @@ COMMANDS: Final[Mapping[str, Command]] = {
         drag_to, (("x", REQUIRED), ("y", REQUIRED), ("button", "left"), ("duration", 0.5))
     ),
     "drag": Command(drag, (("path", REQUIRED), ("button", "left"), ("duration", 0.5))),
-    "type_text": Command(type_text, (("text", REQUIRED),)),
-    "press_key": Command(press_key, (("key", REQUIRED),)),
-    "key_down": Command(key_down, (("key", REQUIRED),)),
-    "key_up": Command(key_up, (("key", REQUIRED),)),
+    "type_text": Command(_passed("type", "text"), (("text", REQUIRED),)),
+    "press_key": Command(_passed("key", "key"), (("key", REQUIRED),)),
+    "key_down": Command(_passed("key_down", "key"), (("key", REQUIRED),)),
+    "key_up": Command(_passed("key_up", "key"), (("key", REQUIRED),)),
     "hotkey": Command(hotkey, (("keys", REQUIRED),)),
     "scroll": Command(scroll, (("x", REQUIRED), ("y", REQUIRED))),
     "scroll_down": Command(scroll_down, (("clicks", 1),)),

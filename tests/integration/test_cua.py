@@ -23,11 +23,11 @@ from PIL import Image
 from server import admin
 from server.db.records import parse_role
 from server.db.store import Store
-from tests.integration.test_screen_tool import Desktop, _start_desktop, _xlib_capture
+from tests.integration.test_screen_tool import _xlib_capture
 from tests.support.cua import CuaClient, CuaServer, parse_data_line, shape
-from tests.support.processes import ProcessTracker, scaled
-from tests.support.stack import Seed, inprocess_server, seed_database, start_relay, wait_until
-from wire.ids import RelayId
+from tests.support.processes import scaled
+from tests.support.recorded import Desktop, recorded_desktops
+from tests.support.stack import Seed
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -65,26 +65,9 @@ class CuaStack:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[CuaStack]:
-    root = tmp_path_factory.mktemp("cua")
-    seed = await seed_database(root / "data")
-    tracker = ProcessTracker(root / "processes")
-    env = {"RELAYDESK_DESKTOP_APPS": ",", "DISPLAY": ""}
-    async with inprocess_server(seed) as (app, url):
-        relay = start_relay(
-            tracker.start, seed, url, env=env, extra_args=("--stop-desktops-on-exit",)
-        )
-        relay_id = seed.relay["relay_id"]
-        try:
-            connected = app.state.services.hub.is_connected
-            await wait_until(lambda: connected(RelayId(relay_id)), 20, "the relay to connect")
-            desktop = await _start_desktop(app, relay_id, "main", SIZE)
-            yield CuaStack(app, url, seed, desktop)
-            desktop.recorder.stop()
-        except BaseException:
-            print(relay.log_tail())
-            raise
-        finally:
-            tracker.cleanup()
+    async with recorded_desktops(tmp_path_factory.mktemp("cua"), {"main": SIZE}) as parts:
+        app, url, seed, _relay_id, desktops = parts
+        yield CuaStack(app, url, seed, desktops["main"])
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -19,11 +19,9 @@ import pytest_asyncio
 from PIL import Image
 from Xlib import display
 
-from tests.integration.test_screen_tool import Desktop, Stack, _start_desktop
-from tests.support.processes import ProcessTracker
-from tests.support.stack import inprocess_server, seed_database, start_relay, wait_until
+from tests.integration.test_screen_tool import Stack
+from tests.support.recorded import Desktop, recorded_desktops
 from wire.guard import CropRect
-from wire.ids import RelayId
 from wire.screen_coords import Frame, grid_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -37,28 +35,10 @@ LABEL_STRIP = (20, 48)
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
-    root = tmp_path_factory.mktemp("pixels")
-    seed = await seed_database(root / "data")
-    tracker = ProcessTracker(root / "processes")
-    env = {"RELAYDESK_DESKTOP_APPS": ",", "DISPLAY": ""}
-    async with inprocess_server(seed) as (app, url):
-        relay = start_relay(
-            tracker.start, seed, url, env=env, extra_args=("--stop-desktops-on-exit",)
-        )
-        relay_id = seed.relay["relay_id"]
-        try:
-            connected = app.state.services.hub.is_connected
-            await wait_until(lambda: connected(RelayId(relay_id)), 20, "the relay to connect")
-            main = await _start_desktop(app, relay_id, "main", MAIN)
-            second = await _start_desktop(app, relay_id, "second", SECOND)
-            yield Stack(app, url, seed, relay_id, main, second)
-            main.recorder.stop()
-            second.recorder.stop()
-        except BaseException:
-            print(relay.log_tail())
-            raise
-        finally:
-            tracker.cleanup()
+    sizes = {"main": MAIN, "second": SECOND}
+    async with recorded_desktops(tmp_path_factory.mktemp("pixels"), sizes) as parts:
+        app, url, seed, relay_id, desktops = parts
+        yield Stack(app, url, seed, relay_id, desktops["main"], desktops["second"])
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from PIL import Image
 from Xlib import XK, X, display
 
 from tests.e2e.viewer_stack import viewer_stack
-from tests.support.processes import ProcessTracker, scaled
-from tests.support.stack import Seed, inprocess_server, seed_database, start_relay, wait_until
-from tests.support.xrecorder import XRecorder
+from tests.support.processes import scaled
+from tests.support.recorded import Desktop, recorded_desktops
+from tests.support.stack import Seed
 from wire.ids import RelayId
 
 SHIFT_L = 0xFFE1
@@ -33,16 +33,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 MAIN = (1280, 800)
 SECOND = (800, 600)
 TYPED = "Hello, wörld! ☃"
-
-
-@dataclass
-class Desktop:
-    session_id: str
-    display: str
-    width: int
-    height: int
-    recorder: XRecorder
-    stopped: bool = False
 
 
 @dataclass
@@ -69,41 +59,12 @@ async def call_screen(stack: Stack, body: dict[str, Any]) -> tuple[int, dict[str
     return response.status_code, response.json()
 
 
-async def _start_desktop(app: Any, relay_id: str, slot: str, size: tuple[int, int]) -> Desktop:
-    args = {"kind": "virtual", "slot": slot, "geometry": f"{size[0]}x{size[1]}"}
-    row = await app.state.services.hub.request(RelayId(relay_id), "desktop.start", args, scaled(30))
-    recorder = XRecorder(row["display"], scaled(10))
-    return Desktop(row["desktop_session_id"], row["display"], *size, recorder)
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
-    root = tmp_path_factory.mktemp("screen")
-    seed = await seed_database(root / "data")
-    tracker = ProcessTracker(root / "processes")
-    env = {"RELAYDESK_DESKTOP_APPS": ",", "DISPLAY": ""}
-    async with inprocess_server(seed) as (app, url):
-        relay = start_relay(
-            tracker.start, seed, url, env=env, extra_args=("--stop-desktops-on-exit",)
-        )
-        relay_id = seed.relay["relay_id"]
-        try:
-            await wait_until(
-                lambda: app.state.services.hub.is_connected(RelayId(relay_id)),
-                20,
-                "the relay to connect",
-            )
-            main = await _start_desktop(app, relay_id, "main", MAIN)
-            second = await _start_desktop(app, relay_id, "second", SECOND)
-            yield Stack(app, url, seed, relay_id, main, second)
-            for desktop in (main, second):
-                if not desktop.stopped:
-                    desktop.recorder.stop()
-        except BaseException:
-            print(relay.log_tail())
-            raise
-        finally:
-            tracker.cleanup()
+    sizes = {"main": MAIN, "second": SECOND}
+    async with recorded_desktops(tmp_path_factory.mktemp("screen"), sizes) as parts:
+        app, url, seed, relay_id, desktops = parts
+        yield Stack(app, url, seed, relay_id, desktops["main"], desktops["second"])
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from relay.a11y.settings import A11ySettings
 from relay.desktop_tools.settings import DesktopToolsConfigError, DesktopToolSettings
 from relay.desktops.audio import AudioSettings
 from relay.desktops.config import DesktopConfig
+from relay.desktops.docker_config import DockerDesktopSettings
 from wire.errors import RelaydeskError
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,8 @@ class RelaySettings:
     a11y: A11ySettings = field(default_factory=A11ySettings)
     # Shell and file commands in desktops (RELAYDESK_CUA_SHELL; docs/desktop-tools.md).
     tools: DesktopToolSettings = field(default_factory=DesktopToolSettings)
+    # Desktops in containers (RELAYDESK_DOCKER_DESKTOP*; docs/docker.md).
+    docker: DockerDesktopSettings = field(default_factory=DockerDesktopSettings)
 
     @classmethod
     def from_env(
@@ -107,6 +110,7 @@ class RelaySettings:
             audio=AudioSettings.from_env(env),
             a11y=A11ySettings.from_env(env),
             tools=_tool_settings(env),
+            docker=DockerDesktopSettings.from_env(env),
         )
 
     @property

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import secrets
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,14 @@ from relay.backend import DesktopBackend
 from relay.config import RelaySettings
 from relay.desktops.audio import PulseAudioStarter
 from relay.desktops.backend import VirtualBackend
+from relay.desktops.docker_backend import DockerBackend
+from relay.desktops.docker_manager import DockerDesktops
 from relay.desktops.launch import missing_binaries
 from relay.desktops.manager import DesktopManager
 from relay.handlers import Handlers
 from relay.local_desktop import HostHelperClient, LocalDesktop
 from relay.screen.service import ScreenService
-from relay.worker import RelayWorker
+from relay.worker import RelayWorker, process_age_s
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +95,16 @@ class RelayService:
         ]
         if self.local is not None:
             backends.append(self.local)
+        # Desktops in containers (relay/desktops/docker_backend.py, docs/docker.md).
+        self.docker = DockerBackend(
+            DockerDesktops(
+                desktop_config, settings.docker, authority=self.desktops.authority,
+                sound_root=audio.runtime_root if audio.available else None,
+                audio_default=audio.default_on, on_change=self._desktop_changed,
+            ),
+            self.screen, a11y=settings.a11y,
+        )  # fmt: skip
+        backends.append(self.docker)
         self.handlers = Handlers(
             backends,
             channel_targets={"audio": self.audio.open_channel} if audio.available else None,
@@ -115,11 +128,18 @@ class RelayService:
 
     async def run(self) -> None:
         """Re-adopt surviving desktops, serve the server, then shut down in order."""
+        log.info("relay starting", extra={"since_exec_s": round(process_age_s(), 3)})
+        began = time.monotonic()
         await asyncio.to_thread(self.owner.take)
-        adopted = await self.desktops.adopt_from_state()
-        if adopted:
-            log.info("re-adopted %d desktop(s) from the previous relay run", len(adopted))
+        # What the last relay left that is not re-adopted is stopped after the hello.
+        adopted = await self.desktops.adopt_from_state(clean_up_later=True)
+        log.info(
+            "re-adopted %d desktop(s) from the previous relay run", len(adopted),
+            extra={"adopt_s": round(time.monotonic() - began, 3),
+                   "since_exec_s": round(process_age_s(), 3)},
+        )  # fmt: skip
         self.desktops.start_watchdog()
+        await self.docker.open()
         if self.local is not None:
             self.local.start_watch()
         try:
@@ -129,7 +149,9 @@ class RelayService:
             await self.audio.aclose()
             if self.local is not None:
                 await self.local.aclose()
-            await self.desktops.close(stop_desktops=await self._stop_desktops_on_exit())
+            stop_desktops = await self._stop_desktops_on_exit()
+            await self.desktops.close(stop_desktops=stop_desktops)
+            await self.docker.desktops.close(stop_desktops=stop_desktops)
             log.info("relay stopped")
 
     async def _stop_desktops_on_exit(self) -> bool:

@@ -35,12 +35,22 @@ class VncTarget(TargetStream):
         """Connect and authenticate; raises ``OSError`` or :class:`RfbHandshakeError`."""
         loop = asyncio.get_running_loop()
         _, stream = await loop.create_connection(cls, host, port)
+        return await stream._authenticated(secret)
+
+    @classmethod
+    async def open_unix(cls, path: str, secret: bytes) -> VncTarget:
+        """The same through a unix socket (a container desktop's x11vnc, docs/docker.md)."""
+        loop = asyncio.get_running_loop()
+        _, stream = await loop.create_unix_connection(cls, path)
+        return await stream._authenticated(secret)
+
+    async def _authenticated(self, secret: bytes) -> VncTarget:
         try:
-            await stream._authenticate(secret)
+            await self._authenticate(secret)
         except BaseException:
-            await stream.aclose()
+            await self.aclose()
             raise
-        return stream
+        return self
 
     async def _authenticate(self, secret: bytes) -> None:
         server = VncClientHandshake(secret)

@@ -17,6 +17,7 @@ import secrets
 import socket
 import stat
 import struct
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,17 +110,35 @@ def write_desktop_files(directory: Path, credentials: DesktopCredentials) -> Non
 
 
 class RelayAuthority:
-    """The relay-wide authority file: one cookie per live desktop display."""
+    """The relay-wide authority file: one cookie per live desktop display.
+
+    Each kind of desktop that has displays (``virtual``, ``docker``) is a ``source`` with its
+    own set of entries; a write replaces one source's set and rewrites the file with all of them.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._sources: dict[str, list[tuple[int, bytes]]] = {}
+        # Writes come from worker threads of different desktop kinds.
+        self._lock = threading.Lock()
 
-    def write(self, cookies: Mapping[int, bytes] | Iterable[tuple[int, bytes]]) -> None:
-        """Rewrite the file with exactly these ``display → cookie`` entries (blocking)."""
-        pairs = cookies.items() if isinstance(cookies, Mapping) else cookies
-        data = b"".join(display_entries(str(display), cookie) for display, cookie in pairs)
-        private_dir(self.path.parent)
-        write_private(self.path, data)
+    def write(
+        self,
+        cookies: Mapping[int, bytes] | Iterable[tuple[int, bytes]],
+        source: str = "virtual",
+    ) -> None:
+        """Rewrite the file with exactly these ``display → cookie`` entries of ``source`` and
+        the current entries of every other source (blocking)."""
+        pairs = list(cookies.items() if isinstance(cookies, Mapping) else cookies)
+        with self._lock:
+            self._sources[source] = pairs
+            data = b"".join(
+                display_entries(str(display), cookie)
+                for entries in self._sources.values()
+                for display, cookie in entries
+            )
+            private_dir(self.path.parent)
+            write_private(self.path, data)
 
     def use_in_process(self) -> None:
         """Point this process's X clients at the file (once, at relay start-up)."""

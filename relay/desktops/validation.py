@@ -27,8 +27,9 @@ GEOMETRY_RE = re.compile(r"^([0-9]{1,5})x([0-9]{1,5})$")
 SESSION_ID_RE = re.compile(r"^[0-9a-f]{32,128}$")
 MAX_STARTED_BY = 200
 
-# kind → the kind this manager runs it as; None = served by another component.
-_KINDS: dict[str, str | None] = {VIRTUAL: VIRTUAL, "docker": VIRTUAL, "local": None}
+# kind → the kind this manager runs it as; None = served by another component (``docker``:
+# relay/desktops/docker_manager.py; ``local``: the host helper).
+_KINDS: dict[str, str | None] = {VIRTUAL: VIRTUAL, "docker": None, "local": None}
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class StartRequest:
 
 
 def normalise_kind(kind: object) -> str:
-    """Map ``docker`` to ``virtual``; ``local`` belongs to the host helper."""
+    """``virtual``; ``docker`` and ``local`` desktops are run by other components."""
     if not isinstance(kind, str) or kind not in _KINDS:
         raise InvalidArgs("kind", f"unknown kind {kind!r}; expected one of {sorted(_KINDS)}")
     normalised = _KINDS[kind]

@@ -162,7 +162,7 @@ async def test_stop_with_stale_id_conflicts_and_newer_desktop_keeps_running(
     stopped = await manager.stop(kind="virtual", slot="main", desktop_session_id=old)
     assert stopped == {"stopped": True, "stopped_session_id": old}
     new_row = await manager.start()
-    result = await manager.stop(kind="docker", slot="main", desktop_session_id=old)
+    result = await manager.stop(kind="virtual", slot="main", desktop_session_id=old)
     assert result == {
         "stopped": False,
         "conflict": True,

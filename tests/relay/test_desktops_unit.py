@@ -101,7 +101,7 @@ async def test_bad_stop_names_the_field(
 
 async def test_stop_of_empty_slot_is_idempotent(config: DesktopConfig) -> None:
     mgr = DesktopManager(config)
-    result = await mgr.stop(kind="docker", slot="main", desktop_session_id="a" * 32)
+    result = await mgr.stop(kind="virtual", slot="main", desktop_session_id="a" * 32)
     assert result == {"stopped": False, "was_running": False}
     assert (await mgr.probe("virtual", "main"))["running"] is False
     await mgr.close(stop_desktops=True)

@@ -1,0 +1,216 @@
+"""``DockerBackend``: the relay's container desktops (``DockerDesktops``) as a ``DesktopBackend``.
+
+Everything a viewer, the screen tool and the accessibility tools need reaches the container
+through the sockets of the desktop's directory: the viewer's stream is x11vnc's unix socket
+(authenticated with the desktop's VNC secret, ``relay.vnc_target``), screen actions and the
+keyboard state open the display ``:N`` the relay linked on its host (``docker_display.py``), the
+accessibility worker the session bus. Launchable apps, kept homes, the direct path and the
+desktop tools (shell, files, windows, clipboard) are not offered for containers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Final, cast
+
+from relay.a11y.client import A11yWorker, WorkerSpec, a11y_python
+from relay.a11y.settings import A11ySettings
+from relay.backend import not_offered
+from relay.channels import ByteStream
+from relay.desktops.docker_manager import DockerDesktops
+from relay.desktops.user import resolve_desktop_user
+from relay.screen.service import ScreenService
+from relay.vnc_target import VncTarget
+from wire.errors import ErrorCode, OpError, RfbHandshakeError
+from wire.ops import (
+    DesktopAppsResult,
+    DesktopKind,
+    DesktopLaunchResult,
+    DesktopResetHomeResult,
+    DesktopStartArgs,
+    DesktopStartResult,
+    DesktopStopArgs,
+    DesktopStopResult,
+    KeyboardState,
+    ProfileInfo,
+    RelayRow,
+    ScreenResult,
+    VncDirectResult,
+)
+from wire.screen_actions import ScreenAction
+
+CONNECT_TIMEOUT_S: Final = 5.0
+CAPABILITY: Final = "docker_desktop"
+_KEPT_ENV: Final = ("PATH", "LANG", "LANGUAGE", "TZ")
+
+
+class DockerBackend:
+    """Desktops in containers, reached through sockets in a directory shared with each."""
+
+    kind: DesktopKind = "docker"
+
+    def __init__(
+        self,
+        desktops: DockerDesktops,
+        screen: ScreenService,
+        *,
+        a11y: A11ySettings | None = None,
+    ) -> None:
+        self.desktops = desktops
+        self.screen_service = screen
+        self.a11y = a11y or A11ySettings()
+        self._a11y_workers: dict[str, A11yWorker] = {}
+        self._a11y_python: str | bool | None = False  # False: not looked for yet
+        self._displays: set[str] = set()
+
+    def capabilities(self) -> list[str]:
+        return [CAPABILITY] if self.desktops.unavailable is None else []
+
+    async def open(self) -> None:
+        """At relay start, before the server connects: is Docker there, and re-adoption."""
+        await self.desktops.probe()
+        await self.desktops.adopt()
+        self.desktops.start_watchdog()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self, args: DesktopStartArgs) -> DesktopStartResult:
+        options = {k: v for k, v in args.items() if k != "kind"}
+        row = await self.desktops.start(**cast(dict[str, Any], options))
+        return cast(DesktopStartResult, row)
+
+    async def stop(self, args: DesktopStopArgs) -> DesktopStopResult:
+        result = await self.desktops.stop(
+            slot=args.get("slot", "main"), desktop_session_id=args["desktop_session_id"]
+        )
+        await self._release_gone()
+        return cast(DesktopStopResult, result)
+
+    async def rows(self) -> list[RelayRow]:
+        rows = await self.desktops.status()
+        await self._release_gone()
+        return cast(list[RelayRow], rows)
+
+    async def holds(self, desktop_session_id: str) -> bool:
+        return self.desktops.live(desktop_session_id) is not None
+
+    async def find(self, desktop_session_id: str | None, slot: str) -> RelayRow | None:
+        row = await self.desktops.running(desktop_session_id, slot)
+        await self._release_gone()
+        return cast(RelayRow | None, row)
+
+    def direct(self, desktop_session_id: str) -> VncDirectResult | None:
+        return None  # x11vnc listens on no port: the server cannot reach it itself
+
+    # -- viewing and the screen --------------------------------------------------------------
+
+    async def open_stream(self, row: RelayRow) -> ByteStream:
+        desktop = self.desktops.live(row["desktop_session_id"])
+        if desktop is None:
+            raise OpError(ErrorCode.NOT_RUNNING, "no running desktop has this session id")
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                return await VncTarget.open_unix(
+                    str(desktop.vnc_socket), desktop.credentials.vnc_secret
+                )
+        except (OSError, TimeoutError, RfbHandshakeError) as err:
+            raise OpError(
+                ErrorCode.UNAVAILABLE, "the desktop's VNC server does not answer"
+            ) from err
+
+    async def _bound(self, row: RelayRow) -> str:
+        display = row.get("display")
+        if not isinstance(display, str):
+            raise OpError(ErrorCode.UNAVAILABLE, "this desktop has no display to read")
+        self._displays.add(display)
+        await self.screen_service.bind(display, row["desktop_session_id"])
+        return display
+
+    async def screen(
+        self, row: RelayRow, action: ScreenAction, args: dict[str, Any]
+    ) -> ScreenResult:
+        display = await self._bound(row)
+        session_id = row["desktop_session_id"]
+        try:
+            result = await self.screen_service.answer(display, action, args)
+        except OpError as err:
+            if err.code is ErrorCode.UNAVAILABLE and self.desktops.live(session_id) is None:
+                raise OpError(ErrorCode.NOT_RUNNING, "the desktop stopped") from err
+            raise
+        return cast(ScreenResult, {**result, "desktop_session_id": session_id,
+                                   "display": display})  # fmt: skip
+
+    async def keyboard_state(self, row: RelayRow) -> KeyboardState:
+        display = await self._bound(row)
+        return cast(KeyboardState, await self.screen_service.run(display, "keyboard_state", {}))
+
+    async def release_held(self, row: RelayRow) -> bool:
+        display = row.get("display")
+        if isinstance(display, str) and display in self._displays:
+            await self.screen_service.release_held(display)
+        return True
+
+    # -- accessibility ----------------------------------------------------------------------
+
+    async def a11y_worker(self, row: RelayRow) -> A11yWorker:
+        """The desktop's accessibility worker: a process on the relay's host, as the user the
+        container runs as (its session bus admits only that user), reaching the session bus
+        and the accessibility bus through the desktop's directory."""
+        session_id = row["desktop_session_id"]
+        worker = self._a11y_workers.get(session_id)
+        if worker is not None:
+            return worker
+        if self._a11y_python is False:
+            self._a11y_python = await asyncio.to_thread(a11y_python, self.a11y.python)
+        python = self._a11y_python
+        if not isinstance(python, str):
+            raise OpError(
+                ErrorCode.A11Y_UNAVAILABLE,
+                "this relay's host has no Python with the GObject bindings the accessibility "
+                "tools need (Debian: python3-gi; scripts/install installs it)",
+                {"suggestion": "use the screen tool (screenshot, then a guarded click)"},
+            )  # fmt: skip
+        user = await asyncio.to_thread(resolve_desktop_user, self.desktops.config.desktop_user)
+
+        def spec() -> WorkerSpec:
+            desktop = self.desktops.live(session_id)
+            if desktop is None:
+                raise OpError(ErrorCode.NOT_RUNNING, "the desktop stopped")
+            inherited = {k: v for k, v in os.environ.items() if k in _KEPT_ENV}
+            env = inherited | desktop.session_env() | self.a11y.worker_env()
+            return WorkerSpec(python, env, user, None)
+
+        worker = A11yWorker(f"docker desktop {row.get('slot', '?')}", spec)
+        self._a11y_workers[session_id] = worker
+        return worker
+
+    async def _release_gone(self) -> None:
+        """Close the screen connections and accessibility workers of desktops that are gone."""
+        for session_id in [s for s in self._a11y_workers if self.desktops.live(s) is None]:
+            await self._a11y_workers.pop(session_id).aclose()
+        for display in sorted(self._displays - self.desktops.displays()):
+            self._displays.discard(display)
+            await self.screen_service.release_display(display)
+
+    # -- what containers do not offer ------------------------------------------------------------
+
+    def profiles(self) -> list[ProfileInfo]:
+        return []
+
+    async def apps(self, desktop_session_id: str | None, slot: str) -> DesktopAppsResult:
+        raise not_offered(self.kind, "launchable apps (they run their start-up apps only)")
+
+    async def launch(
+        self, desktop_session_id: str | None, slot: str, app: str
+    ) -> DesktopLaunchResult:
+        raise not_offered(self.kind, "launchable apps (they run their start-up apps only)")
+
+    async def reset_home(self, slot: str) -> DesktopResetHomeResult:
+        raise not_offered(self.kind, "kept homes")
+
+    async def aclose(self) -> None:
+        """Stop the accessibility workers (the screen service belongs to the relay)."""
+        for worker in self._a11y_workers.values():
+            await worker.aclose()
+        self._a11y_workers.clear()

@@ -32,6 +32,9 @@ Handler = Callable[["CuaCall", Mapping[str, Any]], Awaitable[Result]]
 # fresh zoom of it gives the click a revision of its own (the relay never clicks unguarded).
 OWN_LOOK_SIDE: Final = 8
 MAX_SCROLL: Final = 50
+LISTING: Final = "desktop_list_active"
+# The desktop the screen action reaches without naming one.
+DEFAULT: Final = ("virtual", "main")
 
 
 @dataclass
@@ -67,8 +70,7 @@ class CuaCall:
 
     async def action(self, name: str, **args: Any) -> Result:
         """Run the typed action ``name`` on this call's desktop; ``OpError`` on refusal."""
-        body = {"conversation_id": self.target.conversation_id, "relay": self.target.relay,
-                **self._where(name), **args}  # fmt: skip
+        body = {"conversation_id": self.target.conversation_id, **self._where(name), **args}
         status, answer = await invoke(
             self.services, self.principal, name, body, source=SOURCE, request_id=self.request_id
         )
@@ -84,24 +86,39 @@ class CuaCall:
         """How each action names the desktop: the screen action by ``local`` (and the default
         virtual desktop), the others by kind and slot."""
         if name == "screen":
+            relay = {"relay": self.target.relay}
             if self.target.kind == "local":
-                return {"local": True}
-            if self.target.slot == "main":
-                return {}
-            return {"desktop_session_id": self.session.desktop_session_id or ""}
-        return {"kind": self.target.kind, "slot": self.target.slot}
+                return {**relay, "local": True}
+            if (self.target.kind, self.target.slot) == DEFAULT:
+                return relay
+            return {**relay, "desktop_session_id": self.session.desktop_session_id or ""}
+        if name == LISTING:  # lists every desktop of the conversation
+            return {}
+        return {"relay": self.target.relay, "kind": self.target.kind, "slot": self.target.slot}
 
     async def screen(self, action: str, **args: Any) -> Result:
-        if self.target.kind == "virtual" and self.target.slot != "main":
+        if self.target.kind == "local" or (self.target.kind, self.target.slot) == DEFAULT:
+            return await self.action("screen", action=action, **args)
+        known = self.session.desktop_session_id
+        if known is None:
             await self._session_of_slot()
+        try:
+            return await self.action("screen", action=action, **args)
+        except OpError as err:
+            if known is None or err.code is not ErrorCode.NOT_RUNNING:
+                raise
+        # The session's desktop stopped since: the slot may hold a new one.
+        self.session.desktop_session_id = None
+        await self._session_of_slot()
         return await self.action("screen", action=action, **args)
 
     async def _session_of_slot(self) -> None:
-        if self.session.desktop_session_id:
-            return
-        listed = await self.action("desktop_list_active")
-        for row in listed.get("desktops", []):
-            if row.get("kind") == self.target.kind and row.get("slot") == self.target.slot:
+        """The running desktop in the target's slot of its relay (screen names it by session)."""
+        target = self.target
+        for row in (await self.action(LISTING)).get("desktops", []):
+            where = (row.get("kind"), row.get("slot"), row.get("state"))
+            relay_named = target.relay in (row.get("relay_id"), row.get("relay_name"))
+            if relay_named and where == (target.kind, target.slot, "running"):
                 self.session.desktop_session_id = str(row["desktop_session_id"])
                 return
         raise OpError(ErrorCode.NOT_RUNNING, "no running desktop in that slot; start one first")

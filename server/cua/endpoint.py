@@ -4,8 +4,8 @@ protocol for one desktop (docs/cua.md).
 ``POST …/cmd``, ``WS …/ws``, ``GET …/commands`` and ``GET …/status``, framed as Cua's own server
 frames them. A request is admitted before anything runs: an API token (``Authorization: Bearer
 rdk_…`` or Cua's ``X-API-Key: rdk_…``), membership of the conversation (else 404, as for one
-that does not exist), a sane target (relay name or id, kind ``virtual`` or ``local``, a slot),
-and for ``/cmd`` the body through the server's input boundary.
+that does not exist), a sane target (relay name or id, kind ``virtual``, ``docker`` or
+``local``, a slot), and for ``/cmd`` the body through the server's input boundary.
 
 ``?guard=off`` on the base URL turns the session's click guard off. Cua's client appends
 ``/cmd`` and ``/ws`` to its base URL as text, so a base URL ending in ``?guard=off`` reaches
@@ -22,7 +22,7 @@ import logging
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
@@ -42,6 +42,7 @@ from server.cua.commands import COMMANDS, CuaCall, CuaSession, CuaTarget, listin
 from server.services import Services, services_of
 from wire.errors import ErrorCode, InvalidArgs, OpError, RelaydeskError, UnsupportedMediaType
 from wire.jsonbody import is_json_media_type, parse_json_object
+from wire.ops import DesktopKind
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ SHELL_CAPABILITY: Final = "shell"
 _CONVERSATION_ID: Final = re.compile(CONVERSATION_ID["pattern"])
 _RELAY: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SLOT: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
-KINDS: Final = ("virtual", "local")
+KINDS: Final = ("virtual", "docker", "local")
 # Sessions kept (one per token and desktop); the least recently used goes first.
 MAX_SESSIONS: Final = 4096
 MAX_WS_MESSAGE: Final = 1 << 20
@@ -89,10 +90,10 @@ def _target(conn: HTTPConnection) -> CuaTarget:
     if not _RELAY.fullmatch(relay):
         raise InvalidArgs("relay", "must be a relay name or id")
     if kind not in KINDS:
-        raise InvalidArgs("kind", "must be virtual or local")
+        raise InvalidArgs("kind", "must be virtual, docker or local")
     if not _SLOT.fullmatch(slot):
         raise InvalidArgs("slot", "must be a slot name like 'main'")
-    return CuaTarget(conversation_id, relay, "local" if kind == "local" else "virtual", slot)
+    return CuaTarget(conversation_id, relay, cast("DesktopKind", kind), slot)
 
 
 def _query(conn: HTTPConnection) -> tuple[bool, str | None]:

@@ -229,6 +229,29 @@ async def test_a_docker_desktop_is_viewed_screenshotted_and_clicked(stack: Stack
     assert (position["x"], position["y"]) == (x, y)
 
 
+async def test_cuas_protocol_reaches_a_docker_desktop(stack: Stack) -> None:
+    started = await stack.running_docker()
+    slot = started["desktop"]["slot"]
+    base = (f"/api/v1/conversations/{stack.seed.conversation_id}/cua/"
+            f"{stack.seed.relay['name']}/docker/{slot}/cmd")  # fmt: skip
+    headers = {"X-API-Key": stack.seed.api_token}
+
+    async def cmd(command: str, **params: Any) -> dict[str, Any]:
+        response = await stack.client.post(base, headers=headers,
+                                           json={"command": command, "params": params})  # fmt: skip
+        assert response.status_code == 200, response.text
+        reply: dict[str, Any] = json.loads(response.text.strip().removeprefix("data: "))
+        assert reply["success"] is True, (command, reply)
+        return reply
+
+    width, height = GEOMETRY
+    assert (await cmd("get_screen_size"))["size"] == {"width": width, "height": height}
+    shot = await cmd("screenshot")
+    assert Image.open(io.BytesIO(base64.b64decode(shot["image_data"]))).size == GEOMETRY
+    await cmd("left_click", x=30, y=40)  # guarded by that screenshot
+    assert (await cmd("get_cursor_position"))["position"] == {"x": 30, "y": 40}
+
+
 async def test_a_docker_desktop_cannot_see_the_hosts_files(stack: Stack) -> None:
     session_id = (await stack.running_docker())["desktop"]["desktop_session_id"]
     marker = stack.state_dir / MARKER

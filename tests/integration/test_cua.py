@@ -28,10 +28,12 @@ from tests.support.cua import CuaClient, CuaServer, parse_data_line, shape
 from tests.support.processes import scaled
 from tests.support.recorded import Desktop, recorded_desktops
 from tests.support.stack import Seed
+from wire.ids import RelayId
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 SIZE = (1280, 800)
+SECOND = (800, 600)
 RETURN_KEYSYM = 0xFF0D
 POINT = (300, 200)
 
@@ -39,6 +41,7 @@ POINT = (300, 200)
 class CuaStack:
     def __init__(self, app: Any, url: str, seed: Seed, desktop: Desktop) -> None:
         self.app, self.url, self.seed, self.desktop = app, url, seed, desktop
+        self.second = desktop
         self.base = f"{url}/api/v1/conversations/{seed.conversation_id}/cua/relay-1/virtual/main"
 
     async def post(self, name: str, token: str | None = None, base: str | None = None,
@@ -65,9 +68,15 @@ class CuaStack:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[CuaStack]:
-    async with recorded_desktops(tmp_path_factory.mktemp("cua"), {"main": SIZE}) as parts:
-        app, url, seed, _relay_id, desktops = parts
-        yield CuaStack(app, url, seed, desktops["main"])
+    sizes = {"main": SIZE, "second": SECOND}
+    async with recorded_desktops(tmp_path_factory.mktemp("cua"), sizes) as parts:
+        app, url, seed, relay_id, desktops = parts
+        for slot, desktop in desktops.items():  # the inventory knows what the relay started
+            row = {"desktop_session_id": desktop.session_id, "kind": "virtual", "slot": slot}
+            await app.state.services.inventory.record_started(RelayId(relay_id), row)
+        stack = CuaStack(app, url, seed, desktops["main"])
+        stack.second = desktops["second"]
+        yield stack
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -184,6 +193,21 @@ async def test_guard_off_on_the_base_url_clicks_without_a_screenshot(stack, reco
         stack.desktop.recorder.paint(0, 0, 64, 64, 0x00FF00)
         await cua.call("left_click", 500, 400)
         assert _presses(recorder.drain()) == [(1, 500, 400)]
+    finally:
+        cua.close()
+
+
+async def test_a_base_url_names_its_slot(stack):
+    second = stack.second
+    second.recorder.drain()
+    base = stack.base.replace("/virtual/main", "/virtual/second")
+    cua = await CuaClient.start(base, stack.seed.api_token)
+    try:
+        assert await cua.call("get_screen_size") == {"width": SECOND[0], "height": SECOND[1]}
+        assert (await cua.image()).startswith(b"\x89PNG")
+        await cua.call("left_click", 50, 60)
+        assert _presses(second.recorder.drain()) == [(1, 50, 60)]
+        assert _presses(stack.desktop.recorder.drain()) == []
     finally:
         cua.close()
 

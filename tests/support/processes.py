@@ -329,8 +329,11 @@ class ProcessTracker:
         self.processes.append(process)
         return process.start()
 
-    def cleanup(self, timeout: float = 5.0) -> list[ManagedProcess]:
-        """Terminate every started process (newest first); returns those that were running."""
+    def cleanup(self, timeout: float = 20.0) -> list[ManagedProcess]:
+        """Terminate every started process (newest first); returns those that were running.
+
+        A relay stops its desktops on SIGTERM (``--stop-desktops-on-exit``): on a loaded machine
+        that takes seconds, and a SIGKILL before it ends would leave them running."""
         left = []
         for process in reversed(self.processes):
             if process.is_alive() or _group_members(process.pgid):

@@ -31,7 +31,7 @@ from server.db.store import Store
 from server.errors import error_handler
 from server.health import health_routes
 from server.mcp.endpoint import McpEndpoint
-from server.metrics import metrics_routes
+from server.metrics.endpoint import metrics_routes
 from server.openapi.document import openapi_routes
 from server.relays.endpoint import relay_connect
 from server.relays.hub import RelayHub
@@ -120,7 +120,9 @@ def create_app(settings: Settings) -> Starlette:
                     audio=viewing.audio,
                     novnc_assets=viewing.novnc_assets,
                     chat=chat_feature.build_chat(),
-                    screen_tool=screen_feature.start_screen(hub, store, settings, parts.actions),
+                    screen_tool=screen_feature.start_screen(
+                        hub, store, settings, parts.actions, routed.issuers
+                    ),
                 ),
             )
             await features.enter_async_context(mcp.running())

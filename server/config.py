@@ -80,6 +80,8 @@ class Settings:
     agent_grant_budget: int = 1000
     agent_grant_idle_s: float = 120.0
     agent_grant_relays: str = ""
+    # ``GET /metrics`` for holders of this bearer token, from anywhere; empty: loopback only.
+    metrics_token: str = field(default="", repr=False)
 
     @property
     def clustered(self) -> bool:
@@ -101,6 +103,12 @@ class Settings:
                 "RELAYDESK_REDIS_URL is set but RELAYDESK_CLUSTER_SECRET is missing or shorter "
                 "than 16 characters: replicas authenticate each other with it; set the same "
                 "secret on every replica"
+            )
+        if self.metrics_token and len(self.metrics_token) < 16:
+            raise ConfigError(
+                "RELAYDESK_METRICS_TOKEN is shorter than 16 characters: it lets anyone who holds "
+                "it read the metrics from anywhere; use a long random value, or leave it unset "
+                "to serve metrics to loopback clients only"
             )
         from server.control.policy import PolicyBook
 
@@ -148,6 +156,7 @@ class Settings:
             agent_grant_budget=_env_int("AGENT_GRANT_BUDGET", 1000),
             agent_grant_idle_s=_env_float("AGENT_GRANT_IDLE_S", 120.0),
             agent_grant_relays=_env("AGENT_GRANT_RELAYS", ""),
+            metrics_token=_env("METRICS_TOKEN", ""),
         )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -19,6 +20,7 @@ from server.actions.schema import validate, with_defaults
 from server.auth.principal import Principal
 from server.db.records import role_allows
 from server.errors import error_body, internal_error, status_of
+from server.metrics.instruments import ACTION_SECONDS
 from server.services import Services
 from wire.errors import BodyTooLarge, ErrorCode, InvalidArgs, OpError, RequestRejected
 from wire.jsonbody import parse_json_object
@@ -125,4 +127,8 @@ async def invoke(
     ctx = ActionContext(
         services, principal, "", "read", source, request_id or request_id_from(None)
     )
-    return await _run(action, ctx, body)
+    started = time.perf_counter()
+    try:
+        return await _run(action, ctx, body)
+    finally:
+        ACTION_SECONDS.labels(action.name).observe(time.perf_counter() - started)

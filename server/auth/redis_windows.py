@@ -14,6 +14,7 @@ from typing import Final
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
+from server.metrics.instruments import redis_error
 from wire.errors import ErrorCode, OpError
 
 PREFIX: Final = "relaydesk:login:"
@@ -42,6 +43,7 @@ return tostring(math.max(0, tonumber(oldest[2]) + tonumber(ARGV[1]) - now))
 
 
 def _unreachable() -> OpError:
+    redis_error("logins")
     return OpError(ErrorCode.UNAVAILABLE, "the login rate limit is not reachable")
 
 

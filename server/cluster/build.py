@@ -1,7 +1,8 @@
 """The one place that chooses what replicas share: the ``RelayRouter`` (the hub itself on one
-machine, the ``ClusterRouter`` when replicas share Redis, ``RELAYDESK_REDIS_URL``) and who hears
-of a store's cache invalidations (nobody else, or every replica), and where login failures are
-counted (this process, or Redis)."""
+machine, the ``ClusterRouter`` when replicas share Redis, ``RELAYDESK_REDIS_URL``), where screen
+calls on another replica's revision go (nowhere, or that replica), who hears of a store's
+cache invalidations (nobody else, or every replica), and where login failures are counted
+(this process, or Redis)."""
 
 from __future__ import annotations
 
@@ -14,20 +15,24 @@ from server.auth.ratelimit import ADDRESS_FACTOR, LoginRateLimiter
 from server.cluster.ownership import Ownership
 from server.cluster.peers import Peers
 from server.cluster.router import ClusterRouter
+from server.cluster.screen import ScreenForwarding
 from server.cluster.signing import ClusterSigner
 from server.config import Settings
 from server.db.base import StoreBase
 from server.db.invalidation import LocalInvalidations, RedisInvalidations
 from server.relays.hub import RelayHub
 from server.relays.router import RelayRouter
+from server.screen.tool import RevisionIssuers
 
 
 @dataclass(frozen=True)
 class Routing:
-    """The router callers use, and the cluster side when there is one."""
+    """The router callers use, the cluster side when there is one, and where the screen tool
+    sends calls on other replicas' revisions."""
 
     router: RelayRouter
     cluster: ClusterRouter | None
+    issuers: RevisionIssuers | None = None
 
 
 @contextlib.asynccontextmanager
@@ -52,7 +57,7 @@ async def routing(settings: Settings, hub: RelayHub) -> AsyncIterator[Routing]:
     await cluster.beat()
     cluster.start()
     try:
-        yield Routing(cluster, cluster)
+        yield Routing(cluster, cluster, ScreenForwarding(cluster))
     finally:
         await cluster.stop()
         await client.aclose()

@@ -1,6 +1,7 @@
-"""The answering side of the internal channel: requests and channels for relays held here.
+"""The answering side of the internal channel: requests and channels for relays held here,
+and screen calls on the revisions this replica issued (``server.cluster.screen``).
 
-Both routes exist on every replica but answer only when clustered, and only to a request
+The routes exist on every replica but answer only when clustered, and only to a request
 signed with the cluster secret; anything else is ``403`` (a WebSocket: close 4403) before a
 byte of the body is acted on. A relay not held here (or held under another epoch) answers
 ``not_owner``, so the caller re-reads ownership and retries once.
@@ -24,10 +25,12 @@ from server.cluster.peers import (
     CHANNEL_CLOSE_BASE,
     CHANNEL_PATH,
     REQUEST_PATH,
+    SCREEN_PATH,
     channel_code_from,
     close_code_for,
 )
 from server.cluster.router import ClusterRouter
+from server.cluster.screen import caller_from
 from server.relays.router import RelayChannel
 from server.services import services_of
 from wire.errors import ChannelCloseCode, ChannelClosedError, CloseCode, OpError
@@ -77,6 +80,25 @@ async def relay_request(request: Request) -> Response:
         result = await cluster.hub.request(
             relay_id, str(call["op"]), call.get("args"), float(call["timeout_s"])
         )
+    except OpError as err:
+        return _json({"error": err.to_dict()})
+    return _json({"result": result})
+
+
+async def screen_call(request: Request) -> Response:
+    """A screen call another replica admitted, on a revision this replica issued."""
+    body = await request.body()
+    if _authorized(request, "POST", body) is None:
+        return _json({"error": {"code": "forbidden", "message": "cluster signature"}}, 403)
+    try:
+        call = orjson.loads(body)
+        caller, args = caller_from(call["caller"]), call["body"]
+        if not isinstance(args, dict):
+            raise TypeError("body")
+    except (ValueError, KeyError, TypeError):  # orjson's JSONDecodeError is a ValueError
+        return _json({"error": {"code": "invalid_args", "message": "not a screen call"}}, 400)
+    try:
+        result = await services_of(request).screen_tool.run(caller, args, forwarded=True)
     except OpError as err:
         return _json({"error": err.to_dict()})
     return _json({"result": result})
@@ -149,4 +171,5 @@ async def _up(websocket: WebSocket, channel: RelayChannel) -> None:
 
 def internal_routes() -> list[BaseRoute]:
     return [Route(REQUEST_PATH, relay_request, methods=["POST"]),
+            Route(SCREEN_PATH, screen_call, methods=["POST"]),
             WebSocketRoute(CHANNEL_PATH, relay_channel)]  # fmt: skip

@@ -167,12 +167,21 @@ class Ownership:
         parsed = (parse_owner(_text(k), v) for k, v in raw.items())
         return {o.relay_id: o for o in parsed if o is not None}
 
-    async def alive_replicas(self) -> set[str]:
+    async def replica_urls(self) -> dict[str, str]:
+        """The live replicas and the internal address of each."""
         members = [_text(m) for m in await self.client.smembers(REPLICAS)]
         if not members:
-            return set()
+            return {}
         urls = await self.client.mget([PREFIX + "replica:" + m for m in members])
-        return {m for m, url in zip(members, urls, strict=True) if url is not None}
+        return {m: _text(url) for m, url in zip(members, urls, strict=True) if url is not None}
+
+    async def replica_url(self, replica: str) -> str | None:
+        """The internal address of ``replica`` while it lives."""
+        url = await self.client.get(PREFIX + "replica:" + replica)
+        return _text(url) if url is not None else None
+
+    async def alive_replicas(self) -> set[str]:
+        return set(await self.replica_urls())
 
     async def dead_replicas(self) -> set[str]:
         members = {_text(m) for m in await self.client.smembers(REPLICAS)}

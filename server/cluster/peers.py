@@ -1,5 +1,6 @@
 """The calling side of the internal channel: a request or a byte stream sent to the replica
-that owns a relay, signed with the cluster secret (``server.cluster.signing``).
+that owns a relay, or a screen call sent to the replica that issued its revision
+(``server.cluster.screen``), signed with the cluster secret (``server.cluster.signing``).
 
 Requests reuse keep-alive HTTP connections; a byte stream is one internal WebSocket whose
 both hops are bounded by TCP flow control (aiohttp pauses reading past its small queue, and
@@ -22,6 +23,7 @@ from wire.frames import Payload
 
 REQUEST_PATH: Final = "/internal/v1/request"
 CHANNEL_PATH: Final = "/internal/v1/channel"
+SCREEN_PATH: Final = "/internal/v1/screen"
 CHANNEL_CALL: Final = "x-relaydesk-channel"
 # A relay channel close code travels as this plus its ``ChannelCloseCode``.
 CHANNEL_CLOSE_BASE: Final = 4100
@@ -78,18 +80,29 @@ class Peers:
                 "timeout_s": timeout_s,
             }
         )
-        headers = self._signer.sign("POST", REQUEST_PATH, body)
+        return await self._post(owner.replica, owner.url, REQUEST_PATH, body,
+                                timeout_s + HOP_MARGIN_S, op)  # fmt: skip
+
+    async def screen(self, replica: str, url: str, call: dict[str, Any], total_s: float) -> Any:
+        """Run a screen call on ``replica`` (at ``url``); raise :class:`NotOwner` when it cannot
+        be reached, or the call's ``OpError``."""
+        return await self._post(replica, url, SCREEN_PATH, orjson.dumps(call), total_s, "screen")
+
+    async def _post(
+        self, replica: str, url: str, path: str, body: bytes, total_s: float, what: str
+    ) -> Any:
+        headers = self._signer.sign("POST", path, body)
         headers["content-type"] = "application/json"
-        timeout = aiohttp.ClientTimeout(total=timeout_s + HOP_MARGIN_S, connect=CONNECT_TIMEOUT_S)
+        timeout = aiohttp.ClientTimeout(total=total_s, connect=CONNECT_TIMEOUT_S)
         try:
             async with self._client().post(
-                owner.url + REQUEST_PATH, data=body, headers=headers, timeout=timeout
+                url + path, data=body, headers=headers, timeout=timeout
             ) as response:
                 status, raw = response.status, await response.read()
         except (aiohttp.ClientError, OSError) as err:
-            raise NotOwner(f"replica {owner.replica} unreachable: {err}") from err
+            raise NotOwner(f"replica {replica} unreachable: {err}") from err
         except TimeoutError:
-            raise OpError(ErrorCode.TIMEOUT, f"{op} did not answer through its replica") from None
+            raise OpError(ErrorCode.TIMEOUT, f"{what} did not answer through its replica") from None
         return _answer(status, raw)
 
     async def open_channel(

@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final, Literal, get_args
 
 from redis.exceptions import RedisError
 
 from server.cluster.ownership import CHANGED, Owner, Ownership
 from server.cluster.peers import NotOwner, Peers
 from server.cluster.signing import ClusterSigner
+from server.metrics.instruments import redis_error
 from server.relays.hub import RelayHub, RelayObserver
 from server.relays.router import RelayChannel, RelayEndpoint
 from wire.errors import ErrorCode, OpError
@@ -29,6 +30,10 @@ from wire.messages import Event, Hello
 log = logging.getLogger(__name__)
 
 Orphaned = Callable[[RelayId], Awaitable[None]]
+# What a replica sends to another: relay requests and channels to the relay's owner, screen
+# calls to the replica that issued their revision (``server.cluster.screen``).
+ForwardKind = Literal["request", "channel", "screen"]
+FORWARD_KINDS: Final[tuple[ForwardKind, ...]] = get_args(ForwardKind)
 
 
 def _unreachable() -> OpError:
@@ -67,9 +72,11 @@ class ClusterRouter:
         self._on_orphaned = on_orphaned
         self._owners: dict[RelayId, Owner] = {}
         self._alive: set[str] = {ownership.replica_id}
+        # live replica id -> its internal address (refreshed with ``_alive``)
+        self._replicas: dict[str, str] = {}
         self.mine: dict[RelayId, Owner] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self.forwarded = 0
+        self.forwarded: dict[ForwardKind, int] = dict.fromkeys(FORWARD_KINDS, 0)
         hub.add_observer(self)
 
     def add_observer(self, observer: RelayObserver) -> None:
@@ -85,11 +92,32 @@ class ClusterRouter:
         try:
             return bool(await self.ownership.client.ping())
         except RedisError:
+            redis_error("cluster")
             return False
 
     @property
     def replica_id(self) -> str:
         return self.ownership.replica_id
+
+    async def replica_url(self, replica: str) -> str | None:
+        """Where live replica ``replica`` answers; ``None`` when it is dead or unknown. Read
+        from Redis when the cache does not know it (it started since the last heartbeat)."""
+        url = self._replicas.get(replica)
+        if url is not None:
+            return url
+        try:
+            url = await self.ownership.replica_url(replica)
+        except RedisError:
+            redis_error("cluster")
+            log.warning("could not read replica %s's address", replica, exc_info=True)
+            return None
+        if url is not None:
+            self._replicas[replica] = url
+        return url
+
+    def _live_replicas(self, replicas: dict[str, str]) -> None:
+        self._replicas = replicas
+        self._alive = set(replicas) | {self.replica_id}
 
     # -- RelayRouter ---------------------------------------------------------------------------
 
@@ -128,7 +156,7 @@ class ClusterRouter:
         for attempt in (1, 2):
             if owner is None:
                 raise _unreachable()
-            self.forwarded += 1
+            self.forwarded["request"] += 1
             try:
                 return await self.peers.request(owner, op, args, timeout_s)
             except NotOwner as err:
@@ -145,6 +173,7 @@ class ClusterRouter:
         for _attempt in (1, 2):
             if owner is None:
                 break
+            self.forwarded["channel"] += 1
             try:
                 return await self.peers.open_channel(owner, target, timeout_s)
             except NotOwner as err:
@@ -158,8 +187,9 @@ class ClusterRouter:
         """The owner per Redis now; ``None`` when it is still ``stale`` or there is none."""
         try:
             fresh = await self.ownership.owner(relay_id)
-            self._alive = await self.ownership.alive_replicas() | {self.replica_id}
+            self._live_replicas(await self.ownership.replica_urls())
         except RedisError:
+            redis_error("cluster")
             log.warning("could not re-read relay %s's owner", relay_id, exc_info=True)
             return None
         self._store_owner(relay_id, fresh)
@@ -179,6 +209,7 @@ class ClusterRouter:
         try:
             epoch = await self.ownership.claim(relay_id, caps)
         except RedisError:
+            redis_error("cluster")
             log.exception("could not record that relay %s is held here", relay_id)
             epoch = 0
         owner = Owner(relay_id, self.replica_id, self.ownership.url, epoch, caps)
@@ -191,8 +222,10 @@ class ClusterRouter:
             return
         if self._owners.get(relay_id) == owner:
             del self._owners[relay_id]
-        with contextlib.suppress(RedisError):
+        try:
             await self.ownership.release(owner)
+        except RedisError:
+            redis_error("cluster")
 
     async def relay_event(self, relay_id: RelayId, event: Event) -> None:
         return None
@@ -221,7 +254,7 @@ class ClusterRouter:
         await self.ownership.heartbeat()
         for lost in await self.ownership.renew(self.mine.values()):
             await self._superseded(lost)
-        self._alive = await self.ownership.alive_replicas() | {self.replica_id}
+        self._live_replicas(await self.ownership.replica_urls())
         self._owners = await self.ownership.owners()
         for relay_id, owner in self.mine.items():
             self._owners.setdefault(relay_id, owner)
@@ -234,6 +267,7 @@ class ClusterRouter:
             try:
                 await self.beat()
             except RedisError:
+                redis_error("cluster")
                 log.warning("cluster heartbeat failed (Redis unreachable?)", exc_info=True)
             except Exception:
                 log.exception("cluster heartbeat failed")
@@ -274,6 +308,7 @@ class ClusterRouter:
             await self._superseded(mine)
         if owner is not None and owner.replica not in self._alive:
             self._alive.add(owner.replica)
+            self._replicas.setdefault(owner.replica, owner.url)
 
     async def _listen_forever(self) -> None:
         while True:
@@ -286,5 +321,6 @@ class ClusterRouter:
                         text = data.decode() if isinstance(data, bytes) else str(data)
                         await self._changed(RelayId(text))
             except RedisError:
+                redis_error("cluster")
                 log.warning("owner change notices interrupted; resubscribing", exc_info=True)
                 await asyncio.sleep(self._heartbeat_s)

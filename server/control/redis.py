@@ -20,6 +20,7 @@ from redis.exceptions import RedisError, WatchError
 
 from server.control.model import Cooldown, DesktopControl, DesktopKey, Grant, Person
 from server.control.store import Change, T
+from server.metrics.instruments import redis_error
 from wire.errors import ErrorCode, OpError
 
 PREFIX: Final = "relaydesk:control:"
@@ -63,6 +64,7 @@ def decode(raw: bytes | str | None) -> DesktopControl:
 
 
 def _unreachable(err: RedisError) -> OpError:
+    redis_error("control")
     return OpError(ErrorCode.UNAVAILABLE, f"the control state is not reachable ({err})")
 
 

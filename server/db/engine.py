@@ -11,6 +11,8 @@ from typing import Any, Final
 from sqlalchemy import URL, event, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from server.metrics.instruments import database_error
+
 PRIVATE_DIR_MODE: Final = 0o700
 PRIVATE_FILE_MODE: Final = 0o600
 _ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
@@ -52,12 +54,14 @@ def create_engine(database_url: str) -> AsyncEngine:
     """An async engine; SQLite gets foreign keys, WAL and a busy timeout on every connection."""
     url = normalize_url(database_url)
     if not is_sqlite(url):
-        return create_async_engine(url, pool_pre_ping=True)
-    ensure_sqlite_parent(url)
-    # One connection: SQLite takes one writer at a time anyway, and queueing in the pool is
-    # cheaper and fairer than connections spinning on "database is locked".
-    engine = create_async_engine(url, pool_size=1, max_overflow=0, pool_timeout=60)
-    event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        engine = create_async_engine(url, pool_pre_ping=True)
+    else:
+        ensure_sqlite_parent(url)
+        # One connection: SQLite takes one writer at a time anyway, and queueing in the pool
+        # is cheaper and fairer than connections spinning on "database is locked".
+        engine = create_async_engine(url, pool_size=1, max_overflow=0, pool_timeout=60)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    event.listen(engine.sync_engine, "handle_error", database_error)  # /metrics counts them
     return engine
 
 

@@ -19,6 +19,8 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
+from server.metrics.instruments import redis_error
+
 if TYPE_CHECKING:
     import redis.asyncio as redis
 
@@ -62,6 +64,7 @@ class RedisInvalidations:
         try:
             await self._client.publish(CHANNEL, message)
         except RedisError:
+            redis_error("caches")
             log.warning("cache invalidation not published; other replicas catch up within "
                         "their cache TTL", exc_info=True)  # fmt: skip
 
@@ -95,6 +98,7 @@ class RedisInvalidations:
                     async for message in pubsub.listen():
                         self._heard(message, clear)
             except RedisError:
+                redis_error("caches")
                 log.warning("cache invalidation listener lost Redis; retrying", exc_info=True)
                 await asyncio.sleep(RETRY_S)
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -183,6 +183,13 @@ class InventoryStore(StoreBase):
         changed = [_replace_state(row, "unknown", "relay_disconnected", now) for row in live]
         await self.upsert_desktops(changed)
         return changed
+
+    async def desktop_counts(self) -> dict[str, int]:
+        """How many rows each state has (stopped and failed: the history not yet pruned)."""
+        query = select(models.Desktop.state, func.count()).group_by(models.Desktop.state)
+        async with self._sessions() as session:
+            result = await session.execute(query)
+            return {str(state): int(count) for state, count in result.all()}
 
     async def prune_history(self, older_than: datetime) -> int:
         """Delete stopped and failed rows last updated before ``older_than``."""

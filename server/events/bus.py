@@ -142,6 +142,9 @@ class Feed:
 class Bus(Protocol):
     """Publish and subscribe to topics of events."""
 
+    # This process's subscribers (counted for /metrics).
+    fanout: Fanout
+
     async def publish(self, topic: str, event: str, data: dict[str, Any]) -> str:
         """Append an event to ``topic``; returns its id."""
         ...

@@ -21,6 +21,7 @@ import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from server.events.bus import HISTORY_LENGTH, BusEvent, Fanout, Feed, parse_event_id, replay_after
+from server.metrics.instruments import redis_error
 from wire.errors import ErrorCode, OpError
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ def _key(topic: str) -> str:
 
 
 def _unreachable() -> OpError:
+    redis_error("events")
     return OpError(ErrorCode.UNAVAILABLE, "event bus is not reachable")
 
 
@@ -173,6 +175,7 @@ class _Reader:
         try:
             cursor = await self._tail()
         except RedisError as err:
+            redis_error("events")
             await self._client.aclose()
             self._error = err  # only now: a failed reader is replaced without being awaited
             return
@@ -195,6 +198,7 @@ class _Reader:
             except RedisError:
                 if self._stopping:
                     return
+                redis_error("events")
                 log.warning("event bus read on %s failed; retrying", self._topic, exc_info=True)
                 await asyncio.sleep(RETRY_S)
                 continue

@@ -179,7 +179,10 @@ _SERVICE: Final[dict[tuple[str, str], Json]] = {
     ),
     ("GET", "/metrics"): operation(
         "metrics", "This replica's figures (Prometheus text format)", tag="operations",
-        security=NONE, responses=media("The figures.", "text/plain"),
+        security=NONE, description="Not an API credential: with `RELAYDESK_METRICS_TOKEN` set, "
+        "`Authorization: Bearer <that token>` from any address (else 401); without it, "
+        "loopback clients only (else 403). docs/operations.md lists the figures.",
+        responses=media("The figures.", "text/plain"),
     ),
     (WEBSOCKET, "/relay/v1/connect"): operation(
         "relay_connect", "A relay's connection (WebSocket, subprotocol relaydesk.v1)",

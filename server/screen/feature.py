@@ -1,7 +1,9 @@
 """Wiring of the screen tool into the app: one :class:`ScreenTool`, the ``screen`` action.
 
 ``server.app`` calls :func:`start_screen` after the actions registry exists; the tool is the
-``screen_tool`` of the app's ``Services``.
+``screen_tool`` of the app's ``Services``. With several replicas it is given the other
+replicas (``server.cluster.build``): its revisions name this replica, and calls on another
+replica's revisions run there.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from server.db.store import Store
 from server.relays.router import RelayRouter
 from server.screen.action import SCREEN_ACTION, HubRequests
 from server.screen.revisions import RevisionStore
-from server.screen.tool import ScreenTool
+from server.screen.tool import RevisionIssuers, ScreenTool
 
 
 class QueuedAudit:
@@ -27,19 +29,29 @@ class QueuedAudit:
         await self._store.queue_audit(**row)
 
 
-def build_tool(hub: RelayRouter, store: Store, settings: Settings) -> ScreenTool:
+def build_tool(
+    hub: RelayRouter,
+    store: Store,
+    settings: Settings,
+    issuers: RevisionIssuers | None = None,
+) -> ScreenTool:
     """A screen tool over the app's relay hub and store, with the configured revision store."""
     revisions = RevisionStore(
         settings.secret_key,
         ttl_s=settings.screen_revision_ttl_s,
         memory_bytes=settings.screen_revision_memory_bytes,
+        issuer=issuers.replica_id if issuers is not None else "",
     )
-    return ScreenTool(HubRequests(hub), revisions, QueuedAudit(store))
+    return ScreenTool(HubRequests(hub), revisions, QueuedAudit(store), issuers)
 
 
 def start_screen(
-    hub: RelayRouter, store: Store, settings: Settings, actions: ActionRegistry
+    hub: RelayRouter,
+    store: Store,
+    settings: Settings,
+    actions: ActionRegistry,
+    issuers: RevisionIssuers | None = None,
 ) -> ScreenTool:
     """Create the tool and register the ``screen`` action."""
     actions.register(SCREEN_ACTION)
-    return build_tool(hub, store, settings)
+    return build_tool(hub, store, settings, issuers)

@@ -91,6 +91,13 @@ class ScreenRequest:
             self.coordinates == "normalized" and self.relative_to is None and self.has_coordinates
         )
 
+    @property
+    def uses_revision(self) -> bool:
+        """Whether the call needs the capture its revision names: a guarded action's guard, or
+        what its coordinates refer to (a zoom's pixels, the screen normalized ones span)."""
+        zoomed = self.coordinates == "zoom" and self.has_coordinates
+        return self.revision is not None and (self.guarded or zoomed or self.needs_screen_size)
+
     def placed(self, frame: Frame) -> ScreenRequest:
         """The request with its coordinates in screen pixels and its relay arguments complete.
 

@@ -1,10 +1,12 @@
 """Screen revisions: signed names for screenshots, and the captures kept behind them.
 
 A revision is ``sr1.<base64url(payload)>.<base64url(hmac)>``; the payload is compact JSON
-``{i, r, s, d, t}`` (random id, relay, desktop session, display, issue time) and the HMAC
+``{i, r, s, d, t, o?}`` (random id, relay, desktop session, display, issue time, and with
+several replicas the id of the replica that issued it and keeps its capture) and the HMAC
 (SHA-256 with the server's secret key, truncated to 128 bits) covers all of it. Agents treat
 it as opaque; the server can tell a forged revision, one for another target, and one whose
-capture expired apart without a lookup.
+capture expired apart without a lookup, and a replica can tell where a revision's capture is
+kept (``server.cluster.screen`` sends the call there).
 
 A revision names a screenshot or a zoom (a region of the screen, ``View``). The
 :class:`RevisionStore` keeps each revision's full-resolution capture as the relay sent it:
@@ -56,11 +58,13 @@ class Binding:
 
 @dataclass(frozen=True)
 class Revision:
-    """A verified revision: its id, target and issue time (unix seconds)."""
+    """A verified revision: its id, target, issue time (unix seconds) and the replica that
+    issued it (empty on one machine)."""
 
     revision_id: str
     binding: Binding
     issued_at: float
+    issuer: str = ""
 
 
 @dataclass(frozen=True)
@@ -105,19 +109,20 @@ def _mac(key: str, payload: bytes) -> bytes:
     return digest[:_MAC_BYTES]
 
 
-def new_revision(binding: Binding, now: float) -> Revision:
+def new_revision(binding: Binding, now: float, issuer: str = "") -> Revision:
     """A fresh revision for ``binding`` (issue time kept to the millisecond, as signed)."""
-    return Revision(secrets.token_hex(12), binding, round(now, 3))
+    return Revision(secrets.token_hex(12), binding, round(now, 3), issuer)
 
 
 def token_for(key: str, revision: Revision) -> str:
     """The signed token naming ``revision``."""
     b = revision.binding
-    payload = json.dumps(
-        {"i": revision.revision_id, "r": b.relay_id, "s": b.desktop_session_id,
-         "d": b.display, "t": revision.issued_at},
-        separators=(",", ":"),
-    ).encode()  # fmt: skip
+    fields: dict[str, object] = {"i": revision.revision_id, "r": b.relay_id,
+                                 "s": b.desktop_session_id, "d": b.display,
+                                 "t": revision.issued_at}  # fmt: skip
+    if revision.issuer:
+        fields["o"] = revision.issuer
+    payload = json.dumps(fields, separators=(",", ":")).encode()
     return f"{REVISION_PREFIX}.{_b64(payload)}.{_b64(_mac(key, payload))}"
 
 
@@ -149,7 +154,7 @@ def verify(key: str, token: object) -> Revision:
     try:
         data = json.loads(payload)
         binding = Binding(str(data["r"]), str(data["s"]), str(data["d"]))
-        return Revision(str(data["i"]), binding, float(data["t"]))
+        return Revision(str(data["i"]), binding, float(data["t"]), str(data.get("o", "")))
     except (ValueError, KeyError, TypeError) as err:
         raise _forged() from err
 
@@ -178,7 +183,9 @@ class StoreStats:
 
 
 class RevisionStore:
-    """Captures by revision id: TTL, total memory bound, least-recently-used eviction."""
+    """Captures by revision id: TTL, total memory bound, least-recently-used eviction.
+
+    ``issuer`` names this replica in the revisions it issues (empty on one machine)."""
 
     def __init__(
         self,
@@ -186,10 +193,12 @@ class RevisionStore:
         ttl_s: float = 300.0,
         memory_bytes: int = 256 * 1024 * 1024,
         clock: Callable[[], float] = time.time,
+        issuer: str = "",
     ) -> None:
         if not key:
             raise ValueError("the revision store needs the server's secret key")
         self._key = key
+        self.issuer = issuer
         self.ttl_s = ttl_s
         self.memory_limit = memory_bytes
         self.clock = clock
@@ -213,7 +222,7 @@ class RevisionStore:
         for ``binding``; returns its token."""
         view = view or View.whole(capture.width, capture.height)
         now = self.clock()
-        revision = new_revision(binding, now)
+        revision = new_revision(binding, now, self.issuer)
         token = token_for(self._key, revision)
         self._sweep(now)
         if capture.size_bytes > self.memory_limit:
@@ -259,6 +268,16 @@ class RevisionStore:
             )
         self._used.move_to_end(revision.revision_id)
         return kept
+
+    def issued_elsewhere(self, token: object) -> str | None:
+        """The replica that issued ``token`` when that is another one; ``None`` for this
+        replica's revisions and for anything that is not a revision of ours (``lookup`` says
+        what is wrong with it)."""
+        try:
+            issuer = verify(self._key, token).issuer
+        except OpError:
+            return None
+        return issuer if issuer and issuer != self.issuer else None
 
     def latest(self, binding: Binding) -> str | None:
         """The newest kept screenshot of ``binding``, if any (a hint after a stale click)."""

@@ -8,22 +8,28 @@ the pointer's position, read from the desktop first), the server checks the revi
 to this relay and desktop, cuts the reference crop around the point (or ``target_bbox``) from
 the kept capture — within a zoom's region for a zoom's revision — and sends it with the
 action; the relay compares it with the screen immediately before any input.
+
+With several replicas, a call whose revision another replica issued (and keeps the capture
+of) runs on that replica: the whole call goes there (``RevisionIssuers``), which checks,
+guards, sends it on to the relay's owner and audits it, as if it had been called there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, cast
 
 from server.db.audit import AuditWriter
+from server.metrics.instruments import SCREEN_SECONDS
 from server.relays.calls import call
 from server.screen.request import ScreenRequest, audit_shape, parse
 from server.screen.revisions import Binding, Capture, KeptCapture, RevisionStore, View
 from wire import ops
-from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.errors import ErrorCode, InvalidArgs, OpError, RelaydeskError
 from wire.guard import CropRect, crop_rect, encode_crop
 from wire.ids import RelayId
 from wire.screen_actions import IMAGE_ACTIONS, SCREEN_ACTIONS, ScreenAction
@@ -62,20 +68,66 @@ class Caller:
         return RelayId(self.relay_id)
 
 
+class IssuerGone(RelaydeskError):
+    """The replica that issued a revision, and kept its capture, is gone or unreachable."""
+
+    code = ErrorCode.REVISION_EXPIRED
+
+
+class RevisionIssuers(Protocol):
+    """The other replicas, for calls on the revisions they issued (``server.cluster.screen``)."""
+
+    @property
+    def replica_id(self) -> str:
+        """This replica's id, which the revisions it issues carry."""
+        ...
+
+    async def run(
+        self, issuer: str, caller: Caller, body: dict[str, Any], timeout_s: float
+    ) -> dict[str, Any]:
+        """The call's answer from replica ``issuer``, or its ``OpError`` (audited there);
+        :class:`IssuerGone` when that replica is gone or cannot be reached."""
+        ...
+
+
 class ScreenTool:
     """Runs ``screen`` actions for callers already authorised on the relay."""
 
-    def __init__(self, relays: RelayRequester, revisions: RevisionStore, audit: AuditWriter):
+    def __init__(
+        self,
+        relays: RelayRequester,
+        revisions: RevisionStore,
+        audit: AuditWriter,
+        issuers: RevisionIssuers | None = None,
+    ):
         self.relays = relays
         self.revisions = revisions
         self.audit = audit
+        self.issuers = issuers
 
-    async def run(self, caller: Caller, body: Any) -> dict[str, Any]:
-        """Check, run and audit one action; raises ``OpError`` (audited too)."""
+    async def run(self, caller: Caller, body: Any, *, forwarded: bool = False) -> dict[str, Any]:
+        """Check, run and audit one action; raises ``OpError`` (audited too). ``forwarded``:
+        another replica sent the call here, where its revision was issued."""
+        started = time.perf_counter()
         attempt = _Attempt()
         try:
             attempt.request = parse(body)
             attempt.session = attempt.request.desktop_session_id
+        except OpError as err:
+            await self._audit(caller, None, body, None, err)
+            raise
+        action = attempt.request.action
+        try:
+            issuer = None if forwarded else self._issued_elsewhere(attempt.request)
+            if issuer is not None:
+                return await self._run_at(issuer, caller, attempt, body)
+            return await self._run_here(caller, attempt, body)
+        finally:
+            if not forwarded:  # timed once, where the call came in
+                SCREEN_SECONDS.labels(action).observe(time.perf_counter() - started)
+
+    async def _run_here(self, caller: Caller, attempt: _Attempt, body: Any) -> dict[str, Any]:
+        try:
             result = await self._run(caller, attempt)
             attempt.session = result.get("desktop_session_id", attempt.session)
         except OpError as err:
@@ -83,6 +135,30 @@ class ScreenTool:
             raise
         await self._audit(caller, attempt.request, body, attempt.session, None, result)
         return result
+
+    def _issued_elsewhere(self, request: ScreenRequest) -> str | None:
+        """The replica whose capture the call needs, when that is another one."""
+        if self.issuers is None or not request.uses_revision:
+            return None
+        return self.revisions.issued_elsewhere(request.revision)
+
+    async def _run_at(
+        self, issuer: str, caller: Caller, attempt: _Attempt, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Run the call on replica ``issuer``, which audits it; a gone one is audited here."""
+        assert self.issuers is not None and attempt.request is not None
+        try:
+            return await self.issuers.run(issuer, caller, body, attempt.request.timeout_s)
+        except IssuerGone as gone:
+            log.info("screen revision of replica %s: %s", issuer, gone.message)
+            err = OpError(
+                ErrorCode.REVISION_EXPIRED,
+                "the screenshot of this screen_revision is no longer kept (the server replica "
+                "that took it is gone); take a new one",
+                {"reason": "replica_gone"},
+            )
+            await self._audit(caller, attempt.request, body, attempt.session, err)
+            raise err from None
 
     async def refused(self, caller: Caller, body: Any, error: OpError) -> None:
         """Audit a call refused before it reached the tool (e.g. an invisible relay)."""
@@ -171,9 +247,7 @@ class ScreenTool:
                 f"{request.action} needs expected_screen_revision: the screen_revision of the "
                 "screenshot (or zoom) the point was chosen on",
             )
-        zoomed = request.coordinates == "zoom" and request.has_coordinates
-        needs = zoomed or request.needs_screen_size
-        if request.revision is None or not (request.guarded or needs):
+        if not request.uses_revision:
             return None
         return self.revisions.lookup(request.revision, caller.relay, request.desktop_session_id)
 

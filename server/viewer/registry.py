@@ -30,6 +30,8 @@ class ViewerRegistry:
 
     def __init__(self) -> None:
         self._sessions: dict[DesktopKey, set[ViewerSession]] = {}
+        # bytes of the streams that ended (to the viewer, from it), for /metrics
+        self._ended_bytes = (0, 0)
 
     def add(self, session: ViewerSession) -> None:
         self._sessions.setdefault(desktop_key(session.target.row), set()).add(session)
@@ -37,8 +39,10 @@ class ViewerRegistry:
     def discard(self, session: ViewerSession) -> None:
         key = desktop_key(session.target.row)
         sessions = self._sessions.get(key)
-        if sessions is not None:
+        if sessions is not None and session in sessions:
             sessions.discard(session)
+            down, up = self._ended_bytes
+            self._ended_bytes = (down + session.bytes_down, up + session.bytes_up)
             if not sessions:
                 del self._sessions[key]
 
@@ -50,6 +54,14 @@ class ViewerRegistry:
             for (_, session_id), group in groups
             if desktop_session_id is None or session_id == desktop_session_id
         )
+
+    def bytes_relayed(self) -> tuple[int, int]:
+        """VNC bytes sent to viewers and received from them since start (open streams too)."""
+        down, up = self._ended_bytes
+        for group in self._sessions.values():
+            for session in group:
+                down, up = down + session.bytes_down, up + session.bytes_up
+        return down, up
 
     async def row_changed(self, row: DesktopRow) -> None:
         """Inventory listener: end the streams this change makes unviewable."""

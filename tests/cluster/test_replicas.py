@@ -1,9 +1,11 @@
 """Three server replicas on PostgreSQL and Redis behind HAProxy (round robin, no affinity),
-a real relay with real desktops: any replica serves the relay, whichever one holds it."""
+a real relay with real desktops: any replica serves the relay, whichever one holds it, and a
+guarded click lands through any replica, whichever one took the screenshot."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import signal
@@ -37,6 +39,7 @@ from tests.support import redis as redis_support
 from tests.support.haproxy import start_haproxy
 from tests.support.processes import ManagedProcess, ProcessTracker, free_port, scaled
 from tests.support.stack import Seed, ServerProcess, start_relay, start_server, wait_until
+from tests.support.xrecorder import XRecorder
 from wire.errors import CloseCode
 
 pytestmark = [
@@ -124,7 +127,11 @@ async def cluster(
             replicas[str(server.port)] = server
         _, port = start_haproxy(tracker.start, root, [r.port for r in replicas.values()])
         balancer = f"http://127.0.0.1:{port}"
-        relay = start_relay(tracker.start, seed, balancer, extra_args=("--stop-desktops-on-exit",))
+        # No apps in the desktops: the screen tests' recorder window covers the whole screen.
+        relay = start_relay(
+            tracker.start, seed, balancer, extra_args=("--stop-desktops-on-exit",),
+            env={"RELAYDESK_DESKTOP_APPS": ",", "DISPLAY": ""},
+        )  # fmt: skip
         stack = Cluster(seed, replicas, balancer, relay, client, tracker)
         await wait_until(stack.owner, 30, "the relay to be owned by a replica")
         yield stack
@@ -186,6 +193,9 @@ async def test_an_internal_request_without_the_cluster_secret_is_refused(
 ) -> None:
     owner = cluster.replicas[str(await cluster.owner())]
     body = {"relay_id": cluster.relay_id, "op": "desktop.status", "args": {}, "timeout_s": 5}
+    screen = {"caller": {"actor": "alice", "conversation_id": cluster.seed.conversation_id,
+                         "relay_id": cluster.relay_id, "source": "api"},
+              "body": {"action": "click", "x": 1, "y": 1}}  # fmt: skip
     async with httpx.AsyncClient(base_url=owner.url) as client:
         response = await client.post("/internal/v1/request", json=body)
         forged = await client.post(
@@ -193,7 +203,9 @@ async def test_an_internal_request_without_the_cluster_secret_is_refused(
             headers={"x-relaydesk-timestamp": "1", "x-relaydesk-nonce": "a",
                      "x-relaydesk-signature": "0" * 64},
         )  # fmt: skip
+        unsigned_screen = await client.post("/internal/v1/screen", json=screen)
     assert (response.status_code, forged.status_code) == (403, 403)
+    assert unsigned_screen.status_code == 403
 
 
 async def test_every_replica_reports_readiness_and_metrics(cluster: Cluster) -> None:
@@ -263,6 +275,76 @@ async def test_mcp_through_the_balancer_needs_no_affinity(cluster: Cluster) -> N
 
 def _text(result: types.CallToolResult) -> str:
     return next(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+@dataclass
+class Watched:
+    """A desktop started for a test, with an X client recording every input event on it."""
+
+    session: str
+    recorder: XRecorder
+
+
+@contextlib.asynccontextmanager
+async def _watched(cluster: Cluster, base: str, slot: str) -> AsyncIterator[Watched]:
+    status, started = await cluster.call(base, "desktop_start", slot=slot)
+    assert status == 200, started
+    desktop = started["desktop"]
+    recorder = await asyncio.to_thread(XRecorder, desktop["display"], scaled(10))
+    try:
+        yield Watched(desktop["desktop_session_id"], recorder)
+    finally:
+        recorder.stop()
+        await cluster.call(base, "desktop_stop_confirm", relay="relay-1", slot=slot,
+                           desktop_session_id=desktop["desktop_session_id"])  # fmt: skip
+
+
+def _presses(events: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+    return [(ev["x"], ev["y"], ev["button"]) for ev in events if ev["type"] == "ButtonPress"]
+
+
+async def _screenshot(cluster: Cluster, base: str, session: str) -> str:
+    status, shot = await cluster.call(base, "screen", action="screenshot",
+                                      desktop_session_id=session)  # fmt: skip
+    assert status == 200, shot
+    return str(shot["screen_revision"])
+
+
+async def _click(cluster: Cluster, base: str, session: str, revision: str) -> tuple[int, Any]:
+    return await cluster.call(base, "screen", action="click", x=400, y=300,
+                              desktop_session_id=session,
+                              expected_screen_revision=revision)  # fmt: skip
+
+
+async def _metric(base: str, line_start: str) -> float:
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(f"{base}/metrics")).text
+    return next(float(line.split()[-1]) for line in text.splitlines()
+                if line.startswith(line_start))  # fmt: skip
+
+
+async def test_a_guarded_click_through_another_replica_lands_or_is_refused_when_stale(
+    cluster: Cluster,
+) -> None:
+    """Screenshots through B, clicks through C; neither holds the relay, so the click goes
+    C → B (which keeps the capture and runs the guard) → the owner → the relay."""
+    b, c = await cluster.others()
+    async with _watched(cluster, b, "guarded") as desktop:
+        forwarded = await _metric(c, 'relaydesk_forwarded_requests_total{kind="screen"}')
+        revision = await _screenshot(cluster, b, desktop.session)
+        status, clicked = await _click(cluster, c, desktop.session, revision)
+        assert status == 200, clicked
+        assert clicked["guard"]["checked"] is True
+        assert _presses(desktop.recorder.drain()) == [(400, 300, 1)]
+        assert await _metric(c, 'relaydesk_forwarded_requests_total{kind="screen"}') > forwarded
+
+        revision = await _screenshot(cluster, b, desktop.session)
+        desktop.recorder.paint(360, 270, 80, 60, 0xFFFFFF)  # a dialog appeared under the target
+        status, refused = await _click(cluster, c, desktop.session, revision)
+        assert (status, refused["error"]["code"]) == (409, "stale_screen"), refused
+        assert refused["error"]["screen_revision"] == revision
+        assert "take a new screenshot" in refused["error"]["message"]
+        assert desktop.recorder.drain() == []
 
 
 async def _me(client: httpx.AsyncClient, base: str, token: str) -> int:
@@ -349,3 +431,21 @@ async def test_the_owner_killed_rows_go_unknown_then_heal_nothing_stopped(
     )
     assert status == 200
     print(f"rows seen unknown while the relay was away: {seen_unknown}")
+
+
+async def test_a_click_on_a_dead_replicas_screenshot_is_an_expired_revision(
+    cluster: Cluster,
+) -> None:
+    """The replica that took the screenshot was killed: a click through another one is
+    ``revision_expired`` (take a new screenshot) and nothing reaches the desktop."""
+    owner = str(await cluster.owner())
+    issuer_port = next(port for port in cluster.replicas if port != owner)
+    issuer, entry = cluster.replicas[issuer_port].url, cluster.replicas[owner].url
+    async with _watched(cluster, entry, "orphaned") as desktop:
+        revision = await _screenshot(cluster, issuer, desktop.session)
+        cluster.replicas.pop(issuer_port).process.send_signal(signal.SIGKILL)
+        status, refused = await _click(cluster, entry, desktop.session, revision)
+        assert (status, refused["error"]["code"]) == (409, "revision_expired"), refused
+        assert refused["error"]["reason"] == "replica_gone"
+        assert "take a new one" in refused["error"]["message"]
+        assert desktop.recorder.drain() == []

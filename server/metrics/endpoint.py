@@ -1,0 +1,205 @@
+"""``GET /metrics``: this replica's figures in the Prometheus text format.
+
+Who may scrape (checked before anything is read): with ``RELAYDESK_METRICS_TOKEN`` set, a
+request carrying ``Authorization: Bearer <that token>`` (compared in constant time), from any
+address, and nobody else (401); without a token, loopback clients only (403 for the others).
+The client address is the connection's, or the ``X-Forwarded-For`` of a proxy uvicorn trusts.
+
+The answer is the process's instruments (``server.metrics.instruments``) and what the parts
+count themselves, read now: relays, desktops by state (from the database, the same on every
+replica), viewers and the bytes relayed to and from them, event-stream subscribers, requests
+forwarded to other replicas, the screen revisions kept. docs/operations.md lists them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.datastructures import Address
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from server.cluster.router import FORWARD_KINDS
+from server.errors import NO_STORE, error_body, status_of
+from server.json_response import JSONResponse
+from server.metrics.instruments import REGISTRY
+from server.services import Services, services_of
+from wire.errors import ErrorCode, OpError
+from wire.ops import DESKTOP_STATES
+
+log = logging.getLogger(__name__)
+
+# A scrape must answer even when the database does not: its figures are left out then.
+DATABASE_TIMEOUT_S: Final = 2.0
+_BEARER: Final = "bearer "
+
+
+def is_loopback(client: Address | None) -> bool:
+    """Whether the client connected from this host (IPv4, IPv6 or IPv4-mapped loopback)."""
+    if client is None:
+        return False
+    try:
+        address = ipaddress.ip_address(client.host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def refusal(request: Request, token: str) -> OpError | None:
+    """Why this client may not read the metrics; ``None`` when it may."""
+    if not token:
+        if is_loopback(request.client):
+            return None
+        return OpError(
+            ErrorCode.FORBIDDEN,
+            "metrics answer loopback clients only; to scrape from elsewhere, set "
+            "RELAYDESK_METRICS_TOKEN on the server and send Authorization: Bearer <token>",
+        )
+    given = request.headers.get("authorization", "")
+    presented = given[len(_BEARER) :] if given.lower().startswith(_BEARER) else ""
+    if presented and hmac.compare_digest(presented.encode(), token.encode()):
+        return None
+    return OpError(
+        ErrorCode.UNAUTHORIZED,
+        "metrics need Authorization: Bearer <RELAYDESK_METRICS_TOKEN> (missing or wrong)",
+    )
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def _by(
+    family: type[GaugeMetricFamily | CounterMetricFamily],
+    name: str,
+    documentation: str,
+    label: str,
+    values: Iterable[tuple[str, float]],
+) -> Metric:
+    metric = family(name, documentation, labels=[label])
+    for key, value in values:
+        metric.add_metric([key], value)
+    return metric
+
+
+class LiveFigures(Collector):
+    """What the parts of one server count, as metric families (read when scraped)."""
+
+    def __init__(self, services: Services, desktops: Mapping[str, int] | None) -> None:
+        self._services = services
+        self._desktops = desktops
+
+    def collect(self) -> Iterable[Metric]:
+        yield from _relays(self._services)
+        if self._desktops is not None:
+            yield _desktops(self._desktops)
+        yield from _viewers(self._services)
+        yield from _revisions(self._services)
+
+
+def _relays(services: Services) -> Iterable[Metric]:
+    cluster = services.cluster
+    connected = services.links.connected_count
+    yield _gauge("relaydesk_relays_connected", "Relays connected to this replica", connected)
+    yield _gauge(
+        "relaydesk_relays_owned",
+        "Relays held by any live replica, as this replica sees them",
+        cluster.owned_count if cluster else connected,
+    )
+    forwarded = cluster.forwarded if cluster else dict.fromkeys(FORWARD_KINDS, 0)
+    yield _by(
+        CounterMetricFamily,
+        "relaydesk_forwarded_requests",
+        "Calls sent to another replica: relay requests and channels to the relay's owner, "
+        "screen calls to the replica that issued their revision",
+        "kind",
+        forwarded.items(),
+    )
+
+
+def _desktops(counts: Mapping[str, int]) -> Metric:
+    return _by(
+        GaugeMetricFamily,
+        "relaydesk_desktops",
+        "Desktops in the inventory by state (stopped and failed: the history kept)",
+        "state",
+        [(state, counts.get(state, 0)) for state in DESKTOP_STATES],
+    )
+
+
+def _viewers(services: Services) -> Iterable[Metric]:
+    viewers = [("vnc", services.viewer.registry.count()), ("audio", services.audio.count())]
+    yield _by(
+        GaugeMetricFamily, "relaydesk_viewers", "Viewer streams open on this replica", "kind",
+        viewers,
+    )  # fmt: skip
+    to_viewer, from_viewer = services.viewer.registry.bytes_relayed()
+    yield _by(
+        CounterMetricFamily,
+        "relaydesk_viewer_bytes",
+        "VNC bytes relayed between this replica's viewers and their desktops",
+        "direction",
+        [("to_viewer", to_viewer), ("from_viewer", from_viewer)],
+    )
+    yield _gauge(
+        "relaydesk_sse_subscribers",
+        "Event streams (conversation and desktop control) open on this replica",
+        services.bus.fanout.count(),
+    )
+
+
+def _revisions(services: Services) -> Iterable[Metric]:
+    stats = services.screen_tool.revisions.stats()
+    yield _gauge(
+        "relaydesk_screen_revisions", "Screen revisions whose capture is kept here", stats.entries
+    )
+    yield _gauge(
+        "relaydesk_screen_revision_bytes", "Memory the kept captures take", stats.memory_bytes
+    )
+    yield _by(
+        CounterMetricFamily,
+        "relaydesk_screen_revisions_dropped",
+        "Kept captures dropped, for the memory bound or the TTL",
+        "reason",
+        [("memory", stats.evicted_for_memory), ("ttl", stats.expired)],
+    )
+
+
+async def _desktop_counts(services: Services) -> dict[str, int] | None:
+    try:
+        async with asyncio.timeout(DATABASE_TIMEOUT_S):
+            return await services.store.desktop_counts()
+    except (SQLAlchemyError, OSError, TimeoutError) as err:
+        log.warning(
+            "metrics without desktop counts: the database did not answer (%s)", type(err).__name__
+        )
+        return None
+
+
+async def metrics(request: Request) -> Response:
+    services = services_of(request)
+    refused = refusal(request, services.settings.metrics_token)
+    if refused is not None:
+        headers = dict(NO_STORE)
+        if refused.code is ErrorCode.UNAUTHORIZED:
+            headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return JSONResponse(error_body(refused), status_of(refused), headers=headers)
+    live = CollectorRegistry(auto_describe=False)
+    live.register(LiveFigures(services, await _desktop_counts(services)))
+    body = generate_latest(live) + generate_latest(REGISTRY)
+    return Response(body, media_type=CONTENT_TYPE_LATEST, headers=NO_STORE)
+
+
+metrics_routes = [Route("/metrics", metrics)]

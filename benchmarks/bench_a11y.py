@@ -6,7 +6,11 @@ On one desktop running GTK's widget factory, the tests' GTK form and Chromium on
 1. ``desktop_observe`` of the widget factory and of the Chromium page: p50, node count and
    response size, next to a screenshot round trip of the same desktop and its PNG size
    (targets: observe p50 <= 50 ms for ~300 nodes, <= 150 ms for ~1,000 nodes, <= 1x the
-   screenshot round trip; the widget factory's default text <= 4 KB);
+   screenshot round trip; the widget factory's default text <= 4 KB). In the same rounds, the
+   fixed cost of the hops: an action the server refuses before any lookup, one that fails at
+   the desktop lookup, and a worker call that does nothing (a ref of an unknown snapshot).
+   Then the same observes *cold*: each after the kept trees expired (> 1 s idle), with a
+   screenshot beside each;
 2. ``desktop_find`` of one button against a full naive walk of the same app (one D-Bus call at
    a time, libatspi's cache off: ``benchmarks/a11y_walk.py``, run in the desktop) and against
    a depth-first search for the same button (target: find >= 10x faster than the walk);
@@ -39,6 +43,8 @@ from tests.support.processes import scaled
 from tests.support.stack import wait_until
 
 PAGE = "relaydesk test page - Chromium"
+NO_SNAPSHOT = "@aaaaaaaa:e1"  # a ref the worker answers snapshot_not_found at once
+NO_DESKTOP = "0" * 32  # a session the server's desktop lookup does not find
 WALK = Path(__file__).resolve().parent / "a11y_walk.py"
 FACTORY = "gtk3-widget-factory"
 FACTORY_BUTTON = 'push_button[name="link button"]'
@@ -52,13 +58,24 @@ class Timer:
         self.client = HttpClient(stack.url, {"Authorization": f"Bearer {stack.seed.api_token}"})
 
     async def call(self, name: str, **body: Any) -> tuple[float, dict[str, Any]]:
-        payload = {"conversation_id": self.stack.seed.conversation_id, **body}
-        started = time.perf_counter()
-        status, result = await self.client.post_json(f"/api/v1/actions/{name}", payload)
-        elapsed = (time.perf_counter() - started) * 1000
+        elapsed, status, result = await self.attempt(name, **body)
         if status != 200:
             raise RuntimeError(f"{name}: {status} {result}")
         return elapsed, result
+
+    async def attempt(self, name: str, **body: Any) -> tuple[float, int, dict[str, Any]]:
+        """One call, timed, whatever its status."""
+        payload = {"conversation_id": self.stack.seed.conversation_id, **body}
+        started = time.perf_counter()
+        status, result = await self.client.post_json(f"/api/v1/actions/{name}", payload)
+        return (time.perf_counter() - started) * 1000, status, result
+
+    async def refused(self, status: int, name: str, **body: Any) -> float:
+        """A call that must fail with ``status`` (a hop measured without work), timed."""
+        elapsed, got, result = await self.attempt(name, **body)
+        if got != status:
+            raise RuntimeError(f"{name}: {got} {result} (expected {status})")
+        return elapsed
 
 
 def naive_walk(
@@ -132,6 +149,9 @@ async def run(quick: bool) -> None:
                 "find",
                 "find_factory",
                 "click",
+                "hop_server",
+                "hop_lookup",
+                "hop_worker",
             )
         }
         sizes: dict[str, int] = {}
@@ -157,6 +177,11 @@ async def run(quick: bool) -> None:
             ms, clicked = await timer.call("desktop_click", ref=save_ref)
             assert clicked["method"] == "native"
             samples["click"].append(ms)
+            samples["hop_server"].append(await timer.refused(400, "desktop_find", selector="[["))
+            samples["hop_lookup"].append(
+                await timer.refused(409, "desktop_observe", desktop_session_id=NO_DESKTOP)
+            )
+            samples["hop_worker"].append(await timer.refused(404, "desktop_read", ref=NO_SNAPSHOT))
         _, full = await timer.call("desktop_observe", app=FACTORY, view="all")
         _, page_full = await timer.call("desktop_observe", window=PAGE, view="all", max_nodes=5000)
         for name, values in samples.items():
@@ -183,6 +208,14 @@ async def run(quick: bool) -> None:
         )
         print(f"ratio widget factory text/PNG bytes: {sizes['factory_text'] / sizes['png']:.3f}")
         print(f"click by ref p50 {p50(samples['click']):.1f} ms (target <= 25 ms)")
+        print(
+            "the hops' fixed cost p50 / screenshot p50: "
+            f"server only {p50(samples['hop_server']) / shot_p50:.2f}, "
+            f"+ desktop lookup {p50(samples['hop_lookup']) / shot_p50:.2f}, "
+            f"+ relay and worker (a call that does nothing) "
+            f"{p50(samples['hop_worker']) / shot_p50:.2f}"
+        )
+        await cold_observes(timer, max(5, rounds // 3))
 
         env = desktop_env(stack, stack.session_id)
         walk_rounds = 2 if quick else 5
@@ -206,6 +239,28 @@ async def run(quick: bool) -> None:
 
         await hung_app(stack, timer, rounds)
         await timer.client.close()
+
+
+async def cold_observes(timer: Timer, rounds: int) -> None:
+    """Observes that read their app's tree again: each after the kept trees expired."""
+    cold: dict[str, list[float]] = {"observe_factory_cold": [], "observe_page_cold": [],
+                                    "screenshot_cold": []}  # fmt: skip
+    for _ in range(rounds):
+        await asyncio.sleep(1.2)  # > the 1 s a kept tree lives
+        cold["observe_factory_cold"].append((await timer.call("desktop_observe", app=FACTORY))[0])
+        cold["screenshot_cold"].append((await timer.call("screen", action="screenshot"))[0])
+        await asyncio.sleep(1.2)
+        cold["observe_page_cold"].append(
+            (await timer.call("desktop_observe", window=PAGE, max_nodes=2000))[0]
+        )
+    for name, values in cold.items():
+        print(summary(name, values))
+    shot = p50(cold["screenshot_cold"])
+    print(
+        f"ratio cold observe/screenshot p50: widget factory "
+        f"{p50(cold['observe_factory_cold']) / shot:.2f}, chromium page "
+        f"{p50(cold['observe_page_cold']) / shot:.2f}"
+    )
 
 
 async def hung_app(stack: A11yStack, timer: Timer, rounds: int) -> None:

@@ -1,8 +1,10 @@
 """AT-SPI over D-Bus: the accessibility bus of one desktop, read in bulk and pipelined.
 
 Used only inside the accessibility worker (``relay/a11y/worker.py``), under the system's Python
-whose GObject bindings (``gi``) the distribution builds. Everything goes over D-Bus directly
-through Gio, never through libatspi's own cache (it goes stale unless its main loop runs):
+whose GObject bindings (``gi``) the distribution builds. Everything goes over D-Bus directly,
+never through libatspi's own cache (it goes stale unless its main loop runs): events through
+Gio's connection (drained before every call), calls over the worker's own socket
+(``relay/a11y/dbusconn.py``; through Gio where the bus's address is not a unix socket):
 
 - one ``org.a11y.atspi.Cache.GetItems`` call per app returns every node the app has exposed
   (role, name, description, states, interfaces, parent, child count) — the apps keep that
@@ -11,17 +13,20 @@ through Gio, never through libatspi's own cache (it goes stale unless its main l
   *pipelined*: every call is sent, then every reply is read, so 100 extents cost about one
   round trip instead of 100;
 - every call has a short timeout; an app that misses it is marked unresponsive for a while and
-  skipped, so one stopped app costs one timeout, not one per node.
+  skipped, so one stopped app costs one timeout, not one per node;
+- the events say what a kept tree (and the details kept with it) lost: ``changed`` apps,
+  ``moved`` elements (bounds), ``touched`` ones (text, value).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from relay.a11y.dbuswire import WireError, read_body
+from relay.a11y.dbusconn import Closed, ConnectFailed, Connection
+from relay.a11y.dbuswire import ERROR, Message, WireError, read_body
 from wire.errors import RelaydeskError
 
 # AT-SPI's role enumeration (AtspiRole), as tokens: the role's name with spaces as "_".
@@ -237,14 +242,20 @@ TIMEOUT_ERRORS: Final = frozenset(
         "org.freedesktop.DBus.Error.TimedOut",
     }
 )
-# Events about what is always read live (text, caret, values): a kept tree stays valid. Bounds
-# and visible-data events are not among them: scrolling changes which elements are showing
-# without a state event (Chromium).
+# Events about an element's text, caret or value: a kept tree stays valid, the element's kept
+# details (bounds, value, text) do not. Visible-data events are not among them: scrolling
+# changes which elements are showing (Chromium scrolls without any event: kept trees expire).
 LIVE_EVENTS: Final = frozenset({
     "TextCaretMoved", "TextSelectionChanged", "TextChanged", "TextAttributesChanged",
     "ActiveDescendantChanged",
 })  # fmt: skip
 LIVE_PROPERTIES: Final = frozenset({"accessible-value"})
+# An element moved or was resized: its kept bounds and its descendants' are not valid (GTK's
+# spinners and progress bars send this many times a second: it never costs a tree).
+BOUNDS_EVENT: Final = "BoundsChanged"
+# Elements an app's events named, remembered per app up to this many (then: all of them).
+MAX_NOTED: Final = 1000
+EVERYTHING: Final = "*"
 # The one call that tells whether an app marked unresponsive answers again.
 PROBE_TIMEOUT_MS: Final = 100
 # Calls sent before their replies are read, at most (the bus limits pending replies).
@@ -296,16 +307,41 @@ class Node:
         return interface in self.interfaces
 
 
+Bounds = list[int] | None
+Details = tuple[Bounds, str | None]  # an element's bounds, and its value or text (preview)
+
+
 @dataclass
 class Tree:
-    """One app's nodes, with each node's children in order."""
+    """One app's nodes, with each node's children in order, and the details (bounds, values)
+    read of them while the tree is kept, until an event says one changed."""
 
     bus: str
     nodes: dict[Key, Node]
     root: Key
+    details: dict[Key, Details] = field(default_factory=dict)
 
     def children(self, node: Node) -> list[Node]:
         return [self.nodes[k] for k in node.children if k in self.nodes]
+
+    def forget_details(self, moved: set[str], touched: set[str]) -> None:
+        """Drop the kept details that events said changed: a moved element's and its
+        descendants' bounds, a touched element's value or text; all of them when an event
+        named an element this tree does not have (or too many)."""
+        if not self.details or not (moved or touched):
+            return
+        for path in touched | moved:
+            node = self.nodes.get((self.bus, path))
+            if node is None or node.parent is None:
+                self.details.clear()
+                return
+            if path in touched:
+                self.details.pop(node.key, None)
+        stack = [self.nodes[(self.bus, path)] for path in moved]
+        while stack:
+            node = stack.pop()
+            self.details.pop(node.key, None)
+            stack.extend(self.children(node))
 
 
 @dataclass(frozen=True)
@@ -335,6 +371,10 @@ class Bus:
         self.events = 0
         # Apps (bus names) that sent an event since their tree was last read.
         self.changed: set[str] = set()
+        # Per app, the elements that moved (bounds events) and whose text or value changed
+        # (live events) since the worker last looked (``EVERYTHING``: too many to list).
+        self.moved: dict[str, set[str]] = {}
+        self.touched: dict[str, set[str]] = {}
         try:
             session = Gio.bus_get_sync(Gio.BusType.SESSION, None)
         except GLib.Error as err:
@@ -366,22 +406,41 @@ class Bus:
             self._conn = Gio.DBusConnection.new_for_address_sync(address, flags, None, None)
         except GLib.Error as err:
             raise CallFailed("failed", f"no accessibility bus: {err.message}") from None
+        # Calls go over the worker's own socket (relay/a11y/dbusconn.py) where the address
+        # allows it, else through GLib like the events.
+        try:
+            self._socket: Connection | None = Connection(address)
+        except ConnectFailed:
+            self._socket = None
         self._conn.signal_subscribe(
             None, None, None, None, None, Gio.DBusSignalFlags.NONE, self._on_signal
         )
         self._listen()
 
     def _on_signal(
-        self, _conn: Any, sender: str | None, _path: str, _iface: str, name: str, params: Any
+        self, _conn: Any, sender: str | None, path: str, _iface: str, name: str, params: Any
     ) -> None:
         self.events += 1
-        if not sender or name in LIVE_EVENTS or sender in self.changed:
+        if not sender or sender in self.changed:
+            return  # its tree is read again: nothing of it is kept
+        if name == BOUNDS_EVENT:
+            _note(self.moved, sender, path)
+            return
+        if name in LIVE_EVENTS:
+            _note(self.touched, sender, path)
             return
         if name == "PropertyChange" and params.n_children():
             detail = params.get_child_value(0)
             if detail.get_type_string() == "s" and detail.get_string() in LIVE_PROPERTIES:
+                _note(self.touched, sender, path)
                 return
         self.changed.add(sender)
+
+    def forget(self, bus: str) -> None:
+        """Start over on an app whose tree is read again (or dropped)."""
+        self.changed.discard(bus)
+        self.moved.pop(bus, None)
+        self.touched.pop(bus, None)
 
     def drain(self) -> None:
         """Take in the events that arrived since the last call (without waiting)."""
@@ -393,20 +452,12 @@ class Bus:
         """Register an event listener: apps keep their caches (``GetItems``) and emit events
         only while one is registered."""
         for signature, values in (("(sass)", ("object:", [], "")), ("(s)", ("object:",))):
-            try:
-                self.call(
-                    Call(
-                        REGISTRY,
-                        "/org/a11y/atspi/registry",
-                        REGISTRY,
-                        "RegisterEvent",
-                        signature,
-                        values,
-                    ),
-                    2000,
-                )
+            call = Call(REGISTRY, "/org/a11y/atspi/registry", REGISTRY, "RegisterEvent",
+                        signature, values)  # fmt: skip
+            try:  # from the connection that receives the events
+                self._conn.call_sync(*self._arguments(call, 2000))
                 return
-            except CallFailed:
+            except self._glib.Error:
                 continue
 
     # -- calls ---------------------------------------------------------------------------------
@@ -417,7 +468,7 @@ class Bus:
     @property
     def closed(self) -> bool:
         """Whether the accessibility bus went away (its launcher or daemon exited)."""
-        return bool(self._conn.is_closed())
+        return bool(self._conn.is_closed()) or (self._socket is not None and self._socket.closed)
 
     def _classify(self, err: Any, bus: str) -> CallFailed:
         if self._conn.is_closed():
@@ -440,14 +491,11 @@ class Bus:
         if until is None:
             return
         if time.monotonic() < until:
-            try:
-                self._conn.call_sync(bus, ROOT_PATH, PROPERTIES, "Get",
-                                     self._glib.Variant("(ss)", (ACCESSIBLE, "ChildCount")),
-                                     None, 0, PROBE_TIMEOUT_MS, None)  # fmt: skip
-            except self._glib.Error:
+            probe = Call(bus, ROOT_PATH, PROPERTIES, "Get", "(ss)", (ACCESSIBLE, "ChildCount"))
+            if isinstance(self._send([probe], PROBE_TIMEOUT_MS)[0], CallFailed):
                 self.unresponsive[bus] = time.monotonic() + self.skip_s
-                raise CallFailed("timeout", "the app did not answer a moment ago") from None
-        del self.unresponsive[bus]
+                raise CallFailed("timeout", "the app did not answer a moment ago")
+        self.unresponsive.pop(bus, None)
 
     def _arguments(self, call: Call, timeout_ms: int | None) -> tuple[Any, ...]:
         """Gio's arguments of a method call: target, method, parameters, no reply type, no
@@ -459,16 +507,65 @@ class Bus:
 
     def call(self, call: Call, timeout_ms: int | None = None) -> tuple[Any, ...]:
         """One call, waited for."""
-        if call.bus != REGISTRY:
-            self.check_responsive(call.bus)
-        try:
-            reply = self._conn.call_sync(*self._arguments(call, timeout_ms))
-        except self._glib.Error as err:
-            raise self._classify(err, call.bus) from None
-        return tuple(reply.unpack()) if reply is not None else ()
+        reply = self.many([call], timeout_ms)[0]
+        if isinstance(reply, CallFailed):
+            raise reply
+        return tuple(reply)
 
     def many(self, calls: Sequence[Call], timeout_ms: int | None = None) -> list[Any]:
-        """Calls pipelined: every reply (a tuple) or ``CallFailed``, in order."""
+        """Calls pipelined: every reply (a tuple) or ``CallFailed``, in order. An app marked
+        unresponsive gets one probe per batch; when it misses that, its calls are not sent."""
+        results: list[Any] = [None] * len(calls)
+        skipped: dict[str, CallFailed | None] = {}
+        todo: list[int] = []
+        for index, call in enumerate(calls):
+            if call.bus != REGISTRY and (call.bus in self.unresponsive or call.bus in skipped):
+                if call.bus not in skipped:
+                    try:
+                        self.check_responsive(call.bus)
+                        skipped[call.bus] = None
+                    except CallFailed as err:
+                        skipped[call.bus] = err
+                if (failure := skipped[call.bus]) is not None:
+                    results[index] = failure
+                    continue
+            todo.append(index)
+        replies = self._send([calls[i] for i in todo], timeout_ms or self.call_timeout_ms)
+        for index, reply in zip(todo, replies, strict=True):
+            results[index] = reply
+        return results
+
+    def _send(self, calls: Sequence[Call], timeout_ms: int) -> list[Any]:
+        if not calls:
+            return []
+        if self._socket is None:
+            return self._send_gio(calls, timeout_ms)
+        requests = [(c.bus, c.path, c.interface, c.method, _inner(c.signature), c.values)
+                    for c in calls]  # fmt: skip
+        try:
+            replies = self._socket.exchange(requests, timeout_ms / 1000, PIPELINE_DEPTH)
+        except Closed:
+            return [CallFailed("closed", "the desktop's accessibility bus went away")] * len(calls)
+        return [self._reply(m, c.bus) for m, c in zip(replies, calls, strict=True)]
+
+    def _reply(self, message: Message | None, bus: str) -> tuple[Any, ...] | CallFailed:
+        """A reply read from the socket, or what its absence means."""
+        if message is None:
+            self.unresponsive[bus] = time.monotonic() + self.skip_s
+            return CallFailed("timeout", "the app did not answer in time")
+        if message.kind != ERROR:
+            return message.values
+        name = message.error_name or ""
+        if name in TIMEOUT_ERRORS:
+            self.unresponsive[bus] = time.monotonic() + self.skip_s
+            return CallFailed("timeout", "the app did not answer in time")
+        if name in GONE_ERRORS:
+            return CallFailed("gone", "the object or its app is gone")
+        detail = message.values[0] if message.values and isinstance(message.values[0], str) else ""
+        return CallFailed("failed", f"{name}: {detail}" if detail else name)
+
+    def _send_gio(self, calls: Sequence[Call], timeout_ms: int) -> list[Any]:
+        """Calls pipelined through GLib (where the bus's address is not a unix socket)."""
         results: list[Any] = [None] * len(calls)
         pending = 0
         context = self._glib.MainContext.default()
@@ -482,18 +579,7 @@ class Bus:
             except self._glib.Error as err:
                 results[index] = self._classify(err, calls[index].bus)
 
-        skipped: dict[str, CallFailed | None] = {}  # one probe per app and batch
         for index, call in enumerate(calls):
-            if call.bus != REGISTRY and call.bus in self.unresponsive | skipped:
-                if call.bus not in skipped:
-                    try:
-                        self.check_responsive(call.bus)
-                        skipped[call.bus] = None
-                    except CallFailed as err:
-                        skipped[call.bus] = err
-                if (failure := skipped[call.bus]) is not None:
-                    results[index] = failure
-                    continue
             while pending >= PIPELINE_DEPTH:
                 context.iteration(True)
             pending += 1
@@ -552,6 +638,11 @@ class Bus:
         """One call whose reply is read from its wire bytes (``relay/a11y/dbuswire.py``):
         for large replies, where unpacking through GLib costs more than the call."""
         self.check_responsive(call.bus)
+        if self._socket is not None:
+            reply = self._send([call], timeout_ms)[0]
+            if isinstance(reply, CallFailed):
+                raise reply
+            return tuple(reply)
         gio = self._gio
         message = gio.DBusMessage.new_method_call(call.bus, call.path, call.interface,
                                                   call.method)  # fmt: skip
@@ -614,6 +705,19 @@ class Bus:
             nodes[root].children = sorted(top, key=lambda k: nodes[k].index)
         return Tree(app[0], nodes, root)
 
+    def carry(self, old: Tree, new: Tree) -> None:
+        """Bring into ``new`` (the app's cache read again, its kept tree having only aged) the
+        nodes ``old`` had listed beyond the cache, with their states read again: one call a
+        node instead of five. An app announces changes of structure and names, but not every
+        change of what is showing (Chromium scrolls without any event): states are what a
+        kept tree's age bounds."""
+        listed = [node for key, node in old.nodes.items() if key not in new.nodes]
+        replies = self.many([Call(n.bus, n.path, ACCESSIBLE, "GetState") for n in listed])
+        for node, reply in zip(listed, replies, strict=True):
+            if not isinstance(reply, CallFailed):
+                new.nodes[node.key] = replace(node, states=state_tokens(reply[0]),
+                                              children=list(node.children))  # fmt: skip
+
     def fill(self, tree: Tree, parents: Iterable[Node]) -> None:
         """List, pipelined, the children the app had not cached of ``parents``."""
         wanted = [p for p in parents if not p.complete]
@@ -635,31 +739,71 @@ class Bus:
             calls.extend(
                 (
                     Call(key[0], key[1], ACCESSIBLE, "GetRole"),
-                    self.prop(key, ACCESSIBLE, "Name"),
-                    self.prop(key, ACCESSIBLE, "Description"),
                     Call(key[0], key[1], ACCESSIBLE, "GetState"),
                     Call(key[0], key[1], ACCESSIBLE, "GetInterfaces"),
-                    self.prop(key, ACCESSIBLE, "ChildCount"),
+                    Call(key[0], key[1], PROPERTIES, "GetAll", "(s)", (ACCESSIBLE,)),
                 )
             )
         replies = self.many(calls)
+        props = self._properties([key for _, key, _ in fresh], replies[3::4])
         for n, (parent, key, index) in enumerate(fresh):
-            part = replies[n * 6 : n * 6 + 6]
-            if any(isinstance(r, CallFailed) for r in part):
+            part = replies[n * 4 : n * 4 + 3]
+            described = props[n]
+            if first_failure(part) is not None or described is None:
                 continue
-            role, name, description, states, interfaces, count = (r[0] for r in part)
+            role, states, interfaces = (r[0] for r in part)
+            name, description, count = described
             tree.nodes[key] = Node(
                 key[0],
                 key[1],
                 parent.key,
                 index,
-                int(count),
+                count,
                 _short(interfaces),
-                str(name),
+                name,
                 role_token(int(role)),
-                str(description),
+                description,
                 state_tokens(states),
+                complete=count == 0,
             )
+
+    def _properties(
+        self, keys: Sequence[Key], replies: Sequence[Any]
+    ) -> list[tuple[str, str, int] | None]:
+        """Name, description and child count of each object from its ``GetAll`` reply; read
+        one by one (pipelined) where an app does not answer ``GetAll``."""
+        out: list[tuple[str, str, int] | None] = [None] * len(keys)
+        retry: list[int] = []
+        for i, reply in enumerate(replies):
+            if isinstance(reply, CallFailed):
+                if reply.kind == "failed":
+                    retry.append(i)
+                continue
+            values = reply[0] if reply and isinstance(reply[0], dict) else {}
+            out[i] = (str(values.get("Name", "")), str(values.get("Description", "")),
+                      int(values.get("ChildCount", 0)))  # fmt: skip
+        calls = [self.prop(keys[i], ACCESSIBLE, p) for i in retry
+                 for p in ("Name", "Description", "ChildCount")]  # fmt: skip
+        again = self.many(calls)
+        for n, i in enumerate(retry):
+            part = again[n * 3 : n * 3 + 3]
+            if first_failure(part) is None:
+                name, description, count = (r[0] for r in part)
+                out[i] = (str(name), str(description), int(count))
+        return out
+
+
+def _note(table: dict[str, set[str]], bus: str, path: str) -> None:
+    noted = table.setdefault(bus, set())
+    if len(noted) >= MAX_NOTED:
+        noted.clear()
+        path = EVERYTHING
+    noted.add(path)
+
+
+def _inner(signature: str | None) -> str:
+    """A call's arguments' signature without GLib's enclosing tuple: ``(ss)`` → ``ss``."""
+    return signature[1:-1] if signature else ""
 
 
 def _short(interfaces: Iterable[str]) -> frozenset[str]:

@@ -37,8 +37,8 @@ log = logging.getLogger(__name__)
 CODE_ROOT: Final = Path(__file__).resolve().parents[2]
 PACKAGES: Final = ("relay", "relay.a11y", "wire")
 MODULES: Final = (
-    "wire.errors", "wire.a11y_selector", "relay.a11y.dbuswire", "relay.a11y.atspi",
-    "relay.a11y.worker",
+    "wire.errors", "wire.a11y_selector", "relay.a11y.dbuswire", "relay.a11y.dbusconn",
+    "relay.a11y.atspi", "relay.a11y.worker",
 )  # fmt: skip
 BOOT: Final = (
     "import json, sys, types\n"

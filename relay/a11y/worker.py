@@ -35,9 +35,11 @@ from relay.a11y.atspi import (
     ACCESSIBLE,
     COMPONENT,
     COORD_SCREEN,
+    ROOT_PATH,
     Bus,
     Call,
     CallFailed,
+    Details,
     Key,
     Node,
     Tree,
@@ -136,9 +138,13 @@ TREE_MAX_AGE_S: Final = 1.0
 APPS_MAX_AGE_S: Final = 2.0
 # Children of nodes out of view one find may list beyond what the apps cached.
 HIDDEN_FILL_BUDGET: Final = 2000
+# Nodes a walk's level-by-level listing of uncached children looks at, at most (deeper or
+# later ones are listed one by one as the walk reaches them).
+PREFILL_NODES: Final = 5000
 # How long a browser's empty documents may take to fill before they are called missing.
 RENDERER_GRACE_S: Final = 2.0
 SCROLL_ANYWHERE: Final = 6  # AtspiScrollType
+ACTION: Final = "org.a11y.atspi.Action"
 CLICK_ACTIONS: Final = ("click", "press", "activate", "toggle", "jump", "open", "select")
 SECRET_ROLES: Final = frozenset({"password_text"})
 SUGGESTIONS: Final[dict[str, str]] = {
@@ -234,13 +240,16 @@ class App:
 # -- snapshots ---------------------------------------------------------------------------------
 
 
+Step = tuple[str, str, int]
+
+
 @dataclass(frozen=True)
 class Locator:
     """How to find an element again: its app, and the path of (role, name, index among the
     siblings of that role and name) from the app's root."""
 
     app_name: str
-    steps: tuple[tuple[str, str, int], ...]
+    steps: tuple[Step, ...]
 
 
 @dataclass
@@ -323,6 +332,21 @@ class Walked:
     path: list[Node]
 
 
+@dataclass(frozen=True)
+class Window:
+    """A top-level window of an app."""
+
+    key: Key
+    role: str
+    name: str
+    states: frozenset[str]
+    bounds: list[int] | None
+
+    @property
+    def focused(self) -> bool:
+        return "active" in self.states
+
+
 class Worker:
     def __init__(self, bus: Bus, policy: Policy) -> None:
         self.bus = bus
@@ -396,42 +420,44 @@ class Worker:
             running=[a.name for a in apps][:50],
         )
 
-    def _windows(self, app: App) -> list[dict[str, Any]]:
-        if self._skipped(app):
-            return []
-        try:
-            reply = self.bus.call(
-                Call(app.bus, "/org/a11y/atspi/accessible/root", ACCESSIBLE, "GetChildren")
-            )
-        except CallFailed:
-            return []
-        keys = [(str(b), str(p)) for b, p in reply[0]]
+    def _windows(self, apps: Sequence[App], bounds: bool = True) -> dict[str, list[Window]]:
+        """Each app's top-level windows (role, name, states and, with ``bounds``, bounds):
+        from its kept tree while that is valid and bounds are not wanted, else read for all
+        the apps at once in two pipelined batches. Apps that do not answer have none."""
+        out: dict[str, list[Window]] = {}
+        live: list[App] = []
+        for app in apps:
+            kept = None if bounds else self._kept(app)
+            if kept is not None:
+                out[app.bus] = [Window(n.key, n.role, n.name, n.states, None)
+                                for n in kept.children(kept.nodes[kept.root])]  # fmt: skip
+            elif not self._skipped(app):
+                live.append(app)
+        roots = self.bus.many([Call(a.bus, ROOT_PATH, ACCESSIBLE, "GetChildren") for a in live])
+        keys = {a.bus: [(str(b), str(p)) for b, p in unwrap(r, [])]
+                for a, r in zip(live, roots, strict=True)}  # fmt: skip
         calls: list[Call] = []
-        for key in keys:
+        for key in (k for app in live for k in keys[app.bus]):
             calls.extend(
                 (
                     Call(key[0], key[1], ACCESSIBLE, "GetRole"),
                     self.bus.prop(key, ACCESSIBLE, "Name"),
                     Call(key[0], key[1], ACCESSIBLE, "GetState"),
-                    Call(key[0], key[1], COMPONENT, "GetExtents", "(u)", (COORD_SCREEN,)),
                 )
             )
-        replies = self.bus.many(calls)
-        windows = []
-        for i, key in enumerate(keys):
-            role, name, states, extents = replies[4 * i : 4 * i + 4]
-            state = state_tokens(unwrap(states, []))
-            windows.append(
-                {
-                    "key": key,
-                    "role": role_token(unwrap(role, 0, int)),
-                    "name": unwrap(name, "", str),
-                    "bounds": _bounds(unwrap(extents)),
-                    "focused": "active" in state,
-                    "showing": "showing" in state,
-                }
-            )
-        return windows
+            if bounds:
+                calls.append(Call(key[0], key[1], COMPONENT, "GetExtents", "(u)", (COORD_SCREEN,)))
+        replies = iter(self.bus.many(calls))
+        for app in live:
+            out[app.bus] = []
+            for key in keys[app.bus]:
+                role, name, states = next(replies), next(replies), next(replies)
+                extents = unwrap(next(replies)) if bounds else None
+                out[app.bus].append(Window(key, role_token(unwrap(role, 0, int)),
+                                           unwrap(name, "", str),
+                                           state_tokens(unwrap(states, [])),
+                                           _bounds(extents)))  # fmt: skip
+        return out
 
     def _skipped(self, app: App) -> bool:
         try:
@@ -443,31 +469,29 @@ class Worker:
     def apps(self, params: dict[str, Any]) -> dict[str, Any]:
         snapshot = self.snapshots.new()
         listed = []
-        for app in self.list_apps():
+        running = self.list_apps()
+        allowed = [app for app in running if self.policy.refusal(app, acting=False) is None]
+        every = self._windows(allowed)
+        for app in running:
             refusal = self.policy.refusal(app, acting=False)
             entry: dict[str, Any] = {"name": app.name, "pid": app.pid, "command": app.command}
             if refusal is not None:
                 listed.append(entry | {"policy": "denied", "reason": refusal, "windows": []})
                 continue
-            windows = self._windows(app)
+            windows = every.get(app.bus, [])
             entry["responsive"] = not self._skipped(app)
             if (why := self.policy.refusal(app, acting=True)) is not None:
                 entry |= {"policy": "read_only", "reason": why}
             entry["windows"] = [
                 {
                     "id": snapshot.add(
-                        Element(
-                            w["key"],
-                            Locator(app.name, ((w["role"], w["name"], 0),)),
-                            w["role"],
-                            w["name"],
-                        )
+                        Element(w.key, Locator(app.name, ((w.role, w.name, 0),)), w.role, w.name)
                     ),
-                    "name": w["name"],
-                    "role": w["role"],
-                    "bounds": w["bounds"],
-                    "focused": w["focused"],
-                    "showing": w["showing"],
+                    "name": w.name,
+                    "role": w.role,
+                    "bounds": w.bounds,
+                    "focused": w.focused,
+                    "showing": "showing" in w.states,
                 }
                 for w in windows
             ]
@@ -476,19 +500,35 @@ class Worker:
 
     # -- trees ---------------------------------------------------------------------------------
 
-    def _tree(self, app: App) -> Tree:
-        """The app's tree: read again when the app announced a change of structure, names or
-        states since, or when the kept one is older than ``TREE_MAX_AGE_S`` (apps do not
-        announce everything: Chromium scrolls without a state event). Bounds, values and
-        texts are never kept: they are read live."""
+    def _kept(self, app: App) -> Tree | None:
+        """The app's kept tree while it is valid: no event announced a change of structure,
+        names or states since it was read, and it is younger than ``TREE_MAX_AGE_S`` (apps do
+        not announce everything: Chromium scrolls without any event). Its kept details lose
+        what the app's bounds, text and value events named."""
         self.bus.drain()
         kept = self._trees.get(app.bus)
-        if kept is not None and app.bus not in self.bus.changed and \
-                time.monotonic() - kept[0] < TREE_MAX_AGE_S:  # fmt: skip
-            return kept[1]
-        self.bus.changed.discard(app.bus)
+        if kept is None or app.bus in self.bus.changed or \
+                time.monotonic() - kept[0] >= TREE_MAX_AGE_S:  # fmt: skip
+            return None
+        tree = kept[1]
+        tree.forget_details(self.bus.moved.pop(app.bus, set()),
+                            self.bus.touched.pop(app.bus, set()))  # fmt: skip
+        return tree
+
+    def _tree(self, app: App) -> Tree:
+        """The app's tree: the kept one while valid (``_kept``), else read again (what was
+        listed beyond the app's cache is brought along with its states read again, when
+        the kept tree only aged: ``Bus.carry``)."""
+        kept = self._kept(app)
+        if kept is not None:
+            return kept
+        old = self._trees.get(app.bus)
+        aged = old[1] if old is not None and app.bus not in self.bus.changed else None
+        self.bus.forget(app.bus)
         try:
-            tree = self.bus.tree((app.bus, "/org/a11y/atspi/accessible/root"))
+            tree = self.bus.tree((app.bus, ROOT_PATH))
+            if aged is not None:
+                self.bus.carry(aged, tree)
         except CallFailed as err:
             self._trees.pop(app.bus, None)
             raise failed(err, f"reading {app.name!r}") from None
@@ -496,6 +536,12 @@ class Worker:
         if len(self._trees) > MAX_KEPT_TREES:
             self._trees.pop(next(iter(self._trees)))
         return tree
+
+    def _drop(self, app: App) -> None:
+        """Forget what is kept of an app an act was just performed on: what it shows is
+        read again on the next call."""
+        self._trees.pop(app.bus, None)
+        self.bus.forget(app.bus)
 
     def _scope(self, params: dict[str, Any], acting: bool = False) -> list[tuple[App, Tree, Node]]:
         """The (app, tree, root) pairs a call looks at: the named window, the named app, else
@@ -509,8 +555,7 @@ class Worker:
             node = self._live_node(tree, element)
             return [(app, tree, node)]
         candidates = [self.find_app(app_name, apps)] if app_name is not None else apps
-        pairs: list[tuple[App, Tree, Node]] = []
-        wanted: set[Key] = set()
+        allowed: list[App] = []
         for app in candidates:
             if (why := self.policy.refusal(app, acting)) is not None:
                 if app_name is not None:
@@ -518,16 +563,20 @@ class Worker:
                 continue
             if app_name is None and self._skipped(app):
                 continue
-            whole_app = app_name is not None and window is None
-            everything = window is None and app_name is None and bool(params.get("_all"))
+            allowed.append(app)
+        whole_app = app_name is not None and window is None
+        everything = window is None and app_name is None and bool(params.get("_all"))
+        windows: dict[str, list[Window]] = {}
+        if not (whole_app or everything):
+            # Which window is meant is read cheaply (names and states of the top-level
+            # windows, of all apps at once): only the app that has it is read whole.
+            windows = self._windows(allowed, bounds=False)
+        pairs: list[tuple[App, Tree, Node]] = []
+        for app in allowed:
+            wanted: set[Key] = set()
             if not (whole_app or everything):
-                # Which of its windows is meant is read cheaply (names and states of the
-                # top-level windows only): only the app that has it is read whole.
-                wanted = {
-                    w["key"]
-                    for w in self._windows(app)
-                    if (w["name"] == window if window is not None else w["focused"])
-                }
+                wanted = {w.key for w in windows.get(app.bus, [])
+                          if (w.name == window if window is not None else w.focused)}  # fmt: skip
                 if not wanted:
                     continue
             try:
@@ -586,11 +635,21 @@ class Worker:
             node = same[index]
         return node
 
-    def _locator(self, app: App, path: Sequence[Node], tree: Tree) -> Locator:
+    def _locator(
+        self, app: App, path: Sequence[Node], tree: Tree, memo: dict[Key, Step] | None = None
+    ) -> Locator:
+        """``path``'s locator; ``memo`` keeps the steps of one call's elements (they share
+        most of their ancestors)."""
+        memo = {} if memo is None else memo
         steps = []
         for parent, node in itertools.pairwise(path):
-            same = [c for c in tree.children(parent) if c.role == node.role and c.name == node.name]
-            steps.append((node.role, node.name, same.index(node) if node in same else 0))
+            step = memo.get(node.key)
+            if step is None:
+                same = [c.key for c in tree.children(parent)
+                        if c.role == node.role and c.name == node.name]  # fmt: skip
+                step = (node.role, node.name, same.index(node.key) if node.key in same else 0)
+                memo[node.key] = step
+            steps.append(step)
         return Locator(app.name, tuple(steps))
 
     def _walk(
@@ -599,28 +658,44 @@ class Worker:
     ) -> Iterator[Walked]:  # fmt: skip
         """Depth-first over showing nodes (``hidden``: also over the cached nodes that are not
         showing, e.g. rows scrolled out of view); never into huge or self-managed containers.
-        Children a showing node's app has not cached are listed, pipelined."""
+        Children an app has not cached are listed first, level by level, pipelined
+        (``_prefill``)."""
+        self._prefill(tree, root, max_depth, hidden)
         stack: list[tuple[Node, int, list[Node]]] = [(root, 0, [*path_to_root, root])]
         while stack:
             node, depth, path = stack.pop()
             yield Walked(node, depth, path)
-            if (
-                depth >= max_depth
-                or node.child_count > HUGE
-                or "manages_descendants" in node.states
-            ):
+            if not _descends(node, depth, max_depth):
                 continue
-            showing = "showing" in node.states or node.role in ("frame", "application")
-            if showing:
+            if self._wants_fill(node, hidden):  # beyond what the prefill reached
                 self.bus.fill(tree, [node])
-            elif hidden and not node.complete and self._hidden_budget >= node.child_count:
-                # Apps cache little of what is out of view (Chromium's rows below the fold):
-                # listed on demand, within a budget per call.
-                self._hidden_budget -= node.child_count
-                self.bus.fill(tree, [node])
-            kids = [k for k in tree.children(node)
-                    if hidden or "showing" in k.states or k.role == "frame"]  # fmt: skip
+            kids = _kids(tree, node, hidden)
             stack.extend((k, depth + 1, [*path, k]) for k in reversed(kids))
+
+    def _wants_fill(self, node: Node, hidden: bool) -> bool:
+        """Whether the walk lists the children the app has not cached of ``node``: of a
+        showing node always; of a hidden one (``hidden`` walks) within the call's budget —
+        apps cache little of what is out of view (Chromium's rows below the fold)."""
+        if node.complete:
+            return False
+        if "showing" in node.states or node.role in ("frame", "application"):
+            return True
+        if hidden and self._hidden_budget >= node.child_count:
+            self._hidden_budget -= node.child_count
+            return True
+        return False
+
+    def _prefill(self, tree: Tree, root: Node, max_depth: int, hidden: bool) -> None:
+        """List what the walk will need that the app has not cached, one level of the tree
+        per pipelined batch (two round trips a level instead of two a node), up to
+        ``PREFILL_NODES`` nodes."""
+        level, seen = [(root, 0)], 0
+        while level and seen < PREFILL_NODES:
+            seen += len(level)
+            self.bus.fill(tree, [n for n, d in level if _descends(n, d, max_depth)
+                                 and self._wants_fill(n, hidden)])  # fmt: skip
+            level = [(k, d + 1) for n, d in level if _descends(n, d, max_depth)
+                     for k in _kids(tree, n, hidden)]  # fmt: skip
 
     def _path_to(self, tree: Tree, node: Node) -> list[Node]:
         """Ancestors of ``node`` from the app's root (exclusive of ``node``)."""
@@ -681,11 +756,11 @@ class Worker:
                 raise _no_renderer(app)
             return self.observe(params | {"_retried": True})
         lines, items = [], []
+        memo: dict[Key, Step] = {}
         for (walked, level), (bounds, value) in zip(chosen, extras, strict=True):
             node = walked.node
-            ref = snapshot.add(
-                Element(node.key, self._locator(app, walked.path, tree), node.role, node.name)
-            )
+            locator = self._locator(app, walked.path, tree, memo)
+            ref = snapshot.add(Element(node.key, locator, node.role, node.name))
             lines.append("  " * level + _line(ref, node, bounds, value))
             if fmt != "text":
                 items.append(_item(ref, node, bounds, value, level))
@@ -720,11 +795,18 @@ class Worker:
                 return True
         return False
 
-    def _details(self, nodes: Sequence[Node]) -> list[tuple[list[int] | None, str | None]]:
-        """Bounds and values of ``nodes``, pipelined."""
+    def _details(self, nodes: Sequence[Node]) -> list[Details]:
+        """Bounds and values of ``nodes``: those kept with their tree (``Tree.details``),
+        the others read, pipelined, and kept."""
+        out: list[Details | None] = [None] * len(nodes)
         calls: list[Call] = []
-        plan: list[tuple[int | None, int | None, str]] = []
-        for node in nodes:
+        plan: list[tuple[int, int | None, int | None, str]] = []
+        for i, node in enumerate(nodes):
+            kept = self._trees.get(node.bus)
+            tree = kept[1] if kept is not None and kept[1].nodes.get(node.key) is node else None
+            if tree is not None and (known := tree.details.get(node.key)) is not None:
+                out[i] = known
+                continue
             extents = value = None
             if node.has("Component"):
                 extents = len(calls)
@@ -747,14 +829,14 @@ class Worker:
             elif node.has("Value"):
                 value, kind = len(calls), "value"
                 calls.append(self.bus.prop(node.key, "org.a11y.atspi.Value", "CurrentValue"))
-            plan.append((extents, value, kind))
-        replies = self.bus.many(calls) if calls else []
+            plan.append((i, extents, value, kind))
+        replies = self.bus.many(calls)
         # A stopped app misses every call; a busy machine may make one miss now and then
         # (that element then has no bounds this time).
         if replies and all(isinstance(r, CallFailed) and r.kind == "timeout" for r in replies):
             raise failed(replies[0], "reading bounds and values")
-        out: list[tuple[list[int] | None, str | None]] = []
-        for node, (extents, value, kind) in zip(nodes, plan, strict=True):
+        for i, extents, value, kind in plan:
+            node = nodes[i]
             bounds = _bounds(unwrap(replies[extents])) if extents is not None else None
             text = None
             if value is not None:
@@ -763,8 +845,13 @@ class Worker:
                     text = _format_value(raw) if kind == "value" else str(raw)
                     if node.role in SECRET_ROLES and text:
                         text = "•" * min(len(text), 8)
-            out.append((bounds, text))
-        return out
+            out[i] = (bounds, text)
+            answered = [replies[j] for j in (extents, value) if j is not None]
+            kept = self._trees.get(node.bus)
+            if first_failure(answered) is None and kept is not None and \
+                    kept[1].nodes.get(node.key) is node:  # fmt: skip
+                kept[1].details[node.key] = (bounds, text)
+        return [d if d is not None else (None, None) for d in out]
 
     # -- find and wait -------------------------------------------------------------------------
 
@@ -789,7 +876,12 @@ class Worker:
                 )
             )
             extra = self._match_fields(walked_all, needs_value, needs_id)
+            last = selector.compounds[-1]
             for walked in walked_all:
+                node = walked.node
+                # The element itself first: its ancestors are matched only when it could be.
+                if not selectors.compound_matches(last, _as_mapping(node, extra.get(node.key))):
+                    continue
                 chain = [_as_mapping(n, extra.get(n.key)) for n in walked.path]
                 if selectors.match_path(selector, chain):
                     found.append((app, tree, walked))
@@ -878,7 +970,12 @@ class Worker:
 
     # -- one element ---------------------------------------------------------------------------
 
-    def _resolve(self, params: dict[str, Any], acting: bool) -> tuple[App, Node, Element]:
+    def _resolve(
+        self, params: dict[str, Any], acting: bool, prefetch: Sequence[tuple[str, str]] = ()
+    ) -> tuple[App, Node, dict[str, Any]]:
+        """The ref's app and its element as it is now; ``prefetch``: (interface, method) calls
+        on the element sent along with its live check (their replies by method, when the
+        object itself was found)."""
         element = self.snapshots.element(params.get("ref"))
         app = self._app_by_bus(element)
         if (why := self.policy.refusal(app, acting)) is not None:
@@ -895,11 +992,12 @@ class Worker:
                         self.bus.prop(key, ACCESSIBLE, "Name"),
                         self.bus.prop(key, ACCESSIBLE, "ChildCount"),
                         self.bus.prop(key, ACCESSIBLE, "Description"),
+                        *(Call(key[0], key[1], i, m) for i, m in prefetch),
                     ]
                 )
             except CallFailed as err:
                 raise failed(err, "reading the element") from None
-            failure = first_failure(reply)
+            failure = first_failure(reply[:6])
             if failure is None:
                 states = state_tokens(reply[0][0])
                 if "defunct" not in states:
@@ -915,11 +1013,11 @@ class Worker:
                         str(reply[5][0]),
                         states,
                     )
-                    return app, node, element
+                    return app, node, {m: r for (_, m), r in zip(prefetch, reply[6:], strict=True)}
             elif failure.kind == "timeout":
                 raise failed(failure, f"{app.name!r}")
         tree = self._tree(app)
-        return app, self._live_node(tree, element), element
+        return app, self._live_node(tree, element), {}
 
     def read(self, params: dict[str, Any]) -> dict[str, Any]:
         app, node, _ = self._resolve(params, acting=False)
@@ -984,7 +1082,9 @@ class Worker:
 
     def act(self, params: dict[str, Any]) -> dict[str, Any]:
         action = params.get("action")
-        app, node, _ = self._resolve(params, acting=True)
+        # A click needs the element's actions: asked for with its live check.
+        prefetch = [(ACTION, "GetActions")] if action == "click" else []
+        app, node, fetched = self._resolve(params, acting=True, prefetch=prefetch)
         handler = {
             "click": self._click,
             "type": self._type,
@@ -994,7 +1094,10 @@ class Worker:
         }.get(str(action))
         if handler is None:
             raise A11yError("invalid_args", f"unknown act {str(action)[:32]!r}", field="action")
-        result = handler(node, params)
+        try:
+            result = handler(node, params | {"_fetched": fetched})
+        finally:
+            self._drop(app)
         return {"app": app.name, "role": node.role, "name": node.name} | result
 
     def _center(self, node: Node) -> dict[str, int]:
@@ -1024,25 +1127,16 @@ class Worker:
     def _click(self, node: Node, params: dict[str, Any]) -> dict[str, Any]:
         if node.has("Action"):
             try:
-                names = [
-                    a[0]
-                    for a in self.bus.call(
-                        Call(node.bus, node.path, "org.a11y.atspi.Action", "GetActions")
-                    )[0]
-                ]
+                listed = params["_fetched"].get("GetActions")
+                if listed is None or isinstance(listed, CallFailed):
+                    listed = self.bus.call(Call(node.bus, node.path, ACTION, "GetActions"))
+                names = [a[0] for a in listed[0]]
                 index = next(
                     (names.index(n) for n in CLICK_ACTIONS if n in names), 0 if names else None
                 )
                 if index is not None:
                     done = self.bus.call(
-                        Call(
-                            node.bus,
-                            node.path,
-                            "org.a11y.atspi.Action",
-                            "DoAction",
-                            "(i)",
-                            (index,),
-                        )
+                        Call(node.bus, node.path, ACTION, "DoAction", "(i)", (index,))
                     )[0]
                     if done:
                         return {"method": "native", "native": names[index]}
@@ -1152,6 +1246,18 @@ class Worker:
 
 
 # -- formatting --------------------------------------------------------------------------------
+
+
+def _descends(node: Node, depth: int, max_depth: int) -> bool:
+    """Whether a walk goes below ``node``: not past the depth asked for, never into huge or
+    self-managed containers."""
+    return depth < max_depth and node.child_count <= HUGE and \
+        "manages_descendants" not in node.states  # fmt: skip
+
+
+def _kids(tree: Tree, node: Node, hidden: bool) -> list[Node]:
+    """The children a walk visits: the showing ones (and frames), or all with ``hidden``."""
+    return [k for k in tree.children(node) if hidden or "showing" in k.states or k.role == "frame"]
 
 
 def _alive(pid: int) -> bool:

@@ -74,32 +74,64 @@ RUN /opt/venv/bin/pip install -q --no-deps -c constraints.txt -e . \
         -exec strip --strip-unneeded {} +
 
 # ---------------------------------------------------------------------------- bytecode
-# Bytecode only for what the server and the admin CLI import (found by importing them and
-# migrating a scratch database); the rest of the libraries stays source and compiles on the
-# rare first use. Keeps ~25 MB of unused bytecode out of the image.
+# What the server never loads goes first: Pillow's AVIF codec (libavif, 5 MB; the server
+# decodes no images), numpy's test-only extension modules (_simd and the *_tests),
+# numpy.distutils and numpy.random (imported lazily, never by the server), SQLAlchemy's test
+# support, the libraries' own tests and Cython sources. Then bytecode only for what the server,
+# the admin CLI and the health check import (found by importing them and migrating a scratch
+# database); the rest of the libraries stays source and compiles on the rare first use. Keeps
+# ~25 MB of unused bytecode out of the image. /tmp/stdlib-used lists the standard library's
+# modules they import: the runtime stage keeps bytecode for those only (Debian compiles all
+# of it, 12 MB). `relaydesk db upgrade` sets a umask of 077, so what it compiled is made
+# readable for the server's user (uid 10001), who otherwise compiled SQLAlchemy, aiosqlite and
+# more from source at every start.
 FROM python-build AS server-python
-RUN find /opt/venv/lib -name __pycache__ -type d -prune -exec rm -rf {} + \
+RUN cd /opt/venv/lib/python3.11/site-packages \
+    && rm -rf PIL/_avif.*.so pillow.libs/libavif-*.so* numpy/_core/_simd.*.so \
+        numpy/_core/_multiarray_tests.*.so numpy/_core/_umath_tests.*.so \
+        numpy/_core/_rational_tests.*.so numpy/_core/_struct_ufunc_tests.*.so \
+        numpy/_core/_operand_flag_tests.*.so numpy/distutils numpy/random sqlalchemy/testing \
+    && find . -depth -type d -name tests -path './*/tests' -exec rm -rf {} + \
+    && find . -type f \( -name '*.pyx' -o -name '*.pxd' \) -delete \
+    && find /opt/venv/lib -name __pycache__ -type d -prune -exec rm -rf {} + \
     && RELAYDESK_DATA_DIR=/tmp/warm /opt/venv/bin/relaydesk db upgrade 2>/dev/null \
     && RELAYDESK_DATA_DIR=/tmp/warm /opt/venv/bin/python -c 'import relaydesk.admin_cli, \
-        relaydesk.run, server.app, uvloop, uvicorn.protocols.http.httptools_impl, \
-        uvicorn.protocols.http.h11_impl, uvicorn.lifespan.on, uvicorn.loops.uvloop, \
-        sqlalchemy.dialects.postgresql.asyncpg, sqlalchemy.dialects.sqlite.aiosqlite, \
-        redis.asyncio, asyncpg; from server.config import Settings; \
-        server.app.create_app(Settings.from_env())' \
-    && rm -rf /tmp/warm
+        relaydesk.cli, relaydesk.run, server.app, uvloop, \
+        uvicorn.protocols.http.httptools_impl, uvicorn.protocols.http.h11_impl, \
+        uvicorn.protocols.websockets.websockets_impl, uvicorn.lifespan.on, \
+        uvicorn.loops.uvloop, sqlalchemy.dialects.postgresql.asyncpg, \
+        sqlalchemy.dialects.sqlite.aiosqlite, redis.asyncio, asyncpg, urllib.request, \
+        importlib.metadata, encodings.idna, numpy, server.admin, server.db.store; \
+        from server.config import Settings; \
+        server.app.create_app(Settings.from_env()); import sys; \
+        open("/tmp/stdlib-used", "w").write("".join(f"{m.__file__}\n" for m in \
+        list(sys.modules.values()) if (getattr(m, "__file__", None) or "").startswith( \
+        "/usr/lib/python3.11/") and m.__file__.endswith(".py")))' \
+    && test -s /tmp/stdlib-used \
+    && rm -rf /tmp/warm \
+    && chmod -R a+rX /opt/venv /opt/relaydesk
 
 # ---------------------------------------------------------------------------- runtime
 FROM ${BASE_IMAGE}
 ENV DEBIAN_FRONTEND=noninteractive
+# Debian compiles the whole standard library on install: that bytecode goes, with pydoc's
+# topics, the regression-test support and the C API test modules; what the server imports is
+# compiled again below (/tmp/stdlib-used).
 RUN apt-get update -qq \
     && apt-get install -y -qq --no-install-recommends python3 tini >/dev/null \
-    && rm -rf /var/lib/apt/lists/* \
+    && rm -rf /var/lib/apt/lists/* /usr/lib/python3.11/pydoc_data /usr/lib/python3.11/test \
+    && cd /usr/lib/python3.11/lib-dynload \
+    && rm -f _test*.so _ctypes_test.*.so _xxtestfuzz.*.so xxlimited*.so xxsubtype.*.so \
+    && cd / \
+    && find /usr/lib/python3.11 -name __pycache__ -type d -prune -exec rm -rf {} + \
     && groupadd --gid 10001 relaydesk \
     && useradd --uid 10001 --gid relaydesk --no-create-home --home-dir /var/lib/relaydesk \
         --shell /usr/sbin/nologin relaydesk \
     && install -d -o relaydesk -g relaydesk -m 0700 /var/lib/relaydesk
 COPY --from=server-python /opt/venv /opt/venv
 COPY --from=server-python /opt/relaydesk /opt/relaydesk
+COPY --from=server-python /tmp/stdlib-used /tmp/stdlib-used
+RUN python3 -B -m compileall -q -i /tmp/stdlib-used && rm /tmp/stdlib-used
 COPY web/app /opt/relaydesk/web/app
 COPY web/viewer /opt/relaydesk/web/viewer
 COPY web/package.json web/package-lock.json /opt/relaydesk/web/

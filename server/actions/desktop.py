@@ -95,8 +95,15 @@ async def running_row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow:
     if args.get("local"):
         args = {**args, "kind": "local"}
     _kind(args)
-    await _tracked_relay(ctx, args)
+    relay = await ctx.resolve_relay(args.get("relay"))
+    if ctx.hub.is_connected(relay.relay_id) and not ctx.inventory.tracks(relay.relay_id):
+        raise OpError(ErrorCode.UNAVAILABLE, "this relay does not report desktop session ids")
     row = await _live_row(ctx, args)
+    if row is None or row.state != "running":
+        # Rows a disconnect left unknown are healed only when they are in the way (the
+        # common case, a running row, costs one read fewer).
+        await ctx.inventory.heal(relay.relay_id)
+        row = await _live_row(ctx, args)
     if row is None or row.state != "running":
         raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
     ctx.desktop_session_id = row.desktop_session_id

@@ -29,8 +29,7 @@ SERVER_IMAGE = f"relaydesk/server:{TAG}"
 RELAY_IMAGE = f"relaydesk/relay:{TAG}"
 LABEL = "relaydesk.test=1"
 # Targets of the images and of a relay container's first desktop (docs/docker.md).
-# 250 MB before the MCP SDK (server/mcp/), which brings pydantic: +16 MB, measured.
-SERVER_IMAGE_TARGET_MB = 270
+SERVER_IMAGE_TARGET_MB = 250
 RELAY_IMAGE_TARGET_MB = 900
 FIRST_DESKTOP_TARGET_S = 3.0
 BUILD_TIMEOUT_S = 1800.0

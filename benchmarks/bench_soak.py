@@ -21,6 +21,11 @@ its displays. Errors count as inside a kill window when the failing step overlap
     python benchmarks/bench_soak.py --minutes 60
     python benchmarks/bench_soak.py --quick        # 3 minutes, part of scripts/test
     python benchmarks/bench_soak.py --minutes 45 --trace-server /tmp/snaps   # tracemalloc
+    python benchmarks/bench_soak.py --quick --keep --log-level info  # recovery timeline
+
+With ``--log-level info`` the relay logs its start-up (``since_exec_s``, ``adopt_s``,
+``dial_s``) and the run prints when each kill and each recovery step happened (UTC, as the logs
+stamp it); ``--keep`` keeps ``relay.log`` and ``server.log`` to line them up.
 
 ``--trace-server`` runs the server under tracemalloc and dumps a snapshot every
 ``--trace-every-s``, to compare top allocations between two points of an incarnation; the traced
@@ -89,6 +94,7 @@ class Footprint:
     """What belongs to this run: pids (with their start times) and the X displays it used."""
 
     pids: dict[int, float] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)  # pid → process or record name
     x_sockets: set[tuple[int, int, int]] = field(default_factory=set)  # display, inode, mtime
 
     @property
@@ -98,7 +104,9 @@ class Footprint:
     def add_live(self, pid: int) -> None:
         if pid not in self.pids:
             with contextlib.suppress(psutil.Error):
-                self.pids[pid] = psutil.Process(pid).create_time()
+                proc = psutil.Process(pid)
+                self.pids[pid] = proc.create_time()
+                self.names.setdefault(pid, proc.name())
 
 
 @dataclass
@@ -114,6 +122,7 @@ class Soak:
     root: Path
     port: int
     trace: tuple[Path, float] | None = None
+    log_level: str = "warning"
     server: ManagedProcess | None = None
     relay: ManagedProcess | None = None
     born: dict[int, float] = field(default_factory=dict)  # pid → monotonic start
@@ -141,7 +150,7 @@ class Soak:
         return self.root / "tmp"
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, **self.seed.env(), **FAST_ENV, "RELAYDESK_LOG_LEVEL": "warning",
+        return {**os.environ, **self.seed.env(), **FAST_ENV, "RELAYDESK_LOG_LEVEL": self.log_level,
                 "TMPDIR": str(self.tmp_dir)}  # fmt: skip
 
     def now(self) -> float:
@@ -324,13 +333,18 @@ async def recover(soak: Soak, client: httpx.AsyncClient, kind: str, began: float
             return True
         return False
 
-    await until(connected, 120)
-    soak.recovery.setdefault(f"{kind} relay connected", []).append(time.monotonic() - began)
-    await until(api_up, 120)
-    soak.recovery.setdefault(f"{kind} api", []).append(time.monotonic() - began)
-    await until(viewer_up, 120)
-    soak.recovery.setdefault(f"{kind} viewer", []).append(time.monotonic() - began)
+    for what, back in (("relay connected", connected), ("api", api_up), ("viewer", viewer_up)):
+        await until(back, 120)
+        took = time.monotonic() - began
+        soak.recovery.setdefault(f"{kind} {what}", []).append(took)
+        print(f"recovery {kind} {what}: {took:.2f} s (at {wall_clock()})", file=sys.stderr)
     soak.windows[-1] = (soak.windows[-1][0], soak.now())
+
+
+def wall_clock() -> str:
+    """Now, as the processes' log lines stamp it (UTC, milliseconds), to line them up."""
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}"
 
 
 async def kill_relay_mid_start(soak: Soak, client: httpx.AsyncClient) -> None:
@@ -342,6 +356,7 @@ async def kill_relay_mid_start(soak: Soak, client: httpx.AsyncClient) -> None:
     assert soak.relay is not None
     soak.relay.kill()
     began = time.monotonic()
+    print(f"relay killed at {wall_clock()}", file=sys.stderr)
     track(soak)
     start_relay(soak)
     await recover(soak, client, "relay kill", began)
@@ -360,6 +375,7 @@ async def restart_server(soak: Soak, client: httpx.AsyncClient) -> None:
     soak.server.terminate(timeout=30)
     soak.recovery.setdefault("server shutdown", []).append(time.monotonic() - stopping)
     began = time.monotonic()
+    print(f"server stopped at {wall_clock()}", file=sys.stderr)
     start_server(soak)
     await recover(soak, client, "server restart", began)
 
@@ -418,7 +434,7 @@ def run_dir(keep: bool) -> Iterator[Path]:
 async def run(args: argparse.Namespace) -> int:
     minutes, sample_s, warmup_s = args.minutes, args.sample_s, args.warmup_s
     with run_dir(args.keep) as root:
-        soak = Soak(await seed_database(root / "data"), root, free_port())
+        soak = Soak(await seed_database(root / "data"), root, free_port(), log_level=args.log_level)
         soak.tmp_dir.mkdir()
         if args.trace_server is not None:
             soak.trace = (args.trace_server.resolve(), args.trace_every_s)
@@ -470,6 +486,7 @@ def main() -> int:
     p.add_argument("--trace-server", type=Path, help="dump tracemalloc snapshots here")
     p.add_argument("--trace-every-s", type=float, default=120.0, help="snapshot interval")
     p.add_argument("--keep", action="store_true", help="keep the run directory (logs, state)")
+    p.add_argument("--log-level", default="warning", help="of server and relay (info: timeline)")
     args = p.parse_args()
     if args.quick:
         args.minutes, args.sample_s, args.warmup_s = 3.0, 10.0, QUICK_WARMUP_S

@@ -18,6 +18,7 @@ from relay.desktops.displays import X_TMP
 if TYPE_CHECKING:
     from benchmarks.bench_soak import Footprint, Soak
 
+
 def leftovers(soak: Soak) -> dict[str, list[str]]:
     """What the run left behind once every desktop was stopped and server and relay exited."""
     return {
@@ -88,7 +89,8 @@ def _shm_leftovers(footprint: Footprint) -> list[str]:
     header = rows[0].split() if rows else []
     segs = [dict(zip(header, row.split(), strict=False)) for row in rows[1:]]
     return [
-        f"shmid {s['shmid']} (creator {s['cpid']}, {s['nattch']} attached)"
+        f"shmid {s['shmid']} (creator {s['cpid']} {footprint.names.get(int(s['cpid']), '?')}, "
+        f"{s['nattch']} attached)"
         for s in segs
         if _was_ours(footprint, int(s["cpid"]), float(s["ctime"]))
     ]
@@ -129,6 +131,7 @@ def track(soak: Soak) -> None:
     for record in _state_records(soak.state_dir):
         for child in record.get("processes", []):
             footprint.pids.setdefault(int(child["pid"]), float(child["create_time"]))
+            footprint.names.setdefault(int(child["pid"]), str(child["name"]))
             if child["name"] == "Xvfb" and (display := _x_display_of(int(child["pid"]))):
                 with contextlib.suppress(OSError):
                     made = (X_TMP / ".X11-unix" / f"X{display}").stat()

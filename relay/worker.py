@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from typing import Any
 
 import aiohttp
+import psutil
 
 from relay import __version__
 from relay.config import RelaySettings
@@ -26,6 +28,30 @@ HANDSHAKE_TIMEOUT_S = 10.0
 SILENT_HEARTBEATS = 3
 
 
+def process_age_s() -> float:
+    """Seconds since this process was started (interpreter start and imports included): the
+    start-up timeline in the logs."""
+    return time.time() - psutil.Process().create_time()
+
+
+# How long a relay waits before it dials again, as a share of how long the server has been
+# unreachable: a restarting server is redialled every ~0.2 s at first and a relay connects at
+# most ~1/8 of the outage after the server is back; a server down for minutes is not
+# hammered (the wait reaches backoff_max_s after 8 x backoff_max_s).
+REDIAL_SHARE = 0.125
+
+
+def redial_delay(
+    outage_s: float, initial_s: float, max_s: float, jitter: float | None = None
+) -> float:
+    """Seconds before the next dial, ``outage_s`` into an outage (0 right after a connection
+    closed): ``REDIAL_SHARE`` of the outage, at least ``initial_s``, at most ``max_s``; then
+    ``jitter`` (drawn at random when None, in [0, 1]) takes up to half of it off, so the relays
+    of a restarted server do not all dial in step."""
+    base = min(max_s, max(initial_s, outage_s * REDIAL_SHARE))
+    return base * (1.0 - 0.5 * (random.random() if jitter is None else jitter))
+
+
 class RelayWorker:
     """Keeps one outbound connection to the server alive and serves it."""
 
@@ -40,6 +66,7 @@ class RelayWorker:
         # token): retrying cannot help, so the relay logs it once and stops.
         self.config_error: str | None = None
         self._serving = False  # this attempt got its welcome: a stop now closes, not cancels
+        self._dialled = 0.0  # when the current attempt began (monotonic), for the logs
 
     def stop(self) -> None:
         self._stopping.set()
@@ -53,14 +80,17 @@ class RelayWorker:
                 log.info("event %s not delivered: %s", name, err)
 
     async def run(self) -> None:
-        """Connect, serve, and reconnect with bounded exponential backoff and jitter."""
-        attempt = 0
+        """Connect, serve, and reconnect: soon at first, then less often the longer the server
+        stays unreachable (:func:`redial_delay`)."""
+        unreachable_since = time.monotonic()
         async with aiohttp.ClientSession() as session:
             while not self._stopping.is_set():
                 welcomed = await self._attempt(session)
-                attempt = 0 if welcomed else attempt + 1
+                now = time.monotonic()
+                if welcomed:
+                    unreachable_since = now
                 if not self._stopping.is_set():
-                    await self._wait_backoff(attempt)
+                    await self._wait_backoff(now - unreachable_since)
 
     async def _attempt(self, session: aiohttp.ClientSession) -> bool:
         """One connection. A stop while it is still dialling or in the handshake cancels it (a
@@ -81,16 +111,15 @@ class RelayWorker:
         finally:
             stopping.cancel()
 
-    async def _wait_backoff(self, attempt: int) -> None:
-        base = min(
-            self.settings.backoff_max_s, self.settings.backoff_initial_s * (2 ** min(attempt, 16))
-        )
-        delay = base * random.uniform(0.5, 1.0)
+    async def _wait_backoff(self, outage_s: float) -> None:
+        settings = self.settings
+        delay = redial_delay(outage_s, settings.backoff_initial_s, settings.backoff_max_s)
         log.info("reconnecting in %.2f s", delay)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), delay)
 
     async def _connect_once(self, session: aiohttp.ClientSession) -> bool:
+        self._dialled = time.monotonic()
         headers = {"Authorization": f"Bearer {self.settings.token}"}
         try:
             # The upgrade gets its own time limit: on a half-open path its answer never comes
@@ -148,7 +177,11 @@ class RelayWorker:
         self._serving = True
         self.link = link
         self.connected.set()
-        log.info("connected to %s", self.settings.server_url)
+        log.info(
+            "connected to %s", self.settings.server_url,
+            extra={"dial_s": round(time.monotonic() - self._dialled, 3),
+                   "since_exec_s": round(process_age_s(), 3)},
+        )  # fmt: skip
         # Told to stop (SIGTERM): close the connection, which ends the receive loop below.
         closer = asyncio.create_task(self._close_when_stopping(ws), name="close-on-stop")
         try:

@@ -13,28 +13,27 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
-
-from sqlalchemy import make_url
+from typing import TYPE_CHECKING, Any
 
 from relaydesk import tables
-from server import admin
-from server.cluster.build import shared_caches
-from server.config import database_url_from_env
 from server.db.cache import READ_CACHE_TTL_S
-from server.db.errors import StoreError
-from server.db.lock import sqlite_path
-from server.db.migrate import upgrade
-from server.db.store import Store
 
-AdminCall = Callable[[Store, argparse.Namespace], Awaitable[Any]]
+# The database layer (SQLAlchemy, the store, migrations, server.admin) is imported when an
+# admin command runs, not when the command line is parsed: every `relaydesk relay` start would
+# otherwise spend seconds importing what a relay never uses.
+if TYPE_CHECKING:
+    from server.db.store import Store
+
+AdminCall = Callable[["Store", argparse.Namespace], Awaitable[Any]]
 
 
-def _on(action: Callable[[Store, Any], Awaitable[Any]], field: str) -> AdminCall:
-    """The command that calls ``action(store, args.<field>)``."""
+def _on(action: str, field: str) -> AdminCall:
+    """The command that calls ``server.admin.<action>(store, args.<field>)``."""
 
     async def call(store: Store, args: argparse.Namespace) -> Any:
-        return await action(store, getattr(args, field))
+        from server import admin
+
+        return await getattr(admin, action)(store, getattr(args, field))
 
     return call
 
@@ -53,16 +52,22 @@ def _read_password(args: argparse.Namespace) -> str | None:
 
 
 async def _create_user(store: Store, args: argparse.Namespace) -> Any:
+    from server import admin
+
     return await admin.create_user(
         store, args.name, password=_read_password(args), is_admin=args.admin
     )
 
 
 async def _set_password(store: Store, args: argparse.Namespace) -> Any:
+    from server import admin
+
     return await admin.set_password(store, args.user, password=_read_password(args))
 
 
 async def _login_link(store: Store, args: argparse.Namespace) -> Any:
+    from server import admin
+
     return await admin.login_link(store, args.user, ttl_s=args.ttl, base_url=args.url)
 
 
@@ -78,30 +83,44 @@ def _server_url() -> str:
 
 
 async def _add_relay(store: Store, args: argparse.Namespace) -> Any:
+    from server import admin
+
     return await admin.add_relay(store, args.name, args.owner, co_located=args.co_located)
 
 
 async def _set_relay(store: Store, args: argparse.Namespace) -> Any:
+    from server import admin
+
     return await admin.set_relay(store, args.relay, co_located=args.co_located)
 
 
 async def _unshare_relay(store: Store, args: argparse.Namespace) -> Any:
+    from server import admin
+
     return await admin.unshare_relay(store, args.relay, args.conversation)
 
 
 async def _purge_sessions(store: Store, args: argparse.Namespace) -> Any:
+    from server import admin
+
     return await admin.purge_sessions(store)
 
 
 async def _create_conversation(store: Store, args: argparse.Namespace) -> Any:
+    from server import admin
+
     return await admin.create_conversation(store, args.title, args.member)
 
 
 async def _share_relay(store: Store, args: argparse.Namespace) -> Any:
+    from server import admin
+
     return await admin.share_relay(store, args.relay, args.conversation)
 
 
 async def _list(store: Store, args: argparse.Namespace) -> Any:
+    from server import admin
+
     listers = {
         "users": admin.list_users,
         "relays": admin.list_relays,
@@ -120,6 +139,8 @@ def _since(text: str) -> datetime:
 
 
 async def _audit(store: Store, args: argparse.Namespace) -> Any:
+    from server import admin
+
     return await admin.list_audit(store, since=args.since, relay=args.relay)
 
 
@@ -151,7 +172,7 @@ def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         asub,
         "create-token",
         "create an API token (rdk_…) for a user; shown once",
-        _on(admin.create_token, "user"),
+        _on("create_token", "user"),
     )
     t.add_argument("user", help="user name")
     _add_access_commands(asub)
@@ -233,7 +254,7 @@ def _add_access_commands(asub: Any) -> None:
         asub,
         "list-tokens",
         "list API tokens (id, name, user, created, last used, revoked); never the tokens",
-        _on(admin.list_tokens, "user"),
+        _on("list_tokens", "user"),
         reads=True,
     )
     lt.add_argument("user", nargs="?", default=None, help="only this user's tokens")
@@ -241,19 +262,17 @@ def _add_access_commands(asub: Any) -> None:
         asub,
         "revoke-token",
         f"revoke an API token; every server refuses it within {READ_CACHE_TTL_S:g} s",
-        _on(admin.revoke_token, "token_id"),
+        _on("revoke_token", "token_id"),
     )
     rt.add_argument("token_id", help="the token's id, as list-tokens shows it")
     du = _add(
         asub,
         "disable-user",
         "disable a user: no login, web sessions ended, API tokens refused; data is kept",
-        _on(admin.disable_user, "user"),
+        _on("disable_user", "user"),
     )
     du.add_argument("user", help="user name or id")
-    eu = _add(
-        asub, "enable-user", "let a disabled user log in again", _on(admin.enable_user, "user")
-    )
+    eu = _add(asub, "enable-user", "let a disabled user log in again", _on("enable_user", "user"))
     eu.add_argument("user", help="user name or id")
     _add(
         asub,
@@ -276,20 +295,24 @@ def _add_relay_commands(asub: Any) -> None:
         "revoke-relay",
         "refuse a relay's token; the server closes its connection (rotate-relay-token "
         "gives it a new one)",
-        _on(admin.revoke_relay, "relay"),
+        _on("revoke_relay", "relay"),
     )
     rr.add_argument("relay", help="relay name or id")
     rot = _add(
         asub,
         "rotate-relay-token",
         "give a relay a new token, printed once; the old one stops working at once",
-        _on(admin.rotate_relay_token, "relay"),
+        _on("rotate_relay_token", "relay"),
     )
     rot.add_argument("relay", help="relay name or id")
 
 
 def run_admin(call: AdminCall, args: argparse.Namespace) -> int:
     """Open the store, run one admin call, print its result (exit 1 with a reason if not)."""
+    from server import admin
+    from server.config import database_url_from_env
+    from server.db.errors import StoreError
+
     if getattr(args, "url", "") is None:
         args.url = _server_url()
     database_url = database_url_from_env()
@@ -308,6 +331,10 @@ def run_admin(call: AdminCall, args: argparse.Namespace) -> int:
 
 def describe_database(database_url: str) -> str:
     """The database as an operator recognises it: the SQLite file, or the URL sans password."""
+    from sqlalchemy import make_url
+
+    from server.db.lock import sqlite_path
+
     path = sqlite_path(database_url)
     if path is not None:
         return str(path)
@@ -315,6 +342,12 @@ def describe_database(database_url: str) -> str:
 
 
 async def _with_store(call: AdminCall, args: argparse.Namespace, database_url: str) -> Any:
+    from server import admin
+    from server.cluster.build import shared_caches
+    from server.db.lock import sqlite_path
+    from server.db.migrate import upgrade
+    from server.db.store import Store
+
     path = sqlite_path(database_url)
     if args.admin_reads and path is not None and not path.exists():
         raise admin.AdminError(

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from relaydesk import admin_cli, desktops_cli, logs, mcp_cli
 
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"relaydesk {version()}")
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     parser.add_argument("--log-level", default=None, help="debug, info, warning (default info)")
     parser.add_argument(
         "--log-format",
@@ -173,8 +173,22 @@ def _cmd_host_helper(args: argparse.Namespace) -> int:
     )
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, looked up only when asked: importlib.metadata reads every installed
+    distribution, a cost every start of a relay or server would pay for nothing."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"relaydesk {version()}")
+        parser.exit()
+
+
 def version() -> str:
     """The installed relaydesk version."""
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("relaydesk")
     except importlib.metadata.PackageNotFoundError:

@@ -12,13 +12,15 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from relaydesk import tables
-from relaydesk.client import ApiError, DesktopRow, RelaydeskClient
 from wire.errors import ErrorCode, RelaydeskError
+
+# The HTTP client (httpx) is imported when a command runs: every `relaydesk relay` start parses
+# this command line too, and would otherwise import it for nothing.
+if TYPE_CHECKING:
+    from relaydesk.client import DesktopRow, RelaydeskClient
 
 TOKEN_ENV = "RELAYDESK_API_TOKEN"  # noqa: S105 - a variable's name
 SERVER_ENV = "RELAYDESK_SERVER_URL"
@@ -104,6 +106,8 @@ def _list(client: RelaydeskClient, args: argparse.Namespace) -> Any:
 
 
 def _stop(client: RelaydeskClient, args: argparse.Namespace) -> Any:
+    from relaydesk.client import ApiError
+
     conversation = _conversation(client, args)
     rows = client.desktops(conversation)
     row = next((r for r in rows if _is_target(r, args)), None)
@@ -127,6 +131,10 @@ def _is_target(row: DesktopRow, args: argparse.Namespace) -> bool:
 
 
 def _run(call: Any, args: argparse.Namespace) -> int:
+    import httpx
+
+    from relaydesk.client import ApiError, RelaydeskClient
+
     try:
         with RelaydeskClient(server_url(args), api_token(args)) as client:
             result = call(client, args)

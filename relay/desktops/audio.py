@@ -24,7 +24,7 @@ from pathlib import Path
 
 from relay.desktops.displays import x_display_alive
 from relay.desktops.probe import ProbeFailed, poll_until_ready
-from relay.desktops.process import ChildProcess, DesktopProcesses
+from relay.desktops.process import ChildProcess, DesktopProcesses, run_to_completion
 from relay.desktops.user import DesktopUser
 from relay.desktops.validation import StartRequest
 
@@ -199,7 +199,8 @@ class PulseAudioStarter:
         user: DesktopUser | None,
     ) -> dict[str, str]:
         deadline = time.monotonic() + self.settings.start_timeout_s
-        directory = await asyncio.to_thread(self._prepare, display, user)
+        # Made to the end even when the start is cancelled: its clean-up removes it by display.
+        directory = await run_to_completion(asyncio.to_thread(self._prepare, display, user))
         with (directory / "pulseaudio.log").open("wb") as log:
             child = procs.add(
                 ChildProcess.spawn(
@@ -209,6 +210,7 @@ class PulseAudioStarter:
                     essential=False,
                     output=log,
                     user=user,
+                    held=True,
                 )
             )
         sock = directory / "native"
@@ -243,7 +245,8 @@ class PulseAudioStarter:
         ]  # fmt: skip
         env = self._env(directory, env) | {"PULSE_SERVER": f"unix:{directory / 'native'}"}
         try:
-            procs.add(ChildProcess.spawn(KEEPALIVE_NAME, argv, env=env, essential=False, user=user))
+            procs.add(ChildProcess.spawn(KEEPALIVE_NAME, argv, env=env, essential=False,
+                                         user=user, held=True))  # fmt: skip
         except OSError as err:
             logger.info("no keep-alive stream (%s): captures start slower", err)
 

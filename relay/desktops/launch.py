@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final, Protocol
@@ -37,7 +37,7 @@ from relay.desktops.probe import (
     probe_chain,
     rfb_banner_tcp,
 )
-from relay.desktops.process import ChildProcess, DesktopProcesses
+from relay.desktops.process import ChildProcess, DesktopProcesses, run_to_completion
 from relay.desktops.profiles import Profile, install_home_files
 from relay.desktops.user import DesktopUser, write_in_home
 from relay.desktops.validation import StartRequest
@@ -240,21 +240,26 @@ class Launcher:
     async def launch(
         self, req: StartRequest, log_name: str, private: Path,
         procs: DesktopProcesses | None = None, session: SessionSetup | None = None,
+        on_display: Callable[[int], None] | None = None,
     ) -> LaunchedDesktop:  # fmt: skip
         """Start a desktop whose private files go to the directory ``private``; its children
-        join ``procs`` (whose ``on_add`` sees each one as it starts)."""
+        join ``procs`` (whose ``on_add`` sees each one as it starts); ``on_display`` hears the
+        display number as soon as Xvfb reports it."""
         procs = DesktopProcesses() if procs is None else procs
         session = session or SessionSetup()
         log_path = self._config.log_dir / f"{log_name}.log"
         log = _open_log(log_path)
         credentials = DesktopCredentials.new()
+        private_files = _Private(private, credentials)
         try:
-            await asyncio.to_thread(write_desktop_files, private, credentials)
-            await asyncio.to_thread(_prepare_home, session, credentials)
-            return await self._launch(req, procs, log, _Private(private, credentials), session)
+            # Files are made to the end even when the start is cancelled meanwhile: a thread
+            # still writing after the caller's clean-up would leave them behind.
+            await run_to_completion(asyncio.to_thread(write_desktop_files, private, credentials))
+            await run_to_completion(asyncio.to_thread(_prepare_home, session, credentials))
+            return await self._launch(req, procs, log, private_files, session, on_display)
         except BaseException as err:
             # Cleanup must finish even when the start itself was cancelled.
-            await asyncio.shield(procs.stop(self._config.stop_grace_s))
+            await run_to_completion(procs.stop(self._config.stop_grace_s))
             if isinstance(err, ProbeFailed | OSError):
                 logger.warning(
                     "desktop %s failed to start: %s; children's output:\n%s",
@@ -272,6 +277,7 @@ class Launcher:
         log: IO[bytes],
         private: _Private,
         session: SessionSetup,
+        on_display: Callable[[int], None] | None,
     ) -> LaunchedDesktop:
         deadline = time.monotonic() + self._config.start_timeout_s
         clean_stale_x_locks()
@@ -288,6 +294,8 @@ class Launcher:
         finally:
             for fd in fds:
                 os.close(fd)
+        if on_display is not None:
+            on_display(display)
         env = desktop_env(display, dbus_address, private.xauthority)
         self._spawn_x11vnc(procs, env, display, vnc_port, log, private)
         if session.home is not None:
@@ -494,6 +502,8 @@ def _spawn(
     user: DesktopUser | None = None,
 ) -> ChildProcess:
     output: IO[bytes] | int = log if log is not None else subprocess.DEVNULL
+    # Held until the desktop's processes record it (DesktopProcesses.add): a relay killed in
+    # between leaves no program running that the state file does not name.
     return ChildProcess.spawn(
         name,
         argv,
@@ -503,6 +513,7 @@ def _spawn(
         output=output,
         stop_signal=stop_signal,
         user=user,
+        held=True,
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from relay.desktops.adoption import adopt_from_state
+from relay.desktops.adoption import adopt_recorded, clean_up
 from relay.desktops.audio import REASON_FAILED, audio_lost
 from relay.desktops.config import DesktopConfig
 from relay.desktops.homes import Homes, open_append, secure_state_dir
@@ -75,6 +75,7 @@ class DesktopManager:
         self._starter = Starter(self._slots, self._homes, lambda: self.http)
         self._http: aiohttp.ClientSession | None = None
         self._watchdog = Watchdog(self.check_all, self.config.watchdog_interval_s)
+        self._cleanup: asyncio.Task[None] | None = None  # adopt_from_state(clean_up_later=True)
         self.profiles = load_profiles(self.config.profiles_dir)
 
     # -- public operations --------------------------------------------------------------
@@ -114,14 +115,20 @@ class DesktopManager:
             await self._emit(events)
 
     async def status(self) -> list[dict[str, Any]]:
-        """Rows of the live desktops; ones whose essential processes died are failed first."""
+        """Rows of the live desktops; ones whose essential processes died are failed first.
+
+        Reads without the lifecycle lock while every desktop runs: a start of another slot
+        (seconds) is not waited for, since it is no desktop until it returns. Failing a dead
+        desktop takes the lock (docs/desktops.md, "Lifecycle lock and compare-and-stop")."""
         events: list[Event] = []
         try:
-            async with self._lock:
-                for desktop in list(self._desktops.values()):
-                    if await self._running_in(desktop.kind, desktop.slot, events):
-                        self._note_audio_lost(desktop, events)
-                return [d.to_row() for d in self._sorted()]
+            if any(d.processes.dead_essentials() for d in self._desktops.values()):
+                async with self._lock:
+                    for desktop in list(self._desktops.values()):
+                        await self._running_in(desktop.kind, desktop.slot, events)
+            for desktop in self._sorted():
+                self._note_audio_lost(desktop, events)
+            return [d.to_row() for d in self._sorted()]
         finally:
             await self._emit(events)
 
@@ -130,24 +137,37 @@ class DesktopManager:
     ) -> dict[str, Any] | None:
         """The row of one live desktop: ``desktop_session_id``'s, or the ``default`` (kind,
         slot)'s when None. Only its processes are checked (a dead one is failed here, as in
-        :meth:`status`): an action on one desktop does not poll every other desktop's."""
+        :meth:`status`): an action on one desktop does not poll every other desktop's, nor
+        wait for a start in another slot; one asking for the slot or session being started
+        waits for that start."""
         events: list[Event] = []
         try:
-            async with self._lock:
-                if desktop_session_id is None:
-                    desktop = self._desktops.get(default)
-                else:
-                    desktop = next(
-                        (d for d in self._desktops.values()
-                         if d.desktop_session_id == desktop_session_id),
-                        None,
-                    )  # fmt: skip
-                if desktop is None or not await self._running_in(*desktop.key, events):
-                    return None
-                self._note_audio_lost(desktop, events)
-                return desktop.to_row()
+            desktop = self._lookup(desktop_session_id, default)
+            if desktop is None and not self._starting(desktop_session_id, default):
+                return None
+            if desktop is None or desktop.processes.dead_essentials():
+                async with self._lock:
+                    desktop = self._lookup(desktop_session_id, default)
+                    if desktop is None or not await self._running_in(*desktop.key, events):
+                        return None
+            self._note_audio_lost(desktop, events)
+            return desktop.to_row()
         finally:
             await self._emit(events)
+
+    def _lookup(self, desktop_session_id: str | None, default: tuple[str, str]) -> Desktop | None:
+        """``desktop_session_id``'s desktop, or the ``default`` slot's when None."""
+        if desktop_session_id is None:
+            return self._desktops.get(default)
+        return self.live(desktop_session_id)
+
+    def _starting(self, desktop_session_id: str | None, default: tuple[str, str]) -> bool:
+        """Whether a start in progress may yet produce the desktop asked for."""
+        return any(
+            s.desktop_session_id == desktop_session_id
+            if desktop_session_id is not None else (s.kind, s.slot) == default
+            for s in self._slots.starting.values()
+        )  # fmt: skip
 
     def live(self, desktop_session_id: str) -> Desktop | None:
         """One of this relay's desktops, looked up without the lock (a desktop being stopped
@@ -234,7 +254,7 @@ class DesktopManager:
             try:
                 child = ChildProcess.spawn(
                     f"app:{entry.id}", argv, env=desktop.session_env | dict(entry.env),
-                    essential=False, output=log, user=user,
+                    essential=False, output=log, user=user, held=True,
                 )  # fmt: skip
             except OSError as err:
                 raise OpError(ErrorCode.START_FAILED, f"{entry.id} did not start: {err}") from err
@@ -284,10 +304,26 @@ class DesktopManager:
             raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
         return desktop
 
-    async def adopt_from_state(self) -> list[dict[str, Any]]:
-        """Re-adopt desktops of an earlier relay that still pass the probe; clean up the rest."""
-        adopted = await adopt_from_state(self._slots, self._homes, self._health)
+    async def adopt_from_state(self, *, clean_up_later: bool = False) -> list[dict[str, Any]]:
+        """Re-adopt desktops of an earlier relay that still pass the probe; clean up the rest.
+
+        ``clean_up_later``: return once the desktops are adopted and stop the rest in a task
+        (holding the lifecycle lock, so no start runs before it is done): a restarted relay
+        says ``hello`` without waiting for the stops (docs/desktops.md, "Relay restarts")."""
+        adopted, leftovers = await adopt_recorded(self._slots, self._health)
+        cleaning = clean_up(self._slots, self._homes, leftovers)
+        if clean_up_later:
+            self._cleanup = asyncio.create_task(self._clean_up_logged(cleaning))
+        else:
+            await cleaning
         return [d.to_row() for d in adopted]
+
+    @staticmethod
+    async def _clean_up_logged(cleaning: Awaitable[None]) -> None:
+        try:
+            await cleaning
+        except Exception:
+            logger.exception("cleaning up after re-adoption failed")
 
     def start_watchdog(self) -> None:
         """Begin periodic health checks (idempotent)."""
@@ -295,6 +331,8 @@ class DesktopManager:
 
     async def close(self, stop_desktops: bool) -> None:
         """Stop the watchdog; stop every desktop too when asked, else leave them for adoption."""
+        if self._cleanup is not None:
+            await self._cleanup
         await self._watchdog.stop()
         async with self._lock:
             if stop_desktops:

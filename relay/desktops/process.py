@@ -11,15 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from relay.desktops.user import DesktopUser
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # A group is polled while it shuts down; short enough to keep stop() fast, long enough
 # to stay cheap.
@@ -95,6 +99,22 @@ def pid_create_time(pid: int) -> float | None:
         return None
 
 
+# A held child is a shell that waits for one line on its standard input, then replaces itself
+# with the program (same pid, same start time, same process group). The relay writes that line
+# once the child is recorded in the state file; a relay killed before leaves the pipe without
+# a writer, the shell reads end-of-file and exits, and the program never runs unrecorded.
+_HOLD = ("/bin/sh", "-c", 'read -r go || exit 0; exec "$@" </dev/null', "relaydesk-held")
+
+
+def _executable(program: str, env: Mapping[str, str]) -> str:
+    """``program`` resolved on ``env``'s ``PATH`` as the exec would; ``FileNotFoundError``
+    (what a direct spawn raises) when there is none."""
+    found = shutil.which(program, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    return found
+
+
 def working_directory(env: Mapping[str, str]) -> str:
     """Where a desktop child starts: ``HOME`` when it is a directory, else ``/``."""
     home = env.get("HOME", "")
@@ -111,6 +131,8 @@ class ChildProcess:
     essential: bool
     stop_signal: int = signal.SIGTERM
     _popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    # A held child's end of its hold pipe (see ``spawn``); None once released.
+    _hold: int | None = field(default=None, repr=False)
 
     @classmethod
     def spawn(
@@ -124,28 +146,50 @@ class ChildProcess:
         output: IO[Any] | int = subprocess.DEVNULL,
         stop_signal: int = signal.SIGTERM,
         user: DesktopUser | None = None,
+        held: bool = False,
     ) -> ChildProcess:
         """Start ``argv`` in a new session; raises ``OSError`` when it cannot be executed.
 
         It runs in ``env``'s ``HOME`` (``/`` without one): a terminal opens where a person
         expects it, and no desktop holds on to the directory the relay was started from.
-        ``user``: run it as that (unprivileged) user instead of the relay's.
+        ``user``: run it as that (unprivileged) user instead of the relay's. ``held``: the
+        program starts only once :meth:`release` is called (``DesktopProcesses.add`` does,
+        after recording it); if this process dies first, it never starts (``_HOLD``).
         """
-        popen = subprocess.Popen(
-            list(argv),
-            cwd=working_directory(env),
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=output,
-            pass_fds=tuple(pass_fds),
-            start_new_session=True,
-            close_fds=True,
-            **(user.popen_kwargs() if user is not None else {}),
-        )
+        hold_read, hold_write = os.pipe() if held else (None, None)
+        if held:
+            argv = [*_HOLD, _executable(argv[0], env), *argv[1:]]
+        try:
+            popen = subprocess.Popen(
+                list(argv),
+                cwd=working_directory(env),
+                env=dict(env),
+                stdin=subprocess.DEVNULL if hold_read is None else hold_read,
+                stdout=output,
+                stderr=output,
+                pass_fds=tuple(pass_fds),
+                start_new_session=True,
+                close_fds=True,
+                **(user.popen_kwargs() if user is not None else {}),
+            )
+        except BaseException:
+            for fd in (hold_read, hold_write):
+                if fd is not None:
+                    os.close(fd)
+            raise
+        if hold_read is not None:
+            os.close(hold_read)
         created = pid_create_time(popen.pid) or time.time()
         logger.debug("started %s pid=%d", name, popen.pid)
-        return cls(name, popen.pid, created, essential, stop_signal, popen)
+        return cls(name, popen.pid, created, essential, stop_signal, popen, hold_write)
+
+    def release(self) -> None:
+        """Let a held child's program start (no-op for one not held, or released)."""
+        fd, self._hold = self._hold, None
+        if fd is not None:
+            with contextlib.suppress(OSError):  # it was stopped meanwhile
+                os.write(fd, b"go\n")
+            os.close(fd)
 
     @classmethod
     def adopt(
@@ -230,6 +274,30 @@ def _stop_signal(value: object) -> int:
     return value if isinstance(value, int) and value in allowed else int(signal.SIGTERM)
 
 
+async def run_to_completion(awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` to its end even when the caller is cancelled meanwhile; the
+    cancellation is raised once it has ended.
+
+    For stops and clean-ups: a request cut short (the server's connection closing cancels what
+    the relay was answering) must not leave a stop half done. Cut short after SIGKILLing x11vnc
+    and before its segments are released, a stop leaks x11vnc's shared memory and the
+    desktop's private directory. Unlike ``asyncio.shield`` alone, the caller (and the lock it
+    holds) waits for the end.
+    """
+    task = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return task.result()
+
+
 async def _wait_until(predicate: Any, timeout_s: float) -> bool:
     """Poll ``predicate`` until it holds or ``timeout_s`` passes."""
     deadline = time.monotonic() + timeout_s
@@ -252,9 +320,13 @@ class DesktopProcesses:
     on_add: Callable[[ChildProcess], None] | None = field(default=None, repr=False, compare=False)
 
     def add(self, child: ChildProcess) -> ChildProcess:
+        """Add ``child``, tell ``on_add`` (which records it), then let a held child start."""
         self.children.append(child)
-        if self.on_add is not None:
-            self.on_add(child)
+        try:
+            if self.on_add is not None:
+                self.on_add(child)
+        finally:
+            child.release()
         return child
 
     def find(self, name: str) -> ChildProcess | None:

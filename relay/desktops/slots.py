@@ -17,8 +17,9 @@ from relay.desktops.audio import PROCESS_NAME as PULSEAUDIO
 from relay.desktops.audio import runtime_dir
 from relay.desktops.config import DesktopConfig
 from relay.desktops.credentials import RelayAuthority
+from relay.desktops.displays import x_display_alive
 from relay.desktops.launch import AudioStarter
-from relay.desktops.process import ChildProcess
+from relay.desktops.process import ChildProcess, run_to_completion
 from relay.desktops.state import Desktop, StartingDesktop, StateFile
 from wire.ids import DesktopSessionId
 
@@ -64,6 +65,17 @@ class Slots:
         """Write the state file at once, before the start spawns anything else (blocking, on
         purpose: a relay killed in the next instant must still find this child)."""
         logger.debug("recording %s pid=%d of a starting desktop", child.name, child.pid)
+        self._write_now()
+
+    def record_display(self, session_id: DesktopSessionId, display: int) -> None:
+        """Record a start's display number, before it makes the display's sound directory
+        (blocking, as :meth:`record_spawn`)."""
+        starting = self.starting.get(session_id)
+        if starting is not None:
+            starting.display = display
+            self._write_now()
+
+    def _write_now(self) -> None:
         try:
             self.state.save(self.sorted(), list(self.starting.values()))
         except OSError as err:
@@ -86,7 +98,11 @@ class Slots:
             logger.error("cannot write the relay's X authority file: %s", type(err).__name__)
 
     async def remove(self, desktop: Desktop, reason: str, save: bool = True) -> None:
-        """Forget the desktop and stop its whole process set (caller holds the lock)."""
+        """Forget the desktop and stop its whole process set (caller holds the lock). Once
+        begun it runs to its end, even when the caller is cancelled (``run_to_completion``)."""
+        await run_to_completion(self._remove(desktop, reason, save))
+
+    async def _remove(self, desktop: Desktop, reason: str, save: bool) -> None:
         self.desktops.pop(desktop.key, None)
         desktop.state = "stopping"
         clean = await self.stop_processes(desktop)
@@ -111,3 +127,19 @@ class Slots:
             directory = runtime_dir(desktop.display, self.audio.runtime_root)
             await asyncio.to_thread(shutil.rmtree, directory, True)
         return await desktop.processes.stop(self.config.stop_grace_s)
+
+    async def stop_leftover(self, starting: StartingDesktop) -> bool:
+        """Stop what a start that did not finish spawned, or a recorded desktop that is not
+        re-adopted, to its end. Its sound directory goes first, when its display is known and
+        not another X server's: the start may have made it before it recorded PulseAudio."""
+        return await run_to_completion(self._stop_leftover(starting))
+
+    async def _stop_leftover(self, starting: StartingDesktop) -> bool:
+        display = starting.display
+        if self.audio is not None and display is not None:
+            xvfb = starting.processes.find("Xvfb")
+            ours = xvfb is not None and xvfb.is_alive()
+            if ours or not await asyncio.to_thread(x_display_alive, display):
+                directory = runtime_dir(display, self.audio.runtime_root)
+                await asyncio.to_thread(shutil.rmtree, directory, True)
+        return await starting.processes.stop(self.config.stop_grace_s)

@@ -21,7 +21,7 @@ from relay.desktops.credentials import PRIVATE_FILE_MODE
 from relay.desktops.guard import GuardArgs
 from relay.desktops.homes import Homes, open_truncated
 from relay.desktops.launch import LaunchedDesktop, Launcher, SessionSetup
-from relay.desktops.process import ChildProcess, DesktopProcesses
+from relay.desktops.process import ChildProcess, DesktopProcesses, run_to_completion
 from relay.desktops.profiles import Profile
 from relay.desktops.slots import Slots, now_iso
 from relay.desktops.state import Desktop, StartingDesktop
@@ -62,16 +62,23 @@ class Starter:
         private = self.config.run_dir / session_id
         procs = DesktopProcesses(on_add=slots.record_spawn)
         slots.starting[session_id] = StartingDesktop(session_id, req.kind, req.slot, procs)
-        session: SessionSetup | None = None
         try:
             await asyncio.to_thread(beat, self.config)
-            home, user = await self._homes.prepare(req, session_id)
+            # Steps that make files finish even when the start is cancelled meanwhile, so
+            # that _abandon finds and removes what they made.
+            home, user = await run_to_completion(self._homes.prepare(req, session_id))
             session = SessionSetup(profile, home, user)
             self._spawn_guard(req, session_id, procs)
-            launched = await launcher.launch(req, f"{req.kind}-{req.slot}", private, procs, session)
+            launched = await launcher.launch(
+                req, f"{req.kind}-{req.slot}", private, procs, session,
+                on_display=lambda display: slots.record_display(session_id, display),
+            )  # fmt: skip
         except BaseException:
-            own_home = session.home if session is not None and not req.persist_home else None
-            await asyncio.shield(self._abandon(session_id, private, own_home))
+            own_home = (
+                None if req.persist_home
+                else self._homes.home_of(req.kind, req.slot, session_id, persist=False)
+            )  # fmt: skip
+            await run_to_completion(self._abandon(session_id, private, own_home))
             raise
         del slots.starting[session_id]
         desktop = self._desktop_from(req, session_id, launched)
@@ -89,9 +96,10 @@ class Starter:
         self, session_id: DesktopSessionId, private: Path, home: Path | None
     ) -> None:
         """A start failed or was cancelled: stop what it spawned, forget its record."""
-        starting = self._slots.starting.pop(session_id, None)
+        starting = self._slots.starting.get(session_id)
         if starting is not None:
-            await starting.processes.stop(self.config.stop_grace_s)
+            await self._slots.stop_leftover(starting)
+            del self._slots.starting[session_id]
         await asyncio.to_thread(shutil.rmtree, private, True)
         if home is not None:
             await asyncio.to_thread(shutil.rmtree, home, True)
@@ -113,7 +121,7 @@ class Starter:
         log = open_truncated(self.config.log_dir / f"{req.kind}-{req.slot}.guard.log")
         try:
             procs.add(ChildProcess.spawn(GUARD, argv, env=_guard_env(), essential=False,
-                                         output=log))  # fmt: skip
+                                         output=log, held=True))  # fmt: skip
         except OSError as err:
             logger.warning("desktop %s runs without an orphan guard: %s", req.slot, err)
         finally:

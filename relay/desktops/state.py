@@ -129,30 +129,45 @@ def _credentials(record: dict[str, Any]) -> DesktopCredentials | None:
 
 @dataclass
 class StartingDesktop:
-    """A start in progress: what it has spawned so far, recorded as each child starts."""
+    """A start in progress: what it has spawned so far, recorded as each child starts; after a
+    relay restart, what the next relay has to stop."""
 
     desktop_session_id: DesktopSessionId
     kind: str
     slot: str
     processes: DesktopProcesses
+    # Recorded once Xvfb reports it: the display's sound directory is the start's too.
+    display: int | None = None
 
     def to_record(self) -> dict[str, Any]:
         return {
             "desktop_session_id": self.desktop_session_id,
             "kind": self.kind,
             "slot": self.slot,
+            "display": self.display,
             "processes": self.processes.to_records(),
         }
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> StartingDesktop:
         """Rebuild an interrupted start; raises KeyError, TypeError or ValueError."""
+        display = record.get("display")
         return cls(
             DesktopSessionId(str(record["desktop_session_id"])),
             str(record["kind"]),
             str(record["slot"]),
             DesktopProcesses(adopt_children(record["processes"])),
+            None if display is None else int(display),
         )
+
+    @classmethod
+    def of(cls, desktop: Desktop) -> StartingDesktop:
+        """A recorded desktop that is not re-adopted, kept in the state file as a start that
+        did not finish until its processes are stopped."""
+        return cls(
+            desktop.desktop_session_id, desktop.kind, desktop.slot, desktop.processes,
+            desktop.display,
+        )  # fmt: skip
 
 
 class StateFile:

@@ -1,8 +1,8 @@
 """Which relays are connected, and how to reach them (the in-process ``RelayRouter``).
 
 One server process holds the live links of the relays connected to it. A newer authenticated
-connection for the same relay replaces the older one (closed with 4009). Observers (the
-inventory) hear about connects, disconnects and events.
+connection for the same relay replaces the older one at once (closed with 4009, not waited
+for). Observers (the inventory) hear about connects, disconnects and events.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class RelayHub:
         self._tokens: dict[RelayLink, str] = {}
         self._observers: list[RelayObserver] = []
         self._lock = asyncio.Lock()
+        self._closing: set[asyncio.Task[None]] = set()  # replaced links being closed
 
     def add_observer(self, observer: RelayObserver) -> None:
         self._observers.append(observer)
@@ -97,9 +98,9 @@ class RelayHub:
             old = self._links.get(link.relay_id)
             self._links[link.relay_id] = link
             self._tokens[link] = token
-        if old is not None:
+        if old is not None and old is not link:
             log.info("relay %s reconnected: replacing the older connection", link.relay_id)
-            await old.close_transport(CloseCode.REPLACED, "replaced by a newer connection")
+            self._close_replaced(old)
         await self._store.set_relay_presence(
             link.relay_id,
             connected=True,
@@ -109,6 +110,19 @@ class RelayHub:
         )
         for observer in self._observers:
             await observer.relay_connected(link.relay_id, hello)
+
+    def _close_replaced(self, old: RelayLink) -> None:
+        """Close the older connection (4009) without waiting for it: the newer one serves from
+        now on, and the older may be a dead TCP connection (its relay killed, a half-open
+        path) that would answer nothing before the liveness timeout."""
+        self._tokens.pop(old, None)
+
+        async def close() -> None:
+            await old.close_transport(CloseCode.REPLACED, "replaced by a newer connection")
+
+        task = asyncio.create_task(close(), name=f"close-replaced-{old.relay_id}")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def unregister(self, link: RelayLink) -> None:
         """Forget ``link`` if it is still the live one, and record the relay as gone."""
@@ -182,3 +196,6 @@ class RelayHub:
         """Shutdown: close every relay connection with ``going away``."""
         for link in list(self._links.values()):
             await link.close_transport(CloseCode.GOING_AWAY, reason)
+        for task in list(self._closing):
+            task.cancel()
+        await asyncio.gather(*self._closing, return_exceptions=True)

@@ -32,7 +32,7 @@ from relay.desktops.audio import (
     socket_path,
 )
 from relay.desktops.displays import x_display_alive
-from tests.relay.conftest import live_groups, pgids_of, record_for, state_records
+from tests.relay.conftest import live_groups, pgids_of, pid_of, record_for, state_records
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 from wire.errors import InvalidArgs
@@ -54,6 +54,33 @@ _STARTER = textwrap.dedent(
                                default_profile="minimal")
         await DesktopManager(config).start(slot="main")
         await asyncio.sleep(600)
+
+    asyncio.run(main())
+    """
+)
+
+
+# The same, whose record of its websockify hangs (as a slow disk's fsync can): it is killed
+# after websockify was spawned and before the state file names it.
+_STUCK_RECORDING = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from pathlib import Path
+    from relay.desktops import DesktopConfig, DesktopManager
+    from relay.desktops.slots import Slots
+
+    record = Slots.record_spawn
+    def stuck(self, child):
+        if child.name == "websockify":
+            print(child.pid, flush=True)
+            time.sleep(600)
+        record(self, child)
+    Slots.record_spawn = stuck
+
+    async def main() -> None:
+        config = DesktopConfig(state_dir=Path(sys.argv[1]), apps=(), window_manager=(),
+                               start_timeout_s=60, default_profile="minimal")
+        await DesktopManager(config).start(slot="main")
 
     asyncio.run(main())
     """
@@ -83,28 +110,32 @@ def _processes_naming(path: Path) -> list[psutil.Process]:
     return found
 
 
-async def test_a_relay_killed_mid_start_leaves_nothing_the_next_one_cannot_remove(
-    light_config: DesktopConfig,
-) -> None:
+async def _kill_mid_start(config: DesktopConfig) -> dict[str, Any]:
+    """Run a relay in miniature, SIGKILL it once its start is half done; the start's record."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     relay = subprocess.Popen(
-        [sys.executable, "-c", _STARTER, str(light_config.state_dir)],
-        env=env, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, "-c", _STARTER, str(config.state_dir)], env=env, start_new_session=True
+    )
     try:
         # Killed once Xvfb and websockify run, before x11vnc: a start half done.
         half_done = {"Xvfb", "websockify"}
         await wait_until(
-            lambda: any(half_done <= _names(r) for r in _starting_records(light_config)),
+            lambda: any(half_done <= _names(r) for r in _starting_records(config)),
             20, "the start to record its first children", interval=0.005,
         )  # fmt: skip
     finally:
         os.killpg(relay.pid, signal.SIGKILL)
         relay.wait()
-    [interrupted] = _starting_records(light_config)
+    [interrupted] = _starting_records(config)
     assert live_groups(pgids_of(interrupted)), "the kill should have left the start's processes"
-    assert state_records(light_config) == []
+    assert state_records(config) == []
+    return interrupted
 
+
+async def test_a_relay_killed_mid_start_leaves_nothing_the_next_one_cannot_remove(
+    light_config: DesktopConfig,
+) -> None:
+    interrupted = await _kill_mid_start(light_config)
     successor = DesktopManager(light_config)
     try:
         assert await successor.adopt_from_state() == []
@@ -114,6 +145,88 @@ async def test_a_relay_killed_mid_start_leaves_nothing_the_next_one_cannot_remov
         assert list(light_config.run_dir.iterdir()) == [light_config.authority_file]
     finally:
         await successor.close(stop_desktops=True)
+
+
+async def test_a_child_spawned_but_not_yet_recorded_never_runs_without_its_relay(
+    light_config: DesktopConfig,
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    relay = subprocess.Popen(
+        [sys.executable, "-c", _STUCK_RECORDING, str(light_config.state_dir)],
+        env=env, start_new_session=True, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert relay.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(relay.stdout.readline), scaled(30))
+        websockify = int(line)
+    finally:
+        os.killpg(relay.pid, signal.SIGKILL)
+        relay.wait()
+    # Unrecorded, so no later relay could find it: it must go by itself (it was held, and
+    # its hold pipe lost its writer with the relay).
+    await wait_until(lambda: not live_groups([websockify]), 10, "the unrecorded child to go")
+    successor = DesktopManager(light_config)
+    try:
+        assert await successor.adopt_from_state() == []
+    finally:
+        await successor.close(stop_desktops=True)
+    assert not _processes_naming(light_config.state_dir)
+
+
+async def test_a_restarted_relay_adopts_first_and_stops_what_was_left_after(
+    light_config: DesktopConfig,
+) -> None:
+    # What a relay process does: say hello once the desktops are adopted, stop the rest after.
+    interrupted = await _kill_mid_start(light_config)
+    successor = DesktopManager(light_config)
+    try:
+        assert await successor.adopt_from_state(clean_up_later=True) == []
+        # Not stopped yet, and still recorded: a relay killed now leaves them to the next one.
+        assert [r["desktop_session_id"] for r in _starting_records(light_config)] == [
+            interrupted["desktop_session_id"]
+        ]
+        assert await successor.status() == []
+    finally:
+        await successor.close(stop_desktops=True)  # waits for the clean-up
+    assert not live_groups(pgids_of(interrupted))
+    assert not _processes_naming(light_config.state_dir)
+    assert _starting_records(light_config) == []
+    assert list(light_config.run_dir.iterdir()) == [light_config.authority_file]
+
+
+def _segments_of(pid: int) -> list[str]:
+    """SysV shared memory segments ``pid`` created (attached or not)."""
+    rows = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    return [r.split()[1] for r in rows if int(r.split()[4]) == pid]
+
+
+async def test_a_stop_cut_short_by_its_caller_still_runs_to_its_end(
+    light_config: DesktopConfig,
+) -> None:
+    # The server's connection closing (a server restart) cancels what the relay was answering:
+    # a stop cancelled after x11vnc's SIGKILL used to leave its shared memory and the private
+    # directory behind.
+    manager = DesktopManager(light_config)
+    try:
+        row = await manager.start()
+        session = row["desktop_session_id"]
+        record = record_for(light_config, session)
+        x11vnc = pid_of(record, "x11vnc")
+        await wait_until(lambda: _segments_of(x11vnc), 10, "x11vnc's shared memory")
+        stop = asyncio.create_task(
+            manager.stop(kind="virtual", slot="main", desktop_session_id=session)
+        )
+        await wait_until(lambda: manager.live(session) is None, 10, "the stop to begin",
+                         interval=0.001)  # fmt: skip
+        stop.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stop
+        assert not live_groups(pgids_of(record))
+        assert not _segments_of(x11vnc), "x11vnc's shared memory was left behind"
+        assert not (light_config.run_dir / session).exists()
+        assert state_records(light_config) == []
+    finally:
+        await manager.close(stop_desktops=True)
 
 
 async def test_a_desktop_stops_itself_when_its_relay_never_comes_back(

@@ -18,6 +18,7 @@ from relay.a11y.settings import A11ySettings
 from relay.channels import ByteStream
 from relay.desktops.manager import DesktopManager
 from relay.desktops.process import ChildProcess, pid_create_time
+from relay.desktops.screens import DesktopScreens
 from relay.screen.service import ScreenService
 from relay.vnc_target import VncTarget
 from wire.errors import ErrorCode, OpError, RfbHandshakeError
@@ -64,7 +65,7 @@ class VirtualBackend:
         self._owns_screen = screen is None
         # Programs a desktop needs that this host lacks: nothing starts while any is missing.
         self.missing = missing or []
-        self._displays: set[str] = set()
+        self._screens = DesktopScreens(lambda: self.screen_service, manager.holds)
 
     def capabilities(self) -> list[str]:
         if self.missing:
@@ -132,39 +133,16 @@ class VirtualBackend:
             self._screen = ScreenService()
         return self._screen
 
-    async def _bound(self, row: RelayRow) -> str:
-        display = row.get("display")
-        if not isinstance(display, str):
-            raise OpError(ErrorCode.UNAVAILABLE, "this desktop has no display to read")
-        self._displays.add(display)
-        await self.screen_service.bind(display, row["desktop_session_id"])
-        return display
-
     async def screen(
         self, row: RelayRow, action: ScreenAction, args: dict[str, Any]
     ) -> ScreenResult:
-        display = await self._bound(row)
-        session_id = row["desktop_session_id"]
-        try:
-            result = await self.screen_service.answer(display, action, args)
-        except OpError as err:
-            if err.code is ErrorCode.UNAVAILABLE and not self.manager.holds(session_id):
-                # The display failed because its desktop stopped.
-                raise OpError(ErrorCode.NOT_RUNNING, "the desktop stopped") from err
-            raise
-        return cast(ScreenResult, {**result, "desktop_session_id": session_id,
-                                   "display": display})  # fmt: skip
+        return await self._screens.screen(row, action, args)
 
     async def keyboard_state(self, row: RelayRow) -> KeyboardState:
-        display = await self._bound(row)
-        state = await self.screen_service.run(display, "keyboard_state", {})
-        return cast(KeyboardState, state)
+        return await self._screens.keyboard_state(row)
 
     async def release_held(self, row: RelayRow) -> bool:
-        display = row.get("display")
-        if isinstance(display, str) and display in self._displays:
-            await self.screen_service.release_held(display)
-        return True
+        return await self._screens.release_held(row)
 
     # -- accessibility ----------------------------------------------------------------------
 
@@ -207,9 +185,7 @@ class VirtualBackend:
         """Close screen connections of displays whose desktops are gone."""
         for session_id in [s for s in self._a11y_workers if not self.manager.holds(s)]:
             await self._a11y_workers.pop(session_id).aclose()
-        for display in sorted(self._displays - live):
-            self._displays.discard(display)
-            await self.screen_service.release_display(display)
+        await self._screens.release_gone(live)
 
     # -- profiles and homes ------------------------------------------------------------------
 

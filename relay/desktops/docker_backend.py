@@ -19,6 +19,7 @@ from relay.a11y.settings import A11ySettings
 from relay.backend import not_offered
 from relay.channels import ByteStream
 from relay.desktops.docker_manager import DockerDesktops
+from relay.desktops.screens import DesktopScreens
 from relay.desktops.user import resolve_desktop_user
 from relay.screen.service import ScreenService
 from relay.vnc_target import VncTarget
@@ -62,7 +63,9 @@ class DockerBackend:
         self.a11y = a11y or A11ySettings()
         self._a11y_workers: dict[str, A11yWorker] = {}
         self._a11y_python: str | bool | None = False  # False: not looked for yet
-        self._displays: set[str] = set()
+        self._screens = DesktopScreens(
+            lambda: self.screen_service, lambda session: desktops.live(session) is not None
+        )
 
     def capabilities(self) -> list[str]:
         return [CAPABILITY] if self.desktops.unavailable is None else []
@@ -119,37 +122,16 @@ class DockerBackend:
                 ErrorCode.UNAVAILABLE, "the desktop's VNC server does not answer"
             ) from err
 
-    async def _bound(self, row: RelayRow) -> str:
-        display = row.get("display")
-        if not isinstance(display, str):
-            raise OpError(ErrorCode.UNAVAILABLE, "this desktop has no display to read")
-        self._displays.add(display)
-        await self.screen_service.bind(display, row["desktop_session_id"])
-        return display
-
     async def screen(
         self, row: RelayRow, action: ScreenAction, args: dict[str, Any]
     ) -> ScreenResult:
-        display = await self._bound(row)
-        session_id = row["desktop_session_id"]
-        try:
-            result = await self.screen_service.answer(display, action, args)
-        except OpError as err:
-            if err.code is ErrorCode.UNAVAILABLE and self.desktops.live(session_id) is None:
-                raise OpError(ErrorCode.NOT_RUNNING, "the desktop stopped") from err
-            raise
-        return cast(ScreenResult, {**result, "desktop_session_id": session_id,
-                                   "display": display})  # fmt: skip
+        return await self._screens.screen(row, action, args)
 
     async def keyboard_state(self, row: RelayRow) -> KeyboardState:
-        display = await self._bound(row)
-        return cast(KeyboardState, await self.screen_service.run(display, "keyboard_state", {}))
+        return await self._screens.keyboard_state(row)
 
     async def release_held(self, row: RelayRow) -> bool:
-        display = row.get("display")
-        if isinstance(display, str) and display in self._displays:
-            await self.screen_service.release_held(display)
-        return True
+        return await self._screens.release_held(row)
 
     # -- accessibility ----------------------------------------------------------------------
 
@@ -189,9 +171,7 @@ class DockerBackend:
         """Close the screen connections and accessibility workers of desktops that are gone."""
         for session_id in [s for s in self._a11y_workers if self.desktops.live(s) is None]:
             await self._a11y_workers.pop(session_id).aclose()
-        for display in sorted(self._displays - self.desktops.displays()):
-            self._displays.discard(display)
-            await self.screen_service.release_display(display)
+        await self._screens.release_gone(self.desktops.displays())
 
     # -- what containers do not offer ------------------------------------------------------------
 

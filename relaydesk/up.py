@@ -58,9 +58,11 @@ def _wait_ready(url: str, server: subprocess.Popen[bytes]) -> bool:
 
 
 def _stop(proc: subprocess.Popen[bytes], name: str) -> None:
+    # Said also when the child stops by itself: Ctrl-C in a terminal reaches it too, and a
+    # relay may be done before this runs.
+    print(f"==> stopping {name}", file=sys.stderr)
     if proc.poll() is not None:
         return
-    print(f"==> stopping {name}", file=sys.stderr)
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(STOP_TIMEOUT_S)

@@ -26,6 +26,7 @@ from relay.desktop_tools.settings import DesktopToolSettings
 from relay.desktops.config import DEFAULT_NOVNC_DIR
 from wire import ops
 from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
+from wire.guard import DIGEST_CAPABILITY
 from wire.ids import ChannelId
 from wire.messages import Request
 from wire.screen_actions import ScreenAction
@@ -126,7 +127,7 @@ class Handlers:
         if "audio" in self._channel_targets:
             caps.append("audio")
         if self.backends:
-            caps.extend(("screen", "screen_guard"))
+            caps.extend(("screen", "screen_guard", DIGEST_CAPABILITY))
             caps.extend(self.tools.capabilities())
         return caps
 

@@ -77,19 +77,25 @@ class _Bands:
         """Rows ``start .. stop-1`` as an HxWx3 array (inflates only the bands they lie in)."""
         start, stop = max(0, start), min(stop, self.height)
         first, last = start // self.band_rows, -(-stop // self.band_rows)
-        block = np.concatenate([self._band(index) for index in range(first, last)])
         offset = first * self.band_rows
+        # The last band is inflated only as far as the rows asked for (deflate reads in order).
+        bands = [self._band(index, stop - index * self.band_rows) for index in range(first, last)]
+        block = bands[0] if len(bands) == 1 else np.concatenate(bands)
         return block[start - offset : stop - offset]
 
-    def _band(self, index: int) -> RGBArray:
+    def _band(self, index: int, wanted: int | None = None) -> RGBArray:
+        """Band ``index``'s rows, or only its first ``wanted`` (the rest not inflated)."""
         rows = min(self.band_rows, self.height - index * self.band_rows)
+        whole = wanted is None or wanted >= rows
+        if wanted is not None and not whole:
+            rows = wanted
         stride = 1 + 3 * self.width
         inflater = zlib.decompressobj(-zlib.MAX_WBITS)
         try:
-            raw = inflater.decompress(self._deflated(index), rows * stride + 1)
+            raw = inflater.decompress(self._deflated(index), rows * stride + int(whole))
         except (zlib.error, binascii.Error) as err:
             raise OpError(ErrorCode.INTERNAL, "a kept screen capture is corrupt") from err
-        if len(raw) != rows * stride or inflater.unconsumed_tail:
+        if len(raw) != rows * stride or (whole and inflater.unconsumed_tail):
             raise OpError(ErrorCode.INTERNAL, "a kept screen capture has a wrong size")
         lines = np.frombuffer(raw, dtype=np.uint8).reshape(rows, stride)
         if lines[:, 0].any():

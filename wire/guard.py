@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +33,13 @@ MAX_BBOX_MARGIN = 48
 CROP_ENCODING = "rgb24"
 # A guard crop is at most 1024x1024 by construction; anything larger is not ours.
 MAX_CROP_PIXELS = (2 * MAX_SIDE_FROM_POINT) ** 2
+# A guard may carry the crop's digest instead of the crop (relays announcing this capability):
+# an unchanged region then needs no pixels on the wire and no comparison; any other region is
+# answered DIGEST_DIFFERS and the server sends the crop itself.
+DIGEST_CAPABILITY = "screen_guard_digest"
+DIGEST_DIFFERS = "digest_differs"
+_DIGEST_PREFIX = "b2b128:"
+_DIGEST_RE = re.compile(rf"{_DIGEST_PREFIX}[0-9a-f]{{32}}")
 
 
 @dataclass(frozen=True)
@@ -191,6 +200,9 @@ def compare(reference: RGBArray, current: RGBArray) -> GuardResult:
     if reference.shape != current.shape or reference.size == 0:
         # A different size means the screen geometry changed: nothing to compare against.
         return GuardResult(1.0, True, STALE_THRESHOLD, 1.0, 1.0)
+    if np.array_equal(reference, current):
+        # The usual case, an unchanged screen: a memory compare instead of the scoring below.
+        return GuardResult(0.0, False, STALE_THRESHOLD, 0.0, 0.0)
     fx, fy = shrink_factors(reference.shape[1], reference.shape[0])
     delta: npt.NDArray[np.floating[Any]] | npt.NDArray[np.int16]
     if fx == fy == 1:
@@ -212,6 +224,13 @@ def encode_crop(array: RGBArray) -> dict[str, Any]:
     height, width = array.shape[:2]
     data = base64.b64encode(np.ascontiguousarray(array).tobytes()).decode("ascii")
     return {"encoding": CROP_ENCODING, "width": width, "height": height, "data": data}
+
+
+def crop_digest(array: RGBArray) -> str:
+    """``guard.digest`` of a crop: BLAKE2b-128 of its raw RGB bytes, row after row."""
+    _check_rgb("crop", array)
+    digest = hashlib.blake2b(np.ascontiguousarray(array).tobytes(), digest_size=16)
+    return _DIGEST_PREFIX + digest.hexdigest()
 
 
 def _crop_dims(data: dict[str, Any], field: str) -> tuple[int, int]:
@@ -242,23 +261,33 @@ def decode_crop(data: Any, field: str = "guard.crop") -> RGBArray:
 
 @dataclass(frozen=True)
 class Guard:
-    """The reference crop a guarded action carries (``guard: {crop, rect}``), and its verdict.
+    """The reference a guarded action carries (``guard: {crop, rect}``, or ``{digest, rect}``
+    from a server that expects the region unchanged), and its verdict.
 
     The screen service checks, in order: :meth:`from_wire` (shape), :meth:`region_at` (the
     point and the current screen), then captures that region and calls :meth:`judge`. Every
     refusal happens before the first input event.
     """
 
-    crop: RGBArray
+    crop: RGBArray | None
     rect: CropRect
+    digest: str | None = None
 
     @classmethod
     def from_wire(cls, value: Any) -> Guard:
-        """Parse ``{crop, rect}``; malformed → ``InvalidArgs`` naming the field."""
+        """Parse ``{crop, rect}`` or ``{digest, rect}``; malformed → ``InvalidArgs`` naming
+        the field."""
         if not isinstance(value, dict):
             raise InvalidArgs("guard", "must be an object with crop and rect")
-        crop = decode_crop(value.get("crop"), "guard.crop")
         rect = CropRect.from_dict(value.get("rect"), "guard.rect")
+        if "digest" in value:
+            if "crop" in value:
+                raise InvalidArgs("guard", "carries a crop or its digest, not both")
+            digest = value["digest"]
+            if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
+                raise InvalidArgs("guard.digest", f"must be {_DIGEST_PREFIX} and 32 hex digits")
+            return cls(None, rect, digest)
+        crop = decode_crop(value.get("crop"), "guard.crop")
         if crop.shape[:2] != (rect.height, rect.width):
             raise InvalidArgs("guard.crop", "size differs from guard.rect")
         return cls(crop, rect)
@@ -283,7 +312,17 @@ class Guard:
         return self.rect
 
     def judge(self, current: RGBArray) -> dict[str, Any]:
-        """Compare with the region as captured now: the result figures, or ``STALE_SCREEN``."""
+        """Compare with the region as captured now: the result figures, or ``STALE_SCREEN``
+        (with a digest: reason ``digest_differs`` unless the region is exactly as captured)."""
+        if self.crop is None:
+            if crop_digest(current) != self.digest:
+                raise OpError(
+                    ErrorCode.STALE_SCREEN,
+                    "the region differs from the screenshot's: the crop is needed to judge it",
+                    {"reason": DIGEST_DIFFERS, "rect": self.rect.to_dict()},
+                )
+            unchanged = GuardResult(0.0, False, STALE_THRESHOLD, 0.0, 0.0)
+            return {"checked": True, **unchanged.to_dict()}
         result = compare(self.crop, current)
         if result.stale:
             raise OpError(

@@ -47,7 +47,7 @@ from relay.screen.capture import preview as make_preview
 from relay.screen.grid import draw_grid
 from wire.capture import BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
-from wire.guard import CropRect, Guard
+from wire.guard import DIGEST_DIFFERS, CropRect, Guard
 from wire.screen_actions import IMAGE_ACTIONS, SCREEN_ACTIONS
 from wire.screen_coords import Grid, grid_for
 
@@ -147,7 +147,9 @@ def check_guard(ctx: ScreenContext, args: dict[str, Any], at: tuple[int, int]) -
     try:
         return guard.judge(ctx.capture.grab(region))
     except OpError as err:
-        logger.info("stale screen on %s: difference %s", ctx.display, err.details.get("difference"))
+        if err.details.get("reason") != DIGEST_DIFFERS:  # else the server sends the crop next
+            difference = err.details.get("difference")
+            logger.info("stale screen on %s: difference %s", ctx.display, difference)
         raise
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from server.actions.context import ActionContext
 from server.actions.errors import relay_error
@@ -205,6 +205,10 @@ class HubRequests:
             return await self._hub.request(relay_id, op, args, timeout_s)
         except OpError as err:
             raise relay_error(err) from err
+
+    def capabilities(self, relay_id: RelayId) -> frozenset[str]:
+        """What the relay announced (empty for one not connected anywhere)."""
+        return cast(frozenset[str], self._hub.capabilities(relay_id))
 
 
 async def handle(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:

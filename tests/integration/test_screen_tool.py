@@ -140,7 +140,19 @@ async def test_an_unchanged_region_click_presses_once_at_the_point(stack, main):
         action="click", x=400, y=300, expected_screen_revision=shot["screen_revision"]
     )
     assert status == 200, result
-    assert result["guard"]["checked"] is True
+    assert (result["guard"]["checked"], result["guard"]["difference"]) == (True, 0.0)
+    assert _presses(main.recorder.drain()) == [(400, 300, 1)]
+
+
+async def test_a_caret_sized_change_near_the_target_still_clicks(stack, main):
+    shot = await _shot(stack)
+    main.recorder.paint(420, 290, 2, 16, 0x00FF00)  # a text caret appeared beside the target
+    status, result = await stack.screen(
+        action="click", x=400, y=300, expected_screen_revision=shot["screen_revision"]
+    )
+    assert status == 200, result
+    # judged against the reference pixels: a difference, under the threshold
+    assert 0 < result["guard"]["difference"] <= result["guard"]["threshold"]
     assert _presses(main.recorder.drain()) == [(400, 300, 1)]
 
 

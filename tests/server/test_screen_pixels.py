@@ -50,6 +50,9 @@ class FakeRelay:
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.answers: dict[str, dict[str, Any]] = {}
 
+    def capabilities(self, relay_id: Any) -> frozenset[str]:
+        return frozenset()
+
     async def request(
         self, relay_id: Any, op: str, args: dict[str, Any] | None = None, timeout_s: float = 30
     ) -> Any:

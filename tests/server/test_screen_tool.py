@@ -14,7 +14,7 @@ from server.screen.revisions import RevisionStore, View
 from server.screen.tool import Caller, ScreenTool
 from wire.capture import BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
-from wire.guard import CropRect, decode_crop
+from wire.guard import DIGEST_CAPABILITY, DIGEST_DIFFERS, CropRect, crop_digest, decode_crop
 
 pytestmark = pytest.mark.unit
 
@@ -36,12 +36,19 @@ class FakeRelay:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.error: OpError | None = None
+        self.errors: list[OpError] = []  # raised once each, in order, before ``error``
         self.pointer = (100, 50)
+        self.announced: frozenset[str] = frozenset()
+
+    def capabilities(self, relay_id: Any) -> frozenset[str]:
+        return self.announced
 
     async def request(
         self, relay_id: Any, op: str, args: dict[str, Any] | None = None, timeout_s: float = 30
     ) -> Any:
         self.requests.append((op, dict(args or {})))
+        if self.errors:
+            raise self.errors.pop(0)
         if self.error is not None:
             raise self.error
         if op == "screen.screenshot":
@@ -117,6 +124,66 @@ async def test_a_guarded_click_carries_the_reference_crop_and_target(tool, relay
     crop = decode_crop(args["guard"]["crop"])
     assert np.array_equal(crop, _screen()[2:98, 36:164])
     assert "desktop_session_id" not in args  # the relay's default desktop, checked there
+
+
+def _click_body(revision: str) -> dict[str, Any]:
+    return {"action": "click", "x": 100, "y": 50, "expected_screen_revision": revision}
+
+
+async def test_a_relay_taking_digests_gets_the_crops_digest_first(tool, relay):
+    relay.announced = frozenset({DIGEST_CAPABILITY})
+    shot = await tool.run(CALLER, {"action": "screenshot"})
+    result = await tool.run(CALLER, _click_body(shot["screen_revision"]))
+    assert result["ok_from_relay"] == "screen.click"
+    op, args = relay.requests[-1]
+    assert (op, len(relay.requests)) == ("screen.click", 2)  # one call: no pixels sent
+    assert args["guard"] == {
+        "digest": crop_digest(_screen()[2:98, 36:164]),
+        "rect": {"x": 36, "y": 2, "width": 128, "height": 96},
+    }
+    assert args["revision_target"] == {"desktop_session_id": SESSION, "display": DISPLAY}
+
+
+async def test_a_region_not_exactly_as_captured_is_judged_with_the_crop(tool, relay, audit):
+    relay.announced = frozenset({DIGEST_CAPABILITY})
+    shot = await tool.run(CALLER, {"action": "screenshot"})
+    differs = OpError(ErrorCode.STALE_SCREEN, "differs", {"reason": DIGEST_DIFFERS})
+    relay.errors = [differs]
+    result = await tool.run(CALLER, _click_body(shot["screen_revision"]))
+    assert result["ok_from_relay"] == "screen.click"
+    (_, first), (_, second) = relay.requests[-2:]
+    assert "digest" in first["guard"] and "crop" not in first["guard"]
+    assert np.array_equal(decode_crop(second["guard"]["crop"]), _screen()[2:98, 36:164])
+    assert second["guard"]["rect"] == first["guard"]["rect"]
+    assert [row["outcome"] for row in audit.rows] == ["ok", "ok"]  # the screenshot, the click
+
+
+async def test_a_stale_region_after_the_crop_is_stale_for_the_caller(tool, relay, audit):
+    relay.announced = frozenset({DIGEST_CAPABILITY})
+    shot = await tool.run(CALLER, {"action": "screenshot"})
+    figures = {"difference": 0.4, "threshold": 0.06, "rect": {"x": 36}}
+    relay.errors = [
+        OpError(ErrorCode.STALE_SCREEN, "differs", {"reason": DIGEST_DIFFERS}),
+        OpError(ErrorCode.STALE_SCREEN, "changed", figures),
+    ]
+    with pytest.raises(OpError) as caught:
+        await tool.run(CALLER, _click_body(shot["screen_revision"]))
+    assert caught.value.code is ErrorCode.STALE_SCREEN
+    assert caught.value.details["difference"] == 0.4
+    assert "reason" not in caught.value.details
+    assert "(difference 0.4 > threshold 0.06)" in caught.value.message
+    assert audit.rows[-1]["reason"] == "stale_screen"
+
+
+async def test_a_real_stale_answer_to_the_digest_is_not_retried(tool, relay):
+    relay.announced = frozenset({DIGEST_CAPABILITY})
+    shot = await tool.run(CALLER, {"action": "screenshot"})
+    relay.errors = [OpError(ErrorCode.STALE_SCREEN, "the screen size changed",
+                            {"difference": 1.0, "threshold": 0.06})]  # fmt: skip
+    with pytest.raises(OpError) as caught:
+        await tool.run(CALLER, _click_body(shot["screen_revision"]))
+    assert caught.value.code is ErrorCode.STALE_SCREEN
+    assert len(relay.requests) == 2  # the screenshot and one click: nothing resent
 
 
 async def test_the_drag_start_is_guarded(tool, relay):

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from wire import guard
-from wire.errors import ErrorCode, InvalidArgs
+from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import CropRect, compare, crop_rect, decode_crop, encode_crop
 
 pytestmark = pytest.mark.unit
@@ -230,3 +230,52 @@ def test_cut_copies_region():
     assert np.array_equal(piece, image[5:12, 10:30])
     with pytest.raises(InvalidArgs):
         guard.cut(image, CropRect(50, 0, 20, 7))
+
+
+# -- the digest a guard may carry instead of its crop ------------------------------------------
+
+
+def _guard_wire(reference: np.ndarray, *, digest: bool) -> dict[str, object]:
+    height, width = reference.shape[:2]
+    rect = {"x": 0, "y": 0, "width": width, "height": height}
+    if digest:
+        return {"digest": guard.crop_digest(reference), "rect": rect}
+    return {"crop": encode_crop(reference), "rect": rect}
+
+
+def test_a_digest_passes_exactly_the_region_it_was_taken_of():
+    reference = _noise_image(7, h=96, w=128)
+    checked = guard.Guard.from_wire(_guard_wire(reference, digest=True))
+    verdict = checked.judge(reference.copy())
+    assert (verdict["checked"], verdict["difference"], verdict["stale"]) == (True, 0.0, False)
+
+
+def test_one_changed_pixel_asks_for_the_crop_which_then_lets_it_pass():
+    reference = _noise_image(8, h=96, w=128)
+    now = reference.copy()
+    now[40, 60] ^= 0xFF  # a caret's worth: well under the threshold
+    with pytest.raises(OpError) as caught:
+        guard.Guard.from_wire(_guard_wire(reference, digest=True)).judge(now)
+    assert caught.value.code is ErrorCode.STALE_SCREEN
+    assert caught.value.details["reason"] == guard.DIGEST_DIFFERS
+    verdict = guard.Guard.from_wire(_guard_wire(reference, digest=False)).judge(now)
+    assert verdict["stale"] is False and verdict["difference"] > 0
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ({"digest": "b2b128:" + "0" * 31, "rect": {"x": 0, "y": 0, "width": 1, "height": 1}},
+         "guard.digest"),
+        ({"digest": "sha1:" + "0" * 32, "rect": {"x": 0, "y": 0, "width": 1, "height": 1}},
+         "guard.digest"),
+        ({"digest": 7, "rect": {"x": 0, "y": 0, "width": 1, "height": 1}}, "guard.digest"),
+        ({"digest": "b2b128:" + "0" * 32, "crop": encode_crop(np.zeros((1, 1, 3), np.uint8)),
+          "rect": {"x": 0, "y": 0, "width": 1, "height": 1}}, "guard"),
+        ({"digest": "b2b128:" + "0" * 32}, "guard.rect"),
+    ],
+)  # fmt: skip
+def test_a_malformed_digest_guard_names_its_field(value, field):
+    with pytest.raises(InvalidArgs) as info:
+        guard.Guard.from_wire(value)
+    assert info.value.details == {"field": field}

@@ -14,6 +14,7 @@ import json
 import os
 import queue
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -133,22 +134,33 @@ class CuaServer:
         env.pop("CONTAINER_NAME", None)
         if xauthority:
             env["XAUTHORITY"] = xauthority
+        # Its output goes to a file, never a pipe nobody reads (a full pipe would stall it).
+        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - open until stop()
         self.process = subprocess.Popen(
             [str(require_cua_venv()), "-m", "computer_server", "--host", "127.0.0.1",
              "--port", str(self.port), "--log-level", "warning"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+            stdout=self._log, stderr=subprocess.STDOUT, text=True, env=env,
             start_new_session=True,
         )  # fmt: skip
         deadline = time.monotonic() + scaled(60)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"Cua's server exited: {self.process.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+                output = self.output()
+                self._log.close()
+                raise RuntimeError(f"Cua's server exited: {output}")
             try:
-                if httpx.get(f"{self.url}/status", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/status", timeout=scaled(2)).status_code == 200:
                     return
             except httpx.HTTPError:
                 time.sleep(0.2)
-        raise TimeoutError("Cua's server did not answer /status")
+        output = self.output()
+        self.stop()
+        raise TimeoutError(f"Cua's server did not answer /status: {output}")
+
+    def output(self) -> str:
+        """The end of what Cua's server wrote."""
+        self._log.seek(0)
+        return self._log.read()[-2000:]
 
     def cmd(self, command: str, **params: Any) -> dict[str, Any]:
         response = httpx.post(f"{self.url}/cmd", json={"command": command, "params": params},
@@ -163,8 +175,7 @@ class CuaServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, 9)
                 self.process.wait(timeout=scaled(15))
-        if self.process.stderr is not None:
-            self.process.stderr.close()
+        self._log.close()
 
 
 def parse_data_line(text: str) -> dict[str, Any]:

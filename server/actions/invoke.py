@@ -22,7 +22,14 @@ from server.db.records import role_allows
 from server.errors import error_body, internal_error, status_of
 from server.metrics.instruments import ACTION_SECONDS
 from server.services import Services
-from wire.errors import BodyTooLarge, ErrorCode, InvalidArgs, OpError, RequestRejected
+from wire.errors import (
+    BodyTooLarge,
+    ErrorCode,
+    InvalidArgs,
+    OpError,
+    RelaydeskError,
+    RequestRejected,
+)
 from wire.jsonbody import parse_json_object
 
 log = logging.getLogger(__name__)
@@ -77,7 +84,7 @@ async def _admit(action: Action, ctx: ActionContext, body: Body) -> dict[str, An
 async def _run(action: Action, ctx: ActionContext, body: Body) -> tuple[int, dict[str, Any]]:
     try:
         result = await action.handler(ctx, await _admit(action, ctx, body))
-    except OpError as err:
+    except RelaydeskError as err:  # an OpError, or the store's (a database that went away)
         await _audit(action, ctx, OUTCOMES.get(err.code, err.code.value), err.message)
         return status_of(err), error_body(err)
     except Exception:

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, Result
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DisconnectionError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from server.auth.passwords import Passwords
 from server.db import models
 from server.db.cache import ReadCache
-from server.db.errors import AlreadyExists
+from server.db.errors import AlreadyExists, StoreError, StoreUnavailable
 from server.db.invalidation import CacheName, Invalidations, LocalInvalidations
 from server.db.records import RelayRecord, UserRecord
 from wire.ids import RelayId, UserId
@@ -26,6 +26,59 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def unreachable(err: BaseException) -> bool:
+    """Whether ``err`` (or what caused it) says the database could not be reached or went
+    away — a refused or broken connection, a server shutting down — rather than that a
+    statement was wrong."""
+    try:
+        from asyncpg.exceptions import OperatorInterventionError, PostgresConnectionError
+    except ImportError:  # SQLite only
+        driver: tuple[type[BaseException], ...] = ()
+    else:
+        driver = (PostgresConnectionError, OperatorInterventionError)
+    seen: BaseException | None = err
+    for _ in range(8):  # a cause chain is short; never loop on a cycle
+        if seen is None:
+            return False
+        gone = (ConnectionError, TimeoutError, DisconnectionError, OperationalError, InterfaceError)
+        if isinstance(seen, (*gone, *driver)):
+            return True
+        if getattr(seen, "connection_invalidated", False):
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+    return False
+
+
+@asynccontextmanager
+async def _reachable(
+    context: AbstractAsyncContextManager[AsyncSession],
+) -> AsyncIterator[AsyncSession]:
+    try:
+        async with context as session:
+            yield session
+    except StoreError:
+        raise
+    except Exception as err:
+        if unreachable(err):
+            raise StoreUnavailable() from err
+        raise
+
+
+class Sessions:
+    """The store's sessions: ``async with sessions()`` or ``sessions.begin()``. A database
+    that cannot be reached fails the block with ``StoreUnavailable`` (``unavailable``, 503),
+    so no driver error leaves ``server.db``."""
+
+    def __init__(self, maker: async_sessionmaker[AsyncSession]) -> None:
+        self._maker = maker
+
+    def __call__(self) -> AbstractAsyncContextManager[AsyncSession]:
+        return _reachable(self._maker())
+
+    def begin(self) -> AbstractAsyncContextManager[AsyncSession]:
+        return _reachable(self._maker.begin())
+
+
 class StoreBase:
     """State shared by the store's parts (identity, conversations, relays, audit)."""
 
@@ -35,7 +88,7 @@ class StoreBase:
         passwords: Passwords,
         clock: Clock = utc_now,
     ) -> None:
-        self._sessions = sessions
+        self._sessions = Sessions(sessions)
         self._passwords = passwords
         self._clock = clock
         # Hot reads of every API call, kept briefly (bound and invalidation: ``cache.py``).

@@ -89,11 +89,15 @@ class PostgresCluster:
 
     def start(self) -> None:
         self._run("initdb", "-D", str(self.data_dir), *INITDB_ARGS)
+        self.launch()
+
+    def launch(self) -> None:
+        """Start the server on the existing data directory (again, after :meth:`stop`)."""
         argv = [str(self.bindir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port)]
         settings = {**SERVER_SETTINGS, "unix_socket_directories": str(self.root)}
         for name, value in settings.items():
             argv += ["-c", f"{name}={value}"]
-        with self.log_path.open("wb") as log:
+        with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,

@@ -8,14 +8,13 @@ routes read it with :func:`services_of` (a request or a WebSocket). Nothing else
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import HTTPConnection
 
 from server.actions.registry import ActionRegistry
 from server.auth.ratelimit import LoginRateLimiter
 from server.chat.ports import ChatService
-from server.cluster.router import ClusterRouter
 from server.config import Settings
 from server.control.service import ControlService
 from server.db.store import Store
@@ -28,6 +27,9 @@ from server.screen.tool import ScreenTool
 from server.viewer.assets import NovncAssets
 from server.viewer.audio import AudioService
 from server.viewer.service import ViewerService
+
+if TYPE_CHECKING:
+    from server.cluster.router import ClusterRouter
 
 
 @dataclass(frozen=True)

@@ -89,8 +89,10 @@ class HostPolicy:
         return parsed is not None and self._known(parsed[0])
 
     def _known(self, hostname: str) -> bool:
-        return hostname == self.public_host or hostname in self.extra_hosts or is_self_evident(
-            hostname
+        return (
+            hostname == self.public_host
+            or hostname in self.extra_hosts
+            or is_self_evident(hostname)
         )
 
     def origin_allowed(self, origin: str | None, host: str | None) -> bool:

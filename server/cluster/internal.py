@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.requests import HTTPConnection, Request
@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from server.cluster.peers import (
+from server.cluster.channel import (
     CHANNEL_CALL,
     CHANNEL_CLOSE_BASE,
     CHANNEL_PATH,
@@ -29,12 +29,14 @@ from server.cluster.peers import (
     channel_code_from,
     close_code_for,
 )
-from server.cluster.router import ClusterRouter
 from server.cluster.screen import caller_from
 from server.relays.router import RelayChannel
 from server.services import services_of
 from wire.errors import ChannelCloseCode, ChannelClosedError, CloseCode, OpError
 from wire.ids import RelayId
+
+if TYPE_CHECKING:
+    from server.cluster.router import ClusterRouter
 
 log = logging.getLogger(__name__)
 

@@ -16,37 +16,22 @@ from typing import Any, Final
 import aiohttp
 import orjson
 
+from server.cluster.channel import (
+    CHANNEL_CALL,
+    CHANNEL_PATH,
+    HOP_MARGIN_S,
+    REQUEST_PATH,
+    SCREEN_PATH,
+    NotOwner,
+    channel_code_from,
+    close_code_for,
+)
 from server.cluster.ownership import Owner
 from server.cluster.signing import ClusterSigner
-from wire.errors import ChannelCloseCode, ChannelClosedError, ErrorCode, OpError, RelaydeskError
+from wire.errors import ChannelCloseCode, ChannelClosedError, ErrorCode, OpError
 from wire.frames import Payload
 
-REQUEST_PATH: Final = "/internal/v1/request"
-CHANNEL_PATH: Final = "/internal/v1/channel"
-SCREEN_PATH: Final = "/internal/v1/screen"
-CHANNEL_CALL: Final = "x-relaydesk-channel"
-# A relay channel close code travels as this plus its ``ChannelCloseCode``.
-CHANNEL_CLOSE_BASE: Final = 4100
-# Time beyond the relay's own timeout for the hop between replicas.
-HOP_MARGIN_S: Final = 5.0
 CONNECT_TIMEOUT_S: Final = 3.0
-
-
-class NotOwner(RelaydeskError):
-    """The replica asked does not (or no longer) hold the relay, or cannot be reached."""
-
-    code = ErrorCode.RELAY_UNREACHABLE
-
-
-def close_code_for(code: ChannelCloseCode) -> int:
-    return CHANNEL_CLOSE_BASE + int(code)
-
-
-def channel_code_from(ws_code: int | None) -> ChannelCloseCode:
-    try:
-        return ChannelCloseCode((ws_code or 0) - CHANNEL_CLOSE_BASE)
-    except ValueError:
-        return ChannelCloseCode.RELAY_GONE
 
 
 class Peers:

@@ -13,12 +13,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Literal, get_args
+from typing import Any
 
 from redis.exceptions import RedisError
 
+from server.cluster.channel import FORWARD_KINDS, ForwardKind, NotOwner
 from server.cluster.ownership import CHANGED, Owner, Ownership
-from server.cluster.peers import NotOwner, Peers
+from server.cluster.peers import Peers
 from server.cluster.signing import ClusterSigner
 from server.metrics.instruments import redis_error
 from server.relays.hub import RelayHub, RelayObserver
@@ -30,10 +31,6 @@ from wire.messages import Event, Hello
 log = logging.getLogger(__name__)
 
 Orphaned = Callable[[RelayId], Awaitable[None]]
-# What a replica sends to another: relay requests and channels to the relay's owner, screen
-# calls to the replica that issued their revision (``server.cluster.screen``).
-ForwardKind = Literal["request", "channel", "screen"]
-FORWARD_KINDS: Final[tuple[ForwardKind, ...]] = get_args(ForwardKind)
 
 
 def _unreachable() -> OpError:

@@ -15,12 +15,14 @@ A replica that is dead (per Redis) or does not answer is :class:`IssuerGone`: th
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from server.cluster.peers import HOP_MARGIN_S, NotOwner
-from server.cluster.router import ClusterRouter
+from server.cluster.channel import HOP_MARGIN_S, NotOwner
 from server.screen.tool import Caller, IssuerGone
 from wire.errors import ErrorCode, OpError
+
+if TYPE_CHECKING:
+    from server.cluster.router import ClusterRouter
 
 CALLER_FIELDS: Final = ("actor", "conversation_id", "relay_id", "source")
 

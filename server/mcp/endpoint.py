@@ -9,16 +9,21 @@ serves it in **stateless** mode with JSON answers: every POST is self-contained 
 ``Mcp-Session-Id``, nothing kept between requests), so any replica can serve any request behind
 a load balancer without affinity. ``GET`` (a server-to-client stream) and ``DELETE`` (ending a
 session) are ``405``, as the transport allows for a server that offers neither.
+
+The SDK is loaded and started by the first request that passes admission, not with the
+server: it takes longer to import than the rest of the server takes to start, and the server
+answers everything else without it (docs/operations.md, where recovery time goes).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import re
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+import anyio
 from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
@@ -31,10 +36,14 @@ from server.auth import errors as auth_errors
 from server.auth.dependencies import authenticate
 from server.auth.errors import AuthError, Unauthorized
 from server.boundary.body import read_capped
-from server.mcp.handlers import CALLER_KEY, McpCaller, build_server
+from server.mcp.caller import CALLER_KEY, McpCaller
 from server.services import services_of
 from wire.errors import ErrorCode, OpError, RelaydeskError, UnsupportedMediaType
 from wire.jsonbody import is_json_media_type, parse_json_object
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup, TaskStatus
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 PATH: Final = "/api/v1/conversations/{conversation_id}/mcp"
 _CONVERSATION_ID: Final = re.compile(CONVERSATION_ID["pattern"])
@@ -85,12 +94,20 @@ async def _refuse(err: RelaydeskError, scope: Scope, receive: Receive, send: Sen
     await response(scope, receive, send)
 
 
+def _load_sdk() -> None:
+    """Import the SDK and the MCP server built on it: a second or more on a loaded host, so
+    it runs in a worker thread and relays, viewers and other calls are served meanwhile."""
+    importlib.import_module("mcp.server.streamable_http_manager")
+    importlib.import_module("server.mcp.handlers")
+
+
 class McpEndpoint:
     """The ASGI app of the MCP route; :meth:`running` (in the app's lifespan) serves requests."""
 
     def __init__(self, max_body_bytes: int) -> None:
         self.max_body_bytes = max_body_bytes
-        self.server = build_server()
+        self._group: TaskGroup | None = None
+        self._starting = anyio.Lock()
         self._sessions: StreamableHTTPSessionManager | None = None
 
     def routes(self) -> list[BaseRoute]:
@@ -98,17 +115,39 @@ class McpEndpoint:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Serve MCP requests until the context ends (the SDK's task group lives here)."""
-        sessions = StreamableHTTPSessionManager(
-            self.server, json_response=True, stateless=True,
-            max_request_body_size=self.max_body_bytes,
-        )  # fmt: skip
-        async with sessions.run():
-            self._sessions = sessions
+        """Serve MCP requests until the context ends (the SDK, once started, runs in the task
+        group kept here)."""
+        async with anyio.create_task_group() as group:
+            self._group = group
             try:
                 yield
             finally:
+                self._group = None
                 self._sessions = None
+                group.cancel_scope.cancel()
+
+    async def _started(self) -> StreamableHTTPSessionManager | None:
+        """The SDK's session manager, started by the first call; None when not serving."""
+        if self._sessions is None and self._group is not None:
+            async with self._starting:
+                if self._sessions is None and self._group is not None:
+                    self._sessions = await self._group.start(self._serve)
+        return self._sessions
+
+    async def _serve(self, *, task_status: TaskStatus[StreamableHTTPSessionManager]) -> None:
+        """Run the SDK's session manager until :meth:`running` ends."""
+        await anyio.to_thread.run_sync(_load_sdk)
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        from server.mcp.handlers import build_server
+
+        sessions = StreamableHTTPSessionManager(
+            build_server(), json_response=True, stateless=True,
+            max_request_body_size=self.max_body_bytes,
+        )  # fmt: skip
+        async with sessions.run():
+            task_status.started(sessions)
+            await anyio.sleep_forever()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -118,8 +157,9 @@ class McpEndpoint:
         except RelaydeskError as err:
             await _refuse(err, scope, receive, send)
             return
-        if self._sessions is None:
+        sessions = await self._started()
+        if sessions is None:
             await _refuse(OpError(ErrorCode.UNAVAILABLE, "shutting down"), scope, receive, send)
             return
         scope[CALLER_KEY] = caller
-        await self._sessions.handle_request(scope, _replay(body, receive), send)
+        await sessions.handle_request(scope, _replay(body, receive), send)

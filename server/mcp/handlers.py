@@ -9,7 +9,6 @@ typed actions' own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
 
 import mcp_types as types
@@ -19,14 +18,12 @@ from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 
 from server.actions.invoke import invoke
-from server.auth.principal import Principal
-from server.db.records import Role
 from server.mcp import tools
+from server.mcp.caller import CALLER_KEY, McpCaller
 from server.services import Services, services_of
 from server.version import server_version
 from wire.errors import InvalidArgs
 
-CALLER_KEY: Final = "relaydesk.mcp_caller"
 SOURCE: Final = "mcp"
 INSTRUCTIONS: Final = (
     "Live Linux desktops of one relaydesk conversation. Start or find a desktop with "
@@ -36,16 +33,6 @@ INSTRUCTIONS: Final = (
     "that screenshot's screen_revision as expected_screen_revision). Errors are JSON "
     "{ok: false, error: {code, message, suggestion?}}."
 )
-
-
-@dataclass(frozen=True)
-class McpCaller:
-    """Who an MCP request is served for, in which conversation and with which role."""
-
-    principal: Principal
-    conversation_id: str
-    role: Role
-    request_id: str
 
 
 def _request_of(ctx: ServerRequestContext[Any, Any]) -> Request:

@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from server.cluster.router import FORWARD_KINDS
+from server.cluster.channel import FORWARD_KINDS
 from server.errors import NO_STORE, error_body, status_of
 from server.json_response import JSONResponse
 from server.metrics.instruments import REGISTRY

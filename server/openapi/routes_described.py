@@ -198,23 +198,37 @@ CUA_AUTH: Final = (
     "`main`. docs/cua.md."
 )
 _CUA_KEY: Final = header("X-API-Key", "An API token (instead of Authorization).")
-_CUA_GUARD: Final = query("guard", "`off` turns the session's click guard off (default on); "
-                          "`off/cmd`, `off/ws`… when a client appended the endpoint to a base "
-                          "URL that ends in `?guard=off`.", STRING)
+_CUA_GUARD: Final = query(
+    "guard",
+    "`off` turns the session's click guard off (default on); "
+    "`off/cmd`, `off/ws`… when a client appended the endpoint to a base "
+    "URL that ends in `?guard=off`.",
+    STRING,
+)
 _CUA_COMMAND: Final[Json] = {
-    "type": "object", "required": ["command"],
+    "type": "object",
+    "required": ["command"],
     "properties": {"command": STRING, "params": {"type": "object"}},
 }
 _CUA_CMD: Final = operation(
-    "cua_cmd", "One Cua computer-server command", tag="agents", security=API_TOKEN,
-    description=f"{CUA_AUTH} Answers `text/plain` `data: {{\"success\": …}}` (failures too); an "
-    "unknown command is 400 with a did-you-mean.", parameters=[_CUA_KEY, _CUA_GUARD],
-    body=_CUA_COMMAND, responses=media("`data: {json}`.", "text/plain"),
+    "cua_cmd",
+    "One Cua computer-server command",
+    tag="agents",
+    security=API_TOKEN,
+    description=f'{CUA_AUTH} Answers `text/plain` `data: {{"success": …}}` (failures too); an '
+    "unknown command is 400 with a did-you-mean.",
+    parameters=[_CUA_KEY, _CUA_GUARD],
+    body=_CUA_COMMAND,
+    responses=media("`data: {json}`.", "text/plain"),
 )
 _CUA_WS: Final = operation(
-    "cua_ws", "Cua computer-server commands over a WebSocket", tag="agents",
-    security=API_TOKEN, description=f"{CUA_AUTH} One JSON reply per command, in order.",
-    parameters=[_CUA_KEY, _CUA_GUARD], responses=upgrade("JSON text messages both ways."),
+    "cua_ws",
+    "Cua computer-server commands over a WebSocket",
+    tag="agents",
+    security=API_TOKEN,
+    description=f"{CUA_AUTH} One JSON reply per command, in order.",
+    parameters=[_CUA_KEY, _CUA_GUARD],
+    responses=upgrade("JSON text messages both ways."),
 )
 _CUA: Final[dict[tuple[str, str], Json]] = {
     ("POST", f"{CUA_BASE}/cmd"): _CUA_CMD,

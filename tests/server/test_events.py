@@ -55,8 +55,9 @@ async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     seed = await seed_database(tmp_path / "data")
     other = await _other_conversation(seed)
     async with (
-        inprocess_server(seed, redis_url=url, cluster_secret="test-cluster-secret" if url else "")
-        as (app, base),
+        inprocess_server(
+            seed, redis_url=url, cluster_secret="test-cluster-secret" if url else ""
+        ) as (app, base),
         httpx.AsyncClient(base_url=base, timeout=10) as client,
     ):
         yield app, client, seed, other

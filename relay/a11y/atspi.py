@@ -220,6 +220,7 @@ REGISTRY: Final = "org.a11y.atspi.Registry"
 ROOT_PATH: Final = "/org/a11y/atspi/accessible/root"
 CACHE_PATH: Final = "/org/a11y/atspi/cache"
 ACCESSIBLE: Final = "org.a11y.atspi.Accessible"
+APPLICATION: Final = "org.a11y.atspi.Application"
 COMPONENT: Final = "org.a11y.atspi.Component"
 PROPERTIES: Final = "org.freedesktop.DBus.Properties"
 IFACE_PREFIX: Final = "org.a11y.atspi."
@@ -260,6 +261,14 @@ EVERYTHING: Final = "*"
 PROBE_TIMEOUT_MS: Final = 100
 # Calls sent before their replies are read, at most (the bus limits pending replies).
 PIPELINE_DEPTH: Final = 256
+# What a node not in its app's cache is described by (its ``Accessible`` properties).
+DESCRIBED: Final = ("Name", "Description", "ChildCount")
+# Toolkits (their ``ToolkitName``, lower case) whose bridge must not be sent
+# ``Properties.GetAll``: Qt's reads a second argument that GetAll does not carry, and the app
+# crashes (Qt 5.15) or answers an error. Their nodes are described one property at a time.
+NO_GET_ALL: Final = frozenset({"qt"})
+# Apps whose toolkit is remembered, at most (then they are asked again).
+MAX_TOOLKITS: Final = 256
 
 Key = tuple[str, str]  # (bus name, object path)
 
@@ -375,6 +384,7 @@ class Bus:
         # (live events) since the worker last looked (``EVERYTHING``: too many to list).
         self.moved: dict[str, set[str]] = {}
         self.touched: dict[str, set[str]] = {}
+        self.toolkits: dict[str, str] = {}  # bus name → its toolkit's name, lower case
         try:
             session = Gio.bus_get_sync(Gio.BusType.SESSION, None)
         except GLib.Error as err:
@@ -703,7 +713,12 @@ class Bus:
         ]
         if not nodes[root].children:
             nodes[root].children = sorted(top, key=lambda k: nodes[k].index)
-        return Tree(app[0], nodes, root)
+        tree = Tree(app[0], nodes, root)
+        if not nodes[root].children:
+            # An app that caches nothing (Qt's cache is always empty): its windows are
+            # listed the way a walk lists what an app has not cached.
+            self.fill(tree, [nodes[root]])
+        return tree
 
     def carry(self, old: Tree, new: Tree) -> None:
         """Bring into ``new`` (the app's cache read again, its kept tree having only aged) the
@@ -734,20 +749,29 @@ class Bus:
             fresh.extend((parent, k, i) for i, k in enumerate(keys) if k not in tree.nodes)
         if not fresh:
             return
+        bulk = self.answers_get_all({key[0] for _, key, _ in fresh})
         calls: list[Call] = []
+        spans: list[int] = []
         for _, key, _ in fresh:
+            asked = self._describe(key, key[0] in bulk)
             calls.extend(
                 (
                     Call(key[0], key[1], ACCESSIBLE, "GetRole"),
                     Call(key[0], key[1], ACCESSIBLE, "GetState"),
                     Call(key[0], key[1], ACCESSIBLE, "GetInterfaces"),
-                    Call(key[0], key[1], PROPERTIES, "GetAll", "(s)", (ACCESSIBLE,)),
+                    *asked,
                 )
             )
+            spans.append(3 + len(asked))
         replies = self.many(calls)
-        props = self._properties([key for _, key, _ in fresh], replies[3::4])
+        parts: list[list[Any]] = []
+        at = 0
+        for span in spans:
+            parts.append(replies[at : at + span])
+            at += span
+        props = self._properties([key for _, key, _ in fresh], [p[3:] for p in parts])
         for n, (parent, key, index) in enumerate(fresh):
-            part = replies[n * 4 : n * 4 + 3]
+            part = parts[n][:3]
             described = props[n]
             if first_failure(part) is not None or described is None:
                 continue
@@ -767,14 +791,50 @@ class Bus:
                 complete=count == 0,
             )
 
+    def toolkit_names(self, buses: Iterable[str]) -> dict[str, str]:
+        """Each app's toolkit (its ``ToolkitName``, lower case; "" when it cannot say), kept;
+        those not known yet asked for in one pipelined batch (an app that did not answer in
+        time is asked again next time)."""
+        wanted = set(buses)
+        unknown = sorted(b for b in wanted if b not in self.toolkits)
+        if unknown:
+            if len(self.toolkits) + len(unknown) > MAX_TOOLKITS:
+                self.toolkits.clear()
+            asked = [self.prop((bus, ROOT_PATH), APPLICATION, "ToolkitName") for bus in unknown]
+            for bus, reply in zip(unknown, self.many(asked), strict=True):
+                if not (isinstance(reply, CallFailed) and reply.kind == "timeout"):
+                    self.toolkits[bus] = str(unwrap(reply, "")).lower()
+        return {bus: self.toolkits.get(bus, "") for bus in wanted}
+
+    def answers_get_all(self, buses: Iterable[str]) -> set[str]:
+        """Those of ``buses`` (apps) whose nodes may be described by one ``GetAll`` each: the
+        apps whose toolkit said its name and is not in ``NO_GET_ALL`` (the others are
+        described one property at a time)."""
+        kits = self.toolkit_names(buses)
+        return {bus for bus, kit in kits.items() if kit and kit not in NO_GET_ALL}
+
+    def _describe(self, key: Key, bulk: bool) -> list[Call]:
+        """The calls that describe a node: its properties in one ``GetAll`` (``bulk``), else
+        one ``Get`` each."""
+        if bulk:
+            return [Call(key[0], key[1], PROPERTIES, "GetAll", "(s)", (ACCESSIBLE,))]
+        return [self.prop(key, ACCESSIBLE, p) for p in DESCRIBED]
+
     def _properties(
-        self, keys: Sequence[Key], replies: Sequence[Any]
+        self, keys: Sequence[Key], answers: Sequence[Sequence[Any]]
     ) -> list[tuple[str, str, int] | None]:
-        """Name, description and child count of each object from its ``GetAll`` reply; read
-        one by one (pipelined) where an app does not answer ``GetAll``."""
+        """Name, description and child count of each object from the replies to its
+        ``_describe`` calls; read one by one (pipelined) where an app did not answer
+        ``GetAll``."""
         out: list[tuple[str, str, int] | None] = [None] * len(keys)
         retry: list[int] = []
-        for i, reply in enumerate(replies):
+        for i, answer in enumerate(answers):
+            if len(answer) == len(DESCRIBED):
+                if first_failure(answer) is None:
+                    name, description, count = (r[0] for r in answer)
+                    out[i] = (str(name), str(description), int(count))
+                continue
+            reply = answer[0]
             if isinstance(reply, CallFailed):
                 if reply.kind == "failed":
                     retry.append(i)
@@ -782,9 +842,7 @@ class Bus:
             values = reply[0] if reply and isinstance(reply[0], dict) else {}
             out[i] = (str(values.get("Name", "")), str(values.get("Description", "")),
                       int(values.get("ChildCount", 0)))  # fmt: skip
-        calls = [self.prop(keys[i], ACCESSIBLE, p) for i in retry
-                 for p in ("Name", "Description", "ChildCount")]  # fmt: skip
-        again = self.many(calls)
+        again = self.many([c for i in retry for c in self._describe(keys[i], bulk=False)])
         for n, i in enumerate(retry):
             part = again[n * 3 : n * 3 + 3]
             if first_failure(part) is None:

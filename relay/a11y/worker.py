@@ -144,6 +144,9 @@ PREFILL_NODES: Final = 5000
 # How long a browser's empty documents may take to fill before they are called missing.
 RENDERER_GRACE_S: Final = 2.0
 SCROLL_ANYWHERE: Final = 6  # AtspiScrollType
+# How long an element may take to say it is focused after GrabFocus (Chromium's renderer moves
+# the focus in ~35 ms); one that does not is clicked before physical keys reach it.
+FOCUS_WAIT_S: Final = 0.3
 ACTION: Final = "org.a11y.atspi.Action"
 CLICK_ACTIONS: Final = ("click", "press", "activate", "toggle", "jump", "open", "select")
 SECRET_ROLES: Final = frozenset({"password_text"})
@@ -1131,8 +1134,10 @@ class Worker:
                 if listed is None or isinstance(listed, CallFailed):
                     listed = self.bus.call(Call(node.bus, node.path, ACTION, "GetActions"))
                 names = [a[0] for a in listed[0]]
+                lowered = [str(n).lower() for n in names]  # Qt's are "Press", "Toggle"
                 index = next(
-                    (names.index(n) for n in CLICK_ACTIONS if n in names), 0 if names else None
+                    (lowered.index(n) for n in CLICK_ACTIONS if n in lowered),
+                    0 if names else None,
                 )
                 if index is not None:
                     done = self.bus.call(
@@ -1165,6 +1170,7 @@ class Worker:
                     end = self.bus.call(
                         self.bus.prop(node.key, "org.a11y.atspi.Text", "CharacterCount")
                     )[0]
+                    toolkit = self.bus.toolkit_names([node.bus])[node.bus]
                     ok = self.bus.call(
                         Call(
                             node.bus,
@@ -1172,7 +1178,7 @@ class Worker:
                             "org.a11y.atspi.EditableText",
                             "InsertText",
                             "(isi)",
-                            (int(end), text, len(text)),
+                            (int(end), text, insert_length(text, toolkit)),
                         )
                     )[0]
             except CallFailed as err:
@@ -1197,15 +1203,36 @@ class Worker:
 
     def _grab(self, node: Node) -> bool:
         """Give the element the focus, unless it has it (GTK selects an entry's text when it
-        gains the focus: pressing keys in a focused field must not select anything)."""
+        gains the focus: pressing keys in a focused field must not select anything). True
+        only when the element then says it is focused (within ``FOCUS_WAIT_S``): Qt focuses
+        a widget of a window that is not the active one without activating it, and keys go
+        to the active window."""
         if "focused" in node.states:
             return True
         if not node.has("Component"):
             return False
+        state = Call(node.bus, node.path, ACCESSIBLE, "GetState")
+        deadline = time.monotonic() + FOCUS_WAIT_S
         try:
-            return bool(self.bus.call(Call(node.bus, node.path, COMPONENT, "GrabFocus"))[0])
+            if not self.bus.call(Call(node.bus, node.path, COMPONENT, "GrabFocus"))[0]:
+                return False
+            while "focused" not in state_tokens(self.bus.call(state)[0]):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.bus.wait_event(min(left, 0.05))  # woken by the focus event
         except CallFailed:
             return False
+        return True
+
+    def _still_there(self, node: Node) -> bool:
+        """Whether the element still answers (a call it failed as "gone" is one its app
+        does not implement: toolkits answer both with the same D-Bus errors)."""
+        try:
+            self.bus.call(Call(node.bus, node.path, ACCESSIBLE, "GetState"))
+        except CallFailed:
+            return False
+        return True
 
     def _key(self, node: Node, params: dict[str, Any]) -> dict[str, Any]:
         focused = self._grab(node)
@@ -1227,6 +1254,14 @@ class Worker:
                     Call(node.bus, node.path, COMPONENT, "ScrollTo", "(u)", (SCROLL_ANYWHERE,))
                 )[0]
             except CallFailed as err:
+                if err.kind == "gone" and self._still_there(node):
+                    raise A11yError(
+                        "action_failed",
+                        "this app cannot scroll an element into view (it has no "
+                        "Component.ScrollTo)",
+                        suggestion="scroll its list or page with desktop_scroll direction and "
+                        "amount, then find it again",
+                    ) from None
                 raise failed(err, "scrolling into view") from None
             if done:
                 return {"method": "native", "native": "scroll_to"}
@@ -1258,6 +1293,15 @@ def _descends(node: Node, depth: int, max_depth: int) -> bool:
 def _kids(tree: Tree, node: Node, hidden: bool) -> list[Node]:
     """The children a walk visits: the showing ones (and frames), or all with ``hidden``."""
     return [k for k in tree.children(node) if hidden or "showing" in k.states or k.role == "frame"]
+
+
+def insert_length(text: str, toolkit: str) -> int:
+    """The length ``EditableText.InsertText`` is given with ``text``: the app inserts that
+    much of it, counted in UTF-16 code units by Qt's bridge, in bytes (UTF-8) by ATK's (GTK
+    and the other apps whose bridge is ATK's; apps that do not say their toolkit too)."""
+    if toolkit == "qt":
+        return len(text.encode("utf-16-le")) // 2
+    return len(text.encode())
 
 
 def _alive(pid: int) -> bool:

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from tests.support.a11y_stack import FORM, A11yStack, a11y_stack
+from tests.support.a11y_stack import FORM, A11yStack, a11y_stack, x_window_geometry
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 
@@ -140,6 +140,15 @@ async def test_type_sets_the_entry_exactly_and_click_saves_it(stack):
     await wait_until(lambda: stack.state()["saved"] == "Zoë 日本 ☃", scaled(10), "the save")
     status = await _find_one(stack, 'label[name^="Saved:"]', window="relaydesk form")
     assert status["name"] == "Saved: Zoë 日本 ☃"
+
+
+async def test_append_adds_any_unicode_after_the_text(stack):
+    name = await _find_one(stack, 'text[name="Name"]', window="relaydesk form")
+    await stack.ok("desktop_type", ref=name["ref"], text="Zoë")
+    # GTK counts inserted text in bytes: "é日😀" is 9 of them for 3 characters.
+    appended = await stack.ok("desktop_type", ref=name["ref"], text=" é日😀x", mode="append")
+    assert appended["method"] == "native" and appended["text"] == "Zoë é日😀x"
+    assert (await stack.ok("desktop_read", ref=name["ref"]))["text"] == "Zoë é日😀x"
 
 
 async def test_click_on_a_check_box_changes_its_state(stack):
@@ -288,30 +297,10 @@ async def test_a_read_member_may_observe_but_not_act(stack):
     assert stack.state()["clicks"] == clicks
 
 
-def _x_window_geometry(display_name: str, title: str) -> tuple[int, int, int, int] | None:
-    """The on-screen geometry of the top-level X window titled ``title``, read with Xlib."""
-    from Xlib import display
-
-    conn = display.Display(display_name)
-    try:
-        root = conn.screen().root
-        pending = list(root.query_tree().children)
-        while pending:
-            window = pending.pop()
-            if window.get_wm_name() == title:
-                geometry = window.get_geometry()
-                origin = window.translate_coords(root, 0, 0)
-                return (-origin.x, -origin.y, geometry.width, geometry.height)
-            pending.extend(window.query_tree().children)
-        return None
-    finally:
-        conn.close()
-
-
 async def test_window_bounds_match_the_x_servers_geometry(stack):
     form = await _wait_app(stack, "a11y_app.py")
     window = next(w for w in form["windows"] if w["name"] == "relaydesk form")
-    geometry = await asyncio.to_thread(_x_window_geometry, stack.display, "relaydesk form")
+    geometry = await asyncio.to_thread(x_window_geometry, stack.display, "relaydesk form")
     assert geometry is not None
     # The accessible frame is the window with its title bar and border (the window manager's
     # frame): it holds the client window, a few pixels larger on each side.

@@ -23,6 +23,7 @@ from wire.ids import RelayId
 
 SUPPORT = Path(__file__).resolve().parent
 FORM_APP = SUPPORT / "a11y_app.py"
+QT_FORM_APP = SUPPORT / "a11y_qt_app.py"
 TEST_PAGE = SUPPORT / "a11y_page.html"
 
 
@@ -37,10 +38,6 @@ class A11yStack:
     shared: Path  # a directory the desktop's user may write (state files, browser profiles)
     relay_log: Any = None
 
-    @property
-    def state_file(self) -> Path:
-        return self.shared / "form.json"
-
     async def act(self, name: str, **body: Any) -> tuple[int, dict[str, Any]]:
         payload = {"conversation_id": self.seed.conversation_id, **body}
         headers = {"Authorization": f"Bearer {self.seed.api_token}"}
@@ -54,9 +51,10 @@ class A11yStack:
         assert result["ok"] is True
         return result
 
-    def state(self) -> dict[str, Any]:
+    def state(self, file: str = "form.json") -> dict[str, Any]:
+        """What a test app last wrote to its state file (``{}`` before it wrote any)."""
         try:
-            data: dict[str, Any] = json.loads(self.state_file.read_text(encoding="utf-8"))
+            data: dict[str, Any] = json.loads((self.shared / file).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
         return data
@@ -76,8 +74,29 @@ class A11yStack:
 
 # What a desktop's apps read is copied into the shared directory: the desktop's user may not
 # read the checkout (a private clone, a home directory).
-SHARED_FILES = (FORM_APP, TEST_PAGE, SUPPORT / "a11y_plain.html")
+SHARED_FILES = (FORM_APP, QT_FORM_APP, TEST_PAGE, SUPPORT / "a11y_plain.html")
 FORM = "/usr/bin/python3 {shared}/a11y_app.py {shared}/form.json"
+QT_FORM = "/usr/bin/python3 {shared}/a11y_qt_app.py {shared}/qt-form.json"
+
+
+def x_window_geometry(display_name: str, title: str) -> tuple[int, int, int, int] | None:
+    """The on-screen geometry of the top-level X window titled ``title``, read with Xlib."""
+    from Xlib import display
+
+    conn = display.Display(display_name)
+    try:
+        root = conn.screen().root
+        pending = list(root.query_tree().children)
+        while pending:
+            window = pending.pop()
+            if window.get_wm_name() == title:
+                geometry = window.get_geometry()
+                origin = window.translate_coords(root, 0, 0)
+                return (-origin.x, -origin.y, geometry.width, geometry.height)
+            pending.extend(window.query_tree().children)
+        return None
+    finally:
+        conn.close()
 
 
 def chromium_app(shared: Path, name: str, *flags: str, page: str = "a11y_page.html") -> str:

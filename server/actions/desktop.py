@@ -79,14 +79,20 @@ def _desktop_reply(ctx: ActionContext, row: DesktopRow) -> dict[str, Any]:
     return {"desktop": row.to_dict(), **_viewer(ctx, row)}
 
 
-async def _live_row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow | None:
-    """The live row the arguments name: by session id if given, else by (kind, slot)."""
+async def _live_row(
+    ctx: ActionContext, args: dict[str, Any], cached: bool = False
+) -> DesktopRow | None:
+    """The live row the arguments name: by session id if given, else by (kind, slot).
+    ``cached``: from the rows read a moment ago (a write anywhere drops them)."""
     session_id = args.get("desktop_session_id")
     if isinstance(session_id, str):
         ctx.desktop_session_id = session_id
+        if cached:
+            return await ctx.inventory.live_session(ctx.relay_id, session_id)
         row = await ctx.inventory.row(ctx.relay_id, session_id)
         return row if row is not None and row.can_stop else None
-    return await ctx.inventory.live_in_slot(ctx.relay_id, _kind(args), str(args["slot"]))
+    where = (ctx.relay_id, _kind(args), str(args["slot"]))
+    return await ctx.inventory.live_in_slot(*where, cached=cached)
 
 
 async def running_row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow:
@@ -98,7 +104,9 @@ async def running_row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow:
     relay = await ctx.resolve_relay(args.get("relay"))
     if ctx.hub.is_connected(relay.relay_id) and not ctx.inventory.tracks(relay.relay_id):
         raise OpError(ErrorCode.UNAVAILABLE, "this relay does not report desktop session ids")
-    row = await _live_row(ctx, args)
+    # Every action on a desktop asks this: a running row read a moment ago serves (a desktop
+    # that stopped since answers not_running from the relay). Anything else is read afresh.
+    row = await _live_row(ctx, args, cached=True)
     if row is None or row.state != "running":
         # Rows a disconnect left unknown are healed only when they are in the way (the
         # common case, a running row, costs one read fewer).

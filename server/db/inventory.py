@@ -97,7 +97,8 @@ class InventoryStore(StoreBase):
             return
         async with self._sessions.begin() as session:
             await session.execute(_upsert(session), values)
-        self.desktop_cache.clear()
+        # Here and on every other replica: their cached lists and live rows are old now.
+        await self._caches_changed("desktop")
 
     def _values(self, row: DesktopRow) -> dict[str, Any]:
         return {
@@ -130,6 +131,20 @@ class InventoryStore(StoreBase):
             return await self._live_batches.submit((relay_id, tuple(sorted(states))))
         query = _with_names().where(models.Desktop.relay_id == relay_id)
         return await self._all(_ordered(query))
+
+    async def cached_desktops_for_relay(
+        self, relay_id: str, states: Sequence[str]
+    ) -> list[DesktopRow]:
+        """:meth:`desktops_for_relay` in ``states``, briefly cached like the visible lists
+        (dropped by every write of rows, on every replica)."""
+        key = (f"relay:{relay_id}", tuple(sorted(states)))
+        hit, cached = self.desktop_cache.get(key)
+        if hit:
+            return list(cast("tuple[DesktopRow, ...]", cached))
+        generation = self.desktop_cache.generation
+        rows = await self.desktops_for_relay(relay_id, states)
+        self.desktop_cache.put(key, tuple(rows), generation)
+        return rows
 
     async def _desktops_for_relays(self, queries: list[LiveQuery]) -> list[list[DesktopRow]]:
         states = {state for _, wanted in queries for state in wanted}

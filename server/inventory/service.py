@@ -50,6 +50,10 @@ class InventoryPersistence(Protocol):
         self, relay_id: str, states: Sequence[str] | None = None
     ) -> list[DesktopRow]: ...
 
+    async def cached_desktops_for_relay(
+        self, relay_id: str, states: Sequence[str]
+    ) -> list[DesktopRow]: ...
+
     async def visible_desktops(
         self, conversation_id: str, states: Sequence[str] = ...
     ) -> list[DesktopRow]: ...
@@ -188,12 +192,27 @@ class Inventory:
     async def row(self, relay_id: str, desktop_session_id: str) -> DesktopRow | None:
         return await self._store.desktop(relay_id, desktop_session_id)
 
-    async def live_in_slot(self, relay_id: str, kind: str, slot: str) -> DesktopRow | None:
-        """The live row holding ``(kind, slot)`` on the relay, if any."""
-        for row in await self.live_rows(relay_id):
+    async def live_in_slot(
+        self, relay_id: str, kind: str, slot: str, *, cached: bool = False
+    ) -> DesktopRow | None:
+        """The live row holding ``(kind, slot)`` on the relay, if any; ``cached``: as read at
+        most a moment ago (a write of rows anywhere drops it)."""
+        for row in await self._live(relay_id, cached):
             if row.kind == kind and row.slot == slot:
                 return row
         return None
+
+    async def live_session(self, relay_id: str, desktop_session_id: str) -> DesktopRow | None:
+        """The live row of ``desktop_session_id`` as read at most a moment ago, if any."""
+        for row in await self._live(relay_id, cached=True):
+            if row.desktop_session_id == desktop_session_id:
+                return row
+        return None
+
+    async def _live(self, relay_id: str, cached: bool) -> list[DesktopRow]:
+        if cached:
+            return await self._store.cached_desktops_for_relay(relay_id, tuple(LIVE_STATES))
+        return await self.live_rows(relay_id)
 
     def tracks(self, relay_id: RelayId) -> bool:
         """True when the relay announced ``session_identity`` (only those are inventoried)."""

@@ -171,6 +171,24 @@ async def test_sharing_here_updates_visibility_and_desktops_at_once(store: Store
     assert not await store.is_relay_visible(relay_id, conversation_id)
 
 
+async def test_a_relays_live_rows_written_here_are_seen_at_once_when_cached(
+    store: Store, outsider: Store
+) -> None:
+    await admin.create_user(store, "alice")
+    relay_id = (await admin.add_relay(store, "lab", "alice"))["relay_id"]
+    live = ("running", "starting")
+    assert await store.cached_desktops_for_relay(relay_id, live) == []
+    await store.upsert_desktops([_row(relay_id, "s-1")])
+    cached = await store.cached_desktops_for_relay(relay_id, live)
+    assert [r.desktop_session_id for r in cached] == ["s-1"]
+    await store.upsert_desktops([_row(relay_id, "s-1", "stopped")])
+    assert await store.cached_desktops_for_relay(relay_id, live) == []
+    # written by another process: the cached answer may lag, the plain read never does
+    await outsider.upsert_desktops([_row(relay_id, "s-2")])
+    fresh = await store.desktops_for_relay(relay_id, live)
+    assert [r.desktop_session_id for r in fresh] == ["s-2"]
+
+
 # -- coalesced reads and writes -------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""``relay.a11y.worker.insert_length``: the length ``EditableText.InsertText`` is given, in the
+"""``relay.a11y.toolkits.insert_length``: the length ``EditableText.InsertText`` is given, in the
 unit each toolkit's bridge counts (appending end to end: tests/integration/test_a11y_qt.py and
 tests/integration/test_a11y.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay.a11y.worker import insert_length
+from relay.a11y.toolkits import insert_length
 
 pytestmark = pytest.mark.unit
 

@@ -1,10 +1,10 @@
-"""``relay.a11y.atspi.Tree.forget_details``: what an app's events take away from the bounds
+"""``relay.a11y.nodes.Tree.forget_details``: what an app's events take away from the bounds
 and values the worker keeps with a tree (the rest is checked end to end in
 tests/integration/test_a11y.py)."""
 
 from __future__ import annotations
 
-from relay.a11y.atspi import EVERYTHING, Node, Tree
+from relay.a11y.nodes import EVERYTHING, Node, Tree
 
 BUS = ":1.9"
 

@@ -1,4 +1,4 @@
-"""AT-SPI over D-Bus: the accessibility bus of one desktop, read in bulk and pipelined.
+"""The accessibility bus of one desktop: its events, and calls made on it pipelined.
 
 Used only inside the accessibility worker (``relay/a11y/worker.py``), under the system's Python
 whose GObject bindings (``gi``) the distribution builds. Everything goes over D-Bus directly,
@@ -6,225 +6,37 @@ never through libatspi's own cache (it goes stale unless its main loop runs): ev
 Gio's connection (drained before every call), calls over the worker's own socket
 (``relay/a11y/dbusconn.py``; through Gio where the bus's address is not a unix socket):
 
-- one ``org.a11y.atspi.Cache.GetItems`` call per app returns every node the app has exposed
-  (role, name, description, states, interfaces, parent, child count) — the apps keep that
-  cache only while someone listens for events, so the worker registers a listener first;
-- everything else (extents, values, texts, the children an app has not cached yet) is fetched
-  *pipelined*: every call is sent, then every reply is read, so 100 extents cost about one
-  round trip instead of 100;
+- calls are *pipelined*: every call is sent, then every reply is read, so 100 extents cost
+  about one round trip instead of 100;
 - every call has a short timeout; an app that misses it is marked unresponsive for a while and
   skipped, so one stopped app costs one timeout, not one per node;
 - the events say what a kept tree (and the details kept with it) lost: ``changed`` apps,
   ``moved`` elements (bounds), ``touched`` ones (text, value).
+
+What is read with these calls, an app's tree above all, is in ``relay/a11y/reads.py``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from relay.a11y.dbusconn import Closed, ConnectFailed, Connection
 from relay.a11y.dbuswire import ERROR, Message, WireError, read_body
-from wire.errors import RelaydeskError
-
-# AT-SPI's role enumeration (AtspiRole), as tokens: the role's name with spaces as "_".
-ROLES: Final[tuple[str, ...]] = tuple(
-    name.replace(" ", "_")
-    for name in (
-        "invalid",
-        "accelerator label",
-        "alert",
-        "animation",
-        "arrow",
-        "calendar",
-        "canvas",
-        "check box",
-        "check menu item",
-        "color chooser",
-        "column header",
-        "combo box",
-        "date editor",
-        "desktop icon",
-        "desktop frame",
-        "dial",
-        "dialog",
-        "directory pane",
-        "drawing area",
-        "file chooser",
-        "filler",
-        "focus traversable",
-        "font chooser",
-        "frame",
-        "glass pane",
-        "html container",
-        "icon",
-        "image",
-        "internal frame",
-        "label",
-        "layered pane",
-        "list",
-        "list item",
-        "menu",
-        "menu bar",
-        "menu item",
-        "option pane",
-        "page tab",
-        "page tab list",
-        "panel",
-        "password text",
-        "popup menu",
-        "progress bar",
-        "push button",
-        "radio button",
-        "radio menu item",
-        "root pane",
-        "row header",
-        "scroll bar",
-        "scroll pane",
-        "separator",
-        "slider",
-        "spin button",
-        "split pane",
-        "status bar",
-        "table",
-        "table cell",
-        "table column header",
-        "table row header",
-        "tearoff menu item",
-        "terminal",
-        "text",
-        "toggle button",
-        "tool bar",
-        "tool tip",
-        "tree",
-        "tree table",
-        "unknown",
-        "viewport",
-        "window",
-        "extended",
-        "header",
-        "footer",
-        "paragraph",
-        "ruler",
-        "application",
-        "autocomplete",
-        "editbar",
-        "embedded",
-        "entry",
-        "chart",
-        "caption",
-        "document frame",
-        "heading",
-        "page",
-        "section",
-        "redundant object",
-        "form",
-        "link",
-        "input method window",
-        "table row",
-        "tree item",
-        "document spreadsheet",
-        "document presentation",
-        "document text",
-        "document web",
-        "document email",
-        "comment",
-        "list box",
-        "grouping",
-        "image map",
-        "notification",
-        "info bar",
-        "level bar",
-        "title bar",
-        "block quote",
-        "audio",
-        "video",
-        "definition",
-        "article",
-        "landmark",
-        "log",
-        "marquee",
-        "math",
-        "rating",
-        "timer",
-        "static",
-        "math fraction",
-        "math root",
-        "subscript",
-        "superscript",
-        "description list",
-        "description term",
-        "description value",
-        "footnote",
-        "content deletion",
-        "content insertion",
-        "mark",
-        "suggestion",
-        "push button menu",
-    )
-)
-# AT-SPI's state enumeration (AtspiStateType), as tokens ("-" written "_").
-STATES: Final[tuple[str, ...]] = tuple(
-    name.replace("-", "_")
-    for name in (
-        "invalid",
-        "active",
-        "armed",
-        "busy",
-        "checked",
-        "collapsed",
-        "defunct",
-        "editable",
-        "enabled",
-        "expandable",
-        "expanded",
-        "focusable",
-        "focused",
-        "has-tooltip",
-        "horizontal",
-        "iconified",
-        "modal",
-        "multi-line",
-        "multiselectable",
-        "opaque",
-        "pressed",
-        "resizable",
-        "selectable",
-        "selected",
-        "sensitive",
-        "showing",
-        "single-line",
-        "stale",
-        "transient",
-        "vertical",
-        "visible",
-        "manages-descendants",
-        "indeterminate",
-        "required",
-        "truncated",
-        "animated",
-        "invalid-entry",
-        "supports-autocompletion",
-        "selectable-text",
-        "is-default",
-        "visited",
-        "checkable",
-        "has-popup",
-        "read-only",
-    )
+from relay.a11y.nodes import (
+    ACCESSIBLE,
+    APPLICATION,
+    EVERYTHING,
+    PROPERTIES,
+    REGISTRY,
+    ROOT_PATH,
+    Call,
+    CallFailed,
+    Key,
+    unwrap,
 )
 
-REGISTRY: Final = "org.a11y.atspi.Registry"
-ROOT_PATH: Final = "/org/a11y/atspi/accessible/root"
-CACHE_PATH: Final = "/org/a11y/atspi/cache"
-ACCESSIBLE: Final = "org.a11y.atspi.Accessible"
-APPLICATION: Final = "org.a11y.atspi.Application"
-COMPONENT: Final = "org.a11y.atspi.Component"
-PROPERTIES: Final = "org.freedesktop.DBus.Properties"
-IFACE_PREFIX: Final = "org.a11y.atspi."
-COORD_SCREEN: Final = 0
 # Errors that mean "this object or app is gone" (as opposed to slow or failing).
 GONE_ERRORS: Final = frozenset(
     {
@@ -256,113 +68,12 @@ LIVE_PROPERTIES: Final = frozenset({"accessible-value"})
 BOUNDS_EVENT: Final = "BoundsChanged"
 # Elements an app's events named, remembered per app up to this many (then: all of them).
 MAX_NOTED: Final = 1000
-EVERYTHING: Final = "*"
 # The one call that tells whether an app marked unresponsive answers again.
 PROBE_TIMEOUT_MS: Final = 100
 # Calls sent before their replies are read, at most (the bus limits pending replies).
 PIPELINE_DEPTH: Final = 256
-# What a node not in its app's cache is described by (its ``Accessible`` properties).
-DESCRIBED: Final = ("Name", "Description", "ChildCount")
-# Toolkits (their ``ToolkitName``, lower case) whose bridge must not be sent
-# ``Properties.GetAll``: Qt's reads a second argument that GetAll does not carry, and the app
-# crashes (Qt 5.15) or answers an error. Their nodes are described one property at a time.
-NO_GET_ALL: Final = frozenset({"qt"})
 # Apps whose toolkit is remembered, at most (then they are asked again).
 MAX_TOOLKITS: Final = 256
-
-Key = tuple[str, str]  # (bus name, object path)
-
-
-def role_token(number: int) -> str:
-    return ROLES[number] if 0 <= number < len(ROLES) else "unknown"
-
-
-def state_tokens(words: Sequence[int]) -> frozenset[str]:
-    """AT-SPI's two 32-bit state words as state tokens."""
-    bits = (words[0] if words else 0) | ((words[1] if len(words) > 1 else 0) << 32)
-    return frozenset(name for i, name in enumerate(STATES) if bits >> i & 1)
-
-
-class CallFailed(RelaydeskError):
-    """A D-Bus call failed; ``kind`` is ``gone``, ``timeout`` or ``failed``."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-@dataclass
-class Node:
-    """One accessible object as the app's cache (or a fill-in read) describes it."""
-
-    bus: str
-    path: str
-    parent: Key | None
-    index: int
-    child_count: int
-    interfaces: frozenset[str]
-    name: str
-    role: str
-    description: str
-    states: frozenset[str]
-    children: list[Key] = field(default_factory=list)
-    complete: bool = False  # children listed in full
-
-    @property
-    def key(self) -> Key:
-        return (self.bus, self.path)
-
-    def has(self, interface: str) -> bool:
-        return interface in self.interfaces
-
-
-Bounds = list[int] | None
-Details = tuple[Bounds, str | None]  # an element's bounds, and its value or text (preview)
-
-
-@dataclass
-class Tree:
-    """One app's nodes, with each node's children in order, and the details (bounds, values)
-    read of them while the tree is kept, until an event says one changed."""
-
-    bus: str
-    nodes: dict[Key, Node]
-    root: Key
-    details: dict[Key, Details] = field(default_factory=dict)
-
-    def children(self, node: Node) -> list[Node]:
-        return [self.nodes[k] for k in node.children if k in self.nodes]
-
-    def forget_details(self, moved: set[str], touched: set[str]) -> None:
-        """Drop the kept details that events said changed: a moved element's and its
-        descendants' bounds, a touched element's value or text; all of them when an event
-        named an element this tree does not have (or too many)."""
-        if not self.details or not (moved or touched):
-            return
-        for path in touched | moved:
-            node = self.nodes.get((self.bus, path))
-            if node is None or node.parent is None:
-                self.details.clear()
-                return
-            if path in touched:
-                self.details.pop(node.key, None)
-        stack = [self.nodes[(self.bus, path)] for path in moved]
-        while stack:
-            node = stack.pop()
-            self.details.pop(node.key, None)
-            stack.extend(self.children(node))
-
-
-@dataclass(frozen=True)
-class Call:
-    """One D-Bus method call: target, interface, method, arguments (signature, values)."""
-
-    bus: str
-    path: str
-    interface: str
-    method: str
-    signature: str | None = None
-    values: tuple[Any, ...] = ()
 
 
 class Bus:
@@ -670,127 +381,6 @@ class Bus:
         except WireError as err:
             raise CallFailed("failed", f"unreadable reply: {err}") from None
 
-    def tree(self, app: Key) -> Tree:
-        """Every node the app has cached, in one call."""
-        reply = self.call_raw(
-            Call(app[0], CACHE_PATH, "org.a11y.atspi.Cache", "GetItems"), self.bulk_timeout_ms
-        )
-        nodes: dict[Key, Node] = {}
-        for item in reply[0]:
-            node = _cache_node(item)
-            if node is not None:
-                nodes[node.key] = node
-        order: dict[Key, list[tuple[int, Key]]] = {}
-        for node in nodes.values():
-            if node.parent is not None and node.parent in nodes:
-                order.setdefault(node.parent, []).append((node.index, node.key))
-        for parent, kids in order.items():
-            kids.sort()
-            nodes[parent].children = [k for _, k in kids]
-            nodes[parent].complete = len(kids) >= nodes[parent].child_count
-        for node in nodes.values():
-            if node.child_count == 0:
-                node.complete = True
-        root = (app[0], ROOT_PATH)
-        if root not in nodes:
-            nodes[root] = Node(
-                app[0],
-                ROOT_PATH,
-                None,
-                0,
-                0,
-                frozenset({"Accessible"}),
-                "",
-                "application",
-                "",
-                frozenset(),
-            )
-        top = [
-            n.key
-            for n in nodes.values()
-            if n.parent == root
-            or (n.parent is not None and n.parent[1] == ROOT_PATH and n.key != root)
-        ]
-        if not nodes[root].children:
-            nodes[root].children = sorted(top, key=lambda k: nodes[k].index)
-        tree = Tree(app[0], nodes, root)
-        if not nodes[root].children:
-            # An app that caches nothing (Qt's cache is always empty): its windows are
-            # listed the way a walk lists what an app has not cached.
-            self.fill(tree, [nodes[root]])
-        return tree
-
-    def carry(self, old: Tree, new: Tree) -> None:
-        """Bring into ``new`` (the app's cache read again, its kept tree having only aged) the
-        nodes ``old`` had listed beyond the cache, with their states read again: one call a
-        node instead of five. An app announces changes of structure and names, but not every
-        change of what is showing (Chromium scrolls without any event): states are what a
-        kept tree's age bounds."""
-        listed = [node for key, node in old.nodes.items() if key not in new.nodes]
-        replies = self.many([Call(n.bus, n.path, ACCESSIBLE, "GetState") for n in listed])
-        for node, reply in zip(listed, replies, strict=True):
-            if not isinstance(reply, CallFailed):
-                new.nodes[node.key] = replace(node, states=state_tokens(reply[0]),
-                                              children=list(node.children))  # fmt: skip
-
-    def fill(self, tree: Tree, parents: Iterable[Node]) -> None:
-        """List, pipelined, the children the app had not cached of ``parents``."""
-        wanted = [p for p in parents if not p.complete]
-        if not wanted:
-            return
-        replies = self.many([Call(p.bus, p.path, ACCESSIBLE, "GetChildren") for p in wanted])
-        fresh: list[tuple[Node, Key, int]] = []
-        for parent, reply in zip(wanted, replies, strict=True):
-            parent.complete = True
-            if isinstance(reply, CallFailed):
-                continue
-            keys = [(str(b), str(p)) for b, p in reply[0]]
-            parent.children = keys
-            fresh.extend((parent, k, i) for i, k in enumerate(keys) if k not in tree.nodes)
-        if not fresh:
-            return
-        bulk = self.answers_get_all({key[0] for _, key, _ in fresh})
-        calls: list[Call] = []
-        spans: list[int] = []
-        for _, key, _ in fresh:
-            asked = self._describe(key, key[0] in bulk)
-            calls.extend(
-                (
-                    Call(key[0], key[1], ACCESSIBLE, "GetRole"),
-                    Call(key[0], key[1], ACCESSIBLE, "GetState"),
-                    Call(key[0], key[1], ACCESSIBLE, "GetInterfaces"),
-                    *asked,
-                )
-            )
-            spans.append(3 + len(asked))
-        replies = self.many(calls)
-        parts: list[list[Any]] = []
-        at = 0
-        for span in spans:
-            parts.append(replies[at : at + span])
-            at += span
-        props = self._properties([key for _, key, _ in fresh], [p[3:] for p in parts])
-        for n, (parent, key, index) in enumerate(fresh):
-            part = parts[n][:3]
-            described = props[n]
-            if first_failure(part) is not None or described is None:
-                continue
-            role, states, interfaces = (r[0] for r in part)
-            name, description, count = described
-            tree.nodes[key] = Node(
-                key[0],
-                key[1],
-                parent.key,
-                index,
-                count,
-                _short(interfaces),
-                name,
-                role_token(int(role)),
-                description,
-                state_tokens(states),
-                complete=count == 0,
-            )
-
     def toolkit_names(self, buses: Iterable[str]) -> dict[str, str]:
         """Each app's toolkit (its ``ToolkitName``, lower case; "" when it cannot say), kept;
         those not known yet asked for in one pipelined batch (an app that did not answer in
@@ -806,50 +396,6 @@ class Bus:
                     self.toolkits[bus] = str(unwrap(reply, "")).lower()
         return {bus: self.toolkits.get(bus, "") for bus in wanted}
 
-    def answers_get_all(self, buses: Iterable[str]) -> set[str]:
-        """Those of ``buses`` (apps) whose nodes may be described by one ``GetAll`` each: the
-        apps whose toolkit said its name and is not in ``NO_GET_ALL`` (the others are
-        described one property at a time)."""
-        kits = self.toolkit_names(buses)
-        return {bus for bus, kit in kits.items() if kit and kit not in NO_GET_ALL}
-
-    def _describe(self, key: Key, bulk: bool) -> list[Call]:
-        """The calls that describe a node: its properties in one ``GetAll`` (``bulk``), else
-        one ``Get`` each."""
-        if bulk:
-            return [Call(key[0], key[1], PROPERTIES, "GetAll", "(s)", (ACCESSIBLE,))]
-        return [self.prop(key, ACCESSIBLE, p) for p in DESCRIBED]
-
-    def _properties(
-        self, keys: Sequence[Key], answers: Sequence[Sequence[Any]]
-    ) -> list[tuple[str, str, int] | None]:
-        """Name, description and child count of each object from the replies to its
-        ``_describe`` calls; read one by one (pipelined) where an app did not answer
-        ``GetAll``."""
-        out: list[tuple[str, str, int] | None] = [None] * len(keys)
-        retry: list[int] = []
-        for i, answer in enumerate(answers):
-            if len(answer) == len(DESCRIBED):
-                if first_failure(answer) is None:
-                    name, description, count = (r[0] for r in answer)
-                    out[i] = (str(name), str(description), int(count))
-                continue
-            reply = answer[0]
-            if isinstance(reply, CallFailed):
-                if reply.kind == "failed":
-                    retry.append(i)
-                continue
-            values = reply[0] if reply and isinstance(reply[0], dict) else {}
-            out[i] = (str(values.get("Name", "")), str(values.get("Description", "")),
-                      int(values.get("ChildCount", 0)))  # fmt: skip
-        again = self.many([c for i in retry for c in self._describe(keys[i], bulk=False)])
-        for n, i in enumerate(retry):
-            part = again[n * 3 : n * 3 + 3]
-            if first_failure(part) is None:
-                name, description, count = (r[0] for r in part)
-                out[i] = (str(name), str(description), int(count))
-        return out
-
 
 def _note(table: dict[str, set[str]], bus: str, path: str) -> None:
     noted = table.setdefault(bus, set())
@@ -862,45 +408,3 @@ def _note(table: dict[str, set[str]], bus: str, path: str) -> None:
 def _inner(signature: str | None) -> str:
     """A call's arguments' signature without GLib's enclosing tuple: ``(ss)`` → ``ss``."""
     return signature[1:-1] if signature else ""
-
-
-def _short(interfaces: Iterable[str]) -> frozenset[str]:
-    return frozenset(i.removeprefix(IFACE_PREFIX) for i in interfaces)
-
-
-def _cache_node(item: Sequence[Any]) -> Node | None:
-    """A node from one ``GetItems`` entry; both layouts (with a child count since AT-SPI 2.x,
-    with a children list before) are read."""
-    try:
-        if len(item) == 10:
-            me, _app, parent, index, count, ifaces, name, role, desc, states = item
-        else:
-            me, _app, parent, children, ifaces, name, role, desc, states = item
-            index, count = -1, len(children)
-    except (TypeError, ValueError):
-        return None
-    parent_key = (str(parent[0]), str(parent[1])) if parent and parent[1] != "/" else None
-    return Node(
-        str(me[0]),
-        str(me[1]),
-        parent_key,
-        int(index),
-        int(count),
-        _short(ifaces),
-        str(name),
-        role_token(int(role)),
-        str(desc),
-        state_tokens(states),
-    )
-
-
-def first_failure(replies: Iterable[Any]) -> CallFailed | None:
-    return next((r for r in replies if isinstance(r, CallFailed)), None)
-
-
-def unwrap(reply: Any, default: Any = None, convert: Callable[[Any], Any] | None = None) -> Any:
-    """A reply's first value (``default`` for a failed call)."""
-    if isinstance(reply, CallFailed) or not reply:
-        return default
-    value = reply[0]
-    return convert(value) if convert is not None else value

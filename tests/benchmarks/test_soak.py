@@ -7,12 +7,16 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
-from benchmarks.bench_soak import Failure
+from benchmarks.bench_soak import Failure, Soak
 from benchmarks.soak_report import _overlaps, floor_gain, pooled_slope, slope
-from tests.support.processes import scaled
+from server.events.bus import HISTORY_LENGTH
+from tests.support.processes import ManagedProcess, scaled
+from tests.support.stack import Seed
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The quick run: 3 minutes of workload plus start-up, the final stops and the leftover scan.
@@ -85,3 +89,16 @@ def test_a_count_leaks_when_its_floor_rises() -> None:
     leaking = [(x, y + x) for x, y in swinging]
     assert floor_gain(swinging) == 0
     assert floor_gain(leaking) > 0
+
+
+@pytest.mark.unit
+def test_the_history_is_full_after_as_many_events_of_the_conversation_as_it_keeps() -> None:
+    soak = Soak(cast(Seed, None), Path("/nonexistent"), 0)
+    soak.server = cast(ManagedProcess, SimpleNamespace(pid=4242))
+    # ids number every topic's events: a high sequence alone says nothing of this topic
+    for seq in range(HISTORY_LENGTH - 1):
+        soak.saw_event(f"1700000000000-{5000 + seq}")
+        soak.saw_event(f"1700000000000-{5000 + seq}")  # a second subscriber sees the same
+    assert soak.history_full == {}
+    soak.saw_event(f"1700000000000-{5000 + HISTORY_LENGTH}")
+    assert list(soak.history_full) == [4242]

@@ -20,9 +20,9 @@ from relay.desktops.docker_backend import DockerBackend
 from relay.desktops.docker_manager import DockerDesktops
 from relay.desktops.launch import missing_binaries
 from relay.desktops.manager import DesktopManager
+from relay.desktops.screens import SharedScreenService
 from relay.handlers import Handlers
 from relay.local_desktop import HostHelperClient, LocalDesktop
-from relay.screen.service import ScreenService
 from relay.worker import RelayWorker, process_age_s
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,8 @@ class RelayService:
         # cookie here; set once, before any of them opens (relay/desktops/credentials.py).
         self.desktops.authority.use_in_process()
         self.audio = AudioStreams(settings.audio_bitrate)
-        self.screen = ScreenService()
+        # One screen service for every backend, made by the first screen action.
+        self.screen = SharedScreenService()
         # The host helper's local desktop (relay/local_desktop.py, docs/host-helper.md).
         self.local = (
             LocalDesktop(

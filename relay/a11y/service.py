@@ -16,7 +16,6 @@ import time
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from relay.a11y.settings import A11ySettings
-from relay.screen.service import LIVE_BOUNDS
 from wire.errors import ErrorCode, OpError
 from wire.ops import RelayRow
 
@@ -94,6 +93,9 @@ class A11yService:
     ) -> None:
         """Input at the live bounds the worker just read (no screenshot guard: nothing was
         chosen on a picture)."""
+        # Here, not at the top: the screen stack loads with its first use, not at relay start.
+        from relay.screen.service import LIVE_BOUNDS
+
         action, at = physical["action"], {"x": physical["x"], "y": physical["y"]}
         if action == "click":
             await backend.screen(row, "click", {**at, "button": "left", "guard": LIVE_BOUNDS})

@@ -15,12 +15,10 @@ import time
 from typing import Final, cast
 
 from relay.backend import DesktopBackend
-from relay.desktop_tools.clipboard import read_text, set_text
 from relay.desktop_tools.files import file_command
 from relay.desktop_tools.run import run_in_desktop
 from relay.desktop_tools.session import DesktopSession, session_of
 from relay.desktop_tools.settings import SHELL_ENV, DesktopToolSettings
-from relay.desktop_tools.windows import apply, list_windows
 from wire import ops
 from wire.errors import ErrorCode, OpError
 
@@ -48,7 +46,12 @@ class DesktopTools:
         if not self.settings.cua_shell:
             raise OpError(ErrorCode.FORBIDDEN, SHELL_OFF, {"setting": SHELL_ENV})
 
+    # The window and clipboard modules (python-xlib) load with their first use, not at relay
+    # start.
+
     async def windows(self, backend: DesktopBackend, row: ops.RelayRow) -> ops.DesktopWindowsResult:
+        from relay.desktop_tools.windows import list_windows
+
         session = await session_of(backend, row)
         windows, active = await asyncio.to_thread(list_windows, session.display)
         return {"desktop_session_id": session.desktop_session_id, "windows": windows,
@@ -57,6 +60,8 @@ class DesktopTools:
     async def window(
         self, backend: DesktopBackend, row: ops.RelayRow, args: ops.DesktopWindowArgs
     ) -> ops.DesktopWindowResult:
+        from relay.desktop_tools.windows import apply
+
         ops.check_window_args(args)
         session = await session_of(backend, row)
         op, window_id = args["op"], args["window_id"]
@@ -70,6 +75,8 @@ class DesktopTools:
     async def clipboard(
         self, backend: DesktopBackend, row: ops.RelayRow, args: ops.DesktopClipboardArgs
     ) -> ops.DesktopClipboardResult:
+        from relay.desktop_tools.clipboard import read_text, set_text
+
         ops.check_clipboard_args(args)
         session = await session_of(backend, row)
         if args["op"] == "set":

@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import signal
-from typing import Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from relay.a11y.client import A11yWorker, WorkerSpec, a11y_python
 from relay.a11y.settings import A11ySettings
 from relay.channels import ByteStream
 from relay.desktops.manager import DesktopManager
 from relay.desktops.process import ChildProcess, pid_create_time
-from relay.desktops.screens import DesktopScreens
-from relay.screen.service import ScreenService
+from relay.desktops.screens import DesktopScreens, SharedScreenService
 from relay.vnc_target import VncTarget
 from wire.errors import ErrorCode, OpError, RfbHandshakeError
 from wire.ops import (
@@ -39,6 +39,9 @@ from wire.ops import (
 )
 from wire.screen_actions import ScreenAction
 
+if TYPE_CHECKING:
+    from relay.screen.service import ScreenService
+
 CONNECT_TIMEOUT_S = 5.0
 LOOPBACK = "127.0.0.1"
 
@@ -51,7 +54,7 @@ class VirtualBackend:
     def __init__(
         self,
         manager: DesktopManager,
-        screen: ScreenService | None = None,
+        screen: ScreenService | Callable[[], ScreenService] | None = None,
         *,
         missing: list[str] | None = None,
         a11y: A11ySettings | None = None,
@@ -60,9 +63,12 @@ class VirtualBackend:
         self.a11y = a11y or A11ySettings()
         self._a11y_workers: dict[str, A11yWorker] = {}
         self._a11y_python: str | bool | None = False  # False: not looked for yet
-        # None: the first screen action creates (and this backend then closes) one.
+        # A service, or what hands out the relay's shared one; None: the first screen action
+        # creates one, which this backend then closes.
+        self._owned_screen: SharedScreenService | None = None
+        if screen is None:
+            screen = self._owned_screen = SharedScreenService()
         self._screen = screen
-        self._owns_screen = screen is None
         # Programs a desktop needs that this host lacks: nothing starts while any is missing.
         self.missing = missing or []
         self._screens = DesktopScreens(lambda: self.screen_service, manager.holds)
@@ -129,9 +135,8 @@ class VirtualBackend:
 
     @property
     def screen_service(self) -> ScreenService:
-        if self._screen is None:
-            self._screen = ScreenService()
-        return self._screen
+        screen = self._screen
+        return screen() if callable(screen) else screen
 
     async def screen(
         self, row: RelayRow, action: ScreenAction, args: dict[str, Any]
@@ -211,6 +216,5 @@ class VirtualBackend:
         for worker in self._a11y_workers.values():
             await worker.aclose()
         self._a11y_workers.clear()
-        if self._owns_screen and self._screen is not None:
-            screen, self._screen = self._screen, None
-            await screen.aclose()
+        if self._owned_screen is not None:
+            await self._owned_screen.aclose()

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Final, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from relay.a11y.client import A11yWorker, WorkerSpec, a11y_python
 from relay.a11y.settings import A11ySettings
@@ -21,7 +22,6 @@ from relay.channels import ByteStream
 from relay.desktops.docker_manager import DockerDesktops
 from relay.desktops.screens import DesktopScreens
 from relay.desktops.user import resolve_desktop_user
-from relay.screen.service import ScreenService
 from relay.vnc_target import VncTarget
 from wire.errors import ErrorCode, OpError, RfbHandshakeError
 from wire.ops import (
@@ -41,6 +41,9 @@ from wire.ops import (
 )
 from wire.screen_actions import ScreenAction
 
+if TYPE_CHECKING:
+    from relay.screen.service import ScreenService
+
 CONNECT_TIMEOUT_S: Final = 5.0
 CAPABILITY: Final = "docker_desktop"
 _KEPT_ENV: Final = ("PATH", "LANG", "LANGUAGE", "TZ")
@@ -54,18 +57,16 @@ class DockerBackend:
     def __init__(
         self,
         desktops: DockerDesktops,
-        screen: ScreenService,
+        screen: Callable[[], ScreenService],
         *,
         a11y: A11ySettings | None = None,
     ) -> None:
         self.desktops = desktops
-        self.screen_service = screen
         self.a11y = a11y or A11ySettings()
         self._a11y_workers: dict[str, A11yWorker] = {}
         self._a11y_python: str | bool | None = False  # False: not looked for yet
-        self._screens = DesktopScreens(
-            lambda: self.screen_service, lambda session: desktops.live(session) is not None
-        )
+        # The relay's screen service, shared with its other backends (made on first use).
+        self._screens = DesktopScreens(screen, lambda session: desktops.live(session) is not None)
 
     def capabilities(self) -> list[str]:
         return [CAPABILITY] if self.desktops.unavailable is None else []

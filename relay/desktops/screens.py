@@ -6,12 +6,35 @@ The virtual and the docker backends differ only in how they know a desktop still
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from relay.screen.service import ScreenService
 from wire.errors import ErrorCode, OpError
 from wire.ops import KeyboardState, RelayRow, ScreenResult
 from wire.screen_actions import ScreenAction
+
+if TYPE_CHECKING:
+    from relay.screen.service import ScreenService
+
+
+class SharedScreenService:
+    """The relay's one screen service, made by the first screen action: python-xlib, Pillow
+    and the capture encoder load then, not while the relay starts and dials its server."""
+
+    def __init__(self) -> None:
+        self._service: ScreenService | None = None
+
+    def __call__(self) -> ScreenService:
+        if self._service is None:
+            from relay.screen.service import ScreenService
+
+            self._service = ScreenService()
+        return self._service
+
+    async def aclose(self) -> None:
+        """Close the service's display connections, if it was ever made."""
+        if self._service is not None:
+            service, self._service = self._service, None
+            await service.aclose()
 
 
 class DesktopScreens:

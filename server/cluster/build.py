@@ -26,7 +26,26 @@ from server.relays.router import RelayRouter
 from server.screen.tool import RevisionIssuers
 
 if TYPE_CHECKING:
+    import redis.asyncio as redis
+
     from server.cluster.router import ClusterRouter
+
+# A command on a pooled connection that Redis closed (it restarted) is sent again on a new one,
+# after 50 ms and then 100 ms: otherwise the first command after a restart fails (readiness
+# included). Timeouts are not retried: a Redis that hangs is reported at once.
+_RECONNECT_RETRIES = 2
+
+
+def _redis(url: str) -> redis.Redis:
+    import redis.asyncio as redis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), _RECONNECT_RETRIES)
+    return redis.Redis.from_url(
+        url, socket_timeout=5.0, retry=retry, retry_on_error=[RedisConnectionError]
+    )
 
 
 @dataclass(frozen=True)
@@ -45,14 +64,13 @@ async def routing(settings: Settings, hub: RelayHub) -> AsyncIterator[Routing]:
     if not settings.clustered:
         yield Routing(hub, None)
         return
-    import redis.asyncio as redis
 
     from server.cluster.ownership import Ownership
     from server.cluster.peers import Peers
     from server.cluster.router import ClusterRouter
 
     settings.check()
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=5.0)
+    client = _redis(settings.redis_url)
     replica_id = secrets.token_hex(6)
     ownership = Ownership(
         client, replica_id, settings.advertised_url(), settings.cluster_dead_after_s
@@ -80,9 +98,8 @@ async def shared_caches(
     if not redis_url:
         yield
         return
-    import redis.asyncio as redis
 
-    client = redis.Redis.from_url(redis_url, socket_timeout=5.0)
+    client = _redis(redis_url)
     invalidations = RedisInvalidations(client)
     store.invalidations = invalidations
     try:
@@ -103,11 +120,10 @@ async def login_limits(settings: Settings) -> AsyncIterator[LoginRateLimiter]:
     if not settings.clustered:
         yield LoginRateLimiter.in_process(failures, window_s)
         return
-    import redis.asyncio as redis
 
     from server.auth.redis_windows import RedisWindow
 
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=5.0)
+    client = _redis(settings.redis_url)
     try:
         yield LoginRateLimiter(
             RedisWindow(client, "user", failures, window_s),

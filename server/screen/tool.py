@@ -195,24 +195,27 @@ class ScreenTool:
         if not request.guarded:
             return _public(request, await self._relay(caller, request, args))
         assert kept is not None
-        reference = await _guard_reference(request, kept)
-        args["revision_target"] = reference.target
         try:
-            if DIGEST_CAPABILITY in self.relays.capabilities(caller.relay):
-                try:
-                    return _public(request, await self._relay(
-                        caller, request, {**args, "guard": reference.digest()}))  # fmt: skip
-                except OpError as err:
-                    if err.details.get("reason") != DIGEST_DIFFERS:
-                        raise
-            # The region is not exactly as captured (or the relay takes no digest): the relay
-            # judges it against the crop itself.
-            return _public(request, await self._relay(
-                caller, request, {**args, "guard": reference.crop()}))  # fmt: skip
+            return _public(request, await self._guarded(caller, request, args, kept))
         except OpError as err:
             if err.code is ErrorCode.STALE_SCREEN:
                 raise self._stale(err, request, kept) from None
             raise
+
+    async def _guarded(
+        self, caller: Caller, request: ScreenRequest, args: dict[str, Any], kept: KeptCapture
+    ) -> dict[str, Any]:
+        """The relay's answer to a guarded action: sent with the reference's digest to a relay
+        that takes one, and with the crop itself when the region is not exactly as captured."""
+        reference = await _guard_reference(request, kept)
+        args = {**args, "revision_target": reference.target}
+        if DIGEST_CAPABILITY in self.relays.capabilities(caller.relay):
+            try:
+                return await self._relay(caller, request, {**args, "guard": reference.digest()})
+            except OpError as err:
+                if err.details.get("reason") != DIGEST_DIFFERS:
+                    raise
+        return await self._relay(caller, request, {**args, "guard": reference.crop()})
 
     async def _relay(
         self,

@@ -4,12 +4,23 @@ Replica A (the real server app, in this process) on PostgreSQL and Redis holds a
 second ``ClusterRouter`` B, holding no relay, reaches it through A's internal channel.
 
 1. The same request (``ping``, the empty op) is timed through A's hub (owner-local) and through
-   B (forwarded: signed HTTP to A, then A's hub), interleaved in one run.
+   B (forwarded: B's link to A, then A's hub), interleaved in one run.
 2. A guarded click on a screenshot A took, through A's screen tool and through a screen tool on
    B (the whole call forwarded to A, which keeps the capture, runs the guard and asks the
    relay), interleaved in one run on a 1280x800 virtual desktop.
 
-Target: added p50 (B - A) ≤ 1 ms on loopback, for each.
+3. The same two calls through the HTTP API of two replica processes, as callers make them: a
+   ``mouse_position`` (a relay request) and a guarded click on a screenshot taken through the
+   owner, each sent to the owner and to the other replica, interleaved. Here the two replicas
+   run on their own event loops, as deployed; in 1 and 2 one loop runs both, so every hop
+   also waits for the other replica's work.
+
+4. A viewer pulling full 1280x800 frames through the owner, then through the other replica
+   (spliced to the owner over the replica link), in alternating rounds: the CPU seconds per GB
+   carried of the replica the viewer is connected to, and the throughput of each path.
+
+Targets: added p50 (B - A) ≤ 1 ms on loopback, for each call; the forwarding replica's CPU per
+GB ≤ 1.1 times the owner's when the viewer is on the owner.
 """
 
 from __future__ import annotations
@@ -23,10 +34,13 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit
 
+import psutil
 import redis.asyncio as redis
 
-from benchmarks.common import parser, percentile, summary
+from benchmarks.common import HttpClient, parser, percentile, summary
+from benchmarks.rfb import RFBClient
 from server.cluster.ownership import OWNERS, Ownership
 from server.cluster.peers import Peers
 from server.cluster.router import ClusterRouter
@@ -38,9 +52,17 @@ from server.screen.revisions import RevisionStore
 from server.screen.tool import Caller, ScreenTool
 from tests.cluster.test_replicas import _seed
 from tests.support.postgres import PostgresCluster, start_cluster
-from tests.support.processes import ProcessTracker
+from tests.support.processes import ProcessTracker, free_port
 from tests.support.redis import RedisServer, start_redis
-from tests.support.stack import inprocess_server, start_relay, wait_until
+from tests.support.stack import (
+    Seed,
+    ServerProcess,
+    inprocess_server,
+    seed_action,
+    start_relay,
+    start_server,
+    wait_until,
+)
 from tests.support.xrecorder import XRecorder
 from wire.ids import RelayId
 
@@ -122,7 +144,8 @@ async def run(count: int, pg: PostgresCluster, rd: RedisServer) -> int:
             signer = ClusterSigner(secret)
             other = ClusterRouter(
                 RelayHub(cast(Any, None)), Ownership(client, "bench-b", "http://127.0.0.1:9", 5.0),
-                Peers(signer), heartbeat_s=1.0, on_orphaned=_ignore, signer=signer,
+                Peers(signer, "bench-b", max_text=1 << 24, max_frame=1 << 20), heartbeat_s=1.0,
+                on_orphaned=_ignore, signer=signer,
             )  # fmt: skip
             await other.beat()
             other.start()  # B heartbeats, or A would reap it as dead meanwhile
@@ -144,6 +167,120 @@ async def run(count: int, pg: PostgresCluster, rd: RedisServer) -> int:
         shutil.rmtree(root, ignore_errors=True)
 
 
+async def _through_the_api(count: int, pg: PostgresCluster, rd: RedisServer) -> None:
+    root = Path(tempfile.mkdtemp(prefix="relaydesk-bench-replicas-api-"))
+    tracker = ProcessTracker(root / "processes")
+    client = redis.Redis.from_url(rd.url)
+    env = {"RELAYDESK_REDIS_URL": rd.url, "RELAYDESK_CLUSTER_SECRET": secrets.token_urlsafe(24),
+           "RELAYDESK_LOG_LEVEL": "warning"}  # fmt: skip
+    try:
+        seed = await _seed(root / "data", pg.create_database("bench_replicas_api"))
+        a, b = [await start_server(tracker.start, seed, free_port(), env) for _ in range(2)]
+        start_relay(
+            tracker.start,
+            seed,
+            a.url,
+            extra_args=("--stop-desktops-on-exit",),
+            env={"RELAYDESK_DESKTOP_APPS": ",", "RELAYDESK_LOG_LEVEL": "warning"},
+        )
+        relay_id = RelayId(seed.relay["relay_id"])
+        await wait_until(lambda: client.hget(OWNERS, relay_id), 30, "the relay's owner")
+        row = await seed_action(b.url, seed, "desktop_start", slot="main", geometry="1280x800")
+        recorder = await asyncio.to_thread(XRecorder, row["desktop"]["display"], 10.0)
+        try:
+            await _api_calls(seed, a.url, b.url, count)
+            print("4. a viewer through the owner and through the other replica")
+            path = urlsplit(row["viewer_url"]).path + "websockify"
+            await _viewer_rounds(a, b, path, 3 if count < 1000 else 6)
+        finally:
+            await asyncio.to_thread(recorder.stop)
+            session = row["desktop"]["desktop_session_id"]
+            await seed_action(a.url, seed, "desktop_stop_confirm", relay="relay-1", slot="main",
+                              desktop_session_id=session)  # fmt: skip
+    finally:
+        tracker.cleanup()
+        await client.aclose()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _api_calls(seed: Seed, owner_url: str, other_url: str, count: int) -> None:
+    headers = {"Authorization": f"Bearer {seed.api_token}"}
+    owner, other = HttpClient(owner_url, headers), HttpClient(other_url, headers)
+
+    async def screen(http: HttpClient, **body: Any) -> dict[str, Any]:
+        status, result = await http.post_json(
+            "/api/v1/actions/screen", {"conversation_id": seed.conversation_id, **body}
+        )
+        if status != 200:
+            raise RuntimeError(f"screen {body['action']} answered {status}: {result}")
+        return cast(dict[str, Any], result)
+
+    try:
+        _report("API request (mouse_position)", *await _interleaved(
+            count, lambda: screen(owner, action="mouse_position"),
+            lambda: screen(other, action="mouse_position"),
+        ))  # fmt: skip
+        shot = await screen(owner, action="screenshot")
+        click = {"action": "click", "x": 640, "y": 400,
+                 "expected_screen_revision": shot["screen_revision"]}  # fmt: skip
+        _report("API guarded click", *await _interleaved(
+            count // 5, lambda: screen(owner, **click), lambda: screen(other, **click)
+        ))  # fmt: skip
+    finally:
+        await owner.close()
+        await other.close()
+
+
+ROUND_S = 3.0
+
+
+async def _viewer_rounds(
+    owner: ServerProcess, other: ServerProcess, path: str, rounds: int
+) -> None:
+    """Alternating rounds of a viewer on ``owner`` and on ``other``: CPU per GB and MB/s."""
+    processes = {"owner": psutil.Process(owner.process.pid),
+                 "other": psutil.Process(other.process.pid)}  # fmt: skip
+    carried: dict[str, list[tuple[float, float, float]]] = {"owner": [], "other": []}
+    for _ in range(rounds):
+        for name, server in (("owner", owner), ("other", other)):
+            client = await RFBClient.open_websocket("ws" + server.url[4:] + path)
+            try:
+                await _pull(client, 0.5)  # warm-up: the credit windows have grown
+                before = _cpu(processes[name])
+                gb, seconds = await _pull(client, ROUND_S)
+                carried[name].append((gb, seconds, _cpu(processes[name]) - before))
+            finally:
+                await client.close()
+    _viewer_report(carried)
+
+
+def _cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+async def _pull(client: RFBClient, seconds: float) -> tuple[float, float]:
+    """GB of full updates received in ``seconds`` (and the seconds it took)."""
+    received, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        await client.request_update(incremental=False)
+        received += sum(len(rect.pixels) for rect in await client.read_update())
+    return received / 1e9, time.perf_counter() - start
+
+
+def _viewer_report(carried: dict[str, list[tuple[float, float, float]]]) -> None:
+    per_gb = {name: [cpu / gb for gb, _, cpu in rounds] for name, rounds in carried.items()}
+    speed = {name: [gb * 1000 / s for gb, s, _ in rounds] for name, rounds in carried.items()}
+    for name, label in (("owner", "viewer on the owner"), ("other", "viewer on the other")):
+        print(f"{label}: {percentile(speed[name], 0.5):.0f} MB/s, the replica it is on "
+              f"{percentile(per_gb[name], 0.5):.2f} CPU s/GB (rounds: "
+              + ", ".join(f"{v:.2f}" for v in per_gb[name]) + ")")  # fmt: skip
+    cpu = percentile(per_gb["other"], 0.5) / percentile(per_gb["owner"], 0.5)
+    rate = percentile(speed["other"], 0.5) / percentile(speed["owner"], 0.5)
+    print(f"forwarding replica's CPU per GB / the owner's: {cpu:.2f}; throughput ratio {rate:.2f}")
+    print(f"target CPU per GB <= 1.1x: {'met' if cpu <= 1.1 else 'NOT met'}")
+
+
 async def _ignore(relay_id: RelayId) -> None:
     return None
 
@@ -152,7 +289,11 @@ def main() -> int:
     args = parser(__doc__ or "").parse_args()
     pg, rd = start_cluster(), start_redis()
     try:
-        return asyncio.run(run(100 if args.quick else 1000, pg, rd))
+        count = 100 if args.quick else 1000
+        status = asyncio.run(run(count, pg, rd))
+        print("3. through the HTTP API of the owner and of another replica process")
+        asyncio.run(_through_the_api(count, pg, rd))
+        return status
     finally:
         rd.stop()
         pg.stop()

@@ -77,7 +77,10 @@ async def routing(settings: Settings, hub: RelayHub) -> AsyncIterator[Routing]:
     )
     signer = ClusterSigner(settings.cluster_secret)
     cluster = ClusterRouter(
-        hub, ownership, Peers(signer), heartbeat_s=settings.cluster_heartbeat_s,
+        hub, ownership,
+        Peers(signer, replica_id, max_text=settings.max_text_frame,
+              max_frame=settings.max_channel_frame),
+        heartbeat_s=settings.cluster_heartbeat_s,
         on_orphaned=hub.forget_remote, signer=signer,
     )  # fmt: skip
     await cluster.beat()

@@ -1,10 +1,16 @@
-"""The answering side of the internal channel: requests and channels for relays held here,
-and screen calls on the revisions this replica issued (``server.cluster.screen``).
+"""The answering side of the replica link: requests and channels for relays held here, and
+screen calls on the revisions this replica issued (``server.cluster.screen``).
 
-The routes exist on every replica but answer only when clustered, and only to a request
-signed with the cluster secret; anything else is ``403`` (a WebSocket: close 4403) before a
-byte of the body is acted on. A relay not held here (or held under another epoch) answers
-``not_owner``, so the caller re-reads ownership and retries once.
+A calling replica opens one WebSocket (``LINK_PATH``) and keeps it. The route exists on every
+replica but answers only when clustered, and only to an upgrade signed with the cluster secret
+(``server.cluster.signing``: timestamp, nonce, the caller's replica id); anything else is closed
+4403 before a frame is read. Then this side speaks the relay protocol's relay role: a
+``hello``, the caller's ``welcome``, and requests answered concurrently on the same link.
+
+A relay not held here (or held under another epoch) is answered with a ``not_owner`` error, so
+the caller re-reads ownership and retries once. A channel is spliced to the relay's channel:
+bytes are read from one only when the other has credit for them, so both hops keep the relay
+protocol's credit windows and bounded buffers, and a close passes on with its code and reason.
 """
 
 from __future__ import annotations
@@ -12,166 +18,197 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-import orjson
-from starlette.requests import HTTPConnection, Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server.cluster.channel import (
-    CHANNEL_CALL,
-    CHANNEL_CLOSE_BASE,
-    CHANNEL_PATH,
-    REQUEST_PATH,
-    SCREEN_PATH,
-    channel_code_from,
-    close_code_for,
+    LINK_PATH,
+    LINK_REPLICA,
+    RELAY_CHANNEL,
+    RELAY_REQUEST,
+    SCREEN_CALL,
+    not_owner_error,
 )
 from server.cluster.screen import caller_from
+from server.relays.channel import ServerChannel
+from server.relays.endpoint import frame_sender, receive_events
 from server.relays.router import RelayChannel
-from server.services import services_of
-from wire.errors import ChannelCloseCode, ChannelClosedError, CloseCode, OpError
-from wire.ids import RelayId
+from server.services import Services, services_of
+from wire.connection import Connection, Role, WelcomeReceived
+from wire.errors import (
+    ChannelCloseCode,
+    ChannelClosedError,
+    CloseCode,
+    ErrorCode,
+    OpError,
+    ProtocolError,
+)
+from wire.ids import ChannelId, RelayId
+from wire.link import Link
+from wire.messages import PROTOCOL_VERSION, Hello, Request
 
 if TYPE_CHECKING:
     from server.cluster.router import ClusterRouter
 
 log = logging.getLogger(__name__)
 
-_NOT_OWNER = orjson.dumps({"not_owner": True})
+WELCOME_TIMEOUT_S: Final = 10.0
+# Calls one calling replica may have running here at once (each bounded by its own timeout).
+MAX_CONCURRENT_CALLS: Final = 1024
 
 
-def _json(payload: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status, media_type="application/json")
+def _bad(what: str) -> OpError:
+    return OpError(ErrorCode.INVALID_ARGS, f"not a {what}")
 
 
-def _path(conn: HTTPConnection) -> str:
-    query = conn.url.query
-    return conn.url.path + (f"?{query}" if query else "")
+class Answering:
+    """What one calling replica asks of this one."""
+
+    def __init__(self, cluster: ClusterRouter, services: Services) -> None:
+        self._cluster = cluster
+        self._services = services
+        self.link: Link | None = None
+        self._splices: set[asyncio.Task[None]] = set()
+
+    async def answer(self, request: Request) -> Any:
+        args = request.args
+        try:
+            if request.op == RELAY_REQUEST:
+                return await self._relay_request(args)
+            if request.op == RELAY_CHANNEL:
+                return await self._relay_channel(args)
+            if request.op == SCREEN_CALL:
+                return await self._screen(args)
+        except (KeyError, TypeError, ValueError):
+            raise _bad(request.op) from None
+        raise OpError(ErrorCode.UNKNOWN_OP, f"unknown op {request.op[:64]!r}")
+
+    def _held(self, args: dict[str, Any]) -> RelayId:
+        """The relay ``args`` name, if held here under their epoch; else ``not_owner``."""
+        relay_id = RelayId(str(args["relay_id"]))
+        local, epoch = self._cluster.local_epoch(relay_id), int(args.get("epoch") or 0)
+        if local is None or (epoch and local != epoch):
+            raise not_owner_error()
+        return relay_id
+
+    async def _relay_request(self, args: dict[str, Any]) -> Any:
+        relay_id = self._held(args)
+        call = args.get("args")
+        return await self._cluster.hub.request(
+            relay_id, str(args["op"]), call if isinstance(call, dict) else None,
+            float(args["timeout_s"]),
+        )  # fmt: skip
+
+    async def _relay_channel(self, args: dict[str, Any]) -> dict[str, Any]:
+        relay_id, link = self._held(args), self.link
+        assert link is not None
+        channel_id, target = ChannelId(int(args["channel_id"])), args["target"]
+        if not isinstance(target, dict) or link.connection.has_channel(channel_id):
+            raise _bad(RELAY_CHANNEL)
+        relay = await self._cluster.hub.get(relay_id).open_channel(target, float(args["timeout_s"]))
+        down = ServerChannel(channel_id, link)
+        link.add_channel(down)
+        splice = asyncio.create_task(_splice(relay, down), name=f"splice-{channel_id}")
+        self._splices.add(splice)
+        splice.add_done_callback(self._splices.discard)
+        return {}
+
+    async def _screen(self, args: dict[str, Any]) -> Any:
+        caller, body = caller_from(args["caller"]), args["body"]
+        if not isinstance(body, dict):
+            raise _bad(SCREEN_CALL)
+        return await self._services.screen_tool.run(caller, body, forwarded=True)
+
+    async def stop(self) -> None:
+        for splice in list(self._splices):
+            splice.cancel()
+        await asyncio.gather(*self._splices, return_exceptions=True)
 
 
-def _authorized(conn: HTTPConnection, method: str, body: bytes) -> ClusterRouter | None:
-    cluster = services_of(conn).cluster
+async def _splice(relay: RelayChannel, down: ServerChannel) -> None:
+    """Bytes both ways until one side closes; then both close with its code and reason."""
+    try:
+        await asyncio.gather(_pump(relay, down), _pump(down, relay))
+    except asyncio.CancelledError:  # the link is going away
+        await relay.close(ChannelCloseCode.VIEWER_GONE, "replica link closed")
+        raise
+
+
+async def _pump(source: RelayChannel, sink: RelayChannel) -> None:
+    """``source`` to ``sink``, a chunk at a time: the next is read only once ``sink`` took the
+    last one (it waits for the far end's credit)."""
+    try:
+        while True:
+            await sink.write(await source.read())
+    except ChannelClosedError as ended:
+        for channel in (source, sink):
+            await channel.close(ended.close_code, ended.reason)
+
+
+def _authorized(cluster: ClusterRouter | None, websocket: WebSocket) -> bool:
     if cluster is None:
-        return None
+        return False
+    replica = websocket.headers.get(LINK_REPLICA, "")
     try:
-        cluster.signer.verify(method, _path(conn), conn.headers, body)
+        cluster.signer.verify("GET", LINK_PATH, websocket.headers, replica.encode())
     except OpError as err:
-        log.warning("internal %s refused: %s", conn.url.path, err.message)
-        return None
-    return cluster
+        log.warning("replica link from %s refused: %s", replica[:32] or "?", err.message)
+        return False
+    return bool(replica)
 
 
-def _held(cluster: ClusterRouter, relay_id: RelayId, epoch: Any) -> bool:
-    local = cluster.local_epoch(relay_id)
-    return local is not None and (not epoch or local == int(epoch))
-
-
-async def relay_request(request: Request) -> Response:
-    body = await request.body()
-    cluster = _authorized(request, "POST", body)
-    if cluster is None:
-        return _json({"error": {"code": "forbidden", "message": "cluster signature"}}, 403)
-    call = orjson.loads(body)
-    relay_id = RelayId(str(call["relay_id"]))
-    if not _held(cluster, relay_id, call.get("epoch")):
-        return Response(_NOT_OWNER, media_type="application/json")
-    try:
-        result = await cluster.hub.request(
-            relay_id, str(call["op"]), call.get("args"), float(call["timeout_s"])
-        )
-    except OpError as err:
-        return _json({"error": err.to_dict()})
-    return _json({"result": result})
-
-
-async def screen_call(request: Request) -> Response:
-    """A screen call another replica admitted, on a revision this replica issued."""
-    body = await request.body()
-    if _authorized(request, "POST", body) is None:
-        return _json({"error": {"code": "forbidden", "message": "cluster signature"}}, 403)
-    try:
-        call = orjson.loads(body)
-        caller, args = caller_from(call["caller"]), call["body"]
-        if not isinstance(args, dict):
-            raise TypeError("body")
-    except (ValueError, KeyError, TypeError):  # orjson's JSONDecodeError is a ValueError
-        return _json({"error": {"code": "invalid_args", "message": "not a screen call"}}, 400)
-    try:
-        result = await services_of(request).screen_tool.run(caller, args, forwarded=True)
-    except OpError as err:
-        return _json({"error": err.to_dict()})
-    return _json({"result": result})
-
-
-async def relay_channel(websocket: WebSocket) -> None:
-    raw = websocket.headers.get(CHANNEL_CALL, "").encode()
-    cluster = _authorized(websocket, "GET", raw)
-    if cluster is None:
+async def replica_link(websocket: WebSocket) -> None:
+    """The replica link endpoint: see the module docstring."""
+    services = services_of(websocket)
+    cluster = services.cluster
+    if cluster is None or not _authorized(cluster, websocket):
         await websocket.close(CloseCode.VIEWER_FORBIDDEN, "cluster signature")
         return
-    params = orjson.loads(raw)
-    relay_id = RelayId(str(params["relay_id"]))
     await websocket.accept()
-    if not _held(cluster, relay_id, params.get("epoch")):
-        await websocket.send_bytes(_NOT_OWNER)
-        await websocket.close()
+    settings = services.settings
+    connection = Connection(
+        Role.RELAY, max_text=settings.max_text_frame, max_payload=settings.max_channel_frame
+    )
+    answering = Answering(cluster, services)
+    link = answering.link = Link(
+        connection, frame_sender(websocket), on_request=answering.answer,
+        max_concurrency=MAX_CONCURRENT_CALLS,
+    )  # fmt: skip
+    replica = websocket.headers[LINK_REPLICA][:32]
+    try:
+        await _serve(websocket, connection, link, settings.max_channel_frame,
+                     settings.max_text_frame)  # fmt: skip
+    except ProtocolError as err:
+        log.warning("replica %s broke the protocol: %s", replica, err.message)
+        with contextlib.suppress(RuntimeError, OSError):
+            await websocket.close(err.close_code, err.message[:120])
+    except TimeoutError:
+        log.warning("replica %s sent no welcome within %g s", replica, WELCOME_TIMEOUT_S)
+        with contextlib.suppress(RuntimeError, OSError):
+            await websocket.close(CloseCode.HELLO_EXPECTED, "no welcome")
+    finally:
+        await link.shutdown(f"replica {replica} link closed")
+        await answering.stop()
+
+
+async def _serve(
+    websocket: WebSocket, connection: Connection, link: Link, max_frame: int, max_text: int
+) -> None:
+    connection.send_hello(Hello(PROTOCOL_VERSION, "replica", max_frame=max_frame,
+                                max_text=max_text))  # fmt: skip
+    await link.flush()
+    async with asyncio.timeout(WELCOME_TIMEOUT_S):
+        events = await receive_events(websocket, connection)
+    if not events or not isinstance(events[0], WelcomeReceived):
         return
     try:
-        channel = await cluster.hub.get(relay_id).open_channel(
-            dict(params["target"]), float(params["timeout_s"])
-        )
-    except OpError as err:
-        await websocket.send_text(orjson.dumps({"error": err.to_dict()}).decode())
-        await websocket.close()
-        return
-    await websocket.send_text('{"result": true}')
-    await _splice(websocket, channel)
-
-
-async def _splice(websocket: WebSocket, channel: RelayChannel) -> None:
-    """Pump both ways until one side ends; pass the relay's close code on unchanged."""
-    down = asyncio.create_task(_down(websocket, channel), name="splice-down")
-    up = asyncio.create_task(_up(websocket, channel), name="splice-up")
-    _, pending = await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(down, up, return_exceptions=True)
-
-
-async def _down(websocket: WebSocket, channel: RelayChannel) -> None:
-    try:
-        while True:
-            data = await channel.read()
-            await websocket.send({"type": "websocket.send", "bytes": bytes(data)})
-    except ChannelClosedError as ended:
-        with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
-            await websocket.close(close_code_for(ended.close_code), ended.reason[:120])
-    except (RuntimeError, OSError, WebSocketDisconnect):
-        await channel.close(ChannelCloseCode.VIEWER_GONE, "viewer gone")
-
-
-async def _up(websocket: WebSocket, channel: RelayChannel) -> None:
-    try:
-        while True:
-            message = await websocket.receive()
-            if message["type"] == "websocket.disconnect":
-                code = int(message.get("code") or 0)
-                closed = channel_code_from(code) if code >= CHANNEL_CLOSE_BASE else None
-                await channel.close(
-                    closed or ChannelCloseCode.VIEWER_GONE,
-                    str(message.get("reason") or "viewer closed"),
-                )
-                return
-            if (data := message.get("bytes")) is not None:
-                await channel.write(data)
-    except ChannelClosedError:
+        while (events := await receive_events(websocket, connection)) is not None:
+            await link.handle(events)
+    except WebSocketDisconnect:
         return
 
 
 def internal_routes() -> list[BaseRoute]:
-    return [Route(REQUEST_PATH, relay_request, methods=["POST"]),
-            Route(SCREEN_PATH, screen_call, methods=["POST"]),
-            WebSocketRoute(CHANNEL_PATH, relay_channel)]  # fmt: skip
+    return [WebSocketRoute(LINK_PATH, replica_link)]

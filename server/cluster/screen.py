@@ -3,10 +3,10 @@
 A screen revision names the replica that issued it (``server.screen.revisions``), and only
 that replica keeps its capture. A call that needs the capture (a guarded click, double click,
 drag or mouse_down; coordinates read on a zoom) and comes in elsewhere is sent, with who
-called it, to the issuing replica over the internal channel (``/internal/v1/screen``, signed
-with the cluster secret). There it is checked, guarded and sent on to the relay's owner like a
+called it, to the issuing replica over the replica link (``replica.screen``,
+``server.cluster.channel``). There it is checked, guarded and sent on to the relay's owner like a
 call of its own, and audited. The entry replica has already admitted the caller (role,
-visibility, the control gate); the issuing replica trusts that because the call is signed.
+visibility, the control gate); the issuing replica trusts that because the link is signed.
 
 A replica that is dead (per Redis) or does not answer is :class:`IssuerGone`: the caller gets
 ``revision_expired`` and takes a new screenshot, as when a capture expired.

@@ -1,4 +1,4 @@
-"""Authentication of the internal channel between replicas: HMAC-SHA256 with the cluster secret.
+"""Authentication of the link between replicas: HMAC-SHA256 with the cluster secret.
 
 A signature covers the method, the path (with its query), a timestamp, a nonce and the body. A
 request older or newer than :data:`REPLAY_WINDOW_S`, or whose nonce was already seen inside the
@@ -32,7 +32,7 @@ class ClusterSigner:
 
     def __init__(self, secret: str, clock: Callable[[], float] = time.time) -> None:
         if not secret:
-            raise ValueError("the internal channel needs a cluster secret")
+            raise ValueError("the replica link needs a cluster secret")
         self._secret = secret.encode()
         self._clock = clock
         self._seen: dict[str, float] = {}

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
+from typing import Any
 
 from wire.errors import ChannelCloseCode, ChannelClosedError
 from wire.frames import Payload
 from wire.ids import ChannelId
 from wire.link import Link
+
+_channel_ids = itertools.count(1)
 
 # The window starts at the connection's (1 MiB) and grows, 1 MiB at a time, up to this, but
 # only for a consumer that drained a whole window and is waiting again: like TCP autotuning,
@@ -77,7 +81,7 @@ class ServerChannel:
         await self._link.flush()
         return payload
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: Payload) -> None:
         """Send ``data``, waiting for credit whenever the window is used up."""
         view = memoryview(data)
         while view:
@@ -109,3 +113,21 @@ class ServerChannel:
                 await self._link.flush()
             except Exception:  # the relay is gone: nothing left to tell it
                 return
+
+
+async def open_channel(
+    link: Link, op: str, args: dict[str, Any], timeout_s: float
+) -> ServerChannel:
+    """Open a channel on ``link`` with request ``op`` (``args`` plus the new ``channel_id``);
+    the peer connects it before it answers. Frames the peer sends first are already routed."""
+    channel_id = ChannelId(next(_channel_ids) & 0xFFFFFFFF)
+    channel = ServerChannel(channel_id, link)
+    link.add_channel(channel)
+    try:
+        await link.request(op, {**args, "channel_id": channel_id}, timeout_s)
+    except BaseException:
+        link.forget_channel(channel_id)
+        link.connection.close_channel(channel_id, ChannelCloseCode.ERROR, "open failed")
+        await link.flush_quietly()
+        raise
+    return channel

@@ -18,6 +18,7 @@ from wire import ops
 from wire.connection import Connection, HelloReceived, Role
 from wire.errors import CloseCode, ErrorCode, OpError, ProtocolError
 from wire.ids import RelayId
+from wire.link import SendFrame
 from wire.messages import SUBPROTOCOL, Request, Welcome
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,8 @@ async def _close(websocket: WebSocket, code: int, reason: str) -> None:
         log.debug("websocket already closed")
 
 
-async def _receive(websocket: WebSocket, connection: Connection) -> list[Any] | None:
+async def receive_events(websocket: WebSocket, connection: Connection) -> list[Any] | None:
+    """What the next frame from ``websocket`` means to ``connection``; ``None`` once closed."""
     message = await websocket.receive()
     if message["type"] == "websocket.disconnect":
         return None
@@ -84,10 +86,22 @@ async def _receive(websocket: WebSocket, connection: Connection) -> list[Any] | 
     return list(connection.receive_bytes(message.get("bytes") or b""))
 
 
+def frame_sender(websocket: WebSocket) -> SendFrame:
+    """Writes one frame of a ``Connection`` to ``websocket``."""
+
+    async def send(frame: str | bytes) -> None:
+        if isinstance(frame, str):
+            await websocket.send_text(frame)
+        else:
+            await websocket.send_bytes(frame)
+
+    return send
+
+
 async def _handshake(websocket: WebSocket, connection: Connection) -> HelloReceived | None:
     try:
         async with asyncio.timeout(HELLO_TIMEOUT_S):
-            events = await _receive(websocket, connection)
+            events = await receive_events(websocket, connection)
     except TimeoutError:
         raise ProtocolError(
             f"no hello within {HELLO_TIMEOUT_S:g} s", CloseCode.HELLO_EXPECTED
@@ -112,19 +126,13 @@ async def _serve(
         return
     relay_id = RelayId(relay.relay_id)
 
-    async def send(frame: str | bytes) -> None:
-        if isinstance(frame, str):
-            await websocket.send_text(frame)
-        else:
-            await websocket.send_bytes(frame)
-
     async def close_transport(code: int, reason: str) -> None:
         await _close(websocket, code, reason)
 
     link = RelayLink(
         relay_id,
         connection,
-        send,
+        frame_sender(websocket),
         capabilities=granted_capabilities(relay, hello.hello.capabilities),
         close_transport=close_transport,
         on_event=hub.dispatch_event,
@@ -138,7 +146,7 @@ async def _serve(
     log.info("relay %s connected (version %s)", relay_id, hello.hello.relay_version)
     reason = "disconnected"
     try:
-        while (events := await _receive(websocket, connection)) is not None:
+        while (events := await receive_events(websocket, connection)) is not None:
             await link.handle(events)
     except WebSocketDisconnect:
         pass

@@ -4,22 +4,18 @@ its transport when the hub says so."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
-from server.relays.channel import ServerChannel
+from server.relays.channel import ServerChannel, open_channel
 from wire import ops
 from wire.connection import Connection
-from wire.errors import ChannelCloseCode
-from wire.ids import ChannelId, RelayId
+from wire.ids import RelayId
 from wire.link import AnswerRequest, Link, SendFrame
 from wire.messages import Event
 
 EventHandler = Callable[[RelayId, Event], Awaitable[None]]
 CloseTransport = Callable[[int, str], Awaitable[None]]
-
-_channel_ids = itertools.count(1)
 
 
 class RelayLink(Link):
@@ -47,21 +43,9 @@ class RelayLink(Link):
         self.close_transport = close_transport
 
     async def open_channel(self, target: dict[str, Any], timeout_s: float = 10.0) -> ServerChannel:
-        """Open a relay channel to ``target``; the relay connects before it answers."""
-        channel_id = ChannelId(next(_channel_ids) & 0xFFFFFFFF)
-        channel = ServerChannel(channel_id, self)
-        self.add_channel(channel)
-        try:
-            args = ops.ChannelOpenArgs(
-                channel_id=channel_id, target=cast(ops.ChannelTarget, target)
-            )
-            await self.request(ops.CHANNEL_OPEN.name, dict(args), timeout_s)
-        except BaseException:
-            self.forget_channel(channel_id)
-            self.connection.close_channel(channel_id, ChannelCloseCode.ERROR, "open failed")
-            await self.flush_quietly()
-            raise
-        return channel
+        """Open a relay channel to ``target`` (``ops.CHANNEL_OPEN``); the relay connects before
+        it answers."""
+        return await open_channel(self, ops.CHANNEL_OPEN.name, {"target": target}, timeout_s)
 
     async def shutdown(self, reason: str, channel_reason: str = "relay unreachable") -> None:
         await super().shutdown(reason, channel_reason)

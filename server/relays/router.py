@@ -25,7 +25,7 @@ class RelayChannel(Protocol):
         """Next chunk; raises ``ChannelClosedError`` once closed and drained."""
         ...
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: Payload) -> None:
         """Send ``data``, waiting while the far end cannot take more."""
         ...
 

@@ -217,6 +217,7 @@ class ViewerService:
 
     async def _judge(self, target: ViewerTarget, ended: ChannelClosedError) -> ViewerRefused:
         """What a backend end means for the viewer: relay gone, desktop gone, or a VNC hang-up."""
+        log.debug("viewer backend ended: %s %s", ended.close_code.name, ended.reason)
         if ended.close_code is ChannelCloseCode.RELAY_GONE:
             return ViewerRefused(CloseCode.RELAY_UNREACHABLE)
         if ended.close_code is ChannelCloseCode.DESKTOP_STOPPED:

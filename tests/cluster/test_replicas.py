@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import secrets
 import signal
@@ -16,10 +17,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
 import httpx2
 import mcp_types as types
 import numpy as np
+import psutil
 import pytest
 import pytest_asyncio
 import redis.asyncio as redis
@@ -29,18 +32,27 @@ from mcp.client.streamable_http import streamable_http_client
 from benchmarks.rfb import RFBClient, WebSocketTransport
 from server import admin
 from server.cluster.build import shared_caches
-from server.cluster.ownership import OWNERS
+from server.cluster.channel import NotOwner
+from server.cluster.ownership import OWNERS, Owner, parse_owner
+from server.cluster.peers import Peers
+from server.cluster.signing import ClusterSigner
 from server.db.migrate import upgrade
 from server.db.store import Store
 from tests.e2e.viewer_stack import capture, without_cursor
-from tests.integration.test_viewer_tunnel import full_frame, until_closed
+from tests.integration.test_viewer_tunnel import (
+    full_frame,
+    measure,
+    stalled_viewer,
+    until_closed,
+)
 from tests.support import postgres
 from tests.support import redis as redis_support
 from tests.support.haproxy import start_haproxy
 from tests.support.processes import ManagedProcess, ProcessTracker, free_port, scaled
 from tests.support.stack import Seed, ServerProcess, start_relay, start_server, wait_until
 from tests.support.xrecorder import XRecorder
-from wire.errors import CloseCode
+from wire.errors import CloseCode, ErrorCode, OpError
+from wire.ids import RelayId
 
 pytestmark = [
     pytest.mark.integration, pytest.mark.postgres, pytest.mark.redis,
@@ -188,24 +200,66 @@ async def test_a_stale_confirmation_through_another_replica_stops_nothing(
     assert status == 200
 
 
-async def test_an_internal_request_without_the_cluster_secret_is_refused(
-    cluster: Cluster,
-) -> None:
+async def test_the_replica_link_without_the_cluster_secret_is_refused(cluster: Cluster) -> None:
+    """Unsigned or forged, the link's upgrade is refused (403) before a frame is read; the
+    former HTTP routes are gone."""
     owner = cluster.replicas[str(await cluster.owner())]
-    body = {"relay_id": cluster.relay_id, "op": "desktop.status", "args": {}, "timeout_s": 5}
-    screen = {"caller": {"actor": "alice", "conversation_id": cluster.seed.conversation_id,
-                         "relay_id": cluster.relay_id, "source": "api"},
-              "body": {"action": "click", "x": 1, "y": 1}}  # fmt: skip
-    async with httpx.AsyncClient(base_url=owner.url) as client:
-        response = await client.post("/internal/v1/request", json=body)
-        forged = await client.post(
-            "/internal/v1/request", json=body,
-            headers={"x-relaydesk-timestamp": "1", "x-relaydesk-nonce": "a",
-                     "x-relaydesk-signature": "0" * 64},
-        )  # fmt: skip
-        unsigned_screen = await client.post("/internal/v1/screen", json=screen)
-    assert (response.status_code, forged.status_code) == (403, 403)
-    assert unsigned_screen.status_code == 403
+    link = "ws" + owner.url[4:] + "/internal/v1/link"
+    signer = ClusterSigner(secrets.token_urlsafe(24))  # not the cluster's secret
+    forged = {**signer.sign("GET", "/internal/v1/link", b"b1"), "x-relaydesk-replica": "b1"}
+    async with aiohttp.ClientSession() as session:
+        for headers in ({}, {"x-relaydesk-replica": "b1"}, forged):
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await session.ws_connect(link, headers=headers)
+            assert refused.value.status == 403
+        async with session.post(owner.url + "/internal/v1/request", json={}) as response:
+            assert response.status == 404
+
+
+async def _owner_record(cluster: Cluster) -> Owner:
+    raw = await cluster.redis.hget(OWNERS, cluster.relay_id)
+    owner = parse_owner(RelayId(cluster.relay_id), raw) if raw is not None else None
+    assert owner is not None
+    return owner
+
+
+def _peers(secret: str) -> Peers:
+    return Peers(ClusterSigner(secret), "test-peer", max_text=1 << 24, max_frame=1 << 20)
+
+
+async def test_one_link_carries_concurrent_calls_and_names_a_stale_owner(cluster: Cluster) -> None:
+    """Fifty requests at once travel on one link to the owner, each answered by the relay; an
+    epoch the owner does not hold is "not owner"; a malformed call is ``invalid_args``."""
+    owner = await _owner_record(cluster)
+    secret = cluster.tracker.processes[0].env["RELAYDESK_CLUSTER_SECRET"]  # type: ignore[index]
+    peers = _peers(secret)
+    try:
+        answers = await asyncio.gather(
+            *(peers.request(owner, "desktop.status", {}, 10) for _ in range(50))
+        )
+        assert all(isinstance(a["desktops"], list) for a in answers)
+        assert peers.open_links == 1
+        with pytest.raises(NotOwner):
+            await peers.request(dataclasses.replace(owner, epoch=owner.epoch + 1000),
+                                "desktop.status", {}, 10)  # fmt: skip
+        link = await peers._link(owner.replica, owner.url)
+        with pytest.raises(OpError) as bad:
+            await link.request("replica.relay_request", {"relay_id": owner.relay_id}, 10)
+        assert bad.value.code is ErrorCode.INVALID_ARGS
+    finally:
+        await peers.close()
+
+
+async def test_a_replica_without_the_secret_is_told_so(cluster: Cluster) -> None:
+    owner = await _owner_record(cluster)
+    peers = _peers(secrets.token_urlsafe(24))
+    try:
+        with pytest.raises(OpError) as refused:
+            await peers.request(owner, "desktop.status", {}, 10)
+        assert "cluster signature" in refused.value.message
+        assert peers.open_links == 0
+    finally:
+        await peers.close()
 
 
 async def test_every_replica_reports_readiness_and_metrics(cluster: Cluster) -> None:
@@ -244,6 +298,42 @@ async def test_a_viewer_through_another_replica_shows_the_desktop_pixel_exact(
     assert status == 200
     await until_closed(ws, 10)
     assert ws.close_code == CloseCode.DESKTOP_STOPPED
+
+
+async def test_a_stalled_viewer_through_another_replica_holds_bounded_memory(
+    cluster: Cluster,
+) -> None:
+    """Credit windows on both hops of a spliced stream: a viewer on a non-owner that asks for
+    a flood of full frames (about 160 MB) and never reads makes neither replica hold more than
+    its windows, and another viewer of the same desktop through that replica keeps streaming."""
+    b, _ = await cluster.others()
+    status, started = await cluster.call(b, "desktop_start", slot="stalled")
+    assert status == 200, started
+    socket = "ws" + b[4:] + urlsplit(started["viewer_url"]).path + "websockify"
+    pids = [cluster.replicas[str(await cluster.owner())].process.pid,
+            cluster.replicas[b.rsplit(":", 1)[1]].process.pid]  # fmt: skip
+
+    def rss() -> list[int]:
+        return [psutil.Process(pid).memory_info().rss for pid in pids]
+
+    fast = RFBClient(await WebSocketTransport.connect(socket))
+    await asyncio.wait_for(fast.handshake(), scaled(10))
+    assert await measure(fast, 1.0) > 0  # warm-up: the windows have grown
+    before = rss()
+    stalled = await stalled_viewer(socket)
+    for _ in range(2):  # while the stalled viewer is still connected
+        assert await measure(fast, 1.0) > 0
+    after = rss()
+    await fast.close()
+    await stalled.close()
+    growth = [(later - earlier) / 2**20 for later, earlier in zip(after, before, strict=True)]
+    # A credit window per hop (8 MiB at most) and socket buffers: far below the flood.
+    assert all(grown < 48 for grown in growth), f"MiB grown (owner, other): {growth}"
+    status, _ = await cluster.call(
+        b, "desktop_stop_confirm", relay="relay-1", slot="stalled",
+        desktop_session_id=started["desktop"]["desktop_session_id"],
+    )  # fmt: skip
+    assert status == 200
 
 
 async def test_mcp_through_the_balancer_needs_no_affinity(cluster: Cluster) -> None:

@@ -47,10 +47,10 @@ def parser(description: str) -> argparse.ArgumentParser:
 class HttpClient:
     """A minimal HTTP/1.1 client on one kept-alive loopback connection, for timing a server.
 
-    It sends a request and reads the whole response (``Content-Length`` bodies only) and parses
-    its JSON, and does nothing else, so a round trip measures the server rather than a client
-    library (aiohttp's client added 0.1-1.0 ms per request at p50 on the screen tool's path,
-    httpx ~1.5 ms).
+    It sends a request (``POST`` with a JSON body, or ``GET``) and reads the whole response
+    (``Content-Length`` bodies only) and parses its JSON, and does nothing else, so a round trip
+    measures the server rather than a client library (aiohttp's client added 0.1-1.0 ms per
+    request at p50 on the screen tool's path, httpx ~1.5 ms).
     """
 
     def __init__(self, base_url: str, headers: dict[str, str]) -> None:
@@ -65,15 +65,22 @@ class HttpClient:
 
     async def post_json(self, path: str, body: Any) -> tuple[int, Any]:
         """``(status, parsed JSON body)`` of ``POST path`` with ``body`` as JSON."""
+        return await self._exchange("POST", path, json.dumps(body).encode())
+
+    async def get_json(self, path: str) -> tuple[int, Any]:
+        """``(status, parsed JSON body)`` of ``GET path``."""
+        return await self._exchange("GET", path, None)
+
+    async def _exchange(self, method: str, path: str, data: bytes | None) -> tuple[int, Any]:
         if self._reader is not None and self._reader.at_eof():
             await self.close()  # the server closed the idle connection (keep-alive timeout)
         if self._writer is None:
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         reader = self._reader
         assert reader is not None
-        data = json.dumps(body).encode()
-        head = f"POST {path} HTTP/1.1\r\n{self._head}Content-Length: {len(data)}\r\n\r\n"
-        self._writer.write(head.encode() + data)
+        length = "" if data is None else f"Content-Length: {len(data)}\r\n"
+        head = f"{method} {path} HTTP/1.1\r\n{self._head}{length}\r\n"
+        self._writer.write(head.encode() + (data or b""))
         status_line, *header_lines = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
         headers = dict(
             (name.strip().lower(), value.strip())

@@ -26,6 +26,7 @@ state — is uvicorn's own code.
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any, Final
 
 import numpy as np
@@ -50,6 +51,24 @@ STREAM_IN_MIN: Final = 64 * 1024
 READ_CHUNK: Final = 64 * 1024
 # Close reason of every WebSocket (viewers, audio, relays) when the server stops.
 SHUTDOWN: Final = "server shutting down"
+
+
+class _ReadChunk(threading.local):
+    """The buffer every connection of this thread's event loop reads into between streamed
+    frames: one per loop, not one per connection (a server holds thousands of mostly idle relay
+    connections). Sharing it is safe because each read is consumed before the next one starts:
+    the loop calls ``get_buffer``, reads, then ``buffer_updated``, which copies every byte it
+    keeps (into a header, a streamed frame's own buffer, or websockets' buffer)."""
+
+    view: memoryview | None = None
+
+    def get(self) -> memoryview:
+        if self.view is None:
+            self.view = memoryview(bytearray(READ_CHUNK))
+        return self.view
+
+
+_read_chunk = _ReadChunk()
 
 
 class _Reader(asyncio.BufferedProtocol):
@@ -89,7 +108,7 @@ class StreamingWebSocketProtocol(WebSocketsSansIOProtocol):
         self._filled = 0
         self._mask = b""
         self._passing = 0  # bytes of the current frame still owed to websockets
-        self._chunk: memoryview | None = None
+        self._chunk = _read_chunk.get()
         self._into_payload = False
 
     # -- server shutdown -----------------------------------------------------------------------
@@ -143,8 +162,6 @@ class StreamingWebSocketProtocol(WebSocketsSansIOProtocol):
             self._into_payload = True
             return self._payload[self._filled :]
         self._into_payload = False
-        if self._chunk is None:
-            self._chunk = memoryview(bytearray(READ_CHUNK))
         return self._chunk
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -152,7 +169,6 @@ class StreamingWebSocketProtocol(WebSocketsSansIOProtocol):
             self._filled += nbytes
             self._payload_done()
         else:
-            assert self._chunk is not None
             self._receive(self._chunk[:nbytes])
 
     def data_received(self, data: bytes) -> None:

@@ -15,8 +15,9 @@ from tests.support.processes import scaled
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # bench_docker needs the images the docker tier builds; its smoke run lives there
 # (tests/docker/test_images.py). bench_soak's 3-minute run has its own time limit and checks its
-# verdicts (tests/benchmarks/test_soak.py).
-OWN_SMOKE_TESTS = {"bench_docker", "bench_soak"}
+# verdicts (tests/benchmarks/test_soak.py); so does bench_replica_storm's small fleet
+# (tests/benchmarks/test_replica_storm.py).
+OWN_SMOKE_TESTS = {"bench_docker", "bench_soak", "bench_replica_storm"}
 BENCHMARKS = sorted(
     path
     for path in (REPO_ROOT / "benchmarks").glob("bench_*.py")

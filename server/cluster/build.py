@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 # after 50 ms and then 100 ms: otherwise the first command after a restart fails (readiness
 # included). Timeouts are not retried: a Redis that hangs is reported at once.
 _RECONNECT_RETRIES = 2
+_MAX_CONNECTIONS = 100
 
 
 def _redis(url: str) -> redis.Redis:
@@ -43,9 +44,13 @@ def _redis(url: str) -> redis.Redis:
     from redis.exceptions import ConnectionError as RedisConnectionError
 
     retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), _RECONNECT_RETRIES)
-    return redis.Redis.from_url(
-        url, socket_timeout=5.0, retry=retry, retry_on_error=[RedisConnectionError]
-    )
+    # A command waits up to 5 s for a pooled connection: the default pool fails at once past
+    # its connections in use (thousands of relays claiming at once lost claims that way).
+    pool = redis.BlockingConnectionPool.from_url(
+        url, max_connections=_MAX_CONNECTIONS, timeout=5.0, socket_timeout=5.0, retry=retry,
+        retry_on_error=[RedisConnectionError],
+    )  # fmt: skip
+    return redis.Redis.from_pool(pool)
 
 
 @dataclass(frozen=True)

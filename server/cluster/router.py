@@ -73,6 +73,7 @@ class ClusterRouter:
         self._replicas: dict[str, str] = {}
         self.mine: dict[RelayId, Owner] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._reaping: set[asyncio.Task[None]] = set()
         self.forwarded: dict[ForwardKind, int] = dict.fromkeys(FORWARD_KINDS, 0)
         hub.add_observer(self)
 
@@ -230,15 +231,20 @@ class ClusterRouter:
     # -- background: heartbeat, refresh, reaping, change notices ------------------------------
 
     def start(self) -> None:
+        """Heartbeat, refresh and hear owner changes until :meth:`stop`. The heartbeat has a
+        loop of its own: a refresh or a reap that takes long (thousands of relays moving) must
+        never make the others take this replica for dead."""
         self._tasks = [
-            asyncio.create_task(self._heartbeat_forever(), name="cluster-heartbeat"),
+            asyncio.create_task(self._every(self.ownership.heartbeat, "heartbeat"),
+                                name="cluster-heartbeat"),
+            asyncio.create_task(self._every(self._refresh, "refresh"), name="cluster-refresh"),
             asyncio.create_task(self._listen_forever(), name="cluster-owners"),
-        ]
+        ]  # fmt: skip
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        for task in [*self._tasks, *self._reaping]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._reaping, return_exceptions=True)
         for owner in list(self.mine.values()):
             with contextlib.suppress(RedisError):
                 await self.ownership.release(owner)
@@ -247,8 +253,12 @@ class ClusterRouter:
         await self.peers.close()
 
     async def beat(self) -> None:
-        """One heartbeat: say we live, keep our claims, refresh the cache, reap the dead."""
+        """One heartbeat and one refresh, in order (at start, before serving)."""
         await self.ownership.heartbeat()
+        await self._refresh()
+
+    async def _refresh(self) -> None:
+        """Keep our claims, refresh the cache, and start reaping the replicas found dead."""
         for lost in await self.ownership.renew(self.mine.values()):
             await self._superseded(lost)
         self._live_replicas(await self.ownership.replica_urls())
@@ -257,18 +267,30 @@ class ClusterRouter:
             self._owners.setdefault(relay_id, owner)
         for dead in await self.ownership.dead_replicas():
             if await self.ownership.take_reaping(dead):
-                await self._reap(dead)
+                reaping = asyncio.create_task(self._reap_once(dead), name=f"cluster-reap-{dead}")
+                self._reaping.add(reaping)
+                reaping.add_done_callback(self._reaping.discard)
 
-    async def _heartbeat_forever(self) -> None:
+    async def _every(self, step: Callable[[], Awaitable[None]], what: str) -> None:
         while True:
             try:
-                await self.beat()
+                await step()
             except RedisError:
                 redis_error("cluster")
-                log.warning("cluster heartbeat failed (Redis unreachable?)", exc_info=True)
+                log.warning("cluster %s failed (Redis unreachable?)", what, exc_info=True)
             except Exception:
-                log.exception("cluster heartbeat failed")
+                log.exception("cluster %s failed", what)
             await asyncio.sleep(self._heartbeat_s)
+
+    async def _reap_once(self, replica: str) -> None:
+        """:meth:`_reap`; a failure leaves the dead replica listed, for the next refresh."""
+        try:
+            await self._reap(replica)
+        except RedisError:
+            redis_error("cluster")
+            log.warning("reaping replica %s failed (Redis unreachable?)", replica, exc_info=True)
+        except Exception:
+            log.exception("reaping replica %s failed", replica)
 
     async def _reap(self, replica: str) -> None:
         """A dead replica's relays: forget them (their rows go ``unknown``) unless re-owned."""

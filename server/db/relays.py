@@ -204,14 +204,16 @@ class RelayStore(StoreBase):
         await self._update_relay(relay_id, {"last_seen_at": self._now()})
 
     async def touch_relays(self, relay_ids: Sequence[str]) -> list[str]:
-        """Note that these relays were heard from; return those whose token was revoked."""
+        """Note that these relays, connected to this server process, were heard from (and are
+        connected: a replica that reaped a dead one may have recorded a relay gone just as it
+        reconnected here); return those whose token was revoked."""
         if not relay_ids:
             return []
         async with self._sessions.begin() as session:
             await session.execute(
                 update(models.Relay)
                 .where(models.Relay.id.in_(relay_ids))
-                .values(last_seen_at=self._now())
+                .values(last_seen_at=self._now(), connected=True)
             )
             revoked = await session.scalars(
                 select(models.Relay.id).where(

@@ -163,11 +163,11 @@ class RelayHub:
                 log.exception("observer failed on %s from relay %s", event.name, relay_id)
 
     async def keep_presence(self, interval_s: float = PRESENCE_INTERVAL_S) -> None:
-        """Record ``last_seen`` of live relays and drop those whose token was revoked."""
+        """Record live relays present and drop those whose token was revoked, every interval."""
         while True:
             await asyncio.sleep(interval_s)
             try:
-                revoked = await self._store.touch_relays(list(self._links))
+                revoked = await self.record_presence()
             except Exception:
                 log.exception("could not record relay presence")
                 continue
@@ -176,15 +176,32 @@ class RelayHub:
                     await self._revoked(link)
             await self.recheck_tokens()
 
+    async def record_presence(self) -> list[str]:
+        """Record the live relays seen and connected (undoing a replica that recorded one gone
+        as it reconnected here); return those whose token was revoked. A relay that
+        disconnected meanwhile is recorded gone again, after that write."""
+        live: list[str] = list(self._links)
+        revoked = await self._store.touch_relays(live)
+        for relay_id in live:
+            if relay_id not in self._links:
+                await self._store.set_relay_presence(relay_id, connected=False)
+        return revoked
+
     async def recheck_tokens(self) -> None:
-        """Close every live link whose token no longer authenticates it (revoked or rotated)."""
-        for link, token in list(self._tokens.items()):
-            try:
-                relay = await self._store.authenticate_relay(token)
-            except Exception:
-                log.exception("could not re-check relay %s's token", link.relay_id)
+        """Close every live link whose token no longer authenticates it (revoked or rotated).
+
+        All are asked at once, so the store answers them in a few batched queries: one query
+        per link, one after the other, took longer than the presence interval with thousands
+        of relays connected."""
+        links = list(self._tokens.items())
+        answers = await asyncio.gather(
+            *(self._store.authenticate_relay(token) for _, token in links), return_exceptions=True
+        )
+        for (link, _), relay in zip(links, answers, strict=True):
+            if isinstance(relay, BaseException):
+                log.error("could not re-check relay %s's token", link.relay_id, exc_info=relay)
                 return
-            if relay is None or relay.relay_id != link.relay_id:
+            if link in self._tokens and (relay is None or relay.relay_id != link.relay_id):
                 await self._revoked(link)
 
     async def _revoked(self, link: RelayLink) -> None:

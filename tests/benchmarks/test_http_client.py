@@ -29,7 +29,8 @@ class OneAnswerServer:
         request_line, *lines = head.split("\r\n")
         pairs = (line.partition(":") for line in lines if line)
         headers = {name.strip().lower(): value.strip() for name, _, value in pairs}
-        body = json.loads(await reader.readexactly(int(headers["content-length"])))
+        size = int(headers.get("content-length", "0"))
+        body = json.loads(await reader.readexactly(size)) if size else None
         self.requests.append((request_line, headers, body))
         payload = json.dumps({"echo": body}).encode()
         length = f"Content-Length: {len(payload)}\r\n" if self.with_length else ""
@@ -73,6 +74,18 @@ async def test_posts_json_and_reconnects_after_the_server_closed(
     assert (first, second) == ("POST /a HTTP/1.1", "POST /b HTTP/1.1")
     assert headers["authorization"] == "Bearer t"
     assert headers["content-type"] == "application/json"
+
+
+async def test_gets_without_a_body(answering: tuple[OneAnswerServer, str]) -> None:
+    handler, url = answering
+    client = HttpClient(url, {})
+    try:
+        assert await client.get_json("/healthz") == (201, {"echo": None})
+    finally:
+        await client.close()
+    ((request_line, headers, body),) = handler.requests
+    assert (request_line, body) == ("GET /healthz HTTP/1.1", None)
+    assert "content-length" not in headers
 
 
 async def test_a_response_without_content_length_is_an_error() -> None:

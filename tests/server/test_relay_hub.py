@@ -4,6 +4,8 @@ older one is a dead TCP connection that never answers (its relay process was SIG
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -24,11 +26,15 @@ class Presence:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, bool]] = []
+        self.during_touch: Callable[[], Awaitable[None]] | None = None
 
     async def set_relay_presence(self, relay_id: str, *, connected: bool, **_: Any) -> None:
         self.calls.append((relay_id, connected))
 
     async def touch_relays(self, relay_ids: list[str]) -> list[str]:
+        self.calls.extend((relay_id, True) for relay_id in relay_ids)
+        if self.during_touch is not None:
+            await self.during_touch()
         return []
 
     async def authenticate_relay(self, token: str) -> Any:
@@ -52,9 +58,9 @@ class Observer:
 class FakeLink:
     """A relay link; ``dead``: its transport is gone without a word, closing it never ends."""
 
-    def __init__(self, *, dead: bool = False) -> None:
+    def __init__(self, *, dead: bool = False, relay_id: RelayId = RELAY) -> None:
         self.dead = dead
-        self.relay_id = RELAY
+        self.relay_id = relay_id
         self.closed = asyncio.Event()
         self.close_codes: list[int] = []
         self.capabilities: frozenset[str] = frozenset()
@@ -89,3 +95,50 @@ async def test_a_new_hello_replaces_a_dead_link_at_once() -> None:
     assert presence.calls == [(RELAY, True), (RELAY, True)]
     await hub.close_all("test over")  # also ends the close still waiting on the dead link
     assert new.close_codes == [CloseCode.GOING_AWAY]
+
+
+async def test_live_relays_are_recorded_connected_and_one_gone_meanwhile_stays_gone() -> None:
+    presence = Presence()
+    hub = RelayHub(presence)
+    link = FakeLink()
+    await hub.register(cast(RelayLink, link), _hello(), "token")
+    presence.calls.clear()
+    assert await hub.record_presence() == []
+    assert presence.calls == [(RELAY, True)]  # connected, even if a reaper recorded it gone
+
+    async def disconnects() -> None:
+        await hub.unregister(cast(RelayLink, link))
+
+    presence.calls.clear()
+    presence.during_touch = disconnects
+    await hub.record_presence()
+    assert presence.calls[-1] == (RELAY, False)  # whichever write landed last, it is gone
+
+
+class Tokens(Presence):
+    """Relay tokens: each authenticates the relay named after it, unless revoked."""
+
+    def __init__(self, revoked: set[str]) -> None:
+        super().__init__()
+        self.revoked = revoked
+        self.asking = self.most_at_once = 0
+
+    async def authenticate_relay(self, token: str) -> Any:
+        self.asking += 1
+        self.most_at_once = max(self.most_at_once, self.asking)
+        await asyncio.sleep(0)  # a query's round trip
+        self.asking -= 1
+        return None if token in self.revoked else SimpleNamespace(relay_id=RelayId(token))
+
+
+async def test_tokens_are_rechecked_all_at_once_and_revoked_ones_closed() -> None:
+    store = Tokens(revoked={"relay-2"})
+    hub = RelayHub(store)
+    links = {name: FakeLink(relay_id=RelayId(name)) for name in ("relay-1", "relay-2", "relay-3")}
+    for name, link in links.items():
+        await hub.register(cast(RelayLink, link), _hello(), name)
+    await hub.recheck_tokens()
+    assert store.most_at_once == len(links)  # one batch for the store, not one query each
+    assert {name: link.close_codes for name, link in links.items()} == {
+        "relay-1": [], "relay-2": [CloseCode.RELAY_REVOKED], "relay-3": [],
+    }  # fmt: skip

@@ -407,6 +407,22 @@ async def test_relay_presence(store: Store, clock: FakeClock) -> None:
         await store.touch_relay("0" * 32)
 
 
+async def test_touching_live_relays_records_them_connected(store: Store, clock: FakeClock) -> None:
+    # A replica reaping a dead one records its relays gone; one that reconnected elsewhere in
+    # the meantime is connected again once its new replica touches its live relays.
+    owner = await store.create_user("alice", "pw")
+    relay, _ = await store.add_relay("lab", owner.user_id)
+    other, _ = await store.add_relay("other", owner.user_id)
+    await store.set_relay_presence(relay.relay_id, connected=True)
+    await store.set_relay_presence(relay.relay_id, connected=False)  # the reaper, late
+    clock.advance(5)
+    assert await store.touch_relays([relay.relay_id]) == []
+    seen, untouched = await store.get_relay(relay.relay_id), await store.get_relay(other.relay_id)
+    assert seen is not None and untouched is not None
+    assert (seen.connected, seen.last_seen_at) == (True, clock.now)
+    assert not untouched.connected
+
+
 async def test_relay_visibility(store: Store) -> None:
     owner = await store.create_user("alice", "pw")
     relay, _ = await store.add_relay("lab", owner.user_id)

@@ -147,6 +147,33 @@ async def test_many_queued_messages_arrive_whole_and_in_order(server_url: str) -
         assert await asyncio.wait_for(ws.receive_str(), scaled(10)) == "TEXT AFTER BINARY"
 
 
+async def test_connections_share_one_read_buffer_and_interleave_whole(served: Served) -> None:
+    # A relay fleet is thousands of mostly idle connections: they read into one buffer per
+    # event loop, never one each, and messages of many connections interleaved (large ones
+    # split across reads) still arrive whole on each.
+    async def exchange(ws: aiohttp.ClientWebSocketResponse, seed: int) -> None:
+        sizes = random.Random(seed).sample(SIZES, len(SIZES))
+        for size in sizes:
+            data = os.urandom(size)
+            await ws.send_bytes(data)
+            assert await asyncio.wait_for(ws.receive_bytes(), scaled(10)) == _digest(data)
+
+    async with contextlib.AsyncExitStack() as stack:
+        session = await stack.enter_async_context(aiohttp.ClientSession())
+        sockets = [
+            await stack.enter_async_context(session.ws_connect(f"{served.url}/echo",
+                                                               max_msg_size=0))
+            for _ in range(8)
+        ]  # fmt: skip
+        await asyncio.gather(*(exchange(ws, n) for n, ws in enumerate(sockets)))
+        protocols = [
+            p for p in served.server.server_state.connections
+            if isinstance(p, StreamingWebSocketProtocol)
+        ]  # fmt: skip
+        assert len(protocols) == len(sockets)
+        assert len({id(p.get_buffer(-1).obj) for p in protocols}) == 1
+
+
 async def test_streamed_binary_messages_and_pings_keep_their_order(server_url: str) -> None:
     async with (
         aiohttp.ClientSession() as session,

@@ -9,9 +9,10 @@ from tests.support.processes import ManagedProcess, ProcessFactory, free_port
 
 CONFIG = """\
 global
-    maxconn 4096
+    maxconn {maxconn}
 defaults
     mode http
+    maxconn {maxconn}
     timeout connect 2s
     timeout client 60s
     timeout server 60s
@@ -28,9 +29,11 @@ backend replicas
 
 
 def start_haproxy(
-    factory: ProcessFactory, root: Path, backends: list[int]
+    factory: ProcessFactory, root: Path, backends: list[int], maxconn: int = 4096
 ) -> tuple[ManagedProcess, int]:
-    """HAProxy on a free loopback port, balancing over ``backends`` (ports); fails without it."""
+    """HAProxy on a free loopback port, balancing over ``backends`` (ports); fails without it.
+
+    ``maxconn``: client connections at once (HAProxy raises its own file limit to match)."""
     binary = shutil.which("haproxy")
     if binary is None:
         raise RuntimeError("haproxy not found; scripts/install installs it")
@@ -40,7 +43,7 @@ def start_haproxy(
         for i, p in enumerate(backends)
     )
     config = root / "haproxy.cfg"
-    config.write_text(CONFIG.format(port=port, servers=servers))
+    config.write_text(CONFIG.format(port=port, servers=servers, maxconn=maxconn))
     process = factory([binary, "-db", "-f", str(config)], name="haproxy")
     process.wait_for_port(port, 10)
     return process, port

@@ -142,6 +142,14 @@ class Ownership:
         args: list[str | int] = [owner.relay_id, owner.replica, owner.epoch, CHANGED]
         return bool(await self._release(keys=[OWNERS], args=args))
 
+    async def release_all(self, owners: list[Owner]) -> list[bool]:
+        """:meth:`release` of each of ``owners``, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for owner in owners:
+            args: list[str | int] = [owner.relay_id, owner.replica, owner.epoch, CHANGED]
+            await self._release(keys=[OWNERS], args=args, client=pipe)
+        return [bool(done) for done in await pipe.execute()]
+
     async def renew(self, owners: Iterable[Owner]) -> list[Owner]:
         """Restore missing records of ``owners``; return those a newer epoch superseded."""
         owners = list(owners)

@@ -4,7 +4,7 @@ A relay connected here is served by the local :class:`RelayHub` exactly as on on
 relay held by another live replica is reached through that replica (``server.cluster.peers``);
 when it answers "not owner", ownership is read again from Redis and the call retried once.
 Ownership is cached here and kept current by the ``owners-changed`` channel and a full refresh
-every heartbeat, so ``is_connected`` and ``capabilities`` stay synchronous.
+every few heartbeats, so ``is_connected`` and ``capabilities`` stay synchronous.
 """
 
 from __future__ import annotations
@@ -31,6 +31,12 @@ from wire.messages import Event, Hello
 log = logging.getLogger(__name__)
 
 Orphaned = Callable[[RelayId], Awaitable[None]]
+
+# Every this many refreshes (heartbeats) the owner records are read in full: thousands of them
+# are a noticeable read, and pub/sub keeps the cache current in between.
+OWNERS_EVERY = 3
+# A dead replica's relays whose rows are marked ``unknown`` at once.
+REAP_AT_ONCE = 32
 
 
 def _unreachable() -> OpError:
@@ -74,6 +80,7 @@ class ClusterRouter:
         self.mine: dict[RelayId, Owner] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._reaping: set[asyncio.Task[None]] = set()
+        self._owners_due = 0  # refreshes until the owners are read in full again
         self.forwarded: dict[ForwardKind, int] = dict.fromkeys(FORWARD_KINDS, 0)
         hub.add_observer(self)
 
@@ -258,18 +265,25 @@ class ClusterRouter:
         await self._refresh()
 
     async def _refresh(self) -> None:
-        """Keep our claims, refresh the cache, and start reaping the replicas found dead."""
-        for lost in await self.ownership.renew(self.mine.values()):
-            await self._superseded(lost)
+        """Find the dead replicas (and start reaping them), keep our claims, refresh the cache
+        of owners: in full every ``OWNERS_EVERY`` refreshes or when the live replicas changed
+        (between, owner changes arrive through pub/sub). Cheapest first: a refresh that runs
+        late under a storm of reconnections still sees the dead in time."""
+        alive = set(self._alive)
         self._live_replicas(await self.ownership.replica_urls())
-        self._owners = await self.ownership.owners()
-        for relay_id, owner in self.mine.items():
-            self._owners.setdefault(relay_id, owner)
         for dead in await self.ownership.dead_replicas():
             if await self.ownership.take_reaping(dead):
                 reaping = asyncio.create_task(self._reap_once(dead), name=f"cluster-reap-{dead}")
                 self._reaping.add(reaping)
                 reaping.add_done_callback(self._reaping.discard)
+        for lost in await self.ownership.renew(self.mine.values()):
+            await self._superseded(lost)
+        self._owners_due -= 1
+        if self._owners_due <= 0 or self._alive != alive:
+            self._owners = await self.ownership.owners()
+            for relay_id, owner in self.mine.items():
+                self._owners.setdefault(relay_id, owner)
+            self._owners_due = OWNERS_EVERY
 
     async def _every(self, step: Callable[[], Awaitable[None]], what: str) -> None:
         while True:
@@ -293,17 +307,23 @@ class ClusterRouter:
             log.exception("reaping replica %s failed", replica)
 
     async def _reap(self, replica: str) -> None:
-        """A dead replica's relays: forget them (their rows go ``unknown``) unless re-owned."""
+        """A dead replica's relays: forget them (their rows go ``unknown``) unless re-owned.
+        Released in one round trip, their rows marked ``REAP_AT_ONCE`` relays at a time."""
         held = [o for o in (await self.ownership.owners()).values() if o.replica == replica]
         log.warning("replica %s is dead; %d relays were held there", replica, len(held))
-        for owner in held:
-            if await self.ownership.release(owner):
-                self._owners.pop(owner.relay_id, None)
-                try:
-                    await self._on_orphaned(owner.relay_id)
-                except Exception:
-                    log.exception("could not mark relay %s's desktops unknown", owner.relay_id)
+        released = await self.ownership.release_all(held)
+        orphans = [o.relay_id for o, gone in zip(held, released, strict=True) if gone]
+        for relay_id in orphans:
+            self._owners.pop(relay_id, None)
+        for start in range(0, len(orphans), REAP_AT_ONCE):
+            await asyncio.gather(*map(self._orphaned, orphans[start : start + REAP_AT_ONCE]))
         await self.ownership.forget_replica(replica)
+
+    async def _orphaned(self, relay_id: RelayId) -> None:
+        try:
+            await self._on_orphaned(relay_id)
+        except Exception:
+            log.exception("could not mark relay %s's desktops unknown", relay_id)
 
     async def _superseded(self, owner: Owner) -> None:
         """A newer connection of this relay is owned elsewhere: refuse further work here."""

@@ -1,5 +1,6 @@
 """A replica stays alive for the others while it reaps: its heartbeat does not wait for a
-reap of thousands of relays (real Redis; the relays' desktops are marked by a slow callback)."""
+reap of thousands of relays, and a relay owned again elsewhere is left alone (real Redis; the
+relays' desktops are marked by a slow callback)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, cast
 import pytest
 import redis.asyncio as redis
 
-from server.cluster.ownership import PREFIX, Ownership
+from server.cluster.ownership import OWNERS, PREFIX, Ownership
 from server.cluster.peers import Peers
 from server.cluster.router import ClusterRouter
 from server.cluster.signing import ClusterSigner
@@ -34,8 +35,13 @@ async def test_a_replica_reaping_for_longer_than_the_dead_bound_stays_alive(
     client = redis.Redis.from_url(redis_url)
     dead = Ownership(client, "dead-" + secrets.token_hex(3), "http://127.0.0.1:9", DEAD_AFTER_S)
     await dead.heartbeat()
-    for n in range(ORPHANS):
-        await dead.claim(RelayId(f"relay-{secrets.token_hex(4)}-{n}"), frozenset())
+    held = [RelayId(f"relay-{secrets.token_hex(4)}-{n}") for n in range(ORPHANS + 1)]
+    for relay_id in held:
+        await dead.claim(relay_id, frozenset())
+    # One relay reconnected to a live replica before the reap: it is not orphaned.
+    elsewhere = Ownership(client, "other-" + secrets.token_hex(3), "http://127.0.0.1:9", 60.0)
+    await elsewhere.heartbeat()
+    await elsewhere.claim(held[-1], frozenset())
     orphaned: list[RelayId] = []
 
     async def slowly_orphaned(relay_id: RelayId) -> None:
@@ -60,6 +66,8 @@ async def test_a_replica_reaping_for_longer_than_the_dead_bound_stays_alive(
                 await asyncio.sleep(0.05)
     finally:
         await router.stop()
+        await elsewhere.leave()
+        await client.hdel(OWNERS, *held)
         await client.aclose()
-    assert len(set(orphaned)) == ORPHANS
+    assert sorted(orphaned) == sorted(held[:-1])
     assert silent == 0.0, f"the reaping replica's key was missing for {silent:.2f} s"

@@ -1,8 +1,9 @@
 # relaydesk relay that runs virtual desktops inside its container: Xvfb, openbox, x11vnc,
 # websockify, a private D-Bus with AT-SPI, PulseAudio, fonts and a terminal.
 #
-#   scripts/docker-build relay                  (tags relaydesk/relay:dev)
-#   docker build -f docker/relay.Dockerfile --build-arg WITH_BROWSER=1 -t relaydesk/relay:dev .
+#   scripts/docker-build relay             (relaydesk/relay:dev)
+#   scripts/docker-build relay-browser     (relaydesk/relay:dev-browser: WITH_BROWSER=1, which
+#                                           adds Firefox ESR; run it with --shm-size 512m)
 #
 # It dials out to the server and publishes no ports. Token: RELAYDESK_RELAY_TOKEN, or a file
 # named by RELAYDESK_RELAY_TOKEN_FILE (e.g. a Docker secret); server: RELAYDESK_SERVER_URL.
@@ -61,7 +62,6 @@ RUN apt-get update -qq \
 
 # ---------------------------------------------------------------------------- runtime
 FROM ${BASE_IMAGE}
-ARG WITH_BROWSER=0
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -qq \
     && apt-get install -y -qq --no-install-recommends \
@@ -69,14 +69,22 @@ RUN apt-get update -qq \
         xvfb x11vnc openbox xterm autocutsel x11-utils \
         dbus-daemon dbus-session-bus-common at-spi2-core libatk-adaptor python3-gi \
         pulseaudio pulseaudio-utils libopus0 \
-        fonts-dejavu-core \
-        $([ "$WITH_BROWSER" = 1 ] && echo firefox-esr) >/dev/null \
+        fonts-dejavu-core >/dev/null \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --gid 10001 relaydesk \
     && useradd --uid 10001 --gid relaydesk --no-create-home --home-dir /var/lib/relaydesk \
         --shell /bin/bash relaydesk \
     && install -d -o relaydesk -g relaydesk -m 0700 /var/lib/relaydesk \
     && install -d -m 1777 /tmp/.X11-unix
+# The browser is a layer of its own after the common packages. WITH_BROWSER is declared only
+# here, so no layer above depends on it: both builds share them, and the image with the
+# browser costs only its packages and the copies below.
+ARG WITH_BROWSER=0
+RUN if [ "$WITH_BROWSER" = 1 ]; then \
+        apt-get update -qq \
+        && apt-get install -y -qq --no-install-recommends firefox-esr >/dev/null \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
 COPY --from=novnc /tmp/novnc/usr/share/novnc /usr/share/novnc
 COPY --from=python-build /opt/venv /opt/venv
 COPY --from=python-build /opt/relaydesk /opt/relaydesk

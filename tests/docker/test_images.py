@@ -10,97 +10,58 @@ through the server.
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 import os
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import numpy as np
 import pytest
-from PIL import Image
 
 from benchmarks.bench_audio import Decoder, Heard, listener, note, peak_hz, tone
 from benchmarks.rfb import RFBClient
 from tests.support.docker import (
     BUILD_TIMEOUT_S,
+    DESKTOP_GEOMETRY,
+    IDLE_RELAY_COMMANDS,
     RELAY_IMAGE,
     RELAY_IMAGE_TARGET_MB,
     REPO_ROOT,
     SERVER_IMAGE,
     SERVER_IMAGE_TARGET_MB,
     Container,
-    Seed,
-    ServerContainer,
-    api_action,
+    RelayStack,
     build_images,
     image_size_mb,
-    relay_env,
+    png_pixels,
+    relay_stack,
     require_docker,
-    run_container,
-    server_on_new_volume,
     wait_for,
 )
 from tests.support.processes import scaled
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(scaled(BUILD_TIMEOUT_S) + 300)]
 
-GEOMETRY = (1280, 800)
+GEOMETRY = DESKTOP_GEOMETRY
 # Largest pointer image x11vnc paints into the framebuffer (X cursors are at most 32x32 here).
 POINTER_PX = 32
-# What may run in an idle relay container: tini (PID 1) and the relay.
-IDLE_RELAY_COMMANDS = {"tini", "relaydesk"}
-
-
-@dataclass
-class Stack:
-    server: ServerContainer
-    relay: Container
-    seed: Seed
-    build_s: float
-
-    def action(self, name: str, **body: Any) -> tuple[int, Any]:
-        payload = {"conversation_id": self.seed.conversation_id, **body}
-        return api_action(self.server.url, self.seed.api_token, name, payload)
-
-    def start_desktop(self) -> dict[str, Any]:
-        status, body = self.action(
-            "desktop_start", relay=self.seed.relay_name, geometry=f"{GEOMETRY[0]}x{GEOMETRY[1]}"
-        )
-        assert status == 200, body
-        return dict(body)
-
-    def live_rows(self) -> list[dict[str, Any]]:
-        status, body = self.action("desktop_list_active", probe=True)
-        assert status == 200, body
-        return list(body["desktops"])
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
+def stack() -> Iterator[RelayStack]:
     require_docker()
     build_s = build_images()
     print(f"\nscripts/docker-build: {build_s:.1f} s")
-    with server_on_new_volume() as server:
-        server.start()
-        server.wait_ready()
-        seed = server.seed()
-        relay = run_container(RELAY_IMAGE, "relay", relay_env(server, seed.relay_token))
-        try:
-            server.wait_relays(1)
-            yield Stack(server, relay, seed, build_s)
-        finally:
-            relay.remove()
+    with relay_stack(RELAY_IMAGE) as stack:
+        yield stack
 
 
-def test_image_sizes_within_targets(stack: Stack) -> None:
+def test_image_sizes_within_targets(stack: RelayStack) -> None:
     server_mb, relay_mb = image_size_mb(SERVER_IMAGE), image_size_mb(RELAY_IMAGE)
     print(f"\n{SERVER_IMAGE}: {server_mb:.0f} MB (target {SERVER_IMAGE_TARGET_MB} MB)")
     print(f"{RELAY_IMAGE}: {relay_mb:.0f} MB (target {RELAY_IMAGE_TARGET_MB} MB)")
@@ -108,7 +69,7 @@ def test_image_sizes_within_targets(stack: Stack) -> None:
     assert relay_mb <= RELAY_IMAGE_TARGET_MB
 
 
-def test_containers_run_as_non_root(stack: Stack) -> None:
+def test_containers_run_as_non_root(stack: RelayStack) -> None:
     for container in (stack.server.container, stack.relay):
         assert container is not None
         assert container.exec("id", "-u") != "0"
@@ -116,7 +77,7 @@ def test_containers_run_as_non_root(stack: Stack) -> None:
         assert "0" not in users, container.processes()
 
 
-def test_server_health_check_passes(stack: Stack) -> None:
+def test_server_health_check_passes(stack: RelayStack) -> None:
     container = stack.server.container
     assert container is not None
     # The HEALTHCHECK command itself, then Docker's verdict once its first probe has run.
@@ -151,18 +112,7 @@ async def _viewer_frame(server_url: str, viewer_url: str) -> tuple[int, int, np.
         await client.close()
 
 
-def _screenshot(stack: Stack) -> dict[str, Any]:
-    status, shot = stack.action("screen", relay=stack.seed.relay_name, action="screenshot")
-    assert status == 200, shot
-    return dict(shot)
-
-
-def _pixels(shot: dict[str, Any]) -> np.ndarray:
-    image = Image.open(io.BytesIO(base64.b64decode(shot["image"]))).convert("RGB")
-    return np.asarray(image)
-
-
-async def test_viewer_stream_screenshot_and_guarded_click(stack: Stack) -> None:
+async def test_viewer_stream_screenshot_and_guarded_click(stack: RelayStack) -> None:
     started = stack.start_desktop()
     desktop = started["desktop"]
     assert desktop["state"] == "running"
@@ -173,10 +123,10 @@ async def test_viewer_stream_screenshot_and_guarded_click(stack: Stack) -> None:
     # The relay's own capture (XGetImage), independent of x11vnc's framebuffer: identical but
     # for the pointer, which x11vnc paints into the framebuffer of a viewer (like this Raw-only
     # client) that takes no cursor-shape updates, and a screenshot leaves out.
-    shot = _screenshot(stack)
+    shot = stack.screenshot()
     assert (shot["width"], shot["height"]) == GEOMETRY
     assert shot["desktop_session_id"] == desktop["desktop_session_id"]
-    ys, xs = np.nonzero(np.any(_pixels(shot) != frame, axis=2))
+    ys, xs = np.nonzero(np.any(png_pixels(shot) != frame, axis=2))
     if len(xs):
         box = (
             int(xs.min()),
@@ -206,7 +156,7 @@ async def test_viewer_stream_screenshot_and_guarded_click(stack: Stack) -> None:
 _SOUND_ROOT = "from relay.desktops.audio import default_runtime_root; print(default_runtime_root())"
 
 
-async def test_a_tone_played_in_a_desktop_is_heard_through_the_server(stack: Stack) -> None:
+async def test_a_tone_played_in_a_desktop_is_heard_through_the_server(stack: RelayStack) -> None:
     started = stack.start_desktop()
     display = started["desktop"]["display"]
     url = stack.server.url.replace("http://", "ws://") + started["viewer_url"] + "audio"
@@ -241,7 +191,7 @@ def _pacat_pids(container: Container) -> set[str]:
     return {row["pid"] for row in container.processes() if row["comm"] == "pacat"}
 
 
-def test_server_restarts_from_its_volume(stack: Stack) -> None:
+def test_server_restarts_from_its_volume(stack: RelayStack) -> None:
     session_id = stack.start_desktop()["desktop"]["desktop_session_id"]
     old = stack.server.container
     assert old is not None
@@ -265,23 +215,13 @@ def test_server_restarts_from_its_volume(stack: Stack) -> None:
     )
 
 
-def test_stopped_desktop_leaves_no_process(stack: Stack) -> None:
+def test_stopped_desktop_leaves_no_process(stack: RelayStack) -> None:
     row = stack.start_desktop()["desktop"]
-    status, body = stack.action(
-        "desktop_stop_confirm",
-        relay=stack.seed.relay_name,
-        desktop_session_id=row["desktop_session_id"],
-    )
-    assert status == 200, body
-
-    def idle() -> bool:
-        return {p["comm"] for p in stack.relay.processes()} <= IDLE_RELAY_COMMANDS
-
-    wait_for(idle, 15, "the relay container to hold only tini and the relay")
-    assert not [p for p in stack.relay.processes() if p["stat"].startswith("Z")]
+    stack.stop_desktop(row["desktop_session_id"])
+    stack.wait_relay_idle()
 
 
-def test_relay_container_stops_cleanly_with_its_desktops(stack: Stack) -> None:
+def test_relay_container_stops_cleanly_with_its_desktops(stack: RelayStack) -> None:
     session_id = stack.start_desktop()["desktop"]["desktop_session_id"]
     assert len(stack.relay.processes()) > len(IDLE_RELAY_COMMANDS)
     stopped_in = stack.relay.stop()
@@ -301,7 +241,7 @@ def test_relay_container_stops_cleanly_with_its_desktops(stack: Stack) -> None:
     )
 
 
-def test_bench_docker_quick_run(stack: Stack) -> None:
+def test_bench_docker_quick_run(stack: RelayStack) -> None:
     result = subprocess.run(
         [sys.executable, "benchmarks/bench_docker.py", "--quick", "--no-build"],
         cwd=REPO_ROOT,

@@ -9,7 +9,9 @@ skipped.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import io
 import json
 import secrets
 import subprocess
@@ -21,12 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from PIL import Image
+
 from tests.support.processes import free_port, scaled
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TAG = "dev"
 SERVER_IMAGE = f"relaydesk/server:{TAG}"
 RELAY_IMAGE = f"relaydesk/relay:{TAG}"
+# The relay with Firefox ESR (``scripts/docker-build relay-browser``).
+RELAY_BROWSER_IMAGE = f"relaydesk/relay:{TAG}-browser"
 LABEL = "relaydesk.test=1"
 # Targets of the images and of a relay container's first desktop (docs/docker.md).
 SERVER_IMAGE_TARGET_MB = 250
@@ -99,11 +106,12 @@ def require_docker() -> None:
         ) from err
 
 
-def build_images() -> float:
-    """Build both images with ``scripts/docker-build``; return the seconds it took."""
+def build_images(*targets: str) -> float:
+    """Build ``targets`` (default: the script's own, server, relay and desktop) with
+    ``scripts/docker-build``; return the seconds it took."""
     started = time.monotonic()
     result = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "docker-build")],
+        ["bash", str(REPO_ROOT / "scripts" / "docker-build"), *targets],
         cwd=REPO_ROOT,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -113,7 +121,8 @@ def build_images() -> float:
     )
     if result.returncode != 0:
         tail = result.stderr[-6000:]
-        raise DockerError(f"scripts/docker-build exited {result.returncode}:\n{tail}")
+        command = " ".join(("scripts/docker-build", *targets))
+        raise DockerError(f"{command} exited {result.returncode}:\n{tail}")
     return time.monotonic() - started
 
 
@@ -332,3 +341,85 @@ def server_on_new_volume() -> Iterator[ServerContainer]:
         for container in server.started:
             container.remove()
         remove_volume(volume)
+
+
+# The geometry of the desktops a ``RelayStack`` starts.
+DESKTOP_GEOMETRY = (1280, 800)
+# What may run in an idle relay container: tini (PID 1) and the relay.
+IDLE_RELAY_COMMANDS = frozenset({"tini", "relaydesk"})
+
+
+@dataclass
+class RelayStack:
+    """A server container with the usual principals and one relay container dialling it."""
+
+    server: ServerContainer
+    relay: Container
+    seed: Seed
+
+    def action(self, name: str, **body: Any) -> tuple[int, Any]:
+        payload = {"conversation_id": self.seed.conversation_id, **body}
+        return api_action(self.server.url, self.seed.api_token, name, payload)
+
+    def start_desktop(self) -> dict[str, Any]:
+        width, height = DESKTOP_GEOMETRY
+        status, body = self.action(
+            "desktop_start", relay=self.seed.relay_name, geometry=f"{width}x{height}"
+        )
+        assert status == 200, body
+        return dict(body)
+
+    def stop_desktop(self, desktop_session_id: str) -> None:
+        status, body = self.action(
+            "desktop_stop_confirm",
+            relay=self.seed.relay_name,
+            desktop_session_id=desktop_session_id,
+        )
+        assert status == 200, body
+
+    def live_rows(self) -> list[dict[str, Any]]:
+        status, body = self.action("desktop_list_active", probe=True)
+        assert status == 200, body
+        return list(body["desktops"])
+
+    def wait_relay_idle(self, timeout: float = 15.0) -> float:
+        """Wait until only tini and the relay run in the relay container; no zombie is left."""
+
+        def idle() -> bool:
+            return {p["comm"] for p in self.relay.processes()} <= IDLE_RELAY_COMMANDS
+
+        waited = wait_for(idle, timeout, "the relay container to hold only tini and the relay")
+        zombies = [p for p in self.relay.processes() if p["stat"].startswith("Z")]
+        assert not zombies, zombies
+        return waited
+
+    def screenshot(self) -> dict[str, Any]:
+        """The ``screen`` tool's screenshot of the relay's desktop (a PNG in ``image``)."""
+        status, shot = self.action("screen", relay=self.seed.relay_name, action="screenshot")
+        assert status == 200, shot
+        return dict(shot)
+
+
+@contextlib.contextmanager
+def relay_stack(
+    relay_image: str, env: dict[str, str] | None = None, run_args: tuple[str, ...] = ()
+) -> Iterator[RelayStack]:
+    """A seeded server on a new volume and a relay container of ``relay_image`` (``env`` and
+    ``run_args`` added to its ``docker run``), connected; both removed on exit."""
+    with server_on_new_volume() as server:
+        server.start()
+        server.wait_ready()
+        seed = server.seed()
+        relay_vars = relay_env(server, seed.relay_token) | (env or {})
+        relay = run_container(relay_image, "relay", relay_vars, run_args=run_args)
+        try:
+            server.wait_relays(1)
+            yield RelayStack(server, relay, seed)
+        finally:
+            relay.remove()
+
+
+def png_pixels(shot: dict[str, Any]) -> np.ndarray:
+    """RGB pixels of a screenshot's PNG (``image``, base64)."""
+    image = Image.open(io.BytesIO(base64.b64decode(shot["image"]))).convert("RGB")
+    return np.asarray(image)

@@ -88,13 +88,16 @@ RUN if [ "$WITH_BROWSER" = 1 ]; then \
 COPY --from=novnc /tmp/novnc/usr/share/novnc /usr/share/novnc
 COPY --from=python-build /opt/venv /opt/venv
 COPY --from=python-build /opt/relaydesk /opt/relaydesk
+# openbox, woken while it settles: a start-up window would otherwise wait ~20 s (the script).
+COPY docker/openbox-awake /usr/local/bin/relaydesk-openbox
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/var/lib/relaydesk \
     RELAYDESK_DATA_DIR=/var/lib/relaydesk \
     RELAYDESK_NOVNC_DIR=/usr/share/novnc \
-    RELAYDESK_DESKTOP_PROFILE=minimal
+    RELAYDESK_DESKTOP_PROFILE=minimal \
+    RELAYDESK_WINDOW_MANAGER="/usr/local/bin/relaydesk-openbox --sm-disable"
 VOLUME ["/var/lib/relaydesk"]
 WORKDIR /var/lib/relaydesk
 USER relaydesk:relaydesk

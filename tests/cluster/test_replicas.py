@@ -250,6 +250,40 @@ async def test_one_link_carries_concurrent_calls_and_names_a_stale_owner(cluster
         await peers.close()
 
 
+async def test_a_signed_link_that_sends_garbage_is_closed_and_nothing_else_is(
+    cluster: Cluster,
+) -> None:
+    """Bad frames on a signed link (not JSON, an unknown message, binary before the welcome)
+    close that link with a protocol error; the replica goes on serving other links."""
+    owner = await _owner_record(cluster)
+    secret = cluster.tracker.processes[0].env["RELAYDESK_CLUSTER_SECRET"]  # type: ignore[index]
+    signer = ClusterSigner(secret)
+    async with aiohttp.ClientSession() as session:
+        for garbage in ("{", '{"type": "nonsense"}', b"\x00" * 64):
+            headers = {
+                **signer.sign("GET", "/internal/v1/link", b"t1"),
+                "x-relaydesk-replica": "t1",
+            }
+            async with session.ws_connect(owner.url + "/internal/v1/link", headers=headers) as ws:
+                hello = await ws.receive(timeout=10)
+                assert hello.type is aiohttp.WSMsgType.TEXT and '"hello"' in hello.data
+                if isinstance(garbage, bytes):
+                    await ws.send_bytes(garbage)
+                else:
+                    await ws.send_str(garbage)
+                closed = await ws.receive(timeout=10)
+            assert closed.type is aiohttp.WSMsgType.CLOSE, closed
+            refusals = (CloseCode.PROTOCOL_ERROR, CloseCode.UNSUPPORTED_DATA,
+                        CloseCode.HELLO_EXPECTED)  # fmt: skip
+            assert ws.close_code in refusals, (garbage, ws.close_code)
+    peers = _peers(secret)
+    try:
+        answer = await peers.request(owner, "desktop.status", {}, 10)
+        assert isinstance(answer["desktops"], list)
+    finally:
+        await peers.close()
+
+
 async def test_a_replica_without_the_secret_is_told_so(cluster: Cluster) -> None:
     owner = await _owner_record(cluster)
     peers = _peers(secrets.token_urlsafe(24))

@@ -70,6 +70,7 @@ async def routing(settings: Settings, hub: RelayHub) -> AsyncIterator[Routing]:
         yield Routing(hub, None)
         return
 
+    from server.cluster.nonces import RedisNonces
     from server.cluster.ownership import Ownership
     from server.cluster.peers import Peers
     from server.cluster.router import ClusterRouter
@@ -80,7 +81,7 @@ async def routing(settings: Settings, hub: RelayHub) -> AsyncIterator[Routing]:
     ownership = Ownership(
         client, replica_id, settings.advertised_url(), settings.cluster_dead_after_s
     )
-    signer = ClusterSigner(settings.cluster_secret)
+    signer = ClusterSigner(settings.cluster_secret, nonces=RedisNonces(client))
     cluster = ClusterRouter(
         hub, ownership,
         Peers(signer, replica_id, max_text=settings.max_text_frame,

@@ -3,8 +3,9 @@ screen calls on the revisions this replica issued (``server.cluster.screen``).
 
 A calling replica opens one WebSocket (``LINK_PATH``) and keeps it. The route exists on every
 replica but answers only when clustered, and only to an upgrade signed with the cluster secret
-(``server.cluster.signing``: timestamp, nonce, the caller's replica id); anything else is closed
-4403 before a frame is read. Then this side speaks the relay protocol's relay role: a
+(``server.cluster.signing``) for this replica's own internal address, with a nonce no replica
+has seen (``server.cluster.nonces``) and the caller's replica id; anything else is closed 4403
+before a frame is read. Then this side speaks the relay protocol's relay role: a
 ``hello``, the caller's ``welcome``, and requests answered concurrently on the same link.
 
 A relay not held here (or held under another epoch) is answered with a ``not_owner`` error, so
@@ -147,12 +148,14 @@ async def _pump(source: RelayChannel, sink: RelayChannel) -> None:
             await channel.close(ended.close_code, ended.reason)
 
 
-def _authorized(cluster: ClusterRouter | None, websocket: WebSocket) -> bool:
-    if cluster is None:
-        return False
+async def _authorized(cluster: ClusterRouter, websocket: WebSocket) -> bool:
+    """Signed with the cluster secret, for this replica's own address, with a nonce no
+    replica has seen."""
     replica = websocket.headers.get(LINK_REPLICA, "")
     try:
-        cluster.signer.verify("GET", LINK_PATH, websocket.headers, replica.encode())
+        await cluster.signer.verify(
+            "GET", LINK_PATH, websocket.headers, replica.encode(), target=cluster.ownership.url
+        )
     except OpError as err:
         log.warning("replica link from %s refused: %s", replica[:32] or "?", err.message)
         return False
@@ -163,7 +166,7 @@ async def replica_link(websocket: WebSocket) -> None:
     """The replica link endpoint: see the module docstring."""
     services = services_of(websocket)
     cluster = services.cluster
-    if cluster is None or not _authorized(cluster, websocket):
+    if cluster is None or not await _authorized(cluster, websocket):
         await websocket.close(CloseCode.VIEWER_FORBIDDEN, "cluster signature")
         return
     await websocket.accept()

@@ -3,7 +3,8 @@ relay, or a screen call sent to the replica that issued its revision
 (``server.cluster.screen``).
 
 Each other replica is reached through one persistent WebSocket (``server.cluster.channel``),
-opened on first use with an upgrade signed with the cluster secret and kept: this side plays
+opened on first use with an upgrade signed with the cluster secret for that replica's address
+(``server.cluster.signing``) and kept: this side plays
 the server's part of the relay protocol (it welcomes the answering replica's ``hello``, then
 sends requests and opens channels), so a forwarded request costs one message each way and a
 forwarded channel has the relay protocol's credit window and bounded buffer on this hop too.
@@ -179,7 +180,8 @@ class Peers:
     async def _connect(self, replica: str, url: str) -> ReplicaLink:
         """Open, authenticate and welcome a link to ``replica``."""
         me = self._replica_id
-        headers = {**self._signer.sign("GET", LINK_PATH, me.encode()), LINK_REPLICA: me}
+        signed = self._signer.sign("GET", LINK_PATH, me.encode(), target=url)
+        headers = {**signed, LINK_REPLICA: me}
         try:
             ws = await self._client().ws_connect(
                 url + LINK_PATH, headers=headers, heartbeat=LINK_HEARTBEAT_S, max_msg_size=0,

@@ -55,7 +55,7 @@ from wire.errors import CloseCode, ErrorCode, OpError
 from wire.ids import RelayId
 
 pytestmark = [
-    pytest.mark.integration, pytest.mark.postgres, pytest.mark.redis,
+    pytest.mark.cluster, pytest.mark.postgres, pytest.mark.redis,
     pytest.mark.asyncio(loop_scope="module"),
 ]  # fmt: skip
 
@@ -206,7 +206,10 @@ async def test_the_replica_link_without_the_cluster_secret_is_refused(cluster: C
     owner = cluster.replicas[str(await cluster.owner())]
     link = "ws" + owner.url[4:] + "/internal/v1/link"
     signer = ClusterSigner(secrets.token_urlsafe(24))  # not the cluster's secret
-    forged = {**signer.sign("GET", "/internal/v1/link", b"b1"), "x-relaydesk-replica": "b1"}
+    forged = {
+        **signer.sign("GET", "/internal/v1/link", b"b1", target=owner.url),
+        "x-relaydesk-replica": "b1",
+    }
     async with aiohttp.ClientSession() as session:
         for headers in ({}, {"x-relaydesk-replica": "b1"}, forged):
             with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
@@ -261,7 +264,7 @@ async def test_a_signed_link_that_sends_garbage_is_closed_and_nothing_else_is(
     async with aiohttp.ClientSession() as session:
         for garbage in ("{", '{"type": "nonsense"}', b"\x00" * 64):
             headers = {
-                **signer.sign("GET", "/internal/v1/link", b"t1"),
+                **signer.sign("GET", "/internal/v1/link", b"t1", target=owner.url),
                 "x-relaydesk-replica": "t1",
             }
             async with session.ws_connect(owner.url + "/internal/v1/link", headers=headers) as ws:

@@ -106,3 +106,22 @@ def _module_x_authority() -> Iterator[None]:
         os.environ.pop("XAUTHORITY", None)
     else:
         os.environ["XAUTHORITY"] = before
+
+
+# Every test belongs to exactly one tier, so `-m unit` (or any tier) selects whole layers and
+# nothing silently drops out of a selection (docs in CONTRIBUTING.md).
+TIERS = ("unit", "integration", "e2e", "cluster", "docker", "bench")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Fail the run, naming each test, when a test has no tier marker or more than one."""
+    wrong = []
+    for item in items:
+        tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+        if len(tiers) != 1:
+            wrong.append(f"{item.nodeid}: {', '.join(sorted(tiers)) or 'no tier'}")
+    if wrong:
+        listing = "\n  ".join(wrong)
+        raise pytest.UsageError(
+            f"every test needs exactly one tier marker of {', '.join(TIERS)}:\n  {listing}"
+        )

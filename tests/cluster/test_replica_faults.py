@@ -26,7 +26,7 @@ from tests.support.redis import RedisServer, start_redis
 from tests.support.stack import Seed, ServerProcess, start_relay, start_server, wait_until
 
 pytestmark = [
-    pytest.mark.integration, pytest.mark.postgres, pytest.mark.redis,
+    pytest.mark.cluster, pytest.mark.postgres, pytest.mark.redis,
     pytest.mark.asyncio(loop_scope="module"),
 ]  # fmt: skip
 

@@ -18,7 +18,7 @@ from tests.support.processes import scaled
 from tests.support.sse import SseEvent, SseStream, open_sse
 
 pytestmark = [
-    pytest.mark.integration, pytest.mark.postgres, pytest.mark.redis,
+    pytest.mark.cluster, pytest.mark.postgres, pytest.mark.redis,
     pytest.mark.asyncio(loop_scope="module"),
 ]  # fmt: skip
 

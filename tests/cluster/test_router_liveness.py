@@ -19,7 +19,7 @@ from server.relays.hub import RelayHub
 from tests.support import redis as redis_support
 from wire.ids import RelayId
 
-pytestmark = [pytest.mark.redis, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = [pytest.mark.cluster, pytest.mark.redis, pytest.mark.asyncio(loop_scope="module")]
 
 redis_server = redis_support.redis_server
 redis_url = redis_support.redis_url

@@ -17,6 +17,8 @@ from relay.a11y.dbusconn import Closed, ConnectFailed, Connection, socket_addres
 from relay.a11y.dbuswire import ERROR, METHOD_RETURN, Message, message_length, read_message
 from tests.relay.test_a11y_dbuswire import message
 
+pytestmark = pytest.mark.unit
+
 Answer = Callable[[Message], list[bytes]]  # a call → the messages the bus sends back
 
 

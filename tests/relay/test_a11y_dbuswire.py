@@ -24,6 +24,8 @@ from relay.a11y.dbuswire import (
     read_message,
 )
 
+pytestmark = pytest.mark.unit
+
 FIXED = {"y": ("B", 1), "b": ("I", 4), "i": ("i", 4), "u": ("I", 4), "x": ("q", 8), "d": ("d", 8)}
 
 

@@ -4,7 +4,11 @@ tests/integration/test_a11y.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from relay.a11y.nodes import EVERYTHING, Node, Tree
+
+pytestmark = pytest.mark.unit
 
 BUS = ":1.9"
 

@@ -10,17 +10,13 @@ a request fails the test, and the server must still answer afterwards.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
-import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,8 +27,8 @@ from server.actions.registry import ActionRegistry
 from server.app import create_app
 from server.config import Settings
 from tests.support.background import ErrorRecords, error_records, in_background_thread
-from tests.support.processes import ProcessFactory, scaled
-from tests.support.stack import Seed, inprocess_server, seed_database, start_server
+from tests.support.processes import scaled
+from tests.support.stack import Seed, inprocess_server, seed_database
 from wire.errors import ErrorCode
 
 pytestmark = pytest.mark.unit
@@ -447,45 +443,6 @@ async def test_a_cross_site_viewer_websocket_is_refused(live: Live) -> None:
         async with websockets.connect(url, origin=websockets.Origin("https://evil.example")):
             pass
     assert refused.value.response.status_code == 403
-
-
-# -- a real server process over a real socket -------------------------------------------------
-
-LOGIN_FLOOD = 64 * 1024 * 1024
-
-
-def _flood_login(port: int, chunked: bool) -> bytes:
-    """Send a 64 MiB login body (declared, or chunked with no length); return the answer."""
-    framing = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: %d" % LOGIN_FLOOD
-    head = (
-        b"POST /api/v1/login HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-        b"Content-Type: application/json\r\n" + framing + b"\r\n\r\n"
-    )
-    chunk = b" " * (1024 * 1024)
-    piece = b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk
-    with socket.create_connection(("127.0.0.1", port), timeout=scaled(10)) as sock:
-        sock.sendall(head)
-        with contextlib.suppress(OSError):  # the server may answer and close mid-body
-            for _ in range(LOGIN_FLOOD // len(chunk)):
-                sock.sendall(piece)
-        return sock.recv(65536)
-
-
-@pytest.mark.integration
-async def test_a_64_mib_login_body_is_413_and_the_server_stays_small(
-    process_factory: ProcessFactory, tmp_path: Path
-) -> None:
-    seed = await seed_database(tmp_path / "data")
-    server = await start_server(process_factory, seed)
-    process = psutil.Process(server.process.pid)
-    before = process.memory_info().rss
-    for chunked in (False, True):
-        answer = await asyncio.to_thread(_flood_login, server.port, chunked)
-        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
-        assert b'"limit_reached"' in answer
-    grown = process.memory_info().rss - before
-    assert grown < 32 * 1024 * 1024, f"RSS grew by {grown / 2**20:.0f} MiB"
-    assert server.relays_connected() == 0  # still answers
 
 
 def test_a_cross_site_login_form_logs_nobody_in(live: Live) -> None:

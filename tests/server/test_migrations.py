@@ -22,6 +22,8 @@ from tests.support import postgres
 from tests.support.postgres import PostgresCluster
 from tests.support.processes import free_port
 
+pytestmark = pytest.mark.integration
+
 # Fixtures shared with the other server suites.
 postgres_cluster = postgres.postgres_cluster
 

@@ -19,6 +19,8 @@ from server.db.records import role_allows
 from server.db.store import Store
 from tests.support import postgres
 
+pytestmark = pytest.mark.integration
+
 # Fixtures shared with the other server suites.
 database_url = postgres.database_url
 postgres_cluster = postgres.postgres_cluster

@@ -16,6 +16,8 @@ from server.inventory.rows import DesktopRow
 from tests.support import postgres
 from wire.ops import DesktopState
 
+pytestmark = pytest.mark.integration
+
 database_url = postgres.database_url
 postgres_cluster = postgres.postgres_cluster
 sqlite_template = postgres.sqlite_template

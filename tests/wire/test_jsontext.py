@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from wire import jsontext
 
+pytestmark = pytest.mark.unit
+
 _values = st.recursive(
     st.none()
     | st.booleans()

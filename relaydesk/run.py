@@ -38,6 +38,9 @@ def uvicorn_config(app: Any, settings: Any) -> Any:
         ws_per_message_deflate=False,
         # Viewer capability paths carry a token: uvicorn's access log would write it down.
         access_log=False,
+        # The client address is the connection's: X-Forwarded-For counts only from the proxies
+        # in RELAYDESK_TRUSTED_PROXIES (server/auth/addresses.py), not from any local process.
+        proxy_headers=False,
         log_config=None,
         lifespan="on",
         timeout_graceful_shutdown=5,

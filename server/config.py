@@ -25,6 +25,10 @@ def _env_float(name: str, default: float) -> float:
     return float(_env(name, str(default)))
 
 
+def _env_list(name: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in _env(name, "").split(",") if item.strip())
+
+
 def _env_bool(name: str, default: bool) -> bool:
     return _env(name, "1" if default else "0").strip().lower() in {"1", "true", "yes", "on"}
 
@@ -50,8 +54,12 @@ class Settings:
     session_ttl_s: int = 7 * 24 * 3600
     session_purge_interval_s: float = 3600.0
     login_link_ttl_s: int = 900
-    login_max_failures: int = 5
+    # Failed logins one client address may make within the window (never counted per user).
+    login_max_failures: int = 20
     login_window_s: int = 300
+    # Reverse proxies (addresses or networks) whose X-Forwarded-For names the client; none by
+    # default, loopback included (server.auth.addresses).
+    trusted_proxies: tuple[str, ...] = ()
     heartbeat_s: float = 10.0
     liveness_timeout_s: float = 30.0
     presence_interval_s: float = 10.0
@@ -110,6 +118,12 @@ class Settings:
                 "it read the metrics from anywhere; use a long random value, or leave it unset "
                 "to serve metrics to loopback clients only"
             )
+        from server.auth.addresses import parse_networks
+
+        try:
+            parse_networks(self.trusted_proxies)
+        except ValueError as err:
+            raise ConfigError(f"RELAYDESK_TRUSTED_PROXIES: {err}") from None
         from server.control.policy import PolicyBook
 
         PolicyBook.from_settings(self)  # a bad RELAYDESK_AGENT_GRANT_RELAYS fails here
@@ -130,7 +144,7 @@ class Settings:
             session_ttl_s=_env_int("SESSION_TTL_S", 7 * 24 * 3600),
             session_purge_interval_s=_env_float("SESSION_PURGE_INTERVAL_S", 3600.0),
             login_link_ttl_s=_env_int("LOGIN_LINK_TTL_S", 900),
-            login_max_failures=_env_int("LOGIN_MAX_FAILURES", 5),
+            login_max_failures=_env_int("LOGIN_MAX_FAILURES", 20),
             login_window_s=_env_int("LOGIN_WINDOW_S", 300),
             heartbeat_s=_env_float("HEARTBEAT_S", 10.0),
             liveness_timeout_s=_env_float("LIVENESS_TIMEOUT_S", 30.0),
@@ -157,6 +171,7 @@ class Settings:
             agent_grant_idle_s=_env_float("AGENT_GRANT_IDLE_S", 120.0),
             agent_grant_relays=_env("AGENT_GRANT_RELAYS", ""),
             metrics_token=_env("METRICS_TOKEN", ""),
+            trusted_proxies=_env_list("TRUSTED_PROXIES"),
         )
 
 

@@ -1,10 +1,12 @@
-"""Sliding-window limiter for failed logins.
+"""Sliding-window limiter for failed logins, per client address.
 
-Failures are counted per username and per client address. An address gets a larger
-allowance (``ADDRESS_FACTOR`` times) because many people may share one (NAT, a proxy);
-a username's limit protects that one account wherever the guesses come from. The windows
-live in this process (:class:`SlidingWindow`) on one machine and in Redis
-(``server.auth.redis_windows``) when replicas share it, so all replicas spend one budget.
+Failures are counted per client address (``server.auth.addresses``: the connection's, or the
+one a trusted proxy forwards), never per username: a lock per username would let anyone who
+knows a name lock its owner out, and would refuse the right password. An address over its limit
+is refused every attempt (429) until its oldest failure leaves the window; every other address,
+and so the account's owner, signs in as usual. The windows live in this process
+(:class:`SlidingWindow`) on one machine and in Redis (``server.auth.redis_windows``) when
+replicas share it, so all replicas spend one budget.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Protocol
 
-ADDRESS_FACTOR = 5
 # Bounded memory: the least recently failing keys are forgotten first.
 MAX_KEYS = 10_000
 
@@ -72,46 +73,21 @@ class SlidingWindow:
 
 
 class LoginRateLimiter:
-    """Refuses login attempts after too many recent failures for a user or an address."""
+    """Refuses login attempts from an address after too many recent failures from it."""
 
-    def __init__(self, users: Window, addresses: Window) -> None:
-        self._users = users
+    def __init__(self, addresses: Window) -> None:
         self._addresses = addresses
 
     @classmethod
     def in_process(
         cls, max_failures: int, window_s: float, *, clock: Callable[[], float] = time.monotonic
     ) -> LoginRateLimiter:
-        """Windows kept in this process (one server)."""
-        return cls(
-            SlidingWindow(max_failures, window_s, clock),
-            SlidingWindow(max_failures * ADDRESS_FACTOR, window_s, clock),
-        )
+        """A window kept in this process (one server)."""
+        return cls(SlidingWindow(max_failures, window_s, clock))
 
-    async def retry_after(self, username: str, address: str) -> float | None:
-        """Seconds to wait before another attempt, or None when one is allowed now."""
-        waits = [
-            wait
-            for wait in (
-                await self._users.retry_after(_user_key(username)),
-                await self._addresses.retry_after(address),
-            )
-            if wait is not None
-        ]
-        return max(waits) if waits else None
-
-    async def address_retry_after(self, address: str) -> float | None:
-        """The address's wait alone: checked before a login body is even read."""
+    async def retry_after(self, address: str) -> float | None:
+        """Seconds ``address`` must wait before another attempt, or None when it may try now."""
         return await self._addresses.retry_after(address)
 
-    async def record_failure(self, username: str, address: str) -> None:
-        await self._users.add(_user_key(username))
+    async def record_failure(self, address: str) -> None:
         await self._addresses.add(address)
-
-    async def record_success(self, username: str) -> None:
-        """A correct password clears that user's failures (not the address's)."""
-        await self._users.clear(_user_key(username))
-
-
-def _user_key(username: str) -> str:
-    return username.strip().lower()

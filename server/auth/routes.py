@@ -15,6 +15,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from server import errors
+from server.auth import addresses
 from server.auth.dependencies import SESSION_COOKIE, authenticate, store_of
 from server.auth.errors import AuthError, RateLimited, Unauthorized, error_response
 from server.auth.principal import Principal
@@ -56,7 +57,8 @@ def login_limiter(request: Request) -> LoginRateLimiter:
 
 
 def client_address(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
+    """The connection's address, or the one a configured trusted proxy forwards."""
+    return addresses.client_address(request, settings_of(request).trusted_proxies)
 
 
 def user_json(user: UserRecord | Principal) -> dict[str, Any]:
@@ -108,9 +110,9 @@ def _credentials(body: dict[str, Any]) -> tuple[str, str] | None:
     return username, password
 
 
-def _check_rate(wait: float | None, username: str, address: str) -> None:
-    if wait is not None:
-        log.warning("login refused (rate limited) user=%r from %s", username[:64], address)
+async def _check_rate(limiter: LoginRateLimiter, address: str) -> None:
+    if (wait := await limiter.retry_after(address)) is not None:
+        log.warning("login refused (rate limited) from %s", address)
         raise RateLimited(wait)
 
 
@@ -128,23 +130,22 @@ async def login(request: Request) -> Response:
     """``POST /api/v1/login {username, password}`` → session cookie + CSRF token.
 
     Cheapest first: the address's rate limit and the Origin before a byte of the body is
-    read, then a small JSON body (``LOGIN_BODY_LIMIT``), then the username's rate limit.
+    read, then a small JSON body (``LOGIN_BODY_LIMIT``). Failures count against the address
+    only: the right password from an address under its limit always signs in.
     """
     address, limiter = client_address(request), login_limiter(request)
-    _check_rate(await limiter.address_retry_after(address), "", address)
+    await _check_rate(limiter, address)
     _check_origin(request)
     credentials = _credentials(await read_json_object(request, LOGIN_BODY_LIMIT))
     if credentials is None:
         return invalid_args("expected a JSON object with string 'username' and 'password'")
     username, password = credentials
-    _check_rate(await limiter.retry_after(username, address), username, address)
     store = store_of(request)
     user = await store.verify_password(username, password)
     if user is None:
-        await limiter.record_failure(username, address)
+        await limiter.record_failure(address)
         log.warning("login failed user=%r from %s", username[:64], address)
         raise Unauthorized(BAD_CREDENTIALS)
-    await limiter.record_success(username)
     if old_secret := request.cookies.get(SESSION_COOKIE):
         await store.delete_web_session(old_secret)  # no session fixation across logins
     return await _signed_in(request, user, "password")

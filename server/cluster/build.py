@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from server.auth.ratelimit import ADDRESS_FACTOR, LoginRateLimiter
+from server.auth.ratelimit import LoginRateLimiter
 from server.cluster.screen import ScreenForwarding
 from server.cluster.signing import ClusterSigner
 from server.config import Settings
@@ -124,7 +124,8 @@ async def shared_caches(
 
 @contextlib.asynccontextmanager
 async def login_limits(settings: Settings) -> AsyncIterator[LoginRateLimiter]:
-    """The login rate limiter: one budget in Redis for all replicas, else this process's."""
+    """The login rate limiter (per address): one budget in Redis for all replicas, else this
+    process's."""
     failures, window_s = settings.login_max_failures, settings.login_window_s
     if not settings.clustered:
         yield LoginRateLimiter.in_process(failures, window_s)
@@ -134,9 +135,6 @@ async def login_limits(settings: Settings) -> AsyncIterator[LoginRateLimiter]:
 
     client = _redis(settings.redis_url)
     try:
-        yield LoginRateLimiter(
-            RedisWindow(client, "user", failures, window_s),
-            RedisWindow(client, "address", failures * ADDRESS_FACTOR, window_s),
-        )
+        yield LoginRateLimiter(RedisWindow(client, "address", failures, window_s))
     finally:
         await client.aclose()

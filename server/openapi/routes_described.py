@@ -39,7 +39,7 @@ _SESSION: Final[dict[tuple[str, str], Json]] = {
     ("POST", "/api/v1/login"): operation(
         "login", "Sign in with a password", tag="auth", security=NONE,
         description="Sets the `relaydesk_session` cookie and answers the CSRF token. Rate "
-        "limited per address and per username (429 with `Retry-After`).",
+        "limited per client address (429 with `Retry-After`); never per username.",
         body={"type": "object", "required": ["username", "password"],
               "properties": {"username": STRING, "password": STRING}},
         responses=answer("Signed in: `{ok, user, csrf_token}`."),

@@ -504,10 +504,12 @@ async def test_revoking_a_token_on_one_replica_takes_effect_on_the_others_within
     assert max(refused.values()) < scaled(0.1), refused
 
 
-async def _failures_until_refused(bases: list[str], username: str) -> int:
-    """Wrong passwords for ``username``, round robin over ``bases``, until one is refused."""
-    async with httpx.AsyncClient(timeout=scaled(10)) as client:
-        for attempt in range(1, 20):
+async def _failures_until_refused(bases: list[str], username: str, source: str) -> int:
+    """Wrong passwords for ``username`` from loopback address ``source``, round robin over
+    ``bases``, until one is refused."""
+    transport = httpx.AsyncHTTPTransport(local_address=source)
+    async with httpx.AsyncClient(transport=transport, timeout=scaled(10)) as client:
+        for attempt in range(1, 40):
             base = bases[attempt % len(bases)]
             body = {"username": username, "password": "wrong"}
             response = await client.post(f"{base}/api/v1/login", json=body)
@@ -520,11 +522,12 @@ async def _failures_until_refused(bases: list[str], username: str) -> int:
 async def test_failed_logins_over_three_replicas_hit_the_limit_at_the_same_count_as_on_one(
     cluster: Cluster,
 ) -> None:
+    """Counted per client address, in Redis: two addresses, one on one replica, one spread."""
     bases = [r.url for r in cluster.replicas.values()]
     suffix = secrets.token_hex(4)
-    on_one = await _failures_until_refused(bases[:1], f"guess-one-{suffix}")
-    spread = await _failures_until_refused(bases, f"guess-all-{suffix}")
-    assert on_one == spread == 5  # RELAYDESK_LOGIN_MAX_FAILURES' default
+    on_one = await _failures_until_refused(bases[:1], f"guess-one-{suffix}", "127.0.0.2")
+    spread = await _failures_until_refused(bases, f"guess-all-{suffix}", "127.0.0.3")
+    assert on_one == spread == 20  # RELAYDESK_LOGIN_MAX_FAILURES' default
 
 
 async def test_the_owner_killed_rows_go_unknown_then_heal_nothing_stopped(

@@ -11,13 +11,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from server import errors
 from server.auth import addresses
 from server.auth.dependencies import SESSION_COOKIE, authenticate, store_of
 from server.auth.errors import AuthError, RateLimited, Unauthorized, error_response
+from server.auth.link_page import FOREIGN_SITES, confirmation_page, refusal_page
 from server.auth.principal import Principal
 from server.auth.ratelimit import LoginRateLimiter
 from server.boundary.body import read_json_object
@@ -39,9 +40,10 @@ LOGOUT_BODY_LIMIT = 1024
 MAX_LINK_CHARS = 128  # a login link token is ``rdl_`` and 43 characters
 # Nothing about a login exchange may be cached or leak through a Referer header.
 PRIVATE_HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
-INVALID_LINK_PAGE = (
-    "<!doctype html><meta charset=utf-8><title>relaydesk</title>"
-    "<p>This login link is no longer valid. Ask for a new one.</p>"
+LINK_NO_LONGER_VALID = "This login link is no longer valid. Ask for a new one."
+LINK_FROM_ANOTHER_SITE = (
+    "This sign-in was sent by another site, so it was refused. Open the login link yourself "
+    "and press Sign in."
 )
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -116,11 +118,15 @@ async def _check_rate(limiter: LoginRateLimiter, address: str) -> None:
         raise RateLimited(wait)
 
 
-def _check_origin(request: Request) -> None:
-    """Login CSRF: another site's form must not sign the browser in (to anyone's account)."""
+def _origin_allowed(request: Request) -> bool:
     settings = settings_of(request)
     policy = HostPolicy.build(settings.public_url, settings.allowed_hosts)
-    if not policy.origin_allowed(request.headers.get("origin"), request.headers.get("host")):
+    return policy.origin_allowed(request.headers.get("origin"), request.headers.get("host"))
+
+
+def _check_origin(request: Request) -> None:
+    """Login CSRF: another site's form must not sign the browser in (to anyone's account)."""
+    if not _origin_allowed(request):
         log.warning("login refused (cross-origin) from %s", client_address(request))
         raise CrossOrigin()
 
@@ -146,14 +152,14 @@ async def login(request: Request) -> Response:
         await limiter.record_failure(address)
         log.warning("login failed user=%r from %s", username[:64], address)
         raise Unauthorized(BAD_CREDENTIALS)
-    if old_secret := request.cookies.get(SESSION_COOKIE):
-        await store.delete_web_session(old_secret)  # no session fixation across logins
     return await _signed_in(request, user, "password")
 
 
 async def _signed_in(request: Request, user: UserRecord, how: str) -> Response:
-    settings = settings_of(request)
-    secret, csrf = await store_of(request).create_web_session(user.user_id, settings.session_ttl_s)
+    settings, store = settings_of(request), store_of(request)
+    if old_secret := request.cookies.get(SESSION_COOKIE):
+        await store.delete_web_session(old_secret)  # no session fixation across logins
+    secret, csrf = await store.create_web_session(user.user_id, settings.session_ttl_s)
     log.info("login user=%s via %s from %s", user.username, how, client_address(request))
     if how == "link":
         response: Response = RedirectResponse("/", status_code=303, headers=PRIVATE_HEADERS)
@@ -189,14 +195,44 @@ async def me(request: Request) -> Response:
     return JSONResponse(body, headers=PRIVATE_HEADERS)
 
 
-async def login_link(request: Request) -> Response:
-    """``GET /login/{token}``: a one-time link signs the browser in and goes to ``/``."""
+def _link_token(request: Request) -> str | None:
     token = str(request.path_params["token"])
-    sane = len(token) <= MAX_LINK_CHARS and text_problem(token) is None
-    user = await store_of(request).consume_login_link(token) if sane else None
+    return token if len(token) <= MAX_LINK_CHARS and text_problem(token) is None else None
+
+
+def _refused_link(request: Request, why: str) -> Response:
+    log.warning("login link refused (%s) from %s", why, client_address(request))
+    if why == "another site":
+        return refusal_page(LINK_FROM_ANOTHER_SITE, 403)
+    return refusal_page(LINK_NO_LONGER_VALID, 400)
+
+
+async def login_link_page(request: Request) -> Response:
+    """``GET /login/{token}``: a page whose button signs in; the link is not spent here (see
+    ``server.auth.link_page``)."""
+    if _link_token(request) is None:
+        return _refused_link(request, "malformed")
+    foreign = request.headers.get("sec-fetch-site") in FOREIGN_SITES
+    return confirmation_page(request.url.path, sent_by_another_site=foreign)
+
+
+def _sent_by_another_site(request: Request) -> bool:
+    """Login CSRF through a link: only relaydesk's own page may post it."""
+    site = request.headers.get("sec-fetch-site")
+    return (site is not None and site != "same-origin") or not _origin_allowed(request)
+
+
+async def login_link(request: Request) -> Response:
+    """``POST /login/{token}`` (the confirmation page's button): spends the one-time link,
+    signs the browser in and goes to ``/``."""
+    token = _link_token(request)
+    if token is None:
+        return _refused_link(request, "malformed")
+    if _sent_by_another_site(request):
+        return _refused_link(request, "another site")
+    user = await store_of(request).consume_login_link(token)
     if user is None:
-        log.warning("login link refused from %s", client_address(request))
-        return HTMLResponse(INVALID_LINK_PAGE, status_code=400, headers=PRIVATE_HEADERS)
+        return _refused_link(request, "no longer valid")
     return await _signed_in(request, user, "link")
 
 
@@ -204,5 +240,6 @@ auth_routes = [
     Route("/api/v1/login", login, methods=["POST"]),
     Route("/api/v1/logout", logout, methods=["POST"]),
     Route("/api/v1/me", me, methods=["GET"]),
-    Route("/login/{token}", login_link, methods=["GET"]),
+    Route("/login/{token}", login_link_page, methods=["GET"]),
+    Route("/login/{token}", login_link, methods=["POST"]),
 ]

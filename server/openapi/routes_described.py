@@ -53,7 +53,14 @@ _SESSION: Final[dict[tuple[str, str], Json]] = {
         responses=answer("`{ok, user, via, csrf_token}` (`csrf_token` for cookie sessions)."),
     ),
     ("GET", "/login/{token}"): operation(
+        "login_link_page", "The page of a one-time login link", tag="auth", security=NONE,
+        description="Spends nothing: an HTML page whose Sign in button posts the link.",
+        responses=media("The page with the Sign in button.", "text/html", "200"),
+    ),
+    ("POST", "/login/{token}"): operation(
         "login_link", "Sign in with a one-time login link", tag="auth", security=NONE,
+        description="Posted by the link's own page: refused (403) when `Sec-Fetch-Site` is "
+        "not `same-origin` or `Origin` is another site's; the link stays unspent then.",
         responses=media("Signed in: a redirect to `/` setting the session cookie.",
                         "text/html", "303"),
     ),

@@ -43,12 +43,15 @@ async def test_up_serves_logs_in_by_link_and_stops_cleanly_on_ctrl_c(
     jar = http.cookiejar.CookieJar()
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
     with opener.open(link, timeout=scaled(10)) as response:
+        assert response.status == 200 and b"Sign in" in response.read()  # the button's page
+    assert not any(cookie.name == "relaydesk_session" for cookie in jar)
+    with opener.open(link, data=b"", timeout=scaled(10)) as response:  # pressing the button
         assert response.status == 200  # redirected to the app
     assert any(cookie.name == "relaydesk_session" for cookie in jar)
     with opener.open(f"http://127.0.0.1:{port}/api/v1/me", timeout=scaled(10)) as response:
         assert b'"username": "admin"' in response.read().replace(b'":"', b'": "')
     with pytest.raises(urllib.error.HTTPError) as reused:
-        opener.open(link, timeout=scaled(10))
+        opener.open(link, data=b"", timeout=scaled(10))
     assert reused.value.code == 400, "a login link works once"
 
     up.send_signal(signal.SIGINT)

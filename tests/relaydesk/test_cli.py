@@ -81,10 +81,12 @@ async def test_login_link_and_set_password_let_a_user_back_in(seed: Seed) -> Non
         link = next(line.split()[-1] for line in cli.stdout.splitlines() if "login_url" in line)
         assert link.startswith(f"{url}/login/rdl_")
         async with httpx.AsyncClient(timeout=scaled(10)) as client:
-            response = await client.get(link, follow_redirects=False)
+            page = await client.get(link, follow_redirects=False)
+            assert page.status_code == 200 and not page.cookies, "opening it spends nothing"
+            response = await client.post(link, follow_redirects=False)
             assert response.status_code in (302, 303), response.text
             assert response.cookies, "the link signs the browser in"
-            again = await client.get(link, follow_redirects=False)
+            again = await client.post(link, follow_redirects=False)
             assert not again.cookies, "a login link works once"
 
         cli = await relaydesk(seed.env(), "admin", "set-password", "alice", "--password-stdin",

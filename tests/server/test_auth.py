@@ -225,18 +225,58 @@ def test_logout(web: Harness) -> None:
 def test_login_link_is_one_time(web: Harness) -> None:
     alice = web.run(web.store.get_user_by_name, "alice")
     token = web.run(web.store.create_login_link, alice.user_id, 60)
-    first = web.client.get(f"/login/{token}", follow_redirects=False)
+    first = web.client.post(f"/login/{token}", follow_redirects=False)
     assert first.status_code == 303
     assert first.headers["location"] == "/"
     assert "HttpOnly" in first.headers["set-cookie"]
     assert first.headers["referrer-policy"] == "no-referrer"
     assert web.client.get("/api/v1/me").json()["user"]["username"] == "alice"
     web.client.cookies.clear()
-    again = web.client.get(f"/login/{token}", follow_redirects=False)
+    again = web.client.post(f"/login/{token}", follow_redirects=False)
     assert again.status_code == 400
     assert "no longer valid" in again.text
     assert "set-cookie" not in again.headers
-    assert web.client.get("/login/rdl_bogus").status_code == 400
+    assert web.client.post("/login/rdl_bogus").status_code == 400
+    assert web.client.get("/login/" + "x" * 200).status_code == 400
+
+
+def test_opening_a_login_link_spends_nothing(web: Harness) -> None:
+    """A GET (a person, a link previewer, another site's navigation) shows the button only."""
+    alice = web.run(web.store.get_user_by_name, "alice")
+    token = web.run(web.store.create_login_link, alice.user_id, 60)
+    for _ in range(2):
+        page = web.client.get(f"/login/{token}", follow_redirects=False)
+        assert page.status_code == 200 and "set-cookie" not in page.headers
+        assert f'<form method=post action="/login/{token}">' in page.text
+        assert "Another site sent you here" not in page.text
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert page.headers["referrer-policy"] == "same-origin"
+        assert page.headers["cache-control"] == "no-store"
+    sent = web.client.get(f"/login/{token}", headers={"Sec-Fetch-Site": "cross-site"})
+    assert "Another site sent you here" in sent.text
+    assert web.client.post(f"/login/{token}", follow_redirects=False).status_code == 303
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Origin": "https://evil.example"},
+        {"Origin": "null"},
+    ],
+)
+def test_a_login_link_posted_by_another_site_signs_nobody_in(
+    web: Harness, headers: dict[str, str]
+) -> None:
+    alice = web.run(web.store.get_user_by_name, "alice")
+    token = web.run(web.store.create_login_link, alice.user_id, 60)
+    refused = web.client.post(f"/login/{token}", headers=headers, follow_redirects=False)
+    assert refused.status_code == 403 and "set-cookie" not in refused.headers
+    assert "another site" in refused.text
+    own = {"Sec-Fetch-Site": "same-origin"}
+    signed_in = web.client.post(f"/login/{token}", headers=own, follow_redirects=False)
+    assert signed_in.status_code == 303, "the refused POST did not spend the link"
 
 
 def test_no_secret_reaches_the_logs(web: Harness, caplog: pytest.LogCaptureFixture) -> None:
@@ -249,7 +289,8 @@ def test_no_secret_reaches_the_logs(web: Harness, caplog: pytest.LogCaptureFixtu
     session = web.client.cookies[SESSION_COOKIE]
     web.client.post("/api/v1/whoami", headers={CSRF_HEADER: csrf})
     web.client.get("/api/v1/me", headers={"Authorization": f"Bearer {api_token}"})
-    web.client.get(f"/login/{link}", follow_redirects=False)
+    web.client.get(f"/login/{link}")
+    web.client.post(f"/login/{link}", follow_redirects=False)
     # httpx logs the request URL on the client side; that is the test client, not the server.
     server_lines = [r.getMessage() for r in caplog.records if not r.name.startswith("httpx")]
     text = "\n".join(server_lines)

@@ -88,7 +88,7 @@ class Settings:
     agent_grant_budget: int = 1000
     agent_grant_idle_s: float = 120.0
     agent_grant_relays: str = ""
-    # ``GET /metrics`` for holders of this bearer token, from anywhere; empty: loopback only.
+    # ``GET /metrics`` for holders of this bearer token, from anywhere; empty: metrics off.
     metrics_token: str = field(default="", repr=False)
 
     @property
@@ -116,7 +116,7 @@ class Settings:
             raise ConfigError(
                 "RELAYDESK_METRICS_TOKEN is shorter than 16 characters: it lets anyone who holds "
                 "it read the metrics from anywhere; use a long random value, or leave it unset "
-                "to serve metrics to loopback clients only"
+                "to turn the metrics off"
             )
         from server.auth.addresses import parse_networks
 

@@ -186,9 +186,9 @@ _SERVICE: Final[dict[tuple[str, str], Json]] = {
     ),
     ("GET", "/metrics"): operation(
         "metrics", "This replica's figures (Prometheus text format)", tag="operations",
-        security=NONE, description="Not an API credential: with `RELAYDESK_METRICS_TOKEN` set, "
-        "`Authorization: Bearer <that token>` from any address (else 401); without it, "
-        "loopback clients only (else 403). docs/operations.md lists the figures.",
+        security=NONE, description="Not an API credential: `Authorization: Bearer "
+        "<RELAYDESK_METRICS_TOKEN>` from any address (else 401); without a token configured "
+        "the metrics are off (403). docs/operations.md lists the figures.",
         responses=media("The figures.", "text/plain"),
     ),
     (WEBSOCKET, "/relay/v1/connect"): operation(

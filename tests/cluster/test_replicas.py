@@ -59,6 +59,10 @@ pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
 ]  # fmt: skip
 
+# Scrapes of /metrics send it (docs/operations.md#metrics).
+METRICS_TOKEN = secrets.token_urlsafe(24)
+SCRAPE = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+
 postgres_cluster = postgres.postgres_cluster
 redis_server = redis_support.redis_server
 redis_url = redis_support.redis_url
@@ -129,6 +133,7 @@ async def cluster(
         "RELAYDESK_CLUSTER_SECRET": secrets.token_urlsafe(24),
         "RELAYDESK_CLUSTER_HEARTBEAT_S": "0.5",
         "RELAYDESK_CLUSTER_DEAD_AFTER_S": "2",
+        "RELAYDESK_METRICS_TOKEN": METRICS_TOKEN,
     }
     client = redis.Redis.from_url(redis_url)
     await client.delete(OWNERS)
@@ -305,7 +310,7 @@ async def test_every_replica_reports_readiness_and_metrics(cluster: Cluster) -> 
         for port, replica in cluster.replicas.items():
             ready = (await client.get(f"{replica.url}/readyz")).json()
             assert (ready["ok"], ready["database"], ready["redis"]) == (True, True, True)
-            text = (await client.get(f"{replica.url}/metrics")).text
+            text = (await client.get(f"{replica.url}/metrics", headers=SCRAPE)).text
             held = "1.0" if port == owner else "0.0"
             assert f"relaydesk_relays_connected {held}" in text
             assert "relaydesk_relays_owned 1.0" in text
@@ -445,7 +450,7 @@ async def _click(cluster: Cluster, base: str, session: str, revision: str) -> tu
 
 async def _metric(base: str, line_start: str) -> float:
     async with httpx.AsyncClient() as client:
-        text = (await client.get(f"{base}/metrics")).text
+        text = (await client.get(f"{base}/metrics", headers=SCRAPE)).text
     return next(float(line.split()[-1]) for line in text.splitlines()
                 if line.startswith(line_start))  # fmt: skip
 

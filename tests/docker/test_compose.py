@@ -53,7 +53,11 @@ RELAY_NAME = "compose-relay"
 RELAY_UID = 10001
 GEOMETRY = (1280, 800)
 # What docker/compose.yaml cannot do without (docs/docker.md, the variables' table).
-REQUIRED = {"RELAYDESK_POSTGRES_PASSWORD": "x", "RELAYDESK_CLUSTER_SECRET": "0123456789abcdef"}
+REQUIRED = {
+    "RELAYDESK_POSTGRES_PASSWORD": "x",
+    "RELAYDESK_REDIS_PASSWORD": "redispassword0123",
+    "RELAYDESK_CLUSTER_SECRET": "0123456789abcdef",
+}
 
 
 @dataclass
@@ -149,6 +153,7 @@ def _write_settings(compose: Compose) -> None:
     own port and token file need."""
     settings = {
         "RELAYDESK_POSTGRES_PASSWORD": secrets.token_hex(16),
+        "RELAYDESK_REDIS_PASSWORD": secrets.token_hex(16),
         "RELAYDESK_CLUSTER_SECRET": secrets.token_hex(16),
         "RELAYDESK_PORT": str(compose.port),
         "RELAYDESK_PUBLIC_URL": compose.url,
@@ -237,6 +242,10 @@ def test_the_compose_file_is_accepted_with_the_official_images_by_default() -> N
         assert f"  {service}:" in result.stdout
     assert "image: postgres:15-bookworm" in result.stdout
     assert "image: redis:7-bookworm" in result.stdout
+    # Redis asks for the password; the server's URL carries it; no command line shows it.
+    assert "requirepass" in result.stdout and "REDISCLI_AUTH: redispassword0123" in result.stdout
+    assert "redis://:redispassword0123@redis:6379/0" in result.stdout
+    assert "requirepass redispassword0123" not in result.stdout
     assert f"file: {COMPOSE_FILE.parent / 'relay.token'}" in result.stdout
 
 

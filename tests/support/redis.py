@@ -1,4 +1,5 @@
-"""A throw-away ``redis-server`` for the tests: a free loopback port, no persistence.
+"""A throw-away ``redis-server`` for the tests: a free loopback port, no persistence, a random
+password (``requirepass``, from a 0600 file: never on a command line), carried in its URL.
 
 Started on first use by the session fixture ``redis_url``, probed with ``PING`` until it
 answers, and stopped by the pid we started. A missing ``redis-server`` fails the tests that need
@@ -7,13 +8,14 @@ it; it is never skipped.
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -32,10 +34,18 @@ class RedisServer:
     root: Path
     port: int
     process: subprocess.Popen[bytes] | None = None
+    password: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
+
+    def _config(self) -> Path:
+        """The password in a file only this user reads (a command line is world-readable)."""
+        path = self.root / "redis.conf"
+        path.touch(mode=0o600)
+        path.write_text(f"requirepass {self.password}\n")
+        return path
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
@@ -43,8 +53,8 @@ class RedisServer:
             raise RedisUnavailable(
                 "redis-server not found; install it with `apt-get install redis-server`"
             )
-        argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", str(self.root)]  # fmt: skip
+        where = ("--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.root))
+        argv = [binary, str(self._config()), *where, "--save", "", "--appendonly", "no"]
         with (self.root / "redis.log").open("wb") as log:
             self.process = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -60,8 +70,11 @@ class RedisServer:
     def _answers_ping(self) -> bool:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
+                sock.sendall(f"AUTH {self.password}\r\nPING\r\n".encode())
+                answer = b""
+                while answer.count(b"\r\n") < 2 and (chunk := sock.recv(64)):
+                    answer += chunk
+                return answer == b"+OK\r\n+PONG\r\n"
         except OSError:
             return False
 

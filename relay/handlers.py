@@ -10,11 +10,8 @@ Every op received is logged at debug level as ``op <name>`` (the relay's op log)
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import mimetypes
 from collections.abc import Awaitable, Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from relay.a11y.service import A11yService
@@ -23,7 +20,6 @@ from relay.backend import DEFAULT_SLOT, DesktopBackend, check_revision_target, r
 from relay.channels import StreamChannel, TargetEnd
 from relay.desktop_tools.service import DesktopTools
 from relay.desktop_tools.settings import DesktopToolSettings
-from relay.desktops.config import DEFAULT_NOVNC_DIR
 from wire import ops
 from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
 from wire.guard import DIGEST_CAPABILITY
@@ -47,10 +43,6 @@ KEYBOARD_STATE_TIMEOUT_S = 1.5
 KEYBOARD_STATE_KEYS: Final = ("num_lock", "caps_lock", "scroll_lock", "source")
 # Arguments that name the target desktop of a screen action, never passed on to its backend.
 SCREEN_ROUTING_ARGS: Final = frozenset({"desktop_session_id", "kind", "revision_target"})
-# noVNC files the server may ask for when it has no tree of its own (``novnc.asset``).
-NOVNC_ALLOWED_DIRS: Final = ("core/", "vendor/", "app/")
-NOVNC_ALLOWED_FILES: Final = frozenset({"vnc.html"})
-NOVNC_MAX_FILE: Final = 4 * 1024 * 1024
 # What to do about a relay asked for its host's real screen (``local``) without a host helper.
 NO_HOST_HELPER: Final = (
     "this relay has no host helper, so it does not share its host's real screen: run "
@@ -75,7 +67,6 @@ class Handlers:
         backends: Iterable[DesktopBackend] = (),
         *,
         channel_targets: dict[str, ChannelOpener] | None = None,
-        novnc_dir: Path | None = None,
         direct_host: str | None = None,
         a11y: A11ySettings | None = None,
         tools: DesktopToolSettings | None = None,
@@ -84,7 +75,6 @@ class Handlers:
         # Windows, clipboard, and opt-in shell and files (relay/desktop_tools).
         self.tools = DesktopTools(tools or DesktopToolSettings.from_env())
         self.backends: dict[str, DesktopBackend] = {b.kind: b for b in backends}
-        self.novnc_dir = novnc_dir or DEFAULT_NOVNC_DIR
         # Set on a relay running beside the server: the server may then reach x11vnc itself.
         self.direct_host = direct_host
         self._channel_targets = channel_targets or {}  # audio (relay/audio.py)
@@ -101,7 +91,6 @@ class Handlers:
                 _entry(ops.DESKTOP_LAUNCH, self._desktop_launch),
                 _entry(ops.DESKTOP_RESET_HOME, self._desktop_reset_home),
                 _entry(ops.CHANNEL_OPEN, self._channel_open),
-                _entry(ops.NOVNC_ASSET, self._novnc_asset),
                 _entry(ops.KEYBOARD_STATE, self._keyboard_state),
                 _entry(ops.VNC_DIRECT, self._vnc_direct),
                 _entry(ops.DESKTOP_A11Y, self._desktop_a11y),
@@ -120,8 +109,6 @@ class Handlers:
         caps = ["session_identity"]
         for backend in self.backends.values():
             caps.extend(backend.capabilities())
-        if (self.novnc_dir / "core").is_dir():
-            caps.append("novnc_asset")
         if self.direct_host:
             caps.append("direct_vnc")
         if "audio" in self._channel_targets:
@@ -361,21 +348,6 @@ class Handlers:
         link.start_channel(StreamChannel(channel_id, link, stream, ended))
         return {"channel_id": channel_id}
 
-    async def _novnc_asset(
-        self, link: ServerLink, args: ops.NovncAssetArgs
-    ) -> ops.NovncAssetResult:
-        """One file of the relay's noVNC tree, for a server that has none."""
-        path = novnc_asset_path(args["path"])
-        root = self.novnc_dir.resolve()
-        file = (root / path).resolve()
-        if not file.is_relative_to(root) or not file.is_file():
-            raise OpError(ErrorCode.NOT_FOUND, "no such noVNC file")
-        data = await asyncio.to_thread(_read_limited, file)
-        content_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
-        # Named the way websockify names it; the server canonicalises backend headers.
-        return {"headers": {"Content-type": content_type},
-                "data": base64.b64encode(data).decode("ascii")}  # fmt: skip
-
 
 def _stream_end(backend: DesktopBackend, desktop_session_id: str) -> TargetEnd:
     """Why a desktop's VNC stream ended: its desktop is going away, or just this stream.
@@ -390,21 +362,3 @@ def _stream_end(backend: DesktopBackend, desktop_session_id: str) -> TargetEnd:
         return ChannelCloseCode.TARGET_CLOSED, "target closed the connection"
 
     return ended
-
-
-def novnc_asset_path(raw: object) -> str:
-    """``raw`` if it is an allowed relative noVNC path (no traversal), else ``invalid_args``."""
-    if not isinstance(raw, str) or not raw or len(raw) > 256:
-        raise InvalidArgs("path", "must be a relative path")
-    parts = raw.split("/")
-    if "\\" in raw or "\x00" in raw or any(p in ("", ".", "..") for p in parts):
-        raise InvalidArgs("path", "must be a plain relative path")
-    if raw not in NOVNC_ALLOWED_FILES and not raw.startswith(NOVNC_ALLOWED_DIRS):
-        raise InvalidArgs("path", "outside core/, vendor/, app/ and vnc.html")
-    return raw
-
-
-def _read_limited(file: Path) -> bytes:
-    if file.stat().st_size > NOVNC_MAX_FILE:
-        raise OpError(ErrorCode.LIMIT_REACHED, "noVNC file too large")
-    return file.read_bytes()

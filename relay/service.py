@@ -109,7 +109,6 @@ class RelayService:
         self.handlers = Handlers(
             backends,
             channel_targets={"audio": self.audio.open_channel} if audio.available else None,
-            novnc_dir=desktop_config.novnc_dir,
             direct_host=settings.direct_vnc_host,
             a11y=settings.a11y,
             tools=settings.tools,

@@ -25,6 +25,7 @@ from server.boundary.middleware import InputBoundary
 from server.cluster.build import login_limits, routing, shared_caches
 from server.cluster.internal import internal_routes
 from server.config import Settings
+from server.csp import ContentSecurityPolicy
 from server.cua.endpoint import CuaEndpoint
 from server.db.migrate import upgrade
 from server.db.store import Store
@@ -137,7 +138,8 @@ def create_app(settings: Settings) -> Starlette:
     policy = HostPolicy.build(settings.public_url, settings.allowed_hosts)
     return Starlette(
         routes=[*_routes(), *mcp.routes(), *cua.routes()],
-        middleware=[Middleware(InputBoundary, policy=policy)],
+        # Outermost: the boundary's own refusals carry the policy too.
+        middleware=[Middleware(ContentSecurityPolicy), Middleware(InputBoundary, policy=policy)],
         lifespan=lifespan,
         exception_handlers={
             AuthError: auth_error_handler,

@@ -127,6 +127,9 @@ class Settings:
         from server.control.policy import PolicyBook
 
         PolicyBook.from_settings(self)  # a bad RELAYDESK_AGENT_GRANT_RELAYS fails here
+        from server.viewer.assets import check_novnc_tree
+
+        check_novnc_tree()  # the viewer's code is the server's own pinned noVNC, whole
 
     @classmethod
     def from_env(cls) -> Settings:

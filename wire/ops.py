@@ -412,15 +412,6 @@ class ChannelOpenResult(TypedDict):
     bitrate: NotRequired[int]
 
 
-class NovncAssetArgs(TypedDict):
-    path: str
-
-
-class NovncAssetResult(TypedDict):
-    headers: dict[str, str]
-    data: str
-
-
 class KeyboardState(TypedDict):
     num_lock: bool | None
     caps_lock: bool | None
@@ -517,7 +508,6 @@ DESKTOP_APPS: Final = OpSpec("desktop.apps", DesktopTargetArgs, DesktopAppsResul
 DESKTOP_LAUNCH: Final = OpSpec("desktop.launch", DesktopLaunchArgs, DesktopLaunchResult)
 DESKTOP_RESET_HOME: Final = OpSpec("desktop.reset_home", SlotArgs, DesktopResetHomeResult)
 CHANNEL_OPEN: Final = OpSpec("channel.open", ChannelOpenArgs, ChannelOpenResult)
-NOVNC_ASSET: Final = OpSpec("novnc.asset", NovncAssetArgs, NovncAssetResult)
 KEYBOARD_STATE: Final = OpSpec("keyboard.state", SessionArgs, KeyboardState)
 VNC_DIRECT: Final = OpSpec("vnc.direct", SessionArgs, VncDirectResult)
 DESKTOP_A11Y: Final = OpSpec("desktop.a11y", A11yArgs, A11yResult)
@@ -543,7 +533,7 @@ INPUT_RELEASE: Final = OpSpec("input.release", SessionArgs, InputReleaseResult)
 
 _ALL: tuple[OpSpec[Any, Any], ...] = (
     PING, DESKTOP_START, DESKTOP_STATUS, DESKTOP_HOLDS, DESKTOP_STOP, DESKTOP_PROFILES,
-    DESKTOP_APPS, DESKTOP_LAUNCH, DESKTOP_RESET_HOME, CHANNEL_OPEN, NOVNC_ASSET,
+    DESKTOP_APPS, DESKTOP_LAUNCH, DESKTOP_RESET_HOME, CHANNEL_OPEN,
     KEYBOARD_STATE, VNC_DIRECT, DESKTOP_A11Y, DESKTOP_WINDOWS, DESKTOP_WINDOW,
     DESKTOP_CLIPBOARD, DESKTOP_SHELL, DESKTOP_FILE, INPUT_RELEASE, *SCREEN.values(),
 )  # fmt: skip

@@ -1,44 +1,46 @@
 """noVNC's files under ``/novnc/…`` and the viewer page's own files.
 
-Sources, first that exists wins: ``web/node_modules/@novnc/novnc`` (pinned in
-``web/package.json``), Debian's ``/usr/share/novnc``, and finally a connected relay's own tree
-through the ``novnc.asset`` op. Only ``core/``, ``vendor/``, ``app/`` and ``vnc.html`` are ever
-served, and a path never leaves its tree.
+The server serves the noVNC tree it ships with, and nothing else: ``web/node_modules/@novnc/
+novnc``, exactly the version ``web/package.json`` pins (``npm ci`` in ``web/``, run by
+``scripts/install`` and by the server image's build). :func:`check_novnc_tree` runs when the
+server starts, and a tree that is missing, of another version or incomplete stops the start
+with a message saying how to install it: code a relay or anyone else supplied is never served
+from the server's origin. Only ``core/`` and ``vendor/`` are served (what ``core/rfb.js``
+imports), and a path never leaves the tree.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import logging
+import json
 import posixpath
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+import re
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Final
 
 from starlette.requests import Request
 from starlette.responses import FileResponse, PlainTextResponse, Response
 
-from wire import ops
-from wire.errors import OpError
-from wire.ids import RelayId
+from server.config import ConfigError
 
-log = logging.getLogger(__name__)
+WEB_DIR: Final = Path(__file__).resolve().parents[2] / "web"
+NODE_MODULES_NOVNC: Final = WEB_DIR / "node_modules" / "@novnc" / "novnc"
+VIEWER_DIR: Final = WEB_DIR / "viewer"
+NOVNC_PACKAGE: Final = "@novnc/novnc"
+# The module the viewer imports; everything it imports in turn must be in the tree.
+NOVNC_ENTRY: Final = "core/rfb.js"
+INSTALL_HINT: Final = (
+    "install it with `scripts/install`, or `npm ci` in the web/ directory of relaydesk "
+    "(the server image installs it when it is built); the server serves no noVNC from "
+    "anywhere else"
+)
 
-WEB_DIR = Path(__file__).resolve().parents[2] / "web"
-NODE_MODULES_NOVNC = WEB_DIR / "node_modules" / "@novnc" / "novnc"
-DEBIAN_NOVNC = Path("/usr/share/novnc")
-VIEWER_DIR = WEB_DIR / "viewer"
-
-ALLOWED_DIRS = ("core/", "vendor/", "app/")
-ALLOWED_FILES = frozenset({"vnc.html"})
-ASSET_MAX_AGE_S = 3600
-ASSET_HEADERS = {
+ALLOWED_DIRS: Final = ("core/", "vendor/")
+ASSET_MAX_AGE_S: Final = 3600
+ASSET_HEADERS: Final = {
     "Cache-Control": f"private, max-age={ASSET_MAX_AGE_S}",
     "X-Content-Type-Options": "nosniff",
 }
-CONTENT_TYPES = {
+CONTENT_TYPES: Final = {
     ".js": "text/javascript; charset=utf-8",
     ".mjs": "text/javascript; charset=utf-8",
     ".html": "text/html; charset=utf-8",
@@ -50,145 +52,111 @@ CONTENT_TYPES = {
     ".woff": "font/woff",
     ".woff2": "font/woff2",
     ".ttf": "font/ttf",
-    ".oga": "audio/ogg",
-    ".ogg": "audio/ogg",
-    ".mp3": "audio/mpeg",
 }
-RELAY_CACHE_BYTES = 16 * 1024 * 1024
-RELAY_ASSET_CAPABILITY = "novnc_asset"
+# ``import … from "./x.js"`` / ``export … from '../y.js'`` (noVNC's modules use no other form).
+_RELATIVE_IMPORT: Final = re.compile(
+    r"""\b(?:import|export)\b[^;'"]*?\bfrom\s*['"](\.{1,2}/[^'"]+)['"]"""
+)
+
+
+class NovncTreeMissing(ConfigError):
+    """The server's noVNC tree is missing, of another version, or incomplete."""
+
+    def __init__(self, root: Path, problem: str) -> None:
+        self.root = root
+        self.problem = problem
+        message = f"the viewer's noVNC files at {root} are unusable ({problem}): {INSTALL_HINT}"
+        super().__init__(message)
 
 
 def content_type(path: str) -> str:
-    """The ``Content-Type`` relaydesk sends for ``path`` (decided here, never by a backend)."""
+    """The ``Content-Type`` relaydesk sends for ``path``."""
     return CONTENT_TYPES.get(posixpath.splitext(path)[1].lower(), "application/octet-stream")
 
 
 def allowed_asset(path: str) -> str | None:
-    """``path`` normalised if it names an allowed noVNC file, else None."""
+    """``path`` if it names a file under an allowed noVNC directory, else None."""
     if not path or len(path) > 256 or "\\" in path or "\x00" in path or path.startswith("/"):
         return None
-    parts = path.split("/")
-    if any(part in ("", ".", "..") for part in parts):
+    if any(part in ("", ".", "..") for part in path.split("/")):
         return None
-    if path in ALLOWED_FILES or path.startswith(ALLOWED_DIRS):
-        return path
+    return path if path.startswith(ALLOWED_DIRS) else None
+
+
+def find_file(root: Path, path: str) -> Path | None:
+    """The file ``path`` in ``root``, never outside it."""
+    candidate = (root / path).resolve()
+    if candidate.is_relative_to(root.resolve()) and candidate.is_file():
+        return candidate
     return None
 
 
-def canonical_header_name(name: str) -> str:
-    """``content-type`` / ``Content-type`` → ``Content-Type``."""
-    return "-".join(word.capitalize() for word in name.strip().split("-"))
+def pinned_version(web_dir: Path = WEB_DIR) -> str:
+    """The noVNC version ``web/package.json`` pins."""
+    package = json.loads((web_dir / "package.json").read_text(encoding="utf-8"))
+    return str(package["dependencies"][NOVNC_PACKAGE])
 
 
-def canonical_headers(raw: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Backend header pairs with one canonical name each (a later duplicate wins)."""
-    headers: dict[str, str] = {}
-    for name, value in raw:
-        headers[canonical_header_name(name)] = value
-    return headers
+def _installed_version(root: Path) -> str:
+    try:
+        package = json.loads((root / "package.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise NovncTreeMissing(root, "no readable package.json") from err
+    if not isinstance(package, dict) or package.get("name") != NOVNC_PACKAGE:
+        raise NovncTreeMissing(root, f"package.json does not name {NOVNC_PACKAGE}")
+    return str(package.get("version"))
 
 
-def find_file(roots: Iterable[Path], path: str) -> Path | None:
-    """The file ``path`` in the first root that has it, never outside that root."""
-    for root in roots:
-        candidate = (root / path).resolve()
-        if candidate.is_relative_to(root.resolve()) and candidate.is_file():
-            return candidate
-    return None
+def missing_modules(root: Path, entry: str = NOVNC_ENTRY) -> list[str]:
+    """The modules ``entry`` imports (transitively, by relative path) that the tree lacks."""
+    seen: set[str] = set()
+    missing: list[str] = []
+    todo = [entry]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        found = find_file(root, path) if allowed_asset(path) else None
+        if found is None:
+            missing.append(path)
+            continue
+        base = posixpath.dirname(path)
+        for spec in _RELATIVE_IMPORT.findall(found.read_text(encoding="utf-8", errors="replace")):
+            todo.append(posixpath.normpath(posixpath.join(base, spec)))
+    return sorted(missing)
 
 
-class AssetRelays(Protocol):
-    """How the relay fallback reaches relays (the hub and the store's relay list)."""
-
-    async def connected_with(self, capability: str) -> list[RelayId]: ...
-
-    async def request(self, relay_id: RelayId, op: str, args: dict[str, Any]) -> Any: ...
-
-
-class RelayAssetCache:
-    """Files fetched from relays, kept in memory up to a byte budget (oldest dropped first)."""
-
-    def __init__(self, budget: int = RELAY_CACHE_BYTES) -> None:
-        self.budget = budget
-        self._files: OrderedDict[str, tuple[bytes, dict[str, str]]] = OrderedDict()
-        self._size = 0
-
-    def get(self, path: str) -> tuple[bytes, dict[str, str]] | None:
-        found = self._files.get(path)
-        if found is not None:
-            self._files.move_to_end(path)
-        return found
-
-    def put(self, path: str, body: bytes, headers: dict[str, str]) -> None:
-        if len(body) > self.budget or path in self._files:
-            return
-        self._files[path] = (body, headers)
-        self._size += len(body)
-        while self._size > self.budget:
-            _, (old, _) = self._files.popitem(last=False)
-            self._size -= len(old)
+def check_novnc_tree(root: Path | None = None) -> None:
+    """Refuse (``NovncTreeMissing``) a tree that is not the pinned noVNC, whole (default:
+    the server's own)."""
+    root = root or NODE_MODULES_NOVNC
+    if not root.is_dir():
+        raise NovncTreeMissing(root, "not installed")
+    wanted, installed = pinned_version(), _installed_version(root)
+    if installed != wanted:
+        raise NovncTreeMissing(root, f"version {installed}, but web/package.json pins {wanted}")
+    missing = missing_modules(root)
+    if missing:
+        shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
+        raise NovncTreeMissing(root, f"{len(missing)} module(s) missing: {shown}")
 
 
 class NovncAssets:
-    """Serves ``/novnc/{path}`` from the first source that has the file."""
+    """Serves ``/novnc/{path}`` from the server's own noVNC tree."""
 
-    def __init__(self, roots: Iterable[Path], relays: AssetRelays | None = None) -> None:
-        self.roots = [root for root in roots if root.is_dir()]
-        self.relays = relays
-        self.cache = RelayAssetCache()
-
-    @classmethod
-    def default_roots(cls) -> list[Path]:
-        return [NODE_MODULES_NOVNC, DEBIAN_NOVNC]
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or NODE_MODULES_NOVNC
 
     async def response(self, raw_path: str) -> Response:
         path = allowed_asset(raw_path)
-        if path is None:
+        found = find_file(self.root, path) if path is not None else None
+        if path is None or found is None:
             return PlainTextResponse("not found", status_code=404)
-        found = find_file(self.roots, path)
-        if found is not None:
-            return FileResponse(found, media_type=content_type(path), headers=ASSET_HEADERS)
-        if not self.roots and self.relays is not None:
-            return await self._from_relay(path)
-        return PlainTextResponse("not found", status_code=404)
-
-    async def _from_relay(self, path: str) -> Response:
-        cached = self.cache.get(path) or await self._fetch(path)
-        if cached is None:
-            return PlainTextResponse("not found", status_code=404)
-        body, backend_headers = cached
-        # The backend's own names (websockify says ``Content-type``) are folded into one
-        # canonical header each; the type itself is ours, decided by the path.
-        headers = {**backend_headers, **ASSET_HEADERS, "Content-Type": content_type(path)}
-        return Response(body, headers=headers)
-
-    async def _fetch(self, path: str) -> tuple[bytes, dict[str, str]] | None:
-        assert self.relays is not None
-        for relay_id in await self.relays.connected_with(RELAY_ASSET_CAPABILITY):
-            try:
-                args = ops.NovncAssetArgs(path=path)
-                result = await self.relays.request(relay_id, ops.NOVNC_ASSET.name, dict(args))
-                body = base64.b64decode(result["data"], validate=True)
-            except (OpError, KeyError, TypeError, binascii.Error) as err:
-                log.info("relay %s has no noVNC asset %s: %s", relay_id, path, err)
-                continue
-            headers = _kept_headers(result.get("headers"))
-            self.cache.put(path, body, headers)
-            return body, headers
-        return None
+        return FileResponse(found, media_type=content_type(path), headers=ASSET_HEADERS)
 
 
-# Of a backend's headers only these describe the file; the rest are the backend's business.
-_KEPT = frozenset({"Content-Type", "Last-Modified"})
-
-
-def _kept_headers(raw: object) -> dict[str, str]:
-    pairs = raw.items() if isinstance(raw, Mapping) else ()
-    headers = canonical_headers((str(k), str(v)) for k, v in pairs)
-    return {name: value for name, value in headers.items() if name in _KEPT}
-
-
-VIEWER_FILES = frozenset(
+VIEWER_FILES: Final = frozenset(
     {"viewer.js", "viewer.css", "bridge.js", "toolbar.js", "zoom.js", "audio.js", "control.js",
      "audio-worklet.js"}
 )  # fmt: skip

@@ -10,6 +10,7 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from server.config import Settings
+from server.csp import POLICY
 from server.db.store import Store
 from server.inventory.rows import DesktopDirectory
 from server.relays.router import RelayRouter
@@ -17,7 +18,6 @@ from server.services import services_of
 from server.viewer.assets import VIEWER_DIR, NovncAssets, viewer_file
 from server.viewer.audio import AudioService
 from server.viewer.input import PersonInputSink
-from server.viewer.relay_assets import HubAssetRelays
 from server.viewer.service import ViewerService
 
 # The token is in the page's path: no cache may keep it and no Referer may carry it away.
@@ -25,7 +25,8 @@ PAGE_HEADERS = {
     "Cache-Control": "no-store",
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "SAMEORIGIN",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": POLICY,
 }
 
 
@@ -81,8 +82,7 @@ def build_viewer(
     directory: DesktopDirectory,
     control: PersonInputSink | None = None,
 ) -> ViewerParts:
-    """The viewer and audio services and noVNC's asset sources (``control`` hears the
+    """The viewer and audio services and the server's noVNC files (``control`` hears the
     viewers' input)."""
     viewer = ViewerService(settings, store, hub, directory, control)
-    assets = NovncAssets(NovncAssets.default_roots(), HubAssetRelays(hub, store))
-    return ViewerParts(viewer, AudioService(viewer), assets)
+    return ViewerParts(viewer, AudioService(viewer), NovncAssets())

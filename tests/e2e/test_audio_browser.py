@@ -37,7 +37,9 @@ async def audio_stats(page: Page) -> Any:
 async def open_viewer(browser: Browser, stack: ViewerStack, desktop: Desktop) -> Page:
     page = await browser.new_page()
     await page.goto(stack.url + stack.viewer_path(desktop))
-    await page.wait_for_function("window.relaydeskAudio !== undefined", timeout=scaled(10) * 1000)
+    await page.wait_for_function(
+        "() => window.relaydeskAudio !== undefined", timeout=scaled(10) * 1000
+    )
     return page
 
 
@@ -50,7 +52,7 @@ async def test_the_speaker_plays_decoded_desktop_audio(
     with tone(desktop.display, 30):
         await page.click("#audio")  # the user gesture that may start audio
         await page.wait_for_function(
-            "window.relaydeskAudio.decoded >= 25", timeout=scaled(10) * 1000
+            "() => window.relaydeskAudio.decoded >= 25", timeout=scaled(10) * 1000
         )
     stats = await audio_stats(page)
     assert stats["state"] == "on", stats
@@ -71,7 +73,7 @@ async def test_a_desktop_without_audio_shows_audio_unavailable(
     page = await open_viewer(browser, stack, silent)
     await page.click("#audio")
     await page.wait_for_function(
-        "window.relaydeskAudio.state === 'unavailable'", timeout=scaled(10) * 1000
+        "() => window.relaydeskAudio.state === 'unavailable'", timeout=scaled(10) * 1000
     )
     text = await page.text_content("#audio-status")
     assert text is not None and text.startswith("Audio unavailable"), text

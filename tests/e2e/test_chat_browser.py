@@ -35,11 +35,11 @@ async def live_sessions(stack: ViewerStack, slot: str) -> list[str]:
 async def viewer_connected(viewer: Page) -> None:
     await viewer.wait_for_url("**/vnc/**")
     await viewer.wait_for_function(
-        "document.body.dataset.state === 'connected'", timeout=scaled(20) * 1000
+        "() => document.body.dataset.state === 'connected'", timeout=scaled(20) * 1000
     )
     await viewer.wait_for_function(
-        "(() => { const c = document.querySelector('#screen canvas');"
-        " return c && c.width >= 640 && c.height >= 400; })()",
+        "() => { const c = document.querySelector('#screen canvas');"
+        " return c && c.width >= 640 && c.height >= 400; }",
         timeout=scaled(10) * 1000,
     )
 
@@ -134,7 +134,7 @@ async def test_badge_is_live_open_from_dock_and_stop_with_confirmation(
     await expect(dialog).to_be_hidden()
     await expect(row).to_have_count(0)
     await expect(badge).to_have_text(str(before))
-    await viewer.wait_for_function("document.body.dataset.state === 'stopped'")
+    await viewer.wait_for_function("() => document.body.dataset.state === 'stopped'")
     await expect(viewer.locator("#overlay")).to_be_visible()
     await shot(viewer, artifacts_dir, "03-viewer-stopped")
     await shot(page, artifacts_dir, "04-dock-after-stop")

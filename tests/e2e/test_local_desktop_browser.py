@@ -155,7 +155,7 @@ async def canvas_shows_host(page: Page, display: str) -> bool:
 async def viewer_connected(viewer: Page) -> None:
     await viewer.wait_for_url("**/vnc/**")
     await viewer.wait_for_function(
-        "document.body.dataset.state === 'connected'", timeout=scaled(20) * 1000
+        "() => document.body.dataset.state === 'connected'", timeout=scaled(20) * 1000
     )
 
 
@@ -252,7 +252,7 @@ async def test_num_lock_is_aligned_on_the_host_screen_and_stop_reaches_the_viewe
     )  # fmt: skip
     assert status == 200, body
     await viewer.wait_for_function(
-        "document.body.dataset.state === 'stopped'", timeout=scaled(10) * 1000
+        "() => document.body.dataset.state === 'stopped'", timeout=scaled(10) * 1000
     )
     assert await viewer.inner_text("#overlay-title") == "Desktop stopped"
     await shot(viewer, artifacts_dir, "02-stopped")

@@ -120,7 +120,7 @@ async def released(stack: ViewerStack, desktop: Desktop) -> AsyncIterator[None]:
 async def open_viewer(context: BrowserContext, stack: ViewerStack, desktop: Desktop) -> Page:
     page = await context.new_page()
     await page.goto(stack.url + stack.viewer_path(desktop))
-    await page.wait_for_function("document.body.dataset.state === 'connected'")
+    await page.wait_for_function("() => document.body.dataset.state === 'connected'")
     return page
 
 
@@ -287,7 +287,7 @@ async def test_a_view_only_viewer_sends_nothing_and_takes_nothing(
     await wait_until(lambda: _idle(services, key), IDLE_S + 5, "nobody in control")
     page = await context.new_page()
     await page.goto(stack.url + stack.viewer_path(desktop) + "?view_only=1")
-    await page.wait_for_function("document.body.dataset.state === 'connected'")
+    await page.wait_for_function("() => document.body.dataset.state === 'connected'")
     assert await page.locator("#view-only").is_checked()
     await asyncio.to_thread(recorder.drain)
     await page.focus("#screen canvas")

@@ -123,7 +123,7 @@ async def open_viewer(context: BrowserContext, stack: ViewerStack, desktop: Desk
     page = await context.new_page()
     await page.goto(stack.url + stack.viewer_path(desktop))
     await page.wait_for_function(
-        "document.body.dataset.state === 'connected'", timeout=scaled(10) * 1000
+        "() => document.body.dataset.state === 'connected'", timeout=scaled(10) * 1000
     )
     return page
 

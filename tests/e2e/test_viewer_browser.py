@@ -59,7 +59,7 @@ async def open_page(browser: Browser, stack: ViewerStack, desktop: Desktop) -> P
 
 async def wait_for_state(page: Page, state: str, timeout_s: float = 10) -> None:
     await page.wait_for_function(
-        f"document.body.dataset.state === {state!r}", timeout=scaled(timeout_s) * 1000
+        f"() => document.body.dataset.state === {state!r}", timeout=scaled(timeout_s) * 1000
     )
 
 

@@ -82,7 +82,7 @@ async def open_viewer(context: BrowserContext, stack: ViewerStack, desktop: Desk
     page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
     await page.goto(stack.url + stack.viewer_path(desktop))
     await page.wait_for_function(
-        "document.body.dataset.state === 'connected'", timeout=scaled(20) * 1000
+        "() => document.body.dataset.state === 'connected'", timeout=scaled(20) * 1000
     )
     page.missing = missing  # type: ignore[attr-defined]
     return page
@@ -139,7 +139,7 @@ async def test_the_toolbar_offers_what_a_noVNC_viewer_offers(
     assert await page.evaluate("() => window.relaydeskViewer && 1") == 1
     assert (await toolbar(page))["quality"] == "low"
     await page.reload()
-    await page.wait_for_function("document.body.dataset.state === 'connected'")
+    await page.wait_for_function("() => document.body.dataset.state === 'connected'")
     stats = await toolbar(page)
     assert (stats["scaling"], stats["quality"]) == ("actual", "low")  # kept across reloads
     await page.get_by_role("button", name="Display settings").click()
@@ -207,7 +207,7 @@ async def test_disconnect_leaves_the_desktop_running_and_reconnect_returns(
     assert any(r["desktop_session_id"] == desktop.desktop_session_id and r["state"] == "running"
                for r in rows)  # fmt: skip
     await page.get_by_role("button", name="Reconnect").click()
-    await page.wait_for_function("document.body.dataset.state === 'connected'")
+    await page.wait_for_function("() => document.body.dataset.state === 'connected'")
     await expect(overlay).to_be_hidden()
     await context.close()
 

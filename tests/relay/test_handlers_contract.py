@@ -27,7 +27,7 @@ pytestmark = pytest.mark.unit
 async def test_a_request_off_the_contract_is_invalid_args_naming_the_field(
     args: dict[str, object], field: str, problem: str, tmp_path: Path
 ) -> None:
-    handlers = Handlers(novnc_dir=tmp_path)
+    handlers = Handlers()
     request = Request(RequestId("r-1"), "desktop.stop", args, 1000)
     with pytest.raises(OpError) as info:
         await handlers.dispatch(None, request)  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 async def test_the_local_screen_without_a_host_helper_names_the_next_step(
     op: str, args: dict[str, object], tmp_path: Path
 ) -> None:
-    handlers = Handlers(novnc_dir=tmp_path)
+    handlers = Handlers()
     with pytest.raises(OpError) as info:
         await handlers.dispatch(None, Request(RequestId(1), op, args, 1000))  # type: ignore[arg-type]
     assert info.value.code is ErrorCode.UNAVAILABLE

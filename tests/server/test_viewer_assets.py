@@ -1,10 +1,10 @@
-"""noVNC asset serving: sources, allow-list, no traversal, headers; the relay's op."""
+"""noVNC's files: served from the server's own pinned tree only, checked whole at start."""
 
 from __future__ import annotations
 
-import base64
+import json
+import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 from starlette.applications import Starlette
@@ -13,27 +13,18 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from relay.handlers import Handlers
-from server.viewer.assets import NODE_MODULES_NOVNC, NovncAssets, canonical_headers
-from wire.errors import InvalidArgs, OpError
-from wire.ids import RelayId, RequestId
-from wire.messages import Request as OpRequest
+from server.config import ConfigError
+from server.viewer.assets import (
+    NODE_MODULES_NOVNC,
+    NovncAssets,
+    NovncTreeMissing,
+    check_novnc_tree,
+    missing_modules,
+    pinned_version,
+)
+from wire import ops
 
 pytestmark = pytest.mark.unit
-
-
-class FakeRelays:
-    def __init__(self, handlers: Handlers) -> None:
-        self.handlers = handlers
-        self.calls = 0
-
-    async def connected_with(self, capability: str) -> list[RelayId]:
-        return [RelayId("r1")] if capability in self.handlers.capabilities() else []
-
-    async def request(self, relay_id: RelayId, op: str, args: dict[str, Any]) -> Any:
-        self.calls += 1
-        request = OpRequest(RequestId("r1"), op, args)
-        return await self.handlers.dispatch(None, request)  # type: ignore[arg-type]
 
 
 def client_for(assets: NovncAssets) -> TestClient:
@@ -44,9 +35,10 @@ def client_for(assets: NovncAssets) -> TestClient:
 
 
 def test_node_modules_files_have_a_private_cache_and_javascript_type() -> None:
-    client = client_for(NovncAssets([NODE_MODULES_NOVNC]))
+    client = client_for(NovncAssets())
     response = client.get("/novnc/core/rfb.js")
     assert response.status_code == 200
+    assert response.content == (NODE_MODULES_NOVNC / "core" / "rfb.js").read_bytes()
     assert response.headers["content-type"] == "text/javascript; charset=utf-8"
     assert response.headers["cache-control"].startswith("private, max-age=")
 
@@ -54,44 +46,59 @@ def test_node_modules_files_have_a_private_cache_and_javascript_type() -> None:
 @pytest.mark.parametrize(
     "path",
     ["../package.json", "core/../../package.json", "package.json", "core//rfb.js",
-     "core/%2e%2e/x", "docs/LICENSE.txt", "core\\rfb.js"],
+     "core/%2e%2e/x", "docs/LICENSE.txt", "core\\rfb.js", "vnc.html", "app/ui.js",
+     "core/missing.js"],
 )  # fmt: skip
-def test_paths_outside_the_allow_list_are_not_found(path: str) -> None:
-    client = client_for(NovncAssets([NODE_MODULES_NOVNC]))
+def test_paths_outside_the_allow_list_or_the_tree_are_not_found(path: str) -> None:
+    client = client_for(NovncAssets())
     assert client.get(f"/novnc/{path}").status_code == 404
 
 
-def test_relay_fallback_serves_canonical_headers_and_caches(tmp_path: Path) -> None:
+def test_the_installed_tree_is_the_pinned_version_and_whole() -> None:
+    check_novnc_tree()
+    assert missing_modules(NODE_MODULES_NOVNC) == []
+    package = json.loads((NODE_MODULES_NOVNC / "package.json").read_text())
+    assert package["version"] == pinned_version()
+
+
+def _copy_tree(tmp_path: Path) -> Path:
     tree = tmp_path / "novnc"
-    (tree / "core").mkdir(parents=True)
-    (tree / "core" / "rfb.js").write_text("export default 1;\n")
-    relays = FakeRelays(Handlers(novnc_dir=tree))
-    client = client_for(NovncAssets([], relays))
-    for _ in range(2):
-        response = client.get("/novnc/core/rfb.js")
-        assert response.status_code == 200
-        assert response.text == "export default 1;\n"
-        names = [k for k, _ in response.headers.raw if k.lower() == b"content-type"]
-        assert len(names) == 1
-        assert response.headers["content-type"] == "text/javascript; charset=utf-8"
-    assert relays.calls == 1
-    assert client.get("/novnc/core/missing.js").status_code == 404
+    shutil.copytree(NODE_MODULES_NOVNC, tree)
+    return tree
 
 
-async def test_the_relay_op_refuses_traversal_and_reads_allowed_files(tmp_path: Path) -> None:
-    (tmp_path / "core").mkdir()
-    (tmp_path / "core" / "a.js").write_bytes(b"x")
-    (tmp_path / "secret").write_text("no")
-    handlers = Handlers(novnc_dir=tmp_path)
-    answer = await handlers._novnc_asset(None, {"path": "core/a.js"})  # type: ignore[arg-type]
-    assert base64.b64decode(answer["data"]) == b"x"
-    for bad in ("secret", "../secret", "core/../secret", "/etc/passwd", "", None):
-        with pytest.raises(InvalidArgs):
-            await handlers._novnc_asset(None, {"path": bad})  # type: ignore[arg-type, typeddict-item]
-    with pytest.raises(OpError):
-        await handlers._novnc_asset(None, {"path": "core/none.js"})  # type: ignore[arg-type]
+def test_a_missing_tree_is_refused_saying_how_to_install_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_novnc_tree(tmp_path / "nothing")
+    assert "not installed" in str(info.value)
+    assert "npm ci" in str(info.value)
+    assert "scripts/install" in str(info.value)
 
 
-def test_backend_header_names_become_one_canonical_name() -> None:
-    headers = canonical_headers([("Content-type", "a"), ("content-TYPE", "b"), ("x-foo", "c")])
-    assert headers == {"Content-Type": "b", "X-Foo": "c"}
+def test_a_tree_missing_a_module_the_viewer_imports_is_refused(tmp_path: Path) -> None:
+    tree = _copy_tree(tmp_path)
+    (tree / "vendor" / "pako" / "lib" / "zlib" / "inflate.js").unlink()
+    with pytest.raises(NovncTreeMissing) as info:
+        check_novnc_tree(tree)
+    assert "vendor/pako/lib/zlib/inflate.js" in str(info.value)
+    (tree / "core" / "rfb.js").unlink()
+    with pytest.raises(NovncTreeMissing, match=r"core/rfb\.js"):
+        check_novnc_tree(tree)
+
+
+def test_a_tree_of_another_version_or_package_is_refused(tmp_path: Path) -> None:
+    tree = _copy_tree(tmp_path)
+    package = json.loads((tree / "package.json").read_text())
+    (tree / "package.json").write_text(json.dumps({**package, "version": "1.3.0"}))
+    with pytest.raises(NovncTreeMissing, match=r"version 1\.3\.0, but web/package\.json pins"):
+        check_novnc_tree(tree)
+    (tree / "package.json").write_text(json.dumps({**package, "name": "evil"}))
+    with pytest.raises(NovncTreeMissing, match="does not name @novnc/novnc"):
+        check_novnc_tree(tree)
+    (tree / "package.json").unlink()
+    with pytest.raises(NovncTreeMissing, match=r"no readable package\.json"):
+        check_novnc_tree(tree)
+
+
+def test_no_relay_op_serves_novnc_files() -> None:
+    assert "novnc.asset" not in ops.OPS

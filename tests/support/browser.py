@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
-from playwright.async_api import Browser, async_playwright
+from playwright.async_api import Browser, BrowserContext, ConsoleMessage, async_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 # Background networking and component updates would reach for hosts this machine cannot
@@ -21,14 +22,43 @@ CHROMIUM_ARGS = (
 )
 
 
+# How Chromium words a Content-Security-Policy violation in a page's console.
+CSP_VIOLATION = "Content Security Policy"
+
+
+class CspWatch:
+    """Every Content-Security-Policy violation any page of a browser reports in its console."""
+
+    def __init__(self, browser: Browser) -> None:
+        self.violations: list[str] = []
+        for name in ("new_context", "new_page"):
+            setattr(browser, name, self._watching(getattr(browser, name)))
+
+    def _watching(self, create: Any) -> Any:
+        async def watched(*args: Any, **kwargs: Any) -> Any:
+            made = await create(*args, **kwargs)
+            context: BrowserContext = made if isinstance(made, BrowserContext) else made.context
+            context.on("console", self._heard)
+            return made
+
+        return watched
+
+    def _heard(self, message: ConsoleMessage) -> None:
+        if CSP_VIOLATION in message.text:
+            self.violations.append(f"{message.page.url if message.page else '?'}: {message.text}")
+
+
 @contextlib.asynccontextmanager
 async def chromium(*extra_args: str) -> AsyncIterator[Browser]:
-    """A headless Chromium, closed on exit."""
+    """A headless Chromium, closed on exit; a page that broke the server's
+    Content-Security-Policy fails the test that used it."""
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
             executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra_args]
         )
+        watch = CspWatch(browser)
         try:
             yield browser
         finally:
             await browser.close()
+        assert not watch.violations, "\n".join(watch.violations)

@@ -4,7 +4,8 @@ Opening a link only shows a page with one button; pressing it ``POST``s the link
 the browser in. So a link previewer, a mail scanner or another site that sends the browser to
 the link spends nothing and signs nobody in, and a cross-site form ``POST`` is refused by its
 ``Origin`` and ``Sec-Fetch-Site`` (``server.auth.routes``). Plain HTML, no script, no style:
-it works without JavaScript, and its Content-Security-Policy allows nothing but the form.
+it works without JavaScript; its Content-Security-Policy allows no inline script, no plugin,
+no framing, and forms only to the server itself.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ PAGE_HEADERS: Final = {
     "Cache-Control": "no-store",
     "Referrer-Policy": "same-origin",
     "Content-Security-Policy": (
-        "default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        "default-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+        "form-action 'self'"
     ),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",

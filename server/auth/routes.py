@@ -7,6 +7,8 @@ and session secrets never reach a log line, a response body or an exception mess
 from __future__ import annotations
 
 import logging
+import math
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +23,7 @@ from server.auth.errors import AuthError, RateLimited, Unauthorized, error_respo
 from server.auth.link_page import FOREIGN_SITES, confirmation_page, refusal_page
 from server.auth.principal import Principal
 from server.auth.ratelimit import LoginRateLimiter
+from server.auth.tokens import LOGIN_LINK_PREFIX, TOKEN_BYTES
 from server.boundary.body import read_json_object
 from server.boundary.hosts import CrossOrigin, HostPolicy
 from server.config import Settings
@@ -28,7 +31,6 @@ from server.db.records import UserRecord
 from server.json_response import JSONResponse
 from server.services import services_of
 from wire.errors import ErrorCode, OpError, RelaydeskError
-from wire.jsonbody import text_problem
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,9 @@ MAX_FIELD_LEN = 1024
 # Two fields of at most MAX_FIELD_LEN characters, with room for escapes; read only this much.
 LOGIN_BODY_LIMIT = 8 * 1024
 LOGOUT_BODY_LIMIT = 1024
-MAX_LINK_CHARS = 128  # a login link token is ``rdl_`` and 43 characters
+# A login link token is ``rdl_`` and the URL-safe base64 of 32 random bytes (43 characters).
+LINK_CHARS = math.ceil(TOKEN_BYTES * 4 / 3)
+LINK_SHAPE = re.compile(re.escape(LOGIN_LINK_PREFIX) + f"[A-Za-z0-9_-]{{{LINK_CHARS}}}")
 # Nothing about a login exchange may be cached or leak through a Referer header.
 PRIVATE_HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
 LINK_NO_LONGER_VALID = "This login link is no longer valid. Ask for a new one."
@@ -196,8 +200,9 @@ async def me(request: Request) -> Response:
 
 
 def _link_token(request: Request) -> str | None:
+    """The path's token if it has a login link's shape (checked before any lookup)."""
     token = str(request.path_params["token"])
-    return token if len(token) <= MAX_LINK_CHARS and text_problem(token) is None else None
+    return token if LINK_SHAPE.fullmatch(token) else None
 
 
 def _refused_link(request: Request, why: str) -> Response:

@@ -236,8 +236,9 @@ def test_login_link_is_one_time(web: Harness) -> None:
     assert again.status_code == 400
     assert "no longer valid" in again.text
     assert "set-cookie" not in again.headers
-    assert web.client.post("/login/rdl_bogus").status_code == 400
-    assert web.client.get("/login/" + "x" * 200).status_code == 400
+    for malformed in ("rdl_bogus", "x" * 200, token + "x", token[:-1] + "%21"):
+        assert web.client.get(f"/login/{malformed}").status_code == 400, malformed
+        assert web.client.post(f"/login/{malformed}").status_code == 400, malformed
 
 
 def test_opening_a_login_link_spends_nothing(web: Harness) -> None:

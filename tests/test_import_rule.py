@@ -50,6 +50,7 @@ DESKTOP_IO = frozenset(
         "relay.desktops.probe",
         "relay.desktops.displays",
         "relay.a11y",
+        "relay.policy",
     }
 )
 # Modules whose import means I/O or concurrency machinery; a prefix covers its submodules.

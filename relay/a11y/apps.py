@@ -1,8 +1,9 @@
 """The apps on a desktop's accessibility bus, their windows, and which of them agents may use.
 
 An app is known by its bus name, and named by what it says (its name) and by its command
-(``/proc/<pid>/comm``); the relay's policy (``RELAYDESK_A11Y_POLICY``) allows, denies or makes
-read-only apps by those names.
+(``/proc/<pid>/comm``), as ``relay/policy.py`` names every app agents may be denied; the
+relay's policy (``RELAYDESK_A11Y_POLICY``) allows, denies or makes read-only apps by those
+names.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from relay.a11y.bus import Bus
 from relay.a11y.nodes import ACCESSIBLE, Key, unwrap
 from relay.a11y.protocol import A11yError
 from relay.a11y.refs import Element
+from relay.policy import DENIED_MESSAGE, DeniedApps, app_ids, command_of
 
 # A listing of the apps is reused this long unless the registry announces a change.
 APPS_MAX_AGE_S: Final = 2.0
@@ -27,7 +29,7 @@ class Policy:
     """Which apps agents may observe and act on (relay settings, docs/accessibility.md)."""
 
     allow: frozenset[str] | None = None
-    deny: frozenset[str] = frozenset()
+    deny: DeniedApps = field(default_factory=DeniedApps)
     read_only: frozenset[str] = frozenset()
 
     @classmethod
@@ -37,13 +39,14 @@ class Policy:
         def names(key: str) -> frozenset[str]:
             return frozenset(str(n).lower() for n in raw.get(key) or ())
 
-        return cls(names("allow") if raw.get("allow") else None, names("deny"), names("read_only"))
+        allow = names("allow") if raw.get("allow") else None
+        return cls(allow, DeniedApps(names("deny")), names("read_only"))
 
     def refusal(self, app: App, acting: bool) -> str | None:
         """Why agents may not observe (or, ``acting``, act on) ``app``; None: they may."""
         ids = app.ids()
-        if ids & self.deny:
-            return "denied by this relay's accessibility policy"
+        if self.deny.denies(ids):
+            return DENIED_MESSAGE
         if self.allow is not None and not ids & self.allow:
             return "not in this relay's list of allowed apps"
         if acting and ids & self.read_only:
@@ -62,7 +65,7 @@ class App:
 
     def ids(self) -> frozenset[str]:
         """The names the policy and ``find`` know the app by, lower case."""
-        return frozenset(x.lower() for x in (self.name, self.command or "") if x)
+        return app_ids((self.name,), self.command)
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ class Apps:
             if name:
                 self.names[key[0]] = name
             pid = unwrap(replies[2 * i + 1], None, int)
-            apps.append(App(key[0], name, pid, _command(pid)))
+            apps.append(App(key[0], name, pid, command_of(pid)))
         self._known = {app.bus: app for app in apps}
         return apps
 
@@ -167,13 +170,3 @@ def app_of(element: Element, apps: list[App]) -> App:
 
 def _alive(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
-
-
-def _command(pid: int | None) -> str | None:
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from relay.policy import DeniedApps, names_of
 from wire.errors import RelaydeskError
 
 DEFAULT_SNAPSHOT_TTL_S: Final = 120.0
@@ -18,10 +19,6 @@ FALSE_WORDS: Final = frozenset({"0", "false", "no", "off"})
 
 class A11yConfigError(RelaydeskError):
     """An accessibility setting that cannot be used as given."""
-
-
-def _names(raw: str) -> tuple[str, ...]:
-    return tuple(sorted({n.strip().lower() for n in raw.split(",") if n.strip()}))
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -52,7 +49,8 @@ def _number(env: Mapping[str, str], name: str, default: float, low: float, high:
 class A11ySettings:
     """Which apps agents may observe and act on, and how."""
 
-    # Apps (by accessible name or command, lower case) agents may neither observe nor act on.
+    # Apps (by accessible name or command, lower case) agents may neither observe nor act on:
+    # the relay's denied apps, which every agent tool refuses (relay/policy.py).
     deny: tuple[str, ...] = ()
     # Apps agents may observe but not act on.
     read_only: tuple[str, ...] = ()
@@ -70,10 +68,10 @@ class A11ySettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> A11ySettings:
         env = os.environ if environ is None else environ
-        allow = _names(env.get("RELAYDESK_A11Y_ALLOW_APPS", ""))
+        allow = names_of(env.get("RELAYDESK_A11Y_ALLOW_APPS", ""))
         return cls(
-            deny=_names(env.get("RELAYDESK_A11Y_DENY_APPS", "")),
-            read_only=_names(env.get("RELAYDESK_A11Y_READ_ONLY_APPS", "")),
+            deny=tuple(sorted(DeniedApps.from_env(env).names)),
+            read_only=names_of(env.get("RELAYDESK_A11Y_READ_ONLY_APPS", "")),
             allow=allow or None,
             physical_virtual=_flag(env, "RELAYDESK_A11Y_PHYSICAL", True),
             physical_local=_flag(env, "RELAYDESK_A11Y_LOCAL_PHYSICAL", False),

@@ -9,6 +9,7 @@ dropped from the desktop's processes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import time
 from typing import Final
@@ -18,11 +19,14 @@ from Xlib.display import Display
 
 from relay.desktop_tools.run import Completed, run_in_desktop, start_server_in_desktop
 from relay.desktop_tools.session import DesktopSession
+from relay.policy import DeniedApps
 from relay.screen.args import is_display_name
+from relay.screen.denied import DeniedWindows, refusal
 from wire.errors import ErrorCode, OpError
 from wire.ops import CLIPBOARD_MAX
 
 XCLIP: Final = "xclip"
+SELECTION: Final = "CLIPBOARD"
 SERVER_CHILD: Final = "clipboard"
 READ_CHILD: Final = "clipboard-read"
 # An owner that does not answer a read in this long is hung.
@@ -48,8 +52,22 @@ def _xclip() -> str:
     return found
 
 
-async def read_text(session: DesktopSession) -> tuple[str, bool]:
+def check_denied(display_name: str, denied: DeniedApps, reading: bool) -> None:
+    """``policy_denied`` while a denied app's window has the keyboard focus (what is set
+    would be pasted there, what is read was likely copied there) or, for a read, while a
+    denied app owns the selection."""
+    if not denied:
+        return
+    with contextlib.closing(DeniedWindows.open(display_name, denied)) as windows:
+        if windows.focus_denied():
+            raise refusal("the window with the keyboard focus")
+        if reading and windows.owner_denied(SELECTION):
+            raise refusal("the clipboard's text")
+
+
+async def read_text(session: DesktopSession, denied: DeniedApps) -> tuple[str, bool]:
     """The selection as text ("" when empty) and whether it was cut at the cap."""
+    await asyncio.to_thread(check_denied, session.display, denied, True)
     xclip = _xclip()
     for target in TARGETS:
         done = await run_in_desktop(
@@ -68,8 +86,9 @@ async def read_text(session: DesktopSession) -> tuple[str, bool]:
     return "", False
 
 
-async def set_text(session: DesktopSession, text: str) -> None:
+async def set_text(session: DesktopSession, text: str, denied: DeniedApps) -> None:
     """Own the selection with ``text``; answers once the new owner holds it."""
+    await asyncio.to_thread(check_denied, session.display, denied, False)
     xclip = _xclip()
     before = await asyncio.to_thread(selection_owner, session.display)
     session.forget_gone(SERVER_CHILD)
@@ -109,7 +128,7 @@ def _open(display_name: str) -> Display | None:
 
 
 def _owner(display: Display) -> int | None:
-    owner = display.get_selection_owner(display.intern_atom("CLIPBOARD"))
+    owner = display.get_selection_owner(display.intern_atom(SELECTION))
     return int(owner.id) if owner else None
 
 

@@ -53,7 +53,9 @@ class DesktopTools:
         from relay.desktop_tools.windows import list_windows
 
         session = await session_of(backend, row)
-        windows, active = await asyncio.to_thread(list_windows, session.display)
+        windows, active = await asyncio.to_thread(
+            list_windows, session.display, self.settings.denied
+        )
         return {"desktop_session_id": session.desktop_session_id, "windows": windows,
                 "active": active}  # fmt: skip
 
@@ -68,7 +70,7 @@ class DesktopTools:
         fields = ops.WINDOW_OP_FIELDS[op]
         # check_args made them integers
         values = {name: cast(int, value) for name, value in args.items() if name in fields}
-        await asyncio.to_thread(apply, session.display, window_id, op, values)
+        await asyncio.to_thread(apply, session.display, window_id, op, values, self.settings.denied)
         return {"desktop_session_id": session.desktop_session_id, "window_id": window_id,
                 "op": op, "done": True}  # fmt: skip
 
@@ -80,9 +82,9 @@ class DesktopTools:
         ops.check_clipboard_args(args)
         session = await session_of(backend, row)
         if args["op"] == "set":
-            await set_text(session, args["text"])
+            await set_text(session, args["text"], self.settings.denied)
             return {"desktop_session_id": session.desktop_session_id, "set": True}
-        text, truncated = await read_text(session)
+        text, truncated = await read_text(session, self.settings.denied)
         return {"desktop_session_id": session.desktop_session_id, "text": text,
                 "truncated": truncated}  # fmt: skip
 

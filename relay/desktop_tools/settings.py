@@ -1,12 +1,14 @@
-"""Settings of the desktop tools (``RELAYDESK_CUA_SHELL``; docs/configuration.md)."""
+"""Settings of the desktop tools (``RELAYDESK_CUA_SHELL``, ``RELAYDESK_DENY_APPS``;
+docs/configuration.md)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
+from relay.policy import DeniedApps
 from wire.errors import RelaydeskError
 
 SHELL_ENV: Final = "RELAYDESK_CUA_SHELL"
@@ -24,6 +26,8 @@ class DesktopToolSettings:
     the operator opts in: they reach everything the desktop's user may)."""
 
     cua_shell: bool = False
+    # Apps whose windows the window and clipboard tools leave alone (relay/policy.py).
+    denied: DeniedApps = field(default_factory=DeniedApps)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> DesktopToolSettings:
@@ -31,4 +35,4 @@ class DesktopToolSettings:
         raw = env.get(SHELL_ENV, "").strip().lower()
         if raw not in TRUE_WORDS | FALSE_WORDS:
             raise DesktopToolsConfigError(f"{SHELL_ENV}={raw!r}: give 1 or 0")
-        return cls(cua_shell=raw in TRUE_WORDS)
+        return cls(cua_shell=raw in TRUE_WORDS, denied=DeniedApps.from_env(env))

@@ -21,7 +21,9 @@ from Xlib.display import Display
 from Xlib.protocol import event
 from Xlib.xobject.drawable import Window
 
+from relay.policy import DeniedApps
 from relay.screen.args import is_display_name
+from relay.screen.denied import DeniedWindows, refusal
 from wire.errors import ErrorCode, OpError
 from wire.ops import WindowInfo, WindowOp
 
@@ -157,12 +159,13 @@ def connected(display_name: str) -> Iterator[Ewmh]:
         ewmh.close()
 
 
-def list_windows(display_name: str) -> tuple[list[WindowInfo], int | None]:
+def list_windows(display_name: str, denied: DeniedApps) -> tuple[list[WindowInfo], int | None]:
     """The display's top-level client windows in the window manager's order, and the active
-    one; a window closed while it is read is left out."""
+    one; a window closed while it is read is left out, and so is a denied app's."""
     with connected(display_name) as ewmh:
+        policy = DeniedWindows(ewmh.display, denied)
         active = ewmh.active()
-        clients = ewmh.clients()
+        clients = [c for c in ewmh.clients() if not policy.denied(c)]
         # Some window managers keep naming the last active window after it closed.
         active = active if active in clients else None
         windows: list[WindowInfo] = []
@@ -174,9 +177,16 @@ def list_windows(display_name: str) -> tuple[list[WindowInfo], int | None]:
         return windows, active
 
 
-def apply(display_name: str, window_id: int, op: WindowOp, values: dict[str, int]) -> None:
+def apply(
+    display_name: str,
+    window_id: int,
+    op: WindowOp,
+    values: dict[str, int],
+    denied: DeniedApps,
+) -> None:
     """Ask the window manager for ``op`` on the window and follow it until it shows (at most
-    :data:`SETTLE_S`); ``not_found`` for a window that is not a top-level client."""
+    :data:`SETTLE_S`); ``not_found`` for a window that is not a top-level client,
+    ``policy_denied`` for a denied app's."""
     with connected(display_name) as ewmh:
         if not ewmh.has_window_manager():
             raise OpError(ErrorCode.UNAVAILABLE, "no window manager runs in this desktop")
@@ -187,6 +197,8 @@ def apply(display_name: str, window_id: int, op: WindowOp, values: dict[str, int
                 "(desktop_windows lists them)",
                 {"field": "window_id"},
             )
+        if DeniedWindows(ewmh.display, denied).denied(window_id):
+            raise refusal(f"window_id {window_id}")
         settled = OPS[op](ewmh, window_id, values)
         _settle(settled)
 

@@ -23,8 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar, cast
 
+import numpy as np
+import numpy.typing as npt
 from Xlib import error as xerror
 
+from relay.policy import DeniedApps
 from relay.screen import args as check
 from relay.screen.backends import (
     DEFAULT_BACKEND,
@@ -44,8 +47,9 @@ from relay.screen.capture import (
     magnify,
 )
 from relay.screen.capture import preview as make_preview
+from relay.screen.denied import DeniedWindows, black_out, refusal
 from relay.screen.grid import draw_grid
-from wire.capture import BandedPng
+from wire.capture import BandedPng, bgra_to_rgb
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import DIGEST_DIFFERS, CropRect, Guard
 from wire.screen_actions import IMAGE_ACTIONS, SCREEN_ACTIONS
@@ -112,19 +116,51 @@ class ScreenshotResult:
 
 @dataclass
 class ScreenContext:
-    """What handlers get: the display's input backend and capture, created in its thread."""
+    """What handlers get: the display's input backend and capture, created in its thread,
+    and, on a relay that denies apps, the view of their windows (``relay/policy.py``)."""
 
     display: str
     input: InputBackend
     capture: ScreenCapture
     max_text_length: int = check.MAX_TEXT_LENGTH
+    denied: DeniedWindows | None = None
 
     def size(self) -> tuple[int, int]:
         return self.input.screen_size()
 
+    def grab_bgra(
+        self, region: CropRect | None = None, size: tuple[int, int] | None = None
+    ) -> npt.NDArray[np.uint8]:
+        """The screen (or ``region``) as captured, denied apps' windows black: where they
+        were just before or just after the capture (a window moving meanwhile is black at
+        both places)."""
+        if self.denied is None:
+            return self.capture.grab_bgra(region, size)
+        before = self.denied.scene()
+        bgra = np.array(self.capture.grab_bgra(region, size))
+        shown = region or CropRect(0, 0, int(bgra.shape[1]), int(bgra.shape[0]))
+        black_out(bgra, shown, before, self.denied.scene())
+        return bgra
+
+    def grab(self, region: CropRect) -> RGBArray:
+        """:meth:`grab_bgra` as RGB (what the guard compares)."""
+        return bgra_to_rgb(self.grab_bgra(region))
+
+    def check_point(self, point: tuple[int, int]) -> None:
+        """``policy_denied`` when a denied app's window lies at ``point``."""
+        if self.denied is not None and self.denied.point_denied(point):
+            raise refusal(f"the window at ({point[0]}, {point[1]})")
+
+    def check_focus(self) -> None:
+        """``policy_denied`` when keys would reach a denied app's window."""
+        if self.denied is not None and self.denied.focus_denied():
+            raise refusal("the window with the keyboard focus")
+
     def close(self) -> None:
         self.input.close()
         self.capture.close()
+        if self.denied is not None:
+            self.denied.close()
 
 
 Handler = Callable[[ScreenContext, dict[str, Any]], dict[str, Any]]
@@ -145,7 +181,7 @@ def check_guard(ctx: ScreenContext, args: dict[str, Any], at: tuple[int, int]) -
     guard = Guard.required(args.get("guard"))
     region = guard.region_at(at, ctx.size())
     try:
-        return guard.judge(ctx.capture.grab(region))
+        return guard.judge(ctx.grab(region))
     except OpError as err:
         if err.details.get("reason") != DIGEST_DIFFERS:  # else the server sends the crop next
             difference = err.details.get("difference")
@@ -178,7 +214,7 @@ def capture_screenshot(ctx: ScreenContext, args: dict[str, Any]) -> ScreenshotRe
         max_width = check.bounded(args, "preview_max_width", 16, 100_000, 0)
     size = ctx.size()
     labels = check.grid(args, size)
-    capture, pixels = encode_screenshot(ctx.capture.grab_bgra(None, size))
+    capture, pixels = encode_screenshot(ctx.grab_bgra(None, size))
     shown, grid = pixels, None
     if labels is not None:  # drawn on the picture only: the capture stays the screen itself
         grid = grid_for(labels, CropRect(0, 0, *size), size)
@@ -197,7 +233,7 @@ def capture_zoom(ctx: ScreenContext, args: dict[str, Any]) -> ScreenshotResult:
     out_size = check.zoom_image_size(args, region)
     fmt, quality = _image_format(args)
     labels = check.grid(args, size)
-    capture, pixels = encode_screenshot(ctx.capture.grab_bgra(region))
+    capture, pixels = encode_screenshot(ctx.grab_bgra(region))
     shown, grid = magnify(pixels, out_size), None
     if labels is not None:
         grid = grid_for(labels, region, out_size)
@@ -219,6 +255,7 @@ def _click_n(count: int) -> Handler:
     def handler(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
         x, y = check.point(args, ctx.size())
         button = check.button(args)
+        ctx.check_point((x, y))
         guard = check_guard(ctx, args, (x, y))
         ctx.input.click(x, y, button, count)
         return {"x": x, "y": y, "button": button, "guard": guard}
@@ -228,6 +265,7 @@ def _click_n(count: int) -> Handler:
 
 def _move(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
     x, y = check.point(args, ctx.size())
+    ctx.check_point((x, y))
     ctx.input.move(x, y)
     return {"x": x, "y": y}
 
@@ -237,6 +275,8 @@ def _drag(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
     start = check.point(args, size)
     end = check.point(args, size, ("to_x", "to_y"))
     button = check.button(args)
+    ctx.check_point(start)
+    ctx.check_point(end)
     guard = check_guard(ctx, args, start)
     ctx.input.drag(start, end, button)
     return {"x": start[0], "y": start[1], "to_x": end[0], "to_y": end[1],
@@ -247,6 +287,7 @@ def _scroll(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
     direction = check.choice(args, "direction", tuple(SCROLL_BUTTONS), "down")
     amount = check.bounded(args, "amount", 1, check.MAX_SCROLL_AMOUNT, 3)
     at = check.point(args, ctx.size()) if "x" in args or "y" in args else None
+    ctx.check_point(at or ctx.input.mouse_position())
     if at is not None:
         ctx.input.move(*at)
     ctx.input.scroll(direction, amount)
@@ -256,6 +297,7 @@ def _scroll(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
 
 def _type(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
     text = check.text(args, "text", ctx.max_text_length)
+    ctx.check_focus()
     ctx.input.type_text(text)
     return {"typed": len(text)}  # never echo the text: it may be a password
 
@@ -269,6 +311,7 @@ def _keys(args: dict[str, Any], what: str) -> str:
 
 def _key(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
     keys = _keys(args, "a key chord like 'ctrl+shift+t'")
+    ctx.check_focus()
     ctx.input.key(keys)
     return {"keys": keys}
 
@@ -278,6 +321,7 @@ def _mouse_down(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
     given = "x" in args or "y" in args
     at = check.point(args, ctx.size()) if given else ctx.input.mouse_position()
     button = check.button(args)
+    ctx.check_point(at)
     guard = check_guard(ctx, args, at)
     if given:
         ctx.input.move(*at)
@@ -288,7 +332,8 @@ def _mouse_down(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
 def _mouse_up(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
     at = check.point(args, ctx.size()) if "x" in args or "y" in args else None
     button = check.button(args)
-    if at is not None:
+    if at is not None:  # without a point it only lets go of what the agent holds
+        ctx.check_point(at)
         ctx.input.move(*at)
     ctx.input.mouse_up(button)
     x, y = at or ctx.input.mouse_position()
@@ -297,11 +342,14 @@ def _mouse_up(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
 
 def _key_down(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
     keys = _keys(args, "one key name like 'shift' or 'a'")
+    ctx.check_focus()
     ctx.input.key_down(keys)
     return {"keys": keys}
 
 
 def _key_up(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+    # Not checked against denied apps: it only lets go of a key (the X server ignores the
+    # release of a key that is up), and a key left held would stay held in their window.
     keys = _keys(args, "one key name like 'shift' or 'a'")
     ctx.input.key_up(keys)
     return {"keys": keys}
@@ -354,6 +402,7 @@ class _DisplayWorker:
     display: str
     factory: BackendFactory
     max_text_length: int
+    denied_apps: DeniedApps = field(default_factory=DeniedApps)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     context: ScreenContext | None = None
 
@@ -363,13 +412,25 @@ class _DisplayWorker:
 
     def _context(self) -> ScreenContext:
         if self.context is None:
-            backend = self.factory(self.display)
+            denied = (
+                DeniedWindows.open(self.display, self.denied_apps) if self.denied_apps else None
+            )
+            try:
+                backend = self.factory(self.display)
+            except BaseException:
+                if denied is not None:
+                    denied.close()
+                raise
             try:
                 capture = ScreenCapture(self.display)
             except BaseException:
                 backend.close()
+                if denied is not None:
+                    denied.close()
                 raise
-            self.context = ScreenContext(self.display, backend, capture, self.max_text_length)
+            self.context = ScreenContext(
+                self.display, backend, capture, self.max_text_length, denied
+            )
         return self.context
 
     def _call(self, fn: Callable[[ScreenContext, dict[str, Any]], T], args: dict[str, Any]) -> T:
@@ -400,13 +461,22 @@ class _DisplayWorker:
 
 
 class ScreenService:
-    """Runs screen actions on a relay's displays (one service per relay)."""
+    """Runs screen actions on a relay's displays (one service per relay).
+
+    ``denied``: the apps whose windows agents may neither see nor touch (``relay/policy.py``);
+    by default the process's ``RELAYDESK_DENY_APPS``, which the relay and the host helper
+    read like every other setting of theirs.
+    """
 
     def __init__(
-        self, input_backend: str = DEFAULT_BACKEND, max_text_length: int = check.MAX_TEXT_LENGTH
+        self,
+        input_backend: str = DEFAULT_BACKEND,
+        max_text_length: int = check.MAX_TEXT_LENGTH,
+        denied: DeniedApps | None = None,
     ) -> None:
         self._factory = backend_factory(input_backend)
         self._max_text_length = max_text_length
+        self._denied = DeniedApps.from_env() if denied is None else denied
         self._workers: dict[str, _DisplayWorker] = {}
         # Which desktop session each display's connections were opened for: a new desktop on
         # a reused display number never inherits the connections of the one before it.
@@ -423,7 +493,7 @@ class ScreenService:
         name = display
         worker = self._workers.get(name)
         if worker is None:
-            worker = _DisplayWorker(name, self._factory, self._max_text_length)
+            worker = _DisplayWorker(name, self._factory, self._max_text_length, self._denied)
             self._workers[name] = worker
         return worker
 

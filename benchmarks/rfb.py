@@ -79,7 +79,7 @@ class WebSocketTransport:
         while len(self._buf) < n:
             msg = await self._ws.receive()
             if msg.type != aiohttp.WSMsgType.BINARY:
-                raise RFBError(f"websocket closed: {msg.type.name}")
+                raise RFBError(f"websocket closed: {msg.type.name} {msg.data} {msg.extra}")
             self._buf += msg.data
         data = bytes(self._buf[:n])
         del self._buf[:n]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import shutil
@@ -58,6 +59,11 @@ def pytest_runtest_makereport(
     """Keep each phase's report on the item so fixtures can see whether the test failed."""
     report = yield
     item.stash.setdefault(_phase_reports, {})[report.when] = report
+    if report.when == "call" and report.failed:
+        # A failed test may leave clients (aiohttp responses, sessions) unclosed; collect them
+        # now, while its event loop is still open, so their finalizers do not raise in (and
+        # fail) whichever later test the garbage collector happens to run in.
+        gc.collect()
     return report
 
 
@@ -125,3 +131,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"every test needs exactly one tier marker of {', '.join(TIERS)}:\n  {listing}"
         )
+
+
+# -- the suite's budget: printed at the end of every run (scripts/test, CI) ---------------------
+
+_tier_seconds: dict[str, float] = {}
+_tier_counts: dict[str, int] = {}
+
+
+def _tier_of(report: pytest.TestReport) -> str:
+    return next((tier for tier in TIERS if tier in report.keywords), "none")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's duration to its test's tier (on the controller under xdist too)."""
+    tier = _tier_of(report)
+    _tier_seconds[tier] = _tier_seconds.get(tier, 0.0) + report.duration
+    if report.when == "call" or (report.when == "setup" and report.skipped):
+        _tier_counts[tier] = _tier_counts.get(tier, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Per-tier test time (setup, call and teardown summed; with workers, more than the wall)."""
+    if not _tier_seconds or hasattr(terminalreporter.config, "workerinput"):
+        return
+    terminalreporter.section("time per tier")
+    for tier in sorted(_tier_seconds, key=lambda t: -_tier_seconds[t]):
+        count = _tier_counts.get(tier, 0)
+        seconds = _tier_seconds[tier]
+        terminalreporter.write_line(f"{tier:<12} {count:>5} tests {seconds:>9.1f} s")
+    count, total = sum(_tier_counts.values()), sum(_tier_seconds.values())
+    terminalreporter.write_line(f"{'all':<12} {count:>5} tests {total:>9.1f} s")

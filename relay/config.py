@@ -20,6 +20,7 @@ from relay.desktop_tools.settings import DesktopToolsConfigError, DesktopToolSet
 from relay.desktops.audio import AudioSettings
 from relay.desktops.config import DesktopConfig
 from relay.desktops.docker_config import DockerDesktopSettings
+from relay.desktops.leases import relay_key, taken_by_another
 from wire.errors import RelaydeskError
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ class RelaySettings:
             host_helper_token=env.get(HOST_HELPER_TOKEN_ENV, "").strip(),
             direct_vnc_host=env.get(DIRECT_HOST_ENV) or None,
             audio_bitrate=parse_bitrate(env.get(BITRATE_ENV, "")),
-            desktops=DesktopConfig.from_env(env, state_dir=state_dir),
+            desktops=_desktop_config(env, state_dir),
             audio=AudioSettings.from_env(env),
             a11y=A11ySettings.from_env(env),
             tools=_tool_settings(env),
@@ -180,6 +181,19 @@ def _read_token_file(path: str, named_by: str) -> str:
     except (OSError, UnicodeDecodeError) as err:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else "not readable"
         raise RelayConfigError(f"{named_by} {path}: {reason}") from None
+
+
+def _desktop_config(environ: Mapping[str, str], state_dir: Path) -> DesktopConfig:
+    """The desktops' settings; a named desktop user another relay holds is refused here, so
+    the relay says so and exits (relay/desktops/leases.py)."""
+    config = DesktopConfig.from_env(environ, state_dir=state_dir)
+    name = config.desktop_user
+    if name and os.geteuid() == 0 and taken_by_another(name, relay_key(state_dir)):
+        raise RelayConfigError(
+            f"the desktop user {name!r} (RELAYDESK_DESKTOP_USER) is in use by another relay "
+            "on this host; give each relay its own, or none to take one from the pool"
+        )
+    return config
 
 
 def _tool_settings(environ: Mapping[str, str]) -> DesktopToolSettings:

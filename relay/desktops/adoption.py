@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from relay.desktops import cgroups
 from relay.desktops.homes import Homes, remove_dirs, remove_stale_runtime_dirs
 from relay.desktops.probe import ProbeResult
 from relay.desktops.slots import Slots
@@ -29,12 +30,15 @@ Health = Callable[[Desktop], Awaitable[ProbeResult]]
 
 
 async def adopt_recorded(
-    slots: Slots, health: Health
+    slots: Slots, health: Health, *, keep: bool = True
 ) -> tuple[list[Desktop], list[DesktopSessionId]]:
     """Re-adopt the recorded desktops that pass ``health`` (takes the lock). Returns them, and
     the records :func:`clean_up` has to stop: interrupted starts and desktops not kept, held
-    meanwhile in ``slots.starting``."""
+    meanwhile in ``slots.starting``. ``keep`` False: none is kept (they run as an account this
+    relay no longer holds)."""
     records = await asyncio.to_thread(slots.state.load)
+    if not keep and records:
+        logger.warning("not re-adopting %d desktop(s): they run as another account", len(records))
     interrupted = await asyncio.to_thread(slots.state.load_starting)
     async with slots.lock:
         await asyncio.to_thread(beat, slots.config)
@@ -43,7 +47,7 @@ async def adopt_recorded(
         results = await asyncio.gather(*(_probe(d, health) for d in desktops))
         adopted: list[Desktop] = []
         for desktop, result in zip(desktops, results, strict=True):
-            if _adopt_one(slots, desktop, result):
+            if keep and _adopt_one(slots, desktop, result):
                 adopted.append(desktop)
             else:
                 leftovers.append(StartingDesktop.of(desktop))
@@ -66,9 +70,15 @@ async def clean_up(slots: Slots, homes: Homes, leftovers: list[DesktopSessionId]
         # (starts run under the lock), so every other private directory is an orphan.
         keep = {d.desktop_session_id for d in slots.desktops.values()} | set(slots.starting)
         await asyncio.to_thread(remove_dirs, slots.config.run_dir, keep)
+        tmp_names = {DesktopSessionId(k[:12]) for k in keep}
+        await asyncio.to_thread(remove_dirs, homes.tmp_root(), tmp_names)
+        # A desktop not kept dies whole: whatever of it left its process groups too.
+        if (parent := slots.cgroups()) is not None:
+            await asyncio.to_thread(cgroups.kill_others, parent, set(keep))
         if leftovers or slots.desktops:
-            await homes.desktop_user()
+            slots.user = await homes.desktop_user()
             await asyncio.to_thread(remove_dirs, homes.root() / "sessions", keep)
+            await slots.sweep_user()
         if slots.audio is not None:
             await asyncio.to_thread(remove_stale_runtime_dirs, slots.audio.runtime_root)
 

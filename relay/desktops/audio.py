@@ -15,12 +15,14 @@ import logging
 import os
 import shutil
 import stat
+import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import IO
 
 from relay.desktops.displays import x_display_alive
 from relay.desktops.probe import ProbeFailed, poll_until_ready
@@ -165,6 +167,28 @@ def _private_dir(path: Path, mode: int = 0o700) -> None:
         path.chmod(mode)
 
 
+def _write_then_hand_over(
+    directory: Path, name: str, data: bytes, user: DesktopUser | None
+) -> None:
+    """Write ``directory/name`` while the directory is still the relay's (0700), then give
+    file and directory to ``user``, through descriptors: once the user owns the directory the
+    relay never touches a path inside it again (a link planted there is never followed)."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+        try:
+            os.write(fd, data)
+            if user is not None:
+                os.fchown(fd, user.uid, user.gid)
+        finally:
+            os.close(fd)
+        if user is not None:
+            os.fchown(dir_fd, user.uid, user.gid)
+    finally:
+        os.close(dir_fd)
+
+
 class PulseAudioStarter:
     """The launcher's ``AudioStarter``: a PulseAudio server with a null sink for one desktop.
 
@@ -181,10 +205,11 @@ class PulseAudioStarter:
         env: dict[str, str],
         procs: DesktopProcesses,
         user: DesktopUser | None = None,
+        log: IO[bytes] | None = None,
     ) -> dict[str, str]:
         try:
             display = display_number(env.get("DISPLAY", ""))
-            return await self._start(display, env, procs, user)
+            return await self._start(display, env, procs, user, log)
         except (OSError, ValueError, ProbeFailed) as err:
             logger.warning("desktop %s: audio not started: %s", req.slot, err)
             if (child := procs.find(PROCESS_NAME)) is not None:
@@ -197,22 +222,24 @@ class PulseAudioStarter:
         env: Mapping[str, str],
         procs: DesktopProcesses,
         user: DesktopUser | None,
+        log: IO[bytes] | None,
     ) -> dict[str, str]:
         deadline = time.monotonic() + self.settings.start_timeout_s
         # Made to the end even when the start is cancelled: its clean-up removes it by display.
         directory = await run_to_completion(asyncio.to_thread(self._prepare, display, user))
-        with (directory / "pulseaudio.log").open("wb") as log:
-            child = procs.add(
-                ChildProcess.spawn(
-                    PROCESS_NAME,
-                    self._argv(directory),
-                    env=self._env(directory, env),
-                    essential=False,
-                    output=log,
-                    user=user,
-                    held=True,
-                )
+        # Its output goes to the desktop's log in the relay's private directory: the relay
+        # never opens a file inside a directory the desktop user owns.
+        child = procs.add(
+            ChildProcess.spawn(
+                PROCESS_NAME,
+                self._argv(directory),
+                env=self._env(directory, env),
+                essential=False,
+                output=log if log is not None else subprocess.DEVNULL,
+                user=user,
+                held=True,
             )
+        )
         sock = directory / "native"
 
         async def accepts() -> None:
@@ -267,12 +294,8 @@ class PulseAudioStarter:
         script = _DEFAULT_PA.format(
             sink=SINK_NAME, rate=SAMPLE_RATE, channels=CHANNELS, socket=directory / "native"
         )
-        (directory / "default.pa").write_text(script, encoding="utf-8")
-        if user is not None:
-            for path in (directory, directory / "default.pa"):
-                os.chown(path, user.uid, user.gid, follow_symlinks=False)
+        _write_then_hand_over(directory, "default.pa", script.encode(), user)
         return directory
-
     def _argv(self, directory: Path) -> list[str]:
         return [
             self.settings.binary, "--daemonize=no", "--exit-idle-time=-1", "--system=false",

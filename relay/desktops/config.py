@@ -52,11 +52,15 @@ class DesktopConfig:
     default_profile: str = "standard"
     # Operator's profiles, besides (or replacing) the built-in ones.
     profiles_dir: Path | None = None
-    # Who desktops run as when the relay is root (relay/desktops/user.py).
-    desktop_user: str = "relaydesk-desktop"
+    # Who desktops run as when the relay is root (relay/desktops/leases.py): this account,
+    # held by this relay alone, or (empty) one of ``desktop_user_pool`` pool accounts.
+    desktop_user: str = ""
+    desktop_user_pool: int = 64
     homes_dir: Path | None = None
-    # A kept home (``persist_home``) larger than this refuses to start until it is reset.
+    # A home larger than this refuses to start (kept homes) or stops its desktop (checked every
+    # ``home_check_interval_s`` while it runs).
     home_max_mb: int = 2048
+    home_check_interval_s: float = 10.0
 
     @property
     def state_file(self) -> Path:
@@ -149,4 +153,6 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "RELAYDESK_DESKTOP_USER": ("desktop_user", str),
     "RELAYDESK_DESKTOP_HOMES_DIR": ("homes_dir", Path),
     "RELAYDESK_DESKTOP_HOME_MAX_MB": ("home_max_mb", _positive_int),
+    "RELAYDESK_DESKTOP_USER_POOL": ("desktop_user_pool", _positive_int),
+    "RELAYDESK_DESKTOP_HOME_CHECK_S": ("home_check_interval_s", _positive_float),
 }

@@ -21,7 +21,6 @@ from relay.backend import not_offered
 from relay.channels import ByteStream
 from relay.desktops.docker_manager import DockerDesktops
 from relay.desktops.screens import DesktopScreens
-from relay.desktops.user import resolve_desktop_user
 from relay.vnc_target import VncTarget
 from wire.errors import ErrorCode, OpError, RfbHandshakeError
 from wire.ops import (
@@ -154,7 +153,7 @@ class DockerBackend:
                 "tools need (Debian: python3-gi; scripts/install installs it)",
                 {"suggestion": "use the screen tool (screenshot, then a guarded click)"},
             )  # fmt: skip
-        user = await asyncio.to_thread(resolve_desktop_user, self.desktops.config.desktop_user)
+        user = await self.desktops.desktop_user()
 
         def spec() -> WorkerSpec:
             desktop = self.desktops.live(session_id)

@@ -35,6 +35,7 @@ from relay.desktops.docker_launch import ContainerLauncher, accepts, health
 from relay.desktops.homes import Homes, remove_dirs
 from relay.desktops.probe import PROBE_ERRORS
 from relay.desktops.slots import now_iso
+from relay.desktops.user import DesktopUser
 from relay.desktops.validation import (
     StartRequest,
     check_session_id,
@@ -214,8 +215,13 @@ class DockerDesktops:
             if not self._desktops and self._state_read:
                 await asyncio.to_thread(_remove_if_empty, self._root())
             self._desktops.clear()
+            self._homes.release()
         if self.engine is not None:
             await self.engine.aclose()
+
+    async def desktop_user(self) -> DesktopUser | None:
+        """Who the containers' sessions run as (the relay's leased account; None: the relay)."""
+        return await self._homes.desktop_user()
 
     async def check_all(self) -> None:
         """One watchdog round: the heartbeats, then a probe of every desktop."""

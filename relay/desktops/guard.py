@@ -8,7 +8,8 @@ recorded ones (start times compared, as re-adoption does), removes the desktop's
 directory and its sound server's runtime directory, and exits. A relay that comes back in time
 re-adopts the desktop, guard included, and its heartbeat keeps the guard waiting.
 
-Run as ``python -m relay.desktops.guard``; it loads only ``relay.desktops.process``.
+Run as ``python -m relay.desktops.guard``; it loads only ``relay.desktops.process`` and
+``relay.desktops.cgroups``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relay.desktops import cgroups
 from relay.desktops.process import DesktopProcesses, adopt_children
 
 logger = logging.getLogger("relaydesk.guard")
@@ -44,6 +46,8 @@ class GuardArgs:
     timeout_s: float
     private_dir: Path
     pulse_root: Path | None
+    cgroup: Path | None = None
+    tmp_dir: Path | None = None
 
     @property
     def poll_s(self) -> float:
@@ -56,7 +60,9 @@ class GuardArgs:
             "--heartbeat", str(self.heartbeat), "--timeout", repr(self.timeout_s),
             "--private-dir", str(self.private_dir),
         ]  # fmt: skip
-        return args + (["--pulse-root", str(self.pulse_root)] if self.pulse_root else [])
+        args += ["--pulse-root", str(self.pulse_root)] if self.pulse_root else []
+        args += ["--cgroup", str(self.cgroup)] if self.cgroup else []
+        return args + (["--tmp-dir", str(self.tmp_dir)] if self.tmp_dir else [])
 
 
 def parse_args(argv: list[str] | None = None) -> GuardArgs:
@@ -67,9 +73,12 @@ def parse_args(argv: list[str] | None = None) -> GuardArgs:
     parser.add_argument("--timeout", required=True, type=float)
     parser.add_argument("--private-dir", required=True, type=Path)
     parser.add_argument("--pulse-root", type=Path, default=None)
+    parser.add_argument("--cgroup", type=Path, default=None)
+    parser.add_argument("--tmp-dir", type=Path, default=None)
     ns = parser.parse_args(argv)
     return GuardArgs(
-        ns.session, ns.state_file, ns.heartbeat, ns.timeout, ns.private_dir, ns.pulse_root
+        ns.session, ns.state_file, ns.heartbeat, ns.timeout, ns.private_dir, ns.pulse_root,
+        ns.cgroup, ns.tmp_dir,
     )
 
 
@@ -134,6 +143,12 @@ async def watch(args: GuardArgs) -> str:
         await stop_recorded(record)
     except (KeyError, TypeError, ValueError) as err:
         logger.warning("desktop record unusable: %s", type(err).__name__)
+    if args.cgroup is not None:
+        # What left the desktop's process groups (a program that called setsid) dies too.
+        cgroups.kill(args.cgroup)
+        cgroups.remove_if_empty(args.cgroup.parent)
+    if args.tmp_dir is not None:
+        shutil.rmtree(args.tmp_dir, ignore_errors=True)
     return "orphaned"
 
 

@@ -4,6 +4,7 @@ the relay's private directories and logs, and the removal of ones no desktop own
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -12,36 +13,95 @@ from typing import Any
 from relay.desktops.audio import stale_runtime_dirs
 from relay.desktops.config import DesktopConfig
 from relay.desktops.credentials import PRIVATE_FILE_MODE, private_dir
+from relay.desktops.leases import (
+    UserLease,
+    desktop_account_uids,
+    lease_configured,
+    lease_from_pool,
+    proc_hides_processes,
+    relay_key,
+)
 from relay.desktops.user import (
     DesktopUser,
     directory_size,
+    gate_homes_root,
+    hand_home_to_root,
     homes_root,
+    make_session_tmp,
     prepare_home,
-    resolve_desktop_user,
+    reown_home,
+    session_tmp,
 )
 from relay.desktops.validation import StartRequest
 from wire.errors import ErrorCode, OpError
 from wire.ids import DesktopSessionId
 
+logger = logging.getLogger(__name__)
+
 
 class Homes:
-    """The desktop user (resolved once) and the desktops' home directories."""
+    """This relay's desktop user (leased once, for the relay's lifetime) and the desktops'
+    home directories."""
 
     def __init__(self, config: DesktopConfig) -> None:
         self.config = config
         self._user: DesktopUser | None = None
+        self._lease: UserLease | None = None
         self._user_resolved = False
+        self._resolving = asyncio.Lock()
 
     async def desktop_user(self) -> DesktopUser | None:
-        """Who desktops run as (None: as the relay); created on first use when root."""
-        if not self._user_resolved:
-            self._user = await asyncio.to_thread(resolve_desktop_user, self.config.desktop_user)
-            self._user_resolved = True
+        """Who desktops run as (None: as the relay); a root relay leases its account here
+        (``unavailable`` when another relay holds it: relay/desktops/leases.py)."""
+        async with self._resolving:
+            if not self._user_resolved:
+                self._lease = await asyncio.to_thread(self._take)
+                self._user = self._lease.user if self._lease is not None else None
+                self._user_resolved = True
         return self._user
+
+    def _take(self) -> UserLease | None:
+        if os.geteuid() != 0:
+            return None
+        config = self.config
+        if config.desktop_user:
+            lease = lease_configured(config.desktop_user, config.state_dir)
+        else:
+            lease = lease_from_pool(config.state_dir, config.desktop_user_pool)
+        try:
+            gate_homes_root(self.root_for(lease.user), lease.user)
+        except BaseException:
+            lease.release()
+            raise
+        logger.info("desktops of this relay run as %s (uid %d)", lease.user.name, lease.user.uid)
+        if not proc_hides_processes():
+            logger.info(
+                "/proc shows every user's processes to desktops (their command lines, not "
+                "their environment or memory); mount it with hidepid=invisible to hide them"
+            )  # fmt: skip
+        return lease
+
+    @property
+    def changed_user(self) -> bool:
+        """Whether this relay's desktops ran as another account before (its recorded desktops
+        cannot be kept: they run as an account this relay no longer holds)."""
+        return self._lease is not None and self._lease.previous is not None
+
+    def release(self) -> None:
+        """Give the account back (the relay's end; its desktops are stopped or left to the
+        relay that re-adopts them, which shares the lease while both run)."""
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.release()
+        self._user_resolved = False
+        self._user = None
 
     def root(self) -> Path:
         """Where the homes are (depends on the desktop user: resolve it first)."""
-        return homes_root(self.config.state_dir, self.config.homes_dir, self._user)
+        return self.root_for(self._user)
+
+    def root_for(self, user: DesktopUser | None) -> Path:
+        return homes_root(self.config.state_dir, self.config.homes_dir, user)
 
     def home_of(self, kind: str, slot: str, session_id: str, persist: bool) -> Path:
         """A session's own home, or the slot's kept one."""
@@ -55,16 +115,41 @@ class Homes:
         home = self.home_of(req.kind, req.slot, session_id, req.persist_home)
         if req.persist_home and home.is_dir():
             size = await asyncio.to_thread(directory_size, home)
-            limit = self.config.home_max_mb * 1024 * 1024
-            if size > limit:
-                raise OpError(
-                    ErrorCode.LIMIT_REACHED,
-                    f"the kept home of slot {req.slot!r} holds {size // 2**20} MB, more than "
-                    f"{self.config.home_max_mb} MB; wipe it with desktop_reset_home",
-                    {"field": "persist_home", "size_mb": size // 2**20},
-                )
+            if (error := self.over_limit(size, req.slot)) is not None:
+                raise error
+            if user is not None:
+                await asyncio.to_thread(self._reown, home, user)
         await asyncio.to_thread(prepare_home, home, user, fresh=not req.persist_home)
+        # The session's TMPDIR: its own, counted with its home against the size limit.
+        await asyncio.to_thread(make_session_tmp, self.tmp_of(session_id), user)
         return home, user
+
+    def tmp_of(self, desktop_session_id: str) -> Path:
+        """The TMPDIR of a desktop's session."""
+        return session_tmp(relay_key(self.config.state_dir), desktop_session_id)
+
+    def tmp_root(self) -> Path:
+        """This relay's parent of its sessions' TMPDIRs."""
+        return self.tmp_of("x").parent
+
+    def over_limit(self, size: int, slot: str) -> OpError | None:
+        """``limit_reached`` for a home of ``size`` bytes over the relay's limit."""
+        if size <= self.config.home_max_mb * 1024 * 1024:
+            return None
+        return OpError(
+            ErrorCode.LIMIT_REACHED,
+            f"the home of slot {slot!r} holds {size // 2**20} MB, more than "
+            f"{self.config.home_max_mb} MB (RELAYDESK_DESKTOP_HOME_MAX_MB); wipe a kept home "
+            "with desktop_reset_home",
+            {"field": "persist_home", "size_mb": size // 2**20},
+        )
+
+    def _reown(self, home: Path, user: DesktopUser) -> None:
+        """A kept home made by another account becomes this one's (blocking)."""
+        hand_home_to_root(home)
+        earlier = desktop_account_uids(self.config.desktop_user_pool, self.config.desktop_user)
+        if changed := reown_home(home, user, earlier - {user.uid}):
+            logger.info("kept home %s: %d entries given to %s", home.name, changed, user.name)
 
 
 def secure_state_dir(config: DesktopConfig) -> None:

@@ -88,6 +88,7 @@ class AudioStarter(Protocol):
         env: dict[str, str],
         procs: DesktopProcesses,
         user: DesktopUser | None = None,
+        log: IO[bytes] | None = None,
     ) -> dict[str, str]: ...
 
     @property
@@ -183,12 +184,15 @@ class SessionSetup:
     profile: Profile | None = None
     home: Path | None = None
     user: DesktopUser | None = None
+    tmp: Path | None = None
 
     def env(self) -> dict[str, str]:
         """What the session's programs get on top of the desktop's environment."""
         env: dict[str, str] = {}
         if self.home is not None:
             env["HOME"] = str(self.home)
+        if self.tmp is not None:
+            env["TMPDIR"] = str(self.tmp)
         if self.user is not None:
             env.update(self.user.env())
         if self.profile is not None:
@@ -341,7 +345,7 @@ class Launcher:
             env["XAUTHORITY"] = str(session.home / HOME_XAUTHORITY)
         env.update(session.env())
         extra = (
-            await self._audio(req, env, procs, user=session.user)
+            await self._audio(req, env, procs, user=session.user, log=log)
             if (req.audio and self._audio) else {}
         )  # fmt: skip
         env.update(extra)

@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from relay.desktops import cgroups
 from relay.desktops.adoption import adopt_recorded, clean_up
 from relay.desktops.audio import REASON_FAILED, audio_lost
 from relay.desktops.config import DesktopConfig
@@ -31,7 +33,7 @@ from relay.desktops.profiles import Profile, choose, load_profiles
 from relay.desktops.slots import Event, Slots, failed_event, now_iso
 from relay.desktops.starter import Starter, beat
 from relay.desktops.state import Desktop
-from relay.desktops.user import DesktopUser
+from relay.desktops.user import DesktopUser, directory_size
 from relay.desktops.validation import (
     StartRequest,
     check_session_id,
@@ -76,6 +78,7 @@ class DesktopManager:
         self._http: aiohttp.ClientSession | None = None
         self._watchdog = Watchdog(self.check_all, self.config.watchdog_interval_s)
         self._cleanup: asyncio.Task[None] | None = None  # adopt_from_state(clean_up_later=True)
+        self._next_home_check = 0.0
         self.profiles = load_profiles(self.config.profiles_dir)
 
     # -- public operations --------------------------------------------------------------
@@ -260,7 +263,7 @@ class DesktopManager:
                 raise OpError(ErrorCode.START_FAILED, f"{entry.id} did not start: {err}") from err
             finally:
                 log.close()
-            desktop.processes.add(child)
+            self._join(desktop, child)
             await self._save()
         logger.info("launched %s in desktop slot=%s", entry.id, desktop.slot)
         return {"desktop_session_id": desktop.desktop_session_id, "app": entry.id,
@@ -273,9 +276,15 @@ class DesktopManager:
             desktop = self.live(desktop_session_id)
             if desktop is None:
                 return False
-            desktop.processes.add(child)
+            self._join(desktop, child)
             await self._save()
         return True
+
+    def _join(self, desktop: Desktop, child: ChildProcess) -> None:
+        """A later child joins the desktop's processes and its cgroup (a held one before its
+        program starts)."""
+        self._slots.join_cgroup(desktop.desktop_session_id, child)
+        desktop.processes.add(child)
 
     async def reset_home(self, *, kind: str, slot: str) -> dict[str, Any]:
         """Wipe the kept home of a slot; refused while a desktop runs there."""
@@ -290,6 +299,7 @@ class DesktopManager:
             await self.desktop_user()
             home = self._homes.home_of(*key, "", persist=True)
             existed = home.is_dir()
+            await self._slots.sweep_user()
             await asyncio.to_thread(shutil.rmtree, home, True)
         logger.info("kept home of slot=%s reset (existed: %s)", key[1], existed)
         return {"kind": key[0], "slot": key[1], "reset": True, "existed": existed}
@@ -310,13 +320,23 @@ class DesktopManager:
         ``clean_up_later``: return once the desktops are adopted and stop the rest in a task
         (holding the lifecycle lock, so no start runs before it is done): a restarted relay
         says ``hello`` without waiting for the stops (docs/desktops.md, "Relay restarts")."""
-        adopted, leftovers = await adopt_recorded(self._slots, self._health)
+        await self._lease_for_adoption()
+        keep = not self._homes.changed_user
+        adopted, leftovers = await adopt_recorded(self._slots, self._health, keep=keep)
         cleaning = clean_up(self._slots, self._homes, leftovers)
         if clean_up_later:
             self._cleanup = asyncio.create_task(self._clean_up_logged(cleaning))
         else:
             await cleaning
         return [d.to_row() for d in adopted]
+
+    async def _lease_for_adoption(self) -> None:
+        """A relay that names its desktop user holds it from its start (refused while another
+        relay holds it); one whose earlier run left desktops leases the account they run as."""
+        recorded = await asyncio.to_thread(self._slots.state.load)
+        starting = await asyncio.to_thread(self._slots.state.load_starting)
+        if self.config.desktop_user or recorded or starting:
+            self._slots.user = await self._homes.desktop_user()
 
     @staticmethod
     async def _clean_up_logged(cleaning: Awaitable[None]) -> None:
@@ -340,9 +360,20 @@ class DesktopManager:
                     await self._remove(desktop, "relay closing", save=False)
             await self._save()
             self._desktops.clear()
+            self._release_user()
         if self._http is not None:
             await self._http.close()
             self._http = None
+
+    def _session_size(self, home: Path, desktop_session_id: str) -> int:
+        """Bytes of a session's home and TMPDIR (blocking)."""
+        return directory_size(home) + directory_size(self._homes.tmp_of(desktop_session_id))
+
+    def _release_user(self) -> None:
+        """The relay's end: its account and its (empty) cgroup go back to the host."""
+        self._homes.release()
+        if (parent := self._slots.cgroups()) is not None:
+            cgroups.remove_if_empty(parent)
 
     async def check_all(self) -> None:
         """One watchdog round: beat the heartbeat, probe every desktop, tear down failures."""
@@ -358,6 +389,27 @@ class DesktopManager:
         if any(d.audio and audio_lost(d.processes) for d in snapshot):
             await self._audio_lost()
         self._note_a11y_bus_lost(snapshot)
+        await self._check_homes(snapshot)
+
+    async def _check_homes(self, desktops: list[Desktop]) -> None:
+        """Every ``home_check_interval_s``: a desktop whose home (its TMPDIR inside) grew past
+        ``home_max_mb`` is stopped, with the reason in its ``failed`` event."""
+        now = time.monotonic()
+        if now < self._next_home_check:
+            return
+        self._next_home_check = now + self.config.home_check_interval_s
+        with_home = [d for d in desktops if d.home]
+        sizes = await asyncio.gather(*(
+            asyncio.to_thread(self._session_size, Path(d.home or ""), d.desktop_session_id)
+            for d in with_home
+        ))  # fmt: skip
+        over = [
+            (d, error.message)
+            for d, size in zip(with_home, sizes, strict=True)
+            if (error := self._homes.over_limit(size, d.slot)) is not None
+        ]
+        if over:
+            await self._fail_all(over)
 
     def _note_a11y_bus_lost(self, desktops: list[Desktop]) -> None:
         """Watchdog: a desktop whose accessibility bus launcher exited keeps running; the
@@ -401,8 +453,10 @@ class DesktopManager:
         return choose(self.profiles, req.profile)
 
     async def desktop_user(self) -> DesktopUser | None:
-        """Who desktops run as (None: as the relay); created on first use when root."""
-        return await self._homes.desktop_user()
+        """Who desktops run as (None: as the relay); leased on first use when root."""
+        user = await self._homes.desktop_user()
+        self._slots.user = user
+        return user
 
     async def _running_in(self, kind: str, slot: str, events: list[Event]) -> Desktop | None:
         """The slot's desktop if its essential processes run; a dead one is failed here."""

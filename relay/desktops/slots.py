@@ -11,16 +11,25 @@ import asyncio
 import logging
 import shutil
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from relay.desktops import cgroups
 from relay.desktops.audio import PROCESS_NAME as PULSEAUDIO
 from relay.desktops.audio import runtime_dir
 from relay.desktops.config import DesktopConfig
 from relay.desktops.credentials import RelayAuthority
 from relay.desktops.displays import x_display_alive
 from relay.desktops.launch import AudioStarter
+from relay.desktops.leases import relay_key
 from relay.desktops.process import ChildProcess, run_to_completion
 from relay.desktops.state import Desktop, StartingDesktop, StateFile
+from relay.desktops.user import (
+    DesktopUser,
+    hand_home_to_root,
+    kill_all_processes_of,
+    session_tmp,
+)
 from wire.ids import DesktopSessionId
 
 logger = logging.getLogger(__name__)
@@ -51,6 +60,47 @@ class Slots:
         self.lock = asyncio.Lock()
         self.state = StateFile(config.state_file)
         self.authority = RelayAuthority(config.authority_file)
+        # The account desktops run as (set once the relay leased it; None: as the relay).
+        self.user: DesktopUser | None = None
+        self._cgroups: Path | None = None
+        self._cgroups_resolved = False
+
+    def cgroups(self) -> Path | None:
+        """The parent of this relay's desktop cgroups (None: the host gives none;
+        relay/desktops/cgroups.py)."""
+        if not self._cgroups_resolved:
+            self._cgroups = cgroups.relay_cgroups(relay_key(self.config.state_dir))
+            self._cgroups_resolved = True
+        return self._cgroups
+
+    def tmp_of(self, desktop_session_id: str) -> Path:
+        """The TMPDIR of a desktop's session (relay/desktops/homes.py)."""
+        return session_tmp(relay_key(self.config.state_dir), desktop_session_id)
+
+    def cgroup_of(self, desktop_session_id: str) -> Path | None:
+        parent = self.cgroups()
+        return parent / desktop_session_id if parent is not None else None
+
+    def join_cgroup(self, desktop_session_id: str, child: ChildProcess) -> None:
+        """Move a desktop's child into the desktop's cgroup (before a held child may start)."""
+        cgroup = self.cgroup_of(desktop_session_id)
+        if cgroup is not None and cgroup.is_dir():
+            cgroups.enter(cgroup, child.pid)
+
+    async def kill_cgroup(self, desktop_session_id: str) -> bool:
+        """Kill whatever is left in the desktop's cgroup and remove it (True: nothing left)."""
+        cgroup = self.cgroup_of(desktop_session_id)
+        return cgroup is None or await asyncio.to_thread(cgroups.kill, cgroup)
+
+    async def sweep_user(self, leaving: DesktopSessionId | None = None) -> None:
+        """Once no desktop of this relay runs or starts (but ``leaving``), kill every process
+        of its desktop user: nothing of a desktop outlives the last one (caller holds the
+        lock; the account is this relay's alone)."""
+        if self.user is None or self.desktops:
+            return
+        if any(session_id != leaving for session_id in self.starting):
+            return
+        await asyncio.to_thread(kill_all_processes_of, self.user)
 
     def sorted(self) -> list[Desktop]:
         """The live desktops in (kind, slot) order."""
@@ -106,10 +156,16 @@ class Slots:
         self.desktops.pop(desktop.key, None)
         desktop.state = "stopping"
         clean = await self.stop_processes(desktop)
+        clean = await self.kill_cgroup(desktop.desktop_session_id) and clean
+        await self.sweep_user()
         private = self.config.run_dir / desktop.desktop_session_id
         await asyncio.to_thread(shutil.rmtree, private, True)
+        await asyncio.to_thread(shutil.rmtree, self.tmp_of(desktop.desktop_session_id), True)
         if desktop.home is not None and not desktop.persist_home:
             await asyncio.to_thread(shutil.rmtree, desktop.home, True)
+        elif desktop.home is not None and self.user is not None:
+            # Out of every desktop's reach until a desktop of this slot starts again.
+            await asyncio.to_thread(hand_home_to_root, Path(desktop.home))
         desktop.state = "stopped" if reason == "stopped" else "failed"
         log = logger.info if reason in ("stopped", "relay closing") else logger.warning
         log(
@@ -142,4 +198,8 @@ class Slots:
             if ours or not await asyncio.to_thread(x_display_alive, display):
                 directory = runtime_dir(display, self.audio.runtime_root)
                 await asyncio.to_thread(shutil.rmtree, directory, True)
-        return await starting.processes.stop(self.config.stop_grace_s)
+        clean = await starting.processes.stop(self.config.stop_grace_s)
+        clean = await self.kill_cgroup(starting.desktop_session_id) and clean
+        await self.sweep_user(leaving=starting.desktop_session_id)
+        await asyncio.to_thread(shutil.rmtree, self.tmp_of(starting.desktop_session_id), True)
+        return clean

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import aiohttp
 
+from relay.desktops import cgroups
 from relay.desktops.audio import audio_outcome
 from relay.desktops.config import DesktopConfig
 from relay.desktops.credentials import PRIVATE_FILE_MODE
@@ -60,14 +61,16 @@ class Starter:
         session_id = DesktopSessionId(secrets.token_hex(16))
         launcher = Launcher(self.config, self._http(), slots.audio)
         private = self.config.run_dir / session_id
-        procs = DesktopProcesses(on_add=slots.record_spawn)
+        procs = DesktopProcesses(on_add=lambda child: self._record(session_id, child))
         slots.starting[session_id] = StartingDesktop(session_id, req.kind, req.slot, procs)
         try:
             await asyncio.to_thread(beat, self.config)
             # Steps that make files finish even when the start is cancelled meanwhile, so
             # that _abandon finds and removes what they made.
             home, user = await run_to_completion(self._homes.prepare(req, session_id))
-            session = SessionSetup(profile, home, user)
+            slots.user = user
+            await asyncio.to_thread(self._make_cgroup, session_id)
+            session = SessionSetup(profile, home, user, self._homes.tmp_of(session_id))
             self._spawn_guard(req, session_id, procs)
             launched = await launcher.launch(
                 req, f"{req.kind}-{req.slot}", private, procs, session,
@@ -79,6 +82,7 @@ class Starter:
                 else self._homes.home_of(req.kind, req.slot, session_id, persist=False)
             )  # fmt: skip
             await run_to_completion(self._abandon(session_id, private, own_home))
+            await asyncio.to_thread(shutil.rmtree, self._homes.tmp_of(session_id), True)
             raise
         del slots.starting[session_id]
         desktop = self._desktop_from(req, session_id, launched)
@@ -91,6 +95,17 @@ class Starter:
             "desktop started kind=%s slot=%s display=:%d", req.kind, req.slot, launched.display
         )
         return desktop
+
+    def _record(self, session_id: DesktopSessionId, child: ChildProcess) -> None:
+        """Record a new child, then move it into the desktop's cgroup (it is held until
+        both are done; the orphan guard stays out, so it can kill the cgroup whole)."""
+        self._slots.record_spawn(child)
+        if child.name != GUARD:
+            self._slots.join_cgroup(session_id, child)
+
+    def _make_cgroup(self, session_id: DesktopSessionId) -> None:
+        if (parent := self._slots.cgroups()) is not None:
+            cgroups.create(parent, session_id)
 
     async def _abandon(
         self, session_id: DesktopSessionId, private: Path, home: Path | None
@@ -116,6 +131,7 @@ class Starter:
             session_id, self.config.state_file, self.config.heartbeat_file,
             self.config.orphan_timeout_s, self.config.run_dir / session_id,
             audio.runtime_root if audio is not None else None,
+            self._slots.cgroup_of(session_id), self._homes.tmp_of(session_id),
         )  # fmt: skip
         argv = [sys.executable, "-m", "relay.desktops.guard", *args.argv()]
         log = open_truncated(self.config.log_dir / f"{req.kind}-{req.slot}.guard.log")

@@ -10,6 +10,7 @@ the orphan guard stay with the relay: they hold the desktop's secrets (docs/desk
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -17,6 +18,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -28,8 +30,14 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_DESKTOP_USER: Final = "relaydesk-desktop"
 USERADD: Final = "useradd"
+USERADD_LOCK: Final = Path("/run/relaydesk/useradd.lock")
 # A parent the desktop user may traverse but not list.
 TRAVERSE_ONLY_MODE: Final = 0o711
+# Parent of the sessions' temporary directories (their TMPDIR): a short path, since programs
+# make Unix sockets there (Chromium's singleton socket), one directory per relay.
+SESSION_TMP_ROOT: Final = Path(tempfile.gettempdir()) / f"relaydesk-tmp-{os.getuid()}"
+# A relay's homes: traversable by its desktop user's group only.
+GATE_MODE: Final = 0o710
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,21 @@ def resolve_desktop_user(name: str, *, create: bool = True) -> DesktopUser | Non
 
 
 def _create_user(name: str) -> pwd.struct_passwd:
+    """``useradd`` one account; relays that create accounts at once take turns (``useradd``
+    refuses to run while another holds the account files)."""
+    USERADD_LOCK.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(USERADD_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            return pwd.getpwnam(name)  # another relay created it meanwhile
+        except KeyError:
+            return _useradd(name)
+    finally:
+        os.close(fd)
+
+
+def _useradd(name: str) -> pwd.struct_passwd:
     home = Path("/var/lib") / name
     argv = [USERADD, "--system", "--user-group", "--create-home", "--home-dir", str(home),
             "--shell", "/bin/bash", "--comment", "relaydesk desktops", name]  # fmt: skip
@@ -165,6 +188,35 @@ def write_in_home(home: Path, relative: str, data: bytes, user: DesktopUser | No
         os.close(fd)
 
 
+def session_tmp(relay: str, desktop_session_id: str) -> Path:
+    """The TMPDIR of one desktop's session (``relay``: the relay's key)."""
+    return SESSION_TMP_ROOT / relay[:8] / desktop_session_id[:12]
+
+
+def make_session_tmp(path: Path, user: DesktopUser | None) -> None:
+    """A new, empty 0700 directory of the desktop user's at ``path``, whose parents are the
+    relay's and only traversable (blocking). The host's temporary directory is everyone's,
+    so each parent is checked to be a directory of the relay's, never a link."""
+    mode = TRAVERSE_ONLY_MODE if user is not None else PRIVATE_DIR_MODE
+    for parent in (path.parent.parent, path.parent):
+        with contextlib.suppress(FileExistsError):
+            parent.mkdir(mode=mode)
+        info = parent.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise OSError(f"{parent}: not a directory of the relay's")
+        if stat.S_IMODE(info.st_mode) != mode:
+            parent.chmod(mode)
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(mode=PRIVATE_DIR_MODE)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        if user is not None:
+            os.fchown(fd, user.uid, user.gid)
+        os.fchmod(fd, PRIVATE_DIR_MODE)
+    finally:
+        os.close(fd)
+
+
 def directory_size(path: Path) -> int:
     """Bytes of the regular files under ``path`` (symbolic links not followed; blocking)."""
     total = 0
@@ -175,3 +227,66 @@ def directory_size(path: Path) -> int:
                 if stat.S_ISREG(info.st_mode):
                     total += info.st_size
     return total
+
+
+def kill_all_processes_of(user: DesktopUser) -> None:
+    """SIGKILL every process of ``user`` (blocking): a child that drops to it calls
+    ``kill(-1, SIGKILL)``, which the kernel applies at once to every process it may signal
+    (all of that uid's but itself), so none can fork away from it. Only for an account that
+    this relay holds alone (relay/desktops/leases.py), once none of its desktops runs."""
+    try:
+        subprocess.run(
+            ["/bin/sh", "-c", "kill -9 -1"], env={"PATH": "/usr/bin:/bin"}, cwd="/",
+            capture_output=True, timeout=10, check=False, **user.popen_kwargs(),
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as err:
+        logger.error("processes of %s not killed: %s", user.name, err)
+
+
+def gate_homes_root(root: Path, user: DesktopUser) -> None:
+    """Make ``root`` (this relay's homes) root's, group ``user``'s, 0710: only this relay's
+    desktop user may traverse it. Sibling trees of other relays that still name this group
+    (an account that relay held before) become root's alone: they stay unreachable to the
+    desktops of whoever holds the account now (blocking)."""
+    _parent_dirs(root.parent, TRAVERSE_ONLY_MODE)
+    with contextlib.suppress(FileExistsError):
+        root.mkdir(mode=GATE_MODE)
+    info = root.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0:
+        raise OSError(f"{root.name}: not a directory of the relay's")
+    os.chown(root, 0, user.gid, follow_symlinks=False)
+    root.chmod(GATE_MODE)
+    if root.parent != ROOT_HOMES_DIR:
+        return
+    for other in root.parent.iterdir():
+        with contextlib.suppress(OSError):
+            found = other.lstat()
+            if other.name != root.name and stat.S_ISDIR(found.st_mode) and found.st_gid == user.gid:
+                os.chown(other, 0, 0, follow_symlinks=False)
+                logger.info("homes of an earlier holder of %s made unreachable", user.name)
+
+
+def hand_home_to_root(home: Path) -> None:
+    """A kept home no desktop uses: its top directory root's, 0700 (blocking)."""
+    with contextlib.suppress(FileNotFoundError):
+        fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchown(fd, 0, 0)
+            os.fchmod(fd, PRIVATE_DIR_MODE)
+        finally:
+            os.close(fd)
+
+
+def reown_home(home: Path, user: DesktopUser, earlier: frozenset[int]) -> int:
+    """Give ``user`` what the ``earlier`` desktop accounts own in ``home`` (a kept home made
+    by another account); the top directory must be root's 0700 meanwhile, so no process of
+    either account can reach inside. Links are never followed; returns entries changed."""
+    changed = 0
+    for _dir, subdirs, files, dir_fd in os.fwalk(home, follow_symlinks=False):
+        for name in (*subdirs, *files):
+            with contextlib.suppress(OSError):
+                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                if info.st_uid in earlier:
+                    os.chown(name, user.uid, user.gid, dir_fd=dir_fd, follow_symlinks=False)
+                    changed += 1
+    return changed

@@ -18,6 +18,7 @@ the desktop tools off the event loop.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -39,8 +40,13 @@ from wire.guard import CropRect
 # window managers put it one or two levels under their frame.
 CLIENT_DEPTH: Final = 3
 GONE: Final = (xerror.BadWindow, xerror.BadDrawable, xerror.BadMatch)
-# BGRA of a masked pixel.
-BLACK: Final = (0, 0, 0, 255)
+# A masked pixel: BGRA (0, 0, 0, 255) as one native word.
+BLACK: Final = int(np.frombuffer(bytes((0, 0, 0, 255)), dtype=np.uint32)[0])
+# What the root reports to a view (a top-level window mapped, unmapped, moved, restacked,
+# created or destroyed; a property of the root such as the client list), and how long a scan
+# is reused when it reported nothing (a change no event says: an app renaming its class).
+ROOT_EVENTS: Final = X.SubstructureNotifyMask | X.PropertyChangeMask
+SCENE_MAX_AGE_S: Final = 1.0
 
 
 def refusal(what: str) -> OpError:
@@ -97,13 +103,19 @@ class Scene:
         return mask if mask.any() else None
 
 
-def black_out(bgra: npt.NDArray[np.uint8], region: CropRect, *scenes: Scene) -> None:
-    """Paint black, in place, every pixel of ``bgra`` (showing ``region``) that any of
-    ``scenes`` has under a denied window."""
-    for scene in scenes:
+def black_out(
+    bgra: npt.NDArray[np.uint8], region: CropRect, *scenes: Scene
+) -> npt.NDArray[np.uint8]:
+    """``bgra`` (showing ``region``) with every pixel that any of ``scenes`` has under a
+    denied window black (painted in place when it can be)."""
+    if not bgra.flags.writeable or not bgra.flags.c_contiguous:
+        bgra = np.array(bgra)
+    pixels = bgra.view(np.uint32).reshape(bgra.shape[:2])  # one word a pixel: ~20x faster
+    for scene in {id(scene): scene for scene in scenes}.values():
         mask = scene.mask(region)
         if mask is not None:
-            bgra[mask] = BLACK
+            pixels[mask] = BLACK
+    return bgra
 
 
 class DeniedWindows:
@@ -115,8 +127,12 @@ class DeniedWindows:
         self.root = display.screen().root
         self._client_mask = ~int(display.display.info.resource_id_mask)
         self._atoms: dict[str, int] = {}
+        self._scene: Scene | None = None
+        self._scanned_at = 0.0
         # Asked once, and only of a relay that denies apps.
         self._pids = bool(apps) and _server_pids(display)
+        if apps:  # the root then reports every change a scan would see (scene)
+            self.root.change_attributes(event_mask=ROOT_EVENTS)
 
     @classmethod
     def open(cls, display_name: str, apps: DeniedApps) -> DeniedWindows:
@@ -147,10 +163,10 @@ class DeniedWindows:
         """The X connection that made a window (its resource-id base)."""
         return window_id & self._client_mask
 
-    def ids(self, window: Window) -> frozenset[str]:
+    def ids(self, window: Window, wm_class: tuple[str, str] | None = None) -> frozenset[str]:
         """The names the app of ``window`` is known by (:func:`relay.policy.app_ids`)."""
-        wm_class = window.get_wm_class() or ()
-        return app_ids(wm_class, command_of(self._pid(window.id)))
+        names = wm_class or window.get_wm_class() or ()
+        return app_ids(names, command_of(self._pid(window.id)))
 
     def _pid(self, window_id: int) -> int | None:
         if not self._pids:
@@ -173,10 +189,31 @@ class DeniedWindows:
     # -- a scan ----------------------------------------------------------------------------
 
     def scene(self) -> Scene:
-        """The mapped top-level windows now, bottom to top, each denied or not."""
-        scene = Scene()
+        """The mapped top-level windows now, bottom to top, each denied or not: scanned again
+        when the root reported a change since the last scan (a window mapped, unmapped, moved,
+        restacked; the window manager's client list), else at most ``SCENE_MAX_AGE_S`` old."""
         if not self.apps:
-            return scene
+            return Scene()
+        changed = self._root_changed()
+        age = time.monotonic() - self._scanned_at
+        if changed or self._scene is None or age > SCENE_MAX_AGE_S:
+            self._scanned_at = time.monotonic()
+            self._scene = self._scan()
+        return self._scene
+
+    def _root_changed(self) -> bool:
+        """Whether the root reported a change since the last look: what it reported up to
+        now (one round trip) is read and dropped, so a change during the scan that follows
+        is seen by the next look."""
+        self.display.sync()
+        changed = False
+        while self.display.pending_events():
+            self.display.next_event()
+            changed = True
+        return changed
+
+    def _scan(self) -> Scene:
+        scene = Scene()
         tops: dict[int, bool] = {}  # frame (or client) → whether it holds a denied client
         for client in self._managed():
             denied = self.denied(client)
@@ -223,7 +260,12 @@ class DeniedWindows:
 
     def _denied_in(self, window: Window) -> int | None:
         """The denied window a top-level window is, or holds as its client (None: none)."""
-        for inner in (*self._clients_in(window), window):
+        wm_class = window.get_wm_class()
+        if self.apps.denies(self.ids(window, wm_class)):
+            return int(window.id)
+        if wm_class:  # a client itself: nothing of another app inside
+            return None
+        for inner in self._clients_in(window):
             if self.apps.denies(self.ids(inner)):
                 return int(inner.id)
         return None

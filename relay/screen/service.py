@@ -137,10 +137,9 @@ class ScreenContext:
         if self.denied is None:
             return self.capture.grab_bgra(region, size)
         before = self.denied.scene()
-        bgra = np.array(self.capture.grab_bgra(region, size))
+        bgra = self.capture.grab_bgra(region, size)
         shown = region or CropRect(0, 0, int(bgra.shape[1]), int(bgra.shape[0]))
-        black_out(bgra, shown, before, self.denied.scene())
-        return bgra
+        return black_out(bgra, shown, before, self.denied.scene())
 
     def grab(self, region: CropRect) -> RGBArray:
         """:meth:`grab_bgra` as RGB (what the guard compares)."""

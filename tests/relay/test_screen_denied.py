@@ -153,6 +153,26 @@ async def test_the_guard_compares_masked_pixels(service, desk):
     assert clicked["guard"]["checked"] is True
 
 
+async def test_a_window_mapped_or_moved_since_the_last_look_is_seen_at_once(service, desk):
+    """Between scans the view follows what the root reports: a denied window just mapped,
+    then moved over an allowed one, is black where it is now; the allowed one shows again
+    where it left."""
+    await _screen(service, desk)  # the view has looked: what follows must invalidate it
+    late = Client(desk["server"])
+    window = late.window((500, 420, 100, 100), 0xFFFF00, "secretapp")
+    try:
+        assert not (await _screen(service, desk))[420:520, 500:600].any()
+        window.configure(x=260, y=160)
+        late.conn.sync()
+        pixels = await _screen(service, desk)
+        assert not pixels[160:260, 260:360].any()
+        assert (pixels[420:520, 500:600] == 0).all()
+        assert (pixels[200:250, 370:400] == (0, 0, 255)).all()
+    finally:
+        late.conn.close()
+    assert (await _screen(service, desk))[160:250, 260:360].any()
+
+
 @pytest.mark.parametrize(
     ("action", "args"),
     [

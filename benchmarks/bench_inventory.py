@@ -176,6 +176,9 @@ async def run_server(
     port = free_port()
     env = {**os.environ, **seed.env(), "RELAYDESK_LOG_LEVEL": "warning",
            "RELAYDESK_REDIS_URL": redis_url}  # fmt: skip
+    # Every subscriber is one user on loopback: lift the caps on streams and pending requests.
+    for cap in ("STREAMS_PER_PRINCIPAL", "STREAMS_PER_ADDRESS", "PENDING_REQUESTS_PER_ADDRESS"):
+        env[f"RELAYDESK_MAX_{cap}"] = "0"
     if redis_url:  # Redis-backed replicas authenticate each other with the cluster secret
         env["RELAYDESK_CLUSTER_SECRET"] = secrets.token_urlsafe(24)
     log = seed.data_dir / f"server-{'redis' if redis_url else 'memory'}.log"

@@ -22,12 +22,16 @@ def uvicorn_config(app: Any, settings: Any) -> Any:
     """How every relaydesk server runs under uvicorn (the CLI and the tests alike)."""
     import uvicorn
 
+    from server.http_protocol import guarded_http
     from server.websocket_protocol import StreamingWebSocketProtocol
 
     return uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
+        # uvicorn's httptools protocol with a time limit on request heads and a cap per address
+        # on connections still sending one (server/http_protocol.py).
+        http=guarded_http(settings.header_timeout_s, settings.max_pending_requests_per_address),
         # uvicorn's websockets-sansio protocol, streaming large binary messages with fewer
         # copies and loop iterations (server/websocket_protocol.py, measured in viewing.md).
         ws=StreamingWebSocketProtocol,

@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute, WebSocketRoute
 from server.auth.errors import AuthError, auth_error_handler
 from server.auth.purge import session_purging
 from server.auth.routes import auth_routes
+from server.auth.streams import stream_guard
 from server.boundary.body import ROUTING_CODES, routing_error
 from server.boundary.hosts import HostPolicy
 from server.boundary.middleware import InputBoundary
@@ -88,6 +89,7 @@ def create_app(settings: Settings) -> Starlette:
             await features.enter_async_context(
                 session_purging(store, settings.session_purge_interval_s)
             )
+            streams = await features.enter_async_context(stream_guard(store, settings))
             # -- inventory, actions, events (feature: inventory) --
             from server.inventory import feature as inventory_feature
 
@@ -124,6 +126,7 @@ def create_app(settings: Settings) -> Starlette:
                     screen_tool=screen_feature.start_screen(
                         hub, store, settings, parts.actions, routed.issuers
                     ),
+                    streams=streams,
                 ),
             )
             await features.enter_async_context(mcp.running())

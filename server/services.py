@@ -29,6 +29,7 @@ from server.viewer.audio import AudioService
 from server.viewer.service import ViewerService
 
 if TYPE_CHECKING:
+    from server.auth.streams import StreamGuard
     from server.cluster.router import ClusterRouter
 
 
@@ -54,6 +55,8 @@ class Services:
     novnc_assets: NovncAssets
     chat: ChatService
     screen_tool: ScreenTool
+    # long-lived connections: caps per user and address, credentials re-checked while open
+    streams: StreamGuard
 
 
 def install(state: Any, services: Services) -> None:

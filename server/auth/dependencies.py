@@ -11,7 +11,7 @@ from starlette.requests import HTTPConnection, Request
 
 from server.auth.errors import Forbidden, Unauthorized
 from server.auth.principal import AuthMethod, Principal
-from server.auth.tokens import same_secret
+from server.auth.tokens import hash_secret, same_secret
 from server.db.records import UserRecord
 from server.db.store import Store
 from server.services import services_of
@@ -46,7 +46,7 @@ async def _from_bearer(conn: HTTPConnection) -> Principal:
     user = await store_of(conn).authenticate_api_token(token.strip())
     if user is None:
         raise Unauthorized("invalid or revoked token")
-    return _principal(user, "token")
+    return _principal(user, "token", secret_hash=hash_secret(token.strip()))
 
 
 async def _from_cookie(conn: HTTPConnection, *, require_csrf: bool) -> Principal:
@@ -60,8 +60,13 @@ async def _from_cookie(conn: HTTPConnection, *, require_csrf: bool) -> Principal
         raise Unauthorized("session expired or signed out")
     if require_csrf and not same_secret(conn.headers.get(CSRF_HEADER, ""), session.csrf_token):
         raise Forbidden(f"missing or wrong {CSRF_HEADER} header")
-    return _principal(user, "cookie", session.csrf_token)
+    return _principal(user, "cookie", session.csrf_token, hash_secret(secret))
 
 
-def _principal(user: UserRecord, via: AuthMethod, csrf_token: str | None = None) -> Principal:
-    return Principal(user.user_id, user.username, user.is_admin, via, csrf_token)
+def _principal(
+    user: UserRecord,
+    via: AuthMethod,
+    csrf_token: str | None = None,
+    secret_hash: str | None = None,
+) -> Principal:
+    return Principal(user.user_id, user.username, user.is_admin, via, csrf_token, secret_hash)

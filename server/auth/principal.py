@@ -15,6 +15,8 @@ class Principal:
     """An authenticated user and how they proved it.
 
     ``csrf_token`` is set for cookie sessions only, so ``/api/v1/me`` can hand it to the page.
+    ``secret_hash`` is the SHA-256 of the token or session secret presented: open streams
+    re-check it (``server.auth.revocation``).
     """
 
     user_id: UserId
@@ -22,3 +24,4 @@ class Principal:
     is_admin: bool
     via: AuthMethod
     csrf_token: str | None = field(default=None, repr=False, compare=False)
+    secret_hash: str | None = field(default=None, repr=False, compare=False)

@@ -36,11 +36,22 @@ from server.actions.routes import REQUEST_ID_HEADER
 from server.auth import errors as auth_errors
 from server.auth.errors import AuthError, Unauthorized
 from server.auth.principal import Principal
+from server.auth.revocation import Access, Credential, Watch
+from server.auth.streams import refuse_socket, run_watched
+from server.auth.tokens import hash_secret
 from server.boundary.body import read_capped
+from server.boundary.limits import TooManyStreams
 from server.cua import protocol
 from server.cua.commands import COMMANDS, CuaCall, CuaSession, CuaTarget, listing, missing_params
 from server.services import Services, services_of
-from wire.errors import ErrorCode, InvalidArgs, OpError, RelaydeskError, UnsupportedMediaType
+from wire.errors import (
+    CloseCode,
+    ErrorCode,
+    InvalidArgs,
+    OpError,
+    RelaydeskError,
+    UnsupportedMediaType,
+)
 from wire.jsonbody import is_json_media_type, parse_json_object
 from wire.ops import DesktopKind
 
@@ -111,7 +122,9 @@ async def _admit(conn: HTTPConnection, guard: bool) -> CuaAdmitted:
     user = await store.authenticate_api_token(token)
     if user is None:
         raise Unauthorized("invalid or revoked token")
-    principal = Principal(user.user_id, user.username, user.is_admin, "token", None)
+    principal = Principal(
+        user.user_id, user.username, user.is_admin, "token", None, hash_secret(token)
+    )
     target = _target(conn)
     role = None
     if _CONVERSATION_ID.fullmatch(target.conversation_id):
@@ -266,6 +279,9 @@ class CuaEndpoint:
         await self.ws(websocket)
 
     async def ws(self, websocket: WebSocket) -> None:
+        """One Cua client's socket: admitted once, under the stream caps, and closed (4001)
+        as soon as its token is revoked or its user disabled; each command re-checks the
+        token first, so none runs after a revocation."""
         try:
             guard, _ = _query(websocket)
             admitted = await _admit(websocket, guard)
@@ -273,10 +289,27 @@ class CuaEndpoint:
             log.info("cua websocket refused: %s", err.message)
             await websocket.close(code=1008)
             return
-        await websocket.accept()
+        streams = services_of(websocket).streams
+        access = Access(admitted.target.conversation_id, "read")
+        try:
+            held = streams.admit(websocket, Credential.of(admitted.principal), access)
+        except TooManyStreams as err:
+            await refuse_socket(websocket, err)
+            return
+        try:
+            await websocket.accept()
+            work = self._serve_ws(websocket, admitted, held.watch)
+            await run_watched(websocket, held.watch, work, CloseCode.UNAUTHORIZED, grace_s=0)
+        finally:
+            held.release()
+
+    async def _serve_ws(self, websocket: WebSocket, admitted: CuaAdmitted, watch: Watch) -> None:
+        confirm = services_of(websocket).streams.watch.confirm
         try:
             while True:
                 text = await websocket.receive_text()
+                if not await confirm(watch):
+                    return  # revoked: the caller closes the socket with the reason
                 reply = await self._ws_reply(websocket, admitted, text)
                 await websocket.send_text(json.dumps(reply, ensure_ascii=False))
         except (WebSocketDisconnect, asyncio.CancelledError):

@@ -98,6 +98,8 @@ class StoreBase:
         self.desktop_cache: ReadCache[tuple[str, tuple[str, ...]], Any] = ReadCache()
         # Who else must drop these caches after a write (other replicas: ``invalidation.py``).
         self.invalidations: Invalidations = LocalInvalidations()
+        # Told the names of caches cleared here (open streams re-check their credentials).
+        self.cache_listeners: list[Callable[[frozenset[str]], None]] = []
 
     def clear_caches(self, names: Iterable[str]) -> None:
         """Forget the named caches (a write here, or one announced by another process)."""
@@ -105,8 +107,11 @@ class StoreBase:
             "token": self.token_cache, "role": self.role_cache,
             "relay": self.relay_cache, "desktop": self.desktop_cache,
         }  # fmt: skip
-        for name in names:
+        cleared = frozenset(names)
+        for name in cleared:
             caches[name].clear()
+        for listener in self.cache_listeners:
+            listener(cleared)
 
     async def _caches_changed(self, *names: CacheName) -> None:
         """A write through this store: clear these caches here, then everywhere else."""

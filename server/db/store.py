@@ -20,11 +20,14 @@ from server.db.engine import create_engine
 from server.db.errors import SchemaMismatch, StoreError, StoreUnavailable
 from server.db.identity import IdentityStore
 from server.db.inventory import InventoryStore
+from server.db.liveness import LivenessStore
 from server.db.migrate import head_revision, revision_of
 from server.db.relays import RelayStore
 
 
-class Store(IdentityStore, ConversationStore, RelayStore, AuditStore, InventoryStore):
+class Store(
+    IdentityStore, ConversationStore, RelayStore, AuditStore, InventoryStore, LivenessStore
+):
     """Users, tokens, sessions, conversations, relays, audit and messages."""
 
     def __init__(self, engine: AsyncEngine, passwords: Passwords, clock: Clock = utc_now) -> None:

@@ -118,6 +118,11 @@ class Feed:
     def stop(self) -> None:
         """End the feed because the server stops (even when its queue is full)."""
         self.stopping = True
+        self.end_now()
+
+    def end_now(self) -> None:
+        """End the feed after what its subscriber already has, even when its queue is full
+        (the subscriber's access was revoked, or the server stops)."""
         with suppress(asyncio.QueueFull):
             self._queue.put_nowait(None)
             return

@@ -1,9 +1,12 @@
 """``GET /api/v1/events?conversation_id=…``: the conversation's events as Server-Sent Events.
 
-A subscriber must be a member with at least ``read``; membership is checked again while it
-listens (at most ``RECHECK_S`` apart), and a subscriber that lost it is disconnected. With
-``Last-Event-ID`` the missed events are replayed from the bounded history; without it (or
-when the history no longer reaches back that far) the stream opens with a snapshot.
+A subscriber must be a member with at least ``read``. While it listens, its credential (API
+token or web session) and its membership are re-checked every second and whenever a revocation
+is announced (``server.auth.revocation``): a subscriber that lost either gets a last
+``access_revoked`` event and its stream ends. Each stream holds a slot under the per-user and
+per-address caps (``server.boundary.limits``); one more is 429. With ``Last-Event-ID`` the
+missed events are replayed from the bounded history; without it (or when the history no longer
+reaches back that far) the stream opens with a snapshot.
 """
 
 from __future__ import annotations
@@ -12,8 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 import anyio
@@ -25,7 +27,10 @@ from starlette.routing import Route
 from server.actions.errors import error_body, status_of
 from server.auth.dependencies import authenticate_connection
 from server.auth.errors import AuthError, error_response
+from server.auth.revocation import Access, Credential, Watch
+from server.auth.streams import ReleasingResponse
 from server.boundary.body import text_param
+from server.boundary.limits import TooManyStreams
 from server.db.records import role_allows
 from server.events.bus import BusEvent, Feed, parse_event_id
 from server.events.hub import (
@@ -40,7 +45,6 @@ from wire.errors import ErrorCode, InvalidArgs, InvalidInput, OpError
 
 log = logging.getLogger(__name__)
 
-RECHECK_S: Final = 30.0
 HEADERS: Final = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 # On shutdown a stream gets this long to send its farewell and its final chunk; uvicorn's
 # graceful shutdown (relaydesk/run.py, 5 s) must be longer.
@@ -52,6 +56,8 @@ FAREWELL: Final = ServerSentEvent(
     event=SERVER_STOPPING,
     retry=RECONNECT_MS,
 )
+# The last event of a stream whose credential or membership was taken away.
+ACCESS_REVOKED: Final = "access_revoked"
 
 
 def _json(data: dict[str, Any]) -> str:
@@ -73,15 +79,17 @@ async def _member(request: Request, conversation_id: str, user_id: str) -> bool:
 
 
 async def _stream(
-    request: Request,
     events: ConversationEvents,
     feed: Feed,
     conversation_id: str,
-    user_id: str,
     resumed: bool,
     shutdown: anyio.Event,
+    watch: Watch,
 ) -> AsyncIterator[ServerSentEvent | bytes]:
-    watcher = asyncio.create_task(_stop_on_shutdown(shutdown, feed))
+    watchers = [
+        asyncio.create_task(_end_on(shutdown.wait, feed.stop)),
+        asyncio.create_task(_end_on(watch.revoked.wait, feed.end_now)),
+    ]
     try:
         if not feed.complete:
             if resumed:
@@ -92,26 +100,25 @@ async def _stream(
             yield ServerSentEvent(data=_json(snapshot), event=INVENTORY_CHANGED)
         for event in feed.replay:
             yield _sse(event)
-        checked = time.monotonic()
-        while (live := await feed.next()) is not None:
-            if time.monotonic() - checked > RECHECK_S:
-                if not await _member(request, conversation_id, user_id):
-                    return
-                checked = time.monotonic()
+        while not watch.revoked.is_set() and (live := await feed.next()) is not None:
             yield _sse(live)
-        if feed.stopping:
+        if watch.revoked.is_set():
+            yield ServerSentEvent(data=_json({"reason": watch.reason}), event=ACCESS_REVOKED)
+        elif feed.stopping:
             yield FAREWELL
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        for watcher in watchers:
+            watcher.cancel()
         await events.close(feed)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*watchers, return_exceptions=True)
 
 
-async def _stop_on_shutdown(shutdown: anyio.Event, feed: Feed) -> None:
-    """End the feed when the server stops, so the stream says goodbye and completes."""
-    await shutdown.wait()
-    feed.stop()
+async def _end_on(happened: Callable[[], Awaitable[Any]], end: Callable[[], None]) -> None:
+    """End the feed once ``happened`` completes (the server stops, the access is revoked), so
+    the stream sends its last event and completes."""
+    await happened()
+    end()
 
 
 def _error(err: OpError) -> Response:
@@ -140,15 +147,29 @@ async def event_stream(request: Request) -> Response:
         return _error(err)
     if not await _member(request, conversation_id, principal.user_id):
         return _error(OpError(ErrorCode.FORBIDDEN, "not a member of this conversation"))
+    access = Access(conversation_id, "read")
+    try:
+        held = services_of(request).streams.admit(request, Credential.of(principal), access)
+    except TooManyStreams as err:
+        return _error(err)
+    try:
+        response = await _respond(request, conversation_id, last_id, held.watch)
+    except BaseException:
+        held.release()
+        raise
+    return ReleasingResponse(response, held)
+
+
+async def _respond(
+    request: Request, conversation_id: str, last_id: str | None, watch: Watch
+) -> Response:
     events = services_of(request).events
     try:
         feed = await events.open(conversation_id, last_id)
     except OpError as err:
         return _error(err)
     shutdown = anyio.Event()
-    stream = _stream(
-        request, events, feed, conversation_id, principal.user_id, bool(last_id), shutdown
-    )
+    stream = _stream(events, feed, conversation_id, bool(last_id), shutdown, watch)
     return EventSourceResponse(
         stream, ping=events.ping_s, headers=HEADERS, send_timeout=30,
         shutdown_event=shutdown, shutdown_grace_period=SHUTDOWN_GRACE_S,

@@ -35,7 +35,10 @@ from server.actions.routes import REQUEST_ID_HEADER
 from server.auth import errors as auth_errors
 from server.auth.dependencies import authenticate
 from server.auth.errors import AuthError, Unauthorized
+from server.auth.revocation import Access, Credential
+from server.auth.streams import run_watched_http
 from server.boundary.body import read_capped
+from server.boundary.limits import TooManyStreams
 from server.mcp.caller import CALLER_KEY, McpCaller
 from server.services import services_of
 from wire.errors import ErrorCode, OpError, RelaydeskError, UnsupportedMediaType
@@ -162,4 +165,35 @@ class McpEndpoint:
             await _refuse(OpError(ErrorCode.UNAVAILABLE, "shutting down"), scope, receive, send)
             return
         scope[CALLER_KEY] = caller
-        await sessions.handle_request(scope, _replay(body, receive), send)
+        await self._watched(request, caller, body, sessions, send)
+
+    async def _watched(
+        self,
+        request: Request,
+        caller: McpCaller,
+        body: bytes,
+        sessions: StreamableHTTPSessionManager,
+        send: Send,
+    ) -> None:
+        """Serve the call under the stream caps; it ends (401 if nothing was answered yet) as
+        soon as the caller's token is revoked or its user disabled."""
+        scope, receive = request.scope, request.receive
+        access = Access(caller.conversation_id, "read")
+        try:
+            held = services_of(request).streams.admit(
+                request, Credential.of(caller.principal), access
+            )
+        except TooManyStreams as err:
+            await _refuse(err, scope, receive, send)
+            return
+        replayed = _replay(body, receive)
+        try:
+            await run_watched_http(
+                held.watch,
+                lambda tracked: sessions.handle_request(scope, replayed, tracked),
+                scope,
+                receive,
+                send,
+            )
+        finally:
+            held.release()

@@ -9,6 +9,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from server.auth.streams import watched_viewer
 from server.config import Settings
 from server.csp import POLICY
 from server.db.store import Store
@@ -39,18 +40,12 @@ async def viewer_page(request: Request) -> Response:
 
 async def viewer_socket(websocket: WebSocket) -> None:
     """``WS /vnc/{sid}/{token}/websockify``: the VNC byte stream."""
-    params = websocket.path_params
-    await services_of(websocket).viewer.serve(
-        websocket, params["desktop_session_id"], params["token"]
-    )
+    await watched_viewer(websocket, services_of(websocket).viewer.serve)
 
 
 async def audio_socket(websocket: WebSocket) -> None:
     """``WS /vnc/{sid}/{token}/audio``: the desktop's sound, one Opus packet per message."""
-    params = websocket.path_params
-    await services_of(websocket).audio.serve(
-        websocket, params["desktop_session_id"], params["token"]
-    )
+    await watched_viewer(websocket, services_of(websocket).audio.serve)
 
 
 async def novnc_asset(request: Request) -> Response:

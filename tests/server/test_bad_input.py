@@ -453,3 +453,20 @@ def test_a_cross_site_login_form_logs_nobody_in(live: Live) -> None:
         response = live.client.post("/api/v1/login", content=form, headers=headers)
         assert response.status_code in (403, 415), response.text
         assert "set-cookie" not in response.headers
+
+
+def test_one_stream_over_the_cap_is_429_naming_it(live: Live) -> None:
+    caps = live.app.state.services.streams.limits
+    url = f"/api/v1/events?conversation_id={live.seed.conversation_id}"
+    saved, caps.per_principal = caps.per_principal, 1
+    try:
+        with live.client.stream("GET", url, headers=live.auth("bearer")) as held:
+            assert held.status_code == 200
+            response = live.client.get(url, headers=live.auth("cookie"))  # same user, other way
+    finally:
+        caps.per_principal = saved
+    assert response.status_code == 429
+    error = _error(response)
+    assert (error["code"], error["limit"]) == ("limit_reached", 1)
+    assert "RELAYDESK_MAX_STREAMS_PER_PRINCIPAL" in error["message"]
+    assert "RELAYDESK_MAX_STREAMS_PER_PRINCIPAL" in error["hint"]

@@ -1,0 +1,215 @@
+"""Long-lived connections: admitted under the caps, watched for revocation, closed with a reason.
+
+:class:`StreamGuard` is what every stream and socket route holds while its connection lasts:
+one slot under the per-user and per-address caps (``server.boundary.limits``) and one
+:class:`~server.auth.revocation.Watch` of the credential it was admitted with. The route ends
+its connection when the watch is revoked; :func:`run_watched` does that for a WebSocket whose
+work is a coroutine it does not own (the viewer and audio streams, via
+:func:`watched_viewer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Final
+
+from starlette.requests import HTTPConnection
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from server import errors
+from server.auth import errors as auth_errors
+from server.auth.addresses import client_address
+from server.auth.errors import Unauthorized
+from server.auth.revocation import Access, Credential, CredentialWatch, Watch, credential_watch
+from server.boundary.limits import StreamLimits, TooManyStreams
+from server.config import Settings
+from server.db.store import Store
+from server.services import services_of
+from server.viewer.capability import ViewerDenied, verify
+from wire.errors import CloseCode
+
+log = logging.getLogger(__name__)
+
+# After its close frame, a revoked WebSocket's own work gets this long to end before it is
+# cancelled (it notices the closed socket on its next send or receive).
+CLOSE_GRACE_S: Final = 2.0
+_CLOSE_ERRORS = (WebSocketDisconnect, RuntimeError, OSError)
+VIEWER_ROLE: Final = "write"
+
+
+class HeldStream:
+    """One admitted connection: its watch, and its slot under the caps until released."""
+
+    def __init__(self, watch: Watch, release: Callable[[], None]) -> None:
+        self.watch = watch
+        self.release = release
+
+
+class StreamGuard:
+    """The caps and the credential watch every long-lived connection goes through."""
+
+    def __init__(
+        self, limits: StreamLimits, watch: CredentialWatch, trusted_proxies: tuple[str, ...] = ()
+    ) -> None:
+        self.limits = limits
+        self.watch = watch
+        self.trusted_proxies = trusted_proxies
+
+    def address_of(self, conn: HTTPConnection) -> str:
+        """The client address the caps count ``conn`` under (the login limits' rules)."""
+        return client_address(conn, self.trusted_proxies)
+
+    def admit(
+        self, conn: HTTPConnection, credential: Credential, access: Access | None = None
+    ) -> HeldStream:
+        """A slot and a watch until ``release()``; ``TooManyStreams`` at a cap."""
+        give_back = self.limits.take(credential.user_id, self.address_of(conn))
+        watch = self.watch.add(credential, access)
+
+        def release() -> None:
+            self.watch.discard(watch)
+            give_back()
+
+        return HeldStream(watch, release)
+
+    @contextlib.contextmanager
+    def held(
+        self, conn: HTTPConnection, credential: Credential, access: Access | None = None
+    ) -> Iterator[Watch]:
+        """:meth:`admit` for the life of the block."""
+        stream = self.admit(conn, credential, access)
+        try:
+            yield stream.watch
+        finally:
+            stream.release()
+
+
+class ReleasingResponse(Response):
+    """Sends ``response``, then gives the stream's slot back, however the sending ended."""
+
+    def __init__(self, response: Response, stream: HeldStream) -> None:
+        self.response = response
+        self.stream = stream
+        self.status_code = response.status_code
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.response(scope, receive, send)
+        finally:
+            self.stream.release()
+
+
+@contextlib.asynccontextmanager
+async def stream_guard(store: Store, settings: Settings) -> AsyncIterator[StreamGuard]:
+    """The process's :class:`StreamGuard`, its watch running, for the app's lifespan."""
+    limits = StreamLimits(settings.max_streams_per_principal, settings.max_streams_per_address)
+    async with credential_watch(store, store.cache_listeners) as watch:
+        yield StreamGuard(limits, watch, settings.trusted_proxies)
+
+
+async def refuse_socket(websocket: WebSocket, err: TooManyStreams) -> None:
+    """Answer a WebSocket handshake over a cap with the HTTP 429 and its JSON body."""
+    log.info("stream refused: %s", err.message)
+    response = errors.error_response(err)
+    try:
+        await websocket.send_denial_response(response)
+    except RuntimeError:  # a server without the denial extension: a bare refusal
+        await websocket.close(CloseCode.POLICY_VIOLATION, err.message[:120])
+
+
+async def close_revoked(websocket: WebSocket, code: int, reason: str) -> None:
+    """Close a WebSocket whose access was revoked (quietly if it is already closing)."""
+    with contextlib.suppress(*_CLOSE_ERRORS):
+        await websocket.close(code, f"access revoked: {reason}"[:120])
+
+
+async def run_watched(
+    websocket: WebSocket,
+    watch: Watch,
+    work: Awaitable[None],
+    code: int,
+    grace_s: float = CLOSE_GRACE_S,
+) -> None:
+    """Run ``work`` (which serves ``websocket``) until it ends or ``watch`` is revoked; then
+    close the socket with ``code`` and the reason, and give ``work`` ``grace_s`` to end
+    before cancelling it."""
+    task = asyncio.ensure_future(work)
+    revoked = asyncio.create_task(watch.wait())
+    try:
+        await asyncio.wait({task, revoked}, return_when=asyncio.FIRST_COMPLETED)
+        if not watch.revoked.is_set():
+            return task.result()
+        log.info("closing a stream: %s", watch.reason)
+        await close_revoked(websocket, code, watch.reason)
+        if grace_s > 0 and not task.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), grace_s)
+    finally:
+        for pending in (task, revoked):
+            pending.cancel()
+        await asyncio.gather(task, revoked, return_exceptions=True)
+
+
+async def run_watched_http(
+    watch: Watch,
+    work: Callable[[Send], Awaitable[None]],
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """Run ``work(send)`` (an HTTP answer that may take long, e.g. an MCP tool call) until it
+    ends or ``watch`` is revoked; then cancel it and, if it had not begun to answer, answer
+    401 with the reason."""
+    started = False
+
+    async def tracking(message: Message) -> None:
+        nonlocal started
+        started = started or message["type"] == "http.response.start"
+        await send(message)
+
+    task = asyncio.ensure_future(work(tracking))
+    revoked = asyncio.create_task(watch.wait())
+    try:
+        await asyncio.wait({task, revoked}, return_when=asyncio.FIRST_COMPLETED)
+        if not watch.revoked.is_set():
+            return task.result()
+    finally:
+        for pending in (task, revoked):
+            pending.cancel()
+        await asyncio.gather(task, revoked, return_exceptions=True)
+    log.info("ending a call: %s", watch.reason)
+    if not started:
+        refusal = auth_errors.error_response(Unauthorized(f"access revoked: {watch.reason}"))
+        await refusal(scope, receive, send)
+
+
+Serve = Callable[[WebSocket, str, str], Awaitable[None]]
+
+
+async def watched_viewer(websocket: WebSocket, serve: Serve) -> None:
+    """A viewer or audio WebSocket (``serve(websocket, session id, token)``) under the caps and
+    watched: it closes (``VIEWER_FORBIDDEN``) once its capability's user is disabled, loses
+    the role, or the relay is unshared. A capability that does not verify is left to ``serve``,
+    which refuses it with its own close code."""
+    params = websocket.path_params
+    session_id, token = str(params["desktop_session_id"]), str(params["token"])
+    services = services_of(websocket)
+    try:
+        grant = verify(services.settings.secret_key, token, session_id)
+    except ViewerDenied:
+        await serve(websocket, session_id, token)
+        return
+    credential = Credential("user", grant.user_id)
+    access = Access(grant.conversation_id, VIEWER_ROLE, grant.relay_id)
+    try:
+        with services.streams.held(websocket, credential, access) as watch:
+            work = serve(websocket, session_id, token)
+            await run_watched(websocket, watch, work, CloseCode.VIEWER_FORBIDDEN)
+    except TooManyStreams as err:
+        await refuse_socket(websocket, err)

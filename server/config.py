@@ -90,9 +90,6 @@ class Settings:
     agent_grant_relays: str = ""
     # ``GET /metrics`` for holders of this bearer token, from anywhere; empty: metrics off.
     metrics_token: str = field(default="", repr=False)
-
-    @property
-    def clustered(self) -> bool:
     # Open streams and sockets one user, or one client address, may hold on this process (0:
     # no cap); how long a client may take to send a request's head, and how many connections
     # from one address may be sending one at once (server/boundary/limits.py, http_protocol.py).
@@ -100,6 +97,9 @@ class Settings:
     max_streams_per_address: int = 256
     header_timeout_s: float = 10.0
     max_pending_requests_per_address: int = 256
+
+    @property
+    def clustered(self) -> bool:
         """Several replicas share Redis (ownership, forwarding); else one process serves all."""
         return bool(self.redis_url)
 
@@ -182,14 +182,14 @@ class Settings:
             agent_grant_relays=_env("AGENT_GRANT_RELAYS", ""),
             metrics_token=_env("METRICS_TOKEN", ""),
             trusted_proxies=_env_list("TRUSTED_PROXIES"),
-        )
-
-
-def _own_address() -> str:
             max_streams_per_principal=_env_int("MAX_STREAMS_PER_PRINCIPAL", 64),
             max_streams_per_address=_env_int("MAX_STREAMS_PER_ADDRESS", 256),
             header_timeout_s=_env_float("HEADER_TIMEOUT_S", 10.0),
             max_pending_requests_per_address=_env_int("MAX_PENDING_REQUESTS_PER_ADDRESS", 256),
+        )
+
+
+def _own_address() -> str:
     """This host's address on its default route (a wildcard bind is reachable there)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:

@@ -172,3 +172,20 @@ async def test_too_many_half_sent_requests_from_one_address_are_refused_at_once(
         assert b"RELAYDESK_MAX_PENDING_REQUESTS_PER_ADDRESS" in answer
         for sock in [*slow, extra]:
             sock.close()
+
+
+async def test_a_half_sent_second_request_on_a_kept_alive_connection_is_cut_off_too(
+    seed: Seed, process_factory: ProcessFactory
+) -> None:
+    async with _server(process_factory, seed) as server:
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=scaled(10))
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        first = await asyncio.to_thread(sock.recv, 4096)
+        assert first.startswith(b"HTTP/1.1 200 "), first
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        began = time.monotonic()
+        answer = await asyncio.to_thread(sock.recv, 4096)
+        waited = time.monotonic() - began
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 408 "), answer
+        assert HEADER_TIMEOUT_S * 0.8 <= waited < HEADER_TIMEOUT_S + scaled(2)

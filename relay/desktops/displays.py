@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import socket
+import stat
 from pathlib import Path
 
 from relay.desktops.probe import LOOPBACK
@@ -23,7 +24,9 @@ def clean_stale_x_locks(tmp: Path = X_TMP) -> list[int]:
     freed = []
     for lock in tmp.glob(".X*-lock"):
         match = _LOCK_RE.fullmatch(lock.name)
-        pid = _lock_pid(lock) if match else None
+        # Only a lock an X server of ours wrote: anyone may make names in the host's /tmp, and
+        # a forged lock naming a dead pid would have us remove a live display's socket.
+        pid = _lock_pid(lock) if match and _ours(lock) else None
         if match is None or pid is None or _pid_running(pid):
             continue
         with contextlib.suppress(OSError):
@@ -56,6 +59,14 @@ def _x_socket_listens(path: Path) -> bool:
                 continue
             return True
     return False
+
+
+def _ours(path: Path) -> bool:
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
 
 
 def _lock_pid(lock: Path) -> int | None:

@@ -109,8 +109,11 @@ class Homes:
             return self.root() / "persistent" / f"{kind}-{slot}"
         return self.root() / "sessions" / session_id
 
-    async def prepare(self, req: StartRequest, session_id: str) -> tuple[Path, DesktopUser | None]:
-        """The home of a new session, ready; a kept home over its size limit is refused."""
+    async def prepare(
+        self, req: StartRequest, session_id: str
+    ) -> tuple[Path, DesktopUser | None, Path | None]:
+        """The home of a new session, ready, and its TMPDIR (None: it has none); a kept home
+        over its size limit is refused."""
         user = await self.desktop_user()
         home = self.home_of(req.kind, req.slot, session_id, req.persist_home)
         if req.persist_home and home.is_dir():
@@ -121,8 +124,13 @@ class Homes:
                 await asyncio.to_thread(self._reown, home, user)
         await asyncio.to_thread(prepare_home, home, user, fresh=not req.persist_home)
         # The session's TMPDIR: its own, counted with its home against the size limit.
-        await asyncio.to_thread(make_session_tmp, self.tmp_of(session_id), user)
-        return home, user
+        tmp = self.tmp_of(session_id)
+        try:
+            await asyncio.to_thread(make_session_tmp, tmp, user)
+        except OSError as err:
+            logger.warning("desktop %s has no TMPDIR of its own: %s", req.slot, err)
+            return home, user, None
+        return home, user, tmp
 
     def tmp_of(self, desktop_session_id: str) -> Path:
         """The TMPDIR of a desktop's session."""

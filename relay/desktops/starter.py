@@ -67,10 +67,10 @@ class Starter:
             await asyncio.to_thread(beat, self.config)
             # Steps that make files finish even when the start is cancelled meanwhile, so
             # that _abandon finds and removes what they made.
-            home, user = await run_to_completion(self._homes.prepare(req, session_id))
+            home, user, tmp = await run_to_completion(self._homes.prepare(req, session_id))
             slots.user = user
             await asyncio.to_thread(self._make_cgroup, session_id)
-            session = SessionSetup(profile, home, user, self._homes.tmp_of(session_id))
+            session = SessionSetup(profile, home, user, tmp)
             self._spawn_guard(req, session_id, procs)
             launched = await launcher.launch(
                 req, f"{req.kind}-{req.slot}", private, procs, session,

@@ -33,9 +33,9 @@ USERADD: Final = "useradd"
 USERADD_LOCK: Final = Path("/run/relaydesk/useradd.lock")
 # A parent the desktop user may traverse but not list.
 TRAVERSE_ONLY_MODE: Final = 0o711
-# Parent of the sessions' temporary directories (their TMPDIR): a short path, since programs
-# make Unix sockets there (Chromium's singleton socket), one directory per relay.
-SESSION_TMP_ROOT: Final = Path(tempfile.gettempdir()) / f"relaydesk-tmp-{os.getuid()}"
+# Parent of a root relay's sessions' temporary directories (their TMPDIR): a short path, since
+# programs make Unix sockets there (Chromium's singleton socket), where no user can make names.
+ROOT_TMP_DIR: Final = Path("/var/lib/relaydesk/tmp")
 # A relay's homes: traversable by its desktop user's group only.
 GATE_MODE: Final = 0o710
 
@@ -188,9 +188,17 @@ def write_in_home(home: Path, relative: str, data: bytes, user: DesktopUser | No
         os.close(fd)
 
 
+def session_tmp_root() -> Path:
+    """Parent of the sessions' TMPDIRs: a root relay's own, or the host's temporary directory
+    for a relay that runs desktops as itself."""
+    if os.geteuid() == 0:
+        return ROOT_TMP_DIR
+    return Path(tempfile.gettempdir()) / f"relaydesk-tmp-{os.getuid()}"
+
+
 def session_tmp(relay: str, desktop_session_id: str) -> Path:
     """The TMPDIR of one desktop's session (``relay``: the relay's key)."""
-    return SESSION_TMP_ROOT / relay[:8] / desktop_session_id[:12]
+    return session_tmp_root() / relay[:8] / desktop_session_id[:12]
 
 
 def make_session_tmp(path: Path, user: DesktopUser | None) -> None:
@@ -198,6 +206,7 @@ def make_session_tmp(path: Path, user: DesktopUser | None) -> None:
     relay's and only traversable (blocking). The host's temporary directory is everyone's,
     so each parent is checked to be a directory of the relay's, never a link."""
     mode = TRAVERSE_ONLY_MODE if user is not None else PRIVATE_DIR_MODE
+    path.parent.parent.parent.mkdir(mode=TRAVERSE_ONLY_MODE, parents=True, exist_ok=True)
     for parent in (path.parent.parent, path.parent):
         with contextlib.suppress(FileExistsError):
             parent.mkdir(mode=mode)

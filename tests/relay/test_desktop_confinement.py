@@ -24,6 +24,7 @@ import pytest
 
 from relay.desktops import DesktopConfig, DesktopManager
 from relay.desktops.audio import AudioSettings, PulseAudioStarter
+from relay.desktops.displays import clean_stale_x_locks
 from relay.desktops.leases import lease_from_pool, proc_hides_processes, relay_key
 from relay.desktops.user import DesktopUser
 from tests.relay.conftest import record_for
@@ -357,3 +358,18 @@ def test_a_proc_that_hides_other_users_processes_is_detected(tmp_path: Path) -> 
         mounts.write_text(f"sysfs /sys sysfs rw 0 0\nproc /proc proc {options} 0 0\n")
         assert proc_hides_processes(mounts) is hidden, options
     assert proc_hides_processes(tmp_path / "missing") is False
+
+
+@ROOT_ONLY
+def test_a_forged_x_lock_never_removes_a_live_displays_socket(tmp_path: Path) -> None:
+    # Anyone may make names in the host's /tmp: a desktop program writes a lock naming a dead
+    # pid for another desktop's display (Xvfb -displayfd writes none).
+    (tmp_path / ".X11-unix").mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait(timeout=10)
+    forged = tmp_path / ".X8-lock"
+    forged.write_text(f"{dead.pid:>10}\n")
+    os.chown(forged, 65534, 65534)
+    (tmp_path / ".X11-unix" / "X8").write_text("")
+    assert clean_stale_x_locks(tmp_path) == []
+    assert (tmp_path / ".X11-unix" / "X8").exists()

@@ -35,6 +35,9 @@ DesktopState = Literal["starting", "running", "stopping", "stopped", "failed", "
 DESKTOP_KINDS: Final[tuple[DesktopKind, ...]] = get_args(DesktopKind)
 DESKTOP_STATES: Final[tuple[DesktopState, ...]] = get_args(DesktopState)
 ChannelType = Literal["vnc", "audio"]
+# Announced in ``hello`` by a relay that denies apps to agents (RELAYDESK_DENY_APPS): what a
+# viewer shows cannot be masked, so the server opens no viewer of its desktops for an agent.
+DENIED_APPS_CAPABILITY: Final = "denied_apps"
 
 
 class RelayRow(TypedDict):

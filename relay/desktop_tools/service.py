@@ -38,8 +38,12 @@ class DesktopTools:
         self.settings = settings or DesktopToolSettings()
 
     def capabilities(self) -> list[str]:
-        """``shell`` when shell and file commands are on."""
-        return ["shell"] if self.settings.cua_shell else []
+        """``shell`` when shell and file commands are on; ``denied_apps`` when the relay
+        denies apps to agents (the server keeps agents' viewers off its desktops)."""
+        caps = ["shell"] if self.settings.cua_shell else []
+        if self.settings.denied:
+            caps.append(ops.DENIED_APPS_CAPABILITY)
+        return caps
 
     def require_shell(self) -> None:
         """``forbidden`` unless shell and file commands are on."""

@@ -27,6 +27,8 @@ from Xlib.protocol import event as xevent
 from tests.support.a11y_stack import FORM, A11yStack, a11y_stack
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
+from wire.ids import RelayId
+from wire.ops import DENIED_APPS_CAPABILITY
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -314,6 +316,12 @@ async def test_the_clipboard_is_refused_while_a_denied_window_has_the_focus(stac
 
 
 # -- accessibility: the same names ---------------------------------------------------------
+
+
+async def test_the_relay_tells_the_server_it_denies_apps(stack):
+    """What the server needs to keep agents' viewers (which cannot be masked) away."""
+    hub = stack.app.state.services.hub
+    assert DENIED_APPS_CAPABILITY in hub.capabilities(RelayId(stack.relay_id))
 
 
 async def test_the_accessibility_tools_deny_the_same_app(stack):

@@ -11,8 +11,10 @@ import pytest
 from relay.a11y.apps import App, Policy
 from relay.a11y.client import code_bundle
 from relay.a11y.settings import A11ySettings
+from relay.desktop_tools.service import DesktopTools
 from relay.desktop_tools.settings import DesktopToolSettings
 from relay.policy import DeniedApps, app_ids, command_of
+from wire.ops import DENIED_APPS_CAPABILITY
 
 pytestmark = pytest.mark.unit
 
@@ -35,6 +37,12 @@ def test_either_name_of_the_setting_denies_and_every_tool_reads_the_same(env, na
     worker = json.loads(A11ySettings.from_env(env).worker_env()["RELAYDESK_A11Y_POLICY"])
     assert set(worker["deny"]) == names
     assert bool(DeniedApps.from_env(env)) is bool(names)
+
+
+def test_a_relay_that_denies_apps_says_so_in_its_hello():
+    denied = DesktopToolSettings(denied=DeniedApps(frozenset({"keepassxc"})))
+    assert DENIED_APPS_CAPABILITY in DesktopTools(denied).capabilities()
+    assert DENIED_APPS_CAPABILITY not in DesktopTools(DesktopToolSettings()).capabilities()
 
 
 def test_an_app_is_known_by_what_it_says_and_by_its_command():

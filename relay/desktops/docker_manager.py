@@ -339,6 +339,11 @@ class DockerDesktops:
 
     async def _save(self) -> None:
         """The state file and this kind's entries in the relay's X authority file."""
+        # Containers run as the relay's desktop user too: while any does, the virtual
+        # desktops' last stop leaves that account's processes alone (relay/desktops/slots.py).
+        if running := bool(self._desktops or self._starting):
+            await self._homes.desktop_user()
+        self._homes.mark_busy(running)
         if not self._state_read:
             return
         desktops, starting = self._sorted(), list(self._starting.values())

@@ -18,6 +18,7 @@ from relay.desktops.leases import (
     desktop_account_uids,
     lease_configured,
     lease_from_pool,
+    mark_busy,
     proc_hides_processes,
     relay_key,
 )
@@ -90,11 +91,18 @@ class Homes:
     def release(self) -> None:
         """Give the account back (the relay's end; its desktops are stopped or left to the
         relay that re-adopts them, which shares the lease while both run)."""
+        self.mark_busy(False)
         lease, self._lease = self._lease, None
         if lease is not None:
             lease.release()
         self._user_resolved = False
         self._user = None
+
+    def mark_busy(self, running: bool) -> None:
+        """Desktops of this kind run (or no longer run) as the relay's account: the other
+        kind's last stop must not kill their processes (relay/desktops/slots.py)."""
+        if self._user is not None:
+            mark_busy(self._user.name, id(self), running)
 
     def root(self) -> Path:
         """Where the homes are (depends on the desktop user: resolve it first)."""

@@ -56,6 +56,24 @@ class _Held:
 # relay's successor in tests, a restart in place) share one.
 _HELD: dict[str, _Held] = {}
 _HELD_LOCK = threading.Lock()
+# Accounts that desktops of another kind (containers) use right now, by who marked them.
+_BUSY: dict[str, set[int]] = {}
+
+
+def mark_busy(name: str, owner: int, busy: bool) -> None:
+    """Say whether ``owner`` (a manager of another kind of desktop) runs desktops as ``name``."""
+    with _HELD_LOCK:
+        owners = _BUSY.setdefault(name, set())
+        if busy:
+            owners.add(owner)
+        else:
+            owners.discard(owner)
+
+
+def busy(name: str) -> bool:
+    """Whether desktops of another kind run as ``name`` in this relay process."""
+    with _HELD_LOCK:
+        return bool(_BUSY.get(name))
 
 
 @dataclass(frozen=True)

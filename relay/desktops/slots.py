@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from relay.desktops import cgroups
+from relay.desktops import cgroups, leases
 from relay.desktops.audio import PROCESS_NAME as PULSEAUDIO
 from relay.desktops.audio import runtime_dir
 from relay.desktops.config import DesktopConfig
@@ -96,7 +96,7 @@ class Slots:
         """Once no desktop of this relay runs or starts (but ``leaving``), kill every process
         of its desktop user: nothing of a desktop outlives the last one (caller holds the
         lock; the account is this relay's alone)."""
-        if self.user is None or self.desktops:
+        if self.user is None or self.desktops or leases.busy(self.user.name):
             return
         if any(session_id != leaving for session_id in self.starting):
             return

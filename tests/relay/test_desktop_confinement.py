@@ -25,6 +25,7 @@ import pytest
 from relay.desktops import DesktopConfig, DesktopManager
 from relay.desktops.audio import AudioSettings, PulseAudioStarter
 from relay.desktops.displays import clean_stale_x_locks
+from relay.desktops.homes import Homes
 from relay.desktops.leases import lease_from_pool, proc_hides_processes, relay_key
 from relay.desktops.user import DesktopUser
 from tests.relay.conftest import record_for
@@ -373,3 +374,35 @@ def test_a_forged_x_lock_never_removes_a_live_displays_socket(tmp_path: Path) ->
     (tmp_path / ".X11-unix" / "X8").write_text("")
     assert clean_stale_x_locks(tmp_path) == []
     assert (tmp_path / ".X11-unix" / "X8").exists()
+
+
+@ROOT_ONLY
+async def test_the_last_virtual_desktop_leaves_running_containers_of_the_account_alone(
+    light_config: DesktopConfig,
+) -> None:
+    # Desktops in containers run as the relay's account too (relay/desktops/docker_manager.py
+    # marks it busy while any runs): a virtual desktop's stop must not kill their processes.
+    manager = DesktopManager(light_config)
+    containers = Homes(light_config)
+    running = None
+    try:
+        row = await manager.start()
+        user = await containers.desktop_user()
+        assert user is not None and user == await manager.desktop_user()
+        containers.mark_busy(True)
+        running = subprocess.Popen(["sleep", "600"], user=user.uid, group=user.gid,
+                                   extra_groups=[], start_new_session=True)  # fmt: skip
+        await manager.stop(kind="virtual", slot="main",
+                           desktop_session_id=row["desktop_session_id"])  # fmt: skip
+        assert running.poll() is None, "a container's process was killed"
+        containers.mark_busy(False)
+        row = await manager.start()
+        await manager.stop(kind="virtual", slot="main",
+                           desktop_session_id=row["desktop_session_id"])  # fmt: skip
+        await wait_until(lambda: running.poll() is not None, 5, "the account's processes to die")
+    finally:
+        containers.release()
+        await manager.close(stop_desktops=True)
+        if running is not None and running.poll() is None:
+            running.kill()
+            running.wait()

@@ -24,7 +24,7 @@ from Xlib import X, Xatom
 from Xlib import display as xdisplay
 from Xlib.protocol import event as xevent
 
-from tests.support.a11y_stack import FORM, A11yStack, a11y_stack
+from tests.support.a11y_stack import FORM, QT_FORM, A11yStack, a11y_stack
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 from wire.ids import RelayId
@@ -32,9 +32,10 @@ from wire.ops import DENIED_APPS_CAPABILITY
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
-FORM_TITLE, SECRET, ALLOWED = "relaydesk form", "secret-term", "allowed-term"
+FORM_TITLE, QT_TITLE = "relaydesk form", "relaydesk qt form"
+SECRET, ALLOWED = "secret-term", "allowed-term"
 SECRET_TERM = (
-    f"xterm -name secretterm -T {SECRET} -geometry 60x8+40+480 "
+    f"xterm -name secretterm -T {SECRET} -geometry 60x8+900+480 "
     "-e sh -c 'cat > {shared}/typed.txt'"
 )
 ALLOWED_TERM = f"xterm -T {ALLOWED} -geometry 60x20+470+40"
@@ -43,11 +44,15 @@ Rect = tuple[int, int, int, int]
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[A11yStack]:
-    env = {"RELAYDESK_A11Y_DENY_APPS": "a11y_app.py", "RELAYDESK_DENY_APPS": "SecretTerm"}
+    env = {
+        "RELAYDESK_A11Y_DENY_APPS": "a11y_app.py",
+        "RELAYDESK_DENY_APPS": "SecretTerm,a11y_qt_app.py",
+    }
     root = tmp_path_factory.mktemp("deny-apps")
-    async with a11y_stack(root, [FORM, SECRET_TERM, ALLOWED_TERM], env) as stack:
+    apps = [FORM, QT_FORM, SECRET_TERM, ALLOWED_TERM]
+    async with a11y_stack(root, apps, env) as stack:
         await wait_until(lambda: stack.state() != {}, scaled(30), "the form to start")
-        for title in (FORM_TITLE, SECRET, ALLOWED):
+        for title in (FORM_TITLE, QT_TITLE, SECRET, ALLOWED):
             await wait_until(lambda t=title: _client(stack, t) is not None, 30, title)
         yield stack
 
@@ -185,7 +190,7 @@ async def _park_pointer(stack: A11yStack) -> tuple[int, int]:
 
 async def test_a_screenshot_is_black_where_denied_windows_are_and_shows_the_rest(stack):
     shot, image = await _shot(stack)
-    for title in (FORM_TITLE, SECRET):
+    for title in (FORM_TITLE, QT_TITLE, SECRET):
         x, y, w, h = _frame(stack, title)
         assert _pixels(stack, (x, y, w, h)).any(), f"{title} draws nothing on the screen"
         assert not image[y : y + h, x : x + w].any(), f"{title} shows in the agent's screenshot"
@@ -284,8 +289,8 @@ async def test_the_windows_tool_neither_lists_nor_touches_denied_windows(stack):
     listed = await stack.ok("desktop_windows")
     titles = {w["name"] for w in listed["windows"]}
     assert ALLOWED in titles
-    assert not titles & {FORM_TITLE, SECRET}, titles
-    denied_ids = {_client(stack, t) for t in (FORM_TITLE, SECRET)}
+    assert not titles & {FORM_TITLE, QT_TITLE, SECRET}, titles
+    denied_ids = {_client(stack, t) for t in (FORM_TITLE, QT_TITLE, SECRET)}
     assert not {w["id"] for w in listed["windows"]} & denied_ids
     before = _frame(stack, SECRET)
     for op, extra in (("activate", {}), ("move", {"x": 300, "y": 300}), ("close", {})):
@@ -324,11 +329,18 @@ async def test_the_relay_tells_the_server_it_denies_apps(stack):
     assert DENIED_APPS_CAPABILITY in hub.capabilities(RelayId(stack.relay_id))
 
 
-async def test_the_accessibility_tools_deny_the_same_app(stack):
-    listed = await stack.ok("desktop_apps")
-    form = [app for app in listed["running"] if app["name"] == "a11y_app.py"]
-    assert form and form[0]["policy"] == "denied", listed["running"]
-    assert "RELAYDESK_DENY_APPS" in form[0]["reason"]
+@pytest.mark.parametrize("name", ["a11y_app.py", "a11y_qt_app.py"])
+async def test_the_accessibility_tools_deny_the_same_apps(stack, name):
+    """A GTK and a Qt app say the same name on the accessibility bus as in WM_CLASS."""
+
+    async def listed() -> list[dict[str, Any]]:
+        running = (await stack.ok("desktop_apps"))["running"]
+        return [app for app in running if app["name"] == name]
+
+    await wait_until(listed, 30, f"{name} on the accessibility bus")
+    (app,) = await listed()
+    assert app["policy"] == "denied" and app["windows"] == [], app
+    assert "RELAYDESK_DENY_APPS" in app["reason"]
 
 
 async def test_allowed_windows_still_work(stack):

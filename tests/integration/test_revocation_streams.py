@@ -77,7 +77,8 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
     tracker = ProcessTracker(root / "processes")
     try:
         server = await start_server(tracker.start, seed)
-        start_relay(tracker.start, seed, server.url, env=QUICK_DESKTOPS)
+        shell = {"RELAYDESK_CUA_SHELL": "1"}  # desktop_shell: a call that lasts (MCP below)
+        start_relay(tracker.start, seed, server.url, env={**QUICK_DESKTOPS, **shell})
         await wait_until(lambda: server.relays_connected() == 1, 30, "the relay to connect")
         started = await seed_action(server.url, seed, "desktop_start", slot="main")
         yield Stack(seed, server, started["desktop"]["desktop_session_id"])
@@ -263,3 +264,33 @@ async def test_a_viewer_closes_within_2_s_when_its_user_is_disabled(stack: Stack
         assert time.monotonic() - revoked_at < scaled(BOUND_S)
         assert closed.code == CloseCode.VIEWER_FORBIDDEN
         assert "revoked" in closed.reason
+
+
+# -- an MCP call ------------------------------------------------------------------------------
+
+
+async def test_an_mcp_call_still_running_ends_401_within_2_s_of_revoke_token(
+    stack: Stack,
+) -> None:
+    token, token_id = await _member(stack.seed, "mcp-agent")
+    url = f"{stack.url}/api/v1/conversations/{stack.seed.conversation_id}/mcp"
+    headers = {**_bearer(token), "Accept": "application/json, text/event-stream"}
+    marker = f"mcp-ran-{token_id[:8]}"
+    arguments = {"command": f"sleep 10; touch $HOME/{marker}", "timeout_s": 30}
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "desktop_shell", "arguments": arguments}}  # fmt: skip
+    async with httpx.AsyncClient(timeout=scaled(30)) as client:
+        running = asyncio.create_task(client.post(url, json=call, headers=headers))
+        await asyncio.sleep(1.0)  # the command is running on the desktop
+        assert not running.done(), running.result().text
+        revoked_at = await _revoke(stack.seed, "revoke-token", token_id)
+        answer = await asyncio.wait_for(running, scaled(BOUND_S) + 1)
+        ended_after = time.monotonic() - revoked_at
+    print(f"MCP call ended {ended_after:.2f} s after revoke-token: {answer.status_code}")
+    assert ended_after < scaled(BOUND_S)
+    assert answer.status_code == 401, answer.text
+    assert "revoked" in answer.json()["error"]["message"]
+    await asyncio.sleep(11)  # past the command's sleep: had it gone on, the file would be there
+    probe = {"command": f"test -e $HOME/{marker} && echo ran || echo killed", "timeout_s": 10}
+    result = await seed_action(stack.url, stack.seed, "desktop_shell", **probe)
+    assert result["stdout"] == "killed\n", "the command went on after the revocation"

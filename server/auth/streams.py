@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Final
+from typing import Final, TypeVar
 
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 CLOSE_GRACE_S: Final = 2.0
 _CLOSE_ERRORS = (WebSocketDisconnect, RuntimeError, OSError)
 VIEWER_ROLE: Final = "write"
+T = TypeVar("T")
 
 
 class HeldStream:
@@ -187,6 +188,19 @@ async def run_watched_http(
     if not started:
         refusal = auth_errors.error_response(Unauthorized(f"access revoked: {watch.reason}"))
         await refusal(scope, receive, send)
+
+
+async def until_revoked(watch: Watch, work: Awaitable[T]) -> T | None:
+    """``work``'s result, or None (``work`` cancelled) once ``watch`` is revoked first."""
+    task = asyncio.ensure_future(work)
+    revoked = asyncio.create_task(watch.wait())
+    try:
+        await asyncio.wait({task, revoked}, return_when=asyncio.FIRST_COMPLETED)
+        return None if watch.revoked.is_set() else task.result()
+    finally:
+        for pending in (task, revoked):
+            pending.cancel()
+        await asyncio.gather(task, revoked, return_exceptions=True)
 
 
 Serve = Callable[[WebSocket, str, str], Awaitable[None]]

@@ -37,7 +37,7 @@ from server.auth import errors as auth_errors
 from server.auth.errors import AuthError, Unauthorized
 from server.auth.principal import Principal
 from server.auth.revocation import Access, Credential, Watch
-from server.auth.streams import refuse_socket, run_watched
+from server.auth.streams import refuse_socket, run_watched, until_revoked
 from server.auth.tokens import hash_secret
 from server.boundary.body import read_capped
 from server.boundary.limits import TooManyStreams
@@ -202,11 +202,27 @@ class CuaEndpoint:
         name = protocol.resolve(command)
         if name not in COMMANDS:
             return _unknown(command)
-        reply = await self.run(request, admitted, name, params)
+        try:
+            reply = await self._watched_run(request, admitted, name, params)
+        except RelaydeskError as err:
+            return _refusal(err)
         return Response(
             protocol.data_line(reply), media_type="text/plain",
             headers={"Cache-Control": "no-cache"},
         )  # fmt: skip
+
+    async def _watched_run(
+        self, request: Request, admitted: CuaAdmitted, name: str, params: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The command under the stream caps (a command may run long: a shell), cancelled with
+        ``Unauthorized`` as soon as the token is revoked or its user disabled."""
+        access = Access(admitted.target.conversation_id, "read")
+        credential = Credential.of(admitted.principal)
+        with services_of(request).streams.held(request, credential, access) as watch:
+            reply = await until_revoked(watch, self.run(request, admitted, name, params))
+        if reply is None:
+            raise Unauthorized(f"access revoked: {watch.reason}")
+        return reply
 
     async def _command_body(self, request: Request) -> tuple[str, dict[str, Any]]:
         content_type = request.headers.get("content-type")

@@ -277,8 +277,8 @@ async def test_an_mcp_call_still_running_ends_401_within_2_s_of_revoke_token(
     headers = {**_bearer(token), "Accept": "application/json, text/event-stream"}
     marker = f"mcp-ran-{token_id[:8]}"
     arguments = {"command": f"sleep 10; touch $HOME/{marker}", "timeout_s": 30}
-    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "desktop_shell", "arguments": arguments}}  # fmt: skip
+    params = {"name": "desktop_shell", "arguments": arguments}
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
     async with httpx.AsyncClient(timeout=scaled(30)) as client:
         running = asyncio.create_task(client.post(url, json=call, headers=headers))
         await asyncio.sleep(1.0)  # the command is running on the desktop
@@ -287,6 +287,30 @@ async def test_an_mcp_call_still_running_ends_401_within_2_s_of_revoke_token(
         answer = await asyncio.wait_for(running, scaled(BOUND_S) + 1)
         ended_after = time.monotonic() - revoked_at
     print(f"MCP call ended {ended_after:.2f} s after revoke-token: {answer.status_code}")
+    assert ended_after < scaled(BOUND_S)
+    assert answer.status_code == 401, answer.text
+    assert "revoked" in answer.json()["error"]["message"]
+    await asyncio.sleep(11)  # past the command's sleep: had it gone on, the file would be there
+    probe = {"command": f"test -e $HOME/{marker} && echo ran || echo killed", "timeout_s": 10}
+    result = await seed_action(stack.url, stack.seed, "desktop_shell", **probe)
+    assert result["stdout"] == "killed\n", "the command went on after the revocation"
+
+
+async def test_a_cua_http_command_still_running_ends_401_within_2_s_of_revoke_token(
+    stack: Stack,
+) -> None:
+    token, token_id = await _member(stack.seed, "cua-http")
+    marker = f"cua-ran-{token_id[:8]}"
+    shell = {"command": f"sleep 10; touch $HOME/{marker}", "timeout": 30}
+    body = {"command": "run_command", "params": shell}
+    async with httpx.AsyncClient(timeout=scaled(30)) as client:
+        url = f"{stack.cua_url('http')}/cmd"
+        running = asyncio.create_task(client.post(url, json=body, headers=_bearer(token)))
+        await asyncio.sleep(1.0)  # the command is running on the desktop
+        assert not running.done(), running.result().text
+        revoked_at = await _revoke(stack.seed, "revoke-token", token_id)
+        answer = await asyncio.wait_for(running, scaled(BOUND_S) + 1)
+        ended_after = time.monotonic() - revoked_at
     assert ended_after < scaled(BOUND_S)
     assert answer.status_code == 401, answer.text
     assert "revoked" in answer.json()["error"]["message"]

@@ -187,6 +187,7 @@ class CredentialWatch:
 
     async def run(self) -> None:
         """Check every watch each ``interval_s``, and at once when woken, until cancelled."""
+        failing = False
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.interval_s)
@@ -195,7 +196,14 @@ class CredentialWatch:
                 await self.check(list(self._watches))
             except Exception:
                 # The database did not answer: streams stay open until a check can be made.
-                log.exception("re-checking the credentials of open streams failed")
+                # Logged once per outage with its traceback, not every second.
+                if not failing:
+                    log.exception("re-checking the credentials of open streams failed")
+                failing = True
+                continue
+            if failing:
+                log.info("re-checking the credentials of open streams works again")
+            failing = False
 
 
 @contextlib.asynccontextmanager

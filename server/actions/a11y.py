@@ -1,8 +1,9 @@
 """The accessibility actions: observe and act on a desktop through its accessibility tree.
 
-``desktop_observe``, ``desktop_find``, ``desktop_read``, ``desktop_wait`` (role ``read``) and
-``desktop_click``, ``desktop_type``, ``desktop_key``, ``desktop_scroll``, ``desktop_focus``
-(role ``write``, audited) run on the relay's accessibility worker of the desktop
+``desktop_observe``, ``desktop_find``, ``desktop_read``, ``desktop_wait`` (reads: they show what
+is on the desktop, so role ``write`` like the screen) and ``desktop_click``, ``desktop_type``,
+``desktop_key``, ``desktop_scroll``, ``desktop_focus`` (acts: role ``write``, audited) run on
+the relay's accessibility worker of the desktop
 (``relay/a11y``). Elements come back as qualified refs ``@<snapshot>:<element>`` that the
 relay re-resolves against the live tree before acting; every result says ``source: "a11y"``
 and every act says ``method: native|physical``. docs/accessibility.md has the whole contract.
@@ -161,7 +162,7 @@ def _schema(extra: dict[str, Schema], required: tuple[str, ...] = ()) -> Schema:
 
 A11Y_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
-        "desktop_observe", "read",
+        "desktop_observe", "write",
         _schema({
             **SCOPE,
             "depth": {"type": "integer", "minimum": 1, "maximum": 64, "default": 24,
@@ -179,25 +180,25 @@ A11Y_ACTIONS: Final[tuple[Action, ...]] = (
         "named) as compact text, one element a line: '@ref role \"name\" value=… [states] "
         "@x,y WxH'. Far cheaper than a screenshot; act on the refs with desktop_click, "
         "desktop_type and the like.",
-        observe,
+        observe, read_only=True,
     ),
     Action(
-        "desktop_find", "read",
+        "desktop_find", "write",
         _schema({**SCOPE, "selector": SELECTOR,
                  "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 20,
                            "description": "At most this many matches."}}, ("selector",)),
         "Find elements by selector across the desktop's apps (or one app or window) and "
         "return them as refs, without reading whole trees.",
-        find,
+        find, read_only=True,
     ),
     Action(
-        "desktop_read", "read", _schema({"ref": REF}, ("ref",)),
+        "desktop_read", "write", _schema({"ref": REF}, ("ref",)),
         "Read one element in full: role, name, value, description, text, states, actions, "
         "bounds and number of children, from the live app.",
-        read,
+        read, read_only=True,
     ),
     Action(
-        "desktop_wait", "read",
+        "desktop_wait", "write",
         _schema({**SCOPE, "selector": SELECTOR,
                  "condition": {"type": "string",
                                "enum": ["exists", "gone", "visible", "enabled", "focused"],
@@ -209,7 +210,7 @@ A11Y_ACTIONS: Final[tuple[Action, ...]] = (
                 ("selector",)),
         "Wait until an element matching the selector exists, is gone, visible, enabled or "
         "focused; woken by the apps' accessibility events.",
-        wait,
+        wait, read_only=True,
     ),
     Action(
         "desktop_click", "write", _schema({"ref": REF, "physical": PHYSICAL}, ("ref",)),

@@ -62,7 +62,7 @@ async def reset_home(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]
 
 DESKTOP_APP_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
-        "desktop_apps", "read",
+        "desktop_apps", "write",
         tool_schema({"relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID,
                      "local": LOCAL}),
         "List the apps of a running desktop: launchable (id, name, icon, desktop_entry: what "

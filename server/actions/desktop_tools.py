@@ -1,7 +1,8 @@
 """The desktop tools' actions: windows, the clipboard, and (opt-in on the relay) shell and
 file commands in a running virtual desktop, as its user (docs/desktop-tools.md).
 
-``desktop_windows`` and ``desktop_clipboard_get`` read (role ``read``); ``desktop_window``,
+``desktop_windows`` and ``desktop_clipboard_get`` read what is on the desktop (role ``write``,
+like the screen: window titles and the clipboard are desktop content); ``desktop_window``,
 ``desktop_clipboard_set``, ``desktop_shell`` and ``desktop_file`` change the desktop (role
 ``write``, audited) and run under its control gate like any agent input: a person's takeover
 refuses them with ``takeover_active``, Stop with ``stopped_by_user`` (docs/control.md). The
@@ -125,12 +126,12 @@ FILE_DOC: Final = (
 
 DESKTOP_TOOL_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
-        "desktop_windows", "read", _schema({}),
+        "desktop_windows", "write", _schema({}),
         "List the top-level windows of a running desktop (from its window manager): id (an "
         "X window id), name (title), pid, app (its WM_CLASS, lower-case), x, y, width, height "
         "(the client area without the frame, in screen pixels), active, minimized; and which "
         "is active.",
-        windows,
+        windows, read_only=True,
     ),
     Action(
         "desktop_window", "write",
@@ -152,10 +153,10 @@ DESKTOP_TOOL_ACTIONS: Final[tuple[Action, ...]] = (
         window, audit_op="desktop.window",
     ),
     Action(
-        "desktop_clipboard_get", "read", _schema({}),
+        "desktop_clipboard_get", "write", _schema({}),
         "Read the text on a running desktop's clipboard (the CLIPBOARD selection; '' when "
         f"empty; at most {ops.CLIPBOARD_MAX} bytes, truncated says when cut).",
-        clipboard_get,
+        clipboard_get, read_only=True,
     ),
     Action(
         "desktop_clipboard_set", "write",

@@ -2,6 +2,12 @@
 
 Every action's schema gets the required ``conversation_id`` here, so no action can forget it.
 Other features add their actions with ``register`` (the screen tool registers ``screen``).
+
+Roles (docs/security.md): ``read`` sees the inventory, status, the transcript and who is in
+control, never what is on a desktop; every action that returns desktop content (pixels,
+accessibility text, the clipboard, window titles, running apps) or changes a desktop needs
+``write``. An action that only looks says so with ``read_only`` (MCP's read-only hint); its
+role still decides who may call it.
 """
 
 from __future__ import annotations
@@ -47,6 +53,12 @@ class Action:
     description: str
     handler: Handler = field(repr=False, compare=False)
     audit_op: str | None = None
+    read_only: bool = False
+
+    @property
+    def changes_nothing(self) -> bool:
+        """True for an action that only looks (every ``read`` action, and content reads)."""
+        return self.role == "read" or self.read_only
 
     def definition(self) -> dict[str, Any]:
         """The action as a tool definition (name, description, input schema, role)."""

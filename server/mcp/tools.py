@@ -43,13 +43,12 @@ def input_schema(action: Action) -> Schema:
 
 
 def tool_of(action: Action) -> types.Tool:
-    """One action as an MCP tool; read-only actions say so in their annotations."""
-    read_only = action.role == "read"
+    """One action as an MCP tool; actions that only look say so in their annotations."""
     return types.Tool(
         name=action.name,
         description=action.description,
         input_schema=input_schema(action),
-        annotations=types.ToolAnnotations(read_only_hint=read_only),
+        annotations=types.ToolAnnotations(read_only_hint=action.changes_nothing),
     )
 
 

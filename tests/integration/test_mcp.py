@@ -293,16 +293,19 @@ async def test_another_conversation_is_refused_like_a_missing_one(stack):
         assert refused.json()["error"] == {"code": "not_found", "message": "conversation not found"}
 
 
-async def test_a_read_member_observes_but_cannot_act(stack):
+async def test_a_read_member_neither_observes_nor_acts(stack):
     token = await _member(stack, "mcp-reader", "read")
     clicks = stack.state()["clicks"]
+    async with over_http(stack) as owner:
+        save = await _save_button(owner)
     async with over_http(stack, token=token) as client:
         tools = {tool.name for tool in (await client.list_tools()).tools}
         refused = await client.call_tool("screen", {"action": "screenshot"})
-        save = await _save_button(client)
+        unfound = await client.call_tool("desktop_find", {"selector": "push_button"})
         click = await client.call_tool("desktop_click", {"ref": save["ref"]})
-    assert "desktop_observe" in tools and "desktop_find" in tools
-    assert not {"screen", "desktop_click", "desktop_start"} & tools
+    assert "desktop_list_active" in tools
+    assert not {"screen", "desktop_observe", "desktop_find", "desktop_click"} & tools
+    tool_error(unfound, "forbidden")
     tool_error(refused, "forbidden")
     tool_error(click, "forbidden")
     assert stack.state()["clicks"] == clicks

@@ -90,3 +90,49 @@ def test_scrub_removes_tokens_and_host_paths() -> None:
     assert clean is not None
     assert "/home" not in clean and "rdk_" not in clean and clean.endswith("and ok")
     assert scrub(None) is None and len(scrub("x" * 500) or "") == 200
+
+
+# -- what each role may see ---------------------------------------------------------------
+
+# A ``read`` member sees the inventory, status, the transcript and who is in control; these are
+# the actions it may call. Any other action returns desktop content or changes a desktop.
+READ_ACTIONS = {"desktop_list_active", "desktop_status", "desktop_stop_request", "desktop_control"}
+# Actions that return what is on a desktop (pixels, accessibility text, clipboard, window titles,
+# running apps) without changing it.
+CONTENT_READS = {
+    "screen",
+    "desktop_apps",
+    "desktop_observe",
+    "desktop_find",
+    "desktop_read",
+    "desktop_wait",
+    "desktop_windows",
+    "desktop_clipboard_get",
+}
+
+
+def _every_action() -> ActionRegistry:
+    from server.actions.a11y import A11Y_ACTIONS
+    from server.actions.desktop_apps import DESKTOP_APP_ACTIONS
+    from server.actions.desktop_tools import DESKTOP_TOOL_ACTIONS
+    from server.control.actions import CONTROL_ACTIONS
+    from server.screen.action import SCREEN_ACTION
+
+    return ActionRegistry(
+        DESKTOP_ACTIONS
+        + DESKTOP_APP_ACTIONS
+        + A11Y_ACTIONS
+        + CONTROL_ACTIONS
+        + DESKTOP_TOOL_ACTIONS
+        + (SCREEN_ACTION,)
+    )
+
+
+def test_a_read_member_may_call_nothing_that_shows_desktop_content() -> None:
+    registry = _every_action()
+    actions = [a for a in map(registry.get, registry.names()) if a is not None]
+    assert {a.name for a in actions if a.role == "read"} == READ_ACTIONS
+    assert set(registry.names()) >= CONTENT_READS
+    assert {a.name: a.role for a in actions if a.name in CONTENT_READS} == dict.fromkeys(
+        CONTENT_READS, "write"
+    )

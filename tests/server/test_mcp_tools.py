@@ -55,11 +55,16 @@ def test_required_arguments_other_than_the_conversation_stay_required() -> None:
 def test_a_read_member_gets_the_read_tools_only_and_they_say_so() -> None:
     registry = _registry()
     read = {t.name: t for t in tools.tools_for(registry, "read")}
-    write = {t.name for t in tools.tools_for(registry, "write")}
-    assert "desktop_observe" in read and "desktop_list_active" in read
-    assert "desktop_start" not in read and "desktop_click" not in read
-    assert write == set(registry.names()) == {t.name for t in tools.tools_for(registry, "owner")}
+    write = {t.name: t for t in tools.tools_for(registry, "write")}
+    assert "desktop_list_active" in read and "desktop_stop_request" in read
+    assert not {"desktop_start", "desktop_click", "desktop_observe", "desktop_read"} & set(read)
+    assert (
+        set(write) == set(registry.names()) == {t.name for t in tools.tools_for(registry, "owner")}
+    )
     assert all(t.annotations and t.annotations.read_only_hint for t in read.values())
+    # A content read needs write but changes nothing, and says so; an act does not.
+    hints = {n: t.annotations and t.annotations.read_only_hint for n, t in write.items()}
+    assert hints["desktop_observe"] and hints["desktop_find"] and not hints["desktop_click"]
 
 
 def test_a_new_action_is_a_new_tool() -> None:

@@ -7,6 +7,7 @@ session-id comparison and the stop it guards are atomic against a racing restart
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import time
@@ -320,8 +321,7 @@ class DesktopManager:
         ``clean_up_later``: return once the desktops are adopted and stop the rest in a task
         (holding the lifecycle lock, so no start runs before it is done): a restarted relay
         says ``hello`` without waiting for the stops (docs/desktops.md, "Relay restarts")."""
-        await self._lease_for_adoption()
-        keep = not self._homes.changed_user
+        keep = await self._lease_for_adoption() and not self._homes.changed_user
         adopted, leftovers = await adopt_recorded(self._slots, self._health, keep=keep)
         cleaning = clean_up(self._slots, self._homes, leftovers)
         if clean_up_later:
@@ -330,13 +330,22 @@ class DesktopManager:
             await cleaning
         return [d.to_row() for d in adopted]
 
-    async def _lease_for_adoption(self) -> None:
+    async def _lease_for_adoption(self) -> bool:
         """A relay that names its desktop user holds it from its start (refused while another
-        relay holds it); one whose earlier run left desktops leases the account they run as."""
+        relay holds it); one whose earlier run left desktops leases the account they run as.
+        False: no pool account could be had, so recorded desktops cannot be kept."""
         recorded = await asyncio.to_thread(self._slots.state.load)
         starting = await asyncio.to_thread(self._slots.state.load_starting)
-        if self.config.desktop_user or recorded or starting:
+        if not (self.config.desktop_user or recorded or starting):
+            return True
+        try:
             self._slots.user = await self._homes.desktop_user()
+        except OpError as err:
+            if self.config.desktop_user:
+                raise
+            logger.error("recorded desktops are not re-adopted: %s", err.message)
+            return False
+        return True
 
     @staticmethod
     async def _clean_up_logged(cleaning: Awaitable[None]) -> None:
@@ -370,10 +379,12 @@ class DesktopManager:
         return directory_size(home) + directory_size(self._homes.tmp_of(desktop_session_id))
 
     def _release_user(self) -> None:
-        """The relay's end: its account and its (empty) cgroup go back to the host."""
+        """The relay's end: its account, its (empty) cgroup and TMPDIR parent go back."""
         self._homes.release()
         if (parent := self._slots.cgroups()) is not None:
             cgroups.remove_if_empty(parent)
+        with contextlib.suppress(OSError):
+            self._homes.tmp_root().rmdir()
 
     async def check_all(self) -> None:
         """One watchdog round: beat the heartbeat, probe every desktop, tear down failures."""

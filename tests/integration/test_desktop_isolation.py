@@ -79,6 +79,12 @@ class Stack:
     seed: Any
     alice: Desk
     bob: Desk
+    bob_relay: Any
+
+
+# Relay B's desktop starts a program that leaves the desktop's sessions, as one started with
+# setsid from its terminal would.
+SURVIVOR = f"setsid sleep {600 + os.getpid() % 1000 / 1000:.3f}"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -95,6 +101,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
                         extra_args=("--stop-desktops-on-exit",)),
             start_relay(tracker.start, seed, url, second["token"], name="relay-b", env={
                 "DISPLAY": "", "RELAYDESK_STATE_DIR": str(bob.state_dir),
+                "RELAYDESK_DESKTOP_APPS": SURVIVOR, "RELAYDESK_DESKTOP_ALLOWED_APPS": SURVIVOR,
             }, extra_args=("--stop-desktops-on-exit",)),
         ]  # fmt: skip
         try:
@@ -108,7 +115,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
                                      geometry="1024x768", profile="minimal")  # fmt: skip
                 desk.session_id = started["desktop"]["desktop_session_id"]
                 desk.display = started["desktop"]["display"]
-            yield Stack(url, tracker, seed, alice, bob)
+            yield Stack(url, tracker, seed, alice, bob, relays[1])
         except BaseException:
             for relay in relays:
                 print(relay.log_tail())
@@ -194,3 +201,22 @@ async def test_a_relay_naming_another_relays_desktop_user_refuses_to_start(
     await asyncio.sleep(0)
     assert relay.returncode == 2, relay.log_tail()
     assert name in relay.log_text() and "another relay" in relay.log_text()
+
+
+def _survivors() -> list[psutil.Process]:
+    words = SURVIVOR.split()[1:]
+    return [p for p in psutil.process_iter(["cmdline", "status"])
+            if p.info["cmdline"] == words and p.info["status"] != psutil.STATUS_ZOMBIE]  # fmt: skip
+
+
+async def test_nothing_of_a_relays_desktop_user_outlives_the_relay(stack: Stack) -> None:
+    # Last: it stops relay B.
+    uid = stack.bob.user().pw_uid
+    await wait_until(_survivors, 10, "relay B's setsid program to run")
+    assert all(p.uids().real == uid for p in _survivors())
+    stack.bob_relay.terminate(timeout=scaled(30))
+    left = [p for p in psutil.process_iter(["uids", "status"])
+            if p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE]  # fmt: skip
+    for proc in left:
+        proc.kill()
+    assert not left, f"processes of relay B's desktop user outlived it: {left}"

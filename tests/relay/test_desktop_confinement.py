@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,11 +27,18 @@ from relay.desktops import DesktopConfig, DesktopManager
 from relay.desktops.audio import AudioSettings, PulseAudioStarter
 from relay.desktops.displays import clean_stale_x_locks
 from relay.desktops.homes import Homes
-from relay.desktops.leases import lease_from_pool, proc_hides_processes, relay_key
+from relay.desktops.leases import (
+    lease_configured,
+    lease_from_pool,
+    proc_hides_processes,
+    relay_key,
+    taken_by_another,
+)
 from relay.desktops.user import DesktopUser
 from tests.relay.conftest import record_for
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
+from wire.errors import OpError
 
 pytestmark = pytest.mark.integration
 
@@ -406,3 +414,64 @@ async def test_the_last_virtual_desktop_leaves_running_containers_of_the_account
         if running is not None and running.poll() is None:
             running.kill()
             running.wait()
+
+
+# -- leases -------------------------------------------------------------------------------
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from relay.desktops.leases import lease_configured
+lease = lease_configured(sys.argv[1], Path(sys.argv[2]))
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+@ROOT_ONLY
+def test_an_account_is_shared_by_the_same_relay_only(tmp_path: Path) -> None:
+    # A relay process replacing another on the same state directory shares its account while
+    # both run; a relay with another state directory never gets it.
+    lease = lease_from_pool(tmp_path / "probe", 64)
+    name = lease.user.name
+    lease.release()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, name, str(tmp_path / "relay")],
+        stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        with pytest.raises(OpError) as refused:
+            lease_configured(name, tmp_path / "another")
+        assert name in refused.value.message and refused.value.details["field"] == "desktop_user"
+        assert taken_by_another(name, relay_key(tmp_path / "another"))
+        shared = lease_configured(name, tmp_path / "relay")
+        shared.release()
+        other = lease_from_pool(tmp_path / "another", 64)
+        assert other.user.name != name
+        other.release()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not taken_by_another(name, relay_key(tmp_path / "another"))
+
+
+@ROOT_ONLY
+def test_a_pool_account_that_still_runs_processes_goes_to_no_other_relay(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "first").mkdir()  # a relay's state directory, where it remembers its account
+    first = lease_from_pool(tmp_path / "first", 64)
+    user = first.user
+    first.release()
+    left = subprocess.Popen(["sleep", "600"], user=user.uid, group=user.gid, extra_groups=[])
+    try:
+        other = lease_from_pool(tmp_path / "other", 64)
+        other.release()
+        assert other.user != user, "an account with an earlier relay's processes was taken"
+        again = lease_from_pool(tmp_path / "first", 64)  # its own relay takes it back
+        again.release()
+        assert again.user == user
+    finally:
+        left.kill()
+        left.wait()

@@ -65,6 +65,9 @@ class Settings:
     presence_interval_s: float = 10.0
     max_text_frame: int = 16 * 1024 * 1024
     max_channel_frame: int = 1024 * 1024
+    # At most this many live desktops of one relay in the inventory; what a relay reports
+    # beyond is dropped with a logged reason (docs/protocol.md).
+    max_desktops_per_relay: int = 64
     request_timeout_s: float = 30.0
     migrate_on_start: bool = True
     viewer_token_ttl_s: int = 3600
@@ -161,6 +164,7 @@ class Settings:
             presence_interval_s=_env_float("PRESENCE_INTERVAL_S", 10.0),
             max_text_frame=_env_int("MAX_TEXT_FRAME", 16 * 1024 * 1024),
             max_channel_frame=_env_int("MAX_CHANNEL_FRAME", 1024 * 1024),
+            max_desktops_per_relay=_env_int("MAX_DESKTOPS_PER_RELAY", 64),
             request_timeout_s=_env_float("REQUEST_TIMEOUT_S", 30.0),
             migrate_on_start=_env_bool("MIGRATE_ON_START", True),
             viewer_token_ttl_s=_env_int("VIEWER_TOKEN_TTL_S", 3600),

@@ -23,6 +23,10 @@ DEFAULT_MAX_TEXT: Final = 16 * 1024 * 1024
 DEFAULT_TIMEOUT_MS: Final = 30_000
 MAX_TIMEOUT_MS: Final = 3_600_000
 MAX_ID_LENGTH: Final = 64
+# What a ``hello`` may announce: far above any real relay, far below what floods a server.
+MAX_HELLO_DESKTOPS: Final = 1024
+MAX_CAPABILITIES: Final = 64
+MAX_NAME_LENGTH: Final = 64  # a capability, the relay's version
 
 
 @dataclass(frozen=True)
@@ -104,16 +108,28 @@ def _request_id(obj: dict[str, Any]) -> RequestId:
     return RequestId(value)
 
 
+def _name(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_NAME_LENGTH
+
+
 def _parse_hello(obj: dict[str, Any]) -> Hello:
     caps = obj.get("capabilities", [])
     desktops = obj.get("desktops", [])
-    if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
-        raise ProtocolError("field 'capabilities' must be a list of strings")
+    if not isinstance(caps, list) or len(caps) > MAX_CAPABILITIES or not all(map(_name, caps)):
+        raise ProtocolError(
+            f"field 'capabilities' must be a list of at most {MAX_CAPABILITIES} strings of "
+            f"at most {MAX_NAME_LENGTH} characters"
+        )
+    if isinstance(desktops, list) and len(desktops) > MAX_HELLO_DESKTOPS:
+        raise ProtocolError(f"field 'desktops' has more than {MAX_HELLO_DESKTOPS} rows")
     if not isinstance(desktops, list) or not all(isinstance(d, dict) for d in desktops):
         raise ProtocolError("field 'desktops' must be a list of objects")
+    relay_version = _require(obj, "relay_version", str)
+    if len(relay_version) > MAX_NAME_LENGTH:
+        raise ProtocolError(f"field 'relay_version' is longer than {MAX_NAME_LENGTH} characters")
     return Hello(
         protocol=_require(obj, "protocol", int),
-        relay_version=_require(obj, "relay_version", str),
+        relay_version=relay_version,
         capabilities=tuple(caps),
         desktops=tuple(desktops),
         max_frame=_optional_positive(obj, "max_frame", DEFAULT_MAX_PAYLOAD),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol, TypeVar
 
 from server.actions.errors import relay_error
@@ -67,9 +68,11 @@ class ActionContext:
     def hub(self) -> RelayRouter:
         return self.services.hub
 
-    @property
+    @cached_property
     def inventory(self) -> Inventory:
-        return self.services.inventory
+        """The inventory as this call uses it: a desktop it starts is recorded as started by the
+        caller (the server's own record; a relay's ``started_by`` is never taken)."""
+        return self.services.inventory.acting_for(self.principal.username)
 
     @property
     def settings(self) -> Settings:

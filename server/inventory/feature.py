@@ -116,7 +116,12 @@ async def lifespan(
 ) -> AsyncIterator[InventoryParts]:
     """Build the feature's parts; stop the pruner and close the bus on exit."""
     bus = create_bus(settings.redis_url)
-    inventory = Inventory(store, hub, probe_timeout_s=settings.request_timeout_s)
+    inventory = Inventory(
+        store,
+        hub,
+        probe_timeout_s=settings.request_timeout_s,
+        max_rows=settings.max_desktops_per_relay,
+    )
     events = ConversationEvents(bus, store)
     inventory.add_batch_listener(events.inventory_changed)
     if not settings.redis_url:

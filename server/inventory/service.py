@@ -3,11 +3,19 @@
 Sources (DESIGN §5): results of ``desktop.start`` / ``desktop.stop``, ``desktop.status`` probes,
 ``desktop.changed`` events and the ``hello`` reconciliation. Changes of one relay's rows are
 serialised by a per-relay lock, and listeners hear about them in that order.
+
+What a relay says is a claim, bounded before it is stored: every row passes
+``wire.desktop_rows.check_row`` (a bad one is refused and logged, the rest of the report goes
+on), a relay has at most ``max_rows`` live rows, and failures of desktops never seen are kept
+only while the relay's history is under ``HISTORY_PER_ROW`` times that. ``started_by`` is the
+server's own record: the user of the action whose start result reported the desktop
+(:meth:`Inventory.acting_for`), never the relay's word.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -19,17 +27,21 @@ from server.db.base import Clock, utc_now
 from server.inventory.rows import LIVE_STATES, DesktopRow, RowAnnotator, RowListener
 from server.relays.calls import call
 from wire import ops
+from wire.desktop_rows import MAX_REASON, SESSION_ID_RE, check_row
 from wire.errors import ErrorCode, OpError
 from wire.ids import RelayId
 from wire.messages import Event, Hello
-from wire.ops import DESKTOP_KINDS, DesktopState
+from wire.ops import DesktopState
 
 log = logging.getLogger(__name__)
 
 SESSION_IDENTITY = "session_identity"
 TERMINAL_STATES = frozenset({"stopped", "failed"})
 KNOWN_STATES = frozenset(LIVE_STATES | TERMINAL_STATES)
-MAX_SESSION_ID = 64
+DEFAULT_MAX_ROWS = 64
+# A relay's rows of every state (its history within the retention) may be this many times its
+# live rows before failures of desktops the inventory never saw stop being recorded.
+HISTORY_PER_ROW = 16
 RELAY_RESTARTED = "relay_restarted"
 NOT_ON_RELAY = "not_on_relay"
 REPLACED = "replaced"
@@ -85,27 +97,27 @@ def _text(data: Mapping[str, Any], key: str, default: str | None = None) -> str 
 def row_from_relay(
     relay_id: str, data: Mapping[str, Any], state: DesktopState, now: str
 ) -> DesktopRow:
-    """A row from what a relay reported; ``invalid_args`` when it names no session or a kind
-    that does not exist."""
-    session_id = data.get("desktop_session_id")
-    if not isinstance(session_id, str) or not 0 < len(session_id) <= MAX_SESSION_ID:
-        raise OpError(ErrorCode.INVALID_ARGS, "relay row without a valid desktop_session_id")
-    kind = data.get("kind", "virtual")
-    if kind not in DESKTOP_KINDS:
-        raise OpError(ErrorCode.INVALID_ARGS, "relay row of an unknown desktop kind")
+    """A row from what a relay reported (``started_by`` left empty: never the relay's word);
+    ``invalid_args`` naming the first field that does not fit (``wire.desktop_rows``)."""
+    reported = check_row(data)
     return DesktopRow(
         relay_id=relay_id,
-        desktop_session_id=session_id,
-        kind=kind,
-        slot=_text(data, "slot", "main") or "main",
+        desktop_session_id=reported.desktop_session_id,
+        kind=reported.kind,
+        slot=reported.slot,
         state=state,
-        started_at=_text(data, "started_at"),
-        started_by=_text(data, "started_by"),
+        started_at=reported.started_at,
+        started_by=None,
         updated_at=now,
-        reason=_text(data, "reason"),
-        geometry=_text(data, "geometry"),
-        display=_text(data, "display"),
+        reason=reported.reason,
+        geometry=reported.geometry,
+        display=reported.display,
     )
+
+
+def _same_running(old: DesktopRow, new: DesktopRow) -> bool:
+    """``old`` already records ``new`` as running, started by the same user."""
+    return old.state == "running" and old.started_by == new.started_by
 
 
 def reported_state(data: Mapping[str, Any]) -> DesktopState:
@@ -126,11 +138,15 @@ class Inventory:
         *,
         clock: Clock = utc_now,
         probe_timeout_s: float = 10.0,
+        max_rows: int = DEFAULT_MAX_ROWS,
     ) -> None:
         self._store = store
         self._hub = hub
         self._clock = clock
         self.probe_timeout_s = probe_timeout_s
+        self.max_rows = max_rows
+        # Who a start result recorded through this inventory was started by (``acting_for``).
+        self._acting_user: str | None = None
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._listeners: list[RowListener] = []
         self._annotate: RowAnnotator | None = None
@@ -152,6 +168,13 @@ class Inventory:
     def add_batch_listener(self, listener: BatchListener) -> None:
         """Call ``listener`` once per change of one relay's rows (the event stream uses it)."""
         self._batch_listeners.append(listener)
+
+    def acting_for(self, username: str) -> Inventory:
+        """This inventory as one action of ``username`` uses it: a desktop a start result
+        reports through it is recorded as started by them (same rows, locks and listeners)."""
+        acting = copy.copy(self)
+        acting._acting_user = username
+        return acting
 
     # -- reads --------------------------------------------------------------------------
 
@@ -266,8 +289,9 @@ class Inventory:
         async with self._locks[relay_id]:
             now = self._now()
             live = {r.desktop_session_id: r for r in await self.live_rows(relay_id)}
-            changed = await self._reported_rows(relay_id, reported, live, since, now)
-            seen = {r.desktop_session_id for r in changed} | self._ids(reported)
+            fresh = self._checked(relay_id, reported, now)
+            changed = await self._reported_rows(relay_id, fresh, live, since)
+            seen = {r.desktop_session_id for r in fresh}
             for session_id, old in live.items():
                 if session_id not in seen and not (since and _is_after(old.updated_at, since)):
                     changed.append(replace(old, state="stopped", reason=missing_reason,
@@ -284,19 +308,22 @@ class Inventory:
             old = await self.row(relay_id, row.desktop_session_id)
             if old is not None and old.state in TERMINAL_STATES:
                 return old  # the watchdog's failure overtook the start result
-            row = replace(row, started_by=row.started_by or (old.started_by if old else None))
+            row = replace(row, started_by=(old.started_by if old else None) or self._acting_user)
+            live = await self.live_rows(relay_id)
             displaced = [
                 replace(r, state="stopped", reason=REPLACED, updated_at=now)
-                for r in await self.live_rows(relay_id)
+                for r in live
                 if (r.kind, r.slot) == (row.kind, row.slot)
                 and r.desktop_session_id != row.desktop_session_id
             ]
-            unchanged = old is not None and old.state == "running"
+            if old is None and len(live) - len(displaced) >= self.max_rows:
+                raise self._over_limit()
+            unchanged = old if old is not None and _same_running(old, row) else None
             changed = displaced if unchanged else [*displaced, row]
             await self._store.upsert_desktops(changed)
             await self._notify(relay_id, changed)
-            if unchanged and old is not None:
-                return old
+            if unchanged is not None:
+                return unchanged
             return await self.row(relay_id, row.desktop_session_id) or row
 
     async def record_ended(
@@ -325,25 +352,50 @@ class Inventory:
     def _now(self) -> str:
         return self._clock().isoformat()
 
-    @staticmethod
-    def _ids(reported: Sequence[Mapping[str, Any]]) -> set[str]:
-        return {str(r.get("desktop_session_id")) for r in reported}
+    def _over_limit(self) -> OpError:
+        return OpError(
+            ErrorCode.LIMIT_REACHED,
+            f"at most {self.max_rows} desktops per relay (RELAYDESK_MAX_DESKTOPS_PER_RELAY)",
+            {"max_desktops": self.max_rows},
+        )
+
+    def _checked(self, relay_id: RelayId, reported: Sequence[object], now: str) -> list[DesktopRow]:
+        """The reported rows that fit (``wire.desktop_rows``), one per session, at most
+        ``max_rows`` of them; what is refused or dropped is logged once."""
+        rows: dict[str, DesktopRow] = {}
+        refused: list[str] = []
+        for index, data in enumerate(reported):
+            if len(rows) == self.max_rows:
+                log.warning(
+                    "relay %s reported %d more desktops than RELAYDESK_MAX_DESKTOPS_PER_RELAY "
+                    "(%d): dropped",
+                    relay_id,
+                    len(reported) - index,
+                    self.max_rows,
+                )
+                break
+            try:
+                if not isinstance(data, Mapping):
+                    raise OpError(ErrorCode.INVALID_ARGS, "a row must be an object")
+                row = row_from_relay(relay_id, data, reported_state(data), now)
+            except OpError as err:
+                refused.append(err.message)
+                continue
+            rows.setdefault(row.desktop_session_id, row)
+        if refused:
+            first = refused[0]
+            log.warning("relay %s: %d desktop row(s) refused: %s", relay_id, len(refused), first)
+        return list(rows.values())
 
     async def _reported_rows(
         self,
         relay_id: RelayId,
-        reported: Sequence[Mapping[str, Any]],
+        reported: list[DesktopRow],
         live: dict[str, DesktopRow],
         since: datetime | None,
-        now: str,
     ) -> list[DesktopRow]:
         changed: list[DesktopRow] = []
-        for data in reported:
-            try:
-                fresh = row_from_relay(relay_id, data, reported_state(data), now)
-            except OpError:
-                log.warning("relay %s reported a desktop without a session id", relay_id)
-                continue
+        for fresh in reported:
             old = live.get(fresh.desktop_session_id) or await self.row(
                 relay_id, fresh.desktop_session_id
             )
@@ -351,30 +403,41 @@ class Inventory:
                 continue
             if old is not None and old.state == fresh.state:
                 continue
-            started_by = fresh.started_by or (old.started_by if old else None)
-            changed.append(replace(fresh, started_by=started_by))
+            changed.append(replace(fresh, started_by=old.started_by if old else None))
         return changed
 
     async def _desktop_changed(self, relay_id: RelayId, data: dict[str, Any]) -> None:
         state = data.get("state")
         session_id = data.get("desktop_session_id")
-        if state not in KNOWN_STATES or not isinstance(session_id, str):
-            log.warning("relay %s sent desktop.changed without state or session", relay_id)
+        if not isinstance(session_id, str) or not SESSION_ID_RE.fullmatch(session_id):
+            session_id = None
+        if state not in KNOWN_STATES or session_id is None:
+            log.warning(
+                "relay %s sent desktop.changed without a known state or a valid session id",
+                relay_id,
+            )
             return
-        if state == "stopped" or state == "failed":
-            reason = _text(data, "reason") or state
-            ended = await self.record_ended(relay_id, session_id, state, reason)
-            if ended is None:
-                await self._record_unseen(relay_id, data, state)
-        elif state in ("running", "starting"):
-            await self.record_started(relay_id, data)
+        try:
+            if state == "stopped" or state == "failed":
+                reason = (_text(data, "reason") or state)[:MAX_REASON]
+                ended = await self.record_ended(relay_id, session_id, state, reason)
+                if ended is None:
+                    await self._record_unseen(relay_id, data, state)
+            elif state in ("running", "starting"):
+                await self.record_started(relay_id, data)
+        except OpError as err:
+            log.warning("relay %s: desktop.changed refused: %s", relay_id, err.message)
 
     async def _record_unseen(
         self, relay_id: RelayId, data: dict[str, Any], state: DesktopState
     ) -> None:
-        """A failure of a desktop the inventory never saw still belongs to its history."""
+        """A failure of a desktop the inventory never saw still belongs to its history (while
+        the relay's history is under its bound)."""
         async with self._locks[relay_id]:
             row = row_from_relay(relay_id, data, state, self._now())
+            history = await self._store.desktops_for_relay(relay_id)
+            if len(history) >= self.max_rows * HISTORY_PER_ROW:
+                raise OpError(ErrorCode.LIMIT_REACHED, "too many desktops in the relay's history")
             await self._store.upsert_desktops([row])
             await self._notify(relay_id, [row])
 

@@ -142,10 +142,12 @@ async def _serve(
         Welcome(relay_id, settings.heartbeat_s, settings.max_channel_frame, settings.max_text_frame)
     )
     await link.flush()
-    await hub.register(link, hello.hello, token)
-    log.info("relay %s connected (version %s)", relay_id, hello.hello.relay_version)
     reason = "disconnected"
     try:
+        # Inside the ``try``: a registration that fails half way (its observers store what the
+        # hello said) still unregisters the link instead of leaving it connected in name only.
+        await hub.register(link, hello.hello, token)
+        log.info("relay %s connected (version %s)", relay_id, hello.hello.relay_version)
         while (events := await receive_events(websocket, connection)) is not None:
             await link.handle(events)
     except WebSocketDisconnect:

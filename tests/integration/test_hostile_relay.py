@@ -2,7 +2,9 @@
 
 Its claims — rows, events, session ids, addresses — only ever touch its own rows: it cannot
 shadow another relay's session, close that desktop's viewers, make the server connect to an
-address it names, or call ops the server does not offer relays.
+address it names, or call ops the server does not offer relays. What it says is bounded and
+checked: rows per relay, field lengths, slot names, ``started_at``; its ``started_by`` is never
+shown as a user.
 """
 
 from __future__ import annotations
@@ -25,15 +27,20 @@ from tests.e2e.viewer_stack import Desktop, ViewerStack, viewer_stack
 from tests.integration.test_viewer_tunnel import close_of, vnc_connections
 from tests.support.processes import scaled
 from tests.support.stack import add_relay, wait_until
+from wire.desktop_rows import MAX_REASON
 from wire.errors import CloseCode
 from wire.ids import RelayId
+from wire.messages import MAX_HELLO_DESKTOPS
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+MAX_DESKTOPS = 8  # the server's RELAYDESK_MAX_DESKTOPS_PER_RELAY here
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ViewerStack]:
-    async with viewer_stack(tmp_path_factory.mktemp("hostile")) as stack:
+    settings = {"max_desktops_per_relay": MAX_DESKTOPS}
+    async with viewer_stack(tmp_path_factory.mktemp("hostile"), server_settings=settings) as stack:
         yield stack
 
 
@@ -102,14 +109,7 @@ async def hostile_relay(
         subprotocols=[websockets.Subprotocol("relaydesk.v1")],
         open_timeout=scaled(10),
     )
-    hello = {
-        "type": "hello",
-        "protocol": 1,
-        "relay_version": "hostile",
-        "capabilities": ["session_identity", "virtual_desktop", "direct_vnc"],
-        "desktops": desktops,
-    }
-    await ws.send(json.dumps(hello))
+    await ws.send(json.dumps(hello_of(desktops)))
     assert json.loads(await ws.recv())["type"] == "welcome"
     hostile = HostileRelay(ws, RelayId(relay["relay_id"]), answers)
     await wait_until(lambda: stack.hub.is_connected(hostile.relay_id), 10, "the hostile relay")
@@ -117,6 +117,16 @@ async def hostile_relay(
         yield hostile
     finally:
         await hostile.close()
+
+
+def hello_of(desktops: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "type": "hello",
+        "protocol": 1,
+        "relay_version": "hostile",
+        "capabilities": ["session_identity", "virtual_desktop", "direct_vnc"],
+        "desktops": desktops,
+    }
 
 
 def claim(desktop: Desktop, **extra: Any) -> dict[str, Any]:
@@ -230,3 +240,108 @@ async def claimed(stack: ViewerStack, hostile: HostileRelay, victim: Desktop) ->
 async def _row_state_is(inventory: Any, relay_id: RelayId, session_id: str, state: str) -> bool:
     row = await inventory.row(relay_id, session_id)
     return row is not None and row.state == state
+
+
+# -- what a relay says is bounded and checked ------------------------------------------------
+
+
+def row(session_id: str, slot: str = "main", **extra: Any) -> dict[str, Any]:
+    started_at = "2026-12-01T10:00:00.000Z"
+    return {
+        "desktop_session_id": session_id,
+        "kind": "virtual",
+        "slot": slot,
+        "state": "running",
+        "started_at": started_at,
+        **extra,
+    }
+
+
+async def rows_of(stack: ViewerStack, relay_id: RelayId) -> dict[str, Any]:
+    rows = await stack.app.state.services.store.desktops_for_relay(relay_id)
+    return {r.desktop_session_id: r for r in rows}
+
+
+async def test_a_hello_with_rows_beyond_the_protocol_bound_is_refused(stack: ViewerStack) -> None:
+    relay = await add_relay(stack.seed, "mallory-flood")
+    flood = [row(f"s{n}", f"slot{n}") for n in range(MAX_HELLO_DESKTOPS + 1)]
+    ws = await connect(
+        stack.ws_base + "/relay/v1/connect",
+        additional_headers={"Authorization": f"Bearer {relay['token']}"},
+        subprotocols=[websockets.Subprotocol("relaydesk.v1")],
+        open_timeout=scaled(10),
+    )
+    await ws.send(json.dumps(hello_of(flood)))
+    with pytest.raises(websockets.ConnectionClosed):
+        await asyncio.wait_for(ws.recv(), scaled(10))
+    assert ws.close_code == CloseCode.PROTOCOL_ERROR and "desktops" in (ws.close_reason or "")
+    assert await rows_of(stack, RelayId(relay["relay_id"])) == {}
+
+
+async def test_rows_beyond_the_configured_bound_are_dropped(stack: ViewerStack) -> None:
+    many = [row(f"m{n}", f"slot{n}") for n in range(MAX_DESKTOPS * 4)]
+    async with hostile_relay(stack, "mallory-many", many) as hostile:
+        await wait_until(lambda: _count(stack, hostile.relay_id, MAX_DESKTOPS), 5, "its rows")
+        # Desktops it then says started beyond the bound are not recorded either.
+        for n in range(MAX_DESKTOPS):
+            await hostile.event("desktop.changed", row(f"late{n}", f"late{n}"))
+        await hostile.send({"type": "req", "id": "p", "op": "ping", "args": {}})
+        await wait_until(lambda: "p" in hostile.answers, 5, "the ping's answer")
+        stored = await rows_of(stack, hostile.relay_id)
+        assert set(stored) == {f"m{n}" for n in range(MAX_DESKTOPS)}
+        listed = await stack.action("desktop_list_active")
+        assert (
+            len([d for d in listed["desktops"] if d["relay_id"] == hostile.relay_id])
+            == MAX_DESKTOPS
+        )
+
+
+async def _count(stack: ViewerStack, relay_id: RelayId, expected: int) -> bool:
+    return len(await rows_of(stack, relay_id)) == expected
+
+
+BAD_ROWS: dict[str, dict[str, Any]] = {
+    "started_at": row("bad-time", "t1", started_at="yesterday at noon"),
+    "slot": row("bad-slot", "../../Etc Passwd"),
+    "display": row("bad-display", "t2", display=":" + "9" * 10_000),
+    "geometry": row("bad-geometry", "t3", geometry="x" * 1000),
+    "desktop_session_id": row("bad id/../", "t4"),
+}
+
+
+async def test_bad_rows_are_refused_and_the_handshake_goes_on(stack: ViewerStack) -> None:
+    rows = [*BAD_ROWS.values(), row("good", "ok", reason="r" * 10_000)]
+    async with hostile_relay(stack, "mallory-rows", rows) as hostile:
+        await wait_until(lambda: _count(stack, hostile.relay_id, 1), 5, "its one good row")
+        good = (await rows_of(stack, hostile.relay_id))["good"]
+        assert good.slot == "ok" and str(good.started_at).startswith("2026-12-01T10:00:00")
+        # A bad row in an event is refused the same way; the relay stays connected.
+        await hostile.event("desktop.changed", BAD_ROWS["started_at"])
+        await hostile.send({"type": "req", "id": "p", "op": "ping", "args": {}})
+        await wait_until(lambda: "p" in hostile.answers, 5, "the ping's answer")
+        assert set(await rows_of(stack, hostile.relay_id)) == {"good"}
+        assert stack.hub.is_connected(hostile.relay_id)
+    failed = {**row("gone", "ok"), "state": "failed", "reason": "f" * 10_000}
+    async with hostile_relay(stack, "mallory-reason", []) as hostile:
+        await hostile.event("desktop.changed", failed)
+        await wait_until(lambda: _count(stack, hostile.relay_id, 1), 5, "the failure's row")
+        reason = (await rows_of(stack, hostile.relay_id))["gone"].reason
+        assert reason is not None and len(reason) <= MAX_REASON
+
+
+async def test_a_relays_started_by_is_never_shown_as_a_user(stack: ViewerStack) -> None:
+    forged = row("forged", "f1", started_by="alice")
+    async with hostile_relay(stack, "mallory-forger", [forged]) as hostile:
+        await wait_until(lambda: _count(stack, hostile.relay_id, 1), 5, "its row")
+        await hostile.event("desktop.changed", row("forged2", "f2", started_by="alice"))
+        await wait_until(lambda: _count(stack, hostile.relay_id, 2), 5, "its second row")
+        listed = await stack.action("desktop_list_active")
+        mine = [d for d in listed["desktops"] if d["relay_id"] == hostile.relay_id]
+        assert [d["started_by"] for d in mine] == [None, None]
+    # A desktop started through the API is recorded as started by its caller, whatever the
+    # relay answers.
+    started = {**row("asked", "a1"), "started_by": "mallory", "already_running": False}
+    async with hostile_relay(stack, "mallory-echo", [], answers={"desktop.start": started}) as h:
+        answer = await stack.action("desktop_start", relay="mallory-echo", slot="a1")
+        assert answer["desktop"]["started_by"] == "alice"
+        assert (await rows_of(stack, h.relay_id))["asked"].started_by == "alice"

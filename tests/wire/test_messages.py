@@ -266,6 +266,11 @@ REQ = {"id": "a", "op": "ping"}
         _obj("hello", **HELLO, desktops=[1]),
         _obj("hello", **HELLO, desktops={}),
         _obj("hello", **HELLO, desktops=[["main"]]),
+        # what a hello may announce is bounded
+        _obj("hello", **HELLO, desktops=[{"desktop_session_id": f"s{n}"} for n in range(1025)]),
+        _obj("hello", **HELLO, capabilities=[f"cap{n}" for n in range(65)]),
+        _obj("hello", **HELLO, capabilities=["c" * 65]),
+        _obj("hello", **{**HELLO, "relay_version": "v" * 65}),
         # welcome
         _obj("welcome", **{**WELCOME, "relay_id": None}),
         _obj("welcome", **{**WELCOME, "relay_id": 7}),

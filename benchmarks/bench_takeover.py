@@ -89,7 +89,7 @@ class Bench:
     async def viewer(self) -> RFBClient:
         settings = self.app.state.services.settings
         grant = grant_for(self.seed.user["user_id"], self.seed.conversation_id, self.relay_id,
-                          self.session_id, 600)  # fmt: skip
+                          self.session_id, 600, person=True)  # fmt: skip
         token = mint(settings.secret_key, grant)
         ws = self.url.replace("http://", "ws://")
         return await RFBClient.open_websocket(f"{ws}/vnc/{self.session_id}/{token}/websockify")

@@ -2,7 +2,9 @@
 
 Every handler resolves the relay in the caller's conversation first (``relay_not_found``
 otherwise), talks to the relay only through ``ActionContext.relay_call``, and records what the
-relay answered in the inventory — the inventory is never guessed.
+relay answered in the inventory — the inventory is never guessed. An agent's start and stop
+pass the control gate (docs/control.md): not while a person holds the desktop, not while a
+person's Stop holds the agent in that slot.
 """
 
 from __future__ import annotations
@@ -13,6 +15,13 @@ from typing import Any, Final
 from server.actions.context import ActionContext
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
+from server.control.gate import (
+    DesktopTarget,
+    admit_agent_input,
+    admit_agent_place,
+    agent_act,
+    is_person,
+)
 from server.inventory.rows import DesktopRow
 from server.viewer.capability import grant_for, mint
 from wire import ops
@@ -64,12 +73,16 @@ async def _tracked_relay(ctx: ActionContext, args: dict[str, Any]) -> None:
 
 
 def _viewer(ctx: ActionContext, row: DesktopRow) -> dict[str, Any]:
+    """The viewer URL of ``row`` for the caller: a person's (cookie session) takes their
+    input; an agent's (API token) is view only, enforced by the server (docs/viewing.md)."""
     settings = ctx.settings
     grant = grant_for(
         ctx.principal.user_id, ctx.conversation_id, row.relay_id, row.desktop_session_id,
-        settings.viewer_token_ttl_s,
+        settings.viewer_token_ttl_s, person=is_person(ctx.principal),
     )  # fmt: skip
     path = f"/vnc/{row.desktop_session_id}/{mint(settings.secret_key, grant)}/"
+    if not grant.person:
+        path += "?view_only=1"  # the page says so; the server drops the input regardless
     base = settings.public_url.rstrip("/")
     return {"viewer_url": base + path, "viewer_expires_at": grant.expires_at}
 
@@ -146,8 +159,21 @@ def _probe_outcome(result: object) -> str:
     return "failed" if isinstance(result, BaseException) else "ok"
 
 
+async def _admit_start(ctx: ActionContext, kind: ops.DesktopKind, slot: str) -> None:
+    """An agent may start a desktop in ``(kind, slot)`` unless a person's Stop holds it there,
+    or a person holds the desktop already running there (a person always may)."""
+    if is_person(ctx.principal):
+        return
+    row = await ctx.inventory.live_in_slot(ctx.relay_id, kind, slot, cached=True)
+    if row is not None and row.state == "running":
+        await admit_agent_input(ctx, DesktopTarget.of_row(row))
+    else:
+        await admit_agent_place(ctx, kind, slot)
+
+
 async def start(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     await _tracked_relay(ctx, args)
+    await _admit_start(ctx, _kind(args), str(args.get("slot", "main")))
     request = ops.DesktopStartArgs(kind=_kind(args), started_by=ctx.principal.username)
     for name in ("slot", "geometry", "depth", "audio", "profile", "persist_home"):
         if name in args:
@@ -203,7 +229,10 @@ async def stop_confirm(ctx: ActionContext, args: dict[str, Any]) -> dict[str, An
     holder = await ctx.inventory.live_in_slot(ctx.relay_id, kind, slot)
     if holder is not None and holder.desktop_session_id != session_id:
         raise SessionConflict(holder.desktop_session_id)
-    return await _compare_and_stop(ctx, kind, slot, session_id)
+    if holder is None:
+        return await _compare_and_stop(ctx, kind, slot, session_id)
+    async with agent_act(ctx, DesktopTarget.of_row(holder)):
+        return await _compare_and_stop(ctx, kind, slot, session_id)
 
 
 async def _compare_and_stop(

@@ -23,6 +23,7 @@ from server.actions.desktop import (
 from server.actions.desktop import _tracked_relay as tracked_relay
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
+from server.control.gate import DesktopTarget, admit_agent_place, agent_act
 from wire import ops
 
 APP_ID: Final[Schema] = {
@@ -32,12 +33,14 @@ APP_ID: Final[Schema] = {
 
 
 async def launch(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-    session_id = (await running_row(ctx, args)).desktop_session_id
-    wait_s = float(args["wait_s"])
+    row = await running_row(ctx, args)
+    session_id, wait_s = row.desktop_session_id, float(args["wait_s"])
     launch_args = ops.DesktopLaunchArgs(
         desktop_session_id=session_id, app=args["app"], wait_s=wait_s
     )
-    answer = await ctx.relay_call(ops.DESKTOP_LAUNCH, launch_args, wait_s)
+    # An agent's launch is input: refused while a person holds the desktop or after Stop.
+    async with agent_act(ctx, DesktopTarget.of_row(row)):
+        answer = await ctx.relay_call(ops.DESKTOP_LAUNCH, launch_args, wait_s)
     reply: dict[str, Any] = {"desktop_session_id": session_id, "app": answer["app"],
                              "launched": True}  # fmt: skip
     if "window" in answer:
@@ -55,6 +58,7 @@ async def reset_home(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]
                    "slot": slot, "confirm": True}  # fmt: skip
         return {"confirm_required": True, "kind": kind, "slot": slot,
                 "confirm": {"action": "desktop_reset_home", "args": confirm}}  # fmt: skip
+    await admit_agent_place(ctx, kind, slot)  # not by an agent a person's Stop holds there
     answer = await ctx.relay_call(ops.DESKTOP_RESET_HOME, ops.SlotArgs(kind=kind, slot=slot))
     ctx.outcome = "reset" if answer["existed"] else "was_empty"
     return {"reset": True, "kind": kind, "slot": slot, "existed": answer["existed"]}

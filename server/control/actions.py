@@ -1,9 +1,10 @@
 """The control actions: read who is in control, take it, hand it back, stop the agent.
 
 A desktop is addressed like the other desktop actions (``relay``, ``kind``, ``slot`` or
-``desktop_session_id``) and must be running (``not_running`` otherwise). Taking control and
-handing it back are a person's acts; Stop revokes the agents' grants, ends their requests in
-flight and refuses them a new grant for ``RELAYDESK_AGENT_REGRANT_COOLDOWN_S``.
+``desktop_session_id``) and must be running (``not_running`` otherwise). Taking control,
+handing it back and Stop are a person's acts: an API token (an agent) gets ``403 forbidden``.
+Stop revokes the agents' grants, ends their requests in flight and refuses them a new grant for
+``RELAYDESK_AGENT_REGRANT_COOLDOWN_S``, on the desktop and in its slot.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from server.actions.desktop import _tracked_relay as tracked_relay
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
 from server.control.audit import AuditContext
-from server.control.gate import control_of
+from server.control.gate import DesktopTarget, control_of, require_person
 from server.control.model import DesktopKey
 from server.inventory.rows import DesktopRow
 from wire.errors import ErrorCode, OpError
@@ -49,21 +50,27 @@ async def control_state(ctx: ActionContext, args: dict[str, Any]) -> dict[str, A
 
 
 async def take_control(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    require_person(ctx, "desktop_take_control")
     row, key = await _running(ctx, args)
     principal = ctx.principal
     return _reply(row, await control_of(ctx).take(key, principal.username, principal.user_id))
 
 
 async def hand_back(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    require_person(ctx, "desktop_hand_back")
     row, key = await _running(ctx, args)
     return _reply(row, await control_of(ctx).hand_back(key))
 
 
 async def agent_stop(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    require_person(ctx, "agent_stop")
     row, key = await _running(ctx, args)
     agent_id = await _agent_id(ctx, args.get("agent"))
     context = AuditContext(ctx.conversation_id, ctx.source, ctx.request_id)
-    stopped = await control_of(ctx).stop(key, ctx.principal.username, agent_id, context)
+    place = DesktopTarget.of_row(row).place
+    stopped = await control_of(ctx).stop(
+        key, ctx.principal.username, agent_id, context, place=place
+    )
     names = sorted({grant.agent_name for grant in stopped.revoked})
     ctx.outcome = "stopped" if names or stopped.cancelled else "no_agent"
     cooldown = control_of(ctx).policies.for_relay(key.relay_id).regrant_cooldown_s
@@ -93,13 +100,14 @@ CONTROL_ACTIONS: Final[tuple[Action, ...]] = (
         "desktop_take_control", "write",
         tool_schema(TARGET),
         "Take control of a running desktop as a person: agent input is refused "
-        "(takeover_active) until desktop_hand_back.",
+        "(takeover_active) until desktop_hand_back. People only: an API token gets forbidden.",
         take_control, audit_op="desktop.take_control",
     ),
     Action(
         "desktop_hand_back", "write",
         tool_schema(TARGET),
-        "Hand a desktop back after desktop_take_control: agents may act on it again.",
+        "Hand a desktop back after desktop_take_control: agents may act on it again. People "
+        "only: an API token gets forbidden.",
         hand_back, audit_op="desktop.hand_back",
     ),
     Action(
@@ -107,7 +115,8 @@ CONTROL_ACTIONS: Final[tuple[Action, ...]] = (
         tool_schema({**TARGET, "agent": AGENT}),
         "Stop the agent acting on a running desktop: its grant is revoked, its request in "
         "flight is cancelled, and its input is refused with stopped_by_user; a new grant for "
-        "it is refused for the cooldown (RELAYDESK_AGENT_REGRANT_COOLDOWN_S).",
+        "it is refused for the cooldown (RELAYDESK_AGENT_REGRANT_COOLDOWN_S), also on a desktop "
+        "started again in the same slot. People only: an API token gets forbidden.",
         agent_stop, audit_op="agent.stop",
     ),
 )  # fmt: skip

@@ -15,6 +15,11 @@ then admits it: ``OpError`` ``takeover_active`` (a person holds the desktop),
 request while it runs, the request is cancelled and ``stopped_by_user`` comes out of the
 ``async with``. Paths that admit and run in separate steps use :func:`admit_agent_input` and
 ``AgentGrant.in_flight()``.
+
+Who is an agent: every caller with an API token (``Principal.via == "token"``). Only a person
+(a cookie session) takes control, hands back or presses Stop (:func:`require_person`), and
+what changes a desktop's life — starting one, launching an app in it, stopping it — passes the
+gate for an agent and not for a person (:func:`agent_act`, :func:`admit_agent_place`).
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from server.auth.principal import Principal
 from server.control.audit import AuditContext
-from server.control.model import AgentRequest, DesktopKey, Grant, GrantScope
+from server.control.model import AgentRequest, DesktopKey, Grant, GrantScope, place_key
 from server.inventory.rows import DesktopRow
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ops import DesktopKind
@@ -47,6 +53,11 @@ class DesktopTarget:
     @property
     def key(self) -> DesktopKey:
         return DesktopKey(self.relay_id, self.desktop_session_id)
+
+    @property
+    def place(self) -> DesktopKey:
+        """Where the desktop runs (its relay's kind and slot): Stop's cooldowns outlive it."""
+        return place_key(self.relay_id, self.kind, self.slot)
 
     @classmethod
     def of_row(cls, row: DesktopRow) -> DesktopTarget:
@@ -77,6 +88,21 @@ def control_of(ctx: ActionContext) -> ControlService:
     return ctx.services.control
 
 
+def is_person(principal: Principal) -> bool:
+    """A person signed in to the web app (cookie session); an API token is an agent."""
+    return principal.via == "cookie"
+
+
+def require_person(ctx: ActionContext, action: str) -> None:
+    """``403 forbidden`` unless a person calls: take control, hand back and Stop are theirs."""
+    if not is_person(ctx.principal):
+        raise OpError(
+            ErrorCode.FORBIDDEN,
+            f"{action} is for people signed in to relaydesk; an API token acts as an agent",
+            {"reason": "agent_principal"},
+        )
+
+
 def agent_request(ctx: ActionContext, window_id: str | None, scope: GrantScope) -> AgentRequest:
     if scope == "window" and not window_id:
         raise InvalidArgs("window_id", "a window grant needs the window's id")
@@ -97,7 +123,9 @@ async def admit_agent_input(
     context = AuditContext(ctx.conversation_id or None, ctx.source, ctx.request_id)
     relay_name = ctx.relay.name if ctx.relay is not None else None
     service = control_of(ctx)
-    grant = await service.admit(target.key, request, relay_name=relay_name, context=context)
+    grant = await service.admit(
+        target.key, request, place=target.place, relay_name=relay_name, context=context
+    )
     return AgentGrant(service, target, grant)
 
 
@@ -114,6 +142,27 @@ async def agent_input(
     service = control_of(ctx)
     async with service.inflight.track(target.key, ctx.principal.user_id):
         yield await admit_agent_input(ctx, target, window_id=window_id, scope=scope)
+
+
+@contextlib.asynccontextmanager
+async def agent_act(ctx: ActionContext, target: DesktopTarget) -> AsyncIterator[None]:
+    """An act on a running desktop's life (launch an app, stop it): for an agent, through
+    :func:`agent_input`; a person's own act passes."""
+    if is_person(ctx.principal):
+        yield
+        return
+    async with agent_input(ctx, target):
+        yield
+
+
+async def admit_agent_place(ctx: ActionContext, kind: DesktopKind, slot: str) -> None:
+    """Before an agent starts a desktop in ``(kind, slot)`` of the context's relay:
+    ``stopped_by_user`` while a person's Stop holds it there (a person passes)."""
+    if is_person(ctx.principal):
+        return
+    context = AuditContext(ctx.conversation_id or None, ctx.source, ctx.request_id)
+    request = agent_request(ctx, None, "desktop")
+    await control_of(ctx).admit_place(place_key(ctx.relay_id, kind, slot), request, context=context)
 
 
 async def resolve_target(

@@ -10,7 +10,9 @@ the Redis store (``server.control.store``). The behaviour is described in ``docs
   "Hand back".
 - An **agent**'s first input on a desktop mints a :class:`Grant` (scope ``desktop`` or
   ``window``) with an action budget and an idle expiry; later inputs run under it.
-- **Stop** revokes the agents' grants and refuses a new one for ``regrant_cooldown_s``.
+- **Stop** revokes the agents' grants and refuses a new one for ``regrant_cooldown_s``, on
+  the desktop and in its place (:func:`place_key`): a desktop stopped and started again in the
+  same slot does not end the cooldown.
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ class DesktopKey(NamedTuple):
 
     def text(self) -> str:
         return f"{self.relay_id}:{self.desktop_session_id}"
+
+
+def place_key(relay_id: str, kind: str, slot: str) -> DesktopKey:
+    """The record of a place where agents act — a relay's ``(kind, slot)``, whichever desktop
+    runs there — which keeps Stop's cooldowns beyond the desktop's life. (A session id never
+    holds a ``/``, so no desktop's record shares this key.)"""
+    return DesktopKey(relay_id, f"place/{kind}/{slot}")
 
 
 @dataclass(frozen=True)
@@ -247,6 +256,16 @@ def stop_agents(
     return replace(record, grants=grants, cooldowns=cooldowns), revoked
 
 
+def cool_down(record: DesktopControl, cooldowns: dict[str, Cooldown]) -> DesktopControl:
+    """``record`` with ``cooldowns`` added; of two for one agent the later one holds."""
+    merged = dict(record.cooldowns)
+    for agent_id, cooldown in cooldowns.items():
+        held = merged.get(agent_id)
+        if held is None or held.until < cooldown.until:
+            merged[agent_id] = cooldown
+    return replace(record, cooldowns=merged)
+
+
 def sweep(record: DesktopControl, now: float, idle_s: float) -> tuple[DesktopControl, list[Grant]]:
     """Drop what no longer holds at ``now``: expired grants (returned), a lapsed person,
     ended cooldowns."""
@@ -294,9 +313,9 @@ def _refusal(
     policy: ControlPolicy,
     usable: Grant | None,
 ) -> Refused | None:
-    cooldown = record.cooldowns.get(request.agent_id)
-    if cooldown is not None and now < cooldown.until:
-        return _stopped(cooldown, now)
+    stopped = cooled_down(record, request.agent_id, now)
+    if stopped is not None:
+        return stopped
     person = active_person(record, now, policy.takeover_idle_s)
     if person is not None:
         return _takeover(person, now, policy.takeover_idle_s, minting=usable is None)
@@ -309,6 +328,14 @@ def _refusal(
              "the grant expires and act again"},
             minting=False,
         )  # fmt: skip
+    return None
+
+
+def cooled_down(record: DesktopControl, agent_id: str, now: float) -> Refused | None:
+    """``stopped_by_user`` while a Stop's cooldown of ``agent_id`` in ``record`` runs."""
+    cooldown = record.cooldowns.get(agent_id)
+    if cooldown is not None and now < cooldown.until:
+        return _stopped(cooldown, now)
     return None
 
 

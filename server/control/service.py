@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, NoReturn, TypeVar
 
 from server.control.audit import AuditContext, AuditQueue, GrantAudit, grant_details
 from server.control.inflight import InFlight
@@ -27,11 +27,14 @@ from server.control.model import (
     IDLE,
     AgentRequest,
     ControlInfo,
+    Cooldown,
     DesktopControl,
     DesktopKey,
     Grant,
     Refused,
     admit,
+    cool_down,
+    cooled_down,
     hand_back,
     next_change,
     note_person,
@@ -73,6 +76,8 @@ class PersonInput:
 
 
 Releaser = Callable[[DesktopKey], Coroutine[Any, Any, None]]
+# What Stop did to a desktop's record: the grants it revoked, the cooldowns it set.
+StopResult = tuple[list[Grant], dict[str, Cooldown]]
 
 
 @dataclass(frozen=True)
@@ -205,25 +210,59 @@ class ControlService:
         key: DesktopKey,
         request: AgentRequest,
         *,
+        place: DesktopKey | None = None,
         relay_name: str | None = None,
         context: AuditContext | None = None,
     ) -> Grant:
         """The grant the agent's input runs under, or ``OpError`` (takeover_active,
-        stopped_by_user, stale_screen for another window)."""
+        stopped_by_user, stale_screen for another window). ``place`` (``model.place_key``):
+        where the desktop runs, whose Stop cooldowns hold for it too."""
         policy = self.policies.for_relay(key.relay_id, relay_name)
-        applied = await self._apply(key, lambda record, now: admit(record, request, now, policy))
+        cooled = (await self._place(place)).cooldowns
+        applied = await self._apply(
+            key, lambda record, now: admit(cool_down(record, cooled), request, now, policy)
+        )
         outcome = applied.result
         if isinstance(outcome, Refused):
-            if outcome.minting:
-                details = {"agent": request.agent_name, "scope": request.scope,
-                           "window_id": request.window_id}  # fmt: skip
-                await self._audit.record("refused", key, request.agent_name, details,
-                                         outcome.code.value, context)  # fmt: skip
-            raise OpError(outcome.code, outcome.message, dict(outcome.details))
+            await self._refuse(key, request, outcome, context)
         if outcome.created:
             await self._audit.record("created", key, request.agent_name,
                                      grant_details(outcome.grant), None, context)  # fmt: skip
         return outcome.grant
+
+    async def admit_place(
+        self, place: DesktopKey, request: AgentRequest, *, context: AuditContext | None = None
+    ) -> None:
+        """May the agent act in ``place`` (start a desktop there)? ``OpError``
+        ``stopped_by_user`` while a Stop's cooldown of it runs there."""
+        refused = cooled_down(await self._place(place), request.agent_id, self._clock())
+        if refused is not None:
+            await self._refuse(place, request, refused, context)
+
+    async def _refuse(
+        self,
+        key: DesktopKey,
+        request: AgentRequest,
+        refused: Refused,
+        context: AuditContext | None,
+    ) -> NoReturn:
+        """Audit a refused grant, then raise the refusal."""
+        if refused.minting:
+            details = {
+                "agent": request.agent_name,
+                "scope": request.scope,
+                "window_id": request.window_id,
+            }
+            code = refused.code.value
+            await self._audit.record("refused", key, request.agent_name, details, code, context)
+        raise OpError(refused.code, refused.message, dict(refused.details))
+
+    async def _place(self, place: DesktopKey | None) -> DesktopControl:
+        """The record of a place (``model.place_key``): only Stop's cooldowns live there."""
+        if place is None:
+            return DesktopControl()
+        (record,) = await self.store.read_many([place])
+        return record
 
     async def stop(
         self,
@@ -231,14 +270,23 @@ class ControlService:
         by: str,
         agent_id: str | None = None,
         context: AuditContext | None = None,
+        *,
+        place: DesktopKey | None = None,
     ) -> Stopped:
         """Stop: revoke the grants, cancel the requests in flight (on every replica), and
-        refuse new grants to those agents for the cooldown."""
+        refuse new grants to those agents for the cooldown, on this desktop and in its
+        ``place`` (a desktop started there again is refused to them as well)."""
         cooldown = self.policies.for_relay(key.relay_id).regrant_cooldown_s
-        applied = await self._apply(
-            key, lambda record, now: stop_agents(record, by, now, cooldown, agent_id)
-        )
-        revoked = applied.result
+
+        def rule(record: DesktopControl, now: float) -> tuple[DesktopControl, StopResult]:
+            record, revoked = stop_agents(record, by, now, cooldown, agent_id)
+            stopped = {grant.agent_id for grant in revoked} | ({agent_id} if agent_id else set())
+            return record, (revoked, {agent: record.cooldowns[agent] for agent in stopped})
+
+        applied = await self._apply(key, rule)
+        revoked, cooldowns = applied.result
+        if place is not None:
+            await self._cool_place(place, cooldowns)
         self._release_held(key)
         # Stop of "the agent" ends every agent request on the desktop; of one agent, its own.
         agents = [agent_id] if agent_id else None
@@ -254,6 +302,14 @@ class ControlService:
             await self._audit.record("revoked", key, by, grant_details(grant), "stopped_by_user",
                                      context)  # fmt: skip
         return Stopped(revoked, cancelled, applied.info)
+
+    async def _cool_place(self, place: DesktopKey, cooldowns: dict[str, Cooldown]) -> None:
+        now, idle_s = self._clock(), self.idle_s
+
+        def change(record: DesktopControl) -> tuple[DesktopControl, None]:
+            return cool_down(sweep(record, now, idle_s)[0], cooldowns), None
+
+        await self.store.change(place, change)
 
     def agent_acted(self, key: DesktopKey, data: dict[str, Any]) -> None:
         """An admitted agent action happened: its viewers mark it (never waits)."""

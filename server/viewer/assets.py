@@ -157,9 +157,17 @@ class NovncAssets:
 
 
 VIEWER_FILES: Final = frozenset(
-    {"viewer.js", "viewer.css", "bridge.js", "toolbar.js", "zoom.js", "audio.js", "control.js",
-     "audio-worklet.js"}
-)  # fmt: skip
+    {
+        "viewer.js",
+        "viewer.css",
+        "bridge.js",
+        "toolbar.js",
+        "zoom.js",
+        "audio.js",
+        "control.js",
+        "audio-worklet.js",
+    }
+)
 
 
 async def viewer_file(request: Request) -> Response:

@@ -1,8 +1,14 @@
 """Viewer capabilities: HMAC-signed, expiring grants bound to one desktop session.
 
 A token is ``base64url(payload) . base64url(hmac_sha256(key, payload))`` where the payload is
-compact JSON ``{u, c, r, s, e}`` (user, conversation, relay, desktop session, expiry). It travels
-only in viewer paths (``/vnc/{sid}/{token}/…``), never in API URLs.
+compact JSON ``{u, c, r, s, e, p}`` (user, conversation, relay, desktop session, expiry, and
+``p: 1`` when it was minted for a person). It travels only in viewer paths
+(``/vnc/{sid}/{token}/…``), never in API URLs.
+
+Only a person (a cookie session) gets a capability whose input reaches the desktop and counts
+as that person's. One minted for an API token — an agent — is view only: the server drops
+every input its viewer sends (``server.viewer.view_only``), so an agent can never type past
+"Take control" or Stop by way of a viewer. A token without ``p`` is view only.
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ class ViewerGrant:
     relay_id: str
     desktop_session_id: str
     expires_at: int
+    # A person's viewer (input allowed, and it counts as theirs); False: view only.
+    person: bool = False
 
 
 def _b64(data: bytes) -> str:
@@ -90,6 +98,7 @@ def mint(key: str, grant: ViewerGrant) -> str:
             "r": grant.relay_id,
             "s": grant.desktop_session_id,
             "e": grant.expires_at,
+            **({"p": 1} if grant.person else {}),
         },
         separators=(",", ":"),
     ).encode()
@@ -97,11 +106,17 @@ def mint(key: str, grant: ViewerGrant) -> str:
 
 
 def grant_for(
-    user_id: str, conversation_id: str, relay_id: str, desktop_session_id: str, ttl_s: int
+    user_id: str,
+    conversation_id: str,
+    relay_id: str,
+    desktop_session_id: str,
+    ttl_s: int,
+    *,
+    person: bool = False,
 ) -> ViewerGrant:
-    return ViewerGrant(
-        user_id, conversation_id, relay_id, desktop_session_id, int(time.time()) + ttl_s
-    )
+    """A grant for ``ttl_s`` seconds; ``person``: minted for a person's cookie session."""
+    expires_at = int(time.time()) + ttl_s
+    return ViewerGrant(user_id, conversation_id, relay_id, desktop_session_id, expires_at, person)
 
 
 def _decode(token: str) -> tuple[bytes, bytes]:
@@ -122,7 +137,8 @@ def verify(key: str, token: str, desktop_session_id: str, now: float | None = No
     try:
         data = json.loads(payload)
         grant = ViewerGrant(
-            str(data["u"]), str(data["c"]), str(data["r"]), str(data["s"]), int(data["e"])
+            str(data["u"]), str(data["c"]), str(data["r"]), str(data["s"]), int(data["e"]),
+            data.get("p") == 1,
         )
     except (ValueError, KeyError, TypeError) as err:
         raise ViewerDenied(Denial.MALFORMED) from err

@@ -37,6 +37,7 @@ from server.viewer.backends import DirectBackend, RelayBackend, VncBackend
 from server.viewer.input import InputWatch, PersonInputSink
 from server.viewer.registry import DesktopKey, ViewerRegistry, desktop_key
 from server.viewer.tunnel import ViewerSession
+from server.viewer.view_only import ViewOnlyFilter
 from wire import ops
 from wire.errors import ChannelCloseCode, ChannelClosedError, CloseCode, ErrorCode, OpError
 from wire.ids import RelayId
@@ -127,7 +128,10 @@ class ViewerService:
             await websocket.close(refused.close_code, refused.reason[:120])
             return
         watch = await self._input_watch(target)
-        session = ViewerSession(websocket, backend, target, self._judge_for(target), watch)
+        # An agent's capability watches only: its input never reaches the desktop.
+        view_only = None if target.grant.person else ViewOnlyFilter()
+        judge = self._judge_for(target)
+        session = ViewerSession(websocket, backend, target, judge, watch, view_only)
         self.registry.add(session)
         log.info("viewer opened (session %s…)", desktop_session_id[:8])
         try:
@@ -137,8 +141,9 @@ class ViewerService:
         log.info("viewer closed (session %s…): %d %s", desktop_session_id[:8], code, reason)
 
     async def _input_watch(self, target: ViewerTarget) -> InputWatch | None:
-        """The watch that tells control about this viewer's person (None: nobody listens)."""
-        if self.control is None or not self.watch_input:
+        """The watch that tells control about this viewer's person (None: nobody listens, or
+        the capability is an agent's, view only)."""
+        if self.control is None or not self.watch_input or not target.grant.person:
             return None
         user = await self.store.get_user(target.grant.user_id)
         name = user.username if user is not None else "a viewer"

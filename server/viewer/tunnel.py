@@ -6,6 +6,9 @@ backend's ``write`` waits for relay credit. So a viewer that stops reading holds
 credit window plus one chunk on the server, and the relay stops reading x11vnc for that viewer
 alone. Whoever ends first (either pump, or :meth:`ViewerSession.end` from the registry) names
 the close code; the other pump is cancelled and both ends are released.
+
+What the viewer sends is either watched for a person's input (``InputWatch``: a person's
+capability) or filtered down to what only asks to see (``ViewOnlyFilter``: an agent's).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from server.viewer.access import ViewerRefused, ViewerTarget
 from server.viewer.backends import VncBackend
 from server.viewer.input import InputWatch
+from server.viewer.view_only import ViewOnlyBroken, ViewOnlyFilter
 from wire.errors import ChannelClosedError, CloseCode
 
 log = logging.getLogger(__name__)
@@ -42,12 +46,14 @@ class ViewerSession:
         target: ViewerTarget,
         judge: Judge,
         watch: InputWatch | None = None,
+        view_only: ViewOnlyFilter | None = None,
     ) -> None:
         self.websocket = websocket
         self.backend = backend
         self.target = target
         self._judge = judge
         self._watch = watch
+        self._view_only = view_only
         self._ended = asyncio.Event()
         self._close: tuple[CloseCode, str] | None = None
         self._viewer_gone = False
@@ -118,7 +124,15 @@ class ViewerSession:
                 if data is None:
                     self.end(CloseCode.UNSUPPORTED_DATA, "binary frames only")
                     return
-                if self._watch is not None:
+                if self._view_only is not None:
+                    try:
+                        data = self._view_only.filter(data)
+                    except ViewOnlyBroken as err:
+                        self.end(CloseCode.VIEWER_FORBIDDEN, f"view only: {err.message}")
+                        return
+                    if not data:
+                        continue
+                elif self._watch is not None:
                     self._watch.observe(data)
                 await self.backend.write(data)
                 self.bytes_up += len(data)

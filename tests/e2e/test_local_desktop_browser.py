@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
 
 import httpx
 import numpy as np
@@ -222,7 +221,9 @@ async def test_num_lock_is_aligned_on_the_host_screen_and_stop_reaches_the_viewe
     row = body.get("result", body)
     assert row["desktop"]["kind"] == "local"
     session = row["desktop"]["desktop_session_id"]
-    viewer_url = urljoin(local.stack.url, row["viewer_url"])
+    assert row["viewer_url"].endswith("?view_only=1"), "the API token's viewer only watches"
+    # The person's viewer (desktop_attach in her web session gives her this capability).
+    viewer_url = f"{local.stack.url}/vnc/{session}/{local.stack.token(session)}/"
     async with httpx.AsyncClient(timeout=scaled(10)) as client:
         response = await client.get(viewer_url.rstrip("/") + "/keyboard-state")
     assert response.status_code == 200, response.text
@@ -246,11 +247,11 @@ async def test_num_lock_is_aligned_on_the_host_screen_and_stop_reaches_the_viewe
     assert stats["numLockPresses"] == 1
     await shot(viewer, artifacts_dir, "01-num-lock-aligned")
 
-    status, body = await local.action(
-        "desktop_stop_confirm", relay=local.stack.relay_id, kind="local", slot="main",
-        desktop_session_id=session,
+    # She stops it herself: her key press holds the desktop, so her agent could not.
+    await local.stack.action(
+        "desktop_stop_confirm", person=True, relay=local.stack.relay_id, kind="local",
+        slot="main", desktop_session_id=session,
     )  # fmt: skip
-    assert status == 200, body
     await viewer.wait_for_function(
         "() => document.body.dataset.state === 'stopped'", timeout=scaled(10) * 1000
     )

@@ -373,7 +373,14 @@ async def test_resize_observer_loops_never_reach_the_fatal_error_handler(
 ) -> None:
     page = await open_viewer(context, stack, desktop)
     await page.evaluate(FATAL_ERROR_UI)
-    await page.add_script_tag(url="/novnc/app/error-handler.js")
+    # The server serves noVNC's core only; the test brings noVNC's UI handler (Debian's
+    # novnc package) to the page, from the page's own origin as its policy requires.
+    handler = Path("/usr/share/novnc/app/error-handler.js").read_text()
+    await page.route(
+        "**/test/error-handler.js",
+        lambda route: route.fulfill(body=handler, content_type="text/javascript"),
+    )
+    await page.add_script_tag(url="/test/error-handler.js")
     await page.evaluate(RESIZE_LOOP)
     errors = await page.evaluate("() => window.testErrors")
     assert any("ResizeObserver loop" in message for message in errors), errors

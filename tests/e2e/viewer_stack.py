@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import mss
@@ -65,6 +64,7 @@ class ViewerStack:
     relay: ManagedProcess
     desktops: list[Desktop] = field(default_factory=list)
     relay_env: Mapping[str, str] = field(default_factory=dict)
+    _person: dict[str, str] = field(default_factory=dict)
 
     @property
     def relay_id(self) -> RelayId:
@@ -79,19 +79,22 @@ class ViewerStack:
         return self.url.replace("http://", "ws://")
 
     def token(self, desktop_session_id: str, ttl_s: int = 600, **grant: Any) -> str:
+        """A viewer capability; a person's (input allowed) unless ``person=False``."""
         values = {
             "user_id": self.seed.user["user_id"],
             "conversation_id": self.seed.conversation_id,
             "relay_id": self.relay_id,
             "desktop_session_id": desktop_session_id,
             "ttl_s": ttl_s,
+            "person": True,
         } | grant
         return mint(self.app.state.services.settings.secret_key, grant_for(**values))
 
     def viewer_path(self, desktop: Desktop, token: str | None = None) -> str:
-        """The path ``desktop_start`` answered with, or one carrying ``token``."""
-        if token is None:
-            return urlsplit(desktop.viewer_url).path
+        """The viewer path of a person (the one ``desktop_attach`` gives her web session;
+        ``desktop_start`` through the API token answered a view-only one), or one carrying
+        ``token``."""
+        token = token or self.token(desktop.desktop_session_id)
         return f"/vnc/{desktop.desktop_session_id}/{token}/"
 
     def socket_url(self, desktop: Desktop, token: str | None = None) -> str:
@@ -114,10 +117,25 @@ class ViewerStack:
     def viewers(self, desktop_session_id: str | None = None) -> int:
         return int(self.app.state.services.viewer.registry.count(desktop_session_id))
 
-    async def action(self, name: str, **args: Any) -> Any:
-        """Call a typed action as the seeded user (``POST /api/v1/actions/{name}``)."""
+    async def person_headers(self) -> dict[str, str]:
+        """The seeded user signed in to the web app: her session cookie and CSRF token."""
+        if not self._person:
+            body = {"username": self.seed.user["username"], "password": self.seed.user["password"]}
+            async with httpx.AsyncClient(base_url=self.url, timeout=scaled(30)) as client:
+                login = await client.post("/api/v1/login", json=body)
+            assert login.status_code == 200, login.text
+            self._person = {
+                "Cookie": f"relaydesk_session={login.cookies['relaydesk_session']}",
+                "X-CSRF-Token": login.json()["csrf_token"],
+            }
+        return self._person
+
+    async def action(self, name: str, *, person: bool = False, **args: Any) -> Any:
+        """Call a typed action as the seeded user (``POST /api/v1/actions/{name}``): with her
+        API token (an agent), or as a person signed in to the web app (``person``)."""
         body = {"conversation_id": self.seed.conversation_id, **args}
-        headers = {"Authorization": f"Bearer {self.seed.api_token}"}
+        bearer = {"Authorization": f"Bearer {self.seed.api_token}"}
+        headers = await self.person_headers() if person else bearer
         async with httpx.AsyncClient(base_url=self.url, timeout=scaled(30)) as client:
             response = await client.post(f"/api/v1/actions/{name}", json=body, headers=headers)
         assert response.status_code == 200, response.text
@@ -142,9 +160,11 @@ class ViewerStack:
         return desktop
 
     async def stop_desktop(self, desktop: Desktop) -> None:
-        """``desktop_stop_confirm`` through the server (compare-and-stop)."""
+        """``desktop_stop_confirm`` through the server (compare-and-stop), by a person (the
+        tests' people type into the desktop, and an agent may not stop it from under them)."""
         answer = await self.action(
-            "desktop_stop_confirm", relay=self.relay_id, kind="virtual", slot=desktop.slot,
+            "desktop_stop_confirm", person=True, relay=self.relay_id, kind="virtual",
+            slot=desktop.slot,
             desktop_session_id=desktop.desktop_session_id,
         )  # fmt: skip
         assert answer.get("result", answer)["stopped"], answer

@@ -178,6 +178,7 @@ async def test_full_flow_start_list_attach_stop(stack: Stack) -> None:
         ("desktop.start", "ok"),
         ("desktop.attach", "ok"),
         ("desktop.stop_request", "ok"),
+        ("agent.grant", "created"),  # an API token's stop passes the control gate
         ("desktop.stop_confirm", "stopped"),
         ("desktop.stop_confirm", "was_not_running"),
     ]

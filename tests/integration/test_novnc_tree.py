@@ -51,10 +51,13 @@ class AssetRelay:
                 if frame.get("type") != "req":
                     continue
                 self.asked.append(frame)
-                result = {"headers": {"Content-type": "text/javascript"},
-                          "data": base64.b64encode(EVIL).decode()}  # fmt: skip
-                await self.ws.send(json.dumps({"type": "res", "id": frame["id"], "ok": True,
-                                               "result": result}))  # fmt: skip
+                result = {
+                    "headers": {"Content-type": "text/javascript"},
+                    "data": base64.b64encode(EVIL).decode(),
+                }
+                await self.ws.send(
+                    json.dumps({"type": "res", "id": frame["id"], "ok": True, "result": result})
+                )
 
 
 @contextlib.asynccontextmanager
@@ -65,8 +68,13 @@ async def asset_relay(url: str, seed: Seed) -> AsyncIterator[AssetRelay]:
         subprotocols=[websockets.Subprotocol("relaydesk.v1")],
         open_timeout=scaled(10),
     )
-    hello = {"type": "hello", "protocol": 1, "relay_version": "hostile",
-             "capabilities": ["session_identity", "novnc_asset"], "desktops": []}  # fmt: skip
+    hello = {
+        "type": "hello",
+        "protocol": 1,
+        "relay_version": "hostile",
+        "capabilities": ["session_identity", "novnc_asset"],
+        "desktops": [],
+    }
     await ws.send(json.dumps(hello))
     assert json.loads(await ws.recv())["type"] == "welcome"
     relay = AssetRelay(ws)
@@ -116,8 +124,9 @@ async def test_a_server_without_its_novnc_tree_refuses_to_start(
 def _checkout_without_web_install(root: Path) -> Path:
     """The code of this checkout, as a fresh clone has it before ``scripts/install``."""
     for package in ("server", "wire", "relay", "host_helper", "relaydesk", "migrations"):
-        shutil.copytree(REPO / package, root / package,
-                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        shutil.copytree(
+            REPO / package, root / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
     for part in ("app", "viewer"):
         shutil.copytree(REPO / "web" / part, root / "web" / part)
     shutil.copy(REPO / "web" / "package.json", root / "web" / "package.json")

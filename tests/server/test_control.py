@@ -81,12 +81,26 @@ async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         yield app, client, seed, tokens
 
 
-def _auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
+Caller = str | dict[str, str]  # an API token (an agent), or a person's web session headers
+
+
+def _auth(caller: Caller) -> dict[str, str]:
+    return caller if isinstance(caller, dict) else {"Authorization": f"Bearer {caller}"}
+
+
+async def _as_person(client: httpx.AsyncClient, seed: Seed) -> dict[str, str]:
+    """Alice signed in to the web app: her session cookie and CSRF token."""
+    login = await client.post(
+        "/api/v1/login", json={"username": "alice", "password": seed.user["password"]}
+    )
+    assert login.status_code == 200, login.text
+    cookie = login.cookies["relaydesk_session"]
+    client.cookies.clear()
+    return {"Cookie": f"relaydesk_session={cookie}", "X-CSRF-Token": login.json()["csrf_token"]}
 
 
 async def _action(
-    client: httpx.AsyncClient, token: str, name: str, conversation_id: str, **args: Any
+    client: httpx.AsyncClient, token: Caller, name: str, conversation_id: str, **args: Any
 ) -> tuple[int, Any]:
     body = {"conversation_id": conversation_id, **args}
     response = await client.post(f"/api/v1/actions/{name}", json=body, headers=_auth(token))
@@ -121,16 +135,17 @@ async def _agent_acts(app: Any, seed: Seed, name: str = "bot") -> str:
 async def test_take_control_and_hand_back_through_the_actions(server: Any) -> None:
     app, client, seed, _ = server
     token, cid = seed.api_token, seed.conversation_id
+    person = await _as_person(client, seed)
     status, body = await _action(client, token, "desktop_control", cid)
     assert (status, body["control"]["state"]) == (200, "idle")
-    status, body = await _action(client, token, "desktop_take_control", cid)
+    status, body = await _action(client, person, "desktop_take_control", cid)
     assert status == 200, body
     assert body["control"] == {"state": "person", "name": "alice", "held": True, "until": None,
                                "agent": None}  # fmt: skip
     assert await _agent_acts(app, seed) == "takeover_active"
     await asyncio.sleep(IDLE_S * 1.5)  # past the idle time: the hold is not input, it stays
     assert await _agent_acts(app, seed) == "takeover_active"
-    status, body = await _action(client, token, "desktop_hand_back", cid)
+    status, body = await _action(client, person, "desktop_hand_back", cid)
     assert (status, body["control"]["state"]) == (200, "idle")
     assert await _agent_acts(app, seed) == "ok"
     status, body = await _action(client, token, "desktop_control", cid)
@@ -174,7 +189,8 @@ async def test_stop_ends_the_request_in_flight_and_refuses_a_regrant_for_the_coo
 
     task = asyncio.create_task(long_input())
     await asyncio.wait_for(in_flight.wait(), 5)
-    status, body = await _action(client, seed.api_token, "agent_stop", seed.conversation_id)
+    person = await _as_person(client, seed)
+    status, body = await _action(client, person, "agent_stop", seed.conversation_id)
     assert status == 200, body
     assert (body["stopped"], body["cancelled"], body["regrant_after_s"]) == (["bot"], 1, COOLDOWN_S)
     with pytest.raises(OpError) as ended:
@@ -195,7 +211,8 @@ async def test_stop_ends_the_request_in_flight_and_refuses_a_regrant_for_the_coo
 
 async def test_stop_with_no_agent_says_so(server: Any) -> None:
     _, client, seed, _ = server
-    status, body = await _action(client, seed.api_token, "agent_stop", seed.conversation_id)
+    person = await _as_person(client, seed)
+    status, body = await _action(client, person, "agent_stop", seed.conversation_id)
     assert (status, body["stopped"], body["cancelled"]) == (200, [], 0)
 
 
@@ -213,8 +230,9 @@ async def test_control_changes_reach_the_dock_and_a_viewer_over_sse(server: Any)
         assert snapshot.data["desktops"][0]["control"]["state"] == "idle"
         first = await viewer.next()
         assert (first.event, first.data["control"]["state"]) == ("control", "idle")
+        person = await _as_person(client, seed)
         began = time.monotonic()
-        await _action(client, seed.api_token, "desktop_take_control", seed.conversation_id)
+        await _action(client, person, "desktop_take_control", seed.conversation_id)
         changed = await _next_of(dock, "desktop_control_changed")
         seen = await _next_of(viewer, "control")
         assert time.monotonic() - began < 1.0
@@ -222,7 +240,7 @@ async def test_control_changes_reach_the_dock_and_a_viewer_over_sse(server: Any)
             assert event.data["desktop_session_id"] == sid
             assert (event.data["control"]["state"], event.data["control"]["name"]) == (
                 "person", "alice")  # fmt: skip
-        await _action(client, seed.api_token, "desktop_hand_back", seed.conversation_id)
+        await _action(client, person, "desktop_hand_back", seed.conversation_id)
         assert await _agent_acts(app, seed) == "ok"
         action = await _next_of(viewer, "agent_action")
         assert (action.data["agent"], action.data["action"], action.data["x"]) == ("bot", "click",
@@ -259,28 +277,28 @@ async def test_the_viewer_feed_needs_a_valid_capability(server: Any) -> None:
 async def test_bad_input_gets_a_clear_refusal(server: Any) -> None:
     app, client, seed, tokens = server
     cid = seed.conversation_id
-    cases: list[tuple[str, str, str, dict[str, Any], int, str, str | None]] = [
+    person = await _as_person(client, seed)
+    cases: list[tuple[Caller, str, str, dict[str, Any], int, str, str | None]] = [
         # (caller, action, conversation, args, status, code, field)
         (tokens["reader"], "desktop_take_control", cid, {}, 403, "forbidden", None),
         (tokens["reader"], "agent_stop", cid, {}, 403, "forbidden", None),
         (tokens["reader"], "desktop_hand_back", cid, {}, 403, "forbidden", None),
         (tokens["outsider"], "desktop_take_control", cid, {}, 403, "forbidden", None),
-        (seed.api_token, "desktop_take_control", cid, {"relay": "nope"}, 404, "relay_not_found",
-         None),
-        (seed.api_token, "agent_stop", cid, {"agent": "nobody"}, 404, "not_found", "agent"),
-        (seed.api_token, "agent_stop", cid, {"agent": ""}, 400, "invalid_args", "agent"),
-        (seed.api_token, "desktop_take_control", cid, {"slot": "Bad Slot"}, 400, "invalid_args",
-         "slot"),
-        (seed.api_token, "desktop_hand_back", cid, {"kind": "tank"}, 400, "invalid_args", "kind"),
+        (person, "desktop_take_control", cid, {"relay": "nope"}, 404, "relay_not_found", None),
+        (person, "agent_stop", cid, {"agent": "nobody"}, 404, "not_found", "agent"),
+        (person, "agent_stop", cid, {"agent": ""}, 400, "invalid_args", "agent"),
+        (person, "desktop_take_control", cid, {"slot": "Bad Slot"}, 400, "invalid_args", "slot"),
+        (person, "desktop_hand_back", cid, {"kind": "tank"}, 400, "invalid_args", "kind"),
         (seed.api_token, "desktop_control", cid, {"extra": 1}, 400, "invalid_args", "extra"),
-        (seed.api_token, "desktop_take_control", cid, {"desktop_session_id": "d" * 32}, 409,
+        (person, "desktop_take_control", cid, {"desktop_session_id": "d" * 32}, 409,
          "not_running", None),
         (seed.api_token, "desktop_control", cid, {"slot": "other"}, 409, "not_running", None),
     ]  # fmt: skip
     other = (await app.state.services.store.list_conversations_for(
         await _user(app.state.services.store, "outsider")))[0].conversation_id  # fmt: skip
+    # An API token is an agent: take, hand back and Stop are refused before anything else.
     cases.append((tokens["outsider"], "desktop_take_control", other,
-                  {"relay": seed.relay["name"]}, 404, "relay_not_found", None))  # fmt: skip
+                  {"relay": seed.relay["name"]}, 403, "forbidden", None))  # fmt: skip
     for caller, name, conversation, args, status, code, field in cases:
         got, body = await _action(client, caller, name, conversation, **args)
         assert (got, body["error"]["code"]) == (status, code), (name, args, body)
@@ -292,8 +310,9 @@ async def test_a_stopped_desktop_refuses_take_hand_back_and_stop(server: Any) ->
     relay = RelayId(seed.relay["relay_id"])
     await app.state.services.control.take(DesktopKey(relay, SESSION), "alice", None)
     await app.state.services.inventory.record_ended(relay, SESSION, "stopped", "stopped by alice")
+    person = await _as_person(client, seed)
     for name in ("desktop_take_control", "desktop_hand_back", "agent_stop", "desktop_control"):
-        status, body = await _action(client, seed.api_token, name, seed.conversation_id,
+        status, body = await _action(client, person, name, seed.conversation_id,
                                      desktop_session_id=SESSION)  # fmt: skip
         assert (status, body["error"]["code"]) == (409, "not_running"), (name, body)
     # the ended desktop left no control state behind
@@ -343,7 +362,7 @@ async def _refused(app: Any, seed: Seed) -> bool:
     return await _agent_acts(app, seed) == "takeover_active"
 
 
-async def _say(client: httpx.AsyncClient, seed: Seed, token: str, text: str) -> Any:
+async def _say(client: httpx.AsyncClient, seed: Seed, token: Caller, text: str) -> Any:
     url = f"/api/v1/conversations/{seed.conversation_id}/messages"
     response = await client.post(url, json={"text": text}, headers=_auth(token))
     assert response.status_code in (200, 201), response.text
@@ -353,18 +372,19 @@ async def _say(client: httpx.AsyncClient, seed: Seed, token: str, text: str) -> 
 async def test_chat_commands_take_hand_back_and_stop_the_agent(server: Any) -> None:
     app, client, seed, tokens = server
     key = DesktopKey(seed.relay["relay_id"], SESSION)
-    reply = await _say(client, seed, seed.api_token, "/desktop take")
+    person = await _as_person(client, seed)
+    reply = await _say(client, seed, person, "/desktop take")
     assert reply["payload"]["outcome"] == "took_control"
     assert reply["text"].startswith("You have control of the desktop on relay-1")
     assert (await app.state.services.control.state(key))["held"] is True
-    reply = await _say(client, seed, seed.api_token, "/desktop hand-back relay-1")
+    reply = await _say(client, seed, person, "/desktop hand-back relay-1")
     assert reply["payload"]["outcome"] == "handed_back"
     assert (await app.state.services.control.state(key))["state"] == "idle"
-    reply = await _say(client, seed, seed.api_token, "/desktop stop-agent")
+    reply = await _say(client, seed, person, "/desktop stop-agent")
     assert (reply["payload"]["outcome"], reply["text"]) == (
         "no_agent", "No agent is acting on the desktop on relay-1.")  # fmt: skip
     assert await _agent_acts(app, seed) == "ok"
-    reply = await _say(client, seed, seed.api_token, "/desktop stop-agent")
+    reply = await _say(client, seed, person, "/desktop stop-agent")
     assert reply["payload"]["outcome"] == "agent_stopped"
     assert reply["text"] == (
         f"Stopped bot on relay-1: its run ended and its input is refused for {COOLDOWN_S:g} s."
@@ -376,7 +396,7 @@ async def test_chat_commands_take_hand_back_and_stop_the_agent(server: Any) -> N
     await app.state.services.inventory.record_ended(
         RelayId(seed.relay["relay_id"]), SESSION, "stopped", "stopped by alice"
     )
-    reply = await _say(client, seed, seed.api_token, "/desktop take")
+    reply = await _say(client, seed, person, "/desktop take")
     assert reply["payload"]["outcome"] == "not_running"
     assert reply["text"] == (
         "No desktop is running on relay-1; nothing to control. /desktop relay-1 starts one."
@@ -414,3 +434,19 @@ def test_a_bad_per_relay_grant_setting_stops_the_server_naming_it(raw: str, prob
     with pytest.raises(ConfigError, match="RELAYDESK_AGENT_GRANT_RELAYS") as refused:
         settings.check()
     assert problem in str(refused.value)
+
+
+async def test_stop_holds_the_agent_in_its_slot_after_the_desktop_ends(server: Any) -> None:
+    app, client, seed, _ = server
+    relay = RelayId(seed.relay["relay_id"])
+    inventory = app.state.services.inventory
+    assert await _agent_acts(app, seed) == "ok"
+    person = await _as_person(client, seed)
+    status, body = await _action(client, person, "agent_stop", seed.conversation_id)
+    assert (status, body["stopped"]) == (200, ["bot"])
+    await inventory.record_ended(relay, SESSION, "stopped", "stopped by alice")
+    row = {"desktop_session_id": "f" * 32, "kind": "virtual", "slot": "main"}
+    await inventory.record_started(relay, row)
+    assert await _agent_acts(app, seed) == "stopped_by_user"  # a new desktop, the same slot
+    assert await _agent_acts(app, seed, "other-agent") == "ok"
+    await wait_until(lambda: _ok(app, seed), 5, "the cooldown to end")

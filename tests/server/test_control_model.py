@@ -14,12 +14,16 @@ from server.control.model import (
     Admitted,
     AgentRequest,
     ControlPolicy,
+    Cooldown,
     DesktopControl,
     Refused,
     admit,
+    cool_down,
+    cooled_down,
     hand_back,
     next_change,
     note_person,
+    place_key,
     stop_agents,
     sweep,
     take,
@@ -153,3 +157,23 @@ def test_the_redis_codec_round_trips_every_shape() -> None:
     record = replace(record, shown="person|alice|False|bot")
     assert decode(encode(record)) == record
     assert decode(None) == DesktopControl()
+
+
+def test_a_place_keeps_the_later_cooldown_and_refuses_the_stopped_agent_only() -> None:
+    place = cool_down(DesktopControl(), {"u-bot": Cooldown(T0 + 30, "alice")})
+    place = cool_down(place, {"u-bot": Cooldown(T0 + 10, "carol")})
+    assert place.cooldowns["u-bot"] == Cooldown(T0 + 30, "alice")
+    refused = cooled_down(place, "u-bot", T0 + 29)
+    assert refused is not None and refused.code is ErrorCode.STOPPED_BY_USER
+    assert cooled_down(place, "u-other", T0) is None
+    assert cooled_down(place, "u-bot", T0 + 30) is None
+    # On a new desktop in that place the cooldown holds before a grant is minted.
+    record, outcome = admit(cool_down(DesktopControl(), place.cooldowns), BOT, T0 + 1, POLICY)
+    assert isinstance(outcome, Refused) and outcome.code is ErrorCode.STOPPED_BY_USER
+    assert not record.grants
+
+
+def test_a_place_key_is_no_desktops_key() -> None:
+    key = place_key("r1", "virtual", "main")
+    assert key.relay_id == "r1"
+    assert "/" in key.desktop_session_id  # a session id never holds one

@@ -70,10 +70,20 @@ def test_the_policy_itself_is_strict() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["/", f"/vnc/{SESSION}/{TOKEN}/", "/login/rdl_not-a-valid-link", "/no/such/page",
-     "/app/index.html", "/favicon.ico", "/viewer/viewer.js", "/novnc/core/rfb.js",
-     "/novnc/vnc.html", "/api/v1/me", "/healthz"],
-)  # fmt: skip
+    [
+        "/",
+        f"/vnc/{SESSION}/{TOKEN}/",
+        "/login/rdl_not-a-valid-link",
+        "/no/such/page",
+        "/app/index.html",
+        "/favicon.ico",
+        "/viewer/viewer.js",
+        "/novnc/core/rfb.js",
+        "/novnc/vnc.html",
+        "/api/v1/me",
+        "/healthz",
+    ],
+)
 def test_pages_and_error_pages_carry_the_policy(base: tuple[str, Seed], path: str) -> None:
     url, _ = base
     response = httpx.get(url + path, timeout=scaled(10))

@@ -45,10 +45,19 @@ def test_node_modules_files_have_a_private_cache_and_javascript_type() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["../package.json", "core/../../package.json", "package.json", "core//rfb.js",
-     "core/%2e%2e/x", "docs/LICENSE.txt", "core\\rfb.js", "vnc.html", "app/ui.js",
-     "core/missing.js"],
-)  # fmt: skip
+    [
+        "../package.json",
+        "core/../../package.json",
+        "package.json",
+        "core//rfb.js",
+        "core/%2e%2e/x",
+        "docs/LICENSE.txt",
+        "core\\rfb.js",
+        "vnc.html",
+        "app/ui.js",
+        "core/missing.js",
+    ],
+)
 def test_paths_outside_the_allow_list_or_the_tree_are_not_found(path: str) -> None:
     client = client_for(NovncAssets())
     assert client.get(f"/novnc/{path}").status_code == 404

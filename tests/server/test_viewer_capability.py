@@ -75,3 +75,9 @@ def test_a_non_canonical_spelling_of_a_genuine_token_is_refused() -> None:
     with pytest.raises(ViewerDenied) as caught:
         verify(KEY, f"{body}.{signature[:-1]}{twin}", "s1")
     assert caught.value.denial is Denial.MALFORMED
+
+
+def test_only_a_capability_minted_for_a_person_takes_input() -> None:
+    person = mint(KEY, grant_for("u1", "c1", "r1", "s1", 60, person=True))
+    assert verify(KEY, person, "s1").person is True
+    assert verify(KEY, _token(), "s1").person is False  # an agent's: view only

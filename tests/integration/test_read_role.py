@@ -11,6 +11,7 @@ HTTP, MCP and Cua, and is refused each time with ``forbidden`` naming the role i
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -61,11 +62,12 @@ CUA_READS: dict[str, dict[str, Any]] = {
 }
 
 
+@dataclass(frozen=True)
 class Members:
     """A ``read`` and a ``write`` member of the stack's conversation (their API tokens)."""
 
-    def __init__(self, reader: str, writer: str) -> None:
-        self.reader, self.writer = reader, writer
+    reader: str
+    writer: str
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

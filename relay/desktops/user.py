@@ -227,12 +227,13 @@ def make_session_tmp(path: Path, user: DesktopUser | None) -> None:
 
 
 def directory_size(path: Path) -> int:
-    """Bytes of the regular files under ``path`` (symbolic links not followed; blocking)."""
+    """Bytes of the regular files under ``path`` (blocking). Walked through descriptors: a
+    directory the desktop user swaps for a link while it is measured is never entered."""
     total = 0
-    for root, _dirs, files in os.walk(path):
+    for _root, _dirs, files, dir_fd in os.fwalk(path, follow_symlinks=False):
         for name in files:
             with contextlib.suppress(OSError):
-                info = os.lstat(os.path.join(root, name))
+                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 if stat.S_ISREG(info.st_mode):
                     total += info.st_size
     return total

@@ -86,6 +86,10 @@ RUN /opt/venv/bin/pip install -q --no-deps -c constraints.txt -e . \
 # readable for the server's user (uid 10001), who otherwise compiled SQLAlchemy, aiosqlite and
 # more from source at every start.
 FROM python-build AS server-python
+# The viewer's noVNC, as pinned: the server checks it at start (create_app below does too) and
+# refuses to run without it.
+COPY web/package.json web/package-lock.json /opt/relaydesk/web/
+COPY --from=web-build /build/web/node_modules /opt/relaydesk/web/node_modules
 RUN cd /opt/venv/lib/python3.11/site-packages \
     && rm -rf PIL/_avif.*.so pillow.libs/libavif-*.so* numpy/_core/_simd.*.so \
         numpy/_core/_multiarray_tests.*.so numpy/_core/_umath_tests.*.so \
@@ -134,8 +138,6 @@ COPY --from=server-python /tmp/stdlib-used /tmp/stdlib-used
 RUN python3 -B -m compileall -q -i /tmp/stdlib-used && rm /tmp/stdlib-used
 COPY web/app /opt/relaydesk/web/app
 COPY web/viewer /opt/relaydesk/web/viewer
-COPY web/package.json web/package-lock.json /opt/relaydesk/web/
-COPY --from=web-build /build/web/node_modules /opt/relaydesk/web/node_modules
 COPY docker/healthcheck.py /opt/relaydesk/docker/healthcheck.py
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

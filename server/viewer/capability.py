@@ -137,7 +137,11 @@ def verify(key: str, token: str, desktop_session_id: str, now: float | None = No
     try:
         data = json.loads(payload)
         grant = ViewerGrant(
-            str(data["u"]), str(data["c"]), str(data["r"]), str(data["s"]), int(data["e"]),
+            str(data["u"]),
+            str(data["c"]),
+            str(data["r"]),
+            str(data["s"]),
+            int(data["e"]),
             data.get("p") == 1,
         )
     except (ValueError, KeyError, TypeError) as err:

@@ -6,6 +6,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from wire.desktop_rows import SLOT_RE as SLOT_RE  # the one slot rule, re-exported
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ids import DesktopSessionId
 
@@ -21,7 +22,6 @@ GEOMETRY_PRESETS = {
 MIN_ASPECT, MAX_ASPECT = 0.5, 4.0
 PROFILE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 DEPTHS = frozenset({16, 24})
-SLOT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 GEOMETRY_RE = re.compile(r"^([0-9]{1,5})x([0-9]{1,5})$")
 # Minted with secrets.token_hex(16) or longer; anything else cannot name a session of ours.
 SESSION_ID_RE = re.compile(r"^[0-9a-f]{32,128}$")
@@ -68,7 +68,7 @@ def normalise_kind(kind: object) -> str:
 
 def check_slot(slot: object) -> str:
     if not isinstance(slot, str) or not SLOT_RE.fullmatch(slot):
-        raise InvalidArgs("slot", "must match ^[a-z0-9][a-z0-9_-]{0,31}$")
+        raise InvalidArgs("slot", f"must match ^{SLOT_RE.pattern}$")
     return slot
 
 

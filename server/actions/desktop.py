@@ -25,6 +25,7 @@ from server.control.gate import (
 from server.inventory.rows import DesktopRow
 from server.viewer.capability import grant_for, mint
 from wire import ops
+from wire.desktop_rows import SLOT_RE
 from wire.errors import ErrorCode, InvalidArgs, OpError, SessionConflict
 
 RELAY: Final[Schema] = {
@@ -38,7 +39,7 @@ KIND: Final[Schema] = {
     "docker_desktop); local: the relay host's real screen.",
 }  # fmt: skip
 SLOT: Final[Schema] = {
-    "type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,31}$", "default": "main",
+    "type": "string", "pattern": f"^{SLOT_RE.pattern}$", "default": "main",
     "description": "Named place of the desktop on its relay; 'main' unless you need another.",
 }  # fmt: skip
 SESSION_ID: Final[Schema] = {

@@ -44,6 +44,7 @@ from server.boundary.limits import TooManyStreams
 from server.cua import protocol
 from server.cua.commands import COMMANDS, CuaCall, CuaSession, CuaTarget, listing, missing_params
 from server.services import Services, services_of
+from wire.desktop_rows import SLOT_RE
 from wire.errors import (
     CloseCode,
     ErrorCode,
@@ -62,7 +63,6 @@ API_KEY_HEADER: Final = "x-api-key"
 SHELL_CAPABILITY: Final = "shell"
 _CONVERSATION_ID: Final = re.compile(CONVERSATION_ID["pattern"])
 _RELAY: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_SLOT: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 KINDS: Final = ("virtual", "docker", "local")
 # Sessions kept (one per token and desktop); the least recently used goes first.
 MAX_SESSIONS: Final = 4096
@@ -102,7 +102,7 @@ def _target(conn: HTTPConnection) -> CuaTarget:
         raise InvalidArgs("relay", "must be a relay name or id")
     if kind not in KINDS:
         raise InvalidArgs("kind", "must be virtual, docker or local")
-    if not _SLOT.fullmatch(slot):
+    if not SLOT_RE.fullmatch(slot):
         raise InvalidArgs("slot", "must be a slot name like 'main'")
     return CuaTarget(conversation_id, relay, cast("DesktopKind", kind), slot)
 

@@ -73,7 +73,7 @@ DESKTOP_APP_ACTIONS: Final[tuple[Action, ...]] = (
         "desktop_launch may start, from its profile) and running (each app's name, pid and "
         "top-level windows with ids, titles, bounds and which has the focus, read from the "
         "accessibility bus; apps the relay's policy refuses are listed with the reason).",
-        a11y_apps,
+        a11y_apps, read_only=True,
     ),
     Action(
         "desktop_launch", "write",

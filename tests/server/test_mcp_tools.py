@@ -11,6 +11,7 @@ import pytest
 
 from server.actions.a11y import A11Y_ACTIONS
 from server.actions.desktop import DESKTOP_ACTIONS
+from server.actions.desktop_apps import DESKTOP_APP_ACTIONS
 from server.actions.registry import Action, ActionRegistry, tool_schema
 from server.mcp import tools
 from wire.errors import InvalidArgs
@@ -65,6 +66,16 @@ def test_a_read_member_gets_the_read_tools_only_and_they_say_so() -> None:
     # A content read needs write but changes nothing, and says so; an act does not.
     hints = {n: t.annotations and t.annotations.read_only_hint for n, t in write.items()}
     assert hints["desktop_observe"] and hints["desktop_find"] and not hints["desktop_click"]
+
+
+def test_listing_the_apps_changes_nothing_and_says_so() -> None:
+    registry = ActionRegistry(DESKTOP_ACTIONS + A11Y_ACTIONS + DESKTOP_APP_ACTIONS)
+    write = {t.name: t for t in tools.tools_for(registry, "write")}
+    apps = write["desktop_apps"].annotations
+    assert apps is not None and apps.read_only_hint
+    launch = write["desktop_launch"].annotations
+    assert not (launch and launch.read_only_hint)
+    assert "desktop_apps" not in {t.name for t in tools.tools_for(registry, "read")}
 
 
 def test_a_new_action_is_a_new_tool() -> None:

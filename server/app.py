@@ -26,7 +26,7 @@ from server.boundary.middleware import InputBoundary
 from server.cluster.build import login_limits, routing, shared_caches
 from server.cluster.internal import internal_routes
 from server.config import Settings
-from server.csp import ContentSecurityPolicy
+from server.csp import PolicedStarlette
 from server.cua.endpoint import CuaEndpoint
 from server.db.migrate import upgrade
 from server.db.store import Store
@@ -139,10 +139,10 @@ def create_app(settings: Settings) -> Starlette:
         await store.close()
 
     policy = HostPolicy.build(settings.public_url, settings.allowed_hosts)
-    return Starlette(
+    # The policy wraps the whole app: the boundary's refusals and Starlette's 500 carry it too.
+    return PolicedStarlette(
         routes=[*_routes(), *mcp.routes(), *cua.routes()],
-        # Outermost: the boundary's own refusals carry the policy too.
-        middleware=[Middleware(ContentSecurityPolicy), Middleware(InputBoundary, policy=policy)],
+        middleware=[Middleware(InputBoundary, policy=policy)],
         lifespan=lifespan,
         exception_handlers={
             AuthError: auth_error_handler,

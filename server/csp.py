@@ -7,13 +7,15 @@ Server-Sent Events, the viewer's and the audio's WebSockets) only from the serve
 (CSP 3: ``'self'`` covers ``ws:``/``wss:`` of that origin); no inline script or style, no
 ``eval``; images also from ``data:`` (noVNC draws the remote cursor as a ``data:`` image);
 nothing embeds a page, no plugin runs, no ``<base>`` moves relative URLs. A route that sends
-its own policy keeps it (the chat's is as strict).
+its own policy keeps it (the chat's is as strict). :class:`PolicedStarlette` puts the policy
+outside Starlette's own error middleware, so its plain-text 500 carries it too.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 POLICY: Final = "; ".join(
@@ -56,3 +58,11 @@ class ContentSecurityPolicy:
             await send(message)
 
         await self.app(scope, receive, send_with_policy)
+
+
+class PolicedStarlette(Starlette):
+    """A Starlette app whose every HTTP answer carries the policy, the 500 that Starlette's
+    outermost ``ServerErrorMiddleware`` sends for an uncaught exception included."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return ContentSecurityPolicy(super().build_middleware_stack())

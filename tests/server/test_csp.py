@@ -16,6 +16,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from server.chat.web import web_dir
 from server.csp import POLICY
@@ -58,10 +62,16 @@ def assert_strict(policy: str | None, what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Seed]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Starlette, str, Seed]]:
     seed = asyncio.run(seed_database(tmp_path_factory.mktemp("csp") / "data"))
-    with in_background_thread(lambda: inprocess_server(seed)) as (_app, url):
-        yield url, seed
+    with in_background_thread(lambda: inprocess_server(seed)) as (app, url):
+        yield app, url, seed
+
+
+@pytest.fixture(scope="module")
+def base(served: tuple[Starlette, str, Seed]) -> tuple[str, Seed]:
+    _app, url, seed = served
+    return url, seed
 
 
 def test_the_policy_itself_is_strict() -> None:
@@ -115,6 +125,22 @@ def test_a_request_the_boundary_refuses_carries_the_policy(base: tuple[str, Seed
     response = httpx.get(url + "/", headers={"Host": "evil.example"}, timeout=scaled(10))
     assert response.status_code == 400
     assert_strict(response.headers.get("content-security-policy"), "foreign Host")
+
+
+async def _failing(request: Request) -> Response:
+    raise RuntimeError("a handler's own bug")
+
+
+def test_the_plain_text_500_carries_the_policy(served: tuple[Starlette, str, Seed]) -> None:
+    """Starlette's outermost error middleware answers a handler's uncaught exception itself:
+    that answer is covered too."""
+    app, url, _ = served
+    app.router.routes.append(Route("/csp-test-failure", _failing))
+    response = httpx.get(url + "/csp-test-failure", timeout=scaled(10))
+    assert response.status_code == 500
+    assert response.headers["content-type"].startswith("text/plain")
+    assert_strict(response.headers.get("content-security-policy"), "a 500")
+    assert len(response.headers.get_list("content-security-policy")) == 1
 
 
 class InlineFinder(HTMLParser):

@@ -353,7 +353,9 @@ class ControlService:
 
     async def _apply(self, key: DesktopKey, rule: Rule[T]) -> Applied[T]:
         now = self._clock()
-        pending = self._pending.pop(key, None)
+        # A person's input stays pending until a write that carries it has landed: an agent's
+        # admission racing the writer then still sees it (a store write is not instant).
+        pending = self._pending.get(key)
         idle_s = self.idle_s
 
         def change(record: DesktopControl) -> tuple[DesktopControl, Applied[T]]:
@@ -369,6 +371,8 @@ class ControlService:
             return record, Applied(result, expired, info, changed, next_change(record, now, idle_s))
 
         applied = await self.store.change(key, change)
+        if pending is not None and self._pending.get(key) is pending:
+            del self._pending[key]
         await self._after(key, applied)
         return applied
 

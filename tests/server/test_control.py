@@ -161,12 +161,19 @@ async def test_a_persons_input_refuses_the_agent_until_idle(server: Any) -> None
     app, _, seed, _ = server
     key = DesktopKey(seed.relay["relay_id"], SESSION)
     control = app.state.services.control
+    # The control clock stands still until the test moves it: a loaded machine's pauses
+    # between the person's input and the agent's act never count as the person's idle time.
+    now = [time.time()]
+    control._clock = lambda: now[0]
     assert await _agent_acts(app, seed) == "ok"
     control.person_input(key, "alice", seed.user["user_id"])
     assert await _agent_acts(app, seed) == "takeover_active"
     info = await control.state(key)
     assert (info["state"], info["name"], info["agent"]) == ("person", "alice", "bot")
-    await wait_until(lambda: _ok(app, seed), 5, "the lock to lapse")
+    now[0] += IDLE_S / 2
+    assert await _agent_acts(app, seed) == "takeover_active"
+    now[0] += IDLE_S
+    assert await _agent_acts(app, seed) == "ok"
 
 
 async def _ok(app: Any, seed: Seed) -> bool:

@@ -41,6 +41,9 @@ class DesktopConfig:
     window_manager: tuple[str, ...] = ("openbox", "--sm-disable")
     start_timeout_s: float = 15.0
     probe_timeout_s: float = 3.0
+    # Watchdog rounds in a row whose chain probe fails before a desktop whose essential
+    # processes are alive is failed (a dead essential process fails it at once).
+    probe_failures: int = 3
     stop_grace_s: float = 3.0
     # A desktop whose relay has not beaten its heartbeat this long stops by itself (0: never).
     orphan_timeout_s: float = 600.0
@@ -145,6 +148,7 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "RELAYDESK_WINDOW_MANAGER": ("window_manager", _word_list),
     "RELAYDESK_DESKTOP_START_TIMEOUT_S": ("start_timeout_s", _positive_float),
     "RELAYDESK_DESKTOP_PROBE_TIMEOUT_S": ("probe_timeout_s", _positive_float),
+    "RELAYDESK_DESKTOP_PROBE_FAILURES": ("probe_failures", _positive_int),
     "RELAYDESK_ORPHAN_TIMEOUT_S": ("orphan_timeout_s", _non_negative_float),
     "RELAYDESK_XVFB_BINARY": ("xvfb_binary", str),
     "RELAYDESK_X11VNC_BINARY": ("x11vnc_binary", str),

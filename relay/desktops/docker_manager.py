@@ -42,7 +42,7 @@ from relay.desktops.validation import (
     check_slot,
     parse_start,
 )
-from relay.desktops.watchdog import Watchdog
+from relay.desktops.watchdog import ProbeStrikes, Watchdog
 from wire.errors import ErrorCode, OpError
 from wire.ids import DesktopSessionId
 
@@ -85,6 +85,7 @@ class DockerDesktops:
         self._starting: dict[DesktopSessionId, StartingContainer] = {}
         self._lock = asyncio.Lock()
         self._watchdog = Watchdog(self.check_all, config.watchdog_interval_s)
+        self._strikes = ProbeStrikes(config.probe_failures)
         # Why no desktop can start here (None: they can); asked again by a start.
         self.unavailable: str | None = "not probed yet"
         # The state file is written only once an adoption has read it.
@@ -224,15 +225,19 @@ class DockerDesktops:
         return await self._homes.desktop_user()
 
     async def check_all(self) -> None:
-        """One watchdog round: the heartbeats, then a probe of every desktop."""
+        """One watchdog round: the heartbeats, then a probe of every desktop (failed by the
+        rule of ``ProbeStrikes``: an exited container at once, a silent one after
+        ``probe_failures`` rounds in a row)."""
         snapshot = list(self._desktops.values())
         if not snapshot:
             return
         await asyncio.to_thread(_beat_all, [d.run_dir for d in snapshot])
         timeout = self.config.probe_timeout_s
         results = await asyncio.gather(*(health(d, timeout, retry=True) for d in snapshot))
-        failed = [(d, r.reason or "unhealthy")
-                  for d, r in zip(snapshot, results, strict=True) if not r.ok]  # fmt: skip
+        self._strikes.keep_only(d.desktop_session_id for d in snapshot)
+        verdicts = [self._strikes.verdict(d.desktop_session_id, r)
+                    for d, r in zip(snapshot, results, strict=True)]  # fmt: skip
+        failed = [(d, why) for d, why in zip(snapshot, verdicts, strict=True) if why is not None]
         if failed:
             await self._fail_all(failed)
         gone = {id(desktop) for desktop, _ in failed}

@@ -42,7 +42,7 @@ from relay.desktops.validation import (
     normalise_kind,
     parse_start,
 )
-from relay.desktops.watchdog import Watchdog
+from relay.desktops.watchdog import ProbeStrikes, Watchdog
 from wire.errors import ErrorCode, OpError
 
 logger = logging.getLogger(__name__)
@@ -78,6 +78,7 @@ class DesktopManager:
         self._starter = Starter(self._slots, self._homes, lambda: self.http)
         self._http: aiohttp.ClientSession | None = None
         self._watchdog = Watchdog(self.check_all, self.config.watchdog_interval_s)
+        self._strikes = ProbeStrikes(self.config.probe_failures)
         self._cleanup: asyncio.Task[None] | None = None  # adopt_from_state(clean_up_later=True)
         self._next_home_check = 0.0
         self.profiles = load_profiles(self.config.profiles_dir)
@@ -387,20 +388,24 @@ class DesktopManager:
             self._homes.tmp_root().rmdir()
 
     async def check_all(self) -> None:
-        """One watchdog round: beat the heartbeat, probe every desktop, tear down failures."""
+        """One watchdog round: beat the heartbeat, probe every desktop, tear down failures (a
+        dead essential process at once, a chain that does not answer after
+        ``probe_failures`` rounds in a row: ``ProbeStrikes``)."""
         await asyncio.to_thread(beat, self.config)
         snapshot = list(self._desktops.values())
         if not snapshot:
             return
         results = await asyncio.gather(*(self._health(d, retry=True) for d in snapshot))
-        pairs = zip(snapshot, results, strict=True)
-        failed = [(d, r.reason or "unhealthy") for d, r in pairs if not r.ok]
+        self._strikes.keep_only(d.desktop_session_id for d in snapshot)
+        verdicts = [self._strikes.verdict(d.desktop_session_id, r)
+                    for d, r in zip(snapshot, results, strict=True)]  # fmt: skip
+        failed = [(d, why) for d, why in zip(snapshot, verdicts, strict=True) if why is not None]
         if failed:
             await self._fail_all(failed)
         if any(d.audio and audio_lost(d.processes) for d in snapshot):
             await self._audio_lost()
         self._note_a11y_bus_lost(snapshot)
-        await self._check_homes(snapshot)
+        await self._check_homes([d for d in snapshot if self._desktops.get(d.key) is d])
 
     async def _check_homes(self, desktops: list[Desktop]) -> None:
         """Every ``home_check_interval_s``: a desktop whose home (its TMPDIR inside) grew past

@@ -1,13 +1,59 @@
-"""The periodic health loop; what one round checks lives in ``DesktopManager.check_all``."""
+"""The periodic health loop; what one round checks lives in ``DesktopManager.check_all``
+(and ``DockerDesktopManager.check_all``); ``ProbeStrikes`` is the rule both apply to a round's
+probe results (docs/desktops.md, "Watchdog")."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Final
+
+from relay.desktops.probe import ProbeResult
 
 logger = logging.getLogger(__name__)
+
+
+# Checks whose failure means the desktop is dead, not slow: it fails in the round that sees it.
+VITAL_CHECKS: Final = ("processes", "container", "sockets")
+
+
+class ProbeStrikes:
+    """Consecutive watchdog rounds whose end-to-end chain probe failed, per desktop session.
+
+    A desktop whose essential processes (or container, or sockets) are gone fails at once. One
+    whose processes are alive but whose chain did not answer (a loaded host, an x11vnc busy
+    writing to a viewer that stopped reading) fails only after ``limit`` rounds in a row; a
+    round that answers clears its count."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self._counts: dict[str, int] = {}
+
+    def verdict(self, session_id: str, result: ProbeResult) -> str | None:
+        """The reason to fail this desktop now, or None to keep it running."""
+        if result.ok:
+            self._counts.pop(session_id, None)
+            return None
+        reason = result.reason or "unhealthy"
+        if any(result.checks.get(name) is False for name in VITAL_CHECKS):
+            self._counts.pop(session_id, None)
+            return reason
+        count = self._counts.get(session_id, 0) + 1
+        if count < self.limit:
+            self._counts[session_id] = count
+            logger.warning("desktop %s: its chain probe failed (%s), %d of %d rounds before "
+                           "it is failed", session_id[:8], reason, count, self.limit)  # fmt: skip
+            return None
+        self._counts.pop(session_id, None)
+        return f"{reason} ({count} watchdog rounds in a row)"
+
+    def keep_only(self, session_ids: Iterable[str]) -> None:
+        """Forget the counts of desktops that are gone."""
+        live = set(session_ids)
+        for gone in [key for key in self._counts if key not in live]:
+            del self._counts[gone]
 
 
 class Watchdog:

@@ -43,6 +43,7 @@ from server.boundary.body import read_capped
 from server.boundary.limits import TooManyStreams
 from server.cua import protocol
 from server.cua.commands import COMMANDS, CuaCall, CuaSession, CuaTarget, listing, missing_params
+from server.db.records import Role, role_allows
 from server.services import Services, services_of
 from wire.desktop_rows import SLOT_RE
 from wire.errors import (
@@ -67,13 +68,22 @@ KINDS: Final = ("virtual", "docker", "local")
 # Sessions kept (one per token and desktop); the least recently used goes first.
 MAX_SESSIONS: Final = 4096
 MAX_WS_MESSAGE: Final = 1 << 20
+# The commands that call no action on the desktop. Every other command calls one of role
+# ``write`` (the screen, windows, accessibility, clipboard, launch, shell, files): a member
+# with a lower role runs only these, and ``GET /commands`` lists only these to it, as MCP's
+# tools/list does.
+WITHOUT_DESKTOP: Final = frozenset({"version", "get_desktop_environment"})
+DESKTOP_ROLE: Final[Role] = "write"
 
 
 class CuaAdmitted:
     """An admitted request: who, where, which session, guard on or off."""
 
-    def __init__(self, principal: Principal, target: CuaTarget, token: str, guard: bool) -> None:
+    def __init__(
+        self, principal: Principal, target: CuaTarget, token: str, guard: bool, role: Role
+    ) -> None:
         self.principal = principal
+        self.role = role
         self.target = target
         self.session_key = (hashlib.sha256(token.encode()).hexdigest(), target)
         self.guard = guard
@@ -131,7 +141,17 @@ async def _admit(conn: HTTPConnection, guard: bool) -> CuaAdmitted:
         role = await store.get_role(target.conversation_id, principal.user_id)
     if role is None:
         raise OpError(ErrorCode.NOT_FOUND, "conversation not found")
-    return CuaAdmitted(principal, target, token, guard)
+    return CuaAdmitted(principal, target, token, guard, role)
+
+
+def _for_role(offered: dict[str, Any], role: Role) -> dict[str, Any]:
+    """The listing cut to what ``role`` may run (a ``read`` member: nothing that shows the
+    desktop)."""
+    if role_allows(role, DESKTOP_ROLE):
+        return offered
+    commands = {n: c for n, c in offered["commands"].items() if n in WITHOUT_DESKTOP}
+    aliases = {a: n for a, n in offered["aliases"].items() if n in WITHOUT_DESKTOP}
+    return {"commands": commands, "aliases": aliases}
 
 
 def _refusal(err: RelaydeskError) -> Response:
@@ -237,7 +257,8 @@ class CuaEndpoint:
         except RelaydeskError as err:
             return _refusal(err)
         shell = await self._has_shell(request, admitted)
-        return JSONResponse(listing(shell), headers=dict(errors.NO_STORE))
+        offered = _for_role(listing(shell), admitted.role)
+        return JSONResponse(offered, headers=dict(errors.NO_STORE))
 
     async def status(self, request: Request) -> Response:
         try:

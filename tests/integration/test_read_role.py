@@ -193,3 +193,29 @@ async def test_cua_refuses_a_read_member_every_content_command(
     assert (await cua(stack, members.reader, "version"))["success"] is True
     copied = await cua(stack, members.writer, "copy_to_clipboard")
     assert copied == {"success": True, "content": CLIPPED}
+
+
+async def cua_commands(stack: A11yStack, token: str) -> dict[str, Any]:
+    """``GET …/commands`` for ``token``'s member: what Cua's client is offered."""
+    base = f"{stack.url}/api/v1/conversations/{stack.seed.conversation_id}/cua/relay-1"
+    async with httpx.AsyncClient(timeout=scaled(60)) as http:
+        response = await http.get(
+            f"{base}/virtual/main/commands", headers={"Authorization": f"Bearer {token}"}
+        )
+    assert response.status_code == 200, response.text
+    listed: dict[str, Any] = response.json()
+    return listed
+
+
+async def test_cua_lists_to_a_read_member_only_commands_it_may_run(
+    stack: A11yStack, members: Members
+) -> None:
+    offered = await cua_commands(stack, members.reader)
+    listed = set(offered["commands"])
+    assert listed and not listed & set(CUA_READS), listed
+    assert set(offered["aliases"].values()) <= listed
+    for command in listed:  # every one it is offered runs for it
+        reply = await cua(stack, members.reader, command)
+        assert reply["success"] is True, (command, reply)
+    written = set((await cua_commands(stack, members.writer))["commands"])
+    assert set(CUA_READS) <= written and listed < written

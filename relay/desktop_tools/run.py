@@ -1,17 +1,25 @@
 """One command in a desktop: run as the desktop's user with its environment, in its own
 process group joined to the desktop's (it stops with the desktop), standard input from the
 given bytes or ``/dev/null``, each output stream kept up to a cap, the whole group killed at
-the time limit or when the caller gives up."""
+the time limit or when the caller gives up.
+
+The command starts *held*, like the desktop's own children (relay/desktops/process.py): a
+shell waits for one line on its standard input, a pipe the relay writes only once the process
+has joined the desktop — moved into the desktop's cgroup — and then replaces itself with the
+command. So nothing the command forks, a ``setsid`` program included, ever runs outside the
+desktop's cgroup: it dies with the desktop's stop. A relay gone before leaves the pipe without
+a writer; the shell reads end-of-file and the command never runs."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Final
 
@@ -27,6 +35,36 @@ POLL_S: Final = 0.02
 READ_CHUNK: Final = 64 * 1024
 # What is kept of a server program's standard error.
 MAX_ERRORS: Final = 4096
+# The hold (see the module's docstring): ``{stdin}`` is ``/dev/null`` or the given bytes' file.
+_HOLD: Final = 'read -r go || exit 0; exec "$@" <{stdin}'
+_HOLD_NAME: Final = "relaydesk-held"
+NO_INPUT: Final = "/dev/null"
+
+
+@dataclass
+class _Held:
+    """A started command still waiting for :meth:`release`."""
+
+    popen: subprocess.Popen[bytes]
+    hold: int | None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def release(self) -> None:
+        """Let the command start (it is in the desktop's cgroup by now)."""
+        fd, self.hold = self.hold, None
+        if fd is not None:
+            with contextlib.suppress(OSError):  # killed meanwhile
+                os.write(fd, b"go\n")
+            os.close(fd)
+
+    def abandon(self) -> None:
+        """Never start the command: the shell reads end-of-file and exits."""
+        fd, self.hold = self.hold, None
+        if fd is not None:
+            os.close(fd)
 
 
 @dataclass
@@ -69,14 +107,17 @@ async def run_in_desktop(
     """Run ``argv`` in the desktop (see the module's docstring)."""
     # Started in the loop's thread (fork and exec take milliseconds), so no cancellation can
     # fall between the start and the tracking of the group.
-    popen = _spawn(session, argv, stdin)
+    held = _spawn(session, argv, stdin)
+    popen = held.popen
     try:
         child = await session.track(name, popen.pid)
     except BaseException:
+        held.abandon()
         _kill_group(popen.pid)
         _close(popen)
         await _exited(popen)
         raise
+    held.release()
     out, err = Capture(cap), Capture(cap)
     readers = [asyncio.create_task(_drain(popen.stdout, out)),
                asyncio.create_task(_drain(popen.stderr, err))]  # fmt: skip
@@ -109,15 +150,18 @@ async def start_server_in_desktop(
     what it wrote to standard error. The server lives on in the process group, joined to the
     desktop's; its output goes nowhere, so nothing waits for it."""
     with tempfile.TemporaryFile() as errors:
-        popen = _spawn(session, argv, stdin, subprocess.DEVNULL, errors)
+        held = _spawn(session, argv, stdin, subprocess.DEVNULL, errors)
+        popen = held.popen
         try:
             await session.track(name, popen.pid)
+            held.release()
             async with asyncio.timeout(timeout_s):
                 returncode: int | None = await _exited(popen)
         except TimeoutError:
             _kill_group(popen.pid)
             returncode = None
         finally:
+            held.abandon()
             if popen.poll() is None:  # cancelled, or killed above
                 _kill_group(popen.pid)
             await _exited(popen)
@@ -128,28 +172,47 @@ async def start_server_in_desktop(
 def _spawn(
     session: DesktopSession, argv: Sequence[str], stdin: bytes | None,
     stdout: IO[bytes] | int = subprocess.PIPE, stderr: IO[bytes] | int = subprocess.PIPE,
-) -> subprocess.Popen[bytes]:  # fmt: skip
-    """Start ``argv`` (blocking); its standard input is a private temporary file holding
-    ``stdin``, so no pipe can stall on a command that does not read it."""
-    source: IO[bytes] | int = subprocess.DEVNULL
+) -> _Held:  # fmt: skip
+    """Start ``argv`` held (blocking); its standard input is a private temporary file holding
+    ``stdin``, so no pipe can stall on a command that does not read it. The file is handed to
+    the desktop's user by descriptor and reopened by the shell through ``/proc/self/fd``."""
+    program = _executable(argv[0], session.env)
+    source: IO[bytes] | None = None
     if stdin is not None:
         source = tempfile.TemporaryFile()  # noqa: SIM115 - closed below, once the child has it
         source.write(stdin)
-        source.seek(0)
+        source.flush()
+        if session.user is not None:
+            os.fchown(source.fileno(), session.user.uid, session.user.gid)
+    path = NO_INPUT if source is None else f"/proc/self/fd/{source.fileno()}"
+    hold_read, hold_write = os.pipe()
     user = session.user.popen_kwargs() if session.user is not None else {}
     try:
-        return subprocess.Popen(
-            list(argv), cwd=working_directory(session.env), env=dict(session.env),
-            stdin=source, stdout=stdout, stderr=stderr,
+        popen = subprocess.Popen(
+            ["/bin/sh", "-c", _HOLD.format(stdin=path), _HOLD_NAME, program, *argv[1:]],
+            cwd=working_directory(session.env), env=dict(session.env),
+            stdin=hold_read, stdout=stdout, stderr=stderr,
+            pass_fds=() if source is None else (source.fileno(),),
             start_new_session=True, close_fds=True, **user,
         )  # fmt: skip
     except OSError as err:
+        os.close(hold_write)
         raise OpError(
             ErrorCode.UNAVAILABLE, f"cannot run {argv[0]}: {err.strerror or err}"
         ) from err
     finally:
-        if not isinstance(source, int):
+        os.close(hold_read)
+        if source is not None:
             source.close()
+    return _Held(popen, hold_write)
+
+
+def _executable(program: str, env: Mapping[str, str]) -> str:
+    """``program`` resolved on the desktop's ``PATH`` as the exec would be."""
+    found = shutil.which(program, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise OpError(ErrorCode.UNAVAILABLE, f"cannot run {program}: No such file or directory")
+    return found
 
 
 async def _drain(pipe: IO[bytes] | None, capture: Capture) -> None:

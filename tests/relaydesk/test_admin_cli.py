@@ -30,7 +30,7 @@ from server.db.store import Store
 from tests.support.processes import scaled
 from tests.support.stack import Seed, inprocess_server, seed_database, wait_until
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 # The bound a revocation made elsewhere takes, plus time for a request round trip.
 BOUND_S = READ_CACHE_TTL_S + scaled(1.0)

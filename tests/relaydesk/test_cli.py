@@ -16,7 +16,7 @@ import pytest
 from tests.support.processes import scaled
 from tests.support.stack import Seed, inprocess_server, seed_database
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any, Final
 from server.actions.context import ActionContext
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
+from server.auth.revocation import minted_ref
 from server.control.gate import (
     DesktopTarget,
     admit_agent_input,
@@ -24,9 +25,11 @@ from server.control.gate import (
 )
 from server.inventory.rows import DesktopRow
 from server.viewer.capability import grant_for, mint
+from server.viewer.policy import agent_viewer_refusal
 from wire import ops
 from wire.desktop_rows import SLOT_RE
 from wire.errors import ErrorCode, InvalidArgs, OpError, SessionConflict
+from wire.ids import RelayId
 
 RELAY: Final[Schema] = {
     "type": "string", "minLength": 1, "maxLength": 64,
@@ -73,13 +76,24 @@ async def _tracked_relay(ctx: ActionContext, args: dict[str, Any]) -> None:
     await ctx.inventory.heal(relay.relay_id)
 
 
+def _viewer_refusal(ctx: ActionContext, row: DesktopRow) -> OpError | None:
+    """Why the caller gets no viewer of ``row``: an agent on a relay that denies apps."""
+    capabilities = ctx.hub.capabilities(RelayId(row.relay_id))
+    return agent_viewer_refusal(is_person(ctx.principal), capabilities)
+
+
 def _viewer(ctx: ActionContext, row: DesktopRow) -> dict[str, Any]:
     """The viewer URL of ``row`` for the caller: a person's (cookie session) takes their
-    input; an agent's (API token) is view only, enforced by the server (docs/viewing.md)."""
+    input; an agent's (API token) is view only, enforced by the server (docs/viewing.md),
+    and there is none on a relay that denies apps (``viewer_url`` null and the reason)."""
+    if (refused := _viewer_refusal(ctx, row)) is not None:
+        why = {"code": refused.code.value, "message": refused.message}
+        return {"viewer_url": None, "viewer_expires_at": None, "viewer_refused": why}
     settings = ctx.settings
     grant = grant_for(
         ctx.principal.user_id, ctx.conversation_id, row.relay_id, row.desktop_session_id,
         settings.viewer_token_ttl_s, person=is_person(ctx.principal),
+        minted_by=minted_ref(ctx.principal),
     )  # fmt: skip
     path = f"/vnc/{row.desktop_session_id}/{mint(settings.secret_key, grant)}/"
     if not grant.person:
@@ -200,6 +214,9 @@ async def attach(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
         raise OpError(ErrorCode.RELAY_UNREACHABLE, "the relay of this desktop is not connected")
     if row is None or row.state != "running":
         raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
+    if (refused := _viewer_refusal(ctx, row)) is not None:
+        ctx.desktop_session_id = row.desktop_session_id
+        raise refused  # attach answers nothing but a viewer URL
     return _desktop_reply(ctx, row)
 
 

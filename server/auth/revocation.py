@@ -2,7 +2,8 @@
 
 Every long-lived connection (the event stream, Cua's WebSocket, a viewer or audio WebSocket, an
 MCP call) registers a :class:`Watch` naming the credential it was admitted with (an API token,
-a web session, or — for a viewer capability — its user) and the access it needs (a role in a
+a web session — for a viewer capability, the one that minted it, or only its user when the
+capability names none) and the access it needs (a role in a
 conversation, a relay still shared there). :class:`CredentialWatch` re-checks every watch of
 this process every ``RECHECK_S`` and at once when a write or another replica's notice clears
 the token, role or relay caches (``server.db.invalidation``). Credentials are read straight
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -27,6 +29,10 @@ from server.db.records import Role, role_allows
 log = logging.getLogger(__name__)
 
 RECHECK_S: Final = 1.0
+# How a viewer capability names the credential that minted it: a kind letter and this many hex
+# digits of a one-way hash of the credential's secret hash (never the secret, never the hash).
+MINTED_REF_HEX: Final = 24
+_MINTED_DOMAIN: Final = "relaydesk.viewer.minted.v1:"
 # Clearing these caches means a credential, a role or a share may have been taken away.
 WAKING_CACHES: Final = frozenset({"token", "role", "relay"})
 
@@ -41,7 +47,7 @@ REVOKED: Final[dict[CredentialKind, str]] = {
 @dataclass(frozen=True)
 class Credential:
     """What proved who a connection is: an API token or web session (by the SHA-256 of its
-    secret), or only a user (a viewer capability names its user, not how it was minted)."""
+    secret), or only a user (a viewer capability that names no minting credential)."""
 
     kind: CredentialKind
     user_id: str
@@ -78,6 +84,43 @@ class LiveCredentials(Protocol):
     async def get_role(self, conversation_id: str, user_id: str) -> Role | None: ...
 
     async def is_relay_visible(self, relay_id: str, conversation_id: str) -> bool: ...
+
+
+class MintingCredentials(Protocol):
+    """The ``Store`` read that resolves a viewer capability's minting credential."""
+
+    async def live_secret_hashes(self, user_id: str) -> tuple[set[str], set[str]]: ...
+
+
+def _ref(secret_hash: str) -> str:
+    digest = hashlib.sha256((_MINTED_DOMAIN + secret_hash).encode()).hexdigest()
+    return digest[:MINTED_REF_HEX]
+
+
+def minted_ref(principal: Principal) -> str:
+    """What a viewer capability minted for ``principal`` carries to name its credential
+    (``t.<ref>`` for an API token, ``s.<ref>`` for a web session; "" when there is none)."""
+    if principal.secret_hash is None:
+        return ""
+    kind = "t" if principal.via == "token" else "s"
+    return f"{kind}.{_ref(principal.secret_hash)}"
+
+
+async def minted_credential(
+    store: MintingCredentials, user_id: str, minted_by: str
+) -> Credential:
+    """The credential a viewer capability's streams are watched under: the live token or
+    session ``minted_by`` names, or — when none still lives — one that no check finds live
+    (it is revoked at once); a capability that names none is watched under its user."""
+    kind_letter, _, ref = minted_by.partition(".")
+    if kind_letter not in ("t", "s") or not ref:
+        return Credential("user", user_id)
+    kind: CredentialKind = "token" if kind_letter == "t" else "session"
+    tokens, sessions = await store.live_secret_hashes(user_id)
+    for secret_hash in tokens if kind == "token" else sessions:
+        if _ref(secret_hash) == ref:
+            return Credential(kind, user_id, secret_hash)
+    return Credential(kind, user_id)
 
 
 class Watch:
@@ -131,6 +174,10 @@ class CredentialWatch:
         if not watch.revoked.is_set():
             await self.check([watch])
         return not watch.revoked.is_set()
+
+    async def credential_lives(self, credential: Credential) -> bool:
+        """Whether ``credential`` is good now, uncached (its access is not looked at)."""
+        return credential in await self._live_credentials([credential])
 
     async def check(self, watches: Iterable[Watch]) -> None:
         """Revoke each watch whose credential or access is gone."""

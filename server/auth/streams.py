@@ -25,13 +25,21 @@ from server import errors
 from server.auth import errors as auth_errors
 from server.auth.addresses import client_address
 from server.auth.errors import Unauthorized
-from server.auth.revocation import Access, Credential, CredentialWatch, Watch, credential_watch
+from server.auth.revocation import (
+    REVOKED,
+    Access,
+    Credential,
+    CredentialWatch,
+    Watch,
+    credential_watch,
+    minted_credential,
+)
 from server.boundary.limits import StreamLimits, TooManyStreams
 from server.config import Settings
 from server.db.store import Store
 from server.services import services_of
-from server.viewer.capability import ViewerDenied, verify
-from wire.errors import CloseCode
+from server.viewer.capability import ViewerDenied, ViewerGrant, verify
+from wire.errors import CloseCode, RelaydeskError
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +48,7 @@ log = logging.getLogger(__name__)
 CLOSE_GRACE_S: Final = 2.0
 _CLOSE_ERRORS = (WebSocketDisconnect, RuntimeError, OSError)
 VIEWER_ROLE: Final = "write"
+VIEWER_SUBPROTOCOL: Final = "binary"
 T = TypeVar("T")
 
 
@@ -114,8 +123,9 @@ async def stream_guard(store: Store, settings: Settings) -> AsyncIterator[Stream
         yield StreamGuard(limits, watch, settings.trusted_proxies)
 
 
-async def refuse_socket(websocket: WebSocket, err: TooManyStreams) -> None:
-    """Answer a WebSocket handshake over a cap with the HTTP 429 and its JSON body."""
+async def refuse_socket(websocket: WebSocket, err: RelaydeskError) -> None:
+    """Answer a WebSocket handshake with ``err``'s HTTP status and JSON body (a cap's 429, a
+    policy's 403)."""
     log.info("stream refused: %s", err.message)
     response = errors.error_response(err)
     try:
@@ -204,13 +214,51 @@ async def until_revoked(watch: Watch, work: Awaitable[T]) -> T | None:
 
 
 Serve = Callable[[WebSocket, str, str], Awaitable[None]]
+# What a viewer's route refuses before its stream is admitted (a relay's policy), or None.
+Refusal = Callable[[WebSocket, ViewerGrant], RelaydeskError | None]
 
 
-async def watched_viewer(websocket: WebSocket, serve: Serve) -> None:
+async def admit_viewer(
+    conn: HTTPConnection, grant: ViewerGrant, *, access_now: bool = True
+) -> HeldStream:
+    """A viewer capability's stream under the caps (``TooManyStreams``), watched under the
+    credential that minted it (its user when it names none) with the viewer's access, and
+    checked once now: ``watch.revoked`` is already set when that credential is gone, or —
+    with ``access_now`` — the role or the relay's share (a route that checks those itself, with
+    its own answers, passes False)."""
+    services = services_of(conn)
+    credential = await minted_credential(services.store, grant.user_id, grant.minted_by)
+    access = Access(grant.conversation_id, VIEWER_ROLE, grant.relay_id)
+    stream = services.streams.admit(conn, credential, access)
+    try:
+        if access_now:
+            await services.streams.watch.confirm(stream.watch)
+        elif not await services.streams.watch.credential_lives(credential):
+            stream.watch.revoke(REVOKED[credential.kind])
+    except BaseException:
+        stream.release()
+        raise
+    return stream
+
+
+async def refuse_viewer(websocket: WebSocket, reason: str) -> None:
+    """Accept a viewer or audio WebSocket only to close it ``VIEWER_FORBIDDEN`` (the page shows
+    "Access denied" on that code; a refused handshake would only make it retry)."""
+    offered = websocket.scope.get("subprotocols", [])
+    subprotocol = VIEWER_SUBPROTOCOL if VIEWER_SUBPROTOCOL in offered else None
+    with contextlib.suppress(*_CLOSE_ERRORS):
+        await websocket.accept(subprotocol=subprotocol)
+    await close_revoked(websocket, CloseCode.VIEWER_FORBIDDEN, reason)
+
+
+async def watched_viewer(
+    websocket: WebSocket, serve: Serve, refusal: Refusal | None = None
+) -> None:
     """A viewer or audio WebSocket (``serve(websocket, session id, token)``) under the caps and
-    watched: it closes (``VIEWER_FORBIDDEN``) once its capability's user is disabled, loses
-    the role, or the relay is unshared. A capability that does not verify is left to ``serve``,
-    which refuses it with its own close code."""
+    watched: it closes (``VIEWER_FORBIDDEN``) once the API token or web session that minted
+    its capability is revoked, its user is disabled or loses the role, or the relay is
+    unshared. A capability that does not verify is left to ``serve``, which refuses it with its
+    own close code; one ``refusal`` names is refused with that error's HTTP status."""
     params = websocket.path_params
     session_id, token = str(params["desktop_session_id"]), str(params["token"])
     services = services_of(websocket)
@@ -219,11 +267,21 @@ async def watched_viewer(websocket: WebSocket, serve: Serve) -> None:
     except ViewerDenied:
         await serve(websocket, session_id, token)
         return
-    credential = Credential("user", grant.user_id)
-    access = Access(grant.conversation_id, VIEWER_ROLE, grant.relay_id)
+    if refusal is not None and (refused := refusal(websocket, grant)) is not None:
+        log.info("viewer refused (session %s…): %s", session_id[:8], refused.message)
+        await refuse_socket(websocket, refused)
+        return
     try:
-        with services.streams.held(websocket, credential, access) as watch:
-            work = serve(websocket, session_id, token)
-            await run_watched(websocket, watch, work, CloseCode.VIEWER_FORBIDDEN)
+        # The role, the share and the rest are ``serve``'s checks, each with its close code.
+        stream = await admit_viewer(websocket, grant, access_now=False)
     except TooManyStreams as err:
         await refuse_socket(websocket, err)
+        return
+    try:
+        if stream.watch.revoked.is_set():
+            await refuse_viewer(websocket, stream.watch.reason)
+            return
+        work = serve(websocket, session_id, token)
+        await run_watched(websocket, stream.watch, work, CloseCode.VIEWER_FORBIDDEN)
+    finally:
+        stream.release()

@@ -77,3 +77,29 @@ class LivenessStore(StoreBase):
                 )
                 live.update(rows)
         return live
+
+    async def live_secret_hashes(self, user_id: str) -> tuple[set[str], set[str]]:
+        """The hashes of ``user_id``'s live API tokens and live web sessions (a viewer
+        capability names its minting credential by a hash of one of these)."""
+        now = self._now()
+        async with self._sessions() as session:
+            tokens = await session.scalars(
+                select(models.ApiToken.token_hash)
+                .join(models.User)
+                .where(
+                    models.ApiToken.user_id == user_id,
+                    models.ApiToken.revoked_at.is_(None),
+                    models.User.disabled_at.is_(None),
+                )
+            )
+            token_hashes = set(tokens)
+            sessions = await session.scalars(
+                select(models.WebSession.secret_hash)
+                .join(models.User)
+                .where(
+                    models.WebSession.user_id == user_id,
+                    models.WebSession.expires_at > now,
+                    models.User.disabled_at.is_(None),
+                )
+            )
+            return token_hashes, set(sessions)

@@ -1,8 +1,11 @@
 """Viewer capabilities: HMAC-signed, expiring grants bound to one desktop session.
 
 A token is ``base64url(payload) . base64url(hmac_sha256(key, payload))`` where the payload is
-compact JSON ``{u, c, r, s, e, p}`` (user, conversation, relay, desktop session, expiry, and
-``p: 1`` when it was minted for a person). It travels only in viewer paths
+compact JSON ``{u, c, r, s, e, p, m}`` (user, conversation, relay, desktop session, expiry,
+``p: 1`` when it was minted for a person, and ``m``, the minting credential: its kind and a
+short one-way hash of its secret's hash, ``server.auth.revocation.minted_ref``; never the
+secret). The viewer's streams are watched under that credential, so revoking the API token or
+signing out the web session that minted it closes them. It travels only in viewer paths
 (``/vnc/{sid}/{token}/…``), never in API URLs.
 
 Only a person (a cookie session) gets a capability whose input reaches the desktop and counts
@@ -66,6 +69,8 @@ class ViewerGrant:
     expires_at: int
     # A person's viewer (input allowed, and it counts as theirs); False: view only.
     person: bool = False
+    # The credential that minted it (``server.auth.revocation.minted_ref``); "": its user only.
+    minted_by: str = ""
 
 
 def _b64(data: bytes) -> str:
@@ -99,6 +104,7 @@ def mint(key: str, grant: ViewerGrant) -> str:
             "s": grant.desktop_session_id,
             "e": grant.expires_at,
             **({"p": 1} if grant.person else {}),
+            **({"m": grant.minted_by} if grant.minted_by else {}),
         },
         separators=(",", ":"),
     ).encode()
@@ -113,10 +119,14 @@ def grant_for(
     ttl_s: int,
     *,
     person: bool = False,
+    minted_by: str = "",
 ) -> ViewerGrant:
-    """A grant for ``ttl_s`` seconds; ``person``: minted for a person's cookie session."""
+    """A grant for ``ttl_s`` seconds; ``person``: minted for a person's cookie session;
+    ``minted_by``: the credential that minted it."""
     expires_at = int(time.time()) + ttl_s
-    return ViewerGrant(user_id, conversation_id, relay_id, desktop_session_id, expires_at, person)
+    return ViewerGrant(
+        user_id, conversation_id, relay_id, desktop_session_id, expires_at, person, minted_by
+    )
 
 
 def _decode(token: str) -> tuple[bytes, bytes]:
@@ -143,6 +153,7 @@ def verify(key: str, token: str, desktop_session_id: str, now: float | None = No
             str(data["s"]),
             int(data["e"]),
             data.get("p") == 1,
+            str(data.get("m", "")),
         )
     except (ValueError, KeyError, TypeError) as err:
         raise ViewerDenied(Denial.MALFORMED) from err

@@ -18,8 +18,12 @@ from server.relays.router import RelayRouter
 from server.services import services_of
 from server.viewer.assets import VIEWER_DIR, NovncAssets, viewer_file
 from server.viewer.audio import AudioService
+from server.viewer.capability import ViewerGrant
 from server.viewer.input import PersonInputSink
+from server.viewer.policy import agent_viewer_refusal
 from server.viewer.service import ViewerService
+from wire.errors import OpError
+from wire.ids import RelayId
 
 # The token is in the page's path: no cache may keep it and no Referer may carry it away.
 PAGE_HEADERS = {
@@ -38,14 +42,20 @@ async def viewer_page(request: Request) -> Response:
     )
 
 
+def _relay_policy(websocket: WebSocket, grant: ViewerGrant) -> OpError | None:
+    """An agent's capability on a relay that denies apps (its capabilities as they are now)."""
+    capabilities = services_of(websocket).hub.capabilities(RelayId(grant.relay_id))
+    return agent_viewer_refusal(grant.person, capabilities)
+
+
 async def viewer_socket(websocket: WebSocket) -> None:
     """``WS /vnc/{sid}/{token}/websockify``: the VNC byte stream."""
-    await watched_viewer(websocket, services_of(websocket).viewer.serve)
+    await watched_viewer(websocket, services_of(websocket).viewer.serve, _relay_policy)
 
 
 async def audio_socket(websocket: WebSocket) -> None:
     """``WS /vnc/{sid}/{token}/audio``: the desktop's sound, one Opus packet per message."""
-    await watched_viewer(websocket, services_of(websocket).audio.serve)
+    await watched_viewer(websocket, services_of(websocket).audio.serve, _relay_policy)
 
 
 async def novnc_asset(request: Request) -> Response:

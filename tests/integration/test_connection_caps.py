@@ -19,7 +19,9 @@ import pytest
 import websockets
 
 from server import admin
+from server.config import load_or_create_secret
 from server.db.store import Store
+from server.viewer.capability import grant_for, mint
 from tests.support.processes import ProcessFactory, scaled
 from tests.support.sse import SseStream, open_sse
 from tests.support.stack import Seed, ServerProcess, start_server, wait_until
@@ -104,6 +106,28 @@ async def test_a_user_at_the_cap_gets_429_naming_it_and_others_are_served(
         # Closed streams give their slots back.
         await held.aclose()
         await wait_until(lambda: _opens(server, seed.api_token), 10, "a slot given back")
+
+
+async def test_a_viewers_control_feed_over_the_cap_gets_429(
+    seed: Seed, process_factory: ProcessFactory
+) -> None:
+    """The control feed of a viewer capability counts under its user's cap like every stream."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    async with (
+        _server(process_factory, seed) as server,
+        httpx.AsyncClient(base_url=server.url, limits=limits, timeout=scaled(10)) as client,
+        contextlib.AsyncExitStack() as held,
+    ):
+        for _ in range(PER_USER):
+            stream = await _open(held, client, _events(seed), seed.api_token)
+            assert stream.response.status_code == 200
+        session = "s" * 22
+        where = (seed.user["user_id"], seed.conversation_id, seed.relay["relay_id"], session)
+        grant = grant_for(*where, 600, person=True)
+        token = mint(load_or_create_secret(seed.data_dir), grant)
+        refused = await client.get(f"/vnc/{session}/{token}/control")
+        assert refused.status_code == 429, refused.text
+        assert "RELAYDESK_MAX_STREAMS_PER_PRINCIPAL" in refused.json()["error"]["message"]
 
 
 async def _opens(server: ServerProcess, token: str) -> bool:

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -264,6 +265,79 @@ async def test_a_viewer_closes_within_2_s_when_its_user_is_disabled(stack: Stack
         assert time.monotonic() - revoked_at < scaled(BOUND_S)
         assert closed.code == CloseCode.VIEWER_FORBIDDEN
         assert "revoked" in closed.reason
+
+
+async def _attach(stack: Stack, client: httpx.AsyncClient, headers: dict[str, str]) -> str:
+    """``desktop_attach`` with ``client``'s credential: the viewer URL's path."""
+    body = {"conversation_id": stack.seed.conversation_id, "relay": "relay-1", "slot": "main"}
+    attached = await client.post("/api/v1/actions/desktop_attach", json=body, headers=headers)
+    assert attached.status_code == 200, attached.text
+    return str(urlsplit(attached.json()["viewer_url"]).path)  # an agent's ends in ?view_only=1
+
+
+def _socket(stack: Stack, path: str, end: str = "websockify") -> str:
+    return stack.url.replace("http", "ws", 1) + path + end
+
+
+async def _viewer_closes_after(stack: Stack, path: str, revoke: Any) -> None:
+    """Open the viewer at ``path``, run ``revoke()``; the viewer must close within the bound."""
+    socket_url = _socket(stack, path)
+    async with websockets.connect(socket_url, subprotocols=["binary"]) as viewer:  # type: ignore[list-item]
+        assert (await asyncio.wait_for(viewer.recv(), scaled(10)))[:4] == b"RFB "
+        revoked_at = await revoke()
+        closed = await _closed(viewer, scaled(BOUND_S) + 1, replies_allowed=True)
+        closed_after = time.monotonic() - revoked_at
+    print(f"viewer closed {closed_after:.2f} s after the revocation")
+    assert closed_after < scaled(BOUND_S)
+    assert closed.code == CloseCode.VIEWER_FORBIDDEN
+    assert "revoked" in closed.reason
+
+
+async def test_a_viewer_an_api_token_minted_closes_within_2_s_of_revoke_token(
+    stack: Stack,
+) -> None:
+    token, token_id = await _member(stack.seed, "viewer-agent")
+    async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(30)) as client:
+        path = await _attach(stack, client, _bearer(token))
+    await _viewer_closes_after(stack, path, lambda: _revoke(stack.seed, "revoke-token", token_id))
+    # Its capability opens nothing any more, though it has not expired: "Access denied".
+    async with websockets.connect(_socket(stack, path), subprotocols=["binary"]) as again:  # type: ignore[list-item]
+        closed = await _closed(again, scaled(BOUND_S))
+    assert closed.code == CloseCode.VIEWER_FORBIDDEN and "revoked" in closed.reason
+
+
+async def test_a_viewer_a_web_session_minted_closes_within_2_s_of_logout(stack: Stack) -> None:
+    seed = stack.seed
+    async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(30)) as browser:
+        credentials = {"username": "alice", "password": seed.user["password"]}
+        assert (await browser.post("/api/v1/login", json=credentials)).status_code == 200
+        csrf = {CSRF_HEADER: (await browser.get("/api/v1/me")).json()["csrf_token"]}
+        path = await _attach(stack, browser, csrf)
+
+        async def logout() -> float:
+            answer = await browser.post("/api/v1/logout", headers=csrf)
+            assert answer.status_code in (200, 204), answer.text
+            return time.monotonic()
+
+        await _viewer_closes_after(stack, path, logout)
+
+
+# -- the viewer's control feed ----------------------------------------------------------------
+
+
+async def test_a_control_feed_ends_within_2_s_when_its_user_is_disabled(stack: Stack) -> None:
+    token, _ = await _member(stack.seed, "feed-person")
+    async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(30)) as client:
+        path = await _attach(stack, client, _bearer(token))
+        async with open_sse(client, path + "control") as stream:
+            assert stream.response.status_code == 200
+            assert (await stream.next()).event == "control"
+            revoked_at = await _revoke(stack.seed, "disable-user", "feed-person")
+            events = await _ended(stream, scaled(BOUND_S) + 1)
+            ended_after = time.monotonic() - revoked_at
+    print(f"control feed ended {ended_after:.2f} s after disable-user")
+    assert ended_after < scaled(BOUND_S)
+    assert events[-1].event == "access_revoked"
 
 
 # -- an MCP call ------------------------------------------------------------------------------

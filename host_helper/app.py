@@ -33,7 +33,8 @@ from host_helper.config import HelperConfig
 from host_helper.connect import connect
 from host_helper.desktop import LocalDesktops
 from host_helper.input_watch import Attribution, InputWatch
-from host_helper.screen import HostScreen
+from host_helper.screen import HostScreen, relay_denied
+from relay.policy import DENY_APPS_HEADER
 from wire.errors import (
     BodyTooLarge,
     ErrorCode,
@@ -146,9 +147,10 @@ async def local_connect(request: web.Request) -> web.StreamResponse:
 
 async def screen_action(request: web.Request) -> web.Response:
     body = await _body(request)
+    denied = relay_denied(request.headers.get(DENY_APPS_HEADER))
     # The agent's own input: the XInput2 watch does not take it for a person's.
     with request.app[INPUT_KEY].attribution.injecting():
-        result = await request.app[SCREEN_KEY].run(request.match_info["action"], body)
+        result = await request.app[SCREEN_KEY].run(request.match_info["action"], body, denied)
     return web.json_response({"ok": True, **result})
 
 

@@ -17,6 +17,7 @@ the real screen into ``desktop.person_input`` (docs/control.md). :class:`LocalDe
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, cast
@@ -27,6 +28,7 @@ from relay.a11y.client import A11yCaller
 from relay.backend import not_offered
 from relay.channels import ByteStream, Chunk
 from relay.config import HOST_HELPER_TOKEN_ENV
+from relay.policy import DENY_APPS_HEADER, DeniedApps
 from relay.wsframes import HEADROOM
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.frames import Payload
@@ -60,6 +62,13 @@ POLL_INTERVAL_S = 2.0
 INPUT_WAIT_S = 10.0
 INPUT_REPORT_INTERVAL_S = 0.25
 MAX_MESSAGE = 4 * 1024 * 1024
+
+
+def deny_apps_header(denied: DeniedApps) -> dict[str, str]:
+    """The header telling the helper the relay's denied apps."""
+    return {DENY_APPS_HEADER: json.dumps(sorted(denied.names), ensure_ascii=True)}
+
+
 # Not for the real screen: geometry and depth are the screen's own and are ignored.
 _START_REFUSED = ("profile", "persist_home")
 
@@ -100,14 +109,14 @@ class HostHelperClient:
         path: str,
         body: dict[str, Any] | None = None,
         timeout_s: float | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
         """One request; the helper's error body becomes the same ``OpError``."""
+        sent = {**self._headers, **(headers or {})}
         try:
             async with (
                 asyncio.timeout(timeout_s or self._timeout_s),
-                self.session.request(
-                    method, f"{self.url}{path}", json=body, headers=self._headers
-                ) as resp,
+                self.session.request(method, f"{self.url}{path}", json=body, headers=sent) as resp,
             ):
                 data = await resp.json(content_type=None)
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as err:
@@ -198,6 +207,9 @@ class LocalDesktop:
         self.client = client
         # The relay's accessibility policy, sent with each call (the helper's worker applies it).
         self.a11y_policy: dict[str, str] = {}
+        # The relay's denied apps, sent with each screen action (the helper's screen adds
+        # them to its own; docs/host-helper.md).
+        self.denied_apps = DeniedApps()
         self.on_change = on_change
         self.on_input = on_input
         self.poll_interval_s = poll_interval_s
@@ -273,7 +285,8 @@ class LocalDesktop:
     ) -> ScreenResult:
         """A screen action on the host display, run by the helper's screen service."""
         self._confirmed(row)
-        result = dict(await self.client.call("POST", f"/v1/screen/{action}", args))
+        denied = deny_apps_header(self.denied_apps)
+        result = dict(await self.client.call("POST", f"/v1/screen/{action}", args, headers=denied))
         result.pop("ok", None)
         result["desktop_session_id"] = row["desktop_session_id"]
         result["display"] = row.get("display")
@@ -282,7 +295,8 @@ class LocalDesktop:
     async def keyboard_state(self, row: RelayRow) -> KeyboardState:
         """The host display's LEDs."""
         self._confirmed(row)
-        state = await self.client.call("POST", "/v1/screen/keyboard_state", {})
+        denied = deny_apps_header(self.denied_apps)
+        state = await self.client.call("POST", "/v1/screen/keyboard_state", {}, headers=denied)
         return cast(KeyboardState, state)
 
     async def release_held(self, row: RelayRow) -> bool:

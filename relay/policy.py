@@ -21,6 +21,9 @@ DENY_ENV: Final = "RELAYDESK_DENY_APPS"
 # The setting's first name, from when only the accessibility tools read it: still read.
 LEGACY_DENY_ENV: Final = "RELAYDESK_A11Y_DENY_APPS"
 DENIED_MESSAGE: Final = f"denied by this relay's policy ({DENY_ENV})"
+# A relay's denied apps, sent with each screen request to its host helper (a JSON list of
+# names, ASCII-escaped); the helper denies them besides its own (docs/host-helper.md).
+DENY_APPS_HEADER: Final = "X-Relaydesk-Deny-Apps"
 
 
 def names_of(raw: str) -> tuple[str, ...]:

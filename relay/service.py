@@ -72,7 +72,7 @@ class RelayService:
         self.desktops.authority.use_in_process()
         self.audio = AudioStreams(settings.audio_bitrate)
         # One screen service for every backend, made by the first screen action.
-        self.screen = SharedScreenService()
+        self.screen = SharedScreenService(settings.tools.denied)
         # The host helper's local desktop (relay/local_desktop.py, docs/host-helper.md).
         self.local = (
             LocalDesktop(
@@ -85,6 +85,7 @@ class RelayService:
         )
         if self.local is not None:
             self.local.a11y_policy = settings.a11y.worker_env()
+            self.local.denied_apps = settings.tools.denied
         # One backend per kind of desktop this relay runs (relay/backend.py).
         backends: list[DesktopBackend] = [
             VirtualBackend(

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from relay.policy import DeniedApps
 from wire.errors import ErrorCode, OpError
 from wire.ops import KeyboardState, RelayRow, ScreenResult
 from wire.screen_actions import ScreenAction
@@ -18,16 +19,21 @@ if TYPE_CHECKING:
 
 class SharedScreenService:
     """The relay's one screen service, made by the first screen action: python-xlib, Pillow
-    and the capture encoder load then, not while the relay starts and dials its server."""
+    and the capture encoder load then, not while the relay starts and dials its server.
 
-    def __init__(self) -> None:
+    ``denied``: the relay's denied apps, from its settings (``RelaySettings.tools.denied``),
+    given to the service explicitly: nothing here reads the process's environment, so every
+    screen of the relay follows the relay's one setting (None: no app is denied)."""
+
+    def __init__(self, denied: DeniedApps | None = None) -> None:
         self._service: ScreenService | None = None
+        self.denied = denied if denied is not None else DeniedApps()
 
     def __call__(self) -> ScreenService:
         if self._service is None:
             from relay.screen.service import ScreenService
 
-            self._service = ScreenService()
+            self._service = ScreenService(denied=self.denied)
         return self._service
 
     async def aclose(self) -> None:

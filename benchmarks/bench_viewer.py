@@ -36,6 +36,8 @@ import psutil
 from benchmarks.common import parser, percentile
 from benchmarks.rfb import RFBClient
 from relay.config import DIRECT_HOST_ENV
+from server.config import load_or_create_secret
+from server.viewer.capability import grant_for, mint
 from tests.support.processes import ProcessTracker
 from tests.support.stack import (
     Seed,
@@ -133,9 +135,9 @@ async def start_stack(
             )
         ).json()
     result = answer.get("result", answer)
-    viewer = result["viewer_url"] or ""
-    path = viewer if viewer.startswith("/") else "/" + viewer.split("/", 3)[3]
-    record = desktop_record(seed, result["desktop"]["desktop_session_id"])
+    session_id = result["desktop"]["desktop_session_id"]
+    path = person_viewer_path(seed, session_id)
+    record = desktop_record(seed, session_id)
     urls = {
         "direct": f"ws://127.0.0.1:{record['websockify_port']}/websockify",
         "server": f"ws://127.0.0.1:{server.port}{path}websockify",
@@ -145,6 +147,15 @@ async def start_stack(
                  "x11vnc": pids["x11vnc"], "websockify": pids["websockify"]}  # fmt: skip
     # x11vnc and websockify demand the desktop's VNC secret; the server's path does not.
     return urls, processes, int(record["vnc_port"]), bytes.fromhex(record["vnc_secret"])
+
+
+def person_viewer_path(seed: Seed, session_id: str) -> str:
+    """A person's viewer of the desktop (what ``desktop_attach`` gives her web session: input
+    is read on its way, as in use), minted with the server's own key; ``desktop_start`` with the
+    API token answers an agent's view-only one."""
+    where = (seed.user["user_id"], seed.conversation_id, seed.relay["relay_id"], session_id)
+    grant = grant_for(*where, 3600, person=True)
+    return f"/vnc/{session_id}/{mint(load_or_create_secret(seed.data_dir), grant)}/"
 
 
 def desktop_record(seed: Seed, session_id: str) -> dict[str, Any]:

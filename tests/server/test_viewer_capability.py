@@ -6,8 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from server.auth.principal import Principal
+from server.auth.revocation import MINTED_REF_HEX, minted_ref
+from server.auth.tokens import hash_secret
 from server.viewer.capability import Denial, ViewerDenied, grant_for, mint, verify
 from wire.errors import CloseCode
+from wire.ids import UserId
 
 pytestmark = pytest.mark.unit
 KEY = "k" * 32
@@ -81,3 +85,17 @@ def test_only_a_capability_minted_for_a_person_takes_input() -> None:
     person = mint(KEY, grant_for("u1", "c1", "r1", "s1", 60, person=True))
     assert verify(KEY, person, "s1").person is True
     assert verify(KEY, _token(), "s1").person is False  # an agent's: view only
+
+
+def test_a_capability_names_its_minting_credential_by_a_one_way_hash() -> None:
+    secret = "rdk_" + "x" * 43
+    token_user = Principal(UserId("u1"), "u", False, "token", None, hash_secret(secret))
+    cookie_user = Principal(UserId("u1"), "u", False, "cookie", "csrf", hash_secret("rds_y"))
+    ref = minted_ref(token_user)
+    assert ref.startswith("t.") and minted_ref(cookie_user).startswith("s.")
+    assert secret not in ref and hash_secret(secret) not in ref
+    assert len(ref) == 2 + MINTED_REF_HEX
+    token = mint(KEY, grant_for("u1", "c1", "r1", "s1", 60, minted_by=ref))
+    assert verify(KEY, token, "s1").minted_by == ref
+    assert verify(KEY, _token(), "s1").minted_by == ""  # names only its user
+    assert minted_ref(Principal(UserId("u1"), "u", False, "cookie")) == ""

@@ -322,6 +322,22 @@ async def test_a_viewer_a_web_session_minted_closes_within_2_s_of_logout(stack: 
         await _viewer_closes_after(stack, path, logout)
 
 
+async def test_an_audio_socket_an_api_token_minted_closes_within_2_s_of_revoke_token(
+    stack: Stack,
+) -> None:
+    token, token_id = await _member(stack.seed, "audio-agent")
+    async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(30)) as client:
+        path = await _attach(stack, client, _bearer(token))
+    async with websockets.connect(_socket(stack, path, "audio")) as audio:
+        first = await asyncio.wait_for(audio.recv(), scaled(10))  # the stream's opening message
+        assert first, "the audio stream sent nothing"
+        revoked_at = await _revoke(stack.seed, "revoke-token", token_id)
+        closed = await _closed(audio, scaled(BOUND_S) + 1, replies_allowed=True)
+        closed_after = time.monotonic() - revoked_at
+    assert closed_after < scaled(BOUND_S)
+    assert closed.code == CloseCode.VIEWER_FORBIDDEN and "revoked" in closed.reason
+
+
 # -- the viewer's control feed ----------------------------------------------------------------
 
 

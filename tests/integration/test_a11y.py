@@ -314,14 +314,14 @@ async def test_window_bounds_match_the_x_servers_geometry(stack):
 async def test_a_person_in_control_refuses_agent_acts_but_not_reads(stack):
     save = await _find_one(stack, 'push_button[name="Save"]', window="relaydesk form")
     clicks = stack.state()["clicks"]
-    await stack.ok("desktop_take_control", desktop_session_id=stack.session_id)
+    await stack.ok("desktop_take_control", person=True, desktop_session_id=stack.session_id)
     try:
         status, body = await stack.act("desktop_click", ref=save["ref"])
         assert (status, body["error"]["code"]) == (423, "takeover_active"), body
         # reads go on
         assert (await stack.ok("desktop_read", ref=save["ref"]))["name"] == "Save"
     finally:
-        await stack.ok("desktop_hand_back", desktop_session_id=stack.session_id)
+        await stack.ok("desktop_hand_back", person=True, desktop_session_id=stack.session_id)
     assert stack.state()["clicks"] == clicks  # no input reached the app
     await stack.ok("desktop_click", ref=save["ref"])
     await wait_until(lambda: stack.state()["clicks"] == clicks + 1, scaled(10), "the click")

@@ -23,7 +23,7 @@ from Xlib import XK, X, display
 from tests.e2e.viewer_stack import viewer_stack
 from tests.support.processes import scaled
 from tests.support.recorded import Desktop, recorded_desktops
-from tests.support.stack import Seed
+from tests.support.stack import Seed, person_headers
 from wire.ids import RelayId
 
 SHIFT_L = 0xFFE1
@@ -416,7 +416,7 @@ async def test_key_down_shift_holds_it_for_the_keys_in_between(stack, main):
 async def test_held_input_waits_while_a_person_is_in_control(stack, main):
     import httpx
 
-    headers = {"Authorization": f"Bearer {stack.seed.api_token}"}
+    headers = await person_headers(stack.url, stack.seed)  # control is a person's
     body = {"conversation_id": stack.seed.conversation_id, "desktop_session_id": main.session_id}
 
     async def control(name: str) -> None:
@@ -455,7 +455,7 @@ async def test_stop_and_a_takeover_let_go_of_what_the_agent_held(stack, main, mo
     short = dataclasses.replace(policies.default, regrant_cooldown_s=0.5)
     monkeypatch.setattr(control_service, "policies", dataclasses.replace(policies, default=short))
 
-    headers = {"Authorization": f"Bearer {stack.seed.api_token}"}
+    headers = await person_headers(stack.url, stack.seed)  # control is a person's
     body = {"conversation_id": stack.seed.conversation_id, "desktop_session_id": main.session_id}
 
     async def control(name: str) -> None:

@@ -18,7 +18,14 @@ from typing import Any
 import httpx
 
 from tests.support.processes import ProcessTracker, scaled
-from tests.support.stack import Seed, inprocess_server, seed_database, start_relay, wait_until
+from tests.support.stack import (
+    Seed,
+    inprocess_server,
+    person_headers,
+    seed_database,
+    start_relay,
+    wait_until,
+)
 from wire.ids import RelayId
 
 SUPPORT = Path(__file__).resolve().parent
@@ -38,15 +45,21 @@ class A11yStack:
     shared: Path  # a directory the desktop's user may write (state files, browser profiles)
     relay_log: Any = None
 
-    async def act(self, name: str, **body: Any) -> tuple[int, dict[str, Any]]:
+    async def act(
+        self, name: str, *, person: bool = False, **body: Any
+    ) -> tuple[int, dict[str, Any]]:
+        """Call an action as the seeded agent (its API token) or, ``person``, as the seeded
+        user signed in to the web app."""
         payload = {"conversation_id": self.seed.conversation_id, **body}
         headers = {"Authorization": f"Bearer {self.seed.api_token}"}
+        if person:
+            headers = await person_headers(self.url, self.seed)
         async with httpx.AsyncClient(base_url=self.url, timeout=scaled(60)) as client:
             response = await client.post(f"/api/v1/actions/{name}", json=payload, headers=headers)
         return response.status_code, response.json()
 
-    async def ok(self, name: str, **body: Any) -> dict[str, Any]:
-        status, result = await self.act(name, **body)
+    async def ok(self, name: str, *, person: bool = False, **body: Any) -> dict[str, Any]:
+        status, result = await self.act(name, person=person, **body)
         assert status == 200, result
         assert result["ok"] is True
         return result

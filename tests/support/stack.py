@@ -218,6 +218,19 @@ async def stop_desktops_in(state_dir: Path) -> int:
     return len(adopted)
 
 
+async def person_headers(url: str, seed: Seed) -> dict[str, str]:
+    """The seeded user signed in to the web app at ``url``: her session cookie and CSRF token
+    (what take control, hand back and Stop need: they are for people, not API tokens)."""
+    body = {"username": seed.user["username"], "password": seed.user["password"]}
+    async with httpx.AsyncClient(base_url=url, timeout=scaled(30)) as client:
+        login = await client.post("/api/v1/login", json=body)
+    assert login.status_code == 200, login.text
+    return {
+        "Cookie": f"relaydesk_session={login.cookies['relaydesk_session']}",
+        "X-CSRF-Token": login.json()["csrf_token"],
+    }
+
+
 @contextlib.asynccontextmanager
 async def inprocess_server(seed: Seed, **overrides: Any) -> AsyncIterator[tuple[Any, str]]:
     """The real server app under uvicorn, in this event loop, on a free loopback port."""

@@ -319,7 +319,7 @@ async def test_a_viewer_that_stops_reading_does_not_stall_another(
     stalled = await stalled_viewer(stack.socket_url(desktop))
 
     def owed() -> int:
-        return max(int(s.backend.channel.buffered) for s in _sessions(stack))
+        return max((int(s.backend.channel.buffered) for s in _sessions(stack)), default=0)
 
     await wait_until(lambda: owed() >= FULL_UPDATE_OWED, 10, "the stalled viewer's channel to fill")
     for _ in range(20):

@@ -47,6 +47,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import psutil
@@ -242,8 +243,8 @@ async def running(client: httpx.AsyncClient, soak: Soak) -> dict[str, str]:
 
 def ws_url(soak: Soak, viewer_url: str) -> str:
     """The viewer's WebSocket (the server answers a path when it has no public URL)."""
-    path = viewer_url.split("://", 1)[-1].split("/", 1)[-1]
-    return f"ws://127.0.0.1:{soak.port}/{path}websockify"
+    path = urlsplit(viewer_url).path  # an agent's URL ends in ?view_only=1
+    return f"ws://127.0.0.1:{soak.port}{path}websockify"
 
 
 async def pull_frames(client: httpx.AsyncClient, soak: Soak, frames: int, wait_s: float) -> None:

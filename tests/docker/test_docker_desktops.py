@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
@@ -173,7 +174,7 @@ async def _viewer_frame(stack: Stack, viewer_url: str, session_id: str) -> dict[
     screen as it last scanned it (it scans only while a viewer is connected), so the start-up
     apps mapped meanwhile show in a later full update on the same connection. Returns the
     screenshot that matched."""
-    ws_url = stack.url.replace("http://", "ws://") + viewer_url + "websockify"
+    ws_url = stack.url.replace("http://", "ws://") + urlsplit(viewer_url).path + "websockify"
     client = await asyncio.wait_for(RFBClient.open_websocket(ws_url), scaled(20))
     try:
         assert (client.width, client.height) == GEOMETRY
@@ -286,7 +287,7 @@ async def test_a_docker_desktop_cannot_see_the_hosts_files(stack: Stack) -> None
 async def test_a_tone_played_in_the_desktop_is_heard_through_the_server(stack: Stack) -> None:
     started = await stack.running_docker()
     desktop = started["desktop"]
-    url = stack.url.replace("http://", "ws://") + started["viewer_url"] + "audio"
+    url = stack.url.replace("http://", "ws://") + urlsplit(started["viewer_url"]).path + "audio"
     decoder, heard, pcm = Decoder(), Heard(), []
     async with listener(url) as ws:
         first = await asyncio.wait_for(ws.receive(), scaled(10))

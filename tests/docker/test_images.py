@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import numpy as np
@@ -102,7 +103,7 @@ def _framebuffer(rects: list[Any], width: int, height: int) -> np.ndarray:
 
 async def _viewer_frame(server_url: str, viewer_url: str) -> tuple[int, int, np.ndarray]:
     """RFB through the server's viewer WebSocket: the handshake and one full update."""
-    ws_url = server_url.replace("http://", "ws://") + viewer_url + "websockify"
+    ws_url = server_url.replace("http://", "ws://") + urlsplit(viewer_url).path + "websockify"
     client = await asyncio.wait_for(RFBClient.open_websocket(ws_url), scaled(20))
     try:
         await client.request_update(incremental=False)
@@ -169,10 +170,15 @@ async def test_viewer_stream_screenshot_and_guarded_click(stack: RelayStack) -> 
 _SOUND_ROOT = "from relay.desktops.audio import default_runtime_root; print(default_runtime_root())"
 
 
+def _path(started: dict[str, Any]) -> str:
+    """The viewer's path (an API token's URL ends in ?view_only=1)."""
+    return urlsplit(str(started["viewer_url"])).path
+
+
 async def test_a_tone_played_in_a_desktop_is_heard_through_the_server(stack: RelayStack) -> None:
     started = stack.start_desktop()
     display = started["desktop"]["display"]
-    url = stack.server.url.replace("http://", "ws://") + started["viewer_url"] + "audio"
+    url = stack.server.url.replace("http://", "ws://") + _path(started) + "audio"
     # The desktop's sound server is a socket inside the relay's container: the player runs there.
     sound_root = Path(stack.relay.exec("python3", "-c", _SOUND_ROOT))
     via = ("docker", "exec", "--interactive", stack.relay.id)

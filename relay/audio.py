@@ -9,6 +9,11 @@ video channel's window: every listener is a channel of its own.
 
 A channel ``DATA`` payload is one packet: :data:`PACKET_HEADER` (capture time in µs since the
 epoch, sequence number) followed by one Opus packet.
+
+``parec`` runs as the desktop's user (:class:`CaptureAccount`), never as a root relay: the sound
+server's socket lies in a directory that user controls, so only that user ever connects to
+it. It starts held (a shell waiting for one line) until it has joined the desktop's cgroup,
+like every other process of that user (docs/audio.md).
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ import contextlib
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import struct
+import subprocess
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -36,7 +43,9 @@ from relay.desktops.audio import (
     SAMPLE_RATE,
     display_number,
     pulse_server,
+    runtime_dir,
 )
+from relay.desktops.user import DesktopUser
 from wire.errors import ChannelCloseCode, ErrorCode, OpError
 from wire.frames import Payload
 from wire.ids import ChannelId
@@ -56,6 +65,35 @@ MAX_PACKET: Final = 1500
 QUEUE_PACKETS: Final = 15
 CAPTURE_STOP_S: Final = 2.0
 PAREC_BINARY: Final = "parec"
+PAREC_ARGS: Final = (
+    "--raw",
+    "--format=s16le",
+    f"--rate={SAMPLE_RATE}",
+    f"--channels={CHANNELS}",
+    f"--latency-msec={FRAME_MS}",
+    "-d",
+    MONITOR_SOURCE,
+)
+# The capture waits for one line on its standard input, written once it is in the desktop's
+# cgroup; a relay gone before leaves the pipe without a writer and parec never runs.
+_HOLD: Final = ("/bin/sh", "-c", 'read -r go || exit 0; exec "$@" </dev/null', "relaydesk-held")
+
+
+@dataclass(frozen=True)
+class CaptureAccount:
+    """Who a desktop's capture runs as (None: the relay's own user, a relay that is not root),
+    and how its process joins the desktop's cgroup (None: it has none)."""
+
+    user: DesktopUser | None = None
+    join: Callable[[int], Awaitable[bool]] | None = None
+
+
+AccountOf = Callable[[RelayRow], Awaitable[CaptureAccount]]
+
+
+async def relay_account(row: RelayRow) -> CaptureAccount:
+    """The capture runs as the relay's own user (a relay that is not root; tests)."""
+    return CaptureAccount()
 
 
 class OpusFailed(OpError):
@@ -285,14 +323,22 @@ class CaptureStats:
 class DesktopAudio:
     """The capture of one desktop and the listeners it fans out to."""
 
-    def __init__(self, desktop_session_id: str, display: int, bitrate: int) -> None:
+    def __init__(
+        self,
+        desktop_session_id: str,
+        display: int,
+        bitrate: int,
+        account: CaptureAccount | None = None,
+    ) -> None:
         self.desktop_session_id = desktop_session_id
         self.display = display
         self.bitrate = bitrate
+        self.account = account or CaptureAccount()
         self.listeners: set[AudioChannel] = set()
         self.stats = CaptureStats()
         self._task: asyncio.Task[None] | None = None
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: tuple[subprocess.Popen[bytes], int] | None = None
+        self._pipe: asyncio.BaseTransport | None = None
         self._ending = False
 
     @property
@@ -338,20 +384,12 @@ class DesktopAudio:
             await listener.close(ChannelCloseCode.TARGET_CLOSED, reason)
 
     async def _run(self, encoder: OpusEncoder) -> None:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-               "PULSE_SERVER": pulse_server(self.display)}  # fmt: skip
-        self._process = process = await asyncio.create_subprocess_exec(
-            PAREC_BINARY, "--raw", "--format=s16le", f"--rate={SAMPLE_RATE}",
-            f"--channels={CHANNELS}", f"--latency-msec={FRAME_MS}", "-d", MONITOR_SOURCE,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL, env=env, start_new_session=True,
-        )  # fmt: skip
-        assert process.stdout is not None
+        stdout = await self._start_parec()
         log.info("audio capture of :%d started", self.display)
         sequence = 0
         while True:
             try:
-                pcm = await process.stdout.readexactly(FRAME_BYTES)
+                pcm = await stdout.readexactly(FRAME_BYTES)
             except asyncio.IncompleteReadError:
                 log.info("audio capture of :%d ended (parec exited)", self.display)
                 return
@@ -363,21 +401,100 @@ class DesktopAudio:
             for listener in self.listeners:
                 listener.push(packet)
 
+    async def _start_parec(self) -> asyncio.StreamReader:
+        """``parec`` as the desktop's user, released once it is in the desktop's cgroup; its
+        output as a stream."""
+        parec = shutil.which(PAREC_BINARY)
+        if parec is None:
+            raise FileNotFoundError(f"{PAREC_BINARY} is not installed")
+        argv = [*_HOLD, parec, *PAREC_ARGS]
+        process, hold_write = _spawn_held(argv, self._env(), self.account.user)
+        self._process = (process, hold_write)
+        try:
+            join = self.account.join
+            if join is not None and not await join(process.pid):
+                raise OSError("the desktop stopped")
+            os.write(hold_write, b"go\n")
+        finally:
+            os.close(hold_write)
+        reader, self._pipe = await _stream_of(process)
+        return reader
+
+    def _env(self) -> dict[str, str]:
+        # The client's own files (cookie, configuration) stay in the desktop's runtime dir,
+        # like the sound server's: nothing of the relay's account is read or written.
+        directory = str(runtime_dir(self.display))
+        return {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PULSE_SERVER": pulse_server(self.display),
+            "HOME": directory,
+            "XDG_RUNTIME_DIR": directory,
+            "XDG_CONFIG_HOME": f"{directory}/config",
+            "PULSE_RUNTIME_PATH": directory,
+            "PULSE_STATE_PATH": f"{directory}/state",
+        }
+
     async def _kill_parec(self) -> None:
-        process, self._process = self._process, None
-        if process is None or process.returncode is not None:
+        started, self._process = self._process, None
+        if started is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), CAPTURE_STOP_S)
+        process = started[0]
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await asyncio.to_thread(process.wait, CAPTURE_STOP_S)
+        # The transport owns the output pipe and closes it (never the file itself: the
+        # loop would later close a descriptor number another file may have by then).
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            pipe.close()
+        elif process.stdout is not None:  # never handed to the loop
+            process.stdout.close()
+
+
+def _spawn_held(
+    argv: list[str], env: dict[str, str], user: DesktopUser | None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start the held ``argv`` as ``user`` (blocking; the relay's event loop may not drop
+    privileges for a child): the process and the write end of its hold pipe."""
+    hold_read, hold_write = os.pipe()
+    try:
+        process = subprocess.Popen(
+            argv, stdin=hold_read, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+            start_new_session=True, cwd="/", close_fds=True,
+            **(user.popen_kwargs() if user is not None else {}),
+        )  # fmt: skip
+    except BaseException:
+        os.close(hold_write)
+        raise
+    finally:
+        os.close(hold_read)
+    return process, hold_write
+
+
+async def _stream_of(
+    process: subprocess.Popen[bytes],
+) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
+    """``process``'s standard output as an asyncio stream, and the transport that owns it."""
+    assert process.stdout is not None
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=FRAME_BYTES * 4)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), process.stdout
+    )
+    return reader, transport
 
 
 class AudioStreams:
     """The relay's audio channels by desktop session (``channel.open {type: audio}``)."""
 
-    def __init__(self, bitrate: int = DEFAULT_BITRATE) -> None:
+    def __init__(
+        self, bitrate: int = DEFAULT_BITRATE, account_of: AccountOf = relay_account
+    ) -> None:
         self.bitrate = bitrate
+        # Who each desktop's capture runs as (the relay's desktop account when it is root).
+        self.account_of = account_of
         self.desktops: dict[str, DesktopAudio] = {}
         self._stopping: set[asyncio.Task[None]] = set()
 
@@ -394,7 +511,8 @@ class AudioStreams:
         desktop = self.desktops.get(session_id)
         if desktop is None:
             display = display_number(str(row.get("display") or ""))
-            desktop = DesktopAudio(session_id, display, self.bitrate)
+            account = await self.account_of(row)
+            desktop = DesktopAudio(session_id, display, self.bitrate, account)
             self.desktops[session_id] = desktop
         listener = AudioChannel(channel_id, link, self._listener_closed(desktop))
         link.start_channel(listener)

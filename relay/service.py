@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from relay.audio import AudioStreams
+from relay.audio import AudioStreams, CaptureAccount
 from relay.backend import DesktopBackend
 from relay.config import RelaySettings
 from relay.desktops.audio import PulseAudioStarter
@@ -24,6 +25,7 @@ from relay.desktops.screens import SharedScreenService
 from relay.handlers import Handlers
 from relay.local_desktop import HostHelperClient, LocalDesktop
 from relay.worker import RelayWorker, process_age_s
+from wire.ops import RelayRow
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +72,7 @@ class RelayService:
         # The relay's own X connections (screen tool, keyboard state) find each desktop's
         # cookie here; set once, before any of them opens (relay/desktops/credentials.py).
         self.desktops.authority.use_in_process()
-        self.audio = AudioStreams(settings.audio_bitrate)
+        self.audio = AudioStreams(settings.audio_bitrate, self._capture_account)
         # One screen service for every backend, made by the first screen action.
         self.screen = SharedScreenService(settings.tools.denied)
         # The host helper's local desktop (relay/local_desktop.py, docs/host-helper.md).
@@ -116,6 +118,16 @@ class RelayService:
         )
         self.worker = RelayWorker(settings, self.handlers)
         self.owner = StateOwner(desktop_config.state_dir)
+
+    async def _capture_account(self, row: RelayRow) -> CaptureAccount:
+        """A desktop's audio capture runs as its desktop's account, in its cgroup."""
+        if row.get("kind") == "docker":
+            return CaptureAccount(await self.docker.desktops.desktop_user())
+        session_id = row["desktop_session_id"]
+        return CaptureAccount(
+            await self.desktops.desktop_user(),
+            functools.partial(self.desktops.enter_cgroup, session_id),
+        )
 
     async def _desktop_changed(self, row: Mapping[str, Any]) -> None:
         await self.worker.send_event("desktop.changed", dict(row))

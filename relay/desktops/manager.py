@@ -282,6 +282,16 @@ class DesktopManager:
             await self._save()
         return True
 
+    async def enter_cgroup(self, desktop_session_id: str, pid: int) -> bool:
+        """Move a process the relay started for a live desktop (its audio capture, run as the
+        desktop's user) into the desktop's cgroup, without recording it; False: no such
+        desktop, or the move failed. True where the host gives desktops no cgroup."""
+        async with self._lock:
+            if self.live(desktop_session_id) is None:
+                return False
+            cgroup = self._slots.cgroup_of(desktop_session_id)
+            return cgroup is None or not cgroup.is_dir() or cgroups.enter(cgroup, pid)
+
     def _join(self, desktop: Desktop, child: ChildProcess) -> None:
         """A later child joins the desktop's processes and its cgroup (a held one before its
         program starts)."""

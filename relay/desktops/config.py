@@ -42,8 +42,10 @@ class DesktopConfig:
     start_timeout_s: float = 15.0
     probe_timeout_s: float = 3.0
     # Watchdog rounds in a row whose chain probe fails before a desktop whose essential
-    # processes are alive is failed (a dead essential process fails it at once).
-    probe_failures: int = 3
+    # processes are alive is failed (a dead essential process fails it at once). Four rounds
+    # (~32 s with the defaults) outlast x11vnc's 20 s wait on a viewer that stopped reading
+    # (docs/desktops.md, "Watchdog").
+    probe_failures: int = 4
     stop_grace_s: float = 3.0
     # A desktop whose relay has not beaten its heartbeat this long stops by itself (0: never).
     orphan_timeout_s: float = 600.0

@@ -6,16 +6,19 @@ while every process is alive (docs/desktops.md, "Watchdog")."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import os
 import signal
+import socket
 from collections.abc import AsyncIterator
 
 import aiohttp
 import psutil
 import pytest
 
+from benchmarks.rfb import RFBClient, TCPTransport
 from relay.desktops import DesktopConfig, DesktopManager
 from relay.desktops.config import DesktopConfig as Config
 from tests.relay.conftest import Recorder, pid_of, record_for
@@ -114,6 +117,42 @@ async def test_a_dead_process_still_fails_in_the_first_round(
     assert event["state"] == "failed" and "x11vnc" in event["reason"]
 
 
+async def test_a_viewer_that_stopped_reading_never_fails_the_desktop(
+    light_config: DesktopConfig, events: Recorder
+) -> None:
+    """x11vnc serves nobody for up to 20 s while a viewer's socket is full (docs/desktops.md,
+    "Watchdog"): with the default rounds and timings the desktop outlives that."""
+    config = dataclasses.replace(light_config, watchdog_interval_s=Config.watchdog_interval_s,
+                                 probe_timeout_s=Config.probe_timeout_s)  # fmt: skip
+    manager = DesktopManager(config, on_change=events)
+    try:
+        row = await manager.start(geometry="1280x800")
+        port = row["vnc_port"]
+        secret = manager.vnc_secret(row["desktop_session_id"])
+        manager.start_watchdog()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        sock.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=sock)
+        stalled = RFBClient(TCPTransport(reader, writer))
+        await stalled.handshake(secret)
+        transport = writer.transport
+        assert isinstance(transport, asyncio.ReadTransport)
+        transport.pause_reading()  # it stops reading: x11vnc's socket to it fills
+        for _ in range(40):
+            await stalled.request_update(incremental=False)
+        await asyncio.sleep(30)  # past x11vnc's 20 s wait: the stall is over, the desktop kept
+        assert events.events == [], "a viewer that stopped reading failed a healthy desktop"
+        viewer = await RFBClient.open_tcp(port, secret=secret)
+        await viewer.request_update(False, 0, 0, 1, 1)
+        await asyncio.wait_for(viewer.read_update(), scaled(10))
+        await viewer.close()
+        writer.close()
+    finally:
+        await manager.close(stop_desktops=True)
+
+
 def _ended(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -122,7 +161,7 @@ def _ended(pid: int) -> bool:
 
 
 def test_the_number_of_rounds_is_a_setting() -> None:
-    assert Config().probe_failures == 3
+    assert Config().probe_failures == 4
     config = Config.from_env({"RELAYDESK_DESKTOP_PROBE_FAILURES": "5"})
     assert config.probe_failures == 5
     with pytest.raises(InvalidArgs, match="RELAYDESK_DESKTOP_PROBE_FAILURES"):

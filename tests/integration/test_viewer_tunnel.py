@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import AsyncIterator
@@ -13,7 +14,7 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from benchmarks.rfb import RFBClient, WebSocketTransport
+from benchmarks.rfb import RFBClient, RFBError, WebSocketTransport
 from server.relays.channel import MAX_WINDOW
 from tests.e2e.viewer_stack import (
     Desktop,
@@ -264,8 +265,9 @@ async def test_text_frames_are_refused_with_a_reason(stack: ViewerStack, desktop
     await wait_until(lambda: settled(stack), 5, "the viewer to be released")
 
 
-# Bytes still owed to a viewer that stopped reading: more than a quarter of one full update.
-FULL_UPDATE_OWED = 1280 * 800
+# Bytes owed to a viewer that stopped reading once its channel is full: a quarter of the
+# channel's first window.
+STALLED_OWED = 256 * 1024
 
 
 async def measure(client: RFBClient, seconds: float) -> float:
@@ -308,33 +310,53 @@ async def test_a_viewer_that_stops_reading_holds_bounded_memory(
     await wait_until(lambda: settled(stack), 10, "both viewers to be released")
 
 
-async def test_a_viewer_that_stops_reading_does_not_stall_another(
+async def test_a_viewer_that_stops_reading_does_not_stall_another_desktops_viewer(
     stack: ViewerStack, desktop: Desktop
 ) -> None:
-    """One viewer stops reading with full-screen updates owed to it: its channel fills to its
-    window and stays full, and meanwhile another viewer of the same desktop, over the same
-    relay link, gets every full-screen update it asks for (head-of-line blocking would freeze
-    it). How fast it gets them beside a stalled viewer is measured by bench_viewer."""
-    fast = await open_viewer(stack.socket_url(desktop))
-    stalled = await stalled_viewer(stack.socket_url(desktop))
+    """The desktops of a relay share its one link to the server: a viewer that keeps asking
+    for full-screen updates and never reads fills its channel's window, and a viewer of another
+    desktop on that relay still gets every full-screen update it asks for (head-of-line blocking
+    on the link would freeze it). One desktop's viewers share its x11vnc, which waits for the
+    slowest of them (docs/viewing.md): that is why this is seen across desktops."""
+    other = await stack.start_desktop("neighbour")
+    stalled = await open_viewer(stack.socket_url(desktop))
+
+    async def keep_asking() -> None:
+        while True:
+            await stalled.request_update(incremental=False)
+            await asyncio.sleep(0.05)
 
     def owed() -> int:
-        return max((int(s.backend.channel.buffered) for s in _sessions(stack)), default=0)
+        sessions = _sessions(stack, desktop.desktop_session_id)
+        return max((int(s.backend.channel.buffered) for s in sessions), default=0)
 
-    await wait_until(lambda: owed() >= FULL_UPDATE_OWED, 10, "the stalled viewer's channel to fill")
-    for _ in range(20):
-        await fast.request_update(incremental=False)
-        rects = await asyncio.wait_for(fast.read_update(), scaled(10))
-        assert sum(len(rect.pixels) for rect in rects) == 1280 * 800 * 4
-    assert owed() >= FULL_UPDATE_OWED, "the stalled viewer read after all"
-    await fast.close()
-    await stalled.close()
+    asking = asyncio.create_task(keep_asking())
+    try:
+        await wait_until(lambda: owed() >= STALLED_OWED, 20, "the stalled viewer's channel to fill")
+        fast = await open_viewer(stack.socket_url(other))
+        for _ in range(20):
+            await fast.request_update(incremental=False)
+            rects = await asyncio.wait_for(fast.read_update(), scaled(10))
+            assert sum(len(rect.pixels) for rect in rects) == 1280 * 800 * 4
+        await fast.close()
+    finally:
+        asking.cancel()
+        with contextlib.suppress(asyncio.CancelledError, OSError, RFBError):
+            await asking
+        await stalled.close()
+        await stack.stop_desktop(other)
     await wait_until(lambda: settled(stack), 10, "the viewers to be released")
 
 
-def _sessions(stack: ViewerStack) -> list:  # type: ignore[type-arg]
+def _sessions(stack: ViewerStack, desktop_session_id: str | None = None) -> list:  # type: ignore[type-arg]
+    """The server's viewer sessions (of one desktop, or all)."""
     registry = stack.app.state.services.viewer.registry
-    return [s for group in registry._sessions.values() for s in group]
+    return [
+        session
+        for key, group in registry._sessions.items()
+        if desktop_session_id in (None, key[1])  # key: (relay_id, desktop_session_id)
+        for session in group
+    ]
 
 
 async def test_many_viewers_and_closing_one_stops_nothing(

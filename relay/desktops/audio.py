@@ -296,6 +296,7 @@ class PulseAudioStarter:
         )
         _write_then_hand_over(directory, "default.pa", script.encode(), user)
         return directory
+
     def _argv(self, directory: Path) -> list[str]:
         return [
             self.settings.binary, "--daemonize=no", "--exit-idle-time=-1", "--system=false",

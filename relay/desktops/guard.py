@@ -77,8 +77,14 @@ def parse_args(argv: list[str] | None = None) -> GuardArgs:
     parser.add_argument("--tmp-dir", type=Path, default=None)
     ns = parser.parse_args(argv)
     return GuardArgs(
-        ns.session, ns.state_file, ns.heartbeat, ns.timeout, ns.private_dir, ns.pulse_root,
-        ns.cgroup, ns.tmp_dir,
+        ns.session,
+        ns.state_file,
+        ns.heartbeat,
+        ns.timeout,
+        ns.private_dir,
+        ns.pulse_root,
+        ns.cgroup,
+        ns.tmp_dir,
     )
 
 

@@ -106,9 +106,7 @@ def minted_ref(principal: Principal) -> str:
     return f"{kind}.{_ref(principal.secret_hash)}"
 
 
-async def minted_credential(
-    store: MintingCredentials, user_id: str, minted_by: str
-) -> Credential:
+async def minted_credential(store: MintingCredentials, user_id: str, minted_by: str) -> Credential:
     """The credential a viewer capability's streams are watched under: the live token or
     session ``minted_by`` names, or — when none still lives — one that no check finds live
     (it is revoked at once); a capability that names none is watched under its user."""

@@ -135,4 +135,3 @@ async def test_a_persons_viewer_opens_and_streams_the_desktop(stack: Stack) -> N
     async with websockets.connect(stack.socket_url(url), subprotocols=["binary"]) as viewer:  # type: ignore[list-item]
         banner = await asyncio.wait_for(viewer.recv(), scaled(10))
     assert banner[:4] == b"RFB "
-

@@ -74,8 +74,8 @@ def _masked(pixels: np.ndarray) -> bool:
     """The secret window is black and the plain one still blue."""
     x, y, w, h = SECRET
     px, py, pw, ph = PLAIN
-    assert (pixels[py:py + ph, px:px + pw] == (0, 0, 255)).all(), "the allowed window changed"
-    return not pixels[y:y + h, x:x + w].any()
+    assert (pixels[py : py + ph, px : px + pw] == (0, 0, 255)).all(), "the allowed window changed"
+    return not pixels[y : y + h, x : x + w].any()
 
 
 def _relay_settings(tmp_path: Path, **extra: str) -> RelaySettings:

@@ -63,9 +63,7 @@ def _config(base: DesktopConfig, app: str, **changes: Any) -> DesktopConfig:
     return dataclasses.replace(base, apps=(app,), allowed_apps=(app,), **changes)
 
 
-async def _started_survivor(
-    manager: DesktopManager, marker: str, **start: Any
-) -> dict[str, Any]:
+async def _started_survivor(manager: DesktopManager, marker: str, **start: Any) -> dict[str, Any]:
     row = await manager.start(**start)
     await wait_until(lambda: _sleepers(marker), 10, "the setsid program to run")
     [proc] = _sleepers(marker)
@@ -125,9 +123,7 @@ async def test_an_adopted_desktop_keeps_its_cgroup_and_an_orphan_dies_whole(
 ) -> None:
     kept_app, kept = _survivor_app()
     orphan_app, orphan = _survivor_app()
-    config = dataclasses.replace(
-        light_config, apps=(), allowed_apps=(kept_app, orphan_app)
-    )
+    config = dataclasses.replace(light_config, apps=(), allowed_apps=(kept_app, orphan_app))
     first = DesktopManager(config)
     stopped = False
     try:

@@ -76,8 +76,8 @@ async def relay_roundtrip(count: int, workdir: Path) -> list[float]:
         ).start()
         try:
             relay_id = RelayId(seed.relay["relay_id"])
-            await wait_until(lambda: app.state.services.hub.is_connected(relay_id), 30, "relay")
-            hub = app.state.services.hub
+            await wait_until(lambda: app.state.parts.relays.is_connected(relay_id), 30, "relay")
+            hub = app.state.parts.relays
             for _ in range(50):  # warm-up
                 await hub.request(relay_id, "ping")
             samples = []

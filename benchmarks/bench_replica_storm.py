@@ -53,12 +53,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from benchmarks.common import HttpClient, parser, percentile
 from benchmarks.storm_relays import FleetWorkers, RelaySpec, Stats
 from server import admin
-from server.auth import tokens
 from server.cluster.ownership import OWNERS, PREFIX, REPLICAS, Ownership, parse_owner
 from server.db import models
 from server.db.base import utc_now
+from server.db.rows import DesktopRow
 from server.db.store import Store
-from server.inventory.rows import DesktopRow
+from server.secrets import tokens
 from tests.cluster.test_replicas import _seed
 from tests.support.haproxy import start_haproxy
 from tests.support.postgres import PostgresCluster, start_cluster

@@ -103,15 +103,15 @@ async def _clicks(
     app: Any, other: ClusterRouter, caller: Caller, relay_id: RelayId, count: int
 ) -> None:
     """A guarded click on A's screenshot, through A's tool and through a tool on B."""
-    services = app.state.services
-    revisions = RevisionStore(services.settings.secret_key, issuer=other.replica_id)
+    parts = app.state.parts
+    revisions = RevisionStore(parts.settings.secret_key, issuer=other.replica_id)
     at_b = ScreenTool(HubRequests(other), revisions, _NoAudit(), ScreenForwarding(other))
     args = {"kind": "virtual", "slot": "main", "geometry": "1280x800"}
-    row = await services.hub.request(relay_id, "desktop.start", args, 60)
+    row = await parts.relays.request(relay_id, "desktop.start", args, 60)
     # A window of our own takes the clicks, so they change nothing on the screen.
     recorder = await asyncio.to_thread(XRecorder, row["display"], 10.0)
     try:
-        await _timed_clicks(services.screen_tool, at_b, caller, count)
+        await _timed_clicks(parts.screen, at_b, caller, count)
     finally:
         await asyncio.to_thread(recorder.stop)
     assert other.forwarded["screen"] >= count
@@ -138,7 +138,7 @@ async def run(count: int, pg: PostgresCluster, rd: RedisServer) -> int:
             env = {"RELAYDESK_DESKTOP_APPS": ",", "RELAYDESK_LOG_LEVEL": "warning"}
             start_relay(tracker.start, seed, url, env=env, extra_args=("--stop-desktops-on-exit",))
             relay_id = RelayId(seed.relay["relay_id"])
-            owner = app.state.services.links
+            owner = app.state.parts.links
             await wait_until(lambda: owner.is_connected(relay_id), 30, "the relay")
             await wait_until(lambda: client.hget(OWNERS, relay_id), 30, "the relay's owner")
             signer = ClusterSigner(secret)

@@ -126,7 +126,7 @@ async def running_stack(root: Path) -> AsyncIterator[Bench]:
         relay_id = seed.relay["relay_id"]
         headers = {"Authorization": f"Bearer {seed.api_token}"}
         try:
-            await wait_until(lambda: app.state.services.hub.is_connected(RelayId(relay_id)), 30,
+            await wait_until(lambda: app.state.parts.relays.is_connected(RelayId(relay_id)), 30,
                              "the relay to connect")  # fmt: skip
             timeout = aiohttp.ClientTimeout(total=60)
             http = HttpClient(url, headers)
@@ -141,7 +141,7 @@ async def running_stack(root: Path) -> AsyncIterator[Bench]:
 
 async def _desktop(bench: Bench, slot: str, size: tuple[int, int]) -> dict[str, Any]:
     args = {"kind": "virtual", "slot": slot, "geometry": f"{size[0]}x{size[1]}"}
-    row: dict[str, Any] = await bench.app.state.services.hub.request(
+    row: dict[str, Any] = await bench.app.state.parts.relays.request(
         RelayId(bench.relay_id), "desktop.start", args, 60
     )
     return row
@@ -226,12 +226,12 @@ async def bench_clicks(bench: Bench, row: dict[str, Any], repeat: int) -> None:
 
 async def bench_memory(bench: Bench, row: dict[str, Any], count: int) -> None:
     print(f"\n4. revision memory (1280x800, {count} screenshots)")
-    tool = bench.app.state.services.screen_tool
+    tool = bench.app.state.parts.screen
     session = row["desktop_session_id"]
     body = {"action": "screenshot", "desktop_session_id": session}
     # Retained memory of the store itself, for the relay's real screenshot answers.
     answers = [
-        await bench.app.state.services.hub.request(RelayId(bench.relay_id), "screen.screenshot",
+        await bench.app.state.parts.relays.request(RelayId(bench.relay_id), "screen.screenshot",
                                           {"desktop_session_id": session}, 60)
         for _ in range(10)
     ]  # fmt: skip

@@ -46,10 +46,10 @@ from benchmarks.common import HttpClient, parser, percentile
 from benchmarks.rfb import RFBClient, RFBError
 from relaydesk.allocator import tune_allocator
 from server.actions.context import ActionContext
+from server.auth.capability import grant_for, mint
 from server.auth.principal import Principal
 from server.control.model import AgentRequest, DesktopKey
 from server.control.screen import screen_input
-from server.viewer.capability import grant_for, mint
 from tests.support.processes import ProcessTracker
 from tests.support.stack import Seed, inprocess_server, seed_database, start_relay, wait_until
 from wire.errors import OpError
@@ -87,7 +87,7 @@ class Bench:
         return await self.http.post_json(SCREEN_PATH, body)
 
     async def viewer(self) -> RFBClient:
-        settings = self.app.state.services.settings
+        settings = self.app.state.parts.settings
         grant = grant_for(self.seed.user["user_id"], self.seed.conversation_id, self.relay_id,
                           self.session_id, 600, person=True)  # fmt: skip
         token = mint(settings.secret_key, grant)
@@ -106,7 +106,7 @@ async def running_stack(root: Path) -> AsyncIterator[Bench]:
         relay_id = RelayId(seed.relay["relay_id"])
         http = HttpClient(url, {"Authorization": f"Bearer {seed.api_token}"})
         try:
-            await wait_until(lambda: app.state.services.hub.is_connected(relay_id), 30,
+            await wait_until(lambda: app.state.parts.relays.is_connected(relay_id), 30,
                              "the relay to connect")  # fmt: skip
             bench = Bench(app, url, seed, relay_id, http)
             status, started = await http.post_json(
@@ -127,7 +127,7 @@ async def running_stack(root: Path) -> AsyncIterator[Bench]:
 async def refusal_latencies(bench: Bench, trials: int) -> tuple[list[float], list[int]]:
     """Milliseconds from a viewer's key to the agent's first refused input; and how many of the
     agent's inputs were accepted in between (the key was still on its way)."""
-    control = bench.app.state.services.control
+    control = bench.app.state.parts.control
     viewer = await bench.viewer()
     # Read what the desktop sends, so the socket answers the server's pings meanwhile.
     reader = asyncio.create_task(drain(viewer))
@@ -179,7 +179,7 @@ async def parsing_rates(bench: Bench, rounds: int, seconds: float) -> dict[str, 
     """Per round, two viewers pull updates at the same time, one read by the parser and one
     not: whatever load the machine is under falls on both alike. Which one opens first
     alternates between rounds."""
-    viewer_service = bench.app.state.services.viewer
+    viewer_service = bench.app.state.parts.viewer
     rates: dict[str, list[float]] = {"on": [], "off": []}
     try:
         for round_ in range(rounds):
@@ -199,7 +199,7 @@ async def parsing_rates(bench: Bench, rounds: int, seconds: float) -> dict[str, 
                     await client.t.close()
     finally:
         viewer_service.watch_input = True
-        await bench.app.state.services.control.hand_back(bench.key)
+        await bench.app.state.parts.control.hand_back(bench.key)
     return rates
 
 
@@ -256,9 +256,11 @@ def parse_cost_us(count: int) -> float:
 async def gate_times(bench: Bench, count: int) -> dict[str, list[float]]:
     """In process, milliseconds: the admission alone, and the whole gate of a screen input
     (resolve the desktop, track it in flight, admit, mark the action) around no input."""
-    services = bench.app.state.services
+    parts = bench.app.state.parts
     principal = Principal(UserId("bench-agent"), "bench-agent", False, "token")
-    ctx = ActionContext(services, principal, bench.seed.conversation_id, "write", "api", "b")
+    ctx = ActionContext(
+        parts.actions.parts, principal, bench.seed.conversation_id, "write", "api", "b"
+    )
     await ctx.resolve_relay(None)
     request = AgentRequest("bench-agent", "bench-agent")
 
@@ -267,7 +269,7 @@ async def gate_times(bench: Bench, count: int) -> dict[str, list[float]]:
             pass
 
     async def admission() -> None:
-        await services.control.admit(bench.key, request)
+        await parts.control.admit(bench.key, request)
 
     times: dict[str, list[float]] = {"admit": [], "gate": []}
     for _ in range(count):

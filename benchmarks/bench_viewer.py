@@ -35,8 +35,8 @@ import psutil
 from benchmarks.common import parser, percentile
 from benchmarks.rfb import RFBClient
 from relay.config import DIRECT_HOST_ENV
+from server.auth.capability import grant_for, mint
 from server.config import load_or_create_secret
-from server.viewer.capability import grant_for, mint
 from tests.support.processes import ProcessTracker
 from tests.support.stack import (
     Seed,

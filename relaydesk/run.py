@@ -74,7 +74,7 @@ def run_server(host: str | None, port: int | None) -> int:
     """
     import uvicorn
 
-    from server.app import create_app
+    from server.app import check_settings, create_app
     from server.config import ConfigError, Settings
     from server.db.errors import DatabaseInUse
     from server.db.lock import lock_for
@@ -85,7 +85,7 @@ def run_server(host: str | None, port: int | None) -> int:
         settings, host=host or settings.host, port=port if port is not None else settings.port
     )
     try:
-        settings.check()
+        check_settings(settings)
     except ConfigError as err:
         print(f"relaydesk server: {err}", file=sys.stderr)
         return 1

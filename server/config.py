@@ -128,18 +128,6 @@ class Settings:
                 "it read the metrics from anywhere; use a long random value, or leave it unset "
                 "to turn the metrics off"
             )
-        from server.auth.addresses import parse_networks
-
-        try:
-            parse_networks(self.trusted_proxies)
-        except ValueError as err:
-            raise ConfigError(f"RELAYDESK_TRUSTED_PROXIES: {err}") from None
-        from server.control.policy import PolicyBook
-
-        PolicyBook.from_settings(self)  # a bad RELAYDESK_AGENT_GRANT_RELAYS fails here
-        from server.viewer.assets import check_novnc_tree
-
-        check_novnc_tree()  # the viewer's code is the server's own pinned noVNC, whole
 
     @classmethod
     def from_env(cls) -> Settings:

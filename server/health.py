@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.routing import Route
+from collections.abc import Awaitable, Callable
 
+from starlette.requests import Request
+from starlette.routing import BaseRoute, Route
+
+from server.db.store import Store
 from server.json_response import JSONResponse
-from server.services import services_of
+from server.relays.hub import RelayHub
 
 
 async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"ok": True})
 
 
-async def readyz(request: Request) -> JSONResponse:
-    services = services_of(request)
-    database = await services.store.ping()
-    ok = database
-    body: dict[str, object] = {"database": database}
-    if services.cluster is not None:
-        body["redis"] = redis = await services.cluster.redis_ok()
-        ok = database and redis
-    body.update(ok=ok, relays_connected=services.links.connected_count)
-    return JSONResponse(body, status_code=200 if ok else 503)
+def health_routes(
+    store: Store, links: RelayHub, redis_ok: Callable[[], Awaitable[bool]] | None
+) -> list[BaseRoute]:
+    """``redis_ok`` answers whether Redis is reachable when replicas share it (else None)."""
 
+    async def readyz(request: Request) -> JSONResponse:
+        database = await store.ping()
+        ok = database
+        body: dict[str, object] = {"database": database}
+        if redis_ok is not None:
+            body["redis"] = redis = await redis_ok()
+            ok = database and redis
+        body.update(ok=ok, relays_connected=links.connected_count)
+        return JSONResponse(body, status_code=200 if ok else 503)
 
-health_routes = [Route("/healthz", healthz), Route("/readyz", readyz)]
+    return [Route("/healthz", healthz), Route("/readyz", readyz)]

@@ -1,10 +1,11 @@
-"""What an action handler is given: the caller, the conversation, and the server's parts."""
+"""What an action handler is given: the caller, the conversation, and the server's parts
+(:class:`ActionParts`, built once by the composition root, ``server.app``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from server.actions.errors import relay_error
 from server.auth.principal import Principal
@@ -15,7 +16,6 @@ from server.db.store import Store
 from server.inventory.service import Inventory
 from server.relays.calls import call
 from server.relays.router import RelayRouter
-from server.screen.tool import ScreenTool
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ids import RelayId
 from wire.ops import OpSpec
@@ -24,33 +24,22 @@ A = TypeVar("A")
 R = TypeVar("R")
 
 
-class ActionServices(Protocol):
-    """The server's parts an action handler may use (``server.services.Services``)."""
+@dataclass(frozen=True)
+class ActionParts:
+    """The server's parts an action handler may use."""
 
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def hub(self) -> RelayRouter: ...
-
-    @property
-    def inventory(self) -> Inventory: ...
-
-    @property
-    def screen_tool(self) -> ScreenTool: ...
-
-    @property
-    def control(self) -> ControlService: ...
+    settings: Settings
+    store: Store
+    relays: RelayRouter
+    inventory: Inventory
+    control: ControlService
 
 
 @dataclass
 class ActionContext:
     """One action call; handlers fill ``relay``, ``desktop_session_id`` and ``outcome``."""
 
-    services: ActionServices
+    parts: ActionParts
     principal: Principal
     conversation_id: str
     role: Role
@@ -62,21 +51,21 @@ class ActionContext:
 
     @property
     def store(self) -> Store:
-        return self.services.store
+        return self.parts.store
 
     @property
-    def hub(self) -> RelayRouter:
-        return self.services.hub
+    def relays(self) -> RelayRouter:
+        return self.parts.relays
 
     @cached_property
     def inventory(self) -> Inventory:
         """The inventory as this call uses it: a desktop it starts is recorded as started by the
         caller (the server's own record; a relay's ``started_by`` is never taken)."""
-        return self.services.inventory.acting_for(self.principal.username)
+        return self.parts.inventory.acting_for(self.principal.username)
 
     @property
     def settings(self) -> Settings:
-        return self.services.settings
+        return self.parts.settings
 
     @property
     def relay_id(self) -> RelayId:
@@ -108,6 +97,6 @@ class ActionContext:
         for ops that wait on purpose); its errors become the action's errors."""
         try:
             timeout = self.settings.request_timeout_s + extra_s
-            return await call(self.hub, self.relay_id, op, args, timeout)
+            return await call(self.relays, self.relay_id, op, args, timeout)
         except OpError as err:
             raise relay_error(err) from err

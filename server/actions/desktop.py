@@ -15,7 +15,9 @@ from typing import Any, Final
 from server.actions.context import ActionContext
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
+from server.auth.capability import grant_for, mint
 from server.auth.revocation import minted_ref
+from server.auth.viewer_policy import agent_viewer_refusal
 from server.control.gate import (
     DesktopTarget,
     admit_agent_input,
@@ -23,9 +25,7 @@ from server.control.gate import (
     agent_act,
     is_person,
 )
-from server.inventory.rows import DesktopRow
-from server.viewer.capability import grant_for, mint
-from server.viewer.policy import agent_viewer_refusal
+from server.db.rows import DesktopRow
 from wire import ops
 from wire.desktop_rows import SLOT_RE
 from wire.errors import ErrorCode, InvalidArgs, OpError, SessionConflict
@@ -71,14 +71,14 @@ def _kind(args: dict[str, Any]) -> ops.DesktopKind:
 async def _tracked_relay(ctx: ActionContext, args: dict[str, Any]) -> None:
     """Resolve the relay and require exact session identity from it."""
     relay = await ctx.resolve_relay(args.get("relay"))
-    if ctx.hub.is_connected(relay.relay_id) and not ctx.inventory.tracks(relay.relay_id):
+    if ctx.relays.is_connected(relay.relay_id) and not ctx.inventory.tracks(relay.relay_id):
         raise OpError(ErrorCode.UNAVAILABLE, "this relay does not report desktop session ids")
     await ctx.inventory.heal(relay.relay_id)
 
 
 def _viewer_refusal(ctx: ActionContext, row: DesktopRow) -> OpError | None:
     """Why the caller gets no viewer of ``row``: an agent on a relay that denies apps."""
-    capabilities = ctx.hub.capabilities(RelayId(row.relay_id))
+    capabilities = ctx.relays.capabilities(RelayId(row.relay_id))
     return agent_viewer_refusal(is_person(ctx.principal), capabilities)
 
 
@@ -130,7 +130,7 @@ async def running_row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow:
         args = {**args, "kind": "local"}
     _kind(args)
     relay = await ctx.resolve_relay(args.get("relay"))
-    if ctx.hub.is_connected(relay.relay_id) and not ctx.inventory.tracks(relay.relay_id):
+    if ctx.relays.is_connected(relay.relay_id) and not ctx.inventory.tracks(relay.relay_id):
         raise OpError(ErrorCode.UNAVAILABLE, "this relay does not report desktop session ids")
     # Every action on a desktop asks this: a running row read a moment ago serves (a desktop
     # that stopped since answers not_running from the relay). Anything else is read afresh.
@@ -160,7 +160,7 @@ async def list_active(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any
 async def _probe_visible(ctx: ActionContext) -> dict[str, str]:
     relays = [
         r for r in await ctx.store.relays_visible_in(ctx.conversation_id)
-        if ctx.hub.is_connected(r.relay_id) and ctx.inventory.tracks(r.relay_id)
+        if ctx.relays.is_connected(r.relay_id) and ctx.inventory.tracks(r.relay_id)
     ]  # fmt: skip
     results = await asyncio.gather(
         *(ctx.inventory.probe(r.relay_id) for r in relays), return_exceptions=True

@@ -19,7 +19,7 @@ from server.actions.desktop import KIND, RELAY, SESSION_ID, SLOT, running_row
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
 from server.control.gate import DesktopTarget, agent_input
-from server.inventory.rows import DesktopRow
+from server.db.rows import DesktopRow
 from wire import ops
 
 TARGET: Final[dict[str, Schema]] = {

@@ -14,14 +14,13 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from server.actions import audit
-from server.actions.context import ActionContext
+from server.actions.context import ActionContext, ActionParts
 from server.actions.registry import CONVERSATION_ID, Action, ActionRegistry
 from server.actions.schema import validate, with_defaults
 from server.auth.principal import Principal
 from server.db.records import role_allows
 from server.errors import error_body, internal_error, status_of
-from server.metrics.instruments import ACTION_SECONDS
-from server.services import Services
+from server.instruments import ACTION_SECONDS
 from wire.errors import (
     BodyTooLarge,
     ErrorCode,
@@ -111,31 +110,41 @@ def unknown_action(registry: ActionRegistry, name: str) -> tuple[int, dict[str, 
     return status_of(err), error_body(err)
 
 
-async def invoke(
-    services: Services,
-    principal: Principal,
-    name: str,
-    body: Body,
-    *,
-    source: str = "api",
-    request_id: str | None = None,
-) -> tuple[int, dict[str, Any]]:
-    """Run action ``name`` for ``principal``; returns ``(http_status, json_body)``.
+class ActionRunner:
+    """Runs the registry's actions over the server's parts: the one door of every caller."""
 
-    ``body`` is the raw JSON (bytes/str), an already parsed mapping, or the HTTP boundary's
-    refusal of the body (``RequestRejected``, answered with its status); it must carry
-    ``conversation_id``. Never raises for a caller's mistake: errors come back as
-    ``{ok: false, error: {code, message}}`` with their status.
-    """
-    registry = services.actions
-    action = registry.get(name)
-    if action is None:
-        return unknown_action(registry, name)
-    ctx = ActionContext(
-        services, principal, "", "read", source, request_id or request_id_from(None)
-    )
-    started = time.perf_counter()
-    try:
-        return await _run(action, ctx, body)
-    finally:
-        ACTION_SECONDS.labels(action.name).observe(time.perf_counter() - started)
+    def __init__(self, registry: ActionRegistry, parts: ActionParts) -> None:
+        self.registry = registry
+        self.parts = parts
+
+    @property
+    def max_body_bytes(self) -> int:
+        return self.parts.settings.max_body_bytes
+
+    async def invoke(
+        self,
+        principal: Principal,
+        name: str,
+        body: Body,
+        *,
+        source: str = "api",
+        request_id: str | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        """Run action ``name`` for ``principal``; returns ``(http_status, json_body)``.
+
+        ``body`` is the raw JSON (bytes/str), an already parsed mapping, or the HTTP boundary's
+        refusal of the body (``RequestRejected``, answered with its status); it must carry
+        ``conversation_id``. Never raises for a caller's mistake: errors come back as
+        ``{ok: false, error: {code, message}}`` with their status.
+        """
+        action = self.registry.get(name)
+        if action is None:
+            return unknown_action(self.registry, name)
+        ctx = ActionContext(
+            self.parts, principal, "", "read", source, request_id or request_id_from(None)
+        )
+        started = time.perf_counter()
+        try:
+            return await _run(action, ctx, body)
+        finally:
+            ACTION_SECONDS.labels(action.name).observe(time.perf_counter() - started)

@@ -6,14 +6,13 @@ from typing import Final
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
-from server.actions.invoke import Body, invoke, request_id_from
-from server.auth.dependencies import authenticate
+from server.actions.invoke import ActionRunner, Body, request_id_from
+from server.auth.dependencies import Authenticator
 from server.auth.errors import AuthError, error_response
 from server.boundary.body import read_json_object
 from server.json_response import JSONResponse
-from server.services import services_of
 from wire.errors import RequestRejected
 
 REQUEST_ID_HEADER: Final = "X-Request-ID"
@@ -29,36 +28,35 @@ async def _read_body(request: Request, limit: int) -> Body:
         return refused
 
 
-async def list_actions(request: Request) -> Response:
-    try:
-        await authenticate(request)
-    except AuthError as err:
-        return error_response(err)
-    registry = services_of(request).actions
-    return JSONResponse({"ok": True, "actions": registry.definitions()}, headers=NO_STORE)
+def action_routes(auth: Authenticator, actions: ActionRunner) -> list[BaseRoute]:
+    """The typed actions over HTTP, for callers ``auth`` knows."""
 
+    async def list_actions(request: Request) -> Response:
+        try:
+            await auth.authenticate(request)
+        except AuthError as err:
+            return error_response(err)
+        definitions = actions.registry.definitions()
+        return JSONResponse({"ok": True, "actions": definitions}, headers=NO_STORE)
 
-async def call_action(request: Request) -> Response:
-    try:
-        principal = await authenticate(request)
-    except AuthError as err:
-        return error_response(err)
-    request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER))
-    services = services_of(request)
-    body = await _read_body(request, services.settings.max_body_bytes)
-    status, payload = await invoke(
-        services,
-        principal,
-        request.path_params["name"],
-        body,
-        source=SOURCES[principal.via],
-        request_id=request_id,
-    )
-    headers = {**NO_STORE, REQUEST_ID_HEADER: request_id}
-    return JSONResponse(payload, status_code=status, headers=headers)
+    async def call_action(request: Request) -> Response:
+        try:
+            principal = await auth.authenticate(request)
+        except AuthError as err:
+            return error_response(err)
+        request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER))
+        body = await _read_body(request, actions.max_body_bytes)
+        status, payload = await actions.invoke(
+            principal,
+            request.path_params["name"],
+            body,
+            source=SOURCES[principal.via],
+            request_id=request_id,
+        )
+        headers = {**NO_STORE, REQUEST_ID_HEADER: request_id}
+        return JSONResponse(payload, status_code=status, headers=headers)
 
-
-action_routes = [
-    Route("/api/v1/actions", list_actions, methods=["GET"]),
-    Route("/api/v1/actions/{name}", call_action, methods=["POST"]),
-]
+    return [
+        Route("/api/v1/actions", list_actions, methods=["GET"]),
+        Route("/api/v1/actions/{name}", call_action, methods=["POST"]),
+    ]

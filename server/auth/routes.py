@@ -14,22 +14,21 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from server import errors
 from server.auth import addresses
-from server.auth.dependencies import SESSION_COOKIE, authenticate, store_of
+from server.auth.dependencies import SESSION_COOKIE, Authenticator
 from server.auth.errors import AuthError, RateLimited, Unauthorized, error_response
 from server.auth.link_page import FOREIGN_SITES, confirmation_page, refusal_page
 from server.auth.principal import Principal
 from server.auth.ratelimit import LoginRateLimiter
-from server.auth.tokens import LOGIN_LINK_PREFIX, TOKEN_BYTES
 from server.boundary.body import read_json_object
 from server.boundary.hosts import CrossOrigin, HostPolicy
 from server.config import Settings
 from server.db.records import UserRecord
 from server.json_response import JSONResponse
-from server.services import services_of
+from server.secrets.tokens import LOGIN_LINK_PREFIX, TOKEN_BYTES
 from wire.errors import ErrorCode, OpError, RelaydeskError
 
 log = logging.getLogger(__name__)
@@ -51,20 +50,6 @@ LINK_FROM_ANOTHER_SITE = (
 )
 
 Endpoint = Callable[[Request], Awaitable[Response]]
-
-
-def settings_of(request: Request) -> Settings:
-    return services_of(request).settings
-
-
-def login_limiter(request: Request) -> LoginRateLimiter:
-    """The app's failed-login limiter."""
-    return services_of(request).login_limiter
-
-
-def client_address(request: Request) -> str:
-    """The connection's address, or the one a configured trusted proxy forwards."""
-    return addresses.client_address(request, settings_of(request).trusted_proxies)
 
 
 def user_json(user: UserRecord | Principal) -> dict[str, Any]:
@@ -122,129 +107,130 @@ async def _check_rate(limiter: LoginRateLimiter, address: str) -> None:
         raise RateLimited(wait)
 
 
-def _origin_allowed(request: Request) -> bool:
-    settings = settings_of(request)
-    policy = HostPolicy.build(settings.public_url, settings.allowed_hosts)
-    return policy.origin_allowed(request.headers.get("origin"), request.headers.get("host"))
-
-
-def _check_origin(request: Request) -> None:
-    """Login CSRF: another site's form must not sign the browser in (to anyone's account)."""
-    if not _origin_allowed(request):
-        log.warning("login refused (cross-origin) from %s", client_address(request))
-        raise CrossOrigin()
-
-
-@json_errors
-async def login(request: Request) -> Response:
-    """``POST /api/v1/login {username, password}`` → session cookie + CSRF token.
-
-    Cheapest first: the address's rate limit and the Origin before a byte of the body is
-    read, then a small JSON body (``LOGIN_BODY_LIMIT``). Failures count against the address
-    only: the right password from an address under its limit always signs in.
-    """
-    address, limiter = client_address(request), login_limiter(request)
-    await _check_rate(limiter, address)
-    _check_origin(request)
-    credentials = _credentials(await read_json_object(request, LOGIN_BODY_LIMIT))
-    if credentials is None:
-        return invalid_args("expected a JSON object with string 'username' and 'password'")
-    username, password = credentials
-    store = store_of(request)
-    user = await store.verify_password(username, password)
-    if user is None:
-        await limiter.record_failure(address)
-        log.warning("login failed user=%r from %s", username[:64], address)
-        raise Unauthorized(BAD_CREDENTIALS)
-    return await _signed_in(request, user, "password")
-
-
-async def _signed_in(request: Request, user: UserRecord, how: str) -> Response:
-    settings, store = settings_of(request), store_of(request)
-    if old_secret := request.cookies.get(SESSION_COOKIE):
-        await store.delete_web_session(old_secret)  # no session fixation across logins
-    secret, csrf = await store.create_web_session(user.user_id, settings.session_ttl_s)
-    log.info("login user=%s via %s from %s", user.username, how, client_address(request))
-    if how == "link":
-        response: Response = RedirectResponse("/", status_code=303, headers=PRIVATE_HEADERS)
-    else:
-        body = {"ok": True, "user": user_json(user), "csrf_token": csrf}
-        response = JSONResponse(body, headers=PRIVATE_HEADERS)
-    set_session_cookie(response, secret, settings)
-    return response
-
-
-@json_errors
-async def logout(request: Request) -> Response:
-    """``POST /api/v1/logout``: ends the cookie session (CSRF-checked) and clears the cookie."""
-    principal = await authenticate(request)
-    await read_json_object(request, LOGOUT_BODY_LIMIT, empty_ok=True)  # nothing is expected
-    if principal.via == "cookie":
-        await store_of(request).delete_web_session(request.cookies[SESSION_COOKIE])
-    response = JSONResponse({"ok": True}, headers=PRIVATE_HEADERS)
-    clear_session_cookie(response, settings_of(request))
-    return response
-
-
-@json_errors
-async def me(request: Request) -> Response:
-    """``GET /api/v1/me``: the caller, and the CSRF token for cookie sessions."""
-    principal = await authenticate(request)
-    body = {
-        "ok": True,
-        "user": user_json(principal),
-        "via": principal.via,
-        "csrf_token": principal.csrf_token,
-    }
-    return JSONResponse(body, headers=PRIVATE_HEADERS)
-
-
 def _link_token(request: Request) -> str | None:
     """The path's token if it has a login link's shape (checked before any lookup)."""
     token = str(request.path_params["token"])
     return token if LINK_SHAPE.fullmatch(token) else None
 
 
-def _refused_link(request: Request, why: str) -> Response:
-    log.warning("login link refused (%s) from %s", why, client_address(request))
-    if why == "another site":
-        return refusal_page(LINK_FROM_ANOTHER_SITE, 403)
-    return refusal_page(LINK_NO_LONGER_VALID, 400)
+class AuthRoutes:
+    """Sign-in and sign-out over ``auth``'s store, limited by ``limiter``."""
 
+    def __init__(self, auth: Authenticator, settings: Settings, limiter: LoginRateLimiter) -> None:
+        self.auth = auth
+        self.store = auth.store
+        self.settings = settings
+        self.limiter = limiter
+        self.hosts = HostPolicy.build(settings.public_url, settings.allowed_hosts)
 
-async def login_link_page(request: Request) -> Response:
-    """``GET /login/{token}``: a page whose button signs in; the link is not spent here (see
-    ``server.auth.link_page``)."""
-    if _link_token(request) is None:
-        return _refused_link(request, "malformed")
-    foreign = request.headers.get("sec-fetch-site") in FOREIGN_SITES
-    return confirmation_page(request.url.path, sent_by_another_site=foreign)
+    def client_address(self, request: Request) -> str:
+        """The connection's address, or the one a configured trusted proxy forwards."""
+        return addresses.client_address(request, self.settings.trusted_proxies)
 
+    def _origin_allowed(self, request: Request) -> bool:
+        origin, host = request.headers.get("origin"), request.headers.get("host")
+        return self.hosts.origin_allowed(origin, host)
 
-def _sent_by_another_site(request: Request) -> bool:
-    """Login CSRF through a link: only relaydesk's own page may post it."""
-    site = request.headers.get("sec-fetch-site")
-    return (site is not None and site != "same-origin") or not _origin_allowed(request)
+    def _check_origin(self, request: Request) -> None:
+        """Login CSRF: another site's form must not sign the browser in (to anyone's account)."""
+        if not self._origin_allowed(request):
+            log.warning("login refused (cross-origin) from %s", self.client_address(request))
+            raise CrossOrigin()
 
+    async def login(self, request: Request) -> Response:
+        """``POST /api/v1/login {username, password}`` → session cookie + CSRF token.
 
-async def login_link(request: Request) -> Response:
-    """``POST /login/{token}`` (the confirmation page's button): spends the one-time link,
-    signs the browser in and goes to ``/``."""
-    token = _link_token(request)
-    if token is None:
-        return _refused_link(request, "malformed")
-    if _sent_by_another_site(request):
-        return _refused_link(request, "another site")
-    user = await store_of(request).consume_login_link(token)
-    if user is None:
-        return _refused_link(request, "no longer valid")
-    return await _signed_in(request, user, "link")
+        Cheapest first: the address's rate limit and the Origin before a byte of the body is
+        read, then a small JSON body (``LOGIN_BODY_LIMIT``). Failures count against the address
+        only: the right password from an address under its limit always signs in.
+        """
+        address, limiter = self.client_address(request), self.limiter
+        await _check_rate(limiter, address)
+        self._check_origin(request)
+        credentials = _credentials(await read_json_object(request, LOGIN_BODY_LIMIT))
+        if credentials is None:
+            return invalid_args("expected a JSON object with string 'username' and 'password'")
+        username, password = credentials
+        store = self.store
+        user = await store.verify_password(username, password)
+        if user is None:
+            await limiter.record_failure(address)
+            log.warning("login failed user=%r from %s", username[:64], address)
+            raise Unauthorized(BAD_CREDENTIALS)
+        return await self._signed_in(request, user, "password")
 
+    async def _signed_in(self, request: Request, user: UserRecord, how: str) -> Response:
+        settings, store = self.settings, self.store
+        if old_secret := request.cookies.get(SESSION_COOKIE):
+            await store.delete_web_session(old_secret)  # no session fixation across logins
+        secret, csrf = await store.create_web_session(user.user_id, settings.session_ttl_s)
+        log.info("login user=%s via %s from %s", user.username, how, self.client_address(request))
+        if how == "link":
+            response: Response = RedirectResponse("/", status_code=303, headers=PRIVATE_HEADERS)
+        else:
+            body = {"ok": True, "user": user_json(user), "csrf_token": csrf}
+            response = JSONResponse(body, headers=PRIVATE_HEADERS)
+        set_session_cookie(response, secret, settings)
+        return response
 
-auth_routes = [
-    Route("/api/v1/login", login, methods=["POST"]),
-    Route("/api/v1/logout", logout, methods=["POST"]),
-    Route("/api/v1/me", me, methods=["GET"]),
-    Route("/login/{token}", login_link_page, methods=["GET"]),
-    Route("/login/{token}", login_link, methods=["POST"]),
-]
+    async def logout(self, request: Request) -> Response:
+        """``POST /api/v1/logout``: ends the cookie session (CSRF-checked) and clears the cookie."""
+        principal = await self.auth.authenticate(request)
+        await read_json_object(request, LOGOUT_BODY_LIMIT, empty_ok=True)  # nothing is expected
+        if principal.via == "cookie":
+            await self.store.delete_web_session(request.cookies[SESSION_COOKIE])
+        response = JSONResponse({"ok": True}, headers=PRIVATE_HEADERS)
+        clear_session_cookie(response, self.settings)
+        return response
+
+    async def me(self, request: Request) -> Response:
+        """``GET /api/v1/me``: the caller, and the CSRF token for cookie sessions."""
+        principal = await self.auth.authenticate(request)
+        body = {
+            "ok": True,
+            "user": user_json(principal),
+            "via": principal.via,
+            "csrf_token": principal.csrf_token,
+        }
+        return JSONResponse(body, headers=PRIVATE_HEADERS)
+
+    def _refused_link(self, request: Request, why: str) -> Response:
+        log.warning("login link refused (%s) from %s", why, self.client_address(request))
+        if why == "another site":
+            return refusal_page(LINK_FROM_ANOTHER_SITE, 403)
+        return refusal_page(LINK_NO_LONGER_VALID, 400)
+
+    async def login_link(self, request: Request) -> Response:
+        """``POST /login/{token}`` (the confirmation page's button): spends the one-time link,
+        signs the browser in and goes to ``/``."""
+        token = _link_token(request)
+        if token is None:
+            return self._refused_link(request, "malformed")
+        if self._sent_by_another_site(request):
+            return self._refused_link(request, "another site")
+        user = await self.store.consume_login_link(token)
+        if user is None:
+            return self._refused_link(request, "no longer valid")
+        return await self._signed_in(request, user, "link")
+
+    async def login_link_page(self, request: Request) -> Response:
+        """``GET /login/{token}``: a page whose button signs in; the link is not spent here (see
+        ``server.auth.link_page``)."""
+        if _link_token(request) is None:
+            return self._refused_link(request, "malformed")
+        foreign = request.headers.get("sec-fetch-site") in FOREIGN_SITES
+        return confirmation_page(request.url.path, sent_by_another_site=foreign)
+
+    def _sent_by_another_site(self, request: Request) -> bool:
+        """Login CSRF through a link: only relaydesk's own page may post it."""
+        site = request.headers.get("sec-fetch-site")
+        return (site is not None and site != "same-origin") or not self._origin_allowed(request)
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/api/v1/login", json_errors(self.login), methods=["POST"]),
+            Route("/api/v1/logout", json_errors(self.logout), methods=["POST"]),
+            Route("/api/v1/me", json_errors(self.me), methods=["GET"]),
+            Route("/login/{token}", self.login_link_page, methods=["GET"]),
+            Route("/login/{token}", self.login_link, methods=["POST"]),
+        ]

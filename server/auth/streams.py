@@ -5,7 +5,7 @@ one slot under the per-user and per-address caps (``server.boundary.limits``) an
 :class:`~server.auth.revocation.Watch` of the credential it was admitted with. The route ends
 its connection when the watch is revoked; :func:`run_watched` does that for a WebSocket whose
 work is a coroutine it does not own (the viewer and audio streams, via
-:func:`watched_viewer`).
+:meth:`ViewerStreams.watched`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from server import errors
 from server.auth import errors as auth_errors
 from server.auth.addresses import client_address
+from server.auth.capability import ViewerDenied, ViewerGrant, verify
 from server.auth.errors import Unauthorized
 from server.auth.revocation import (
     REVOKED,
@@ -37,8 +38,6 @@ from server.auth.revocation import (
 from server.boundary.limits import StreamLimits, TooManyStreams
 from server.config import Settings
 from server.db.store import Store
-from server.services import services_of
-from server.viewer.capability import ViewerDenied, ViewerGrant, verify
 from wire.errors import CloseCode, RelaydeskError
 
 log = logging.getLogger(__name__)
@@ -218,29 +217,6 @@ Serve = Callable[[WebSocket, str, str], Awaitable[None]]
 Refusal = Callable[[WebSocket, ViewerGrant], RelaydeskError | None]
 
 
-async def admit_viewer(
-    conn: HTTPConnection, grant: ViewerGrant, *, access_now: bool = True
-) -> HeldStream:
-    """A viewer capability's stream under the caps (``TooManyStreams``), watched under the
-    credential that minted it (its user when it names none) with the viewer's access, and
-    checked once now: ``watch.revoked`` is already set when that credential is gone, or —
-    with ``access_now`` — the role or the relay's share (a route that checks those itself, with
-    its own answers, passes False)."""
-    services = services_of(conn)
-    credential = await minted_credential(services.store, grant.user_id, grant.minted_by)
-    access = Access(grant.conversation_id, VIEWER_ROLE, grant.relay_id)
-    stream = services.streams.admit(conn, credential, access)
-    try:
-        if access_now:
-            await services.streams.watch.confirm(stream.watch)
-        elif not await services.streams.watch.credential_lives(credential):
-            stream.watch.revoke(REVOKED[credential.kind])
-    except BaseException:
-        stream.release()
-        raise
-    return stream
-
-
 async def refuse_viewer(websocket: WebSocket, reason: str) -> None:
     """Accept a viewer or audio WebSocket only to close it ``VIEWER_FORBIDDEN`` (the page shows
     "Access denied" on that code; a refused handshake would only make it retry)."""
@@ -251,37 +227,67 @@ async def refuse_viewer(websocket: WebSocket, reason: str) -> None:
     await close_revoked(websocket, CloseCode.VIEWER_FORBIDDEN, reason)
 
 
-async def watched_viewer(
-    websocket: WebSocket, serve: Serve, refusal: Refusal | None = None
-) -> None:
-    """A viewer or audio WebSocket (``serve(websocket, session id, token)``) under the caps and
-    watched: it closes (``VIEWER_FORBIDDEN``) once the API token or web session that minted
-    its capability is revoked, its user is disabled or loses the role, or the relay is
-    unshared. A capability that does not verify is left to ``serve``, which refuses it with its
-    own close code; one ``refusal`` names is refused with that error's HTTP status."""
-    params = websocket.path_params
-    session_id, token = str(params["desktop_session_id"]), str(params["token"])
-    services = services_of(websocket)
-    try:
-        grant = verify(services.settings.secret_key, token, session_id)
-    except ViewerDenied:
-        await serve(websocket, session_id, token)
-        return
-    if refusal is not None and (refused := refusal(websocket, grant)) is not None:
-        log.info("viewer refused (session %s…): %s", session_id[:8], refused.message)
-        await refuse_socket(websocket, refused)
-        return
-    try:
-        # The role, the share and the rest are ``serve``'s checks, each with its close code.
-        stream = await admit_viewer(websocket, grant, access_now=False)
-    except TooManyStreams as err:
-        await refuse_socket(websocket, err)
-        return
-    try:
-        if stream.watch.revoked.is_set():
-            await refuse_viewer(websocket, stream.watch.reason)
+class ViewerStreams:
+    """Viewer capabilities' streams: verified with the server's key, admitted under the caps
+    and watched under the credential that minted them."""
+
+    def __init__(self, store: Store, guard: StreamGuard, secret_key: str) -> None:
+        self.store = store
+        self.guard = guard
+        self.secret_key = secret_key
+
+    async def admit(
+        self, conn: HTTPConnection, grant: ViewerGrant, *, access_now: bool = True
+    ) -> HeldStream:
+        """A viewer capability's stream under the caps (``TooManyStreams``), watched under the
+        credential that minted it (its user when it names none) with the viewer's access, and
+        checked once now: ``watch.revoked`` is already set when that credential is gone, or —
+        with ``access_now`` — the role or the relay's share (a route that checks those itself,
+        with its own answers, passes False)."""
+        credential = await minted_credential(self.store, grant.user_id, grant.minted_by)
+        access = Access(grant.conversation_id, VIEWER_ROLE, grant.relay_id)
+        stream = self.guard.admit(conn, credential, access)
+        try:
+            if access_now:
+                await self.guard.watch.confirm(stream.watch)
+            elif not await self.guard.watch.credential_lives(credential):
+                stream.watch.revoke(REVOKED[credential.kind])
+        except BaseException:
+            stream.release()
+            raise
+        return stream
+
+    async def watched(
+        self, websocket: WebSocket, serve: Serve, refusal: Refusal | None = None
+    ) -> None:
+        """A viewer or audio WebSocket (``serve(websocket, session id, token)``) under the caps
+        and watched: it closes (``VIEWER_FORBIDDEN``) once the API token or web session that
+        minted its capability is revoked, its user is disabled or loses the role, or the relay
+        is unshared. A capability that does not verify is left to ``serve``, which refuses it
+        with its own close code; one ``refusal`` names is refused with that error's HTTP
+        status."""
+        params = websocket.path_params
+        session_id, token = str(params["desktop_session_id"]), str(params["token"])
+        try:
+            grant = verify(self.secret_key, token, session_id)
+        except ViewerDenied:
+            await serve(websocket, session_id, token)
             return
-        work = serve(websocket, session_id, token)
-        await run_watched(websocket, stream.watch, work, CloseCode.VIEWER_FORBIDDEN)
-    finally:
-        stream.release()
+        if refusal is not None and (refused := refusal(websocket, grant)) is not None:
+            log.info("viewer refused (session %s…): %s", session_id[:8], refused.message)
+            await refuse_socket(websocket, refused)
+            return
+        try:
+            # The role, the share and the rest are ``serve``'s checks, each with its close code.
+            stream = await self.admit(websocket, grant, access_now=False)
+        except TooManyStreams as err:
+            await refuse_socket(websocket, err)
+            return
+        try:
+            if stream.watch.revoked.is_set():
+                await refuse_viewer(websocket, stream.watch.reason)
+                return
+            work = serve(websocket, session_id, token)
+            await run_watched(websocket, stream.watch, work, CloseCode.VIEWER_FORBIDDEN)
+        finally:
+            stream.release()

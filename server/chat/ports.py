@@ -10,23 +10,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from server.auth.dependencies import Authenticator
 from server.auth.principal import Principal
 from server.db.audit import AuditWriter
 from server.db.records import MemberRecord, MembershipRecord, MessageRecord, RelayRecord, Role
+from server.db.rows import DesktopRow
 
 ActionResult = tuple[int, dict[str, Any]]
-# invoke(services, principal, name, body) -> (HTTP status, JSON body): the typed actions.
-InvokeAction = Callable[[Any, Principal, str, dict[str, Any]], Awaitable[ActionResult]]
-# publish(services, conversation_id, event name, data): one event on the conversation stream.
-PublishEvent = Callable[[Any, str, str, dict[str, Any]], Awaitable[object]]
-
-
-@dataclass
-class ChatService:
-    """What the chat routes need of the typed actions and the event stream."""
-
-    invoke: InvokeAction
-    publish: PublishEvent
+# invoke(principal, name, body) -> (HTTP status, JSON body): the typed actions.
+InvokeAction = Callable[[Principal, str, dict[str, Any]], Awaitable[ActionResult]]
+# publish(conversation_id, event name, data): one event on the conversation stream.
+PublishEvent = Callable[[str, str, dict[str, Any]], Awaitable[object]]
 
 
 class ChatStore(AuditWriter, Protocol):
@@ -53,3 +47,21 @@ class ChatStore(AuditWriter, Protocol):
     async def list_messages(
         self, conversation_id: str, *, before_id: int | None = None, limit: int = 50
     ) -> list[MessageRecord]: ...
+
+
+class DesktopRows(Protocol):
+    """The part of the inventory chat reads: how each desktop a transcript names is now."""
+
+    async def row(self, relay_id: str, desktop_session_id: str) -> DesktopRow | None: ...
+
+
+@dataclass
+class ChatService:
+    """What the chat routes need: who is calling, the store, the desktops' rows, the typed
+    actions and the event stream."""
+
+    auth: Authenticator
+    store: ChatStore
+    inventory: DesktopRows
+    invoke: InvokeAction
+    publish: PublishEvent

@@ -7,24 +7,23 @@ role, exactly as over the HTTP API) but its reply goes to that member only and n
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
-from server.auth.dependencies import authenticate
 from server.auth.principal import Principal
-from server.auth.routes import json_errors
+from server.auth.routes import Endpoint, json_errors
 from server.boundary.body import path_param, read_json_object
 from server.chat import slash
 from server.chat.commands import CommandContext, CommandRunner, Reply
 from server.chat.ports import ChatService, ChatStore
 from server.db.records import MessageRecord, Role, role_allows
-from server.inventory.rows import DesktopDirectory
 from server.json_response import JSONResponse
-from server.services import services_of
 from wire.errors import ErrorCode, OpError
 
 log = logging.getLogger(__name__)
@@ -40,17 +39,9 @@ def _refused(code: ErrorCode, message: str, field: str | None = None) -> OpError
     return OpError(code, message, {"field": field} if field else None)
 
 
-def _store(request: Request) -> ChatStore:
-    return services_of(request).store
-
-
-def _service(request: Request) -> ChatService:
-    return services_of(request).chat
-
-
-async def _role(request: Request, principal: Principal, needed: Role) -> Role:
+async def _role(chat: ChatService, request: Request, principal: Principal, needed: Role) -> Role:
     conversation_id = _conversation_id(request)
-    role = await _store(request).get_role(conversation_id, principal.user_id)
+    role = await chat.store.get_role(conversation_id, principal.user_id)
     if role is None:
         # Same answer for "no such conversation" and "not a member": existence is not leaked.
         raise _refused(ErrorCode.NOT_FOUND, "conversation not found")
@@ -96,11 +87,10 @@ def _int_param(request: Request, name: str, low: int, high: int, default: int | 
     return value
 
 
-@json_errors
-async def list_conversations(request: Request) -> Response:
+async def list_conversations(chat: ChatService, request: Request) -> Response:
     """``GET /api/v1/conversations``: the caller's conversations with their role."""
-    principal = await authenticate(request)
-    memberships = await _store(request).list_conversations_for(principal.user_id)
+    principal = await chat.auth.authenticate(request)
+    memberships = await chat.store.list_conversations_for(principal.user_id)
     conversations = [
         {"conversation_id": m.conversation_id, "title": m.title, "role": m.role,
          "created_at": m.created_at.isoformat()}
@@ -109,12 +99,11 @@ async def list_conversations(request: Request) -> Response:
     return JSONResponse({"ok": True, "conversations": conversations}, headers=NO_STORE)
 
 
-@json_errors
-async def get_conversation(request: Request) -> Response:
+async def get_conversation(chat: ChatService, request: Request) -> Response:
     """``GET /api/v1/conversations/{id}``: title, role, members and visible relays."""
-    principal = await authenticate(request)
-    role = await _role(request, principal, "read")
-    store, conversation_id = _store(request), _conversation_id(request)
+    principal = await chat.auth.authenticate(request)
+    role = await _role(chat, request, principal, "read")
+    store, conversation_id = chat.store, _conversation_id(request)
     title = next(
         (m.title for m in await store.list_conversations_for(principal.user_id)
          if m.conversation_id == conversation_id), "",
@@ -130,30 +119,29 @@ async def get_conversation(request: Request) -> Response:
     return JSONResponse(body, headers=NO_STORE)
 
 
-@json_errors
-async def list_messages(request: Request) -> Response:
+async def list_messages(chat: ChatService, request: Request) -> Response:
     """``GET …/messages?before=&limit=``: a page of the transcript, oldest first."""
-    principal = await authenticate(request)
-    await _role(request, principal, "read")
+    principal = await chat.auth.authenticate(request)
+    await _role(chat, request, principal, "read")
     before = _int_param(request, "before", 1, 2**62, None)
     limit = _int_param(request, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
     assert limit is not None
-    store, conversation_id = _store(request), _conversation_id(request)
+    store, conversation_id = chat.store, _conversation_id(request)
     records = await store.list_messages(conversation_id, before_id=before, limit=limit)
     names = await _names(store, conversation_id)
     messages = [message_json(r, names) for r in records]
-    await _with_desktop_now(request, messages)
+    await _with_desktop_now(chat, messages)
     body = {"ok": True, "messages": messages, "has_more": len(records) == limit}
     return JSONResponse(body, headers=NO_STORE)
 
 
-async def _with_desktop_now(request: Request, messages: list[dict[str, Any]]) -> None:
+async def _with_desktop_now(chat: ChatService, messages: list[dict[str, Any]]) -> None:
     """Add ``desktop_now`` (state, reason, updated_at) to each result naming a desktop.
 
     A desktop card loaded later then tells how its session ended ("Stopped by alice at …")
     from the inventory row, which keeps ended sessions for a while (history pruning).
     """
-    inventory: DesktopDirectory = services_of(request).inventory
+    inventory = chat.inventory
     for message in messages:
         desktop = (message.get("payload") or {}).get("desktop")
         if not isinstance(desktop, dict):
@@ -186,42 +174,43 @@ def _too_long_message(length: int) -> str:
     return f"message too long{size}: the limit is {MAX_MESSAGE_CHARS:,} characters"
 
 
-@json_errors
-async def post_message(request: Request) -> Response:
+async def post_message(chat: ChatService, request: Request) -> Response:
     """``POST …/messages {text}``: store and publish; ``/desktop …`` also runs the command."""
-    principal = await authenticate(request)
-    role = await _role(request, principal, "read")
+    principal = await chat.auth.authenticate(request)
+    role = await _role(chat, request, principal, "read")
     text = await _text_of(request)
     command = slash.is_desktop_command(text)
     if not command and not role_allows(role, "write"):
         raise _refused(ErrorCode.FORBIDDEN, f"posting needs role write; yours is {role}")
-    store, conversation_id = _store(request), _conversation_id(request)
+    store, conversation_id = chat.store, _conversation_id(request)
     names = {str(principal.user_id): principal.username}
     stored = role_allows(role, "write")
     message = None
     if stored:
         record = await store.add_message(conversation_id, principal.user_id, text)
         message = message_json(record, names)
-        await _publish(request, conversation_id, message)
-    reply = await _run_command(request, principal, text) if command else None
-    reply_json = await _reply_json(request, reply, message, stored, principal)
+        await _publish(chat, conversation_id, message)
+    reply = await _run_command(chat, request, principal, text) if command else None
+    reply_json = await _reply_json(chat, request, reply, message, stored, principal)
     body = {"ok": True, "message": message, "reply": reply_json,
             "private": reply.private if reply else {}}  # fmt: skip
     return JSONResponse(body, status_code=201 if stored else 200, headers=NO_STORE)
 
 
-async def _run_command(request: Request, principal: Principal, text: str) -> Reply:
-    service = _service(request)
+async def _run_command(
+    chat: ChatService, request: Request, principal: Principal, text: str
+) -> Reply:
     conversation_id = _conversation_id(request)
 
     async def invoke(name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        return await service.invoke(services_of(request), principal, name, body)
+        return await chat.invoke(principal, name, body)
 
-    ctx = CommandContext(conversation_id, principal.username, invoke, _store(request))
+    ctx = CommandContext(conversation_id, principal.username, invoke, chat.store)
     return await CommandRunner(ctx).run(slash.parse(text.strip()))
 
 
 async def _reply_json(
+    chat: ChatService,
     request: Request,
     reply: Reply | None,
     message: dict[str, Any] | None,
@@ -238,27 +227,33 @@ async def _reply_json(
         return {"id": None, "conversation_id": conversation_id, "author": None, "kind": "result",
                 "text": reply.text, "payload": {**payload, "ephemeral": True},
                 "created_at": None}  # fmt: skip
-    store = _store(request)
+    store = chat.store
     record = await store.add_message(
         conversation_id, None, reply.text, kind="result", payload=payload
     )
     result = message_json(record, {})
-    await _publish(request, conversation_id, result)
+    await _publish(chat, conversation_id, result)
     return result
 
 
-async def _publish(request: Request, conversation_id: str, message: dict[str, Any]) -> None:
-    service = _service(request)
+async def _publish(chat: ChatService, conversation_id: str, message: dict[str, Any]) -> None:
     try:
-        await service.publish(services_of(request), conversation_id, "message_created", message)
+        await chat.publish(conversation_id, "message_created", message)
     except Exception:
         # The message is stored; a live-update failure must not fail the post.
         log.exception("publishing message %s failed", message.get("id"))
 
 
-chat_routes = [
-    Route("/api/v1/conversations", list_conversations, methods=["GET"]),
-    Route("/api/v1/conversations/{conversation_id}", get_conversation, methods=["GET"]),
-    Route("/api/v1/conversations/{conversation_id}/messages", list_messages, methods=["GET"]),
-    Route("/api/v1/conversations/{conversation_id}/messages", post_message, methods=["POST"]),
-]
+def chat_routes(chat: ChatService) -> list[BaseRoute]:
+    """The conversations and their transcripts, over ``chat``'s parts."""
+
+    def bound(endpoint: Callable[[ChatService, Request], Awaitable[Response]]) -> Endpoint:
+        return json_errors(functools.partial(endpoint, chat))
+
+    page = "/api/v1/conversations/{conversation_id}"
+    return [
+        Route("/api/v1/conversations", bound(list_conversations), methods=["GET"]),
+        Route(page, bound(get_conversation), methods=["GET"]),
+        Route(f"{page}/messages", bound(list_messages), methods=["GET"]),
+        Route(f"{page}/messages", bound(post_message), methods=["POST"]),
+    ]

@@ -33,10 +33,11 @@ from server.cluster.channel import (
     not_owner_error,
 )
 from server.cluster.screen import caller_from
+from server.config import Settings
 from server.relays.channel import ServerChannel
 from server.relays.endpoint import frame_sender, receive_events
 from server.relays.router import RelayChannel
-from server.services import Services, services_of
+from server.screen.tool import ScreenTool
 from wire.connection import Connection, Role, WelcomeReceived
 from wire.errors import (
     ChannelCloseCode,
@@ -67,9 +68,9 @@ def _bad(what: str) -> OpError:
 class Answering:
     """What one calling replica asks of this one."""
 
-    def __init__(self, cluster: ClusterRouter, services: Services) -> None:
+    def __init__(self, cluster: ClusterRouter, screen: ScreenTool) -> None:
         self._cluster = cluster
-        self._services = services
+        self._screen_tool = screen
         self.link: Link | None = None
         self._splices: set[asyncio.Task[None]] = set()
 
@@ -120,7 +121,7 @@ class Answering:
         caller, body = caller_from(args["caller"]), args["body"]
         if not isinstance(body, dict):
             raise _bad(SCREEN_CALL)
-        return await self._services.screen_tool.run(caller, body, forwarded=True)
+        return await self._screen_tool.run(caller, body, forwarded=True)
 
     async def stop(self) -> None:
         for splice in list(self._splices):
@@ -162,19 +163,18 @@ async def _authorized(cluster: ClusterRouter, websocket: WebSocket) -> bool:
     return bool(replica)
 
 
-async def replica_link(websocket: WebSocket) -> None:
+async def replica_link(
+    websocket: WebSocket, cluster: ClusterRouter | None, screen: ScreenTool, settings: Settings
+) -> None:
     """The replica link endpoint: see the module docstring."""
-    services = services_of(websocket)
-    cluster = services.cluster
     if cluster is None or not await _authorized(cluster, websocket):
         await websocket.close(CloseCode.VIEWER_FORBIDDEN, "cluster signature")
         return
     await websocket.accept()
-    settings = services.settings
     connection = Connection(
         Role.RELAY, max_text=settings.max_text_frame, max_payload=settings.max_channel_frame
     )
-    answering = Answering(cluster, services)
+    answering = Answering(cluster, screen)
     link = answering.link = Link(
         connection, frame_sender(websocket), on_request=answering.answer,
         max_concurrency=MAX_CONCURRENT_CALLS,
@@ -213,5 +213,12 @@ async def _serve(
         return
 
 
-def internal_routes() -> list[BaseRoute]:
-    return [WebSocketRoute(LINK_PATH, replica_link)]
+def internal_routes(
+    cluster: ClusterRouter | None, screen: ScreenTool, settings: Settings
+) -> list[BaseRoute]:
+    """The replica link (refused on a server that runs alone: ``cluster`` is None)."""
+
+    async def link(websocket: WebSocket) -> None:
+        await replica_link(websocket, cluster, screen, settings)
+
+    return [WebSocketRoute(LINK_PATH, link)]

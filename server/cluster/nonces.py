@@ -14,7 +14,7 @@ from typing import Final
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
-from server.metrics.instruments import redis_error
+from server.instruments import redis_error
 from wire.errors import ErrorCode, OpError
 
 log = logging.getLogger(__name__)

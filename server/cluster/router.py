@@ -21,7 +21,7 @@ from server.cluster.channel import FORWARD_KINDS, ForwardKind, NotOwner
 from server.cluster.ownership import CHANGED, Owner, Ownership
 from server.cluster.peers import Peers
 from server.cluster.signing import ClusterSigner
-from server.metrics.instruments import redis_error
+from server.instruments import redis_error
 from server.relays.hub import RelayHub, RelayObserver
 from server.relays.router import RelayChannel, RelayEndpoint
 from wire.errors import ErrorCode, OpError

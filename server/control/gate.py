@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from server.auth.principal import Principal
 from server.control.audit import AuditContext
 from server.control.model import AgentRequest, DesktopKey, Grant, GrantScope, place_key
-from server.inventory.rows import DesktopRow
+from server.db.rows import DesktopRow
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ops import DesktopKind
 
@@ -85,7 +85,7 @@ class AgentGrant:
 
 
 def control_of(ctx: ActionContext) -> ControlService:
-    return ctx.services.control
+    return ctx.parts.control
 
 
 def is_person(principal: Principal) -> bool:

@@ -20,11 +20,11 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Literal, NamedTuple, TypedDict
+from typing import Literal, NamedTuple
 
+from server.db.rows import ControlInfo
 from wire.errors import ErrorCode
 
-ControlState = Literal["idle", "agent", "person"]
 GrantScope = Literal["desktop", "window"]
 GRANT_SCOPES: tuple[GrantScope, ...] = ("desktop", "window")
 
@@ -114,16 +114,6 @@ class DesktopControl:
         return (
             self.person is None and not self.grants and not self.cooldowns and self.shown == "idle"
         )
-
-
-class ControlInfo(TypedDict):
-    """The control state as the inventory row, the events and the actions show it."""
-
-    state: ControlState
-    name: str | None
-    held: bool
-    until: str | None
-    agent: str | None
 
 
 IDLE: ControlInfo = {"state": "idle", "name": None, "held": False, "until": None, "agent": None}

@@ -17,7 +17,8 @@ import logging
 from collections import deque
 from typing import Any, Final, Protocol
 
-from server.control.model import ControlInfo, DesktopKey
+from server.control.model import DesktopKey
+from server.db.rows import ControlInfo
 from server.events.bus import Bus
 from server.events.hub import topic_for
 

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError, WatchError
 
 from server.control.model import Cooldown, DesktopControl, DesktopKey, Grant, Person
 from server.control.store import Change, T
-from server.metrics.instruments import redis_error
+from server.instruments import redis_error
 from wire.errors import ErrorCode, OpError
 
 PREFIX: Final = "relaydesk:control:"

@@ -26,7 +26,6 @@ from server.control.inflight import InFlight
 from server.control.model import (
     IDLE,
     AgentRequest,
-    ControlInfo,
     Cooldown,
     DesktopControl,
     DesktopKey,
@@ -47,8 +46,8 @@ from server.control.model import (
 from server.control.policy import PolicyBook
 from server.control.publish import ControlPublisher, SharingStore, desktop_topic
 from server.control.store import ControlStore
+from server.db.rows import ControlInfo, DesktopDirectory, DesktopRow
 from server.events.bus import Bus
-from server.inventory.rows import DesktopDirectory, DesktopRow
 from wire.errors import OpError
 from wire.ids import RelayId
 from wire.messages import Event, Hello

@@ -17,10 +17,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from server.actions.invoke import invoke
+from server.actions.invoke import ActionRunner
 from server.auth.principal import Principal
 from server.cua.protocol import PROTOCOL_VERSION
-from server.services import Services
 from server.version import server_version
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ops import DesktopKind
@@ -60,7 +59,7 @@ class CuaTarget:
 class CuaCall:
     """One command's caller, target and session."""
 
-    services: Services
+    actions: ActionRunner
     principal: Principal
     target: CuaTarget
     session: CuaSession
@@ -71,8 +70,8 @@ class CuaCall:
     async def action(self, name: str, **args: Any) -> Result:
         """Run the typed action ``name`` on this call's desktop; ``OpError`` on refusal."""
         body = {"conversation_id": self.target.conversation_id, **self._where(name), **args}
-        status, answer = await invoke(
-            self.services, self.principal, name, body, source=SOURCE, request_id=self.request_id
+        status, answer = await self.actions.invoke(
+            self.principal, name, body, source=SOURCE, request_id=self.request_id
         )
         self.steps.append(name)
         if status != 200:

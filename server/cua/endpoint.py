@@ -30,21 +30,22 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server import errors
-from server.actions.invoke import request_id_from
+from server.actions.invoke import ActionRunner, request_id_from
 from server.actions.registry import CONVERSATION_ID
 from server.actions.routes import REQUEST_ID_HEADER
 from server.auth import errors as auth_errors
 from server.auth.errors import AuthError, Unauthorized
 from server.auth.principal import Principal
 from server.auth.revocation import Access, Credential, Watch
-from server.auth.streams import refuse_socket, run_watched, until_revoked
-from server.auth.tokens import hash_secret
+from server.auth.streams import StreamGuard, refuse_socket, run_watched, until_revoked
 from server.boundary.body import read_capped
 from server.boundary.limits import TooManyStreams
 from server.cua import protocol
 from server.cua.commands import COMMANDS, CuaCall, CuaSession, CuaTarget, listing, missing_params
 from server.db.records import Role, role_allows
-from server.services import Services, services_of
+from server.db.store import Store
+from server.relays.router import RelayRouter
+from server.secrets.tokens import hash_secret
 from wire.desktop_rows import SLOT_RE
 from wire.errors import (
     CloseCode,
@@ -126,9 +127,8 @@ def _query(conn: HTTPConnection) -> tuple[bool, str | None]:
     return value == "on", suffix or None
 
 
-async def _admit(conn: HTTPConnection, guard: bool) -> CuaAdmitted:
+async def _admit(store: Store, conn: HTTPConnection, guard: bool) -> CuaAdmitted:
     token = _token(conn)
-    store = services_of(conn).store
     user = await store.authenticate_api_token(token)
     if user is None:
         raise Unauthorized("invalid or revoked token")
@@ -172,8 +172,19 @@ def _unknown(name: str) -> JSONResponse:
 class CuaEndpoint:
     """The routes, and the sessions Cua clients keep between their commands."""
 
-    def __init__(self, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        max_body_bytes: int,
+        store: Store,
+        streams: StreamGuard,
+        relays: RelayRouter,
+        actions: ActionRunner,
+    ) -> None:
         self.max_body_bytes = max_body_bytes
+        self.store = store
+        self.streams = streams
+        self.relays = relays
+        self.actions = actions
         self._sessions: OrderedDict[tuple[str, CuaTarget], CuaSession] = OrderedDict()
 
     def routes(self) -> list[BaseRoute]:
@@ -211,7 +222,7 @@ class CuaEndpoint:
 
     async def _admitted(self, request: Request) -> CuaAdmitted:
         guard, _ = _query(request)
-        return await _admit(request, guard)
+        return await _admit(self.store, request, guard)
 
     async def cmd(self, request: Request) -> Response:
         try:
@@ -238,7 +249,7 @@ class CuaEndpoint:
         ``Unauthorized`` as soon as the token is revoked or its user disabled."""
         access = Access(admitted.target.conversation_id, "read")
         credential = Credential.of(admitted.principal)
-        with services_of(request).streams.held(request, credential, access) as watch:
+        with self.streams.held(request, credential, access) as watch:
             reply = await until_revoked(watch, self.run(request, admitted, name, params))
         if reply is None:
             raise Unauthorized(f"access revoked: {watch.reason}")
@@ -265,11 +276,10 @@ class CuaEndpoint:
             admitted = await self._admitted(request)
         except RelaydeskError as err:
             return _refusal(err)
-        services = services_of(request)
-        relay = await _visible_relay(services, admitted.target)
-        connected = relay is not None and services.hub.is_connected(relay)
+        relay = await _visible_relay(self.store, admitted.target)
+        connected = relay is not None and self.relays.is_connected(relay)
         features = ["screen", "accessibility", "clipboard", "windows", "guard"]
-        if relay is not None and SHELL_CAPABILITY in services.hub.capabilities(relay):
+        if relay is not None and SHELL_CAPABILITY in self.relays.capabilities(relay):
             features.append("shell")
         body = {"status": "ok", "os_type": "linux", "features": features,
                 "relaydesk": {"relay_connected": connected, "kind": admitted.target.kind,
@@ -277,9 +287,8 @@ class CuaEndpoint:
         return JSONResponse(body, headers=dict(errors.NO_STORE))
 
     async def _has_shell(self, request: Request, admitted: CuaAdmitted) -> bool:
-        services = services_of(request)
-        relay = await _visible_relay(services, admitted.target)
-        return relay is not None and SHELL_CAPABILITY in services.hub.capabilities(relay)
+        relay = await _visible_relay(self.store, admitted.target)
+        return relay is not None and SHELL_CAPABILITY in self.relays.capabilities(relay)
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -289,7 +298,7 @@ class CuaEndpoint:
         """One known command's reply (``success`` true or false; never raises)."""
         command = COMMANDS[name]
         call = CuaCall(
-            services_of(conn), admitted.principal, admitted.target, self.session(admitted),
+            self.actions, admitted.principal, admitted.target, self.session(admitted),
             request_id_from(conn.headers.get(REQUEST_ID_HEADER)), guard=admitted.guard,
         )  # fmt: skip
         try:
@@ -321,12 +330,12 @@ class CuaEndpoint:
         token first, so none runs after a revocation."""
         try:
             guard, _ = _query(websocket)
-            admitted = await _admit(websocket, guard)
+            admitted = await _admit(self.store, websocket, guard)
         except RelaydeskError as err:
             log.info("cua websocket refused: %s", err.message)
             await websocket.close(code=1008)
             return
-        streams = services_of(websocket).streams
+        streams = self.streams
         access = Access(admitted.target.conversation_id, "read")
         try:
             held = streams.admit(websocket, Credential.of(admitted.principal), access)
@@ -341,7 +350,7 @@ class CuaEndpoint:
             held.release()
 
     async def _serve_ws(self, websocket: WebSocket, admitted: CuaAdmitted, watch: Watch) -> None:
-        confirm = services_of(websocket).streams.watch.confirm
+        confirm = self.streams.watch.confirm
         try:
             while True:
                 text = await websocket.receive_text()
@@ -384,8 +393,8 @@ def _command_of(body: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return command, params
 
 
-async def _visible_relay(services: Services, target: CuaTarget) -> Any:
-    for relay in await services.store.relays_visible_in(target.conversation_id):
+async def _visible_relay(store: Store, target: CuaTarget) -> Any:
+    for relay in await store.relays_visible_in(target.conversation_id):
         if target.relay in (relay.name, relay.relay_id):
             return relay.relay_id
     return None

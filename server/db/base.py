@@ -11,12 +11,12 @@ from sqlalchemy import CursorResult, Result
 from sqlalchemy.exc import DisconnectionError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from server.auth.passwords import Passwords
 from server.db import models
 from server.db.cache import ReadCache
 from server.db.errors import AlreadyExists, StoreError, StoreUnavailable
 from server.db.invalidation import CacheName, Invalidations, LocalInvalidations
 from server.db.records import RelayRecord, UserRecord
+from server.secrets.passwords import Passwords
 from wire.ids import RelayId, UserId
 
 Clock = Callable[[], datetime]

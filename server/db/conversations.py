@@ -8,7 +8,6 @@ from typing import Any, cast
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from server.auth import tokens
 from server.db import models
 from server.db.base import StoreBase
 from server.db.errors import InvalidValue, NotFound
@@ -20,6 +19,7 @@ from server.db.records import (
     Role,
     parse_role,
 )
+from server.secrets import tokens
 from wire.ids import ConversationId, UserId
 
 MAX_PAGE = 500

@@ -11,7 +11,7 @@ from typing import Any, Final
 from sqlalchemy import URL, event, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from server.metrics.instruments import database_error
+from server.instruments import database_error
 
 PRIVATE_DIR_MODE: Final = 0o700
 PRIVATE_FILE_MODE: Final = 0o600

@@ -8,11 +8,11 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from server.auth import tokens
 from server.db import models
 from server.db.base import StoreBase, rowcount, user_record
 from server.db.errors import InvalidValue, NotFound
 from server.db.records import TokenRecord, UserRecord, WebSessionRecord
+from server.secrets import tokens
 from wire.ids import UserId
 
 USERNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")

@@ -19,7 +19,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
-from server.metrics.instruments import redis_error
+from server.instruments import redis_error
 
 if TYPE_CHECKING:
     import redis.asyncio as redis

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from server.db import models
 from server.db.base import StoreBase, rowcount
 from server.db.batch import Coalescer
-from server.inventory.rows import LIVE_STATES, DesktopRow
+from server.db.rows import LIVE_STATES, DesktopRow
 from wire.ops import DesktopState
 
 TERMINAL_STATES: frozenset[str] = frozenset({"stopped", "failed"})

@@ -9,12 +9,12 @@ from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, exists, select, update
 
-from server.auth import tokens
 from server.db import models
 from server.db.base import StoreBase, relay_record, rowcount
 from server.db.batch import Coalescer
 from server.db.errors import InvalidValue, NotFound
 from server.db.records import RelayRecord
+from server.secrets import tokens
 from wire.ids import RelayId, UserId
 
 RELAY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

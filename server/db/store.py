@@ -12,7 +12,6 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from server.auth.passwords import Passwords
 from server.db.audit import AuditStore
 from server.db.base import Clock, utc_now
 from server.db.conversations import ConversationStore
@@ -23,6 +22,7 @@ from server.db.inventory import InventoryStore
 from server.db.liveness import LivenessStore
 from server.db.migrate import head_revision, revision_of
 from server.db.relays import RelayStore
+from server.secrets.passwords import Passwords
 
 
 class Store(

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
+from server.db.rows import DesktopRow, RowAnnotator
 from server.events.bus import Bus, Feed
-from server.inventory.rows import DesktopRow, RowAnnotator
 from wire.ids import RelayId
 
 log = logging.getLogger(__name__)
@@ -114,17 +114,3 @@ class ConversationEvents:
 
     async def close(self, feed: Feed) -> None:
         await self.bus.close_feed(feed)
-
-
-class HasEvents(Protocol):
-    """What holds the server's ``ConversationEvents`` (``server.services.Services``)."""
-
-    @property
-    def events(self) -> ConversationEvents: ...
-
-
-async def publish_conversation(
-    services: HasEvents, conversation_id: str, event: str, data: dict[str, Any]
-) -> str:
-    """Publish on the server's ``ConversationEvents`` (chat: ``message_created``)."""
-    return await services.events.publish_conversation(conversation_id, event, data)

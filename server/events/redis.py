@@ -21,7 +21,7 @@ import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from server.events.bus import HISTORY_LENGTH, BusEvent, Fanout, Feed, parse_event_id, replay_after
-from server.metrics.instruments import redis_error
+from server.instruments import redis_error
 from wire.errors import ErrorCode, OpError
 
 log = logging.getLogger(__name__)

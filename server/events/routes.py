@@ -22,16 +22,17 @@ import anyio
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
-from server.actions.errors import error_body, status_of
-from server.auth.dependencies import authenticate_connection
+from server.auth.dependencies import Authenticator
 from server.auth.errors import AuthError, error_response
 from server.auth.revocation import Access, Credential, Watch
-from server.auth.streams import ReleasingResponse
+from server.auth.streams import ReleasingResponse, StreamGuard
 from server.boundary.body import text_param
 from server.boundary.limits import TooManyStreams
 from server.db.records import role_allows
+from server.db.store import Store
+from server.errors import error_body, status_of
 from server.events.bus import BusEvent, Feed, parse_event_id
 from server.events.hub import (
     INVENTORY_CHANGED,
@@ -40,7 +41,6 @@ from server.events.hub import (
     ConversationEvents,
 )
 from server.json_response import JSONResponse
-from server.services import services_of
 from wire.errors import ErrorCode, InvalidArgs, InvalidInput, OpError
 
 log = logging.getLogger(__name__)
@@ -73,8 +73,8 @@ def _sse(event: BusEvent) -> bytes:
     return encoded
 
 
-async def _member(request: Request, conversation_id: str, user_id: str) -> bool:
-    role = await services_of(request).store.get_role(conversation_id, user_id)
+async def _member(store: Store, conversation_id: str, user_id: str) -> bool:
+    role = await store.get_role(conversation_id, user_id)
     return role_allows(role, "read")
 
 
@@ -136,34 +136,9 @@ def _params(request: Request) -> tuple[str, str | None]:
     return conversation_id, last_id or None
 
 
-async def event_stream(request: Request) -> Response:
-    try:
-        principal = await authenticate_connection(request)
-    except AuthError as err:
-        return error_response(err)
-    try:
-        conversation_id, last_id = _params(request)
-    except OpError as err:
-        return _error(err)
-    if not await _member(request, conversation_id, principal.user_id):
-        return _error(OpError(ErrorCode.FORBIDDEN, "not a member of this conversation"))
-    access = Access(conversation_id, "read")
-    try:
-        held = services_of(request).streams.admit(request, Credential.of(principal), access)
-    except TooManyStreams as err:
-        return _error(err)
-    try:
-        response = await _respond(request, conversation_id, last_id, held.watch)
-    except BaseException:
-        held.release()
-        raise
-    return ReleasingResponse(response, held)
-
-
 async def _respond(
-    request: Request, conversation_id: str, last_id: str | None, watch: Watch
+    events: ConversationEvents, conversation_id: str, last_id: str | None, watch: Watch
 ) -> Response:
-    events = services_of(request).events
     try:
         feed = await events.open(conversation_id, last_id)
     except OpError as err:
@@ -176,4 +151,32 @@ async def _respond(
     )  # fmt: skip
 
 
-event_routes = [Route("/api/v1/events", event_stream, methods=["GET"])]
+def event_routes(
+    auth: Authenticator, store: Store, streams: StreamGuard, events: ConversationEvents
+) -> list[BaseRoute]:
+    """``GET /api/v1/events``: a conversation's events for its members."""
+
+    async def event_stream(request: Request) -> Response:
+        try:
+            principal = await auth.authenticate_connection(request)
+        except AuthError as err:
+            return error_response(err)
+        try:
+            conversation_id, last_id = _params(request)
+        except OpError as err:
+            return _error(err)
+        if not await _member(store, conversation_id, principal.user_id):
+            return _error(OpError(ErrorCode.FORBIDDEN, "not a member of this conversation"))
+        access = Access(conversation_id, "read")
+        try:
+            held = streams.admit(request, Credential.of(principal), access)
+        except TooManyStreams as err:
+            return _error(err)
+        try:
+            response = await _respond(events, conversation_id, last_id, held.watch)
+        except BaseException:
+            held.release()
+            raise
+        return ReleasingResponse(response, held)
+
+    return [Route("/api/v1/events", event_stream, methods=["GET"])]

@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from server.db.base import Clock, utc_now
-from server.inventory.rows import LIVE_STATES, DesktopRow, RowAnnotator, RowListener
+from server.db.rows import LIVE_STATES, DesktopRow, RowAnnotator, RowListener
 from server.relays.calls import call
 from wire import ops
 from wire.desktop_rows import MAX_REASON, SESSION_ID_RE, check_row

@@ -29,18 +29,17 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from server import errors
-from server.actions.invoke import request_id_from
+from server.actions.invoke import ActionRunner, request_id_from
 from server.actions.registry import CONVERSATION_ID
 from server.actions.routes import REQUEST_ID_HEADER
 from server.auth import errors as auth_errors
-from server.auth.dependencies import authenticate
+from server.auth.dependencies import Authenticator
 from server.auth.errors import AuthError, Unauthorized
 from server.auth.revocation import Access, Credential
-from server.auth.streams import run_watched_http
+from server.auth.streams import StreamGuard, run_watched_http
 from server.boundary.body import read_capped
 from server.boundary.limits import TooManyStreams
 from server.mcp.caller import CALLER_KEY, McpCaller
-from server.services import services_of
 from wire.errors import ErrorCode, OpError, RelaydeskError, UnsupportedMediaType
 from wire.jsonbody import is_json_media_type, parse_json_object
 
@@ -50,23 +49,6 @@ if TYPE_CHECKING:
 
 PATH: Final = "/api/v1/conversations/{conversation_id}/mcp"
 _CONVERSATION_ID: Final = re.compile(CONVERSATION_ID["pattern"])
-
-
-async def _admit(request: Request) -> McpCaller:
-    """The caller, with its role in the path's conversation; refused with the one error body."""
-    if "authorization" not in request.headers:
-        raise Unauthorized("this endpoint takes an API token: 'Authorization: Bearer rdk_…'")
-    principal = await authenticate(request)
-    conversation_id = str(request.path_params["conversation_id"])
-    role = None
-    if _CONVERSATION_ID.fullmatch(conversation_id):
-        store = services_of(request).store
-        role = await store.get_role(conversation_id, principal.user_id)
-    if role is None:
-        # Same answer for "no such conversation" and "not a member": existence is not leaked.
-        raise OpError(ErrorCode.NOT_FOUND, "conversation not found")
-    request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER))
-    return McpCaller(principal, conversation_id, role, request_id)
 
 
 async def _checked_body(request: Request, limit: int) -> bytes:
@@ -107,8 +89,17 @@ def _load_sdk() -> None:
 class McpEndpoint:
     """The ASGI app of the MCP route; :meth:`running` (in the app's lifespan) serves requests."""
 
-    def __init__(self, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        max_body_bytes: int,
+        auth: Authenticator,
+        streams: StreamGuard,
+        actions: ActionRunner,
+    ) -> None:
         self.max_body_bytes = max_body_bytes
+        self.auth = auth
+        self.streams = streams
+        self.actions = actions
         self._group: TaskGroup | None = None
         self._starting = anyio.Lock()
         self._sessions: StreamableHTTPSessionManager | None = None
@@ -129,6 +120,21 @@ class McpEndpoint:
                 self._sessions = None
                 group.cancel_scope.cancel()
 
+    async def _admit(self, request: Request) -> McpCaller:
+        """The caller, with its role in the path's conversation; refused with the one error body."""
+        if "authorization" not in request.headers:
+            raise Unauthorized("this endpoint takes an API token: 'Authorization: Bearer rdk_…'")
+        principal = await self.auth.authenticate(request)
+        conversation_id = str(request.path_params["conversation_id"])
+        role = None
+        if _CONVERSATION_ID.fullmatch(conversation_id):
+            role = await self.auth.store.get_role(conversation_id, principal.user_id)
+        if role is None:
+            # Same answer for "no such conversation" and "not a member": existence is not leaked.
+            raise OpError(ErrorCode.NOT_FOUND, "conversation not found")
+        request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER))
+        return McpCaller(principal, conversation_id, role, request_id)
+
     async def _started(self) -> StreamableHTTPSessionManager | None:
         """The SDK's session manager, started by the first call; None when not serving."""
         if self._sessions is None and self._group is not None:
@@ -145,7 +151,7 @@ class McpEndpoint:
         from server.mcp.handlers import build_server
 
         sessions = StreamableHTTPSessionManager(
-            build_server(), json_response=True, stateless=True,
+            build_server(self.actions), json_response=True, stateless=True,
             max_request_body_size=self.max_body_bytes,
         )  # fmt: skip
         async with sessions.run():
@@ -155,7 +161,7 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         try:
-            caller = await _admit(request)
+            caller = await self._admit(request)
             body = await _checked_body(request, self.max_body_bytes)
         except RelaydeskError as err:
             await _refuse(err, scope, receive, send)
@@ -180,9 +186,7 @@ class McpEndpoint:
         scope, receive = request.scope, request.receive
         access = Access(caller.conversation_id, "read")
         try:
-            held = services_of(request).streams.admit(
-                request, Credential.of(caller.principal), access
-            )
+            held = self.streams.admit(request, Credential.of(caller.principal), access)
         except TooManyStreams as err:
             await _refuse(err, scope, receive, send)
             return

@@ -17,10 +17,9 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 
-from server.actions.invoke import invoke
+from server.actions.invoke import ActionRunner
 from server.mcp import tools
 from server.mcp.caller import CALLER_KEY, McpCaller
-from server.services import Services, services_of
 from server.version import server_version
 from wire.errors import InvalidArgs
 
@@ -42,36 +41,9 @@ def _request_of(ctx: ServerRequestContext[Any, Any]) -> Request:
     return request
 
 
-def _caller(ctx: ServerRequestContext[Any, Any]) -> tuple[Services, McpCaller]:
-    request = _request_of(ctx)
-    caller: McpCaller = request.scope[CALLER_KEY]
-    return services_of(request), caller
-
-
-async def list_tools(
-    ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
-) -> types.ListToolsResult:
-    """Every action the caller's role allows, as a tool (one page)."""
-    services, caller = _caller(ctx)
-    return types.ListToolsResult(tools=tools.tools_for(services.actions, caller.role))
-
-
-async def call_tool(
-    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-) -> types.CallToolResult:
-    """The action ``params.name`` in the caller's conversation; its answer as a tool result."""
-    services, caller = _caller(ctx)
-    if services.actions.get(params.name) is None:
-        raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name[:64]!r}")
-    try:
-        body = tools.bound_arguments(params.arguments, caller.conversation_id)
-    except InvalidArgs as err:
-        return tools.refused(err)
-    status, answer = await invoke(
-        services, caller.principal, params.name, body,
-        source=SOURCE, request_id=caller.request_id,
-    )  # fmt: skip
-    return tools.tool_result(status, answer)
+def _caller(ctx: ServerRequestContext[Any, Any]) -> McpCaller:
+    caller: McpCaller = _request_of(ctx).scope[CALLER_KEY]
+    return caller
 
 
 def _no_header_parameters(_tool: str) -> None:
@@ -80,8 +52,36 @@ def _no_header_parameters(_tool: str) -> None:
     return None
 
 
-def build_server() -> Server[Any]:
-    """The MCP server relaydesk's endpoint serves (tools only)."""
+def build_server(actions: ActionRunner) -> Server[Any]:
+    """The MCP server relaydesk's endpoint serves (tools only): ``actions`` as tools."""
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        """Every action the caller's role allows, as a tool (one page)."""
+        caller = _caller(ctx)
+        return types.ListToolsResult(tools=tools.tools_for(actions.registry, caller.role))
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        """The action ``params.name`` in the caller's conversation; its answer as a result."""
+        caller = _caller(ctx)
+        if actions.registry.get(params.name) is None:
+            raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name[:64]!r}")
+        try:
+            body = tools.bound_arguments(params.arguments, caller.conversation_id)
+        except InvalidArgs as err:
+            return tools.refused(err)
+        status, answer = await actions.invoke(
+            caller.principal,
+            params.name,
+            body,
+            source=SOURCE,
+            request_id=caller.request_id,
+        )
+        return tools.tool_result(status, answer)
+
     return Server(
         "relaydesk",
         version=server_version(),

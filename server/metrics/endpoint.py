@@ -6,7 +6,7 @@ time, as SHA-256 digests, so not even the token's length shows); anyone else get
 a token configured the metrics are off (403 saying how to turn them on): loopback is no proof
 of who is asking on a host other people or processes share.
 
-The answer is the process's instruments (``server.metrics.instruments``) and what the parts
+The answer is the process's instruments (``server.instruments``) and what the parts
 count themselves, read now: relays, desktops by state (from the database, the same on every
 replica), viewers and the bytes relayed to and from them, event-stream subscribers, requests
 forwarded to other replicas, the screen revisions kept. docs/operations.md lists them.
@@ -19,7 +19,8 @@ import hashlib
 import hmac
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -28,15 +29,23 @@ from prometheus_client.registry import Collector
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from server.cluster.channel import FORWARD_KINDS
+from server.db.store import Store
 from server.errors import NO_STORE, error_body, status_of
+from server.events.bus import Bus
+from server.instruments import REGISTRY
 from server.json_response import JSONResponse
-from server.metrics.instruments import REGISTRY
-from server.services import Services, services_of
+from server.relays.hub import RelayHub
+from server.screen.revisions import RevisionStore
+from server.viewer.audio import AudioService
+from server.viewer.service import ViewerService
 from wire.errors import ErrorCode, OpError
 from wire.ops import DESKTOP_STATES
+
+if TYPE_CHECKING:
+    from server.cluster.router import ClusterRouter
 
 log = logging.getLogger(__name__)
 
@@ -84,24 +93,38 @@ def _by(
     return metric
 
 
+@dataclass(frozen=True)
+class MetricSources:
+    """The parts whose figures ``/metrics`` reads, and the token that may read them."""
+
+    token: str
+    store: Store
+    links: RelayHub
+    cluster: ClusterRouter | None
+    viewer: ViewerService
+    audio: AudioService
+    bus: Bus
+    revisions: RevisionStore
+
+
 class LiveFigures(Collector):
     """What the parts of one server count, as metric families (read when scraped)."""
 
-    def __init__(self, services: Services, desktops: Mapping[str, int] | None) -> None:
-        self._services = services
+    def __init__(self, sources: MetricSources, desktops: Mapping[str, int] | None) -> None:
+        self._sources = sources
         self._desktops = desktops
 
     def collect(self) -> Iterable[Metric]:
-        yield from _relays(self._services)
+        yield from _relays(self._sources)
         if self._desktops is not None:
             yield _desktops(self._desktops)
-        yield from _viewers(self._services)
-        yield from _revisions(self._services)
+        yield from _viewers(self._sources)
+        yield from _revisions(self._sources)
 
 
-def _relays(services: Services) -> Iterable[Metric]:
-    cluster = services.cluster
-    connected = services.links.connected_count
+def _relays(sources: MetricSources) -> Iterable[Metric]:
+    cluster = sources.cluster
+    connected = sources.links.connected_count
     yield _gauge("relaydesk_relays_connected", "Relays connected to this replica", connected)
     yield _gauge(
         "relaydesk_relays_owned",
@@ -129,13 +152,13 @@ def _desktops(counts: Mapping[str, int]) -> Metric:
     )
 
 
-def _viewers(services: Services) -> Iterable[Metric]:
-    viewers = [("vnc", services.viewer.registry.count()), ("audio", services.audio.count())]
+def _viewers(sources: MetricSources) -> Iterable[Metric]:
+    viewers = [("vnc", sources.viewer.registry.count()), ("audio", sources.audio.count())]
     yield _by(
         GaugeMetricFamily, "relaydesk_viewers", "Viewer streams open on this replica", "kind",
         viewers,
     )  # fmt: skip
-    to_viewer, from_viewer = services.viewer.registry.bytes_relayed()
+    to_viewer, from_viewer = sources.viewer.registry.bytes_relayed()
     yield _by(
         CounterMetricFamily,
         "relaydesk_viewer_bytes",
@@ -146,12 +169,12 @@ def _viewers(services: Services) -> Iterable[Metric]:
     yield _gauge(
         "relaydesk_sse_subscribers",
         "Event streams (conversation and desktop control) open on this replica",
-        services.bus.fanout.count(),
+        sources.bus.fanout.count(),
     )
 
 
-def _revisions(services: Services) -> Iterable[Metric]:
-    stats = services.screen_tool.revisions.stats()
+def _revisions(sources: MetricSources) -> Iterable[Metric]:
+    stats = sources.revisions.stats()
     yield _gauge(
         "relaydesk_screen_revisions", "Screen revisions whose capture is kept here", stats.entries
     )
@@ -167,10 +190,10 @@ def _revisions(services: Services) -> Iterable[Metric]:
     )
 
 
-async def _desktop_counts(services: Services) -> dict[str, int] | None:
+async def _desktop_counts(sources: MetricSources) -> dict[str, int] | None:
     try:
         async with asyncio.timeout(DATABASE_TIMEOUT_S):
-            return await services.store.desktop_counts()
+            return await sources.store.desktop_counts()
     except (SQLAlchemyError, OSError, TimeoutError) as err:
         log.warning(
             "metrics without desktop counts: the database did not answer (%s)", type(err).__name__
@@ -178,18 +201,17 @@ async def _desktop_counts(services: Services) -> dict[str, int] | None:
         return None
 
 
-async def metrics(request: Request) -> Response:
-    services = services_of(request)
-    refused = refusal(request, services.settings.metrics_token)
-    if refused is not None:
-        headers = dict(NO_STORE)
-        if refused.code is ErrorCode.UNAUTHORIZED:
-            headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
-        return JSONResponse(error_body(refused), status_of(refused), headers=headers)
-    live = CollectorRegistry(auto_describe=False)
-    live.register(LiveFigures(services, await _desktop_counts(services)))
-    body = generate_latest(live) + generate_latest(REGISTRY)
-    return Response(body, media_type=CONTENT_TYPE_LATEST, headers=NO_STORE)
+def metrics_routes(sources: MetricSources) -> list[BaseRoute]:
+    async def metrics(request: Request) -> Response:
+        refused = refusal(request, sources.token)
+        if refused is not None:
+            headers = dict(NO_STORE)
+            if refused.code is ErrorCode.UNAUTHORIZED:
+                headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
+            return JSONResponse(error_body(refused), status_of(refused), headers=headers)
+        live = CollectorRegistry(auto_describe=False)
+        live.register(LiveFigures(sources, await _desktop_counts(sources)))
+        body = generate_latest(live) + generate_latest(REGISTRY)
+        return Response(body, media_type=CONTENT_TYPE_LATEST, headers=NO_STORE)
 
-
-metrics_routes = [Route("/metrics", metrics)]
+    return [Route("/metrics", metrics)]

@@ -20,7 +20,6 @@ from server.actions.registry import Action, ActionRegistry
 from server.json_response import JSONResponse
 from server.openapi.parts import COMPONENTS, MEMBER_WRITE, Json, answer, operation, path_parameters
 from server.openapi.routes_described import ACTION_ROUTE, DESCRIBED, INTERNAL_PREFIX, WEBSOCKET
-from server.services import services_of
 from server.version import server_version
 
 OPENAPI_VERSION: Final = "3.1.0"
@@ -107,9 +106,11 @@ def openapi_document(routes: Iterable[BaseRoute], registry: ActionRegistry) -> J
     }
 
 
-async def openapi_json(request: Request) -> Response:
-    document = openapi_document(request.app.routes, services_of(request).actions)
-    return JSONResponse(document, headers={"Cache-Control": "no-cache"})
+def openapi_routes(registry: ActionRegistry) -> list[BaseRoute]:
+    """``GET /openapi.json``: the document of the app's routes and ``registry``'s actions."""
 
+    async def openapi_json(request: Request) -> Response:
+        document = openapi_document(request.app.routes, registry)
+        return JSONResponse(document, headers={"Cache-Control": "no-cache"})
 
-openapi_routes: list[BaseRoute] = [Route(PATH, openapi_json, methods=["GET"])]
+    return [Route(PATH, openapi_json, methods=["GET"])]

@@ -6,14 +6,15 @@ import asyncio
 import logging
 from typing import Any
 
+from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server.config import Settings
 from server.db.records import RelayRecord
+from server.db.store import Store
 from server.relays.capabilities import granted_capabilities
 from server.relays.hub import RelayHub
 from server.relays.link import RelayLink
-from server.services import services_of
 from wire import ops
 from wire.connection import Connection, HelloReceived, Role
 from wire.errors import CloseCode, ErrorCode, OpError, ProtocolError
@@ -43,14 +44,24 @@ def _client(websocket: WebSocket) -> str:
     return websocket.client.host if websocket.client else "?"
 
 
-async def relay_connect(websocket: WebSocket) -> None:
+def relay_route(store: Store, links: RelayHub, settings: Settings) -> WebSocketRoute:
+    """``/relay/v1/connect``: relays that ``store`` knows join ``links``."""
+
+    async def relay_connect(websocket: WebSocket) -> None:
+        await serve_relay(websocket, store, links, settings)
+
+    return WebSocketRoute("/relay/v1/connect", relay_connect)
+
+
+async def serve_relay(
+    websocket: WebSocket, store: Store, links: RelayHub, settings: Settings
+) -> None:
     """The relay WebSocket endpoint."""
-    services = services_of(websocket)
     if SUBPROTOCOL not in websocket.scope.get("subprotocols", []):
         await websocket.close(CloseCode.UNSUPPORTED_PROTOCOL, f"subprotocol {SUBPROTOCOL} required")
         return
     token = _bearer(websocket)
-    relay = await services.store.authenticate_relay(token) if token else None
+    relay = await store.authenticate_relay(token) if token else None
     await websocket.accept(subprotocol=SUBPROTOCOL)
     if relay is None:
         log.warning(
@@ -58,12 +69,11 @@ async def relay_connect(websocket: WebSocket) -> None:
         )
         await websocket.close(CloseCode.UNAUTHORIZED, "unknown or revoked relay token")
         return
-    settings = services.settings
     connection = Connection(
         Role.SERVER, max_text=settings.max_text_frame, max_payload=settings.max_channel_frame
     )
     try:
-        await _serve(websocket, connection, relay, token, services.links, settings)
+        await _serve(websocket, connection, relay, token, links, settings)
     except ProtocolError as err:
         log.warning("relay %s broke the protocol: %s", relay.name, err.message)
         await _close(websocket, err.close_code, err.message)

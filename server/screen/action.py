@@ -2,8 +2,8 @@
 
 The schema is worded for an LLM reading it as a tool definition. The handler resolves the
 relay through the registry's context (visibility, role and conversation are checked there)
-and hands the call to the server's one :class:`ScreenTool` (``Services.screen_tool``, made
-by ``server.screen.feature``).
+and hands the call to the server's one :class:`ScreenTool`, which the composition root
+(``server.app``) binds to the action with :func:`screen_action`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
 from server.control.screen import screen_input
 from server.screen.request import BUTTONS, DIRECTIONS, FORMATS, MAX_AMOUNT, MAX_TEXT
-from server.screen.tool import Caller
-from wire.errors import OpError
+from server.screen.tool import Caller, ScreenTool
+from wire.errors import ErrorCode, OpError
 from wire.ids import RelayId
 from wire.screen_actions import SCREEN_ACTIONS
 from wire.screen_coords import COORDINATES, MAX_SCALE, MAX_ZOOM_PIXELS, MAX_ZOOM_SIDE, MIN_SCALE
@@ -211,9 +211,8 @@ class HubRequests:
         return cast(frozenset[str], self._hub.capabilities(relay_id))
 
 
-async def handle(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-    """The registry's handler: resolve the relay, run the tool, report the session."""
-    tool = ctx.services.screen_tool
+async def handle(tool: ScreenTool, ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    """The action's handler over ``tool``: resolve the relay, run the tool, report the session."""
     caller = Caller(ctx.principal.username, ctx.conversation_id, None, ctx.source)
     relay_name = args.get("relay")
     try:
@@ -251,11 +250,21 @@ def schema_field_names(message: str, details: dict[str, Any]) -> tuple[str, dict
     return message, {**details, "field": name}
 
 
+async def _no_tool(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    raise OpError(ErrorCode.INTERNAL, "this server runs no screen tool")
+
+
+# The action's definition; the server registers it bound to its tool (:func:`screen_action`).
 # The tool audits every attempt itself, with the action's shape (never typed text or pixels).
 SCREEN_ACTION: Final = Action(
     name="screen",
     role="write",
     json_schema=tool_schema(PROPERTIES, ("action",)),
     description=DESCRIPTION,
-    handler=handle,
+    handler=_no_tool,
 )
+
+
+def screen_action(tool: ScreenTool) -> Action:
+    """The ``screen`` action, run by ``tool``."""
+    return replace(SCREEN_ACTION, handler=functools.partial(handle, tool))

@@ -1,7 +1,7 @@
 """Wiring of the screen tool into the app: one :class:`ScreenTool`, the ``screen`` action.
 
-``server.app`` calls :func:`start_screen` after the actions registry exists; the tool is the
-``screen_tool`` of the app's ``Services``. With several replicas it is given the other
+The composition root (``server.app``) calls :func:`start_screen` after the actions registry
+exists, and hands the tool to the routes that use it. With several replicas it is given the other
 replicas (``server.cluster.build``): its revisions name this replica, and calls on another
 replica's revisions run there.
 """
@@ -14,7 +14,7 @@ from server.actions.registry import ActionRegistry
 from server.config import Settings
 from server.db.store import Store
 from server.relays.router import RelayRouter
-from server.screen.action import SCREEN_ACTION, HubRequests
+from server.screen.action import HubRequests, screen_action
 from server.screen.revisions import RevisionStore
 from server.screen.tool import RevisionIssuers, ScreenTool
 
@@ -52,6 +52,7 @@ def start_screen(
     actions: ActionRegistry,
     issuers: RevisionIssuers | None = None,
 ) -> ScreenTool:
-    """Create the tool and register the ``screen`` action."""
-    actions.register(SCREEN_ACTION)
-    return build_tool(hub, store, settings, issuers)
+    """Create the tool and register the ``screen`` action it runs."""
+    tool = build_tool(hub, store, settings, issuers)
+    actions.register(screen_action(tool))
+    return tool

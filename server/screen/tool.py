@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, cast
 
 from server.db.audit import AuditWriter
-from server.metrics.instruments import SCREEN_SECONDS
+from server.instruments import SCREEN_SECONDS
 from server.relays.calls import call
 from server.screen.request import ScreenRequest, audit_shape, parse
 from server.screen.revisions import Binding, Capture, KeptCapture, RevisionStore, View

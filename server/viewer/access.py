@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from server.auth.capability import ViewerDenied, ViewerGrant, verify
 from server.db.records import Role, UserRecord, role_allows
-from server.inventory.rows import DesktopDirectory, DesktopRow
-from server.viewer.capability import ViewerDenied, ViewerGrant, verify
+from server.db.rows import DesktopDirectory, DesktopRow
 from wire.errors import CloseCode, ErrorCode, RelaydeskError
 from wire.ids import RelayId
 

@@ -22,7 +22,7 @@ from typing import Final, Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from server.inventory.rows import DesktopRow
+from server.db.rows import DesktopRow
 from server.relays.router import RelayChannel
 from server.viewer.access import ViewerRefused, ViewerTarget, check_viewer, refusal_for_state
 from server.viewer.registry import DesktopKey, desktop_key

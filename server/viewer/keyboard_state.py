@@ -16,13 +16,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from server.auth.capability import ViewerDenied, verify
 from server.db.records import role_allows
+from server.db.store import Store
 from server.errors import error_response
 from server.json_response import JSONResponse
 from server.relays.calls import call
-from server.services import services_of
+from server.relays.router import RelayRouter
 from server.viewer.access import ViewerRefused
-from server.viewer.capability import ViewerDenied, verify
 from wire import ops
 from wire.errors import CloseCode, ErrorCode, OpError, RelaydeskError
 from wire.ids import RelayId
@@ -56,32 +57,33 @@ def _lock(result: ops.KeyboardState, name: str) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-async def keyboard_state(request: Request) -> Response:
-    """The lock states of the capability's desktop, or ``known: false`` with the reason."""
-    sid, token = request.path_params["sid"], request.path_params["token"]
-    services = services_of(request)
-    try:
-        grant = verify(services.settings.secret_key, token, sid)
-    except ViewerDenied as err:
-        return _unknown(err)
-    store = services.store
-    role = await store.get_role(grant.conversation_id, grant.user_id)
-    visible = await store.is_relay_visible(grant.relay_id, grant.conversation_id)
-    if not role_allows(role, "write") or not visible:
-        return _unknown(ViewerRefused(CloseCode.VIEWER_FORBIDDEN))
-    try:
-        result = await call(
-            services.hub, RelayId(grant.relay_id), ops.KEYBOARD_STATE,
-            ops.SessionArgs(desktop_session_id=sid), RELAY_TIMEOUT_S,
-        )  # fmt: skip
-    except OpError as err:
-        if err.code is ErrorCode.PROTOCOL_ERROR:
-            return _unknown(OpError(err.code, "malformed keyboard state", status=502))
-        return _unknown(_relay_refusal(err))
-    locks = {name: _lock(result, name) for name in LOCKS}
-    return _answer(200, {"ok": True, "known": locks["num_lock"] is not None, **locks})
+def keyboard_state_route(store: Store, relays: RelayRouter, secret_key: str) -> Route:
+    async def keyboard_state(request: Request) -> Response:
+        """The lock states of the capability's desktop, or ``known: false`` with the reason."""
+        sid, token = request.path_params["sid"], request.path_params["token"]
+        try:
+            grant = verify(secret_key, token, sid)
+        except ViewerDenied as err:
+            return _unknown(err)
+        role = await store.get_role(grant.conversation_id, grant.user_id)
+        visible = await store.is_relay_visible(grant.relay_id, grant.conversation_id)
+        if not role_allows(role, "write") or not visible:
+            return _unknown(ViewerRefused(CloseCode.VIEWER_FORBIDDEN))
+        try:
+            result = await call(
+                relays,
+                RelayId(grant.relay_id),
+                ops.KEYBOARD_STATE,
+                ops.SessionArgs(desktop_session_id=sid),
+                RELAY_TIMEOUT_S,
+            )
+        except OpError as err:
+            if err.code is ErrorCode.PROTOCOL_ERROR:
+                return _unknown(OpError(err.code, "malformed keyboard state", status=502))
+            return _unknown(_relay_refusal(err))
+        locks = {name: _lock(result, name) for name in LOCKS}
+        return _answer(200, {"ok": True, "known": locks["num_lock"] is not None, **locks})
 
-
-keyboard_state_route = Route(
-    "/vnc/{sid}/{token}/keyboard-state", keyboard_state, methods=["GET"], name="keyboard-state"
-)
+    return Route(
+        "/vnc/{sid}/{token}/keyboard-state", keyboard_state, methods=["GET"], name="keyboard-state"
+    )

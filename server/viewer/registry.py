@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from server.inventory.rows import DesktopRow
+from server.db.rows import DesktopRow
 from server.viewer.access import ViewerRefused, refusal_for_state
 from server.viewer.tunnel import ViewerSession
 from wire.errors import CloseCode

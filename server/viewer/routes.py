@@ -9,18 +9,17 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from server.auth.streams import watched_viewer
+from server.auth.capability import ViewerGrant
+from server.auth.streams import ViewerStreams
+from server.auth.viewer_policy import agent_viewer_refusal
 from server.config import Settings
 from server.csp import POLICY
+from server.db.rows import DesktopDirectory
 from server.db.store import Store
-from server.inventory.rows import DesktopDirectory
 from server.relays.router import RelayRouter
-from server.services import services_of
 from server.viewer.assets import VIEWER_DIR, NovncAssets, viewer_file
 from server.viewer.audio import AudioService
-from server.viewer.capability import ViewerGrant
 from server.viewer.input import PersonInputSink
-from server.viewer.policy import agent_viewer_refusal
 from server.viewer.service import ViewerService
 from wire.errors import OpError
 from wire.ids import RelayId
@@ -42,33 +41,39 @@ async def viewer_page(request: Request) -> Response:
     )
 
 
-def _relay_policy(websocket: WebSocket, grant: ViewerGrant) -> OpError | None:
-    """An agent's capability on a relay that denies apps (its capabilities as they are now)."""
-    capabilities = services_of(websocket).hub.capabilities(RelayId(grant.relay_id))
-    return agent_viewer_refusal(grant.person, capabilities)
+def viewer_routes(
+    relays: RelayRouter,
+    viewer: ViewerService,
+    audio: AudioService,
+    novnc: NovncAssets,
+    viewers: ViewerStreams,
+) -> list[BaseRoute]:
+    """The page, its VNC and audio WebSockets over ``relays``, noVNC's files."""
 
+    def relay_policy(websocket: WebSocket, grant: ViewerGrant) -> OpError | None:
+        """An agent's capability on a relay that denies apps (its capabilities as they are
+        now)."""
+        capabilities = relays.capabilities(RelayId(grant.relay_id))
+        return agent_viewer_refusal(grant.person, capabilities)
 
-async def viewer_socket(websocket: WebSocket) -> None:
-    """``WS /vnc/{sid}/{token}/websockify``: the VNC byte stream."""
-    await watched_viewer(websocket, services_of(websocket).viewer.serve, _relay_policy)
+    async def viewer_socket(websocket: WebSocket) -> None:
+        """``WS /vnc/{sid}/{token}/websockify``: the VNC byte stream."""
+        await viewers.watched(websocket, viewer.serve, relay_policy)
 
+    async def audio_socket(websocket: WebSocket) -> None:
+        """``WS /vnc/{sid}/{token}/audio``: the desktop's sound, one Opus packet per message."""
+        await viewers.watched(websocket, audio.serve, relay_policy)
 
-async def audio_socket(websocket: WebSocket) -> None:
-    """``WS /vnc/{sid}/{token}/audio``: the desktop's sound, one Opus packet per message."""
-    await watched_viewer(websocket, services_of(websocket).audio.serve, _relay_policy)
+    async def novnc_asset(request: Request) -> Response:
+        return await novnc.response(request.path_params["path"])
 
-
-async def novnc_asset(request: Request) -> Response:
-    return await services_of(request).novnc_assets.response(request.path_params["path"])
-
-
-viewer_routes: list[BaseRoute] = [
-    Route("/vnc/{desktop_session_id}/{token}/", viewer_page, methods=["GET", "HEAD"]),
-    WebSocketRoute("/vnc/{desktop_session_id}/{token}/websockify", viewer_socket),
-    WebSocketRoute("/vnc/{desktop_session_id}/{token}/audio", audio_socket),
-    Route("/novnc/{path:path}", novnc_asset, methods=["GET", "HEAD"]),
-    Route("/viewer/{name}", viewer_file, methods=["GET", "HEAD"]),
-]
+    return [
+        Route("/vnc/{desktop_session_id}/{token}/", viewer_page, methods=["GET", "HEAD"]),
+        WebSocketRoute("/vnc/{desktop_session_id}/{token}/websockify", viewer_socket),
+        WebSocketRoute("/vnc/{desktop_session_id}/{token}/audio", audio_socket),
+        Route("/novnc/{path:path}", novnc_asset, methods=["GET", "HEAD"]),
+        Route("/viewer/{name}", viewer_file, methods=["GET", "HEAD"]),
+    ]
 
 
 @dataclass(frozen=True)

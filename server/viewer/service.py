@@ -21,7 +21,7 @@ from starlette.websockets import WebSocket
 from server.boundary.hosts import HostPolicy
 from server.config import Settings
 from server.control import model as control_model
-from server.inventory.rows import DesktopDirectory, DesktopRow
+from server.db.rows import DesktopDirectory, DesktopRow
 from server.relays.calls import call
 from server.relays.capabilities import DIRECT_VNC
 from server.relays.router import RelayRouter

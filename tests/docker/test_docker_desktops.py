@@ -90,7 +90,7 @@ class Stack:
         return response.status_code, response.json()
 
     async def connected(self) -> None:
-        hub = self.app.state.services.hub
+        hub = self.app.state.parts.relays
         await wait_until(lambda: hub.is_connected(self.relay_id), 30, "the relay to connect")
 
     async def running_docker(self) -> dict[str, Any]:
@@ -140,7 +140,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
                 stack = Stack(app, url, seed, tracker, relay, client, build_s)
                 await stack.connected()
                 yield stack
-                for row in await app.state.services.inventory.live_rows(stack.relay_id):
+                for row in await app.state.parts.inventory.live_rows(stack.relay_id):
                     await stack.call("desktop_stop_confirm", kind=row.kind, slot=row.slot,
                                      desktop_session_id=row.desktop_session_id)  # fmt: skip
             tracker.cleanup()
@@ -200,7 +200,7 @@ async def _screenshot(stack: Stack, session_id: str) -> dict[str, Any]:
 
 
 async def test_the_relay_announces_docker_desktops(stack: Stack) -> None:
-    assert "docker_desktop" in stack.app.state.services.hub.capabilities(stack.relay_id)
+    assert "docker_desktop" in stack.app.state.parts.relays.capabilities(stack.relay_id)
     size = image_size_mb(DESKTOP_IMAGE)
     print(f"\n{DESKTOP_IMAGE}: {size:.0f} MB; scripts/docker-build desktop: {stack.build_s:.1f} s")
 
@@ -320,7 +320,7 @@ async def test_a_restarted_relay_re_adopts_the_container(stack: Stack) -> None:
     container = _container_of(session_id)["Id"]
     stack.relay.send_signal(signal.SIGKILL)
     stack.relay.wait(10)
-    hub = stack.app.state.services.hub
+    hub = stack.app.state.parts.relays
     await wait_until(lambda: not hub.is_connected(stack.relay_id), 20, "the relay to go")
     stack.relay = start_relay(stack.tracker.start, stack.seed, stack.url, name="relay-again")
     await stack.connected()

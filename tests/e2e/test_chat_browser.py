@@ -205,7 +205,7 @@ async def test_an_expired_session_returns_to_login_and_keeps_the_draft(
     draft = "a draft that must survive /desktop"
     composer = page.get_by_label("Message", exact=True)
     await composer.fill(draft)
-    await chat_stack.app.state.services.store.delete_web_session(secret)
+    await chat_stack.app.state.parts.store.delete_web_session(secret)
     # Sending finds the session gone (unless the event stream noticed first): login either way.
     if await composer.is_visible():
         await composer.press("Enter")
@@ -360,7 +360,7 @@ async def test_close_with_nothing_running_says_so(
 async def test_a_user_without_a_conversation_gets_a_real_empty_state(
     context: BrowserContext, chat_stack: ViewerStack, artifacts_dir: Path
 ) -> None:
-    store = chat_stack.app.state.services.store
+    store = chat_stack.app.state.parts.store
     lonely = await admin.create_user(store, "newcomer")
     page = await context.new_page()
     await page.goto(chat_stack.url + "/")

@@ -72,7 +72,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Viewe
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def agent(stack: ViewerStack) -> Agent:
-    store = stack.app.state.services.store
+    store = stack.app.state.parts.store
     user = await admin.create_user(store, "bot")
     await store.add_member(stack.seed.conversation_id, user["user_id"], "write")
     return Agent(stack, (await admin.create_token(store, "bot"))["token"])
@@ -114,7 +114,7 @@ async def released(stack: ViewerStack, desktop: Desktop) -> AsyncIterator[None]:
     """Every test starts with nobody in control and ends handing back what it took."""
     yield
     key = DesktopKey(stack.relay_id, desktop.desktop_session_id)
-    await stack.app.state.services.control.hand_back(key)
+    await stack.app.state.parts.control.hand_back(key)
 
 
 async def open_viewer(context: BrowserContext, stack: ViewerStack, desktop: Desktop) -> Page:
@@ -231,9 +231,9 @@ async def test_stop_on_the_dock_ends_the_agent_run_and_refuses_a_regrant_for_the
     stack: ViewerStack, desktop: Desktop, context: BrowserContext, agent: Agent,
     artifacts_dir: Path,
 ) -> None:  # fmt: skip
-    services = stack.app.state.services
+    parts = stack.app.state.parts
     key = DesktopKey(stack.relay_id, desktop.desktop_session_id)
-    await wait_until(lambda: _idle(services, key), IDLE_S + 5, "nobody in control")
+    await wait_until(lambda: _idle(parts, key), IDLE_S + 5, "nobody in control")
     chat = await context.new_page()
     await chat.goto(stack.url + "/")
     await chat.wait_for_selector("#conversation-title:has-text('Team')")
@@ -247,7 +247,7 @@ async def test_stop_on_the_dock_ends_the_agent_run_and_refuses_a_regrant_for_the
                 return
 
     loop = asyncio.create_task(agent_loop())
-    await wait_until(lambda: services.control.inflight.count(key) == 1, 20, "a request in flight")
+    await wait_until(lambda: parts.control.inflight.count(key) == 1, 20, "a request in flight")
     stop = chat.locator(f"tr[data-session='{desktop.desktop_session_id}'] button",
                         has_text="Stop agent")  # fmt: skip
     await stop.click()
@@ -263,28 +263,26 @@ async def test_stop_on_the_dock_ends_the_agent_run_and_refuses_a_regrant_for_the
     await asyncio.sleep(refused["error"]["retry_after_s"] + 0.3)
     status, clicked = await agent.click()
     assert status == 200, clicked
-    rows = [r for r in await services.store.list_audit() if r.op == "agent.grant"]
+    rows = [r for r in await parts.store.list_audit() if r.op == "agent.grant"]
     outcomes = [(r.outcome, r.actor, r.reason) for r in rows]
     created = [i for i, o in enumerate(outcomes) if o[:2] == ("created", "bot")]
     revoked = outcomes.index(("revoked", "alice", "stopped_by_user"))
     refusal = outcomes.index(("refused", "bot", "stopped_by_user"), revoked)
     assert created[0] < revoked < refusal < created[-1]
-    assert any(
-        r.op == "agent.stop" and r.actor == "alice" for r in await services.store.list_audit()
-    )
+    assert any(r.op == "agent.stop" and r.actor == "alice" for r in await parts.store.list_audit())
 
 
-async def _idle(services: Any, key: DesktopKey) -> bool:
-    return bool((await services.control.state(key))["state"] != "person")
+async def _idle(parts: Any, key: DesktopKey) -> bool:
+    return bool((await parts.control.state(key))["state"] != "person")
 
 
 async def test_a_view_only_viewer_sends_nothing_and_takes_nothing(
     stack: ViewerStack, desktop: Desktop, context: BrowserContext, agent: Agent,
     recorder: XRecorder, artifacts_dir: Path,
 ) -> None:  # fmt: skip
-    services = stack.app.state.services
+    parts = stack.app.state.parts
     key = DesktopKey(stack.relay_id, desktop.desktop_session_id)
-    await wait_until(lambda: _idle(services, key), IDLE_S + 5, "nobody in control")
+    await wait_until(lambda: _idle(parts, key), IDLE_S + 5, "nobody in control")
     page = await context.new_page()
     await page.goto(stack.url + stack.viewer_path(desktop) + "?view_only=1")
     await page.wait_for_function("() => document.body.dataset.state === 'connected'")

@@ -21,7 +21,7 @@ import mss
 import numpy as np
 from Xlib import display as xdisplay
 
-from server.viewer.capability import grant_for, mint
+from server.auth.capability import grant_for, mint
 from tests.support.processes import ManagedProcess, ProcessTracker, scaled
 from tests.support.stack import (
     Seed,
@@ -72,7 +72,7 @@ class ViewerStack:
 
     @property
     def hub(self) -> Any:
-        return self.app.state.services.hub
+        return self.app.state.parts.relays
 
     @property
     def ws_base(self) -> str:
@@ -88,7 +88,7 @@ class ViewerStack:
             "ttl_s": ttl_s,
             "person": True,
         } | grant
-        return mint(self.app.state.services.settings.secret_key, grant_for(**values))
+        return mint(self.app.state.parts.settings.secret_key, grant_for(**values))
 
     def viewer_path(self, desktop: Desktop, token: str | None = None) -> str:
         """The viewer path of a person (the one ``desktop_attach`` gives her web session;
@@ -115,7 +115,7 @@ class ViewerStack:
             return 0
 
     def viewers(self, desktop_session_id: str | None = None) -> int:
-        return int(self.app.state.services.viewer.registry.count(desktop_session_id))
+        return int(self.app.state.parts.viewer.registry.count(desktop_session_id))
 
     async def person_headers(self) -> dict[str, str]:
         """The seeded user signed in to the web app: her session cookie and CSRF token."""

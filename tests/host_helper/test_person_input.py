@@ -105,7 +105,7 @@ async def test_a_person_at_the_real_screen_takes_over_from_the_agent(
                "RELAYDESK_HOST_HELPER_TOKEN": TOKEN}  # fmt: skip
         start_relay(process_factory, seed, url, env=env)
         relay_id = RelayId(seed.relay["relay_id"])
-        await wait_until(lambda: app.state.services.hub.is_connected(relay_id), 20, "the relay")
+        await wait_until(lambda: app.state.parts.relays.is_connected(relay_id), 20, "the relay")
 
         async def act(name: str, **body: Any) -> tuple[int, Any]:
             payload = {"conversation_id": seed.conversation_id, **body}

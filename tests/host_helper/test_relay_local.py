@@ -34,11 +34,11 @@ def start_helper(factory: ProcessFactory, display: str, port: int) -> ManagedPro
 
 
 async def request(app: Any, relay_id: RelayId, op: str, args: dict[str, Any]) -> Any:
-    return await app.state.services.hub.request(relay_id, op, args, scaled(30))
+    return await app.state.parts.relays.request(relay_id, op, args, scaled(30))
 
 
 async def banner_through_server(app: Any, relay_id: RelayId, session_id: str) -> bytes:
-    link = app.state.services.hub.get(relay_id)
+    link = app.state.parts.relays.get(relay_id)
     channel = await link.open_channel({"type": "vnc", "desktop_session_id": session_id})
     try:
         data = b""
@@ -89,8 +89,8 @@ async def test_local_desktop_through_relay_and_server(
             "RELAYDESK_HOST_HELPER_TOKEN": TOKEN,
         }
         start_relay(process_factory, seed, url, env=helper_env)
-        await wait_until(lambda: app.state.services.hub.is_connected(relay_id), 20, "the relay")
-        assert "local_desktop" in app.state.services.hub.capabilities(relay_id)
+        await wait_until(lambda: app.state.parts.relays.is_connected(relay_id), 20, "the relay")
+        assert "local_desktop" in app.state.parts.relays.capabilities(relay_id)
 
         # start → a row of kind local; a second start returns it
         row = await request(app, relay_id, "desktop.start", {"kind": "local"})
@@ -107,8 +107,8 @@ async def test_local_desktop_through_relay_and_server(
         state = await request(app, relay_id, "keyboard.state", {"desktop_session_id": session})
         assert state == {"num_lock": False, "caps_lock": False, "scroll_lock": False,
                          "source": "led_mask"}  # fmt: skip
-        await app.state.services.inventory.probe(relay_id)
-        stored = await app.state.services.inventory.row(relay_id, session)
+        await app.state.parts.inventory.probe(relay_id)
+        stored = await app.state.parts.inventory.row(relay_id, session)
         assert (stored.kind, stored.state) == ("local", "running")
 
         # compare-and-stop through the relay
@@ -124,8 +124,8 @@ async def test_local_desktop_through_relay_and_server(
         assert not await asyncio.to_thread(x11vnc_on, host_screen.display)
         rows = await local_rows(app, relay_id)
         assert [(r["desktop_session_id"], r["state"]) for r in rows] == [(session, "unknown")]
-        await app.state.services.inventory.probe(relay_id)
-        stored = await app.state.services.inventory.row(relay_id, session)
+        await app.state.parts.inventory.probe(relay_id)
+        stored = await app.state.parts.inventory.row(relay_id, session)
         assert (stored.state, stored.reason) == ("unknown", "host_helper_unreachable")
         with pytest.raises(OpError) as refused:
             await request(app, relay_id, "desktop.start", {"kind": "local"})
@@ -143,10 +143,10 @@ async def test_local_desktop_through_relay_and_server(
         assert await local_rows(app, relay_id) == []
 
         async def ended() -> bool:
-            stored = await app.state.services.inventory.row(relay_id, session)
+            stored = await app.state.parts.inventory.row(relay_id, session)
             return bool(stored.state == "stopped")
 
-        await app.state.services.inventory.probe(relay_id)
+        await app.state.parts.inventory.probe(relay_id)
         await wait_until(ended, 10, "the old local row to be stopped")
 
         # the typed action starts a local desktop too

@@ -73,7 +73,7 @@ async def test_pixels_improved_on_the_real_screen_through_relay_and_server(
         helper_env = {"RELAYDESK_HOST_HELPER": f"http://127.0.0.1:{helper_port}",
                       "RELAYDESK_HOST_HELPER_TOKEN": TOKEN}  # fmt: skip
         start_relay(process_factory, seed, url, env=helper_env)
-        await wait_until(lambda: app.state.services.hub.is_connected(relay_id), 20, "the relay")
+        await wait_until(lambda: app.state.parts.relays.is_connected(relay_id), 20, "the relay")
         await request(app, relay_id, "desktop.start", {"kind": "local"})
         await asyncio.to_thread(recorder.drain)
         async with httpx.AsyncClient(base_url=url, timeout=scaled(30)) as client:

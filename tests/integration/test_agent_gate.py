@@ -82,7 +82,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Viewe
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def agent(stack: ViewerStack) -> Caller:
-    store = stack.app.state.services.store
+    store = stack.app.state.parts.store
     user = await admin.create_user(store, "bot")
     await store.add_member(stack.seed.conversation_id, user["user_id"], "write")
     token = (await admin.create_token(store, "bot"))["token"]

@@ -21,9 +21,9 @@ import pytest
 import pytest_asyncio
 import websockets
 
+from server.auth.capability import grant_for, mint
 from server.auth.dependencies import CSRF_HEADER
 from server.config import load_or_create_secret
-from server.viewer.capability import grant_for, mint
 from tests.support.processes import ProcessTracker, scaled
 from tests.support.stack import (
     QUICK_DESKTOPS,

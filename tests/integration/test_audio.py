@@ -76,7 +76,7 @@ async def refusal(url: str) -> tuple[int | None, str]:
 
 
 def audio_service(stack: ViewerStack) -> AudioService:
-    audio: AudioService = stack.app.state.services.audio
+    audio: AudioService = stack.app.state.parts.audio
     return audio
 
 
@@ -214,7 +214,7 @@ async def test_a_dying_sound_server_is_reported_and_the_picture_goes_on(
 
     await wait_until(reported, 10, "the watchdog to report audio_failed")
     await wait_until(lambda: "lost its sound server" in stack.relay.log_text(), 5, "the event")
-    inventory = await stack.app.state.services.inventory.row(
+    inventory = await stack.app.state.parts.inventory.row(
         stack.relay_id, dies.desktop_session_id
     )
     assert inventory.state == "running"

@@ -19,9 +19,9 @@ import pytest
 import websockets
 
 from server import admin
+from server.auth.capability import grant_for, mint
 from server.config import load_or_create_secret
 from server.db.store import Store
-from server.viewer.capability import grant_for, mint
 from tests.support.processes import ProcessFactory, scaled
 from tests.support.sse import SseStream, open_sse
 from tests.support.stack import Seed, ServerProcess, start_server, wait_until

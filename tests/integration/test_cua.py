@@ -73,7 +73,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[CuaSt
         app, url, seed, relay_id, desktops = parts
         for slot, desktop in desktops.items():  # the inventory knows what the relay started
             row = {"desktop_session_id": desktop.session_id, "kind": "virtual", "slot": slot}
-            await app.state.services.inventory.record_started(RelayId(relay_id), row)
+            await app.state.parts.inventory.record_started(RelayId(relay_id), row)
         stack = CuaStack(app, url, seed, desktops["main"])
         stack.second = desktops["second"]
         yield stack

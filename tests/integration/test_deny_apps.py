@@ -325,7 +325,7 @@ async def test_the_clipboard_is_refused_while_a_denied_window_has_the_focus(stac
 
 async def test_the_relay_tells_the_server_it_denies_apps(stack):
     """What the server needs to keep agents' viewers (which cannot be masked) away."""
-    hub = stack.app.state.services.hub
+    hub = stack.app.state.parts.relays
     assert DENIED_APPS_CAPABILITY in hub.capabilities(RelayId(stack.relay_id))
 
 

@@ -105,7 +105,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
             }, extra_args=("--stop-desktops-on-exit",)),
         ]  # fmt: skip
         try:
-            hub = app.state.services.hub
+            hub = app.state.parts.relays
             await wait_until(
                 lambda: all(hub.is_connected(RelayId(d.relay_id)) for d in (alice, bob)),
                 20, "both relays to connect",

@@ -118,7 +118,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
             }, extra_args=("--stop-desktops-on-exit",)),
         ]  # fmt: skip
         try:
-            hub = app.state.services.hub
+            hub = app.state.parts.relays
             await wait_until(
                 lambda: all(hub.is_connected(RelayId(d.relay_id)) for d in (plain, shell)),
                 20, "both relays to connect",
@@ -354,7 +354,7 @@ async def test_shell_and_files_are_off_unless_the_relay_opts_in(stack):
     assert _error(body, 403, status, "forbidden")["message"] == SHELL_OFF
     status, body = await stack.act("desktop_file", stack.plain, op="exists", path="x")
     assert _error(body, 403, status, "forbidden")["message"] == SHELL_OFF
-    hub = stack.app.state.services.hub
+    hub = stack.app.state.parts.relays
     assert "shell" not in hub.capabilities(RelayId(stack.plain.relay_id))
     assert "shell" in hub.capabilities(RelayId(stack.shell.relay_id))
 

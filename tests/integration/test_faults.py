@@ -51,7 +51,7 @@ class Stack:
         return response.status_code, response.json()
 
     def connected(self) -> bool:
-        return bool(self.app.state.services.hub.is_connected(self.relay_id))
+        return bool(self.app.state.parts.relays.is_connected(self.relay_id))
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ async def stack(tmp_path: Path, process_factory: ProcessFactory) -> AsyncIterato
         await wait_until(stack.connected, 20, "the relay to connect through the proxy")
         yield stack
         stack.proxy.fault = Fault()
-        for row in await app.state.services.inventory.live_rows(stack.relay_id):
+        for row in await app.state.parts.inventory.live_rows(stack.relay_id):
             await stack.call("desktop_stop_confirm", relay="relay-1", kind=row.kind,
                              slot=row.slot, desktop_session_id=row.desktop_session_id)  # fmt: skip
 

@@ -149,7 +149,7 @@ async def open_viewer(url: str) -> RFBClient:
 
 
 async def victim_row_state(stack: ViewerStack, desktop: Desktop) -> str:
-    row = await stack.app.state.services.inventory.row(stack.relay_id, desktop.desktop_session_id)
+    row = await stack.app.state.parts.inventory.row(stack.relay_id, desktop.desktop_session_id)
     return str(row.state)
 
 
@@ -168,7 +168,7 @@ async def test_claiming_and_stopping_a_victims_session_id_touches_only_its_own_r
                     "kind": "virtual", "slot": "main", "reason": "hostile"}  # fmt: skip
             await hostile.event("desktop.changed", data)
             await wait_until(
-                lambda: _row_state_is(stack.app.state.services.inventory, hostile.relay_id,
+                lambda: _row_state_is(stack.app.state.parts.inventory, hostile.relay_id,
                                       victim.desktop_session_id, "stopped"),
                 5,
                 "the hostile relay's row to record its own claim",
@@ -229,7 +229,7 @@ async def claimed(stack: ViewerStack, hostile: HostileRelay, victim: Desktop) ->
     """Wait until the hostile relay's claim is recorded — as a row of its own."""
 
     async def recorded() -> bool:
-        row = await stack.app.state.services.inventory.row(
+        row = await stack.app.state.parts.inventory.row(
             hostile.relay_id, victim.desktop_session_id
         )
         return row is not None
@@ -258,7 +258,7 @@ def row(session_id: str, slot: str = "main", **extra: Any) -> dict[str, Any]:
 
 
 async def rows_of(stack: ViewerStack, relay_id: RelayId) -> dict[str, Any]:
-    rows = await stack.app.state.services.store.desktops_for_relay(relay_id)
+    rows = await stack.app.state.parts.store.desktops_for_relay(relay_id)
     return {r.desktop_session_id: r for r in rows}
 
 

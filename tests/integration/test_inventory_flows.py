@@ -76,7 +76,7 @@ class Stack:
         return response.status_code, response.json()
 
     async def audit(self) -> list[Any]:
-        return list(await self.app.state.services.store.list_audit(limit=10_000))
+        return list(await self.app.state.parts.store.list_audit(limit=10_000))
 
 
 async def _role_users(seed: Seed) -> tuple[dict[str, str], list[str]]:
@@ -112,7 +112,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
             relay = start_relay(tracker.start, seed, url)
             stack = Stack(app, url, seed, tracker, relay, tokens, secrets, capture)
             await wait_until(
-                lambda: app.state.services.hub.is_connected(stack.relay_id), 20, "relay"
+                lambda: app.state.parts.relays.is_connected(stack.relay_id), 20, "relay"
             )
             async with httpx.AsyncClient(base_url=url, timeout=scaled(30)) as client:
                 stack.client = client
@@ -128,7 +128,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
 
 async def _stop_everything(stack: Stack) -> None:
     """Leave no desktop behind: compare-and-stop every live row (relays may have restarted)."""
-    for row in await stack.app.state.services.inventory.live_rows(stack.relay_id):
+    for row in await stack.app.state.parts.inventory.live_rows(stack.relay_id):
         await stack.call("desktop_stop_confirm", relay="relay-1", kind=row.kind, slot=row.slot,
                          desktop_session_id=row.desktop_session_id)  # fmt: skip
 
@@ -312,7 +312,7 @@ BAD_INPUTS: list[tuple[str, Any, int, str, str | None]] = [
 
 
 async def test_bad_input_gets_structured_errors_and_changes_nothing(stack: Stack) -> None:
-    before = await stack.app.state.services.inventory.live_rows(stack.relay_id)
+    before = await stack.app.state.parts.inventory.live_rows(stack.relay_id)
     audit_before = len(await stack.audit())
     audited = 0
     for name, body, status, code, field_name in BAD_INPUTS:
@@ -339,7 +339,7 @@ async def test_bad_input_gets_structured_errors_and_changes_nothing(stack: Stack
         if name == "desktop_nope":
             assert "desktop_start" in reply["error"]["actions"]
     huge = (
-        b'{"conversation_id": "' + b"x" * (stack.app.state.services.settings.max_body_bytes) + b'"}'
+        b'{"conversation_id": "' + b"x" * (stack.app.state.parts.settings.max_body_bytes) + b'"}'
     )
     response = await stack.client.post(
         "/api/v1/actions/desktop_start",
@@ -350,7 +350,7 @@ async def test_bad_input_gets_structured_errors_and_changes_nothing(stack: Stack
     audited += 1
     response = await stack.client.post("/api/v1/actions/desktop_list_active", json={})
     assert response.status_code == 401
-    assert await stack.app.state.services.inventory.live_rows(stack.relay_id) == before
+    assert await stack.app.state.parts.inventory.live_rows(stack.relay_id) == before
     assert len(await stack.audit()) - audit_before == audited
 
 
@@ -363,7 +363,7 @@ async def test_a_killed_relay_turns_rows_unknown_then_reconciles(stack: Stack) -
         snapshot = await sse.next()
         assert snapshot.event == "desktop_inventory_changed"
         stack.relay.send_signal(signal.SIGKILL)
-        event = await sse.next(timeout=stack.app.state.services.settings.liveness_timeout_s + 1)
+        event = await sse.next(timeout=stack.app.state.parts.settings.liveness_timeout_s + 1)
         assert event.event == "desktop_inventory_changed"
         states = {r["desktop_session_id"]: r["state"] for r in event.data["desktops"]}
         assert states[session] == "unknown"
@@ -373,12 +373,12 @@ async def test_a_killed_relay_turns_rows_unknown_then_reconciles(stack: Stack) -
             "desktop_stop_confirm", relay="relay-1", slot="main", desktop_session_id=session
         )
         assert (status, body["error"]["code"]) == (502, "relay_unreachable")
-        row = await stack.app.state.services.inventory.row(stack.relay_id, session)
+        row = await stack.app.state.parts.inventory.row(stack.relay_id, session)
         assert row.state == "unknown"
 
         stack.relay = start_relay(stack.tracker.start, stack.seed, stack.url, name="relay-again")
         reconciled = await sse.next(timeout=30)
-        row = await stack.app.state.services.inventory.row(stack.relay_id, session)
+        row = await stack.app.state.parts.inventory.row(stack.relay_id, session)
         assert row.state in ("running", "stopped"), row
         if row.state == "stopped":
             assert row.reason == "relay_restarted"

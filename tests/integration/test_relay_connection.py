@@ -130,19 +130,19 @@ async def test_200_concurrent_requests_over_one_connection_are_all_answered(
         start_relay(process_factory, seed, url)
         relay_id = RelayId(seed.relay["relay_id"])
         await wait_until(
-            lambda: app.state.services.hub.is_connected(relay_id), 20, "the relay to connect"
+            lambda: app.state.parts.relays.is_connected(relay_id), 20, "the relay to connect"
         )
-        announced = app.state.services.hub.capabilities(relay_id)
+        announced = app.state.parts.relays.capabilities(relay_id)
         assert {"session_identity", "virtual_desktop", "screen", "screen_guard"} <= announced
 
         answers = await asyncio.gather(
             *(
-                app.state.services.hub.request(relay_id, "ping", {"echo": n}, 20.0)
+                app.state.parts.relays.request(relay_id, "ping", {"echo": n}, 20.0)
                 for n in range(200)
             )
         )
         assert [answer["echo"] for answer in answers] == list(range(200))
-        assert app.state.services.hub.get(relay_id).connection.pending_requests == 0
+        assert app.state.parts.relays.get(relay_id).connection.pending_requests == 0
 
 
 async def test_a_relay_told_to_stop_closes_its_connection_and_its_desktops(

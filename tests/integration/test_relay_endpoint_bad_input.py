@@ -48,13 +48,13 @@ async def stack(
         bystander = RelayId(seed.relay["relay_id"])
         try:
             await wait_until(
-                lambda: app.state.services.hub.is_connected(bystander), 20, "the real relay"
+                lambda: app.state.parts.relays.is_connected(bystander), 20, "the real relay"
             )
             yield app, url, seed, raw
-            assert app.state.services.hub.is_connected(bystander), (
+            assert app.state.parts.relays.is_connected(bystander), (
                 "bad input disturbed another relay"
             )
-            assert await app.state.services.hub.request(bystander, "ping", {"echo": 1}) == {
+            assert await app.state.parts.relays.request(bystander, "ping", {"echo": 1}) == {
                 "echo": 1
             }
         finally:
@@ -111,7 +111,7 @@ async def test_missing_or_wrong_token_closes_with_unauthorized(stack, token, cap
 async def test_a_revoked_relay_token_is_refused(stack) -> None:
     app, url, seed, _ = stack
     doomed = await add_relay(seed, "to-be-revoked")
-    await app.state.services.store.revoke_relay(doomed["relay_id"])
+    await app.state.parts.store.revoke_relay(doomed["relay_id"])
     code, _ = await _closed_with(await _open(url, doomed["token"]))
     assert code == CloseCode.UNAUTHORIZED
 
@@ -201,16 +201,16 @@ async def test_a_live_connection_ends_when_its_token_is_rotated_or_revoked(stack
     relay = await add_relay(seed, f"live-then-{change}")
     ws = await _welcomed(url, relay["token"])
     relay_id = RelayId(relay["relay_id"])
-    await wait_until(lambda: app.state.services.hub.is_connected(relay_id), 5, "the raw relay")
+    await wait_until(lambda: app.state.parts.relays.is_connected(relay_id), 5, "the raw relay")
     if change == "rotate":
-        await app.state.services.store.rotate_relay_token(relay_id)
+        await app.state.parts.store.rotate_relay_token(relay_id)
     else:
-        await app.state.services.store.revoke_relay(relay_id)
-    await app.state.services.hub.recheck_tokens()  # what every presence interval does
+        await app.state.parts.store.revoke_relay(relay_id)
+    await app.state.parts.relays.recheck_tokens()  # what every presence interval does
     code, _ = await _closed_with(ws)
     assert code == CloseCode.RELAY_REVOKED
     await wait_until(
-        lambda: not app.state.services.hub.is_connected(relay_id), 5, "the relay to be gone"
+        lambda: not app.state.parts.relays.is_connected(relay_id), 5, "the relay to be gone"
     )
     code, _ = await _closed_with(await _open(url, relay["token"]))
     assert code == CloseCode.UNAUTHORIZED

@@ -277,7 +277,7 @@ async def test_forged_and_expired_revisions_are_refused(stack, main):
         action="click", x=10, y=10, expected_screen_revision="made-up"
     )
     _error(status, body, "invalid_args", 400)
-    revisions = stack.app.state.services.screen_tool.revisions
+    revisions = stack.app.state.parts.screen.revisions
     real_clock = revisions.clock
     revisions.clock = lambda: real_clock() + revisions.ttl_s + 1
     try:
@@ -407,7 +407,7 @@ async def test_key_down_shift_holds_it_for_the_keys_in_between(stack, main):
     assert shift == ["KeyPress", "KeyRelease"]
     typed = [ev["char"] for ev in events if ev["type"] == "KeyPress" and ev["char"]]
     assert typed == ["A", "B", "a"]
-    rows = await stack.app.state.services.store.list_audit(relay_id=stack.relay_id)
+    rows = await stack.app.state.parts.store.list_audit(relay_id=stack.relay_id)
     held = [row for row in rows if row.op in ("screen.key_down", "screen.key_up")]
     assert [row.details["key_count"] for row in held[-2:]] == [1, 1]
     assert "shift" not in repr([row.details for row in held])  # counted, never named
@@ -426,7 +426,7 @@ async def test_held_input_waits_while_a_person_is_in_control(stack, main):
 
     # The gate knows the desktops the inventory knows (this module started them directly).
     row = {"desktop_session_id": main.session_id, "kind": "virtual", "slot": "main"}
-    await stack.app.state.services.inventory.record_started(RelayId(stack.relay_id), row)
+    await stack.app.state.parts.inventory.record_started(RelayId(stack.relay_id), row)
     shot = await _shot(stack)
     await control("desktop_take_control")
     try:
@@ -450,7 +450,7 @@ async def test_stop_and_a_takeover_let_go_of_what_the_agent_held(stack, main, mo
     import httpx
 
     # A short cooldown after Stop (a setting; 30 s by default), so the tests after this act.
-    control_service = stack.app.state.services.control
+    control_service = stack.app.state.parts.control
     policies = control_service.policies
     short = dataclasses.replace(policies.default, regrant_cooldown_s=0.5)
     monkeypatch.setattr(control_service, "policies", dataclasses.replace(policies, default=short))
@@ -469,7 +469,7 @@ async def test_stop_and_a_takeover_let_go_of_what_the_agent_held(stack, main, mo
         return buttons, keys
 
     row = {"desktop_session_id": main.session_id, "kind": "virtual", "slot": "main"}
-    await stack.app.state.services.inventory.record_started(RelayId(stack.relay_id), row)
+    await stack.app.state.parts.inventory.record_started(RelayId(stack.relay_id), row)
     for press_on, let_go in (("desktop_take_control", "desktop_hand_back"), ("agent_stop", None)):
         shot = await _shot(stack)
         revision = shot["screen_revision"]
@@ -498,7 +498,7 @@ async def test_stop_and_a_takeover_let_go_of_what_the_agent_held(stack, main, mo
 async def test_the_audit_trail_has_shapes_but_never_typed_text(stack, main):
     await stack.screen(action="type", text="hunter2-secret")
     main.recorder.drain()
-    rows = await stack.app.state.services.store.list_audit(relay_id=stack.relay_id)
+    rows = await stack.app.state.parts.store.list_audit(relay_id=stack.relay_id)
     screen_rows = [row for row in rows if row.op.startswith("screen.")]
     assert {"screen.screenshot", "screen.click", "screen.type", "screen.key"} <= {
         row.op for row in screen_rows
@@ -527,7 +527,7 @@ async def test_a_desktop_that_stopped_after_the_screenshot_gets_no_input(stack):
     second.recorder.stop()
     second.stopped = True
     stop = {"kind": "virtual", "slot": "second", "desktop_session_id": second.session_id}
-    await stack.app.state.services.hub.request(
+    await stack.app.state.parts.relays.request(
         RelayId(stack.relay_id), "desktop.stop", stop, scaled(20)
     )
     status, body = await stack.screen(

@@ -185,7 +185,7 @@ async def test_a_lost_relay_closes_direct_viewers_and_its_return_admits_them(
     await wait_until(lambda: server_vnc_connections(desktop) == 0, 5, "x11vnc connection closed")
 
     stack.start_relay()
-    directory = stack.app.state.services.viewer.directory
+    directory = stack.app.state.parts.viewer.directory
 
     async def running_again() -> bool:
         row = await directory.row(stack.relay_id, desktop.desktop_session_id)

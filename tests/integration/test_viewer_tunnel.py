@@ -350,7 +350,7 @@ async def test_a_viewer_that_stops_reading_does_not_stall_another_desktops_viewe
 
 def _sessions(stack: ViewerStack, desktop_session_id: str | None = None) -> list:  # type: ignore[type-arg]
     """The server's viewer sessions (of one desktop, or all)."""
-    registry = stack.app.state.services.viewer.registry
+    registry = stack.app.state.parts.viewer.registry
     return [
         session
         for key, group in registry._sessions.items()

@@ -124,7 +124,7 @@ async def test_desktops_list_and_stop_go_through_the_api(seed: Seed, tmp_path: P
         ), empty.stderr  # fmt: skip
 
         row = _row(seed, "ds_" + "a" * 30)
-        await app.state.services.inventory.record_started(RelayId(seed.relay["relay_id"]), row)
+        await app.state.parts.inventory.record_started(RelayId(seed.relay["relay_id"]), row)
         listed = await relaydesk(env, "desktops", "list", *base)
         assert listed.returncode == 0, listed.stderr
         assert "running" in listed.stdout and row["desktop_session_id"] in listed.stdout
@@ -133,7 +133,7 @@ async def test_desktops_list_and_stop_go_through_the_api(seed: Seed, tmp_path: P
         stop = await relaydesk(env, "desktops", "stop", "relay-1", "main", *base)
         assert stop.returncode == 1
         assert "relay_unreachable" in stop.stderr
-        audit = await app.state.services.store.list_audit(limit=100)
+        audit = await app.state.parts.store.list_audit(limit=100)
         assert any(a.op.startswith("desktop.stop") for a in audit)
 
 

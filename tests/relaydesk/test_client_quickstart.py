@@ -49,7 +49,7 @@ async def test_the_python_quick_start_runs_as_written(
 
     image = (tmp_path / "screen.png").read_bytes()
     assert image.startswith(PNG_MAGIC)
-    audit = [(row.op, row.outcome) for row in await stack.app.state.services.store.list_audit()]
+    audit = [(row.op, row.outcome) for row in await stack.app.state.parts.store.list_audit()]
     for op in ("start", "screen.screenshot", "screen.click", "screen.type", "screen.key"):
         assert any(name.endswith(op) for name, _ in audit), (op, audit)
     live = await stack.action("desktop_list_active")

@@ -113,9 +113,9 @@ CONTENT_READS = {
 
 def _every_action() -> ActionRegistry:
     from server.actions.a11y import A11Y_ACTIONS
+    from server.actions.control import CONTROL_ACTIONS
     from server.actions.desktop_apps import DESKTOP_APP_ACTIONS
     from server.actions.desktop_tools import DESKTOP_TOOL_ACTIONS
-    from server.control.actions import CONTROL_ACTIONS
     from server.screen.action import SCREEN_ACTION
 
     return ActionRegistry(

@@ -16,16 +16,14 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from server.auth.dependencies import CSRF_HEADER, SESSION_COOKIE, authenticate
+from server.auth.dependencies import CSRF_HEADER, SESSION_COOKIE, Authenticator
 from server.auth.errors import AuthError, auth_error_handler
-from server.auth.passwords import fast_hasher
 from server.auth.ratelimit import LoginRateLimiter
-from server.auth.routes import BAD_CREDENTIALS, auth_routes
+from server.auth.routes import BAD_CREDENTIALS, AuthRoutes
 from server.config import Settings
 from server.db.store import Store
-from server.services import install
+from server.secrets.passwords import fast_hasher
 from tests.support import postgres
-from tests.support.services import bare_services
 
 pytestmark = pytest.mark.integration
 
@@ -39,24 +37,27 @@ postgres_cluster = postgres.postgres_cluster
 sqlite_template = postgres.sqlite_template
 
 
-async def whoami(request: Request) -> JSONResponse:
-    principal = await authenticate(request)
-    return JSONResponse({"ok": True, "username": principal.username, "via": principal.via})
-
-
 def make_app(url: str, settings: Settings) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         store = await Store.open(url, password_hasher=fast_hasher())
+        auth = Authenticator(store)
         limiter = LoginRateLimiter.in_process(settings.login_max_failures, settings.login_window_s)
-        install(app.state, bare_services(settings=settings, store=store, login_limiter=limiter))
-        yield
-        await app.state.services.store.close()
 
-    routes = [*auth_routes, Route("/api/v1/whoami", whoami, methods=["GET", "POST"])]
-    return Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={AuthError: auth_error_handler}
-    )
+        async def whoami(request: Request) -> JSONResponse:
+            principal = await auth.authenticate(request)
+            body = {"ok": True, "username": principal.username, "via": principal.via}
+            return JSONResponse(body)
+
+        app.router.routes[:0] = [
+            *AuthRoutes(auth, settings, limiter).routes(),
+            Route("/api/v1/whoami", whoami, methods=["GET", "POST"]),
+        ]
+        app.state.store = store
+        yield
+        await store.close()
+
+    return Starlette(lifespan=lifespan, exception_handlers={AuthError: auth_error_handler})
 
 
 @dataclass
@@ -66,7 +67,7 @@ class Harness:
 
     @property
     def store(self) -> Store:
-        store: Store = self.app.state.services.store
+        store: Store = self.app.state.store
         return store
 
     def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -21,13 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.applications import Starlette
-from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 
 from server.actions.registry import ActionRegistry
-from server.app import create_app
-from server.config import Settings
 from tests.support.background import ErrorRecords, error_records, in_background_thread
 from tests.support.processes import scaled
+from tests.support.routes import routes_of_a_fresh_app
 from tests.support.stack import Seed, inprocess_server, seed_database
 from wire.errors import ErrorCode
 
@@ -84,10 +83,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 # -- the routes, as the app has them ------------------------------------------------------------
 
 
-def http_routes(app: Starlette) -> list[tuple[str, str]]:
+def http_routes(routes: Iterable[BaseRoute]) -> list[tuple[str, str]]:
     """(method, path template) of every HTTP endpoint; a mount gets one file path."""
     found: list[tuple[str, str]] = []
-    for route in app.routes:
+    for route in routes:
         if isinstance(route, Route):
             found += [(m, route.path) for m in sorted(route.methods or {"GET"}) if m != "HEAD"]
         elif isinstance(route, Mount):
@@ -99,11 +98,7 @@ def websocket_routes(app: Starlette) -> list[str]:
     return [route.path for route in app.routes if isinstance(route, WebSocketRoute)]
 
 
-def _routes_of_a_fresh_app() -> list[tuple[str, str]]:
-    return http_routes(create_app(Settings(secret_key="k", database_url="sqlite+aiosqlite://")))
-
-
-ROUTES = _routes_of_a_fresh_app()
+ROUTES = http_routes(routes_of_a_fresh_app())
 
 # -- inputs ------------------------------------------------------------------------------------
 
@@ -161,7 +156,7 @@ CONTENT_TYPES = st.sampled_from(
 @st.composite
 def requests(draw: st.DrawFn, live: Live, method: str, template: str) -> dict[str, Any]:
     """One request to ``template``: real or garbage path params, a body, a type, a caller."""
-    names = ActionRegistry.names(live.app.state.services.actions)
+    names = ActionRegistry.names(live.app.state.parts.actions.registry)
     real = {
         "conversation_id": live.seed.conversation_id,
         "name": draw(st.sampled_from(names)),
@@ -456,7 +451,7 @@ def test_a_cross_site_login_form_logs_nobody_in(live: Live) -> None:
 
 
 def test_one_stream_over_the_cap_is_429_naming_it(live: Live) -> None:
-    caps = live.app.state.services.streams.limits
+    caps = live.app.state.parts.streams.limits
     url = f"/api/v1/events?conversation_id={live.seed.conversation_id}"
     saved, caps.per_principal = caps.per_principal, 1
     try:

@@ -8,7 +8,7 @@ import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -16,19 +16,18 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from server import admin
+from server.auth.capability import grant_for, mint
+from server.auth.dependencies import Authenticator
 from server.auth.errors import AuthError, auth_error_handler
 from server.auth.principal import Principal
 from server.chat.ports import ChatService
 from server.chat.routes import MAX_MESSAGE_CHARS, chat_routes
 from server.chat.web import CSP, web_routes
-from server.config import Settings
+from server.db.rows import DesktopRow
 from server.db.store import Store
-from server.inventory.rows import DesktopRow
-from server.services import install
+from server.relays.router import RelayRouter
 from server.viewer.assets import viewer_file
-from server.viewer.capability import grant_for, mint
 from server.viewer.keyboard_state import keyboard_state_route
-from tests.support.services import bare_services
 from tests.support.stack import Seed, seed_database
 from wire.errors import ErrorCode, OpError
 
@@ -45,7 +44,7 @@ class FakeActions:
     calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
     async def __call__(
-        self, state: Any, principal: Principal, name: str, body: dict[str, Any]
+        self, principal: Principal, name: str, body: dict[str, Any]
     ) -> tuple[int, dict[str, Any]]:
         self.calls.append((principal.username, name, body))
         answer: tuple[int, dict[str, Any]] = getattr(self, name)(body)
@@ -90,6 +89,7 @@ class Env:
     published: list[tuple[str, str, dict[str, Any]]]
     bob_token: str
     hub: FakeHub
+    chat: ChatService
 
     def auth(self, token: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {token or self.seed.api_token}"}
@@ -150,27 +150,23 @@ async def env(tmp_path: Path, template: tuple[Seed, str]) -> AsyncIterator[Env]:
     store = await Store.open(seed.database_url)
     actions, published, hub = FakeActions(), [], FakeHub()
 
-    async def publish(state: Any, conversation_id: str, event: str, data: dict[str, Any]) -> str:
+    async def publish(conversation_id: str, event: str, data: dict[str, Any]) -> str:
         published.append((conversation_id, event, data))
         return "1"
 
+    chat = ChatService(Authenticator(store), store, FakeInventory(), actions, publish)
     app = Starlette(
         routes=[
-            *chat_routes,
-            keyboard_state_route,
+            *chat_routes(chat),
+            keyboard_state_route(store, cast(RelayRouter, hub), SECRET),
             *web_routes(),
             Route("/viewer/{name}", viewer_file),
         ],
         exception_handlers={AuthError: auth_error_handler},
     )
-    settings = Settings(data_dir=tmp_path, database_url=seed.database_url, secret_key=SECRET)
-    install(app.state, bare_services(
-        store=store, settings=settings, chat=ChatService(invoke=actions, publish=publish),
-        hub=hub, inventory=FakeInventory(),
-    ))  # fmt: skip
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        yield Env(client, seed, store, actions, published, bob_token, hub)
+        yield Env(client, seed, store, actions, published, bob_token, hub, chat)
     await store.close()
 
 
@@ -374,12 +370,12 @@ async def test_a_reader_runs_read_commands_privately(env: Env) -> None:
 
 
 async def test_action_errors_are_reported_as_results(env: Env) -> None:
-    async def failing(state: Any, principal: Principal, name: str, body: dict[str, Any]) -> Any:
+    async def failing(principal: Principal, name: str, body: dict[str, Any]) -> Any:
         if name == "desktop_list_active":
             return 200, {"desktops": []}
         return 403, {"ok": False, "error": {"code": "forbidden", "message": "needs write"}}
 
-    env.client._transport.app.state.services.chat.invoke = failing  # type: ignore[attr-defined]
+    env.chat.invoke = failing
     payload = (await env.post("/desktop")).json()["reply"]["payload"]
     assert payload["outcome"] == "error"
     assert payload["error"] == {"code": "forbidden", "message": "needs write", "status": 403}
@@ -419,13 +415,13 @@ async def test_a_relay_named_local_is_never_offered_as_the_real_screen(env: Env)
 
 
 async def test_a_relay_without_its_real_screen_gets_a_next_step(env: Env) -> None:
-    async def no_helper(state: Any, principal: Principal, name: str, body: dict[str, Any]) -> Any:
+    async def no_helper(principal: Principal, name: str, body: dict[str, Any]) -> Any:
         if name == "desktop_list_active":
             return 200, {"desktops": []}
         message = "local desktops are not run by the virtual desktop manager"
         return 503, {"ok": False, "error": {"code": "unavailable", "message": message}}
 
-    env.client._transport.app.state.services.chat.invoke = no_helper  # type: ignore[attr-defined]
+    env.chat.invoke = no_helper
     reply = (await env.post("/desktop local")).json()["reply"]
     assert reply["text"] == (
         "Relay relay-1 does not share its real screen. To share it, run `relaydesk host-helper` "
@@ -451,8 +447,7 @@ async def test_a_transcript_read_later_tells_how_each_desktop_ended(env: Env) ->
         state="stopped", started_at="2025-01-01T00:00:00+00:00", started_by="alice",
         updated_at="2025-01-01T00:05:00+00:00", reason="stopped by bob",
     )  # fmt: skip
-    state = env.client._transport.app.state  # type: ignore[attr-defined]
-    install(state, dataclasses.replace(state.services, inventory=inventory))
+    env.chat.inventory = inventory
     stored = (await env.client.get(env.messages_url(), headers=env.auth())).json()["messages"]
     assert "desktop_now" not in stored[0]
     assert stored[1]["desktop_now"] == {

@@ -20,12 +20,13 @@ import pytest_asyncio
 
 from server import admin
 from server.actions.context import ActionContext
+from server.app import check_settings
+from server.auth.capability import grant_for, mint
 from server.auth.principal import Principal
 from server.config import ConfigError, Settings
 from server.control.gate import DesktopTarget, agent_input, resolve_target
 from server.control.model import DesktopKey
 from server.db.store import Store
-from server.viewer.capability import grant_for, mint
 from tests.support.redis import redis_server, redis_url  # noqa: F401 (fixtures)
 from tests.support.sse import open_sse
 from tests.support.stack import Seed, inprocess_server, seed_database, wait_until
@@ -77,7 +78,7 @@ async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     ):
         relay = RelayId(seed.relay["relay_id"])
         row = {"desktop_session_id": SESSION, "kind": "virtual", "slot": "main"}
-        await app.state.services.inventory.record_started(relay, row)
+        await app.state.parts.inventory.record_started(relay, row)
         yield app, client, seed, tokens
 
 
@@ -109,9 +110,11 @@ async def _action(
 
 def agent_context(app: Any, seed: Seed, name: str = "bot") -> ActionContext:
     """The context an agent's typed action runs in (an API token of user ``name``)."""
-    services = app.state.services
+    parts = app.state.parts
     principal = Principal(UserId(f"id-{name}"), name, False, "token")
-    return ActionContext(services, principal, seed.conversation_id, "write", "api", "req-1")
+    return ActionContext(
+        parts.actions.parts, principal, seed.conversation_id, "write", "api", "req-1"
+    )
 
 
 async def _target(app: Any, seed: Seed) -> DesktopTarget:
@@ -150,7 +153,7 @@ async def test_take_control_and_hand_back_through_the_actions(server: Any) -> No
     assert await _agent_acts(app, seed) == "ok"
     status, body = await _action(client, token, "desktop_control", cid)
     assert (body["control"]["state"], body["control"]["name"]) == ("agent", "bot")
-    rows = await app.state.services.store.list_audit()
+    rows = await app.state.parts.store.list_audit()
     ops = [(row.op, row.outcome, row.actor) for row in rows]
     assert ("desktop.take_control", "ok", "alice") in ops
     assert ("desktop.hand_back", "ok", "alice") in ops
@@ -160,7 +163,7 @@ async def test_take_control_and_hand_back_through_the_actions(server: Any) -> No
 async def test_a_persons_input_refuses_the_agent_until_idle(server: Any) -> None:
     app, _, seed, _ = server
     key = DesktopKey(seed.relay["relay_id"], SESSION)
-    control = app.state.services.control
+    control = app.state.parts.control
     # The control clock stands still until the test moves it: a loaded machine's pauses
     # between the person's input and the agent's act never count as the person's idle time.
     now = [time.time()]
@@ -208,7 +211,7 @@ async def test_stop_ends_the_request_in_flight_and_refuses_a_regrant_for_the_coo
     began = time.monotonic()
     await wait_until(lambda: _ok(app, seed), 5, "the cooldown to end")
     assert time.monotonic() - began >= COOLDOWN_S * 0.5
-    rows = [row for row in await app.state.services.store.list_audit() if row.op == "agent.grant"]
+    rows = [row for row in await app.state.parts.store.list_audit() if row.op == "agent.grant"]
     outcomes = [(row.outcome, row.actor, row.reason) for row in rows]
     assert ("revoked", "alice", "stopped_by_user") in outcomes
     assert ("refused", "bot", "stopped_by_user") in outcomes
@@ -226,7 +229,7 @@ async def test_stop_with_no_agent_says_so(server: Any) -> None:
 async def test_control_changes_reach_the_dock_and_a_viewer_over_sse(server: Any) -> None:
     app, client, seed, _ = server
     sid = SESSION
-    token = mint(app.state.services.settings.secret_key, grant_for(
+    token = mint(app.state.parts.settings.secret_key, grant_for(
         seed.user["user_id"], seed.conversation_id, seed.relay["relay_id"], sid, 600))  # fmt: skip
     dock_url = f"/api/v1/events?conversation_id={seed.conversation_id}"
     async with (
@@ -266,7 +269,7 @@ async def _next_of(stream: Any, name: str) -> Any:
 
 async def test_the_viewer_feed_needs_a_valid_capability(server: Any) -> None:
     app, client, seed, _ = server
-    secret = app.state.services.settings.secret_key
+    secret = app.state.parts.settings.secret_key
     forged = mint("another-key", grant_for(seed.user["user_id"], seed.conversation_id,
                                            seed.relay["relay_id"], SESSION, 600))  # fmt: skip
     response = await client.get(f"/vnc/{SESSION}/{forged}/control")
@@ -274,7 +277,7 @@ async def test_the_viewer_feed_needs_a_valid_capability(server: Any) -> None:
     expired = mint(secret, grant_for(seed.user["user_id"], seed.conversation_id,
                                      seed.relay["relay_id"], SESSION, -10))  # fmt: skip
     assert (await client.get(f"/vnc/{SESSION}/{expired}/control")).status_code == 401
-    store = app.state.services.store
+    store = app.state.parts.store
     reader = await _user(store, "reader")
     read_only = mint(secret, grant_for(reader, seed.conversation_id, seed.relay["relay_id"],
                                        SESSION, 600))  # fmt: skip
@@ -301,8 +304,8 @@ async def test_bad_input_gets_a_clear_refusal(server: Any) -> None:
          "not_running", None),
         (seed.api_token, "desktop_control", cid, {"slot": "other"}, 409, "not_running", None),
     ]  # fmt: skip
-    other = (await app.state.services.store.list_conversations_for(
-        await _user(app.state.services.store, "outsider")))[0].conversation_id  # fmt: skip
+    other = (await app.state.parts.store.list_conversations_for(
+        await _user(app.state.parts.store, "outsider")))[0].conversation_id  # fmt: skip
     # An API token is an agent: take, hand back and Stop are refused before anything else.
     cases.append((tokens["outsider"], "desktop_take_control", other,
                   {"relay": seed.relay["name"]}, 403, "forbidden", None))  # fmt: skip
@@ -315,15 +318,15 @@ async def test_bad_input_gets_a_clear_refusal(server: Any) -> None:
 async def test_a_stopped_desktop_refuses_take_hand_back_and_stop(server: Any) -> None:
     app, client, seed, _ = server
     relay = RelayId(seed.relay["relay_id"])
-    await app.state.services.control.take(DesktopKey(relay, SESSION), "alice", None)
-    await app.state.services.inventory.record_ended(relay, SESSION, "stopped", "stopped by alice")
+    await app.state.parts.control.take(DesktopKey(relay, SESSION), "alice", None)
+    await app.state.parts.inventory.record_ended(relay, SESSION, "stopped", "stopped by alice")
     person = await _as_person(client, seed)
     for name in ("desktop_take_control", "desktop_hand_back", "agent_stop", "desktop_control"):
         status, body = await _action(client, person, name, seed.conversation_id,
                                      desktop_session_id=SESSION)  # fmt: skip
         assert (status, body["error"]["code"]) == (409, "not_running"), (name, body)
     # the ended desktop left no control state behind
-    assert (await app.state.services.control.state(DesktopKey(relay, SESSION)))["state"] == "idle"
+    assert (await app.state.parts.control.state(DesktopKey(relay, SESSION)))["state"] == "idle"
 
 
 @pytest.mark.redis
@@ -341,11 +344,11 @@ async def test_two_replicas_share_control_through_redis(
     ):
         relay = RelayId(seed.relay["relay_id"])
         row = {"desktop_session_id": "e" * 32, "kind": "virtual", "slot": "main"}
-        await one.state.services.inventory.record_started(relay, row)
+        await one.state.parts.inventory.record_started(relay, row)
         key = DesktopKey(relay, "e" * 32)
-        one.state.services.control.person_input(key, "alice", seed.user["user_id"])
+        one.state.parts.control.person_input(key, "alice", seed.user["user_id"])
         await wait_until(lambda: _refused(two, seed), 5, "the other replica to see the person")
-        await one.state.services.control.hand_back(key)
+        await one.state.parts.control.hand_back(key)
         ctx = agent_context(two, seed)
         await ctx.resolve_relay(None)
         target = await resolve_target(ctx)
@@ -358,7 +361,7 @@ async def test_two_replicas_share_control_through_redis(
 
         task = asyncio.create_task(long_input())
         await asyncio.wait_for(in_flight.wait(), 5)
-        stopped = await one.state.services.control.stop(key, "alice")
+        stopped = await one.state.parts.control.stop(key, "alice")
         assert [g.agent_name for g in stopped.revoked] == ["bot"]
         with pytest.raises(OpError) as ended:
             await asyncio.wait_for(task, 5)  # ended on the replica the request was on
@@ -383,10 +386,10 @@ async def test_chat_commands_take_hand_back_and_stop_the_agent(server: Any) -> N
     reply = await _say(client, seed, person, "/desktop take")
     assert reply["payload"]["outcome"] == "took_control"
     assert reply["text"].startswith("You have control of the desktop on relay-1")
-    assert (await app.state.services.control.state(key))["held"] is True
+    assert (await app.state.parts.control.state(key))["held"] is True
     reply = await _say(client, seed, person, "/desktop hand-back relay-1")
     assert reply["payload"]["outcome"] == "handed_back"
-    assert (await app.state.services.control.state(key))["state"] == "idle"
+    assert (await app.state.parts.control.state(key))["state"] == "idle"
     reply = await _say(client, seed, person, "/desktop stop-agent")
     assert (reply["payload"]["outcome"], reply["text"]) == (
         "no_agent", "No agent is acting on the desktop on relay-1.")  # fmt: skip
@@ -400,7 +403,7 @@ async def test_chat_commands_take_hand_back_and_stop_the_agent(server: Any) -> N
     reply = await _say(client, seed, tokens["reader"], "/desktop take")
     assert reply["payload"]["outcome"] == "error"
     assert reply["payload"]["error"]["code"] == "forbidden"
-    await app.state.services.inventory.record_ended(
+    await app.state.parts.inventory.record_ended(
         RelayId(seed.relay["relay_id"]), SESSION, "stopped", "stopped by alice"
     )
     reply = await _say(client, seed, person, "/desktop take")
@@ -416,9 +419,9 @@ async def test_a_spent_grant_expires_and_a_new_one_is_minted(tmp_path: Path) -> 
     async with inprocess_server(seed, agent_grant_relays=overrides) as (app, _):
         relay = RelayId(seed.relay["relay_id"])
         row = {"desktop_session_id": SESSION, "kind": "virtual", "slot": "main"}
-        await app.state.services.inventory.record_started(relay, row)
+        await app.state.parts.inventory.record_started(relay, row)
         assert [await _agent_acts(app, seed) for _ in range(3)] == ["ok", "ok", "ok"]
-        rows = [r for r in await app.state.services.store.list_audit() if r.op == "agent.grant"]
+        rows = [r for r in await app.state.parts.store.list_audit() if r.op == "agent.grant"]
         assert [(r.outcome, r.reason) for r in rows] == [
             ("created", None), ("expired", "budget"), ("created", None)]  # fmt: skip
         assert rows[0].details is not None and rows[0].details["budget"] == 2
@@ -439,14 +442,14 @@ async def test_a_spent_grant_expires_and_a_new_one_is_minted(tmp_path: Path) -> 
 def test_a_bad_per_relay_grant_setting_stops_the_server_naming_it(raw: str, problem: str) -> None:
     settings = Settings(secret_key="k", agent_grant_relays=raw)
     with pytest.raises(ConfigError, match="RELAYDESK_AGENT_GRANT_RELAYS") as refused:
-        settings.check()
+        check_settings(settings)
     assert problem in str(refused.value)
 
 
 async def test_stop_holds_the_agent_in_its_slot_after_the_desktop_ends(server: Any) -> None:
     app, client, seed, _ = server
     relay = RelayId(seed.relay["relay_id"])
-    inventory = app.state.services.inventory
+    inventory = app.state.parts.inventory
     assert await _agent_acts(app, seed) == "ok"
     person = await _as_person(client, seed)
     status, body = await _action(client, person, "agent_stop", seed.conversation_id)

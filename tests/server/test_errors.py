@@ -7,11 +7,11 @@ from typing import Any
 import orjson
 import pytest
 
+from server.auth.capability import Denial, ViewerDenied
 from server.auth.errors import Forbidden, RateLimited, Unauthorized
 from server.auth.errors import error_response as auth_error_response
 from server.errors import error_body, error_response, status_of
 from server.viewer.access import ViewerRefused
-from server.viewer.capability import Denial, ViewerDenied
 from wire.errors import (
     BodyTooLarge,
     CloseCode,

@@ -20,7 +20,6 @@ import pytest_asyncio
 from server import admin
 from server.db.store import Store
 from server.events.bus import BusEvent, Feed, create_bus, parse_event_id, replay_after
-from server.events.hub import publish_conversation
 from tests.support.redis import redis_server, redis_url  # noqa: F401 (fixtures)
 from tests.support.sse import SseStream, open_sse
 from tests.support.stack import Seed, inprocess_server, seed_database, wait_until
@@ -93,7 +92,7 @@ async def test_a_change_reaches_a_subscriber_within_a_second(server: Any) -> Non
             [],
         )
         began = time.monotonic()
-        await app.state.services.inventory.record_started(relay, _row("a" * 32))
+        await app.state.parts.inventory.record_started(relay, _row("a" * 32))
         event = await sse.next(timeout=1.0)
         assert time.monotonic() - began < 1.0
         assert event.event == "desktop_inventory_changed" and event.id
@@ -106,24 +105,22 @@ async def test_reconnect_with_last_event_id_gets_exactly_the_missed_events(serve
     relay = RelayId(seed.relay["relay_id"])
     async with open_sse(client, _url(seed.conversation_id), _auth(seed.api_token)) as sse:
         await sse.next()  # snapshot
-        await app.state.services.inventory.record_started(relay, _row("b" * 32))
+        await app.state.parts.inventory.record_started(relay, _row("b" * 32))
         seen = await sse.next()
-    await wait_until(
-        lambda: app.state.services.bus.fanout.count() == 0, 5, "the feed to be released"
-    )
+    await wait_until(lambda: app.state.parts.bus.fanout.count() == 0, 5, "the feed to be released")
     missed_ids = []
     for n, slot in enumerate(("s1", "s2", "s3")):
-        await app.state.services.inventory.record_started(relay, _row(str(n) * 32, slot))
-        await app.state.services.events.settled()  # one event per change, not a coalesced one
-    await publish_conversation(
-        app.state.services, seed.conversation_id, "message_created", {"text": "hi"}
+        await app.state.parts.inventory.record_started(relay, _row(str(n) * 32, slot))
+        await app.state.parts.events.settled()  # one event per change, not a coalesced one
+    await app.state.parts.events.publish_conversation(
+        seed.conversation_id, "message_created", {"text": "hi"}
     )
     assert seen.id is not None
     headers = {**_auth(seed.api_token), "Last-Event-ID": seen.id}
     async with open_sse(client, _url(seed.conversation_id), headers) as sse:
         replayed = await _changes(sse, 4)
         missed_ids = [e.id for e in replayed]
-        await app.state.services.inventory.record_ended(relay, "b" * 32, "stopped", "test")
+        await app.state.parts.inventory.record_ended(relay, "b" * 32, "stopped", "test")
         live = await sse.next()
         assert sse.pending() == []
     assert [e.event for e in replayed] == ["desktop_inventory_changed"] * 3 + ["message_created"]
@@ -143,9 +140,11 @@ async def test_subscribers_see_only_their_conversation(server: Any) -> None:
     ):
         await outsider.next()
         await member.next()
-        await app.state.services.inventory.record_started(relay, _row("c" * 32))
+        await app.state.parts.inventory.record_started(relay, _row("c" * 32))
         await member.next()
-        await publish_conversation(app.state.services, other_id, "message_created", {"text": "x"})
+        await app.state.parts.events.publish_conversation(
+            other_id, "message_created", {"text": "x"}
+        )
         only = await outsider.next()
         assert only.event == "message_created", "the relay is not shared with 'Other'"
 
@@ -162,23 +161,21 @@ async def test_stream_refuses_missing_conversation_non_members_and_strangers(ser
 
 async def test_pings_keep_the_stream_alive_and_disconnects_are_cleaned_up(server: Any) -> None:
     app, client, seed, _ = server
-    app.state.services.events.ping_s = 0.2
+    app.state.parts.events.ping_s = 0.2
     async with open_sse(client, _url(seed.conversation_id), _auth(seed.api_token)) as sse:
         await sse.next()
         await wait_until(lambda: len(sse.comments) >= 2, 3, "two keep-alive pings")
-        assert app.state.services.bus.fanout.count() == 1
-    await wait_until(
-        lambda: app.state.services.bus.fanout.count() == 0, 5, "the feed to be released"
-    )
+        assert app.state.parts.bus.fanout.count() == 1
+    await wait_until(lambda: app.state.parts.bus.fanout.count() == 0, 5, "the feed to be released")
 
 
 async def test_a_relay_disconnect_publishes_unknown_rows(server: Any) -> None:
     app, client, seed, _ = server
     relay = RelayId(seed.relay["relay_id"])
-    await app.state.services.inventory.record_started(relay, _row("d" * 32))
+    await app.state.parts.inventory.record_started(relay, _row("d" * 32))
     async with open_sse(client, _url(seed.conversation_id), _auth(seed.api_token)) as sse:
         await sse.next()
-        await app.state.services.inventory.relay_disconnected(relay)
+        await app.state.parts.inventory.relay_disconnected(relay)
         event = await sse.next(timeout=1.0)
     assert [r["state"] for r in event.data["desktops"]] == ["unknown"]
 
@@ -248,7 +245,7 @@ async def test_many_feeds_opening_at_once_all_open_and_all_receive(bus_url: str)
 async def test_many_streams_opening_at_once_all_get_their_snapshot(server: Any) -> None:
     app, shared, seed, _ = server
     # One user holding 150 streams from one address: above the caps this test is not about.
-    caps = app.state.services.streams.limits
+    caps = app.state.parts.streams.limits
     caps.per_principal = caps.per_address = 0
     relay = RelayId(seed.relay["relay_id"])
     url, headers = _url(seed.conversation_id), _auth(seed.api_token)
@@ -262,6 +259,6 @@ async def test_many_streams_opening_at_once_all_get_their_snapshot(server: Any) 
         )
         snapshots = await asyncio.gather(*(sse.next() for sse in opened))
         assert {(s.event, s.id) for s in snapshots} == {("desktop_inventory_changed", None)}
-        await app.state.services.inventory.record_started(relay, _row("e" * 32))
+        await app.state.parts.inventory.record_started(relay, _row("e" * 32))
         changes = await asyncio.gather(*(sse.next() for sse in opened))
         assert {c.data["changed"][0]["desktop_session_id"] for c in changes} == {"e" * 32}

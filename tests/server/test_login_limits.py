@@ -18,6 +18,7 @@ import pytest
 import pytest_asyncio
 
 from server import admin
+from server.app import check_settings
 from server.config import ConfigError, Settings
 from server.db.store import Store
 from tests.support.processes import scaled
@@ -120,5 +121,5 @@ async def test_x_forwarded_for_names_the_client_behind_a_configured_proxy(seed: 
 
 def test_a_trusted_proxy_that_is_no_address_refuses_to_start() -> None:
     with pytest.raises(ConfigError, match="RELAYDESK_TRUSTED_PROXIES: not an IP address"):
-        Settings(trusted_proxies=("10.0.0.0/8", "proxy.example")).check()
-    Settings(trusted_proxies=("10.0.0.0/8", "::1", "192.168.1.7")).check()
+        check_settings(Settings(trusted_proxies=("10.0.0.0/8", "proxy.example")))
+    check_settings(Settings(trusted_proxies=("10.0.0.0/8", "::1", "192.168.1.7")))

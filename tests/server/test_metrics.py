@@ -20,7 +20,7 @@ from sqlalchemy import text
 
 from server.db.engine import create_engine
 from server.events.redis import RedisBus
-from server.metrics.instruments import REGISTRY
+from server.instruments import REGISTRY
 from server.viewer.registry import ViewerRegistry
 from tests.support.processes import free_port
 from tests.support.sse import open_sse
@@ -99,13 +99,13 @@ async def test_with_a_token_every_client_needs_it(tmp_path: Path) -> None:
 
 async def test_the_figures_follow_what_happens(server) -> None:
     app, base, seed = server
-    services = app.state.services
+    parts = app.state.parts
     headers = {"Authorization": f"Bearer {seed.api_token}"}
     relay_id = RelayId(seed.relay["relay_id"])
     scrape = {"Authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(base_url=base, timeout=10) as http:
         before = _samples((await http.get("/metrics", headers=scrape)).text)
-        await services.inventory.record_started(relay_id, {
+        await parts.inventory.record_started(relay_id, {
             "desktop_session_id": "ds-metrics", "kind": "virtual", "slot": "main",
             "started_at": "2026-01-01T00:00:00Z", "display": ":1",
         })  # fmt: skip

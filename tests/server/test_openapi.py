@@ -13,9 +13,8 @@ from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
 from server.actions.registry import Action, tool_schema
-from server.app import create_app
-from server.config import Settings
 from server.openapi.document import public_endpoints, undocumented
+from tests.support.routes import routes_of_a_fresh_app
 from tests.support.stack import Seed, inprocess_server, seed_database
 
 pytestmark = pytest.mark.unit
@@ -66,7 +65,7 @@ async def test_a_broken_document_is_caught_by_the_validator(served) -> None:
 async def test_every_action_is_an_operation_with_its_schema_as_the_body(served) -> None:
     app, url, _seed = served
     document = await _document(url)
-    registry = app.state.services.actions
+    registry = app.state.parts.actions.registry
     for name in registry.names():
         action = registry.get(name)
         operation = document["paths"][f"/api/v1/actions/{name}"]["post"]
@@ -80,7 +79,7 @@ async def test_every_action_is_an_operation_with_its_schema_as_the_body(served) 
 @MODULE_LOOP
 async def test_a_new_action_appears_without_new_code(served) -> None:
     app, url, _seed = served
-    registry = app.state.services.actions
+    registry = app.state.parts.actions.registry
     registry.register(Action("desktop_probe_extra", "read", tool_schema({}), "Extra.", _noop))
     document = await _document(url)
     assert "/api/v1/actions/desktop_probe_extra" in document["paths"]
@@ -109,10 +108,10 @@ async def test_every_route_of_the_app_is_described_with_its_auth(served) -> None
 def test_a_route_missing_from_the_table_is_reported() -> None:
     from starlette.routing import Route
 
-    app = create_app(Settings(secret_key="k", database_url="sqlite+aiosqlite://"))
+    routes = routes_of_a_fresh_app()
     extra = Route("/api/v1/new-thing", _noop, methods=["GET"])
-    assert undocumented([*app.routes, extra]) == [("GET", "/api/v1/new-thing")]
-    assert ("GET", "/api/v1/new-thing") in public_endpoints([*app.routes, extra])
+    assert undocumented([*routes, extra]) == [("GET", "/api/v1/new-thing")]
+    assert ("GET", "/api/v1/new-thing") in public_endpoints([*routes, extra])
 
 
 def test_the_http_api_docs_link_the_document() -> None:

@@ -12,8 +12,8 @@ import pytest_asyncio
 
 from server import admin
 from server.auth.revocation import Access, Credential, CredentialWatch
-from server.auth.tokens import hash_secret
 from server.db.store import Store
+from server.secrets.tokens import hash_secret
 from tests.support.stack import Seed, seed_database
 
 pytestmark = pytest.mark.integration

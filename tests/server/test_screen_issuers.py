@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from server.metrics.instruments import REGISTRY
+from server.instruments import REGISTRY
 from server.screen.revisions import RevisionStore, View, verify
 from server.screen.tool import Caller, IssuerGone, ScreenTool
 from tests.server.test_screen_tool import CALLER, HEIGHT, WIDTH, FakeAudit, FakeRelay

@@ -12,11 +12,11 @@ from argon2 import PasswordHasher
 from sqlalchemy import text
 
 from server import admin
-from server.auth.passwords import fast_hasher
 from server.db.engine import create_engine
 from server.db.errors import AlreadyExists, InvalidValue, NotFound
 from server.db.records import role_allows
 from server.db.store import Store
+from server.secrets.passwords import fast_hasher
 from tests.support import postgres
 
 pytestmark = pytest.mark.integration

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from server import admin
-from server.auth.passwords import fast_hasher
 from server.db.batch import Coalescer
 from server.db.cache import ReadCache
+from server.db.rows import DesktopRow
 from server.db.store import Store
-from server.inventory.rows import DesktopRow
+from server.secrets.passwords import fast_hasher
 from tests.support import postgres
 from wire.ops import DesktopState
 

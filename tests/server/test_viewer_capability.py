@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from server.auth.capability import Denial, ViewerDenied, grant_for, mint, verify
 from server.auth.principal import Principal
 from server.auth.revocation import MINTED_REF_HEX, minted_ref
-from server.auth.tokens import hash_secret
-from server.viewer.capability import Denial, ViewerDenied, grant_for, mint, verify
+from server.secrets.tokens import hash_secret
 from wire.errors import CloseCode
 from wire.ids import UserId
 

@@ -147,7 +147,7 @@ async def a11y_stack(
             relay_id = seed.relay["relay_id"]
             try:
                 await wait_until(
-                    lambda: app.state.services.hub.is_connected(RelayId(relay_id)), 20,
+                    lambda: app.state.parts.relays.is_connected(RelayId(relay_id)), 20,
                     "the relay to connect",
                 )  # fmt: skip
                 stack = A11yStack(app, url, seed, relay_id, "", "", shared, relay)

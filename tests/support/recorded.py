@@ -29,7 +29,7 @@ class Desktop:
 async def start_desktop(app: Any, relay_id: str, slot: str, size: tuple[int, int]) -> Desktop:
     """A virtual desktop in ``slot`` started through the relay's op, with a recorder on it."""
     args = {"kind": "virtual", "slot": slot, "geometry": f"{size[0]}x{size[1]}"}
-    row = await app.state.services.hub.request(RelayId(relay_id), "desktop.start", args, scaled(30))
+    row = await app.state.parts.relays.request(RelayId(relay_id), "desktop.start", args, scaled(30))
     recorder = XRecorder(row["display"], scaled(10))
     return Desktop(row["desktop_session_id"], row["display"], *size, recorder)
 
@@ -48,7 +48,7 @@ async def recorded_desktops(
         )
         relay_id = seed.relay["relay_id"]
         try:
-            connected = app.state.services.hub.is_connected
+            connected = app.state.parts.relays.is_connected
             await wait_until(lambda: connected(RelayId(relay_id)), 20, "the relay to connect")
             desktops = {slot: await start_desktop(app, relay_id, slot, size)
                         for slot, size in sizes.items()}  # fmt: skip

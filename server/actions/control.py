@@ -19,7 +19,7 @@ from server.actions.schema import Schema
 from server.control.audit import AuditContext
 from server.control.gate import DesktopTarget, control_of, require_person
 from server.control.model import DesktopKey
-from server.inventory.rows import DesktopRow
+from server.db.rows import DesktopRow
 from wire.errors import ErrorCode, OpError
 
 TARGET: Final[dict[str, Schema]] = {

@@ -14,24 +14,27 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
+from server.auth.capability import ViewerDenied, ViewerGrant, verify
 from server.auth.revocation import Watch
-from server.auth.streams import ReleasingResponse, admit_viewer
+from server.auth.streams import ReleasingResponse, ViewerStreams
 from server.boundary.limits import TooManyStreams
 from server.control.model import DesktopKey
 from server.control.publish import CONTROL, control_event, desktop_topic
+from server.control.service import ControlService
+from server.db.rows import DesktopDirectory
 from server.errors import error_response
+from server.events.bus import Bus
 from server.events.routes import ACCESS_REVOKED
-from server.services import Services, services_of
 from server.viewer.access import ViewerRefused
-from server.viewer.capability import ViewerDenied, ViewerGrant, verify
 from wire.errors import CloseCode, ErrorCode, OpError
 
 HEADERS: Final = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
@@ -39,16 +42,25 @@ HEADERS: Final = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
 PING_S: Final = 15.0
 
 
+@dataclass(frozen=True)
+class ControlFeeds:
+    """What the feed reads: the bus it listens on, who is in control, the desktops' rows."""
+
+    bus: Bus
+    control: ControlService
+    inventory: DesktopDirectory
+
+
 async def _stream(
-    services: Services, key: DesktopKey, watch: Watch, shutdown: anyio.Event
+    feeds: ControlFeeds, key: DesktopKey, watch: Watch, shutdown: anyio.Event
 ) -> AsyncIterator[ServerSentEvent | bytes]:
-    feed = await services.bus.open_feed(desktop_topic(key), None)
+    feed = await feeds.bus.open_feed(desktop_topic(key), None)
     watchers = [
         asyncio.create_task(_end_on(shutdown.wait, feed.stop)),
         asyncio.create_task(_end_on(watch.revoked.wait, feed.end_now)),
     ]
     try:
-        info = await services.control.state(key)
+        info = await feeds.control.state(key)
         yield ServerSentEvent(data=json.dumps(control_event(key, info)), event=CONTROL)
         while not watch.revoked.is_set() and (event := await feed.next()) is not None:
             yield ServerSentEvent(data=event.data_json, event=event.event, id=event.id)
@@ -58,7 +70,7 @@ async def _stream(
         for watcher in watchers:
             watcher.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
-        await services.bus.close_feed(feed)
+        await feeds.bus.close_feed(feed)
 
 
 async def _end_on(happened: Callable[[], Awaitable[Any]], end: Callable[[], None]) -> None:
@@ -67,39 +79,38 @@ async def _end_on(happened: Callable[[], Awaitable[Any]], end: Callable[[], None
     end()
 
 
-async def _feed(services: Services, grant: ViewerGrant, sid: str, watch: Watch) -> Response:
+async def _feed(feeds: ControlFeeds, grant: ViewerGrant, sid: str, watch: Watch) -> Response:
     """The feed of the admitted ``grant``'s desktop, or the refusal."""
     if watch.revoked.is_set():
         return error_response(ViewerRefused(CloseCode.VIEWER_FORBIDDEN, watch.reason), HEADERS)
-    row = await services.inventory.row(grant.relay_id, sid)
+    row = await feeds.inventory.row(grant.relay_id, sid)
     if row is None:
         return error_response(OpError(ErrorCode.NOT_FOUND, "unknown desktop session"), HEADERS)
     key = DesktopKey(row.relay_id, row.desktop_session_id)
     shutdown = anyio.Event()
     return EventSourceResponse(
-        _stream(services, key, watch, shutdown), ping=PING_S, headers=HEADERS, send_timeout=30,
+        _stream(feeds, key, watch, shutdown), ping=PING_S, headers=HEADERS, send_timeout=30,
         shutdown_event=shutdown, shutdown_grace_period=2.0,
     )  # fmt: skip
 
 
-async def control_events(request: Request) -> Response:
-    """The desktop's control feed for the holder of a viewer capability."""
-    sid, token = request.path_params["sid"], request.path_params["token"]
-    services = services_of(request)
-    try:
-        grant = verify(services.settings.secret_key, token, sid)
-    except ViewerDenied as err:
-        return error_response(err, HEADERS)
-    try:
-        stream = await admit_viewer(request, grant)
-    except TooManyStreams as err:
-        return error_response(err, HEADERS)
-    try:
-        response = await _feed(services, grant, sid, stream.watch)
-    except BaseException:
-        stream.release()
-        raise
-    return ReleasingResponse(response, stream)
+def control_routes(feeds: ControlFeeds, viewers: ViewerStreams) -> list[BaseRoute]:
+    async def control_events(request: Request) -> Response:
+        """The desktop's control feed for the holder of a viewer capability."""
+        sid, token = request.path_params["sid"], request.path_params["token"]
+        try:
+            grant = verify(viewers.secret_key, token, sid)
+        except ViewerDenied as err:
+            return error_response(err, HEADERS)
+        try:
+            stream = await viewers.admit(request, grant)
+        except TooManyStreams as err:
+            return error_response(err, HEADERS)
+        try:
+            response = await _feed(feeds, grant, sid, stream.watch)
+        except BaseException:
+            stream.release()
+            raise
+        return ReleasingResponse(response, stream)
 
-
-control_routes = [Route("/vnc/{sid}/{token}/control", control_events, methods=["GET"])]
+    return [Route("/vnc/{sid}/{token}/control", control_events, methods=["GET"])]

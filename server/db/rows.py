@@ -1,13 +1,26 @@
-"""Inventory rows and the read-side interface other server parts depend on."""
+"""Inventory rows (with who is in control of each desktop) and the read-side interface other
+server parts depend on."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
-from server.control.model import ControlInfo
 from wire.ops import DesktopKind, DesktopState
+
+ControlState = Literal["idle", "agent", "person"]
+
+
+class ControlInfo(TypedDict):
+    """The control state as the inventory row, the events and the actions show it."""
+
+    state: ControlState
+    name: str | None
+    held: bool
+    until: str | None
+    agent: str | None
+
 
 LIVE_STATES: frozenset[DesktopState] = frozenset({"starting", "running", "stopping", "unknown"})
 

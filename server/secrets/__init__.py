@@ -1,0 +1,1 @@
+"""Secrets: API tokens, login links and passwords, minted and hashed."""

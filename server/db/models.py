@@ -201,7 +201,7 @@ class Message(Base):
 
 
 class Desktop(Base):
-    """The server's canonical desktop inventory (DESIGN.md §5)."""
+    """The canonical desktop inventory (docs/architecture.md, "Inventory and actions")."""
 
     __tablename__ = "desktops"
 

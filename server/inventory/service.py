@@ -1,6 +1,7 @@
 """``Inventory``: the canonical desktop inventory, fed only by what relays say.
 
-Sources (DESIGN §5): results of ``desktop.start`` / ``desktop.stop``, ``desktop.status`` probes,
+Sources (docs/architecture.md, "Inventory and actions"): results of ``desktop.start`` /
+``desktop.stop``, ``desktop.status`` probes,
 ``desktop.changed`` events and the ``hello`` reconciliation. Changes of one relay's rows are
 serialised by a per-relay lock, and listeners hear about them in that order.
 

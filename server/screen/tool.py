@@ -1,6 +1,6 @@
 """The screen tool on the server: revisions, the stale-screen guard, the relay call, audit.
 
-Flow (DESIGN §7, ``docs/screen-tool.md``): a screenshot's or zoom's raw capture is kept under
+Flow (docs/screen-tool.md, "The server half"): a screenshot's or zoom's raw capture is kept under
 a signed ``screen_revision``; a request's coordinates (pixels, normalized or zoom) are converted
 to screen pixels once (``ScreenRequest.placed``); a guarded action (click, double_click, drag,
 mouse_down) must name the revision its point was chosen on (``mouse_down`` without a point:

@@ -1,4 +1,7 @@
-"""The viewer page renews its capability through ``desktop_attach`` (DESIGN §2, §6)."""
+"""The viewer page renews its capability through ``desktop_attach``.
+
+Documented in docs/viewing.md, "Renewing the capability".
+"""
 
 from __future__ import annotations
 

@@ -41,7 +41,8 @@ from server.auth.streams import StreamGuard, refuse_socket, run_watched, until_r
 from server.boundary.body import read_capped
 from server.boundary.limits import TooManyStreams
 from server.cua import protocol
-from server.cua.commands import COMMANDS, CuaCall, CuaSession, CuaTarget, listing, missing_params
+from server.cua.call import CuaCall, CuaSession, CuaTarget
+from server.cua.commands import COMMANDS, listing, missing_params
 from server.db.records import Role, role_allows
 from server.db.store import Store
 from server.relays.router import RelayRouter

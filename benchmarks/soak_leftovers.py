@@ -16,7 +16,7 @@ import psutil
 from relay.desktops.displays import X_TMP
 
 if TYPE_CHECKING:
-    from benchmarks.bench_soak import Footprint, Soak
+    from benchmarks.soak_run import Footprint, Soak
 
 
 def leftovers(soak: Soak) -> dict[str, list[str]]:

@@ -23,7 +23,7 @@ METRICS = ("rss_mb", "fds", "threads", "children")
 COUNT_GAIN = 2  # a count that rose this much over a segment, by trend and by floor, leaks
 
 if TYPE_CHECKING:
-    from benchmarks.bench_soak import Failure, Soak
+    from benchmarks.soak_run import Failure, Soak
     from tests.support.processes import ManagedProcess
 
 # -- sampling -----------------------------------------------------------------------------------

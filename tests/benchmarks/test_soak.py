@@ -12,8 +12,8 @@ from typing import cast
 
 import pytest
 
-from benchmarks.bench_soak import Failure, Soak
 from benchmarks.soak_report import _overlaps, floor_gain, pooled_slope, slope
+from benchmarks.soak_run import Failure, Soak
 from server.events.bus import HISTORY_LENGTH
 from tests.support.processes import ManagedProcess, scaled
 from tests.support.stack import Seed

@@ -36,6 +36,7 @@ from server.events.bus import Bus, create_bus
 from server.events.hub import ConversationEvents
 from server.events.routes import event_routes
 from server.inventory.service import Inventory
+from server.relays.calls import call
 from server.relays.router import RelayRouter
 from wire import ops
 from wire.errors import OpError
@@ -103,9 +104,9 @@ def build_control(
 async def release_held(hub: RelayRouter, timeout_s: float, key: DesktopKey) -> None:
     """Ask the desktop's relay to let go of what an agent held there (best effort: a relay
     that is away has released it with its display's connection anyway)."""
-    args = {"desktop_session_id": key.desktop_session_id}
+    args = ops.SessionArgs(desktop_session_id=key.desktop_session_id)
     try:
-        await hub.request(RelayId(key.relay_id), ops.INPUT_RELEASE.name, args, timeout_s)
+        await call(hub, RelayId(key.relay_id), ops.INPUT_RELEASE, args, timeout_s)
     except OpError as err:
         log.info("held input on %s not released: %s", key.desktop_session_id, err.message)
 

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from server.db.audit import AuditRow
 from server.screen.action import SCREEN_ACTION
 from server.screen.request import FIELDS, ScreenRequest, parse
 from server.screen.revisions import RevisionStore
@@ -91,8 +92,8 @@ class FakeAudit:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
 
-    async def write_audit(self, **row: Any) -> None:
-        self.rows.append(row)
+    async def write_audit(self, row: AuditRow) -> None:
+        self.rows.append(vars(row))
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from server.db.audit import AuditRow
 from server.screen.action import SCREEN_ACTION
 from server.screen.request import parse
 from server.screen.revisions import RevisionStore, View
@@ -73,8 +74,8 @@ class FakeAudit:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
 
-    async def write_audit(self, **row: Any) -> None:
-        self.rows.append(row)
+    async def write_audit(self, row: AuditRow) -> None:
+        self.rows.append(vars(row))
 
 
 @pytest.fixture

@@ -191,6 +191,7 @@ class A11yResult(TypedDict):
 # -- desktop tools: windows, clipboard, shell, files (docs/desktop-tools.md; their argument rules
 # are in wire.desktop_tool_args) ---------------------------------------------------------------
 
+
 class WindowInfo(TypedDict):
     """One top-level client window (EWMH ``_NET_CLIENT_LIST``); geometry is the client
     window's (without the window manager's frame) in root coordinates."""

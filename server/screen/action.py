@@ -17,11 +17,20 @@ from server.actions.errors import relay_error
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
 from server.control.screen import screen_input
-from server.screen.request import BUTTONS, DIRECTIONS, FORMATS, MAX_AMOUNT, MAX_TEXT
 from server.screen.tool import Caller
 from wire.errors import OpError
 from wire.ids import RelayId
 from wire.screen_actions import SCREEN_ACTIONS
+from wire.screen_args import (
+    BUTTON_NAMES,
+    IMAGE_FORMATS,
+    MAX_AMOUNT,
+    MAX_KEY,
+    MAX_TEXT,
+    PREVIEW_MAX_WIDTH,
+    QUALITY,
+    SCROLL_DIRECTIONS,
+)
 from wire.screen_coords import COORDINATES, MAX_SCALE, MAX_ZOOM_PIXELS, MAX_ZOOM_SIDE, MIN_SCALE
 
 _NUMBER: Final[Schema] = {"type": "number"}
@@ -97,7 +106,7 @@ PROPERTIES: Final[dict[str, Schema]] = {
     },
     "button": {
         "type": "string",
-        "enum": list(BUTTONS),
+        "enum": list(BUTTON_NAMES),
         "default": "left",
         "description": "For click, double_click, drag, mouse_down and mouse_up.",
     },
@@ -108,7 +117,7 @@ PROPERTIES: Final[dict[str, Schema]] = {
     },
     "key": {
         "type": "string",
-        "maxLength": 200,
+        "maxLength": MAX_KEY,
         "description": "For key: a key or chord, e.g. 'Return', 'ctrl+shift+t', 'alt+F4'. "
         "For key_down and key_up: exactly one key name, e.g. 'shift', 'ctrl', 'a', 'Return' "
         "(hold a chord with one key_down per key; key_up releases it). A held letter repeats "
@@ -123,7 +132,7 @@ PROPERTIES: Final[dict[str, Schema]] = {
     },
     "direction": {
         "type": "string",
-        "enum": list(DIRECTIONS),
+        "enum": list(SCROLL_DIRECTIONS),
         "description": "For scroll: direction (default down).",
     },
     "from": {**_POINT, "description": "For drag: start point {x, y} (see coordinates)."},
@@ -167,12 +176,12 @@ PROPERTIES: Final[dict[str, Schema]] = {
     },
     "preview_max_width": {
         "type": "integer",
-        "minimum": 16,
+        "minimum": PREVIEW_MAX_WIDTH[0],
         "description": "Screenshot: also return a smaller preview of at most this width. "
         "Coordinates stay full resolution: scale preview pixels by width/preview.width.",
     },
-    "format": {"type": "string", "enum": list(FORMATS), "default": "png"},
-    "quality": {"type": "integer", "minimum": 1, "maximum": 100},
+    "format": {"type": "string", "enum": list(IMAGE_FORMATS), "default": "png"},
+    "quality": {"type": "integer", "minimum": QUALITY[0], "maximum": QUALITY[1]},
     "timeout": {"type": "number", "minimum": 1, "maximum": 120, "description": "Seconds."},
 }
 

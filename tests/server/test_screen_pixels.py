@@ -18,6 +18,7 @@ from server.screen.action import SCREEN_ACTION
 from server.screen.request import FIELDS, ScreenRequest, parse
 from server.screen.revisions import RevisionStore
 from server.screen.tool import Caller, ScreenTool
+from wire import ops
 from wire.capture import BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import CropRect, decode_crop
@@ -59,6 +60,7 @@ class FakeRelay:
     ) -> Any:
         args = dict(args or {})
         self.requests.append((op, args))
+        ops.check_args(ops.OPS[op], args)  # what the relay takes for this action
         where = {"desktop_session_id": SESSION, "display": DISPLAY}
         if op in self.answers:
             return {**self.answers[op], **where}

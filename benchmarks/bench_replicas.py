@@ -46,6 +46,7 @@ from server.cluster.peers import Peers
 from server.cluster.router import ClusterRouter
 from server.cluster.screen import ScreenForwarding
 from server.cluster.signing import ClusterSigner
+from server.db.audit import AuditRow
 from server.relays.hub import RelayHub
 from server.screen.action import HubRequests
 from server.screen.revisions import RevisionStore
@@ -95,7 +96,7 @@ def _report(what: str, local_ms: list[float], forwarded_ms: list[float]) -> None
 
 
 class _NoAudit:
-    async def write_audit(self, **row: Any) -> None:
+    async def write_audit(self, row: AuditRow) -> None:
         return None
 
 

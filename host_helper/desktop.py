@@ -33,6 +33,7 @@ from relay.desktops.probe import (
     ProbeFailed,
     describe,
     poll_until_ready,
+    probe_session,
     rfb_banner_ws,
 )
 from relay.desktops.process import ChildProcess, DesktopProcesses
@@ -210,11 +211,7 @@ class LocalDesktops:
 
     @property
     def http(self) -> aiohttp.ClientSession:
-        # No keep-alive: websockify forks a worker per connection.
-        if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(force_close=True), trust_env=False
-            )
+        self._http = probe_session(self._http)
         return self._http
 
     async def _running(self) -> LocalDesktop | None:

@@ -43,6 +43,7 @@ from server.db.store import Store
 from server.events.bus import Bus, create_bus
 from server.events.hub import ConversationEvents
 from server.inventory.service import Inventory
+from server.relays.calls import call
 from server.relays.hub import RelayHub
 from server.relays.router import RelayRouter
 from server.screen.feature import start_screen
@@ -127,9 +128,9 @@ def build_control(
 async def release_held(relays: RelayRouter, timeout_s: float, key: DesktopKey) -> None:
     """Ask the desktop's relay to let go of what an agent held there (best effort: a relay
     that is away has released it with its display's connection anyway)."""
-    args = {"desktop_session_id": key.desktop_session_id}
+    args = ops.SessionArgs(desktop_session_id=key.desktop_session_id)
     try:
-        await relays.request(RelayId(key.relay_id), ops.INPUT_RELEASE.name, args, timeout_s)
+        await call(relays, RelayId(key.relay_id), ops.INPUT_RELEASE, args, timeout_s)
     except OpError as err:
         log.info("held input on %s not released: %s", key.desktop_session_id, err.message)
 

@@ -24,8 +24,10 @@ pytestmark = pytest.mark.unit
 # Bottom first. A room may import its own modules and those of any lower floor.
 FLOORS: tuple[frozenset[str], ...] = (
     # the foundation; the two protocol modules are uvicorn's, chosen by relaydesk/run.py
-    frozenset({"json_response", "version", "csp", "config", "instruments", "secrets"}
-              | {"http_protocol", "websocket_protocol"}),  # fmt: skip
+    frozenset(
+        {"json_response", "version", "csp", "config", "instruments", "secrets"}
+        | {"http_protocol", "websocket_protocol"}
+    ),
     frozenset({"errors"}),
     frozenset({"boundary"}),
     frozenset({"db"}),
@@ -68,7 +70,7 @@ def floor_violations(relative_path: str, source: str) -> list[str]:
         if module is None or not module.startswith("server."):
             continue
         target = module.split(".")[1]
-        if target == room or f"server.{target}" == module and target not in FLOOR_OF:
+        if target == room or (f"server.{target}" == module and target not in FLOOR_OF):
             continue  # the room itself, or `from server import x` (reported as server.x)
         where = f"{relative_path}:{line}"
         if room not in FLOOR_OF:
@@ -109,7 +111,7 @@ def test_the_listed_type_only_imports_are_still_needed() -> None:
         for line, module in _imported_modules(tree, _module_parts("server", path)):
             if module and module.startswith("server.") and line in typing_only:
                 seen.add((path, module.split(".")[1]))
-    assert TYPE_ONLY_UPWARD <= seen, f"listed but gone: {sorted(TYPE_ONLY_UPWARD - seen)}"
+    assert seen >= TYPE_ONLY_UPWARD, f"listed but gone: {sorted(TYPE_ONLY_UPWARD - seen)}"
 
 
 @pytest.mark.parametrize(
@@ -120,7 +122,10 @@ def test_the_listed_type_only_imports_are_still_needed() -> None:
         ("server/control/service.py", "from server.actions.context import ActionContext\n"),
         ("server/relays/hub.py", "import server.inventory.service\n"),
         ("server/events/bus.py", "from server.inventory.service import Inventory\n"),
-        ("server/db/store.py", "if TYPE_CHECKING:\n    from server.auth.routes import AuthRoutes\n"),
+        (
+            "server/db/store.py",
+            "if TYPE_CHECKING:\n    from server.auth.routes import AuthRoutes\n",
+        ),
         ("server/newroom.py", "from server.db.store import Store\n"),
     ],
 )

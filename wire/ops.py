@@ -7,10 +7,7 @@ request's arguments against the same ``TypedDict`` before its handler runs
 (:func:`check_args`: a missing, unknown or mistyped field is ``invalid_args`` naming it).
 """
 
-import types
-from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import (
     Any,
     Final,
@@ -19,16 +16,14 @@ from typing import (
     NotRequired,
     TypedDict,
     TypeVar,
-    Union,
     cast,
     get_args,
-    get_origin,
-    get_type_hints,
-    is_typeddict,
 )
 
-from wire.errors import InvalidArgs
+from wire.desktop_tool_args import ClipboardOp, FileOp, WindowOp
+from wire.op_check import check_typeddict
 from wire.screen_actions import SCREEN_ACTIONS, ScreenAction
+from wire.screen_args import ImageFormat, ScrollDirection
 
 DesktopKind = Literal["virtual", "local", "docker"]
 DesktopState = Literal["starting", "running", "stopping", "stopped", "failed", "unknown"]
@@ -188,20 +183,8 @@ class A11yResult(TypedDict):
     result: dict[str, Any]
 
 
-# -- desktop tools: windows, clipboard, shell, files (docs/desktop-tools.md) ------------------
-
-WindowOp = Literal["activate", "close", "maximize", "minimize", "move", "resize"]
-WINDOW_OPS: Final[tuple[WindowOp, ...]] = get_args(WindowOp)
-# The arguments each window op needs besides ``window_id`` (both ends check them).
-WINDOW_OP_FIELDS: Final[dict[WindowOp, tuple[str, ...]]] = {
-    "activate": (), "close": (), "maximize": (), "minimize": (),
-    "move": ("x", "y"), "resize": ("width", "height"),
-}  # fmt: skip
-# X coordinates and sizes are 16-bit on the wire of the X protocol.
-WINDOW_COORD_MIN: Final = -32768
-WINDOW_COORD_MAX: Final = 32767
-WINDOW_SIZE_MAX: Final = 32767
-WINDOW_ID_MAX: Final = 2**32 - 1
+# -- desktop tools: windows, clipboard, shell, files (docs/desktop-tools.md; their argument rules
+# are in wire.desktop_tool_args) ---------------------------------------------------------------
 
 
 class WindowInfo(TypedDict):
@@ -242,11 +225,6 @@ class DesktopWindowResult(TypedDict):
     done: bool
 
 
-ClipboardOp = Literal["get", "set"]
-# The longest clipboard text set or read (characters set, UTF-8 bytes read).
-CLIPBOARD_MAX: Final = 1_000_000
-
-
 class DesktopClipboardArgs(DesktopTargetArgs):
     op: ClipboardOp
     text: NotRequired[str]
@@ -257,11 +235,6 @@ class DesktopClipboardResult(TypedDict):
     text: NotRequired[str]
     truncated: NotRequired[bool]
     set: NotRequired[bool]
-
-
-SHELL_TIMEOUT_MIN_S: Final = 1.0
-SHELL_TIMEOUT_MAX_S: Final = 300.0
-SHELL_COMMAND_MAX: Final = 30_000
 
 
 class DesktopShellArgs(DesktopTargetArgs):
@@ -277,23 +250,6 @@ class DesktopShellResult(TypedDict):
     timed_out: bool
     # Either stream was cut at the relay's cap (docs/desktop-tools.md).
     truncated: bool
-
-
-FileOp = Literal[
-    "read_text", "write_text", "read_bytes", "write_bytes", "exists", "dir_exists", "list_dir",
-    "mkdir", "delete_file", "delete_dir", "size",
-]  # fmt: skip
-FILE_OPS: Final[tuple[FileOp, ...]] = get_args(FileOp)
-# The arguments each file op needs besides ``path``, and those it may take.
-FILE_OP_FIELDS: Final[dict[FileOp, tuple[str, ...]]] = {"write_text": ("content",),
-                                                         "write_bytes": ("content",)}  # fmt: skip
-FILE_OP_OPTIONAL: Final[dict[FileOp, tuple[str, ...]]] = {
-    "write_text": ("append",), "write_bytes": ("append",), "read_bytes": ("offset", "length"),
-}  # fmt: skip
-FILE_PATH_MAX: Final = 4096
-# The most a write carries (characters of text or of base64) and a read answers (bytes).
-FILE_CONTENT_MAX: Final = 1_000_000
-FILE_READ_MAX: Final = 2 * 1024 * 1024
 
 
 class DesktopFileArgs(DesktopTargetArgs):
@@ -313,87 +269,6 @@ class DesktopFileResult(TypedDict):
     files: NotRequired[list[str]]
     size: NotRequired[int]
     done: NotRequired[bool]
-
-
-def _in_range(name: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise InvalidArgs(name, f"must be from {low:g} to {high:g}")
-
-
-def _only_fields(args: Mapping[str, Any], op: str, allowed: tuple[str, ...],
-                 needed: tuple[str, ...], fields: tuple[str, ...]) -> None:  # fmt: skip
-    for name in fields:
-        if name in args and name not in allowed:
-            raise InvalidArgs(name, f"not an argument of op {op!r}")
-    for name in needed:
-        if name not in args:
-            raise InvalidArgs(name, f"required for op {op!r}")
-
-
-WINDOW_BOUNDS: Final[dict[str, tuple[int, int]]] = {
-    "x": (WINDOW_COORD_MIN, WINDOW_COORD_MAX), "y": (WINDOW_COORD_MIN, WINDOW_COORD_MAX),
-    "width": (1, WINDOW_SIZE_MAX), "height": (1, WINDOW_SIZE_MAX),
-}  # fmt: skip
-
-
-def check_window_args(args: Mapping[str, Any]) -> None:
-    """A window op's own fields (both ends): those it needs, no others, each in range;
-    ``invalid_args`` naming the first that is not."""
-    op = cast(WindowOp, args["op"])
-    needed = WINDOW_OP_FIELDS.get(op, ())
-    _only_fields(args, op, needed, needed, tuple(WINDOW_BOUNDS))
-    _in_range("window_id", int(args["window_id"]), 1, WINDOW_ID_MAX)
-    for name in needed:
-        _in_range(name, int(args[name]), *WINDOW_BOUNDS[name])
-
-
-def _check_text(name: str, value: object, longest: int, *, empty: bool = True) -> None:
-    if not isinstance(value, str):
-        raise InvalidArgs(name, "must be a string")
-    if not empty and not value:
-        raise InvalidArgs(name, "must not be empty")
-    if len(value) > longest:
-        raise InvalidArgs(name, f"longer than {longest} characters")
-
-
-def check_clipboard_args(args: Mapping[str, Any]) -> None:
-    """``text`` with ``set`` (at most :data:`CLIPBOARD_MAX` characters), none with ``get``."""
-    op = str(args["op"])
-    needed = ("text",) if op == "set" else ()
-    _only_fields(args, op, needed, needed, ("text",))
-    if needed:
-        _check_text("text", args["text"], CLIPBOARD_MAX)
-
-
-def check_shell_args(args: Mapping[str, Any]) -> None:
-    """A command for ``/bin/sh -c`` (no NUL) and its time limit."""
-    command = args["command"]
-    _check_text("command", command, SHELL_COMMAND_MAX, empty=False)
-    if "\x00" in command:
-        raise InvalidArgs("command", "must not contain NUL")
-    if "timeout_s" in args:
-        _in_range("timeout_s", float(args["timeout_s"]), SHELL_TIMEOUT_MIN_S, SHELL_TIMEOUT_MAX_S)
-
-
-FILE_FIELDS: Final = ("content", "append", "offset", "length")
-
-
-def check_file_args(args: Mapping[str, Any]) -> None:
-    """A file op's path and own fields: those it needs, no others, each in range."""
-    op = cast(FileOp, args["op"])
-    needed = FILE_OP_FIELDS.get(op, ())
-    allowed = needed + FILE_OP_OPTIONAL.get(op, ())
-    _only_fields(args, op, allowed, needed, FILE_FIELDS)
-    path = args["path"]
-    _check_text("path", path, FILE_PATH_MAX, empty=False)
-    if "\x00" in path:
-        raise InvalidArgs("path", "must not contain NUL")
-    if "content" in args:
-        _check_text("content", args["content"], FILE_CONTENT_MAX)
-    if "offset" in args:
-        _in_range("offset", int(args["offset"]), 0, 2**62)
-    if "length" in args:
-        _in_range("length", int(args["length"]), 1, FILE_READ_MAX)
 
 
 class ChannelTarget(TypedDict):
@@ -450,42 +325,157 @@ class ScreenGrid(TypedDict, total=False):
     relative_to: ScreenRect
 
 
-class ScreenArgs(TypedDict, total=False):
-    """``screen.<action>``: the target desktop, then the action's own fields (checked by the
-    screen service, ``relay/screen/args.py``)."""
+class ScreenTarget(TypedDict, total=False):
+    """What every ``screen.<action>`` names first: ``desktop_session_id``, else the running
+    desktop of ``kind`` (slot main); ``revision_target``, the desktop and display a guarded
+    action's screenshot was taken on (the relay refuses the action on any other). The fields
+    after these are the action's own, checked by ``wire.screen_args`` at both ends."""
 
     desktop_session_id: str
     kind: DesktopKind
     revision_target: RevisionTarget
-    guard: dict[str, Any]
-    x: int
-    y: int
-    to_x: int
-    to_y: int
-    button: str | int
-    direction: str
-    amount: int
-    text: str
-    keys: str
+
+
+class ImageArgs(ScreenTarget, total=False):
     format: str
     quality: int
-    preview_max_width: int
-    region: ScreenRect
-    scale: float
     grid: ScreenGrid
 
 
-class ScreenResult(TypedDict, total=False):
-    desktop_session_id: str
-    display: str | None
-    width: int
-    height: int
-    format: str
-    image: str
-    capture: dict[str, Any]
-    guard: dict[str, Any]
+class ScreenshotArgs(ImageArgs, total=False):
+    preview_max_width: int
+
+
+class ZoomArgs(ImageArgs, total=False):
+    region: ScreenRect
+    scale: float
+
+
+class MoveArgs(ScreenTarget, total=False):
     x: int
     y: int
+
+
+class ButtonArgs(MoveArgs, total=False):
+    """A button pressed at (x, y); ``mouse_down`` and ``mouse_up`` without a point press
+    where the pointer is."""
+
+    button: str | int
+
+
+class GuardedArgs(ButtonArgs, total=False):
+    """A pointer action on a point chosen on a screenshot: its guard (``wire.guard``)."""
+
+    guard: dict[str, Any]
+
+
+class DragArgs(GuardedArgs, total=False):
+    to_x: int
+    to_y: int
+
+
+class ScrollArgs(MoveArgs, total=False):
+    direction: str
+    amount: int
+
+
+class TypeArgs(ScreenTarget, total=False):
+    text: str
+
+
+class KeyArgs(ScreenTarget, total=False):
+    keys: str
+
+
+ScreenArgs = (
+    ScreenTarget | ScreenshotArgs | ZoomArgs | MoveArgs | ButtonArgs | GuardedArgs | DragArgs
+    | ScrollArgs | TypeArgs | KeyArgs
+)  # fmt: skip
+
+
+class ScreenAnswer(TypedDict):
+    """What every ``screen.<action>`` answers with: the desktop and display it ran on."""
+
+    desktop_session_id: str
+    display: str | None
+
+
+class ImageResult(ScreenAnswer):
+    """A screenshot or zoom: the image, and the lossless capture the server keeps."""
+
+    width: int
+    height: int
+    format: ImageFormat
+    image: str
+    capture: dict[str, Any]
+    coordinates: Literal["full_resolution", "zoom"]
+    preview: NotRequired[dict[str, Any]]
+    region: NotRequired[ScreenRect]
+    scale: NotRequired[float]
+    screen: NotRequired[dict[str, int]]
+    grid: NotRequired[dict[str, Any]]
+
+
+class PointResult(ScreenAnswer):
+    x: int
+    y: int
+
+
+class ButtonResult(PointResult):
+    button: int
+    guard: NotRequired[dict[str, Any]]
+
+
+class DragResult(ButtonResult):
+    to_x: int
+    to_y: int
+
+
+class ScrollResult(PointResult):
+    direction: ScrollDirection
+    amount: int
+
+
+class TypeResult(ScreenAnswer):
+    typed: int  # how many characters: never the text, which may be a password
+
+
+class KeyResult(ScreenAnswer):
+    keys: str
+
+
+class ScreenSizeResult(ScreenAnswer):
+    width: int
+    height: int
+
+
+class KeyboardStateResult(ScreenAnswer, KeyboardState):
+    pass
+
+
+ScreenResult = (
+    ImageResult | PointResult | ButtonResult | DragResult | ScrollResult | TypeResult
+    | KeyResult | ScreenSizeResult | KeyboardStateResult
+)  # fmt: skip
+# Each screen action's argument and result types.
+SCREEN_TYPES: Final[dict[ScreenAction, tuple[type[Any], type[Any]]]] = {
+    "screenshot": (ScreenshotArgs, ImageResult),
+    "zoom": (ZoomArgs, ImageResult),
+    "click": (GuardedArgs, ButtonResult),
+    "double_click": (GuardedArgs, ButtonResult),
+    "mouse_down": (GuardedArgs, ButtonResult),
+    "mouse_up": (ButtonArgs, ButtonResult),
+    "move": (MoveArgs, PointResult),
+    "drag": (DragArgs, DragResult),
+    "scroll": (ScrollArgs, ScrollResult),
+    "type": (TypeArgs, TypeResult),
+    "key": (KeyArgs, KeyResult),
+    "key_down": (KeyArgs, KeyResult),
+    "key_up": (KeyArgs, KeyResult),
+    "mouse_position": (ScreenTarget, PointResult),
+    "screen_size": (ScreenTarget, ScreenSizeResult),
+    "keyboard_state": (ScreenTarget, KeyboardStateResult),
+}
 
 
 A = TypeVar("A")
@@ -521,7 +511,7 @@ DESKTOP_SHELL: Final = OpSpec("desktop.shell", DesktopShellArgs, DesktopShellRes
 DESKTOP_FILE: Final = OpSpec("desktop.file", DesktopFileArgs, DesktopFileResult)
 SCREEN_OP_PREFIX: Final = "screen."
 SCREEN: Final[dict[ScreenAction, OpSpec[ScreenArgs, ScreenResult]]] = {
-    action: OpSpec(f"{SCREEN_OP_PREFIX}{action}", ScreenArgs, ScreenResult)
+    action: OpSpec(f"{SCREEN_OP_PREFIX}{action}", *SCREEN_TYPES[action])
     for action in SCREEN_ACTIONS
 }
 
@@ -543,74 +533,6 @@ _ALL: tuple[OpSpec[Any, Any], ...] = (
 OPS: Final[dict[str, OpSpec[Any, Any]]] = {spec.name: spec for spec in _ALL}
 
 
-# -- the check --------------------------------------------------------------------------------
-
-
 def check_args(spec: OpSpec[A, Any], args: object) -> A:
     """``args`` as ``spec``'s argument type, or ``invalid_args`` naming the first bad field."""
-    return cast(A, _check_typeddict(spec.args, args, ""))
-
-
-@cache
-def _hints(typeddict: type) -> dict[str, Any]:
-    return get_type_hints(typeddict)
-
-
-def _check_typeddict(typeddict: type, value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise InvalidArgs(where or "args", "must be an object")
-    hints = _hints(typeddict)
-    for key in value:
-        if key not in hints:
-            raise InvalidArgs(f"{where}{key}", "unknown argument")
-    for key in sorted(cast(frozenset[str], typeddict.__required_keys__)):  # type: ignore[attr-defined]
-        if key not in value:
-            raise InvalidArgs(f"{where}{key}", "required")
-    for key, item in value.items():
-        _check_value(hints[key], item, f"{where}{key}")
-    return value
-
-
-def _check_value(hint: Any, value: object, name: str) -> None:
-    if not _fits(hint, value, name):
-        raise InvalidArgs(name, f"must be {_describe(hint)}")
-
-
-def _fits(hint: Any, value: object, name: str) -> bool:
-    origin = get_origin(hint)
-    if hint is Any or hint is object:
-        return True
-    if hint is None or hint is type(None):
-        return value is None
-    if origin is Literal:
-        return any(value == option and type(value) is type(option) for option in get_args(hint))
-    if origin in (Union, types.UnionType):
-        return any(_fits(option, value, name) for option in get_args(hint))
-    if is_typeddict(hint):
-        _check_typeddict(hint, value, f"{name}.")
-        return True
-    if origin is list:
-        return isinstance(value, list) and all(_fits(get_args(hint)[0], v, name) for v in value)
-    if origin is dict or hint is dict:
-        return isinstance(value, dict)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    return isinstance(value, hint)
-
-
-def _describe(hint: Any) -> str:
-    origin = get_origin(hint)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(option) for option in get_args(hint))
-    if origin in (Union, types.UnionType):
-        return " or ".join(_describe(option) for option in get_args(hint))
-    if hint is None or hint is type(None):
-        return "null"
-    if origin is list:
-        return "a list"
-    if origin is dict or hint is dict or is_typeddict(hint):
-        return "an object"
-    names = {str: "a string", int: "an integer", bool: "true or false", float: "a number"}
-    return names.get(hint, getattr(hint, "__name__", str(hint)))
+    return cast(A, check_typeddict(spec.args, args))

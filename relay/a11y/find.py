@@ -19,6 +19,7 @@ from relay.a11y.protocol import A11yError
 from relay.a11y.refs import Element, locator
 from relay.a11y.session import Session
 from relay.a11y.trees import HIDDEN_FILL_BUDGET, Walked, Walker, path_to
+from wire import a11y_match
 from wire import a11y_selector as selectors
 
 
@@ -105,10 +106,10 @@ def _matches(
         for walked in walked_all:
             node = walked.node
             # The element itself first: its ancestors are matched only when it could be.
-            if not selectors.compound_matches(last, _as_mapping(node, extra.get(node.key))):
+            if not a11y_match.compound_matches(last, _as_mapping(node, extra.get(node.key))):
                 continue
             chain = [_as_mapping(n, extra.get(n.key)) for n in walked.path]
-            if selectors.match_path(selector, chain):
+            if a11y_match.match_path(selector, chain):
                 found.append((app, tree, walked))
                 if len(found) >= wanted:
                     break

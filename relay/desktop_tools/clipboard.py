@@ -22,8 +22,8 @@ from relay.desktop_tools.session import DesktopSession
 from relay.policy import DeniedApps
 from relay.screen.args import is_display_name
 from relay.screen.denied import DeniedWindows, refusal
+from wire.desktop_tool_args import CLIPBOARD_MAX
 from wire.errors import ErrorCode, OpError
-from wire.ops import CLIPBOARD_MAX
 
 XCLIP: Final = "xclip"
 SELECTION: Final = "CLIPBOARD"

@@ -13,8 +13,9 @@ from typing import Any, Final, cast
 
 from relay.desktop_tools.run import run_in_desktop
 from relay.desktop_tools.session import DesktopSession
+from wire.desktop_tool_args import FILE_READ_MAX
 from wire.errors import ErrorCode, InvalidArgs, OpError
-from wire.ops import FILE_READ_MAX, DesktopFileArgs, DesktopFileResult
+from wire.ops import DesktopFileArgs, DesktopFileResult
 
 CHILD: Final = "file-command"
 CHILD_SOURCE: Final = Path(__file__).with_name("file_child.py")

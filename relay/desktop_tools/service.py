@@ -3,8 +3,8 @@ desktop a handler found (docs/desktop-tools.md).
 
 Window and clipboard tools are always there; shell and file commands only on a relay started
 with ``RELAYDESK_CUA_SHELL=1`` (refused with ``forbidden`` otherwise, before anything else is
-looked at). Every tool's own arguments are checked here again (``wire.ops.check_*``), whatever
-the server checked.
+looked at). Every tool's own arguments are checked here again (``wire.desktop_tool_args``),
+whatever the server checked.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from relay.desktop_tools.files import file_command
 from relay.desktop_tools.run import run_in_desktop
 from relay.desktop_tools.session import DesktopSession, session_of
 from relay.desktop_tools.settings import SHELL_ENV, DesktopToolSettings
+from wire import desktop_tool_args as tool_args
 from wire import ops
 from wire.errors import ErrorCode, OpError
 
@@ -68,10 +69,10 @@ class DesktopTools:
     ) -> ops.DesktopWindowResult:
         from relay.desktop_tools.windows import apply
 
-        ops.check_window_args(args)
+        tool_args.check_window_args(args)
         session = await session_of(backend, row)
         op, window_id = args["op"], args["window_id"]
-        fields = ops.WINDOW_OP_FIELDS[op]
+        fields = tool_args.WINDOW_OP_FIELDS[op]
         # check_args made them integers
         values = {name: cast(int, value) for name, value in args.items() if name in fields}
         await asyncio.to_thread(apply, session.display, window_id, op, values, self.settings.denied)
@@ -83,7 +84,7 @@ class DesktopTools:
     ) -> ops.DesktopClipboardResult:
         from relay.desktop_tools.clipboard import read_text, set_text
 
-        ops.check_clipboard_args(args)
+        tool_args.check_clipboard_args(args)
         session = await session_of(backend, row)
         if args["op"] == "set":
             await set_text(session, args["text"], self.settings.denied)
@@ -96,7 +97,7 @@ class DesktopTools:
         self, backend: DesktopBackend, row: ops.RelayRow, args: ops.DesktopShellArgs
     ) -> ops.DesktopShellResult:
         self.require_shell()
-        ops.check_shell_args(args)
+        tool_args.check_shell_args(args)
         session = await session_of(backend, row)
         timeout_s = float(args.get("timeout_s", DEFAULT_SHELL_TIMEOUT_S))
         started = time.monotonic()
@@ -116,7 +117,7 @@ class DesktopTools:
         self, backend: DesktopBackend, row: ops.RelayRow, args: ops.DesktopFileArgs
     ) -> ops.DesktopFileResult:
         self.require_shell()
-        ops.check_file_args(args)
+        tool_args.check_file_args(args)
         session = await session_of(backend, row)
         return await file_command(session, args)
 

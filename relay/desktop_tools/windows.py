@@ -24,8 +24,9 @@ from Xlib.xobject.drawable import Window
 from relay.policy import DeniedApps
 from relay.screen.args import is_display_name
 from relay.screen.denied import DeniedWindows, refusal
+from wire.desktop_tool_args import WindowOp
 from wire.errors import ErrorCode, OpError
-from wire.ops import WindowInfo, WindowOp
+from wire.ops import WindowInfo
 
 # How long an operation's effect is waited for; it is not an error when it does not show
 # (a close the app answers with a dialog, a size the app's hints round).

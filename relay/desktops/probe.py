@@ -40,6 +40,17 @@ def check_banner(data: bytes) -> bytes:
     return data
 
 
+def probe_session(current: aiohttp.ClientSession | None) -> aiohttp.ClientSession:
+    """``current`` while it is open, else a new session for the probes.
+
+    No keep-alive (websockify forks a worker per connection) and no proxy from the environment
+    (every probe goes to loopback).
+    """
+    if current is not None and not current.closed:
+        return current
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), trust_env=False)
+
+
 async def rfb_banner_tcp(port: int, timeout_s: float) -> bytes:
     """Connect to a VNC server and read its protocol banner."""
     async with asyncio.timeout(timeout_s):

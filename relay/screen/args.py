@@ -1,5 +1,8 @@
 """Argument checks for screen actions: each failure is ``InvalidArgs`` naming the field.
 
+The rules both ends share (limits, names, ranges) are ``wire.screen_args``; here are the
+relay's defaults and what only the live screen can judge.
+
 Coordinates are validated against the current screen and never clamped: a point outside
 the screen is the caller's mistake, and silently moving it would click something else.
 """
@@ -9,14 +12,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from wire import screen_args
 from wire.errors import InvalidArgs
 from wire.guard import CropRect, Guard
 from wire.screen_coords import Frame, zoom_size
 
-MAX_TEXT_LENGTH = 10_000
-MAX_SCROLL_AMOUNT = 50
-BUTTONS: dict[str | int, int] = {"left": 1, "middle": 2, "right": 3, 1: 1, 2: 2, 3: 3}
-BUTTON_NAMES = {1: "left", 2: "middle", 3: "right"}
+# X buttons by name (``wire.screen_args.BUTTON_NAMES``: left is 1) or number.
+BUTTONS: dict[str | int, int] = {
+    **{name: number for number, name in enumerate(screen_args.BUTTON_NAMES, 1)},
+    **{number: number for number in range(1, len(screen_args.BUTTON_NAMES) + 1)},
+}
 _DISPLAY_RE = re.compile(r"^[A-Za-z0-9_.\-]*:\d+(\.\d+)?$")
 
 
@@ -39,10 +44,7 @@ def integer(args: dict[str, Any], name: str, default: int | None = None) -> int:
 
 
 def bounded(args: dict[str, Any], name: str, low: int, high: int, default: int) -> int:
-    value = integer(args, name, default)
-    if not low <= value <= high:
-        raise InvalidArgs(name, f"must be between {low} and {high}")
-    return value
+    return screen_args.whole_number(args.get(name, default), name, low, high)
 
 
 def point(
@@ -65,19 +67,11 @@ def button(args: dict[str, Any]) -> int:
 
 
 def choice(args: dict[str, Any], name: str, options: tuple[str, ...], default: str) -> str:
-    value = args.get(name, default)
-    if value not in options:
-        raise InvalidArgs(name, f"must be one of {', '.join(options)}")
-    return str(value)
+    return screen_args.one_of(args.get(name, default), name, options)
 
 
-def text(args: dict[str, Any], name: str = "text", limit: int = MAX_TEXT_LENGTH) -> str:
-    value = args.get(name)
-    if not isinstance(value, str):
-        raise InvalidArgs(name, "must be a string")
-    if len(value) > limit:
-        raise InvalidArgs(name, f"is {len(value)} characters; the limit is {limit}")
-    return value
+def text(args: dict[str, Any], name: str = "text", limit: int = screen_args.MAX_TEXT) -> str:
+    return screen_args.text(args.get(name), name, limit)
 
 
 def guard(args: dict[str, Any]) -> Guard | None:

@@ -15,7 +15,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import mss
 import numpy as np
@@ -25,12 +25,11 @@ from PIL import Image
 from wire.capture import BandedPng, bgra_to_rgb, encode_png
 from wire.errors import ErrorCode, OpError
 from wire.guard import CropRect
+from wire.screen_args import ImageFormat
 
 logger = logging.getLogger(__name__)
 
 RGBArray = npt.NDArray[np.uint8]
-ImageFormat = Literal["png", "jpeg", "webp"]
-IMAGE_FORMATS: tuple[ImageFormat, ...] = ("png", "jpeg", "webp")
 
 # PNGs are ``wire.capture``'s banded PNGs: bands deflate in parallel on these threads (zlib
 # and numpy release the GIL), shared by every display's worker.

@@ -31,15 +31,12 @@ from relay.policy import DeniedApps
 from relay.screen import args as check
 from relay.screen.backends import (
     DEFAULT_BACKEND,
-    SCROLL_BUTTONS,
     BackendFactory,
     InputBackend,
     backend_factory,
 )
 from relay.screen.capture import (
-    IMAGE_FORMATS,
     EncodedImage,
-    ImageFormat,
     RGBArray,
     ScreenCapture,
     encode,
@@ -53,6 +50,16 @@ from wire.capture import BandedPng, bgra_to_rgb
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import DIGEST_DIFFERS, CropRect, Guard
 from wire.screen_actions import IMAGE_ACTIONS, SCREEN_ACTIONS
+from wire.screen_args import (
+    DEFAULT_AMOUNT,
+    IMAGE_FORMATS,
+    MAX_AMOUNT,
+    MAX_TEXT,
+    PREVIEW_MAX_WIDTH,
+    QUALITY,
+    SCROLL_DIRECTIONS,
+    ImageFormat,
+)
 from wire.screen_coords import Grid, grid_for
 
 logger = logging.getLogger(__name__)
@@ -122,7 +129,7 @@ class ScreenContext:
     display: str
     input: InputBackend
     capture: ScreenCapture
-    max_text_length: int = check.MAX_TEXT_LENGTH
+    max_text_length: int = MAX_TEXT
     denied: DeniedWindows | None = None
 
     def size(self) -> tuple[int, int]:
@@ -193,7 +200,7 @@ def check_guard(ctx: ScreenContext, args: dict[str, Any], at: tuple[int, int]) -
 
 def _image_format(args: dict[str, Any]) -> tuple[ImageFormat, int | None]:
     fmt = check.choice(args, "format", IMAGE_FORMATS, "png")
-    quality = check.bounded(args, "quality", 1, 100, 80) if "quality" in args else None
+    quality = check.bounded(args, "quality", *QUALITY, 80) if "quality" in args else None
     return cast(ImageFormat, fmt), quality
 
 
@@ -210,7 +217,7 @@ def capture_screenshot(ctx: ScreenContext, args: dict[str, Any]) -> ScreenshotRe
     fmt, quality = _image_format(args)
     max_width = args.get("preview_max_width")
     if max_width is not None:
-        max_width = check.bounded(args, "preview_max_width", 16, 100_000, 0)
+        max_width = check.bounded(args, "preview_max_width", *PREVIEW_MAX_WIDTH, 0)
     size = ctx.size()
     labels = check.grid(args, size)
     capture, pixels = encode_screenshot(ctx.grab_bgra(None, size))
@@ -283,8 +290,8 @@ def _drag(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _scroll(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
-    direction = check.choice(args, "direction", tuple(SCROLL_BUTTONS), "down")
-    amount = check.bounded(args, "amount", 1, check.MAX_SCROLL_AMOUNT, 3)
+    direction = check.choice(args, "direction", SCROLL_DIRECTIONS, "down")
+    amount = check.bounded(args, "amount", 1, MAX_AMOUNT, DEFAULT_AMOUNT)
     at = check.point(args, ctx.size()) if "x" in args or "y" in args else None
     ctx.check_point(at or ctx.input.mouse_position())
     if at is not None:
@@ -470,7 +477,7 @@ class ScreenService:
     def __init__(
         self,
         input_backend: str = DEFAULT_BACKEND,
-        max_text_length: int = check.MAX_TEXT_LENGTH,
+        max_text_length: int = MAX_TEXT,
         denied: DeniedApps | None = None,
     ) -> None:
         self._factory = backend_factory(input_backend)

@@ -11,6 +11,7 @@ import re
 from typing import Final
 
 from server.actions.context import ActionContext
+from server.db.audit import AuditRow
 
 log = logging.getLogger("relaydesk.audit")
 
@@ -37,15 +38,17 @@ async def record(ctx: ActionContext, op: str, outcome: str, reason: str | None =
     """Queue the audit row (committed in order by the store's writer) and log its line."""
     reason = scrub(reason)
     await ctx.store.queue_audit(
-        op=op,
-        actor=ctx.principal.username,
-        outcome=outcome,
-        conversation_id=ctx.conversation_id or None,
-        relay_id=ctx.relay.relay_id if ctx.relay else None,
-        desktop_session_id=ctx.desktop_session_id,
-        reason=reason,
-        source=ctx.source,
-        request_id=ctx.request_id,
+        AuditRow(
+            op=op,
+            actor=ctx.principal.username,
+            outcome=outcome,
+            conversation_id=ctx.conversation_id or None,
+            relay_id=ctx.relay.relay_id if ctx.relay else None,
+            desktop_session_id=ctx.desktop_session_id,
+            reason=reason,
+            source=ctx.source,
+            request_id=ctx.request_id,
+        )
     )
     log.info(
         "[desktop-audit] op=%s actor=%s relay=%s session=%s outcome=%s reason=%s",

@@ -20,6 +20,7 @@ from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
 from server.control.gate import DesktopTarget, agent_input
 from server.db.rows import DesktopRow
+from wire import desktop_tool_args as tool_args
 from wire import ops
 
 TARGET: Final[dict[str, Schema]] = {
@@ -29,9 +30,9 @@ TARGET: Final[dict[str, Schema]] = {
 # command is given on top of its own.
 FILE_EXTRA_S: Final = 25.0
 SHELL_EXTRA_S: Final = 10.0
-COORD: Final[Schema] = {"type": "integer", "minimum": ops.WINDOW_COORD_MIN,
-                        "maximum": ops.WINDOW_COORD_MAX}  # fmt: skip
-SIZE: Final[Schema] = {"type": "integer", "minimum": 1, "maximum": ops.WINDOW_SIZE_MAX}
+COORD: Final[Schema] = {"type": "integer", "minimum": tool_args.WINDOW_COORD_MIN,
+                        "maximum": tool_args.WINDOW_COORD_MAX}  # fmt: skip
+SIZE: Final[Schema] = {"type": "integer", "minimum": 1, "maximum": tool_args.WINDOW_SIZE_MAX}
 
 
 def _session(row: DesktopRow) -> ops.DesktopTargetArgs:
@@ -46,9 +47,9 @@ async def windows(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 async def window(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-    ops.check_window_args(args)
+    tool_args.check_window_args(args)
     row = await running_row(ctx, args)
-    fields = {k: args[k] for k in ops.WINDOW_OP_FIELDS[args["op"]]}
+    fields = {k: args[k] for k in tool_args.WINDOW_OP_FIELDS[args["op"]]}
     request = cast(ops.DesktopWindowArgs, {"desktop_session_id": row.desktop_session_id,
                                            "window_id": args["window_id"], "op": args["op"],
                                            **fields})  # fmt: skip
@@ -81,7 +82,7 @@ async def clipboard_set(ctx: ActionContext, args: dict[str, Any]) -> dict[str, A
 
 
 async def shell(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-    ops.check_shell_args(args)
+    tool_args.check_shell_args(args)
     row = await running_row(ctx, args)
     timeout_s = float(args["timeout_s"])
     request = ops.DesktopShellArgs(
@@ -100,7 +101,7 @@ FILE_ARGS: Final = ("op", "path", "content", "append", "offset", "length")
 
 
 async def file(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-    ops.check_file_args(args)
+    tool_args.check_file_args(args)
     row = await running_row(ctx, args)
     fields = {k: args[k] for k in FILE_ARGS if k in args}
     request = cast(ops.DesktopFileArgs, {**_session(row), **fields})
@@ -121,7 +122,7 @@ FILE_DOC: Final = (
     "{content_b64}; write_text (content) / write_bytes (content: base64), append → {done}; "
     "exists (a file) / dir_exists → {exists}; list_dir → {files}; mkdir (with parents) / "
     "delete_file / delete_dir (empty) → {done}; size → {size}. Reads answer at most "
-    f"{ops.FILE_READ_MAX} bytes. Only on relays started with RELAYDESK_CUA_SHELL=1."
+    f"{tool_args.FILE_READ_MAX} bytes. Only on relays started with RELAYDESK_CUA_SHELL=1."
 )
 
 DESKTOP_TOOL_ACTIONS: Final[tuple[Action, ...]] = (
@@ -136,9 +137,9 @@ DESKTOP_TOOL_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
         "desktop_window", "write",
         _schema({
-            "window_id": {"type": "integer", "minimum": 1, "maximum": ops.WINDOW_ID_MAX,
+            "window_id": {"type": "integer", "minimum": 1, "maximum": tool_args.WINDOW_ID_MAX,
                           "description": "A window's id from desktop_windows."},
-            "op": {"type": "string", "enum": list(ops.WINDOW_OPS),
+            "op": {"type": "string", "enum": list(tool_args.WINDOW_OPS),
                    "description": "activate (raise, focus, restore from minimized), close "
                    "(as its close button: the app may ask first), maximize, minimize, move "
                    "(x, y), resize (width, height)."},
@@ -155,12 +156,12 @@ DESKTOP_TOOL_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
         "desktop_clipboard_get", "write", _schema({}),
         "Read the text on a running desktop's clipboard (the CLIPBOARD selection; '' when "
-        f"empty; at most {ops.CLIPBOARD_MAX} bytes, truncated says when cut).",
+        f"empty; at most {tool_args.CLIPBOARD_MAX} bytes, truncated says when cut).",
         clipboard_get, read_only=True,
     ),
     Action(
         "desktop_clipboard_set", "write",
-        _schema({"text": {"type": "string", "maxLength": ops.CLIPBOARD_MAX,
+        _schema({"text": {"type": "string", "maxLength": tool_args.CLIPBOARD_MAX,
                           "description": "The text to put on the clipboard."}}, ("text",)),
         "Put text on a running desktop's clipboard (the CLIPBOARD selection); its apps paste "
         "it from there.",
@@ -169,10 +170,10 @@ DESKTOP_TOOL_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
         "desktop_shell", "write",
         _schema({
-            "command": {"type": "string", "minLength": 1, "maxLength": ops.SHELL_COMMAND_MAX,
+            "command": {"type": "string", "minLength": 1, "maxLength": tool_args.SHELL_COMMAND_MAX,
                         "description": "Run with /bin/sh -c."},
-            "timeout_s": {"type": "number", "minimum": ops.SHELL_TIMEOUT_MIN_S,
-                          "maximum": ops.SHELL_TIMEOUT_MAX_S, "default": 30,
+            "timeout_s": {"type": "number", "minimum": tool_args.SHELL_TIMEOUT_MIN_S,
+                          "maximum": tool_args.SHELL_TIMEOUT_MAX_S, "default": 30,
                           "description": "Kill the command (its whole process group) after "
                           "this many seconds."},
         }, ("command",)),
@@ -186,18 +187,19 @@ DESKTOP_TOOL_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
         "desktop_file", "write",
         _schema({
-            "op": {"type": "string", "enum": list(ops.FILE_OPS), "description": "What to do."},
-            "path": {"type": "string", "minLength": 1, "maxLength": ops.FILE_PATH_MAX,
+            "op": {"type": "string", "enum": list(tool_args.FILE_OPS),
+                   "description": "What to do."},
+            "path": {"type": "string", "minLength": 1, "maxLength": tool_args.FILE_PATH_MAX,
                      "description": "A path; relative paths and ~ resolve against the "
                      "desktop's home."},
-            "content": {"type": "string", "maxLength": ops.FILE_CONTENT_MAX,
+            "content": {"type": "string", "maxLength": tool_args.FILE_CONTENT_MAX,
                         "description": "write_text: the text; write_bytes: the bytes in "
                         "base64."},
             "append": {"type": "boolean", "description": "write_*: append instead of "
                        "replacing the file."},
             "offset": {"type": "integer", "minimum": 0,
                        "description": "read_bytes: start here."},
-            "length": {"type": "integer", "minimum": 1, "maximum": ops.FILE_READ_MAX,
+            "length": {"type": "integer", "minimum": 1, "maximum": tool_args.FILE_READ_MAX,
                        "description": "read_bytes: read at most this many bytes."},
         }, ("op", "path")),
         FILE_DOC,

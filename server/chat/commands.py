@@ -17,6 +17,7 @@ from typing import Any, assert_never
 from server.chat import slash
 from server.chat.ports import ActionResult, ChatStore
 from server.chat.wording import explain, sentence
+from server.db.audit import AuditRow
 from wire.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -235,15 +236,17 @@ class CommandRunner:
     async def _audit_replacement(self, relay: str, row: dict[str, Any], status: int) -> None:
         session = str(row.get("desktop_session_id") or "")
         await self.ctx.store.write_audit(
-            op="chat_open_replace",
-            actor=self.ctx.username,
-            outcome="not_answering",
-            conversation_id=self.ctx.conversation_id,
-            relay_id=str(row.get("relay_id") or "") or None,
-            desktop_session_id=session or None,
-            reason="recorded running but the probe did not confirm it",
-            source="chat",
-            details={"relay": relay, "status_http": status},
+            AuditRow(
+                op="chat_open_replace",
+                actor=self.ctx.username,
+                outcome="not_answering",
+                conversation_id=self.ctx.conversation_id,
+                relay_id=str(row.get("relay_id") or "") or None,
+                desktop_session_id=session or None,
+                reason="recorded running but the probe did not confirm it",
+                source="chat",
+                details={"relay": relay, "status_http": status},
+            )
         )
         log.info(
             "[desktop-audit] op=chat_open_replace actor=%s relay=%s session=%s "

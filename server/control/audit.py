@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from server.control.model import DesktopKey, Grant
+from server.db.audit import AuditRow
 
 log = logging.getLogger("relaydesk.audit")
 
@@ -20,20 +21,7 @@ OP = "agent.grant"
 class AuditQueue(Protocol):
     """The ``Store`` method that queues an audit row (committed in order, in batches)."""
 
-    async def queue_audit(
-        self,
-        *,
-        op: str,
-        actor: str,
-        outcome: str,
-        conversation_id: str | None = None,
-        relay_id: str | None = None,
-        desktop_session_id: str | None = None,
-        reason: str | None = None,
-        source: str | None = None,
-        request_id: str | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> None: ...
+    async def queue_audit(self, row: AuditRow) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -71,11 +59,19 @@ class GrantAudit:
         context = context or AuditContext()
         try:
             await self._queue.queue_audit(
-                op=OP, actor=actor, outcome=outcome, conversation_id=context.conversation_id,
-                relay_id=key.relay_id, desktop_session_id=key.desktop_session_id,
-                reason=reason, source=context.source, request_id=context.request_id,
-                details=details,
-            )  # fmt: skip
+                AuditRow(
+                    op=OP,
+                    actor=actor,
+                    outcome=outcome,
+                    conversation_id=context.conversation_id,
+                    relay_id=key.relay_id,
+                    desktop_session_id=key.desktop_session_id,
+                    reason=reason,
+                    source=context.source,
+                    request_id=context.request_id,
+                    details=details,
+                )
+            )
         except Exception:
             log.exception("cannot write the %s row of %s", OP, outcome)
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Protocol
 
@@ -42,23 +43,26 @@ def _redact_value(key: str, value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class AuditRow:
+    """One audit row as its writer builds it (the store adds the time and redacts ``details``)."""
+
+    op: str
+    actor: str
+    outcome: str
+    conversation_id: str | None = None
+    relay_id: str | None = None
+    desktop_session_id: str | None = None
+    reason: str | None = None
+    source: str | None = None
+    request_id: str | None = None
+    details: dict[str, Any] | None = None
+
+
 class AuditWriter(Protocol):
     """What code that audits needs of the store (``Store`` satisfies it)."""
 
-    async def write_audit(
-        self,
-        *,
-        op: str,
-        actor: str,
-        outcome: str,
-        conversation_id: str | None = None,
-        relay_id: str | None = None,
-        desktop_session_id: str | None = None,
-        reason: str | None = None,
-        source: str | None = None,
-        request_id: str | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> Any: ...
+    async def write_audit(self, row: AuditRow) -> Any: ...
 
 
 class AuditStore(StoreBase):
@@ -76,29 +80,11 @@ class AuditStore(StoreBase):
         self._audit_queue: list[dict[str, Any]] = []
         self._audit_writer: asyncio.Task[None] | None = None
 
-    async def queue_audit(
-        self,
-        *,
-        op: str,
-        actor: str,
-        outcome: str,
-        conversation_id: str | None = None,
-        relay_id: str | None = None,
-        desktop_session_id: str | None = None,
-        reason: str | None = None,
-        source: str | None = None,
-        request_id: str | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> None:
+    async def queue_audit(self, row: AuditRow) -> None:
         """Queue one audit row for the background writer (waits only when it falls behind)."""
         if len(self._audit_queue) >= AUDIT_QUEUE_LIMIT:
             await self.flush_audit()
-        self._audit_queue.append({
-            "at": self._now(), "op": op, "actor": actor, "outcome": outcome,
-            "conversation_id": conversation_id, "relay_id": relay_id,
-            "desktop_session_id": desktop_session_id, "reason": reason, "source": source,
-            "request_id": request_id, "details": redact(details),
-        })  # fmt: skip
+        self._audit_queue.append(_columns(row, self._now()))
         if self._audit_writer is None:
             self._audit_writer = asyncio.create_task(self._write_queued(), name="audit-writer")
 
@@ -120,37 +106,12 @@ class AuditStore(StoreBase):
         finally:
             self._audit_writer = None
 
-    async def write_audit(
-        self,
-        *,
-        op: str,
-        actor: str,
-        outcome: str,
-        conversation_id: str | None = None,
-        relay_id: str | None = None,
-        desktop_session_id: str | None = None,
-        reason: str | None = None,
-        source: str | None = None,
-        request_id: str | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> AuditRecord:
+    async def write_audit(self, row: AuditRow) -> AuditRecord:
         """Append one audit row; secret-looking keys in ``details`` are redacted."""
-        row = models.AuditEvent(
-            at=self._now(),
-            op=op,
-            actor=actor,
-            outcome=outcome,
-            conversation_id=conversation_id,
-            relay_id=relay_id,
-            desktop_session_id=desktop_session_id,
-            reason=reason,
-            source=source,
-            request_id=request_id,
-            details=redact(details),
-        )
+        event = models.AuditEvent(**_columns(row, self._now()))
         async with self._sessions.begin() as session:
-            session.add(row)
-        return _audit_record(row)
+            session.add(event)
+        return _audit_record(event)
 
     async def list_audit(
         self, *, since: datetime | None = None, relay_id: str | None = None, limit: int = 1000
@@ -177,6 +138,11 @@ class AuditStore(StoreBase):
                 delete(models.AuditEvent).where(models.AuditEvent.at < older_than)
             )
         return int(getattr(result, "rowcount", 0) or 0)
+
+
+def _columns(row: AuditRow, at: datetime) -> dict[str, Any]:
+    """The row's columns as stored: with its time, ``details`` redacted."""
+    return {**vars(row), "at": at, "details": redact(row.details)}
 
 
 def _audit_record(row: models.AuditEvent) -> AuditRecord:

@@ -17,8 +17,8 @@ from server.actions.errors import relay_error
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
 from server.control.screen import screen_input
-from server.screen.request import BUTTONS, DIRECTIONS, FORMATS, MAX_AMOUNT, MAX_TEXT
 from server.screen.tool import Caller, ScreenTool
+from wire import screen_args
 from wire.errors import ErrorCode, OpError
 from wire.ids import RelayId
 from wire.screen_actions import SCREEN_ACTIONS
@@ -97,18 +97,18 @@ PROPERTIES: Final[dict[str, Schema]] = {
     },
     "button": {
         "type": "string",
-        "enum": list(BUTTONS),
+        "enum": list(screen_args.BUTTON_NAMES),
         "default": "left",
         "description": "For click, double_click, drag, mouse_down and mouse_up.",
     },
     "text": {
         "type": "string",
-        "maxLength": MAX_TEXT,
+        "maxLength": screen_args.MAX_TEXT,
         "description": "For type: the text to type, exactly (any Unicode characters).",
     },
     "key": {
         "type": "string",
-        "maxLength": 200,
+        "maxLength": screen_args.MAX_KEY,
         "description": "For key: a key or chord, e.g. 'Return', 'ctrl+shift+t', 'alt+F4'. "
         "For key_down and key_up: exactly one key name, e.g. 'shift', 'ctrl', 'a', 'Return' "
         "(hold a chord with one key_down per key; key_up releases it). A held letter repeats "
@@ -118,12 +118,12 @@ PROPERTIES: Final[dict[str, Schema]] = {
     "amount": {
         "type": "integer",
         "minimum": 1,
-        "maximum": MAX_AMOUNT,
+        "maximum": screen_args.MAX_AMOUNT,
         "description": "For scroll: wheel clicks (default 3).",
     },
     "direction": {
         "type": "string",
-        "enum": list(DIRECTIONS),
+        "enum": list(screen_args.SCROLL_DIRECTIONS),
         "description": "For scroll: direction (default down).",
     },
     "from": {**_POINT, "description": "For drag: start point {x, y} (see coordinates)."},
@@ -167,12 +167,16 @@ PROPERTIES: Final[dict[str, Schema]] = {
     },
     "preview_max_width": {
         "type": "integer",
-        "minimum": 16,
+        "minimum": screen_args.PREVIEW_MAX_WIDTH[0],
         "description": "Screenshot: also return a smaller preview of at most this width. "
         "Coordinates stay full resolution: scale preview pixels by width/preview.width.",
     },
-    "format": {"type": "string", "enum": list(FORMATS), "default": "png"},
-    "quality": {"type": "integer", "minimum": 1, "maximum": 100},
+    "format": {"type": "string", "enum": list(screen_args.IMAGE_FORMATS), "default": "png"},
+    "quality": {
+        "type": "integer",
+        "minimum": screen_args.QUALITY[0],
+        "maximum": screen_args.QUALITY[1],
+    },
     "timeout": {"type": "number", "minimum": 1, "maximum": 120, "description": "Seconds."},
 }
 

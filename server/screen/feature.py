@@ -8,10 +8,9 @@ replica's revisions run there.
 
 from __future__ import annotations
 
-from typing import Any
-
 from server.actions.registry import ActionRegistry
 from server.config import Settings
+from server.db.audit import AuditRow
 from server.db.store import Store
 from server.relays.router import RelayRouter
 from server.screen.action import HubRequests, screen_action
@@ -25,8 +24,8 @@ class QueuedAudit:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    async def write_audit(self, **row: Any) -> None:
-        await self._store.queue_audit(**row)
+    async def write_audit(self, row: AuditRow) -> None:
+        await self._store.queue_audit(row)
 
 
 def build_tool(

@@ -12,17 +12,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from wire import screen_args
 from wire.errors import InvalidArgs
 from wire.guard import CropRect
 from wire.screen_actions import GUARDED_ACTIONS, IMAGE_ACTIONS, SCREEN_ACTIONS, ScreenAction
+from wire.screen_args import (
+    BUTTON_NAMES,
+    DEFAULT_AMOUNT,
+    IMAGE_FORMATS,
+    MAX_AMOUNT,
+    MAX_KEY,
+    MAX_TEXT,
+    PREVIEW_MAX_WIDTH,
+    QUALITY,
+    SCROLL_DIRECTIONS,
+)
 from wire.screen_coords import COORDINATES, MAX_SCALE, MIN_SCALE, Coordinates, Frame, zoom_size
 
-FORMATS = ("png", "jpeg", "webp")
-BUTTONS = ("left", "middle", "right")
-DIRECTIONS = ("up", "down", "left", "right")
-MAX_AMOUNT = 50
-MAX_TEXT = 10_000
-MAX_KEY = 200
 MAX_COORD = 1 << 16
 MIN_TIMEOUT_S, MAX_TIMEOUT_S, DEFAULT_TIMEOUT_S = 1.0, 120.0, 30.0
 # Fields the actions registry handles (target relay, conversation) are accepted and ignored.
@@ -157,33 +163,22 @@ def _relay_args(request: ScreenRequest, geometry: Geometry) -> dict[str, Any]:
 # -- field readers -----------------------------------------------------------------------------
 
 
+# The rules are ``wire.screen_args``'s; here an absent field is None (the relay has defaults).
+
+
 def _int(body: dict[str, Any], name: str, low: int, high: int) -> int | None:
     value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgs(name, "must be an integer")
-    if not low <= value <= high:
-        raise InvalidArgs(name, f"must be between {low} and {high}")
-    return value
+    return None if value is None else screen_args.whole_number(value, name, low, high)
 
 
 def _str(body: dict[str, Any], name: str, limit: int) -> str | None:
     value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidArgs(name, "must be a string")
-    if len(value) > limit:
-        raise InvalidArgs(name, f"is {len(value)} characters; the limit is {limit}")
-    return value
+    return None if value is None else screen_args.text(value, name, limit)
 
 
 def _enum(body: dict[str, Any], name: str, options: tuple[str, ...]) -> str | None:
     value = body.get(name)
-    if value is not None and value not in options:
-        raise InvalidArgs(name, f"must be one of {', '.join(options)}")
-    return value
+    return None if value is None else screen_args.one_of(value, name, options)
 
 
 def _number(value: Any, name: str) -> Number:
@@ -293,25 +288,25 @@ def _need(value: Any, name: str, action: str) -> Any:
 
 
 def _image_args(body: dict[str, Any], action: str) -> dict[str, Any]:
-    args: dict[str, Any] = {"format": _enum(body, "format", FORMATS) or "png"}
-    if (quality := _int(body, "quality", 1, 100)) is not None:
+    args: dict[str, Any] = {"format": _enum(body, "format", IMAGE_FORMATS) or "png"}
+    if (quality := _int(body, "quality", *QUALITY)) is not None:
         args["quality"] = quality
     if action == "zoom":
         if (scale := _scale(body)) is not None:
             args["scale"] = scale
-    elif (width := _int(body, "preview_max_width", 16, 100_000)) is not None:
+    elif (width := _int(body, "preview_max_width", *PREVIEW_MAX_WIDTH)) is not None:
         args["preview_max_width"] = width
     return args
 
 
 def _pointer_args(action: str, body: dict[str, Any]) -> dict[str, Any]:
-    return {} if action == "move" else {"button": _enum(body, "button", BUTTONS) or "left"}
+    return {} if action == "move" else {"button": _enum(body, "button", BUTTON_NAMES) or "left"}
 
 
 def _scroll_args(body: dict[str, Any]) -> dict[str, Any]:
     return {
-        "direction": _enum(body, "direction", DIRECTIONS) or "down",
-        "amount": _int(body, "amount", 1, MAX_AMOUNT) or 3,
+        "direction": _enum(body, "direction", SCROLL_DIRECTIONS) or "down",
+        "amount": _int(body, "amount", 1, MAX_AMOUNT) or DEFAULT_AMOUNT,
     }
 
 

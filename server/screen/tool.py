@@ -23,7 +23,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, cast
 
-from server.db.audit import AuditWriter
+from server.db.audit import AuditRow, AuditWriter
 from server.instruments import SCREEN_SECONDS
 from server.relays.calls import call
 from server.screen.request import ScreenRequest, audit_shape, parse
@@ -362,15 +362,17 @@ class ScreenTool:
         details = _audit_details(request, body, error, result)
         try:
             await self.audit.write_audit(
-                op=f"screen.{request.action if request is not None else 'invalid'}",
-                actor=caller.actor,
-                outcome="ok" if error is None else "refused",
-                conversation_id=caller.conversation_id,
-                relay_id=caller.relay_id,
-                desktop_session_id=session,
-                reason=None if error is None else error.code.value,
-                source=caller.source,
-                details=details,
+                AuditRow(
+                    op=f"screen.{request.action if request is not None else 'invalid'}",
+                    actor=caller.actor,
+                    outcome="ok" if error is None else "refused",
+                    conversation_id=caller.conversation_id,
+                    relay_id=caller.relay_id,
+                    desktop_session_id=session,
+                    reason=None if error is None else error.code.value,
+                    source=caller.source,
+                    details=details,
+                )
             )
         except Exception:
             log.exception("writing the screen audit row failed")

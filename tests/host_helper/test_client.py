@@ -17,7 +17,7 @@ from tests.support.stack import relaydesk_argv, wait_until
 from wire.errors import ErrorCode, OpError
 from wire.ids import RequestId
 from wire.messages import Request
-from wire.ops import RevisionTarget
+from wire.ops import RevisionTarget, ScreenSizeResult
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +76,7 @@ async def test_local_desktop_ops_and_the_poll_report(helper: Helper) -> None:
         row = await local.start({"kind": "local", "started_by": "alice"})
         assert (row["kind"], row["started_by"], row["state"]) == ("local", "alice", "running")
         handlers = Handlers([local])
-        shot = await handlers.screen("screen_size", {"kind": "local"})
+        shot = cast(ScreenSizeResult, await handlers.screen("screen_size", {"kind": "local"}))
         assert (shot["width"], shot["desktop_session_id"]) == (800, row["desktop_session_id"])
         target: RevisionTarget = {"desktop_session_id": "f" * 32, "display": None}
         with pytest.raises(OpError) as mismatch:

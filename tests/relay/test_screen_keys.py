@@ -17,6 +17,7 @@ from relay.screen.xinput import XTestInput
 from wire.capture import bgra_to_rgb
 from wire.errors import InvalidArgs
 from wire.guard import CropRect, encode_crop
+from wire.screen_args import MAX_TEXT
 
 pytestmark = pytest.mark.unit
 
@@ -95,7 +96,7 @@ def test_button_names():
 def test_text_limit():
     assert check.text({"text": "abc"}) == "abc"
     with pytest.raises(InvalidArgs, match="limit"):
-        check.text({"text": "x" * (check.MAX_TEXT_LENGTH + 1)})
+        check.text({"text": "x" * (MAX_TEXT + 1)})
     with pytest.raises(InvalidArgs):
         check.text({"text": None})
 

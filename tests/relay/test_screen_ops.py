@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 
@@ -10,6 +11,7 @@ from relay.desktops import DesktopManager
 from relay.desktops.backend import VirtualBackend
 from relay.handlers import Handlers
 from relay.screen.service import ScreenService
+from wire.ops import ImageResult, PointResult
 
 pytestmark = pytest.mark.integration
 
@@ -40,11 +42,11 @@ async def test_first_actions_after_a_restart_on_the_same_display_succeed(
 
     second = await _restart(manager, first)
     assert second["display"] == first["display"], "Xvfb picks the lowest free display"
-    shot = await ops.screen("screenshot", {})
+    shot = cast(ImageResult, await ops.screen("screenshot", {}))
     assert (shot["width"], shot["desktop_session_id"]) == (800, second["desktop_session_id"])
 
     third = await _restart(manager, second)
-    moved = await ops.screen("move", {"x": 10, "y": 20})
+    moved = cast(PointResult, await ops.screen("move", {"x": 10, "y": 20}))
     assert (moved["x"], moved["desktop_session_id"]) == (10, third["desktop_session_id"])
 
 

@@ -13,10 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from server.db.audit import AuditRow
 from server.screen.action import SCREEN_ACTION
 from server.screen.request import FIELDS, ScreenRequest, parse
 from server.screen.revisions import RevisionStore
 from server.screen.tool import Caller, ScreenTool
+from wire import ops
 from wire.capture import BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import CropRect, decode_crop
@@ -58,6 +60,7 @@ class FakeRelay:
     ) -> Any:
         args = dict(args or {})
         self.requests.append((op, args))
+        ops.check_args(ops.OPS[op], args)  # what the relay takes for this action
         where = {"desktop_session_id": SESSION, "display": DISPLAY}
         if op in self.answers:
             return {**self.answers[op], **where}
@@ -91,8 +94,8 @@ class FakeAudit:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
 
-    async def write_audit(self, **row: Any) -> None:
-        self.rows.append(row)
+    async def write_audit(self, row: AuditRow) -> None:
+        self.rows.append(vars(row))
 
 
 @pytest.fixture

@@ -8,10 +8,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from server.db.audit import AuditRow
 from server.screen.action import SCREEN_ACTION
 from server.screen.request import parse
 from server.screen.revisions import RevisionStore, View
 from server.screen.tool import Caller, ScreenTool
+from wire import ops
 from wire.capture import BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.guard import DIGEST_CAPABILITY, DIGEST_DIFFERS, CropRect, crop_digest, decode_crop
@@ -47,6 +49,7 @@ class FakeRelay:
         self, relay_id: Any, op: str, args: dict[str, Any] | None = None, timeout_s: float = 30
     ) -> Any:
         self.requests.append((op, dict(args or {})))
+        ops.check_args(ops.OPS[op], args or {})  # what the relay takes for this action
         if self.errors:
             raise self.errors.pop(0)
         if self.error is not None:
@@ -73,8 +76,8 @@ class FakeAudit:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
 
-    async def write_audit(self, **row: Any) -> None:
-        self.rows.append(row)
+    async def write_audit(self, row: AuditRow) -> None:
+        self.rows.append(vars(row))
 
 
 @pytest.fixture

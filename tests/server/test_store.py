@@ -12,6 +12,7 @@ from argon2 import PasswordHasher
 from sqlalchemy import text
 
 from server import admin
+from server.db.audit import AuditRow
 from server.db.engine import create_engine
 from server.db.errors import AlreadyExists, InvalidValue, NotFound
 from server.db.records import role_allows
@@ -448,12 +449,14 @@ async def test_relay_visibility(store: Store) -> None:
 
 async def test_audit_rows(store: Store, clock: FakeClock) -> None:
     first = await store.write_audit(
-        op="desktop_start",
-        actor="alice",
-        outcome="ok",
-        relay_id="r1",
-        desktop_session_id="s1",
-        details={"geometry": "1280x800", "viewer_token": "abc", "nested": {"Password": "x"}},
+        AuditRow(
+            op="desktop_start",
+            actor="alice",
+            outcome="ok",
+            relay_id="r1",
+            desktop_session_id="s1",
+            details={"geometry": "1280x800", "viewer_token": "abc", "nested": {"Password": "x"}},
+        )
     )
     assert first.details == {
         "geometry": "1280x800",
@@ -461,8 +464,8 @@ async def test_audit_rows(store: Store, clock: FakeClock) -> None:
         "nested": {"Password": "[redacted]"},
     }
     clock.advance(10)
-    await store.write_audit(op="desktop_stop_confirm", actor="bob", outcome="conflict")
-    await store.write_audit(op="desktop_attach", actor="bob", outcome="ok", relay_id="r1")
+    await store.write_audit(AuditRow(op="desktop_stop_confirm", actor="bob", outcome="conflict"))
+    await store.write_audit(AuditRow(op="desktop_attach", actor="bob", outcome="ok", relay_id="r1"))
     assert [a.op for a in await store.list_audit(relay_id="r1")] == [
         "desktop_start",
         "desktop_attach",
@@ -472,9 +475,9 @@ async def test_audit_rows(store: Store, clock: FakeClock) -> None:
 
 
 async def test_audit_rows_past_retention_are_pruned(store: Store, clock: FakeClock) -> None:
-    await store.write_audit(op="desktop_start", actor="alice", outcome="ok")
+    await store.write_audit(AuditRow(op="desktop_start", actor="alice", outcome="ok"))
     clock.advance(91 * 24 * 3600)
-    await store.write_audit(op="desktop_stop_confirm", actor="alice", outcome="ok")
+    await store.write_audit(AuditRow(op="desktop_stop_confirm", actor="alice", outcome="ok"))
     removed = await store.prune_audit(clock.now - timedelta(days=90))
     assert removed == 1
     assert [a.op for a in await store.list_audit()] == ["desktop_stop_confirm"]
@@ -574,9 +577,9 @@ async def test_admin_revocation_commands(store: Store) -> None:
 async def test_admin_list_audit(store: Store) -> None:
     await admin.create_user(store, "alice", "pw")
     relay = await admin.add_relay(store, "lab", "alice")
-    await store.write_audit(op="desktop_start", actor="alice", outcome="ok")
+    await store.write_audit(AuditRow(op="desktop_start", actor="alice", outcome="ok"))
     await store.write_audit(
-        op="desktop_stop", actor="alice", outcome="ok", relay_id=relay["relay_id"]
+        AuditRow(op="desktop_stop", actor="alice", outcome="ok", relay_id=relay["relay_id"])
     )
     rows = await admin.list_audit(store, relay="lab")
     assert [r["op"] for r in rows] == ["desktop_stop"]

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from server import admin
+from server.db.audit import AuditRow
 from server.db.batch import Coalescer
 from server.db.cache import ReadCache
 from server.db.rows import DesktopRow
@@ -243,7 +244,7 @@ async def test_queued_audit_rows_are_flushed_on_close_in_order(
 ) -> None:
     store = await Store.open(database_url, password_hasher=fast_hasher())
     for n in range(5):
-        await store.queue_audit(op="screen.click", actor="alice", outcome=f"ok-{n}")
+        await store.queue_audit(AuditRow(op="screen.click", actor="alice", outcome=f"ok-{n}"))
     await store.close()
     rows = await outsider.list_audit()
     assert [row.outcome for row in rows] == [f"ok-{n}" for n in range(5)]
@@ -251,7 +252,7 @@ async def test_queued_audit_rows_are_flushed_on_close_in_order(
 
 async def test_a_reader_of_this_store_sees_queued_rows(store: Store) -> None:
     await store.queue_audit(
-        op="desktop_start", actor="alice", outcome="ok", details={"api_token": "x"}
+        AuditRow(op="desktop_start", actor="alice", outcome="ok", details={"api_token": "x"})
     )
     rows = await store.list_audit()
     assert [(row.op, row.details) for row in rows] == [

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.support.processes import scaled
+from wire.a11y_match import compound_matches, match_path, select
 from wire.a11y_selector import (
     ATTR_NAMES,
     MAX_ATTRS,
@@ -27,12 +28,9 @@ from wire.a11y_selector import (
     Compound,
     Selector,
     SelectorError,
-    compound_matches,
     from_json,
-    match_path,
     parse,
     role_token,
-    select,
     to_json,
     unparse,
 )

@@ -1,4 +1,4 @@
-"""The desktop tools' own argument checks (``wire.ops.check_*``), shared by the server's
+"""The desktop tools' own argument checks (``wire.desktop_tool_args``), shared by the server's
 actions and the relay: each refusal names its field."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from wire import ops
+from wire import desktop_tool_args as tool_args
+from wire.desktop_tool_args import CLIPBOARD_MAX
 from wire.errors import InvalidArgs
 
 pytestmark = pytest.mark.unit
@@ -33,29 +34,29 @@ def _field(check: Any, args: dict[str, Any]) -> str:
     ],
 )
 def test_window_args(args: dict[str, Any], field: str) -> None:
-    assert _field(ops.check_window_args, args) == field
+    assert _field(tool_args.check_window_args, args) == field
 
 
 def test_good_window_args_pass() -> None:
-    ops.check_window_args({"window_id": 7, "op": "move", "x": -20, "y": 5})
-    ops.check_window_args({"window_id": 7, "op": "resize", "width": 10, "height": 10})
-    ops.check_window_args({"window_id": 7, "op": "activate"})
+    tool_args.check_window_args({"window_id": 7, "op": "move", "x": -20, "y": 5})
+    tool_args.check_window_args({"window_id": 7, "op": "resize", "width": 10, "height": 10})
+    tool_args.check_window_args({"window_id": 7, "op": "activate"})
 
 
 @pytest.mark.parametrize(
     ("check", "args", "field"),
     [
-        (ops.check_clipboard_args, {"op": "set"}, "text"),
-        (ops.check_clipboard_args, {"op": "get", "text": "x"}, "text"),
-        (ops.check_clipboard_args, {"op": "set", "text": "x" * (ops.CLIPBOARD_MAX + 1)}, "text"),
-        (ops.check_shell_args, {"command": ""}, "command"),
-        (ops.check_shell_args, {"command": "a\x00b"}, "command"),
-        (ops.check_shell_args, {"command": "true", "timeout_s": 0}, "timeout_s"),
-        (ops.check_file_args, {"op": "write_bytes", "path": "p"}, "content"),
-        (ops.check_file_args, {"op": "exists", "path": "p", "offset": 1}, "offset"),
-        (ops.check_file_args, {"op": "read_bytes", "path": "p", "length": 0}, "length"),
-        (ops.check_file_args, {"op": "read_text", "path": "a\x00"}, "path"),
-        (ops.check_file_args, {"op": "read_text", "path": ""}, "path"),
+        (tool_args.check_clipboard_args, {"op": "set"}, "text"),
+        (tool_args.check_clipboard_args, {"op": "get", "text": "x"}, "text"),
+        (tool_args.check_clipboard_args, {"op": "set", "text": "x" * (CLIPBOARD_MAX + 1)}, "text"),
+        (tool_args.check_shell_args, {"command": ""}, "command"),
+        (tool_args.check_shell_args, {"command": "a\x00b"}, "command"),
+        (tool_args.check_shell_args, {"command": "true", "timeout_s": 0}, "timeout_s"),
+        (tool_args.check_file_args, {"op": "write_bytes", "path": "p"}, "content"),
+        (tool_args.check_file_args, {"op": "exists", "path": "p", "offset": 1}, "offset"),
+        (tool_args.check_file_args, {"op": "read_bytes", "path": "p", "length": 0}, "length"),
+        (tool_args.check_file_args, {"op": "read_text", "path": "a\x00"}, "path"),
+        (tool_args.check_file_args, {"op": "read_text", "path": ""}, "path"),
     ],
 )
 def test_tool_args(check: Any, args: dict[str, Any], field: str) -> None:
@@ -63,5 +64,6 @@ def test_tool_args(check: Any, args: dict[str, Any], field: str) -> None:
 
 
 def test_every_window_and_file_op_has_its_fields() -> None:
-    assert set(ops.WINDOW_OP_FIELDS) == set(ops.WINDOW_OPS)
-    assert set(ops.FILE_OP_FIELDS) | set(ops.FILE_OP_OPTIONAL) <= set(ops.FILE_OPS)
+    assert set(tool_args.WINDOW_OP_FIELDS) == set(tool_args.WINDOW_OPS)
+    fields = set(tool_args.FILE_OP_FIELDS) | set(tool_args.FILE_OP_OPTIONAL)
+    assert fields <= set(tool_args.FILE_OPS)

@@ -48,7 +48,7 @@ from server.cluster.screen import ScreenForwarding
 from server.cluster.signing import ClusterSigner
 from server.db.audit import AuditRow
 from server.relays.hub import RelayHub
-from server.screen.action import HubRequests
+from server.screen.action import RouterRequests
 from server.screen.revisions import RevisionStore
 from server.screen.tool import Caller, ScreenTool
 from tests.cluster.test_replicas import _seed
@@ -106,7 +106,7 @@ async def _clicks(
     """A guarded click on A's screenshot, through A's tool and through a tool on B."""
     parts = app.state.parts
     revisions = RevisionStore(parts.settings.secret_key, issuer=other.replica_id)
-    at_b = ScreenTool(HubRequests(other), revisions, _NoAudit(), ScreenForwarding(other))
+    at_b = ScreenTool(RouterRequests(other), revisions, _NoAudit(), ScreenForwarding(other))
     args = {"kind": "virtual", "slot": "main", "geometry": "1280x800"}
     row = await parts.relays.request(relay_id, "desktop.start", args, 60)
     # A window of our own takes the clicks, so they change nothing on the screen.

@@ -40,8 +40,8 @@ from server.control.store import create_control_store
 from server.db.base import utc_now
 from server.db.migrate import upgrade
 from server.db.store import Store
-from server.events.bus import Bus, create_bus
-from server.events.hub import ConversationEvents
+from server.events.bus import EventBus, create_event_bus
+from server.events.conversations import ConversationEvents
 from server.inventory.service import Inventory
 from server.relays.calls import call
 from server.relays.hub import RelayHub
@@ -85,7 +85,7 @@ class ServerParts:
     login_limiter: LoginRateLimiter
     streams: StreamGuard
     viewer_streams: ViewerStreams
-    bus: Bus
+    bus: EventBus
     events: ConversationEvents
     inventory: Inventory
     # who is in control of each desktop (docs/control.md)
@@ -101,7 +101,7 @@ class ServerParts:
 def build_control(
     settings: Settings,
     store: Store,
-    bus: Bus,
+    bus: EventBus,
     inventory: Inventory,
     events: ConversationEvents,
     relays: RelayRouter | None = None,
@@ -177,7 +177,7 @@ async def assemble(settings: Settings) -> AsyncIterator[ServerParts]:
             )
             streams = await stack.enter_async_context(stream_guard(store, settings))
             auth = Authenticator(store)
-            bus = create_bus(settings.redis_url)
+            bus = create_event_bus(settings.redis_url)
             stack.push_async_callback(bus.close)
             inventory = Inventory(
                 store,

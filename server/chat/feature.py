@@ -8,7 +8,7 @@ from server.actions.invoke import ActionRunner
 from server.auth.dependencies import Authenticator
 from server.auth.principal import Principal
 from server.chat.ports import ChatService, ChatStore, DesktopRows
-from server.events.hub import ConversationEvents
+from server.events.conversations import ConversationEvents
 
 
 def build_chat(

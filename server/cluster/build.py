@@ -1,4 +1,4 @@
-"""The one place that chooses what replicas share: the ``RelayRouter`` (the hub itself on one
+"""The one place that chooses what replicas share: the ``RelayRouter`` (the links themselves on one
 machine, the ``ClusterRouter`` when replicas share Redis, ``RELAYDESK_REDIS_URL``), where screen
 calls on another replica's revision go (nowhere, or that replica), who hears of a store's
 cache invalidations (nobody else, or every replica), and where login failures are counted
@@ -64,10 +64,10 @@ class Routing:
 
 
 @contextlib.asynccontextmanager
-async def routing(settings: Settings, hub: RelayHub) -> AsyncIterator[Routing]:
+async def routing(settings: Settings, links: RelayHub) -> AsyncIterator[Routing]:
     """Build the router; a clustered one heartbeats until exit, then hands its relays back."""
     if not settings.clustered:
-        yield Routing(hub, None)
+        yield Routing(links, None)
         return
 
     from server.cluster.nonces import RedisNonces
@@ -83,11 +83,11 @@ async def routing(settings: Settings, hub: RelayHub) -> AsyncIterator[Routing]:
     )
     signer = ClusterSigner(settings.cluster_secret, nonces=RedisNonces(client))
     cluster = ClusterRouter(
-        hub, ownership,
+        links, ownership,
         Peers(signer, replica_id, max_text=settings.max_text_frame,
               max_frame=settings.max_channel_frame),
         heartbeat_s=settings.cluster_heartbeat_s,
-        on_orphaned=hub.forget_remote, signer=signer,
+        on_orphaned=links.forget_remote, signer=signer,
     )  # fmt: skip
     await cluster.beat()
     cluster.start()

@@ -98,7 +98,7 @@ class Answering:
     async def _relay_request(self, args: dict[str, Any]) -> Any:
         relay_id = self._held(args)
         call = args.get("args")
-        return await self._cluster.hub.request(
+        return await self._cluster.links.request(
             relay_id, str(args["op"]), call if isinstance(call, dict) else None,
             float(args["timeout_s"]),
         )  # fmt: skip
@@ -109,7 +109,9 @@ class Answering:
         channel_id, target = ChannelId(int(args["channel_id"])), args["target"]
         if not isinstance(target, dict) or link.connection.has_channel(channel_id):
             raise _bad(RELAY_CHANNEL)
-        relay = await self._cluster.hub.get(relay_id).open_channel(target, float(args["timeout_s"]))
+        relay = await self._cluster.links.get(relay_id).open_channel(
+            target, float(args["timeout_s"])
+        )
         down = ServerChannel(channel_id, link)
         link.add_channel(down)
         splice = asyncio.create_task(_splice(relay, down), name=f"splice-{channel_id}")

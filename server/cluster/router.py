@@ -55,11 +55,11 @@ class RemoteRelay:
 
 
 class ClusterRouter:
-    """Routes to the local hub or to the owner replica."""
+    """Routes to this replica's links or to the owner replica."""
 
     def __init__(
         self,
-        hub: RelayHub,
+        links: RelayHub,
         ownership: Ownership,
         peers: Peers,
         *,
@@ -67,7 +67,7 @@ class ClusterRouter:
         on_orphaned: Orphaned,
         signer: ClusterSigner,
     ) -> None:
-        self.hub = hub
+        self.links = links
         self.signer = signer
         self.ownership = ownership
         self.peers = peers
@@ -82,11 +82,11 @@ class ClusterRouter:
         self._reaping: set[asyncio.Task[None]] = set()
         self._owners_due = 0  # refreshes until the owners are read in full again
         self.forwarded: dict[ForwardKind, int] = dict.fromkeys(FORWARD_KINDS, 0)
-        hub.add_observer(self)
+        links.add_observer(self)
 
     def add_observer(self, observer: RelayObserver) -> None:
         """Observers hear about relays connecting to this replica."""
-        self.hub.add_observer(observer)
+        self.links.add_observer(observer)
 
     @property
     def owned_count(self) -> int:
@@ -133,17 +133,17 @@ class ClusterRouter:
         return owner
 
     def is_connected(self, relay_id: RelayId) -> bool:
-        return self.hub.is_connected(relay_id) or self._remote(relay_id) is not None
+        return self.links.is_connected(relay_id) or self._remote(relay_id) is not None
 
     def capabilities(self, relay_id: RelayId) -> frozenset[str]:
-        if self.hub.is_connected(relay_id):
-            return self.hub.capabilities(relay_id)
+        if self.links.is_connected(relay_id):
+            return self.links.capabilities(relay_id)
         owner = self._remote(relay_id)
         return owner.capabilities if owner else frozenset()
 
     def get(self, relay_id: RelayId) -> RelayEndpoint:
-        if self.hub.is_connected(relay_id):
-            return self.hub.get(relay_id)
+        if self.links.is_connected(relay_id):
+            return self.links.get(relay_id)
         if self._remote(relay_id) is None:
             raise _unreachable()
         return RemoteRelay(self, relay_id)
@@ -155,8 +155,8 @@ class ClusterRouter:
         args: dict[str, Any] | None = None,
         timeout_s: float = 30.0,
     ) -> Any:
-        if self.hub.is_connected(relay_id):
-            return await self.hub.request(relay_id, op, args, timeout_s)
+        if self.links.is_connected(relay_id):
+            return await self.links.request(relay_id, op, args, timeout_s)
         owner = self._remote(relay_id)
         for attempt in (1, 2):
             if owner is None:
@@ -167,8 +167,8 @@ class ClusterRouter:
             except NotOwner as err:
                 log.info("relay %s: %s (attempt %d)", relay_id, err, attempt)
             owner = await self._reread(relay_id, owner)
-            if owner is None and self.hub.is_connected(relay_id):
-                return await self.hub.request(relay_id, op, args, timeout_s)
+            if owner is None and self.links.is_connected(relay_id):
+                return await self.links.request(relay_id, op, args, timeout_s)
         raise _unreachable()
 
     async def open_remote_channel(
@@ -184,8 +184,8 @@ class ClusterRouter:
             except NotOwner as err:
                 log.info("relay %s channel: %s", relay_id, err)
             owner = await self._reread(relay_id, owner)
-            if owner is None and self.hub.is_connected(relay_id):
-                return await self.hub.get(relay_id).open_channel(target, timeout_s)
+            if owner is None and self.links.is_connected(relay_id):
+                return await self.links.get(relay_id).open_channel(target, timeout_s)
         raise _unreachable()
 
     async def _reread(self, relay_id: RelayId, stale: Owner) -> Owner | None:
@@ -205,12 +205,12 @@ class ClusterRouter:
 
     def local_epoch(self, relay_id: RelayId) -> int | None:
         owner = self.mine.get(relay_id)
-        return owner.epoch if owner and self.hub.is_connected(relay_id) else None
+        return owner.epoch if owner and self.links.is_connected(relay_id) else None
 
     # -- RelayObserver: claim and release what connects here ----------------------------------
 
     async def relay_connected(self, relay_id: RelayId, hello: Hello) -> None:
-        caps = self.hub.capabilities(relay_id)
+        caps = self.links.capabilities(relay_id)
         try:
             epoch = await self.ownership.claim(relay_id, caps)
         except RedisError:
@@ -331,7 +331,7 @@ class ClusterRouter:
             return
         log.info("relay %s: a newer epoch owns it; closing the connection here", owner.relay_id)
         del self.mine[owner.relay_id]
-        await self.hub.hand_over(owner.relay_id)
+        await self.links.hand_over(owner.relay_id)
 
     def _store_owner(self, relay_id: RelayId, owner: Owner | None) -> None:
         if owner is None:

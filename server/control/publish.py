@@ -19,8 +19,8 @@ from typing import Any, Final, Protocol
 
 from server.control.model import DesktopKey
 from server.db.rows import ControlInfo
-from server.events.bus import Bus
-from server.events.hub import topic_for
+from server.events.bus import EventBus
+from server.events.conversations import topic_for
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def control_event(key: DesktopKey, info: ControlInfo) -> dict[str, Any]:
 class ControlPublisher:
     """Publishes control changes and agent actions in the background, in order per desktop."""
 
-    def __init__(self, bus: Bus, sharing: SharingStore) -> None:
+    def __init__(self, bus: EventBus, sharing: SharingStore) -> None:
         self._bus = bus
         self._sharing = sharing
         self._states: dict[DesktopKey, ControlInfo] = {}

@@ -47,7 +47,7 @@ from server.control.policy import PolicyBook
 from server.control.publish import ControlPublisher, SharingStore, desktop_topic
 from server.control.store import ControlStore
 from server.db.rows import ControlInfo, DesktopDirectory, DesktopRow
-from server.events.bus import Bus
+from server.events.bus import EventBus
 from wire.errors import OpError
 from wire.ids import RelayId
 from wire.messages import Event, Hello
@@ -110,7 +110,7 @@ class ControlService:
         self,
         store: ControlStore,
         policies: PolicyBook,
-        bus: Bus,
+        bus: EventBus,
         sharing: SharingStore,
         audit: AuditQueue,
         *,

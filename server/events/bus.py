@@ -1,8 +1,8 @@
-"""The event ``Bus``: topics of ordered events with ids, a bounded history and live feeds.
+"""The event ``EventBus``: topics of ordered events with ids, a bounded history and live feeds.
 
-Two implementations share this interface and the local fan-out below: ``InProcessBus`` (one
-server process, the default) and ``RedisBus`` (Redis Streams, several server replicas). Which
-one runs is decided in one place, :func:`create_bus`.
+Two implementations share this interface and the local fan-out below: ``InProcessEventBus`` (one
+server process, the default) and ``RedisEventBus`` (Redis Streams, several server replicas). Which
+one runs is decided in one place, :func:`create_event_bus`.
 
 Event ids are Redis stream ids (``<ms>-<seq>``) on both buses, so they order the same way and
 double as SSE ids. A feed replays what followed a client's ``Last-Event-ID`` from the bounded
@@ -27,8 +27,8 @@ HISTORY_LENGTH: Final = 1000
 FEED_QUEUE_LENGTH: Final = 512
 # name -> "module:Class"; the Redis client is imported only when Redis is chosen.
 BUSES: Final[dict[str, str]] = {
-    "memory": "server.events.memory:InProcessBus",
-    "redis": "server.events.redis:RedisBus",
+    "memory": "server.events.memory:InProcessEventBus",
+    "redis": "server.events.redis:RedisEventBus",
 }
 
 EventId = tuple[int, int]
@@ -144,7 +144,7 @@ class Feed:
             self.after = max(self.after or (0, 0), self.replay[-1].key)
 
 
-class Bus(Protocol):
+class EventBus(Protocol):
     """Publish and subscribe to topics of events."""
 
     # This process's subscribers (counted for /metrics).
@@ -219,10 +219,10 @@ def replay_after(history: Iterable[BusEvent], last: EventId | None) -> tuple[lis
     return ([e for e in events if e.key > last], True) if found else ([], False)
 
 
-def create_bus(redis_url: str, history: int = HISTORY_LENGTH) -> Bus:
+def create_event_bus(redis_url: str, history: int = HISTORY_LENGTH) -> EventBus:
     """Redis Streams when ``redis_url`` is set, otherwise the in-process bus."""
     name = "redis" if redis_url else "memory"
     module_name, _, class_name = BUSES[name].partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
-    bus: Bus = cls(redis_url, history) if name == "redis" else cls(history)
+    bus: EventBus = cls(redis_url, history) if name == "redis" else cls(history)
     return bus

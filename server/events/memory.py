@@ -1,4 +1,4 @@
-"""``InProcessBus``: topics in this process's memory (one server process, no extra service)."""
+"""``InProcessEventBus``: topics in this process's memory (one server process, no extra service)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 from server.events.bus import HISTORY_LENGTH, BusEvent, Fanout, Feed, parse_event_id, replay_after
 
 
-class InProcessBus:
-    """A ``Bus`` whose ids are ``<process start ms>-<seq>``, so a restart is noticed."""
+class InProcessEventBus:
+    """A ``EventBus`` whose ids are ``<process start ms>-<seq>``, so a restart is noticed."""
 
     def __init__(self, history: int = HISTORY_LENGTH) -> None:
         self._epoch = int(time.time() * 1000)

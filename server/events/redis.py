@@ -1,4 +1,4 @@
-"""``RedisBus``: topics as Redis Streams, so events reach subscribers on every server replica.
+"""``RedisEventBus``: topics as Redis Streams, so events reach subscribers on every server replica.
 
 Each topic with local subscribers has one reader task (``XREAD BLOCK``, on its own connection)
 that fans events out to this process's feeds; publishing is one ``XADD`` with an approximate
@@ -54,8 +54,8 @@ def _event(topic: str, entry_id: Any, fields: dict[Any, Any]) -> BusEvent:
     return BusEvent(text(entry_id), topic, decoded.get("event", ""), json.loads(decoded["data"]))
 
 
-class RedisBus:
-    """A ``Bus`` on Redis Streams (``RELAYDESK_REDIS_URL``)."""
+class RedisEventBus:
+    """A ``EventBus`` on Redis Streams (``RELAYDESK_REDIS_URL``)."""
 
     def __init__(self, url: str, history: int = HISTORY_LENGTH) -> None:
         self._url = url

@@ -34,7 +34,7 @@ from server.db.records import role_allows
 from server.db.store import Store
 from server.errors import error_body, status_of
 from server.events.bus import BusEvent, Feed, parse_event_id
-from server.events.hub import (
+from server.events.conversations import (
     INVENTORY_CHANGED,
     SERVER_STOPPING,
     STREAM_RESET,

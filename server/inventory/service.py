@@ -135,14 +135,14 @@ class Inventory:
     def __init__(
         self,
         store: InventoryPersistence,
-        hub: RelayRequests,
+        relays: RelayRequests,
         *,
         clock: Clock = utc_now,
         probe_timeout_s: float = 10.0,
         max_rows: int = DEFAULT_MAX_ROWS,
     ) -> None:
         self._store = store
-        self._hub = hub
+        self._relays = relays
         self._clock = clock
         self.probe_timeout_s = probe_timeout_s
         self.max_rows = max_rows
@@ -240,7 +240,7 @@ class Inventory:
 
     def tracks(self, relay_id: RelayId) -> bool:
         """True when the relay announced ``session_identity`` (only those are inventoried)."""
-        return SESSION_IDENTITY in self._hub.capabilities(relay_id)
+        return SESSION_IDENTITY in self._relays.capabilities(relay_id)
 
     # -- RelayObserver ------------------------------------------------------------------
 
@@ -266,7 +266,7 @@ class Inventory:
         """Ask the relay for ``desktop.status`` and reconcile; returns the relay's live rows."""
         since = self._clock()
         result = await call(
-            self._hub, relay_id, ops.DESKTOP_STATUS, ops.Empty(), self.probe_timeout_s
+            self._relays, relay_id, ops.DESKTOP_STATUS, ops.Empty(), self.probe_timeout_s
         )
         rows = result.get("desktops")
         if not isinstance(rows, list):

@@ -34,7 +34,7 @@ from starlette.routing import BaseRoute, Route
 from server.cluster.channel import FORWARD_KINDS
 from server.db.store import Store
 from server.errors import NO_STORE, error_body, status_of
-from server.events.bus import Bus
+from server.events.bus import EventBus
 from server.instruments import REGISTRY
 from server.json_response import JSONResponse
 from server.relays.hub import RelayHub
@@ -103,7 +103,7 @@ class MetricSources:
     cluster: ClusterRouter | None
     viewer: ViewerService
     audio: AudioService
-    bus: Bus
+    bus: EventBus
     revisions: RevisionStore
 
 

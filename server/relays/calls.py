@@ -1,6 +1,6 @@
 """Typed relay calls: an op of ``wire.ops`` with its ``TypedDict`` arguments, its result typed.
 
-``await call(hub, relay_id, ops.DESKTOP_STOP, ops.DesktopStopArgs(...))`` is checked by mypy on
+``await call(relays, relay_id, ops.DESKTOP_STOP, ops.DesktopStopArgs(...))`` is checked by mypy on
 both sides: an argument the op does not take, and a result field it does not give, are errors.
 """
 

@@ -128,7 +128,7 @@ async def _serve(
     connection: Connection,
     relay: RelayRecord,
     token: str,
-    hub: RelayHub,
+    links: RelayHub,
     settings: Settings,
 ) -> None:
     hello = await _handshake(websocket, connection)
@@ -145,7 +145,7 @@ async def _serve(
         frame_sender(websocket),
         capabilities=granted_capabilities(relay, hello.hello.capabilities),
         close_transport=close_transport,
-        on_event=hub.dispatch_event,
+        on_event=links.dispatch_event,
         on_request=_server_ops,
     )
     connection.accept(
@@ -156,7 +156,7 @@ async def _serve(
     try:
         # Inside the ``try``: a registration that fails half way (its observers store what the
         # hello said) still unregisters the link instead of leaving it connected in name only.
-        await hub.register(link, hello.hello, token)
+        await links.register(link, hello.hello, token)
         log.info("relay %s connected (version %s)", relay_id, hello.hello.relay_version)
         while (events := await receive_events(websocket, connection)) is not None:
             await link.handle(events)
@@ -166,6 +166,6 @@ async def _serve(
         reason = f"protocol error: {err.message}"
         raise
     finally:
-        await hub.unregister(link)
+        await links.unregister(link)
         await link.shutdown(reason)
         log.info("relay %s %s", relay_id, reason)

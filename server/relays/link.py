@@ -1,6 +1,6 @@
 """Server end of one relay connection: the shared driver (``wire.link``) plus what only the
 server does: name the relay, remember what it may use, open channels to its targets, and close
-its transport when the hub says so."""
+its transport when the links say so."""
 
 from __future__ import annotations
 

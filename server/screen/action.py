@@ -196,23 +196,24 @@ DESCRIPTION: Final = (
 )
 
 
-class HubRequests:
-    """``hub.request`` with relay errors as clients see them (a timeout is relay_timeout)."""
+class RouterRequests:
+    """``RelayRouter.request`` with relay errors as clients see them (a timeout is
+    ``relay_timeout``)."""
 
-    def __init__(self, hub: Any) -> None:
-        self._hub = hub
+    def __init__(self, relays: Any) -> None:
+        self._relays = relays
 
     async def request(
         self, relay_id: RelayId, op: str, args: dict[str, Any] | None = None, timeout_s: float = 30
     ) -> Any:
         try:
-            return await self._hub.request(relay_id, op, args, timeout_s)
+            return await self._relays.request(relay_id, op, args, timeout_s)
         except OpError as err:
             raise relay_error(err) from err
 
     def capabilities(self, relay_id: RelayId) -> frozenset[str]:
         """What the relay announced (empty for one not connected anywhere)."""
-        return cast(frozenset[str], self._hub.capabilities(relay_id))
+        return cast(frozenset[str], self._relays.capabilities(relay_id))
 
 
 async def handle(tool: ScreenTool, ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:

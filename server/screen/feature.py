@@ -13,7 +13,7 @@ from server.config import Settings
 from server.db.audit import AuditRow
 from server.db.store import Store
 from server.relays.router import RelayRouter
-from server.screen.action import HubRequests, screen_action
+from server.screen.action import RouterRequests, screen_action
 from server.screen.revisions import RevisionStore
 from server.screen.tool import RevisionIssuers, ScreenTool
 
@@ -29,29 +29,29 @@ class QueuedAudit:
 
 
 def build_tool(
-    hub: RelayRouter,
+    relays: RelayRouter,
     store: Store,
     settings: Settings,
     issuers: RevisionIssuers | None = None,
 ) -> ScreenTool:
-    """A screen tool over the app's relay hub and store, with the configured revision store."""
+    """A screen tool over the relays and the store, with the configured revision store."""
     revisions = RevisionStore(
         settings.secret_key,
         ttl_s=settings.screen_revision_ttl_s,
         memory_bytes=settings.screen_revision_memory_bytes,
         issuer=issuers.replica_id if issuers is not None else "",
     )
-    return ScreenTool(HubRequests(hub), revisions, QueuedAudit(store), issuers)
+    return ScreenTool(RouterRequests(relays), revisions, QueuedAudit(store), issuers)
 
 
 def start_screen(
-    hub: RelayRouter,
+    relays: RelayRouter,
     store: Store,
     settings: Settings,
     actions: ActionRegistry,
     issuers: RevisionIssuers | None = None,
 ) -> ScreenTool:
     """Create the tool and register the ``screen`` action it runs."""
-    tool = build_tool(hub, store, settings, issuers)
+    tool = build_tool(relays, store, settings, issuers)
     actions.register(screen_action(tool))
     return tool

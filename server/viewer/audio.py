@@ -212,14 +212,14 @@ class AudioService:
             desktop_session_id=session_id,
             directory=self.viewer.directory,
             store=self.viewer.store,
-            relays=self.viewer.hub,
+            relays=self.viewer.relays,
         )
 
     async def _open(self, target: ViewerTarget) -> RelayChannel:
-        if "audio" not in self.viewer.hub.capabilities(target.relay_id):
+        if "audio" not in self.viewer.relays.capabilities(target.relay_id):
             raise audio_unavailable("this desktop's relay has no audio support")
         try:
-            link = self.viewer.hub.get(target.relay_id)
+            link = self.viewer.relays.get(target.relay_id)
             return await link.open_channel(
                 {"type": "audio", "desktop_session_id": target.row.desktop_session_id},
                 OPEN_TIMEOUT_S,

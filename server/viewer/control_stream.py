@@ -32,7 +32,7 @@ from server.control.publish import CONTROL, control_event, desktop_topic
 from server.control.service import ControlService
 from server.db.rows import DesktopDirectory
 from server.errors import error_response
-from server.events.bus import Bus
+from server.events.bus import EventBus
 from server.events.routes import ACCESS_REVOKED
 from server.viewer.access import ViewerRefused
 from wire.errors import CloseCode, ErrorCode, OpError
@@ -46,7 +46,7 @@ PING_S: Final = 15.0
 class ControlFeeds:
     """What the feed reads: the bus it listens on, who is in control, the desktops' rows."""
 
-    bus: Bus
+    bus: EventBus
     control: ControlService
     inventory: DesktopDirectory
 

@@ -88,11 +88,11 @@ class ViewerParts:
 def build_viewer(
     settings: Settings,
     store: Store,
-    hub: RelayRouter,
+    relays: RelayRouter,
     directory: DesktopDirectory,
     control: PersonInputSink | None = None,
 ) -> ViewerParts:
     """The viewer and audio services and the server's noVNC files (``control`` hears the
     viewers' input)."""
-    viewer = ViewerService(settings, store, hub, directory, control)
+    viewer = ViewerService(settings, store, relays, directory, control)
     return ViewerParts(viewer, AudioService(viewer), NovncAssets())

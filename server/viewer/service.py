@@ -89,13 +89,13 @@ class ViewerService:
         self,
         settings: Settings,
         store: MembershipStore,
-        hub: RelayRouter,
+        relays: RelayRouter,
         directory: DesktopDirectory | None,
         control: PersonInputSink | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
-        self.hub = hub
+        self.relays = relays
         self.control = control
         # Whether viewers' input is looked at (a person's input takes control); only a
         # measurement of what that costs turns it off (benchmarks/bench_takeover.py).
@@ -159,14 +159,14 @@ class ViewerService:
             desktop_session_id=session_id,
             directory=self.directory,
             store=self.store,
-            relays=self.hub,
+            relays=self.relays,
         )
 
     async def _open_backend(self, target: ViewerTarget) -> VncBackend:
         try:
             if (direct := await self._open_direct(target)) is not None:
                 return direct
-            link = self.hub.get(target.relay_id)
+            link = self.relays.get(target.relay_id)
             channel = await link.open_channel(
                 {"type": "vnc", "desktop_session_id": target.row.desktop_session_id},
                 OPEN_TIMEOUT_S,
@@ -180,7 +180,7 @@ class ViewerService:
     async def _open_direct(self, target: ViewerTarget) -> DirectBackend | None:
         """The direct path if this relay may use it and its desktop authenticates; else None
         (the relay channel serves the viewer)."""
-        if DIRECT_VNC not in self.hub.capabilities(target.relay_id):
+        if DIRECT_VNC not in self.relays.capabilities(target.relay_id):
             return None
         key = desktop_key(target.row)
         address = self._direct.get(key) or await self._ask_direct(target)
@@ -199,7 +199,9 @@ class ViewerService:
     async def _ask_direct(self, target: ViewerTarget) -> DirectAddress | None:
         args = ops.SessionArgs(desktop_session_id=target.row.desktop_session_id)
         try:
-            result = await call(self.hub, target.relay_id, ops.VNC_DIRECT, args, STATUS_TIMEOUT_S)
+            result = await call(
+                self.relays, target.relay_id, ops.VNC_DIRECT, args, STATUS_TIMEOUT_S
+            )
         except OpError as err:
             if err.code in _UNREACHABLE:
                 raise
@@ -211,7 +213,7 @@ class ViewerService:
         while the relay is stopping that desktop (``desktop.status`` waits for the stop, which
         can outlast the viewers' 2 s)."""
         args = ops.SessionArgs(desktop_session_id=session_id)
-        result = await call(self.hub, relay_id, ops.DESKTOP_HOLDS, args, STATUS_TIMEOUT_S)
+        result = await call(self.relays, relay_id, ops.DESKTOP_HOLDS, args, STATUS_TIMEOUT_S)
         return result.get("holds") is True
 
     def _judge_for(self, target: ViewerTarget) -> Any:

@@ -45,7 +45,7 @@ async def viewer_connected(viewer: Page) -> None:
 
 
 async def paint_desktop(stack: ViewerStack, session: str) -> None:
-    status = await stack.hub.request(stack.relay_id, "desktop.status", {}, 10.0)
+    status = await stack.relays.request(stack.relay_id, "desktop.status", {}, 10.0)
     row = next(d for d in status["desktops"] if d["desktop_session_id"] == session)
     await asyncio.to_thread(paint_root, row["display"])
 

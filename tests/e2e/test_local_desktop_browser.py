@@ -111,8 +111,8 @@ async def local(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Local
             }
             relay = start_relay(tracker.start, seed, url, env=helper_env)
             stack = ViewerStack(app, url, seed, tracker, relay)
-            await wait_until(lambda: stack.hub.is_connected(stack.relay_id), 20, "the relay")
-            assert "local_desktop" in stack.hub.capabilities(stack.relay_id)
+            await wait_until(lambda: stack.relays.is_connected(stack.relay_id), 20, "the relay")
+            assert "local_desktop" in stack.relays.capabilities(stack.relay_id)
             try:
                 yield LocalStack(stack, host, helper)
             finally:

@@ -78,7 +78,7 @@ async def browser() -> AsyncIterator[Browser]:
 
 async def _desktop(stack: ViewerStack, slot: str, answer: dict[str, Any]) -> Desktop:
     sid = answer["desktop"]["desktop_session_id"]
-    status = await stack.hub.request(stack.relay_id, "desktop.status", {}, 10.0)
+    status = await stack.relays.request(stack.relay_id, "desktop.status", {}, 10.0)
     row = next(d for d in status["desktops"] if d["desktop_session_id"] == sid)
     desktop = Desktop(
         sid, slot, row["display"], row["vnc_port"], row["websockify_port"], answer["viewer_url"]

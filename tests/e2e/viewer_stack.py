@@ -1,7 +1,7 @@
 """A real viewing stack for tests: in-process server, relay subprocess, desktops, tokens.
 
 Shared by the viewer integration tests and the browser tests. The server runs in the test's
-event loop (so its hub, links and viewer registry can be counted); the relay is a real
+event loop (so its relays, links and viewer registry can be counted); the relay is a real
 ``relaydesk relay`` process whose desktops are real Xvfb + x11vnc + websockify.
 """
 
@@ -71,7 +71,7 @@ class ViewerStack:
         return RelayId(self.seed.relay["relay_id"])
 
     @property
-    def hub(self) -> Any:
+    def relays(self) -> Any:
         return self.app.state.parts.relays
 
     @property
@@ -110,7 +110,7 @@ class ViewerStack:
 
     def server_channels(self) -> int:
         try:
-            return int(self.hub.get(self.relay_id).open_channels)
+            return int(self.relays.get(self.relay_id).open_channels)
         except Exception:
             return 0
 
@@ -148,7 +148,7 @@ class ViewerStack:
         answer = await self.action("desktop_start", slot=slot, geometry="1280x800")
         row = answer.get("result", answer)
         sid = row["desktop"]["desktop_session_id"]
-        status = await self.hub.request(self.relay_id, "desktop.status", {}, 10.0)
+        status = await self.relays.request(self.relay_id, "desktop.status", {}, 10.0)
         ports = next(d for d in status["desktops"] if d["desktop_session_id"] == sid)
         desktop = Desktop(
             sid, slot, ports["display"], ports["vnc_port"], ports["websockify_port"],
@@ -238,7 +238,7 @@ async def viewer_stack(
         relay = _start_relay(tracker, seed, url, env)
         stack = ViewerStack(app, url, seed, tracker, relay, relay_env=env)
         try:
-            await wait_until(lambda: stack.hub.is_connected(stack.relay_id), 20, "the relay")
+            await wait_until(lambda: stack.relays.is_connected(stack.relay_id), 20, "the relay")
             yield stack
         finally:
             for desktop in stack.desktops:

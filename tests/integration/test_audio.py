@@ -52,7 +52,7 @@ def audio_url(stack: ViewerStack, desktop: Desktop, token: str | None = None) ->
 
 
 async def relay_row(stack: ViewerStack, desktop: Desktop) -> dict[str, Any]:
-    status = await stack.hub.request(stack.relay_id, "desktop.status", {}, 10.0)
+    status = await stack.relays.request(stack.relay_id, "desktop.status", {}, 10.0)
     return next(
         r for r in status["desktops"] if r["desktop_session_id"] == desktop.desktop_session_id
     )
@@ -85,7 +85,7 @@ async def test_the_row_says_audio_and_a_tone_is_heard_within_a_second(
 ) -> None:
     row = await relay_row(stack, desktop)
     assert row["audio"] is True and row["audio_reason"] is None, row
-    assert "audio" in stack.hub.capabilities(stack.relay_id)
+    assert "audio" in stack.relays.capabilities(stack.relay_id)
     decoder, heard, pcm = Decoder(), Heard(), []
     async with listener(audio_url(stack, desktop)) as ws:
         # The keep-alive stream keeps the sink rendering: silence flows before any sound.

@@ -112,7 +112,7 @@ async def hostile_relay(
     await ws.send(json.dumps(hello_of(desktops)))
     assert json.loads(await ws.recv())["type"] == "welcome"
     hostile = HostileRelay(ws, RelayId(relay["relay_id"]), answers)
-    await wait_until(lambda: stack.hub.is_connected(hostile.relay_id), 10, "the hostile relay")
+    await wait_until(lambda: stack.relays.is_connected(hostile.relay_id), 10, "the hostile relay")
     try:
         yield hostile
     finally:
@@ -222,7 +222,7 @@ async def test_ops_the_server_does_not_offer_relays_are_refused(stack: ViewerSta
             await hostile.send({"type": "req", "id": op, "op": op, "args": {}, "timeout_ms": 1000})
         await wait_until(lambda: len(hostile.answers) == 4, 5, "four answers")
         assert {a["error"]["code"] for a in hostile.answers.values()} == {"unknown_op"}
-        assert stack.hub.is_connected(hostile.relay_id)
+        assert stack.relays.is_connected(hostile.relay_id)
 
 
 async def claimed(stack: ViewerStack, hostile: HostileRelay, victim: Desktop) -> None:
@@ -320,7 +320,7 @@ async def test_bad_rows_are_refused_and_the_handshake_goes_on(stack: ViewerStack
         await hostile.send({"type": "req", "id": "p", "op": "ping", "args": {}})
         await wait_until(lambda: "p" in hostile.answers, 5, "the ping's answer")
         assert set(await rows_of(stack, hostile.relay_id)) == {"good"}
-        assert stack.hub.is_connected(hostile.relay_id)
+        assert stack.relays.is_connected(hostile.relay_id)
     failed = {**row("gone", "ok"), "state": "failed", "reason": "f" * 10_000}
     async with hostile_relay(stack, "mallory-reason", []) as hostile:
         await hostile.event("desktop.changed", failed)

@@ -548,7 +548,7 @@ async def test_a_screenshot_over_the_servers_text_limit_is_refused_and_the_relay
     limit = {"max_text_frame": 8 * 1024}  # a painted 1280x800 PNG is larger
     async with viewer_stack(tmp_path_factory.mktemp("text-limit"), server_settings=limit) as small:
         await small.start_desktop(paint=True)
-        link = small.hub.get(small.relay_id)
+        link = small.relays.get(small.relay_id)
         headers = {"Authorization": f"Bearer {small.seed.api_token}"}
         body = {"conversation_id": small.seed.conversation_id, "action": "screenshot"}
         async with httpx.AsyncClient(base_url=small.url, timeout=scaled(30)) as client:
@@ -561,6 +561,6 @@ async def test_a_screenshot_over_the_servers_text_limit_is_refused_and_the_relay
         assert "over the 8,192-byte message limit" in error["message"]
         assert "RELAYDESK_MAX_TEXT_FRAME" in error["message"]
         # The relay's connection (and whatever else it carries) was never dropped.
-        assert small.hub.get(small.relay_id) is link
+        assert small.relays.get(small.relay_id) is link
         assert after.status_code == 200, after.text[:300]
         assert (after.json()["width"], after.json()["height"]) == (1280, 800)

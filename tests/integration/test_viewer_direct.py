@@ -68,21 +68,21 @@ def server_vnc_connections(desktop: Desktop) -> int:
 async def test_the_relay_offers_its_port_and_secret_never_a_host(
     stack: ViewerStack, desktop: Desktop
 ) -> None:
-    assert DIRECT_VNC in stack.hub.capabilities(stack.relay_id)
-    status = await stack.hub.request(stack.relay_id, "desktop.status", {}, 10)
+    assert DIRECT_VNC in stack.relays.capabilities(stack.relay_id)
+    status = await stack.relays.request(stack.relay_id, "desktop.status", {}, 10)
     sid = desktop.desktop_session_id
     row = next(r for r in status["desktops"] if r["desktop_session_id"] == sid)
     assert "direct" not in row  # status rows carry no address and no secret
-    direct = await stack.hub.request(stack.relay_id, "vnc.direct", {"desktop_session_id": sid})
+    direct = await stack.relays.request(stack.relay_id, "vnc.direct", {"desktop_session_id": sid})
     assert set(direct) == {"port", "secret"}
     assert direct["port"] == desktop.vnc_port
     # What the server asks when a direct stream ends (answered without the lifecycle lock).
-    holds = await stack.hub.request(stack.relay_id, "desktop.holds", {"desktop_session_id": sid})
+    holds = await stack.relays.request(stack.relay_id, "desktop.holds", {"desktop_session_id": sid})
     assert holds == {"holds": True}
     other = {"desktop_session_id": "f" * 32}
-    assert await stack.hub.request(stack.relay_id, "desktop.holds", other) == {"holds": False}
+    assert await stack.relays.request(stack.relay_id, "desktop.holds", other) == {"holds": False}
     with pytest.raises(OpError) as refused:
-        await stack.hub.request(stack.relay_id, "desktop.holds", {})
+        await stack.relays.request(stack.relay_id, "desktop.holds", {})
     assert refused.value.code is ErrorCode.INVALID_ARGS
 
 
@@ -137,7 +137,7 @@ async def test_refused_direct_viewers_never_reach_x11vnc(
 async def test_the_direct_path_splices_nothing_to_a_port_that_does_not_authenticate(
     stack: ViewerStack, desktop: Desktop
 ) -> None:
-    direct = await stack.hub.request(
+    direct = await stack.relays.request(
         stack.relay_id, "vnc.direct", {"desktop_session_id": desktop.desktop_session_id}
     )
     secret = base64.b64decode(direct["secret"])

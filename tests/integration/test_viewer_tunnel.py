@@ -156,7 +156,7 @@ async def test_a_server_that_takes_small_frames_gets_only_frames_it_takes(
     limit = {"max_channel_frame": 16 * 1024}
     async with viewer_stack(tmp_path_factory.mktemp("small"), server_settings=limit) as small:
         desktop = await small.start_desktop(paint=True)
-        link = small.hub.get(small.relay_id)
+        link = small.relays.get(small.relay_id)
         client = await open_viewer(small.socket_url(desktop))
         frame = await full_frame(client)
         expected = await asyncio.to_thread(capture, desktop.display)
@@ -164,8 +164,8 @@ async def test_a_server_that_takes_small_frames_gets_only_frames_it_takes(
         frame, expected = (without_cursor(image, desktop.display) for image in (frame, expected))
         assert np.array_equal(frame, expected), "the framebuffer differs from the Xvfb capture"
         # The relay's link was never dropped for an oversized frame.
-        assert small.hub.is_connected(small.relay_id)
-        assert small.hub.get(small.relay_id) is link
+        assert small.relays.is_connected(small.relay_id)
+        assert small.relays.get(small.relay_id) is link
 
 
 @pytest.mark.parametrize(
@@ -372,7 +372,7 @@ async def test_many_viewers_and_closing_one_stops_nothing(
     for client in clients[1:]:
         await client.close()
     await wait_until(lambda: settled(stack), 5, "all viewers to be released")
-    status = await stack.hub.request(stack.relay_id, "desktop.status", {}, 10)
+    status = await stack.relays.request(stack.relay_id, "desktop.status", {}, 10)
     sessions = [row["desktop_session_id"] for row in status["desktops"]]
     assert desktop.desktop_session_id in sessions, "closing viewers stopped the desktop"
 

@@ -19,7 +19,7 @@ import pytest_asyncio
 
 from server import admin
 from server.db.store import Store
-from server.events.bus import BusEvent, Feed, create_bus, parse_event_id, replay_after
+from server.events.bus import BusEvent, Feed, create_event_bus, parse_event_id, replay_after
 from tests.support.redis import redis_server, redis_url  # noqa: F401 (fixtures)
 from tests.support.sse import SseStream, open_sse
 from tests.support.stack import Seed, inprocess_server, seed_database, wait_until
@@ -189,7 +189,7 @@ def bus_url(request: pytest.FixtureRequest) -> str:
 
 
 async def test_bus_replays_in_order_and_reports_a_gap(bus_url: str) -> None:
-    bus = create_bus(bus_url, history=5)
+    bus = create_event_bus(bus_url, history=5)
     topic = f"t-{time.monotonic_ns()}"
     try:
         # Redis trims approximately (whole nodes of 100), so publish well past the bound
@@ -223,7 +223,7 @@ def test_replay_after_needs_the_last_id_in_history() -> None:
 
 async def test_many_feeds_opening_at_once_all_open_and_all_receive(bus_url: str) -> None:
     """More concurrent subscribers than a Redis client has pooled connections by default."""
-    bus = create_bus(bus_url)
+    bus = create_event_bus(bus_url)
     topic = f"t-{time.monotonic_ns()}"
     try:
         ids = [await bus.publish(topic, "e", {"n": n}) for n in range(5)]

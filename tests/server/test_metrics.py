@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from server.db.engine import create_engine
-from server.events.redis import RedisBus
+from server.events.redis import RedisEventBus
 from server.instruments import REGISTRY
 from server.viewer.registry import ViewerRegistry
 from tests.support.processes import free_port
@@ -144,7 +144,7 @@ def _count(name: str, **labels: str) -> float:
 
 
 async def test_failed_redis_commands_are_counted() -> None:
-    bus = RedisBus(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    bus = RedisEventBus(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     before = _count("relaydesk_redis_errors_total", component="events")
     try:
         with pytest.raises(OpError):

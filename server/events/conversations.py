@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
 from server.db.rows import DesktopRow, RowAnnotator
-from server.events.bus import Bus, Feed
+from server.events.bus import EventBus, Feed
 from wire.ids import RelayId
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class VisibleRows(Protocol):
 class ConversationEvents:
     """Publishes inventory changes and chat messages on each conversation's topic."""
 
-    def __init__(self, bus: Bus, store: VisibleRows, *, ping_s: float = 15.0) -> None:
+    def __init__(self, bus: EventBus, store: VisibleRows, *, ping_s: float = 15.0) -> None:
         self.bus = bus
         self._store = store
         self.ping_s = ping_s

@@ -13,6 +13,7 @@ from server.chat.routes import chat_routes
 from server.chat.web import web_routes
 from server.events.hub import publish_conversation
 from server.services import Services
+from server.viewer.clipboard_state import clipboard_state_route
 from server.viewer.keyboard_state import keyboard_state_route
 
 
@@ -24,8 +25,9 @@ async def chat_invoke(
 
 
 def routes() -> list[BaseRoute]:
-    """Chat API, the viewer's keyboard-state endpoint, and the web app (``/``, ``/app/…``)."""
-    return [*chat_routes, keyboard_state_route, *web_routes()]
+    """Chat API, the viewer's keyboard-state and clipboard endpoints, and the web app (``/``,
+    ``/app/…``)."""
+    return [*chat_routes, keyboard_state_route, clipboard_state_route, *web_routes()]
 
 
 def build_chat() -> ChatService:

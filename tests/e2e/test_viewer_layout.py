@@ -1,7 +1,7 @@
 """The viewer's bar and panels fit and read at phone, tablet and laptop sizes.
 
-Headless Chromium on a real server, relay and desktop, at 390×844 (a phone, touch), 768×1024
-(a tablet, touch) and 1280×800. At each size the status label must show its whole text, also
+Headless Chromium on a real server, relay and desktop, at 390x844 (a phone, touch), 768x1024
+(a tablet, touch) and 1280x800. At each size the status label must show its whole text, also
 once an agent is in control (an agent's input through the API puts its name in the bar); and
 each panel of the bar (Keys, Clipboard, Display, and the control panel) must open inside the
 viewport with every control in it visible and on top at its centre (what a click there
@@ -155,8 +155,10 @@ async def test_every_panel_and_label_fits_and_reads(
         await page.keyboard.press("Escape")
         await page.locator(panel).wait_for(state="hidden")
     # the way out of the clipboard panel is there too: its Send button is clickable
-    await page.get_by_role("toolbar", name="Viewer controls").get_by_role(
-        "button", name="Clipboard", exact=True
-    ).click()
+    await (
+        page.get_by_role("toolbar", name="Viewer controls")
+        .get_by_role("button", name="Clipboard", exact=True)
+        .click()
+    )
     await page.get_by_role("button", name="Send to desktop").click(trial=True)
     await context.close()

@@ -156,10 +156,13 @@ async def test_ctrl_v_pastes_the_clipboard_of_that_moment(
     assert await local_clipboard(page) == OVER_SELECTION
     await page.keyboard.press("Control+KeyV")
     over = await settled_text(editor)
+    stats = await bridge_stats(page)
     evidence = (
         f"editor after each Ctrl+V: {seen}\nafter Ctrl+A, Ctrl+V: {over!r}\n"
-        f"desktop CLIPBOARD: {await remote_clipboard(desktop)!r}"
+        f"desktop CLIPBOARD: {await remote_clipboard(desktop)!r}\n"
+        f"confirmed: {stats['pasteConfirms']}, waits (ms): {stats['pasteWaitsMs']}"
     )
+    print(evidence)
     await snapshot(page, artifacts_dir / "pasted.png", evidence)
     assert over == OVER_SELECTION, evidence
     assert await local_clipboard(page) == OVER_SELECTION

@@ -17,9 +17,9 @@
 //   * benign "ResizeObserver loop" errors never reach noVNC's fatal error handler;
 //   * `/desktop close` in the chat (a BroadcastChannel message) closes this viewer tab only.
 //
-// installBridge(rfb, {keyboardStateUrl, clipboardUrl, canvasContainer}) → {uninstall}. Call it for every new
-// RFB (the viewer reconnects with a new one); the previous installation removes itself when
-// its RFB disconnects.
+// installBridge(rfb, {keyboardStateUrl, clipboardUrl, canvasContainer}) → {uninstall}. Call it
+// for every new RFB (the viewer reconnects with a new one); the previous installation removes
+// itself when its RFB disconnects.
 
 const XK_NUM_LOCK = 0xff7f;
 const STATE_TIMEOUT_MS = 1500;
@@ -31,6 +31,9 @@ const PASTE_EVENT_WAIT_MS = 250;
 const CONFIRM_POLL_MS = 40;
 const CONFIRM_TIMEOUT_MS = 3000;
 const UNCONFIRMED_WAIT_MS = 300;
+// The desktop's copy of a text this page pasted, coming back this soon, is not written over
+// the person's clipboard (they hold it already, or something newer).
+const ECHO_WINDOW_MS = 3000;
 const CLOSE_CHANNEL = "relaydesk-viewers";
 const MODIFIER_CODES = new Set(["ShiftLeft", "ShiftRight", "ControlLeft", "ControlRight",
   "AltLeft", "AltRight", "MetaLeft", "MetaRight", "CapsLock", "NumLock", "ScrollLock",
@@ -58,7 +61,7 @@ function installPageHooks() {
 }
 
 export const stats = { numLockPresses: 0, aligns: [], pastes: 0, repeats: 0, clipboardWrites: 0,
-  pasteConfirms: [], echoesIgnored: 0 };
+  pasteConfirms: [], pasteWaitsMs: [], echoesIgnored: 0 };
 
 const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
 
@@ -155,7 +158,7 @@ class Bridge {
     this.replayed = new WeakSet();
     this.paste = null;          // {keysym, code, sent, fromEvent} from a Ctrl+V to its V release
     this.pendingRemoteText = null;
-    this.sentText = null;       // the last text sent to the desktop (not echoed back locally)
+    this.sent = null;           // {text, at}: the last text sent to the desktop, and when
     this.listeners = [];
   }
 
@@ -193,9 +196,7 @@ class Bridge {
 
   async remoteClipboard(text) {
     if (typeof text !== "string" || !navigator.clipboard) return;
-    if (text === this.sentText) {
-      // The person's own paste coming back: their clipboard already holds it (and may hold
-      // something newer by now).
+    if (this.sent && text === this.sent.text && performance.now() - this.sent.at < ECHO_WINDOW_MS) {
       stats.echoesIgnored += 1;
       return;
     }
@@ -251,10 +252,12 @@ class Bridge {
 
   async setRemoteClipboard(text) {
     this.pendingRemoteText = null;  // the person's clipboard wins over an unwritten remote copy
-    this.sentText = text;
+    this.sent = { text, at: performance.now() };
     this.rfb.clipboardPasteFrom(text);
     stats.pastes += 1;
+    const started = performance.now();
     stats.pasteConfirms.push(await this.confirmRemote(asSentToDesktop(text)));
+    stats.pasteWaitsMs.push(Math.round(performance.now() - started));
   }
 
   // "confirmed" once the desktop's CLIPBOARD reads `want`; "timeout" after CONFIRM_TIMEOUT_MS;

@@ -73,6 +73,9 @@ WEBSOCKIFY_MAIN: Final = (
 )
 # How long after it starts a run-once program is waited for (beside the readiness probe).
 ONE_SHOT_WAIT_S = 2.0
+# How often autocutsel looks at the cut buffer (its default is 500 ms): a viewer's paste waits
+# for the desktop's CLIPBOARD to hold the text before its V press, so this is that wait.
+AUTOCUTSEL_PAUSE_MS = 50
 _ONE_SHOT_POLL_S = 0.02
 
 
@@ -408,7 +411,8 @@ class Launcher:
             self._config.x11vnc_binary, "-display", f":{display}",
             "-auth", str(private.xauthority), "-rfbauth", str(private.vnc_passwd),
             "-localhost", "-noipv6", "-shared", "-forever", "-quiet", "-rfbport", str(port),
-            *self._config.x11vnc_flags,
+            # -noprimary: a selection on the desktop is not sent to viewers as the clipboard.
+            "-noprimary", *self._config.x11vnc_flags,
         ]  # fmt: skip
         # x11vnc spends ~250 ms on SIGTERM restoring settings of a display that is going away.
         procs.add(_spawn("x11vnc", argv, env, True, log, (), stop_signal=signal.SIGKILL))
@@ -432,9 +436,10 @@ class Launcher:
         if self._config.window_manager:
             optional.append(("wm", self._config.window_manager, {}))
         if shutil.which(self._config.clipboard_binary):
-            clipboard = self._config.clipboard_binary
-            optional.append(("autocutsel", [clipboard], {}))
-            optional.append(("autocutsel-primary", [clipboard, "-selection", "PRIMARY"], {}))
+            # CLIPBOARD only: a selection (PRIMARY) stays a selection, never the clipboard.
+            # x11vnc writes a viewer's clipboard to the cut buffer, which autocutsel polls.
+            pause = str(AUTOCUTSEL_PAUSE_MS)
+            optional.append(("autocutsel", [self._config.clipboard_binary, "-pause", pause], {}))
         if session.profile is not None and session.home is not None:
             optional.extend(session.profile.startup(session.home))
         optional.extend((f"app:{words[0]}", words, {}) for words in req.apps)

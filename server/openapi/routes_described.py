@@ -147,6 +147,11 @@ _VIEWER: Final[dict[tuple[str, str], Json]] = {
         description=VIEWER_AUTH,
         responses=answer("`{ok, known, num_lock, caps_lock, scroll_lock}` (null: unknown)."),
     ),
+    ("GET", "/vnc/{sid}/{token}/clipboard"): operation(
+        "viewer_clipboard", "The desktop's clipboard text (a person's viewer)", tag="viewer",
+        security=NONE, description=VIEWER_AUTH,
+        responses=answer("`{ok, known, text, truncated}`; read back before a paste's V press."),
+    ),
     ("GET", "/vnc/{sid}/{token}/control"): operation(
         "viewer_control", "Who is in control of the desktop (Server-Sent Events)",
         tag="viewer", security=NONE, description=VIEWER_AUTH,

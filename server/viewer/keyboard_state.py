@@ -36,7 +36,7 @@ HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
 LOCKS = ("num_lock", "caps_lock", "scroll_lock")
 
 
-def _answer(status: int, body: dict[str, Any]) -> JSONResponse:
+def answer(status: int, body: dict[str, Any]) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=HEADERS)
 
 
@@ -45,7 +45,7 @@ def _unknown(err: RelaydeskError) -> JSONResponse:
     return error_response(err, HEADERS, known=False, **dict.fromkeys(LOCKS))
 
 
-def _relay_refusal(err: OpError) -> OpError:
+def relay_refusal(err: OpError) -> OpError:
     """The relay's refusal: a desktop that is gone is 410 (the page stops asking), a relay
     that did not answer 504, any other failure of the relay 502."""
     status = {ErrorCode.NOT_RUNNING: 410, ErrorCode.TIMEOUT: 504}.get(err.code, 502)
@@ -80,9 +80,9 @@ def keyboard_state_route(store: Store, relays: RelayRouter, secret_key: str) -> 
         except OpError as err:
             if err.code is ErrorCode.PROTOCOL_ERROR:
                 return _unknown(OpError(err.code, "malformed keyboard state", status=502))
-            return _unknown(_relay_refusal(err))
+            return _unknown(relay_refusal(err))
         locks = {name: _lock(result, name) for name in LOCKS}
-        return _answer(200, {"ok": True, "known": locks["num_lock"] is not None, **locks})
+        return answer(200, {"ok": True, "known": locks["num_lock"] is not None, **locks})
 
     return Route(
         "/vnc/{sid}/{token}/keyboard-state", keyboard_state, methods=["GET"], name="keyboard-state"

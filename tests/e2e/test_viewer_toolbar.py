@@ -222,13 +222,14 @@ async def test_phone_toolbar_is_compact_and_pinch_zooms_and_pans(
 ) -> None:  # fmt: skip
     context = await new_context(browser, stack, phone=True)
     page = await open_viewer(context, stack, desktop)
+    # Two rows of 40 px targets at most: where and who (Chat, status, control), then the tools.
     bar = await page.locator("#bar").bounding_box()
-    assert bar is not None and bar["height"] <= 48, bar
+    assert bar is not None and bar["height"] <= 92, bar
     for button in await page.locator("#bar > .tool:visible, #bar .group > .tool:visible").all():
         box = await button.bounding_box()
         assert box is not None and box["x"] + box["width"] <= PHONE["width"] + 0.5, box
     screen = await page.locator("#screen").bounding_box()
-    assert screen is not None and screen["height"] >= PHONE["height"] - 50
+    assert screen is not None and screen["height"] >= PHONE["height"] - 92
     await page.screenshot(path=artifacts_dir / "01-phone.png")
 
     # The on-screen keyboard: typed text reaches the desktop as key presses.

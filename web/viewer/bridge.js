@@ -1,9 +1,13 @@
 // The viewer's "local feel" bridge: what a local desktop gives and a plain noVNC page does not.
 //
-//   * remote clipboard → browser clipboard (noVNC's "clipboard" event → navigator.clipboard);
+//   * remote clipboard → browser clipboard (noVNC's "clipboard" event → navigator.clipboard),
+//     except the text this page itself just sent;
 //   * browser paste → remote clipboard: Ctrl+V (or Cmd+V) is kept from noVNC so the browser
-//     fires its native "paste" event; its text goes to the remote with clipboardPasteFrom, and
-//     only then the V press is sent, so the remote application pastes the new text;
+//     fires its native "paste" event; its text goes to the remote with clipboardPasteFrom and
+//     is read back from clipboardUrl until the desktop's CLIPBOARD holds it (x11vnc only
+//     writes the cut buffer, which the desktop's autocutsel then copies). Only then the V press
+//     is sent, so the remote application pastes the text of that moment; every key event that
+//     comes meanwhile is held and replayed in order after it;
 //   * held repeatable keys: the browser's auto-repeat keydowns become release+press pairs,
 //     which the X server delivers as repeated key events (x11vnc turns server auto-repeat off);
 //   * NumLock: before the first key press, and again after focus returns, the remote LED is
@@ -13,12 +17,23 @@
 //   * benign "ResizeObserver loop" errors never reach noVNC's fatal error handler;
 //   * `/desktop close` in the chat (a BroadcastChannel message) closes this viewer tab only.
 //
-// installBridge(rfb, {keyboardStateUrl, canvasContainer}) → {uninstall}. Call it for every new
-// RFB (the viewer reconnects with a new one); the previous installation removes itself when
-// its RFB disconnects.
+// installBridge(rfb, {keyboardStateUrl, clipboardUrl, canvasContainer}) → {uninstall}. Call it
+// for every new RFB (the viewer reconnects with a new one); the previous installation removes
+// itself when its RFB disconnects.
 
 const XK_NUM_LOCK = 0xff7f;
 const STATE_TIMEOUT_MS = 1500;
+// A Ctrl+V's own "paste" event follows its keydown at once; without one (an empty clipboard,
+// or a browser that fires none) the text is read through the async clipboard API.
+const PASTE_EVENT_WAIT_MS = 250;
+// Reading the desktop's clipboard back: how often, and for how long at most before the V
+// press goes out anyway. Without a way to read it, this long is waited instead.
+const CONFIRM_POLL_MS = 40;
+const CONFIRM_TIMEOUT_MS = 3000;
+const UNCONFIRMED_WAIT_MS = 300;
+// The desktop's copy of a text this page pasted, coming back this soon, is not written over
+// the person's clipboard (they hold it already, or something newer).
+const ECHO_WINDOW_MS = 3000;
 const CLOSE_CHANNEL = "relaydesk-viewers";
 const MODIFIER_CODES = new Set(["ShiftLeft", "ShiftRight", "ControlLeft", "ControlRight",
   "AltLeft", "AltRight", "MetaLeft", "MetaRight", "CapsLock", "NumLock", "ScrollLock",
@@ -45,7 +60,16 @@ function installPageHooks() {
   }
 }
 
-export const stats = { numLockPresses: 0, aligns: [], pastes: 0, repeats: 0, clipboardWrites: 0 };
+export const stats = { numLockPresses: 0, aligns: [], pastes: 0, repeats: 0, clipboardWrites: 0,
+  pasteConfirms: [], pasteWaitsMs: [], echoesIgnored: 0 };
+
+const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
+
+// What the desktop receives of `text`: without the extended clipboard (x11vnc has none) noVNC
+// sends ISO 8859-1 and replaces every other character with "?".
+export function asSentToDesktop(text) {
+  return [...text].map((char) => (char.codePointAt(0) > 0xff ? "?" : char)).join("");
+}
 
 function browserNumLock(event) {
   if (isMac || typeof event.getModifierState !== "function") return null;
@@ -91,6 +115,26 @@ export async function readKeyboardState(url, fetchImpl = fetch) {
   }
 }
 
+// The desktop's CLIPBOARD text from the viewer's clipboard endpoint; null when it cannot be
+// read (refused, the relay failed, or too slow).
+export async function readDesktopClipboard(url, fetchImpl = fetch) {
+  if (!url) return null;
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), STATE_TIMEOUT_MS);
+  try {
+    const response = await fetchImpl(url, {
+      cache: "no-store", credentials: "same-origin", signal: abort.signal,
+    });
+    if (!response.ok) return null;
+    const body = await response.json();
+    return body && body.known === true && typeof body.text === "string" ? body.text : null;
+  } catch {
+    return null;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 // The browser clipboard's text through the async API, or "" (no API, refused, or too slow).
 function readClipboardText() {
   if (!navigator.clipboard || typeof navigator.clipboard.readText !== "function") {
@@ -103,16 +147,18 @@ function readClipboardText() {
 }
 
 class Bridge {
-  constructor(rfb, { keyboardStateUrl, canvasContainer, fetchImpl }) {
+  constructor(rfb, { keyboardStateUrl, clipboardUrl, canvasContainer, fetchImpl }) {
     this.rfb = rfb;
     this.url = keyboardStateUrl;
+    this.clipboardUrl = clipboardUrl;
     this.container = canvasContainer;
     this.fetchImpl = fetchImpl || ((...args) => window.fetch(...args));
     this.needAlign = true;
     this.held = null;           // key events held while the remote state is read
     this.replayed = new WeakSet();
-    this.paste = null;          // {keysym, code, sent} while a Ctrl+V waits for "paste"
+    this.paste = null;          // {keysym, code, sent, fromEvent} from a Ctrl+V to its V release
     this.pendingRemoteText = null;
+    this.sent = null;           // {text, at}: the last text sent to the desktop, and when
     this.listeners = [];
   }
 
@@ -150,6 +196,10 @@ class Bridge {
 
   async remoteClipboard(text) {
     if (typeof text !== "string" || !navigator.clipboard) return;
+    if (this.sent && text === this.sent.text && performance.now() - this.sent.at < ECHO_WINDOW_MS) {
+      stats.echoesIgnored += 1;
+      return;
+    }
     try {
       await navigator.clipboard.writeText(text);
       this.pendingRemoteText = null;
@@ -165,20 +215,65 @@ class Bridge {
       (isMac ? event.metaKey : event.ctrlKey) && !event.repeat;
   }
 
+  newPaste(event) {
+    this.paste = { keysym: keysymOfChar(event.key) || 0x76, code: event.code, sent: false,
+      fromEvent: null };
+    return this.paste;
+  }
+
+  // A live Ctrl+V: hidden from noVNC but not prevented, so the browser fires "paste". The
+  // events after it are held until the desktop holds the text and V is pressed.
   startPaste(event) {
-    // Hidden from noVNC, not prevented: the browser's default action fires "paste".
     event.stopImmediatePropagation();
-    this.paste = { keysym: keysymOfChar(event.key) || 0x76, code: event.code, sent: false };
+    const paste = this.newPaste(event);
+    this.held = [];
+    const fromEvent = new Promise((resolve) => { paste.fromEvent = resolve; });
+    const text = Promise.race([fromEvent, sleep(PASTE_EVENT_WAIT_MS).then(() => null)])
+      .then((got) => (got === null ? readClipboardText() : got));
+    this.deliverPaste(paste, text).finally(() => this.replayAll());
   }
 
   onPaste(event) {
+    const paste = this.paste;
+    const ours = paste && paste.fromEvent && !paste.sent;
+    if (!ours && !this.container.contains(event.target)) return;  // e.g. the clipboard panel
     const text = event.clipboardData ? event.clipboardData.getData("text/plain") : "";
     event.preventDefault();
-    if (text) {
-      this.rfb.clipboardPasteFrom(text);
-      stats.pastes += 1;
+    if (ours) paste.fromEvent(text);
+    else if (text) this.setRemoteClipboard(text);
+  }
+
+  // The person's text → the desktop's CLIPBOARD (read back until it holds it) → V pressed.
+  async deliverPaste(paste, textPromise) {
+    const text = await textPromise;
+    if (text && this.paste === paste) await this.setRemoteClipboard(text);
+    if (this.paste === paste) this.sendPasteKeyDown();
+  }
+
+  async setRemoteClipboard(text) {
+    this.pendingRemoteText = null;  // the person's clipboard wins over an unwritten remote copy
+    this.sent = { text, at: performance.now() };
+    this.rfb.clipboardPasteFrom(text);
+    stats.pastes += 1;
+    const started = performance.now();
+    stats.pasteConfirms.push(await this.confirmRemote(asSentToDesktop(text)));
+    stats.pasteWaitsMs.push(Math.round(performance.now() - started));
+  }
+
+  // "confirmed" once the desktop's CLIPBOARD reads `want`; "timeout" after CONFIRM_TIMEOUT_MS;
+  // "unconfirmed" when it cannot be read (then after a fixed wait).
+  async confirmRemote(want) {
+    const deadline = performance.now() + CONFIRM_TIMEOUT_MS;
+    for (;;) {
+      const got = await readDesktopClipboard(this.clipboardUrl, this.fetchImpl);
+      if (got === null) {
+        await sleep(UNCONFIRMED_WAIT_MS);
+        return "unconfirmed";
+      }
+      if (got === want) return "confirmed";
+      if (performance.now() >= deadline) return "timeout";
+      await sleep(CONFIRM_POLL_MS);
     }
-    this.sendPasteKeyDown();
   }
 
   sendPasteKeyDown() {
@@ -187,10 +282,11 @@ class Bridge {
     this.rfb.sendKey(this.paste.keysym, this.paste.code, true);
   }
 
+  // The V release of a paste already delivered (V was held down past it).
   endPaste(event) {
     event.stopImmediatePropagation();
     event.preventDefault();
-    this.sendPasteKeyDown();  // no paste event came (empty or blocked clipboard)
+    this.sendPasteKeyDown();
     this.rfb.sendKey(this.paste.keysym, this.paste.code, false);
     this.paste = null;
   }
@@ -268,21 +364,10 @@ class Bridge {
 
   // A held event cannot trigger the browser's native paste any more: read the clipboard
   // through the async API instead (bounded: it may ask for permission; without the text only
-  // V is sent). Returns a promise while the read is pending.
+  // V is sent). Returns a promise while the paste is delivered.
   replayHeld(event, target) {
     const kind = this.classify(event);
-    if (kind === "paste-start") {
-      this.paste = { keysym: keysymOfChar(event.key) || 0x76, code: event.code, sent: false };
-      const paste = this.paste;
-      return readClipboardText()
-        .then((text) => {
-          if (text && this.paste === paste) {
-            this.rfb.clipboardPasteFrom(text);
-            stats.pastes += 1;
-          }
-        })
-        .finally(() => { if (this.paste === paste) this.sendPasteKeyDown(); });
-    }
+    if (kind === "paste-start") return this.deliverPaste(this.newPaste(event), readClipboardText());
     if (kind === "paste-end") {
       this.sendPasteKeyDown();
       this.rfb.sendKey(this.paste.keysym, this.paste.code, false);
@@ -299,8 +384,11 @@ class Bridge {
   }
 }
 
-export function installBridge(rfb, { keyboardStateUrl, canvasContainer, fetchImpl } = {}) {
-  const bridge = new Bridge(rfb, { keyboardStateUrl, canvasContainer, fetchImpl }).install();
+export function installBridge(
+  rfb, { keyboardStateUrl, clipboardUrl, canvasContainer, fetchImpl } = {},
+) {
+  const bridge = new Bridge(rfb, { keyboardStateUrl, clipboardUrl, canvasContainer, fetchImpl })
+    .install();
   window.relaydeskBridge = stats;
   return { uninstall: () => bridge.uninstall(), bridge };
 }

@@ -118,6 +118,9 @@ class Toolbar {
     document.addEventListener("pointerdown", (event) => {
       if (!event.target.closest(".group")) this.closePopovers();
     });
+    window.addEventListener("resize", () => {
+      for (const [, panel] of this.popovers) if (!panel.hidden) this.keepInside(panel);
+    });
   }
 
   openPopover() {
@@ -129,7 +132,23 @@ class Toolbar {
     panel.hidden = !open;
     const button = this.popovers.find(([, p]) => p === panel)[0];
     button.setAttribute("aria-expanded", String(open));
-    if (open) panel.querySelector("button, textarea, select")?.focus();
+    if (open) {
+      this.keepInside(panel);
+      panel.querySelector("button, textarea, select")?.focus();
+    }
+  }
+
+  // A panel hangs from its button; where the bar has wrapped (or the window is narrow) it is
+  // moved sideways so that it stays whole inside the window.
+  keepInside(panel) {
+    panel.style.transform = "";
+    const margin = 6;
+    const box = panel.getBoundingClientRect();
+    const width = document.documentElement.clientWidth;
+    let shift = 0;
+    if (box.right > width - margin) shift = width - margin - box.right;
+    if (box.left + shift < margin) shift = margin - box.left;
+    if (shift) panel.style.transform = `translateX(${Math.round(shift)}px)`;
   }
 
   closePopovers(except = null) {

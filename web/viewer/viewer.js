@@ -194,6 +194,7 @@ class Viewer {
     this.control.attach(rfb);
     installBridge(rfb, {
       keyboardStateUrl: new URL("keyboard-state", window.location.href).href,
+      clipboardUrl: new URL("clipboard", window.location.href).href,
       canvasContainer: this.screen,
     });
   }

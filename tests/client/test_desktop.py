@@ -73,9 +73,13 @@ async def test_a_desktop_it_found_running_keeps_running_after_the_block(
         assert (await running(stack)).get(session) == "shared"
     finally:
         await stack.action(
-            "desktop_stop_confirm", person=True, relay=stack.relay_id, kind="virtual",
-            slot="shared", desktop_session_id=session,
-        )  # fmt: skip
+            "desktop_stop_confirm",
+            person=True,
+            relay=stack.relay_id,
+            kind="virtual",
+            slot="shared",
+            desktop_session_id=session,
+        )
 
 
 async def test_stop_stops_a_desktop_it_found_running_when_asked(stack: ViewerStack) -> None:

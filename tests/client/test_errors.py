@@ -54,7 +54,10 @@ def test_a_code_this_client_does_not_know_reaches_the_caller_as_sent() -> None:
 
 
 def test_an_error_answer_without_a_code_is_internal() -> None:
-    with _client(httpx.Response(500, json={"ok": False})) as desk, pytest.raises(ApiError) as caught:
+    with (
+        _client(httpx.Response(500, json={"ok": False})) as desk,
+        pytest.raises(ApiError) as caught,
+    ):
         desk.get("/api/v1/conversations")
     assert (caught.value.status, caught.value.code) == (500, ErrorCode.INTERNAL)
 

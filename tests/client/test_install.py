@@ -38,9 +38,14 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def run(argv: list[str], cwd: Path, timeout_s: float, **env: str) -> str:
     done = subprocess.run(
-        argv, cwd=cwd, env=clean_env(**env), capture_output=True, text=True,
-        timeout=scaled(timeout_s), check=False,
-    )  # fmt: skip
+        argv,
+        cwd=cwd,
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=scaled(timeout_s),
+        check=False,
+    )
     assert done.returncode == 0, f"{argv}:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -60,8 +65,9 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_it_installs_the_client_and_none_of_the_server(client_venv: Path) -> None:
     purelib = run(
         [str(client_venv), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        client_venv.parent, 30,
-    ).strip()  # fmt: skip
+        client_venv.parent,
+        30,
+    ).strip()
     names = {path.name for path in Path(purelib).iterdir()}
     assert "relaydesk_client" in names, sorted(names)
     assert not names & set(SERVER_PACKAGES), sorted(names & set(SERVER_PACKAGES))

@@ -157,13 +157,19 @@ class Desktop:
 
     def type_text(self, text: str) -> dict[str, Any]:
         return self.client.type_text(
-            self.conversation_id, text, relay=self.relay_id, desktop_session_id=self.desktop_session_id
+            self.conversation_id,
+            text,
+            relay=self.relay_id,
+            desktop_session_id=self.desktop_session_id,
         )
 
     def key(self, key: str) -> dict[str, Any]:
         """A key or chord: ``Return``, ``ctrl+shift+t``, ``alt+F4``."""
         return self.client.key(
-            self.conversation_id, key, relay=self.relay_id, desktop_session_id=self.desktop_session_id
+            self.conversation_id,
+            key,
+            relay=self.relay_id,
+            desktop_session_id=self.desktop_session_id,
         )
 
     def action(self, name: str, **args: Any) -> dict[str, Any]:

@@ -96,21 +96,6 @@ async def test_stop_stops_a_desktop_it_found_running_when_asked(stack: ViewerSta
         first.__exit__(None, None, None)
 
 
-async def test_observe_reads_the_desktops_own_tree(stack: ViewerStack) -> None:
-    def use() -> tuple[str, dict[str, Any] | ApiError]:
-        with create(stack, slot="looked") as desktop:
-            try:
-                return desktop.desktop_session_id, desktop.observe()
-            except ApiError as err:
-                return desktop.desktop_session_id, err
-
-    session, seen = await asyncio.to_thread(use)
-    # The desktop has no window (the stack's desktops run no apps): the answer says so for it.
-    assert isinstance(seen, ApiError), seen
-    assert seen.status in (404, 409, 503), seen
-    assert session not in await running(stack)
-
-
 async def test_bad_arguments_answer_400_naming_the_field(stack: ViewerStack) -> None:
     def call(**args: Any) -> ApiError:
         with pytest.raises(ApiError) as caught:

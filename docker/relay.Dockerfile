@@ -40,6 +40,8 @@ COPY relay /opt/relaydesk/relay
 COPY host_helper /opt/relaydesk/host_helper
 COPY relaydesk /opt/relaydesk/relaydesk
 COPY migrations /opt/relaydesk/migrations
+# The client's package, which the server distribution carries (`relaydesk desktops`, `mcp`).
+COPY clients/python/relaydesk_client /opt/relaydesk/clients/python/relaydesk_client
 # Then what only building needed goes: pip and setuptools, numpy's tests, the debugging
 # symbols of the wheels' extension modules (the vendored libraries in *.libs/ are left alone:
 # they are patched by auditwheel, and strip breaks them).

@@ -56,6 +56,8 @@ COPY relay /opt/relaydesk/relay
 COPY host_helper /opt/relaydesk/host_helper
 COPY relaydesk /opt/relaydesk/relaydesk
 COPY migrations /opt/relaydesk/migrations
+# The client's package, which the server distribution carries (`relaydesk desktops`, `mcp`).
+COPY clients/python/relaydesk_client /opt/relaydesk/clients/python/relaydesk_client
 # Editable, so the code stays at /opt/relaydesk beside web/ where the server looks for it.
 # Then what only building or other databases need goes: pip and setuptools, numpy's tests,
 # C headers and f2py, type stubs, SQLAlchemy's MySQL, Oracle and SQL Server dialects, the debugging

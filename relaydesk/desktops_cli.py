@@ -142,7 +142,7 @@ def _run(call: Any, args: argparse.Namespace) -> int:
         print(f"relaydesk: {err}", file=sys.stderr)
         return 2
     except ApiError as err:
-        print(f"relaydesk: {err.message} ({err.status} {err.code.value})", file=sys.stderr)
+        print(f"relaydesk: {err.message} ({err.status} {err.code})", file=sys.stderr)
         return 1
     except httpx.HTTPError as err:
         print(f"relaydesk: cannot reach the server at {server_url(args)}: {err}", file=sys.stderr)

@@ -33,6 +33,10 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["RELAYDESK_DATA_DIR"] = str(_session_data_dir)
     # Bare, quick desktops unless a test asks for a profile (tests/relay/test_profiles.py).
     os.environ.setdefault("RELAYDESK_DESKTOP_PROFILE", "minimal")
+    # The client's package has its own distribution's folder (pyproject.toml's pytest
+    # `pythonpath` puts it on this process's path): the CLI's children import it from there too.
+    paths = [str(REPO_ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -3,8 +3,8 @@
 Every code has one HTTP status (:data:`HTTP_STATUS`); an exception whose status the code alone
 does not decide (a body over its limit is 413, too many logins 429) carries its own ``status``.
 Packages define their own subclasses (``server.auth.errors``, ``server.viewer.access``,
-``server.db.errors``, ``relay.config``, ``relay.desktops.probe``, ``relaydesk.client``) under
-this root.
+``server.db.errors``, ``relay.config``, ``relay.desktops.probe``) under this root. (The
+Python client, a distribution of its own, has its own ``ApiError``.)
 
 Tree::
 

@@ -2,6 +2,8 @@
 
 The code block is read from the document itself, so the quick start cannot drift from what
 works: token → conversation → start → screenshot → guarded click → type → stop.
+:func:`quick_start_python` is shared with the test that runs it from an empty virtualenv with
+only the client distribution installed (``test_install.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from relaydesk.client import ApiError, RelaydeskClient
+from relaydesk_client import ApiError, RelaydeskClient
 from tests.e2e.viewer_stack import ViewerStack, viewer_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]

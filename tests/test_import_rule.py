@@ -32,7 +32,8 @@ pytestmark = pytest.mark.unit
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 FIRST_PARTY = frozenset(
-    {"wire", "server", "relay", "host_helper", "relaydesk", "migrations", "tests", "benchmarks"}
+    {"wire", "server", "relay", "host_helper", "relaydesk", "relaydesk_client", "migrations"}
+    | {"tests", "benchmarks"}
 )
 CHECKED_PACKAGES = ("server", "relay", "host_helper", "wire")
 ALLOWED_FIRST_PARTY = {

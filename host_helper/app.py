@@ -29,7 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from host_helper.a11y import HostA11y
-from host_helper.config import HelperConfig
+from host_helper.config import HelperSettings
 from host_helper.connect import connect
 from host_helper.desktop import LocalDesktops
 from host_helper.input_watch import Attribution, InputWatch
@@ -46,12 +46,12 @@ from wire.errors import (
 )
 from wire.jsonbody import is_json_media_type, parse_json_object
 
-__all__ = ["HelperConfig", "build_app", "serve"]
+__all__ = ["HelperSettings", "build_app", "serve"]
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-CONFIG_KEY: web.AppKey[HelperConfig] = web.AppKey("config", HelperConfig)
+CONFIG_KEY: web.AppKey[HelperSettings] = web.AppKey("config", HelperSettings)
 DESKTOPS_KEY: web.AppKey[LocalDesktops] = web.AppKey("desktops", LocalDesktops)
 SCREEN_KEY: web.AppKey[HostScreen] = web.AppKey("screen", HostScreen)
 INPUT_KEY: web.AppKey[InputWatch] = web.AppKey("input", InputWatch)
@@ -206,7 +206,7 @@ async def _start_watchdog(app: web.Application) -> None:
         app[INPUT_KEY].start()
 
 
-def build_app(config: HelperConfig) -> web.Application:
+def build_app(config: HelperSettings) -> web.Application:
     app = web.Application(middlewares=[require_token, op_errors], client_max_size=MAX_BODY)
     app[CONFIG_KEY] = config
     app[DESKTOPS_KEY] = LocalDesktops(config)
@@ -228,7 +228,7 @@ def build_app(config: HelperConfig) -> web.Application:
     return app
 
 
-async def serve(config: HelperConfig) -> None:
+async def serve(config: HelperSettings) -> None:
     """Serve until SIGINT/SIGTERM, then stop accepting, close streams, stop the desktop."""
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

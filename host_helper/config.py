@@ -13,7 +13,7 @@ TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 
 
 @dataclass(frozen=True)
-class HelperConfig:
+class HelperSettings:
     """What the helper shares, who may ask, and how long its children may take."""
 
     host: str

@@ -25,7 +25,7 @@ import aiohttp
 from Xlib import error as xerror
 from Xlib.display import Display
 
-from host_helper.config import HelperConfig
+from host_helper.config import HelperSettings
 from relay.desktops.displays import free_ports
 from relay.desktops.probe import (
     LOOPBACK,
@@ -118,7 +118,7 @@ class LocalDesktop:
 class LocalDesktops:
     """Owns the helper's (at most one) local desktop: start, status, compare-and-stop, watchdog."""
 
-    def __init__(self, config: HelperConfig) -> None:
+    def __init__(self, config: HelperSettings) -> None:
         self.config = config
         self.current: LocalDesktop | None = None
         self.last_failure: dict[str, Any] | None = None

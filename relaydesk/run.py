@@ -161,7 +161,7 @@ def run_host_helper(
     input_backend: str = "xtest",
 ) -> int:
     """Run the host helper until SIGINT/SIGTERM (then it stops what it started)."""
-    from host_helper.app import HelperConfig, serve
+    from host_helper.app import HelperSettings, serve
     from host_helper.config import env_flag
     from relay.screen.backends import BACKENDS
 
@@ -175,7 +175,7 @@ def run_host_helper(
         print(f"relaydesk host-helper: unknown input backend {input_backend!r} (known: {known})",
               file=sys.stderr)  # fmt: skip
         return 2
-    config = HelperConfig(
+    config = HelperSettings(
         host=host,
         port=port,
         token=token,

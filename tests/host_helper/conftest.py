@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from host_helper.app import DESKTOPS_KEY, build_app
-from host_helper.config import HelperConfig
+from host_helper.config import HelperSettings
 from host_helper.desktop import LocalDesktops
 from tests.support.processes import free_port, scaled
 from tests.support.screens import private_screen, recorder_on
@@ -76,7 +76,7 @@ class Helper:
 
 
 @contextlib.asynccontextmanager
-async def running_helper(config: HelperConfig) -> AsyncIterator[Helper]:
+async def running_helper(config: HelperSettings) -> AsyncIterator[Helper]:
     app = build_app(config)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=scaled(5))
     await runner.setup()
@@ -90,7 +90,7 @@ async def running_helper(config: HelperConfig) -> AsyncIterator[Helper]:
         await runner.cleanup()  # stops the desktop it started
 
 
-def helper_config(display: str, **overrides: Any) -> HelperConfig:
+def helper_config(display: str, **overrides: Any) -> HelperSettings:
     values: dict[str, Any] = {
         "host": "127.0.0.1",
         "port": free_port(),
@@ -101,7 +101,7 @@ def helper_config(display: str, **overrides: Any) -> HelperConfig:
         "probe_timeout_s": scaled(3),
         "watchdog_interval_s": 0.5,
     }
-    return HelperConfig(**(values | overrides))
+    return HelperSettings(**(values | overrides))
 
 
 @pytest.fixture

@@ -14,16 +14,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from server.auth.capability import ViewerDenied, verify
-from server.db.records import role_allows
+from server.auth.capability import ViewerDenied
 from server.db.store import Store
 from server.errors import error_response
 from server.relays.calls import call
 from server.relays.router import RelayRouter
 from server.viewer.access import ViewerRefused
-from server.viewer.keyboard_state import HEADERS, RELAY_TIMEOUT_S, answer, relay_refusal
+from server.viewer.keyboard_state import (
+    HEADERS,
+    RELAY_TIMEOUT_S,
+    answer,
+    relay_refusal,
+    viewer_grant,
+)
 from wire import ops
-from wire.errors import CloseCode, ErrorCode, OpError, RelaydeskError
+from wire.errors import ErrorCode, OpError, RelaydeskError
 from wire.ids import RelayId
 
 
@@ -34,15 +39,11 @@ def _refused(err: RelaydeskError) -> Response:
 def clipboard_state_route(store: Store, relays: RelayRouter, secret_key: str) -> Route:
     async def clipboard_state(request: Request) -> Response:
         """``{ok, known, text, truncated}`` for the capability's desktop, or the refusal."""
-        sid, token = request.path_params["sid"], request.path_params["token"]
         try:
-            grant = verify(secret_key, token, sid)
-        except ViewerDenied as err:
+            grant = await viewer_grant(store, secret_key, request, person_only=True)
+        except (ViewerDenied, ViewerRefused) as err:
             return _refused(err)
-        role = await store.get_role(grant.conversation_id, grant.user_id)
-        visible = await store.is_relay_visible(grant.relay_id, grant.conversation_id)
-        if not grant.person or not role_allows(role, "write") or not visible:
-            return _refused(ViewerRefused(CloseCode.VIEWER_FORBIDDEN))
+        sid = request.path_params["sid"]
         try:
             result = await call(
                 relays,

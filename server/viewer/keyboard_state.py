@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from server.auth.capability import ViewerDenied, verify
+from server.auth.capability import ViewerDenied, ViewerGrant, verify
 from server.db.records import role_allows
 from server.db.store import Store
 from server.errors import error_response
@@ -57,18 +57,29 @@ def _lock(result: ops.KeyboardState, name: str) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+async def viewer_grant(
+    store: Store, secret_key: str, request: Request, *, person_only: bool = False
+) -> ViewerGrant:
+    """The path's viewer capability, verified, its holder still a ``write`` member of a
+    conversation that sees the relay (and a person, with ``person_only``); else
+    ``ViewerDenied`` or ``ViewerRefused``."""
+    sid, token = request.path_params["sid"], request.path_params["token"]
+    grant = verify(secret_key, token, sid)
+    role = await store.get_role(grant.conversation_id, grant.user_id)
+    visible = await store.is_relay_visible(grant.relay_id, grant.conversation_id)
+    if (person_only and not grant.person) or not role_allows(role, "write") or not visible:
+        raise ViewerRefused(CloseCode.VIEWER_FORBIDDEN)
+    return grant
+
+
 def keyboard_state_route(store: Store, relays: RelayRouter, secret_key: str) -> Route:
     async def keyboard_state(request: Request) -> Response:
         """The lock states of the capability's desktop, or ``known: false`` with the reason."""
-        sid, token = request.path_params["sid"], request.path_params["token"]
         try:
-            grant = verify(secret_key, token, sid)
-        except ViewerDenied as err:
+            grant = await viewer_grant(store, secret_key, request)
+        except (ViewerDenied, ViewerRefused) as err:
             return _unknown(err)
-        role = await store.get_role(grant.conversation_id, grant.user_id)
-        visible = await store.is_relay_visible(grant.relay_id, grant.conversation_id)
-        if not role_allows(role, "write") or not visible:
-            return _unknown(ViewerRefused(CloseCode.VIEWER_FORBIDDEN))
+        sid = request.path_params["sid"]
         try:
             result = await call(
                 relays,

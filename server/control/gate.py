@@ -27,18 +27,48 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from server.auth.principal import Principal
 from server.control.audit import AuditContext
 from server.control.model import AgentRequest, DesktopKey, Grant, GrantScope, place_key
+from server.db.records import RelayRecord
 from server.db.rows import DesktopRow
+from server.db.store import Store
 from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.ids import RelayId
 from wire.ops import DesktopKind
 
 if TYPE_CHECKING:
-    from server.actions.context import ActionContext
     from server.control.service import ControlService
+
+
+class GateParts(Protocol):
+    """What the gate uses of the server's parts."""
+
+    @property
+    def control(self) -> ControlService: ...
+
+
+class GateContext(Protocol):
+    """What the gate reads of an action call (``server.actions.context.ActionContext``)."""
+
+    conversation_id: str
+    source: str
+    request_id: str
+    relay: RelayRecord | None
+
+    @property
+    def principal(self) -> Principal: ...
+
+    @property
+    def parts(self) -> GateParts: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def relay_id(self) -> RelayId: ...
 
 
 @dataclass(frozen=True)
@@ -84,7 +114,7 @@ class AgentGrant:
         )
 
 
-def control_of(ctx: ActionContext) -> ControlService:
+def control_of(ctx: GateContext) -> ControlService:
     return ctx.parts.control
 
 
@@ -93,7 +123,7 @@ def is_person(principal: Principal) -> bool:
     return principal.via == "cookie"
 
 
-def require_person(ctx: ActionContext, action: str) -> None:
+def require_person(ctx: GateContext, action: str) -> None:
     """``403 forbidden`` unless a person calls: take control, hand back and Stop are theirs."""
     if not is_person(ctx.principal):
         raise OpError(
@@ -103,7 +133,7 @@ def require_person(ctx: ActionContext, action: str) -> None:
         )
 
 
-def agent_request(ctx: ActionContext, window_id: str | None, scope: GrantScope) -> AgentRequest:
+def agent_request(ctx: GateContext, window_id: str | None, scope: GrantScope) -> AgentRequest:
     if scope == "window" and not window_id:
         raise InvalidArgs("window_id", "a window grant needs the window's id")
     principal = ctx.principal
@@ -111,7 +141,7 @@ def agent_request(ctx: ActionContext, window_id: str | None, scope: GrantScope) 
 
 
 async def admit_agent_input(
-    ctx: ActionContext,
+    ctx: GateContext,
     target: DesktopTarget,
     *,
     window_id: str | None = None,
@@ -131,7 +161,7 @@ async def admit_agent_input(
 
 @contextlib.asynccontextmanager
 async def agent_input(
-    ctx: ActionContext,
+    ctx: GateContext,
     target: DesktopTarget,
     *,
     window_id: str | None = None,
@@ -145,7 +175,7 @@ async def agent_input(
 
 
 @contextlib.asynccontextmanager
-async def agent_act(ctx: ActionContext, target: DesktopTarget) -> AsyncIterator[None]:
+async def agent_act(ctx: GateContext, target: DesktopTarget) -> AsyncIterator[None]:
     """An act on a running desktop's life (launch an app, stop it): for an agent, through
     :func:`agent_input`; a person's own act passes."""
     if is_person(ctx.principal):
@@ -155,7 +185,7 @@ async def agent_act(ctx: ActionContext, target: DesktopTarget) -> AsyncIterator[
         yield
 
 
-async def admit_agent_place(ctx: ActionContext, kind: DesktopKind, slot: str) -> None:
+async def admit_agent_place(ctx: GateContext, kind: DesktopKind, slot: str) -> None:
     """Before an agent starts a desktop in ``(kind, slot)`` of the context's relay:
     ``stopped_by_user`` while a person's Stop holds it there (a person passes)."""
     if is_person(ctx.principal):
@@ -166,7 +196,7 @@ async def admit_agent_place(ctx: ActionContext, kind: DesktopKind, slot: str) ->
 
 
 async def resolve_target(
-    ctx: ActionContext,
+    ctx: GateContext,
     *,
     desktop_session_id: str | None = None,
     kind: DesktopKind = "virtual",

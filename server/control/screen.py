@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from server.control.gate import DesktopTarget, agent_input, resolve_target
+from server.control.gate import DesktopTarget, GateContext, agent_input, resolve_target
 from wire.errors import ErrorCode, OpError
-
-if TYPE_CHECKING:
-    from server.actions.context import ActionContext
 
 # Anything else the screen tool does is input (a new action is gated until listed here).
 READ_ACTIONS: Final = frozenset(
@@ -54,7 +51,7 @@ def action_shape(args: dict[str, Any]) -> dict[str, Any]:
     return shape
 
 
-async def _target(ctx: ActionContext, args: dict[str, Any]) -> DesktopTarget | None:
+async def _target(ctx: GateContext, args: dict[str, Any]) -> DesktopTarget | None:
     """The running desktop the call means. None when the inventory knows of none: then there
     is nothing a person could hold, and the relay answers for itself (``not_running``, or
     ``unavailable`` for a real screen without a host helper) before any input."""
@@ -73,7 +70,7 @@ async def _target(ctx: ActionContext, args: dict[str, Any]) -> DesktopTarget | N
 
 @contextlib.asynccontextmanager
 async def screen_input(
-    ctx: ActionContext, args: dict[str, Any], refused: Refused
+    ctx: GateContext, args: dict[str, Any], refused: Refused
 ) -> AsyncIterator[None]:
     """Gate one ``screen`` call; ``refused`` audits a refusal the tool never saw."""
     action = args.get("action")

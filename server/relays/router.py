@@ -1,6 +1,6 @@
 """``RelayRouter``: how a request or a byte stream reaches a relay, wherever it is connected.
 
-Two implementations side by side, chosen in one place (:func:`server.cluster.build_router`):
+Two implementations side by side, chosen in one place (:func:`server.cluster.build.routing`):
 :class:`server.relays.hub.RelayHub` for one process (the relay's link is here or nowhere), and
 :class:`server.cluster.router.ClusterRouter` for several replicas sharing Redis (a relay held by
 another replica is reached through that replica's internal channel). Callers see one interface.

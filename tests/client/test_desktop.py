@@ -50,7 +50,7 @@ async def test_a_desktop_it_started_is_stopped_when_the_block_ends(stack: Viewer
     assert clicked["ok"] is True, clicked
     assert desktop.viewer_url.startswith(("/", "http")), desktop.viewer_url
     assert session not in await running(stack)
-    audit = [(row.op, row.outcome) for row in await stack.app.state.services.store.list_audit()]
+    audit = [(row.op, row.outcome) for row in await stack.app.state.parts.store.list_audit()]
     assert ("desktop.stop_confirm", "stopped") in audit, audit
 
 

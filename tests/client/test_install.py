@@ -91,7 +91,7 @@ async def test_the_quick_start_runs_from_the_client_alone(
 
     assert "watch it:" in out, out
     assert (tmp_path / "screen.png").read_bytes().startswith(PNG_MAGIC)
-    audit = [row.op for row in await stack.app.state.services.store.list_audit()]
+    audit = [row.op for row in await stack.app.state.parts.store.list_audit()]
     for op in ("start", "screen.screenshot", "screen.click", "screen.type", "screen.key"):
         assert any(name.endswith(op) for name in audit), (op, audit)
     live = await stack.action("desktop_list_active")

@@ -7,10 +7,11 @@ its records read. A new kind of desktop is one more launcher (docs/desktops.md, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from relay.desktops.config import DesktopConfig
 from relay.desktops.credentials import RelayAuthority
@@ -20,6 +21,10 @@ from relay.desktops.user import DesktopUser
 from relay.desktops.validation import StartRequest
 from wire.ids import DesktopSessionId
 from wire.ops import DesktopKind
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,20 @@ class Records(Generic[D, S]):
     desktops: list[D] = field(default_factory=list)
     interrupted: list[S] = field(default_factory=list)
     keep: bool = True
+
+
+def rebuilt(
+    records: Iterable[dict[str, Any]], from_record: Callable[[dict[str, Any]], T], what: str
+) -> list[T]:
+    """The state file's records of ``what`` rebuilt by ``from_record``; a malformed one
+    (``KeyError``, ``TypeError``, ``ValueError``) is skipped with a warning."""
+    rebuilt: list[T] = []
+    for record in records:
+        try:
+            rebuilt.append(from_record(record))
+        except (KeyError, TypeError, ValueError) as err:
+            logger.warning("skipping a malformed record of %s: %s", what, type(err).__name__)
+    return rebuilt
 
 
 class Launcher(Protocol[D, S]):

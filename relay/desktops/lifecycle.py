@@ -44,15 +44,12 @@ class Desktops(Generic[D, S, L]):
     def __init__(
         self,
         launcher: L,
-        *,
-        max_desktops: int,
-        watchdog_interval_s: float,
-        probe_failures: int,
         on_change: OnChange | None = None,
     ) -> None:
         self.launcher = launcher
         self.on_change = on_change
-        self.max_desktops = max_desktops
+        config = launcher.config
+        self.max_desktops = config.max_desktops
         self.slots: Slots[D, S] = Slots(
             StateFile(launcher.state_file), launcher.authority, launcher.authority_source,
             read=not launcher.adopt_first, saving=launcher.saving,
@@ -60,8 +57,8 @@ class Desktops(Generic[D, S, L]):
         launcher.attach(self.slots)
         self._lock = self.slots.lock
         self._desktops = self.slots.desktops
-        self._watchdog = Watchdog(self.check_all, watchdog_interval_s)
-        self._strikes = ProbeStrikes(probe_failures)
+        self._watchdog = Watchdog(self.check_all, config.watchdog_interval_s)
+        self._strikes = ProbeStrikes(config.probe_failures)
         self._cleanup: asyncio.Task[None] | None = None  # adopt(clean_up_later=True)
 
     @property

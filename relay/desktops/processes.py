@@ -31,7 +31,7 @@ from relay.desktops.homes import (
     secure_state_dir,
 )
 from relay.desktops.launch import A11Y_BUS_CHILD, AudioStarter, accessible_argv, missing_binaries
-from relay.desktops.launcher import Records, StartOptions
+from relay.desktops.launcher import Records, StartOptions, rebuilt
 from relay.desktops.lifecycle import Desktops, OnChange
 from relay.desktops.probe import ProbeResult, probe_chain
 from relay.desktops.process import ChildProcess
@@ -104,10 +104,7 @@ class ProcessLauncher:
 
     def lifecycle(self, on_change: OnChange | None = None) -> ProcessDesktops:
         """The lifecycle that runs this launcher's desktops."""
-        config = self.config
-        return Desktops(self, max_desktops=config.max_desktops, on_change=on_change,
-                        watchdog_interval_s=config.watchdog_interval_s,
-                        probe_failures=config.probe_failures)  # fmt: skip
+        return Desktops(self, on_change)
 
     def attach(self, slots: Slots[Desktop, StartingDesktop]) -> None:
         self.slots = slots
@@ -160,10 +157,10 @@ class ProcessLauncher:
         keep = await self._lease_for_adoption(bool(records or interrupted))
         await asyncio.to_thread(beat, self.config)
         return Records(
-            [d for d in map(_parse_record, records) if d is not None],
-            [s for s in map(_parse_starting, interrupted) if s is not None],
+            rebuilt(records, Desktop.from_record, "a desktop"),
+            rebuilt(interrupted, StartingDesktop.from_record, "a desktop's start"),
             keep=keep and not self._homes.changed_user,
-        )  # fmt: skip
+        )
 
     async def adoptable(self, desktop: Desktop) -> bool:
         # A desktop started without credentials is open to every local user: never kept.
@@ -389,18 +386,3 @@ class ProcessLauncher:
                     desktop.slot, child.returncode(),
                 )  # fmt: skip
 
-
-def _parse_record(record: dict[str, object]) -> Desktop | None:
-    try:
-        return Desktop.from_record(record)
-    except (KeyError, TypeError, ValueError) as err:
-        logger.warning("skipping malformed desktop record: %s", type(err).__name__)
-        return None
-
-
-def _parse_starting(record: dict[str, object]) -> StartingDesktop | None:
-    try:
-        return StartingDesktop.from_record(record)
-    except (KeyError, TypeError, ValueError) as err:
-        logger.warning("skipping malformed record of a start: %s", type(err).__name__)
-        return None

@@ -46,7 +46,7 @@ _STARTER = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
+    from relay.desktops import DesktopConfig, process_desktops
 
     async def main() -> None:
         config = DesktopConfig(state_dir=Path(sys.argv[1]), apps=("sleep 600",),
@@ -66,16 +66,16 @@ _STUCK_RECORDING = textwrap.dedent(
     """
     import asyncio, sys, time
     from pathlib import Path
-    from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
-    from relay.desktops.slots import Slots
+    from relay.desktops import DesktopConfig, process_desktops
+    from relay.desktops.starter import Starter
 
-    record = Slots.record_spawn
-    def stuck(self, child):
+    record = Starter._record
+    def stuck(self, session_id, child):
         if child.name == "websockify":
             print(child.pid, flush=True)
             time.sleep(600)
-        record(self, child)
-    Slots.record_spawn = stuck
+        record(self, session_id, child)
+    Starter._record = stuck
 
     async def main() -> None:
         config = DesktopConfig(state_dir=Path(sys.argv[1]), apps=(), window_manager=(),

@@ -29,7 +29,7 @@ from relay.desktops.docker.container import (
 from relay.desktops.docker.engine import DockerEngine, DockerEngineError
 from relay.desktops.docker.launch import ContainerRunner, accepts, health
 from relay.desktops.homes import Homes, remove_dirs
-from relay.desktops.launcher import Records, StartOptions
+from relay.desktops.launcher import Records, StartOptions, rebuilt
 from relay.desktops.lifecycle import Desktops, OnChange
 from relay.desktops.probe import PROBE_ERRORS, ProbeResult
 from relay.desktops.slots import Slots
@@ -82,10 +82,7 @@ class ContainerLauncher:
 
     def lifecycle(self, on_change: OnChange | None = None) -> ContainerDesktops:
         """The lifecycle that runs this launcher's desktops."""
-        config = self.config
-        return Desktops(self, max_desktops=config.max_desktops, on_change=on_change,
-                        watchdog_interval_s=config.watchdog_interval_s,
-                        probe_failures=config.probe_failures)  # fmt: skip
+        return Desktops(self, on_change)
 
     def attach(self, slots: Slots[ContainerDesktop, StartingContainer]) -> None:
         self.slots = slots
@@ -176,8 +173,8 @@ class ContainerLauncher:
             return None  # nothing can be checked: the records wait for a relay that can
         records, interrupted = await asyncio.to_thread(self.slots.state.load_all)
         return Records(
-            [d for d in map(_parse, records) if d is not None],
-            [s for s in map(_parse_starting, interrupted) if s is not None],
+            rebuilt(records, ContainerDesktop.from_record, "a docker desktop"),
+            rebuilt(interrupted, StartingContainer.from_record, "a docker desktop's start"),
         )
 
     async def adoptable(self, desktop: ContainerDesktop) -> bool:
@@ -274,21 +271,6 @@ class ContainerLauncher:
             if container_id and container_id not in keep:
                 logger.info("removing stray desktop container %s", container_id[:12])
                 await self._runner().remove_container(container_id)
-
-
-def _parse(record: dict[str, Any]) -> ContainerDesktop | None:
-    try:
-        return ContainerDesktop.from_record(record)
-    except (KeyError, TypeError, ValueError) as err:
-        logger.warning("skipping malformed docker desktop record: %s", type(err).__name__)
-        return None
-
-
-def _parse_starting(record: dict[str, Any]) -> StartingContainer | None:
-    try:
-        return StartingContainer.from_record(record)
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def _still_ours(info: dict[str, Any] | None, desktop: ContainerDesktop, key: str) -> bool:

@@ -144,4 +144,3 @@ class Launcher(Protocol[D, S]):
 
     async def close(self, left: bool) -> None:
         """The relay closes: release what the kind holds (``left``: desktops stay running)."""
-

@@ -197,7 +197,10 @@ class Desktops(Generic[D, S, L]):
         (holding the lifecycle lock, so no start runs before it is done): a restarted relay
         says ``hello`` without waiting for the stops (docs/desktops.md, "Relay restarts")."""
         async with self._lock:
-            adopted, leftovers = await self._adopt_locked()
+            adoption = await self._adopt_locked()
+        if adoption is None:
+            return []  # nothing can be checked: the records wait for a relay that can
+        adopted, leftovers = adoption
         cleaning = self._clean_up(leftovers)
         if clean_up_later:
             self._cleanup = asyncio.create_task(self._clean_up_logged(cleaning))
@@ -205,13 +208,14 @@ class Desktops(Generic[D, S, L]):
             await cleaning
         return [d.to_row() for d in adopted]
 
-    async def _adopt_locked(self) -> tuple[list[D], list[DesktopSessionId]]:
+    async def _adopt_locked(self) -> tuple[list[D], list[DesktopSessionId]] | None:
         """Which recorded desktops are kept (their probes run together). Until the clean-up
         has stopped them, the rest stay in the state file as starts that did not finish, so
-        a relay killed in between leaves them to the next one."""
+        a relay killed in between leaves them to the next one. None: the launcher cannot
+        check the records now (nothing is read, written or removed)."""
         records = await self.launcher.recorded()
         if records is None:
-            return [], []  # nothing can be checked: the records wait for a relay that can
+            return None
         if not records.keep and records.desktops:
             logger.warning("not re-adopting %d %s: they run as another account",
                            len(records.desktops), self.launcher.noun)  # fmt: skip
@@ -333,9 +337,8 @@ class Desktops(Generic[D, S, L]):
                 {"max_desktops": self.max_desktops},
             )
         await self.launcher.ready(req)
-        if not self.slots.read:
-            _, leftovers = await self._adopt_locked()
-            await self._clean_up_locked(leftovers)
+        if not self.slots.read and (adoption := await self._adopt_locked()) is not None:
+            await self._clean_up_locked(adoption[1])
 
     async def _launch(self, req: StartRequest) -> D:
         session_id = DesktopSessionId(secrets.token_hex(16))

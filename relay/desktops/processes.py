@@ -385,4 +385,3 @@ class ProcessLauncher:
                     "keeps running, the bus is started again on the next accessibility call",
                     desktop.slot, child.returncode(),
                 )  # fmt: skip
-

@@ -62,10 +62,6 @@ class Desktop:
         """x11vnc's VNC authentication secret (the relay answers it for its viewers)."""
         return self.credentials.vnc_secret if self.credentials is not None else None
 
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.kind, self.slot)
-
     def to_row(self) -> RelayRow:
         """The status row: what the server's inventory needs, no pids or host paths."""
         return {

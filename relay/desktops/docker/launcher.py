@@ -148,9 +148,7 @@ class ContainerLauncher:
         if self.unavailable is not None or self.engine is None:
             raise OpError(ErrorCode.UNAVAILABLE, self.unavailable or NO_DAEMON, {"field": "kind"})
 
-    async def launch(
-        self, req: StartRequest, session_id: DesktopSessionId
-    ) -> ContainerDesktop:
+    async def launch(self, req: StartRequest, session_id: DesktopSessionId) -> ContainerDesktop:
         user = await self._homes.desktop_user()
         run_dir = self._root() / session_id[:16]
         self.slots.starting[session_id] = StartingContainer(session_id, req.slot, run_dir)
@@ -206,8 +204,9 @@ class ContainerLauncher:
         """Containers labelled with this relay's key that no record keeps (a relay killed
         between creating one and recording it), and directories no desktop owns."""
         if self.engine is not None:
-            await self._remove_strays(self.engine, {d.container_id
-                                                    for d in self.slots.desktops.values()})
+            await self._remove_strays(
+                self.engine, {d.container_id for d in self.slots.desktops.values()}
+            )
         names = {DesktopSessionId(d.run_dir.name) for d in self.slots.desktops.values()}
         await asyncio.to_thread(remove_dirs, self._root(), names)
 

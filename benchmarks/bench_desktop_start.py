@@ -26,14 +26,14 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import psutil
 
 from benchmarks.rfb import RFBClient
-from relay.desktops import DesktopConfig, DesktopManager
+from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
 from relay.desktops.probe import rfb_banner_ws
+from wire.ops import RelayRow
 
 TARGET_START_S = 1.5
 TARGET_PROFILE_RATIO = 1.5
@@ -47,9 +47,9 @@ def browser_mapped(config: DesktopConfig, display: str) -> bool:
     return "Chromium" in done.stdout
 
 
-async def first_frame(mgr: DesktopManager, row: dict[str, Any]) -> None:
+async def first_frame(mgr: ProcessDesktops, row: RelayRow) -> None:
     """What a viewer waits for: the RFB handshake through websockify, then a whole frame."""
-    secret = mgr.vnc_secret(row["desktop_session_id"])
+    secret = mgr.launcher.vnc_secret(row["desktop_session_id"])
     url = f"ws://127.0.0.1:{row['websockify_port']}/websockify"
     client = await RFBClient.open_websocket(url, secret)
     try:
@@ -61,7 +61,7 @@ async def first_frame(mgr: DesktopManager, row: dict[str, Any]) -> None:
 
 
 async def time_profile_start(
-    mgr: DesktopManager, profile: str, wait_browser: bool
+    mgr: ProcessDesktops, profile: str, wait_browser: bool
 ) -> tuple[float, float | None]:
     """(start → first frame, start → browser window mapped, or None when not waited for or
     not seen within 20 s) of one start."""
@@ -72,7 +72,7 @@ async def time_profile_start(
         frame = time.perf_counter() - started
         browser = None
         while wait_browser and time.perf_counter() - started < 20:
-            if await asyncio.to_thread(browser_mapped, mgr.config, row["display"]):
+            if await asyncio.to_thread(browser_mapped, mgr.config, row["display"] or ""):
                 browser = time.perf_counter() - started
                 break
             await asyncio.sleep(0.05)
@@ -84,7 +84,7 @@ async def time_profile_start(
 async def time_profiles(config: DesktopConfig, count: int) -> dict[str, list[float]]:
     """``count`` starts of each profile, interleaved (minimal, standard, minimal, …) so that
     the load of the machine weighs on both alike."""
-    mgr = DesktopManager(config)
+    mgr = process_desktops(config)
     times: dict[str, list[float]] = {"minimal": [], "standard": [], "browser": []}
     try:
         for _ in range(count):
@@ -134,7 +134,7 @@ def pss_mb(procs: list[psutil.Process]) -> float:
 
 
 async def time_starts(config: DesktopConfig, count: int) -> list[float]:
-    mgr = DesktopManager(config)
+    mgr = process_desktops(config)
     times = []
     try:
         async with aiohttp.ClientSession() as http:
@@ -155,7 +155,7 @@ async def idle_profile(
     config: DesktopConfig, idle_s: float, profile: str = "minimal", desktops: int = 4
 ) -> dict[str, float]:
     relay = psutil.Process()
-    mgr = DesktopManager(config)
+    mgr = process_desktops(config)
     try:
         for i in range(desktops):
             await mgr.start(slot=f"bench{i}", profile=profile)

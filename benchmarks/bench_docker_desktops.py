@@ -2,10 +2,10 @@
 
 Interleaved in one run, the same minimal session (openbox and xterm, no sound):
 
-* ``docker``: ``DockerDesktops.start`` (directory, display claim, container create and start,
-  until x11vnc greets through its unix socket) and the removal that ``stop`` does;
-* ``virtual``: ``DesktopManager.start`` (until the RFB banner comes through websockify) and its
-  stop: the baseline.
+* ``docker``: a start by the ``ContainerLauncher`` (directory, display claim, container create
+  and start, until x11vnc greets through its unix socket) and the removal that ``stop`` does;
+* ``virtual``: a start by the ``ProcessLauncher`` (until the RFB banner comes through
+  websockify) and its stop: the baseline.
 
 Also the desktop image's size and its memory in use per idle desktop (the container's cgroup).
 Needs a Docker daemon with ``relaydesk/desktop:dev`` (``scripts/docker-build desktop``) and the
@@ -23,14 +23,14 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from benchmarks.common import parser, percentile
-from relay.desktops import DesktopConfig, DesktopManager
-from relay.desktops.docker_config import DockerDesktopSettings
-from relay.desktops.docker_manager import DockerDesktops
+from relay.desktops import DesktopConfig, process_desktops
+from relay.desktops.docker.config import DockerDesktopSettings
+from relay.desktops.docker.launcher import ContainerLauncher
+from wire.ops import RelayRow
 
-Row = dict[str, Any]
+Row = RelayRow
 
 
 async def timed_start_stop(
@@ -48,13 +48,16 @@ async def timed_start_stop(
 async def run(rounds: int, settle_s: float) -> None:
     state = Path(tempfile.mkdtemp(prefix="bench-docker-desktops-"))
     config = DesktopConfig.from_env(state_dir=state, default_profile="minimal")
-    virtual = DesktopManager(config)
+    virtual = process_desktops(config)
     virtual.authority.use_in_process()
-    docker = DockerDesktops(config, DockerDesktopSettings.from_env(), authority=virtual.authority)
-    if reason := await docker.probe():
+    containers = ContainerLauncher(
+        config, DockerDesktopSettings.from_env(), authority=virtual.authority
+    )
+    docker = containers.lifecycle()
+    if reason := await containers.probe():
         sys.exit(f"no docker desktops here: {reason}")
     await docker.adopt()
-    engine = docker.engine
+    engine = containers.engine
     assert engine is not None
     samples: dict[str, list[tuple[float, float]]] = {"docker": [], "virtual": []}
 
@@ -82,12 +85,12 @@ async def run(rounds: int, settle_s: float) -> None:
         stats = await engine.stats(desktop.container_id)
         memory = float(stats["memory_stats"]["usage"]) / 1e6
         await stop_docker(row)
-        image = await engine.image(docker.settings.image) or {"Size": 0}
+        image = await engine.image(containers.settings.image) or {"Size": 0}
     finally:
         await docker.close(stop_desktops=True)
         await virtual.close(stop_desktops=True)
         shutil.rmtree(state, ignore_errors=True)
-    report(samples, float(image["Size"]) / 1e6, memory, docker.settings.image)
+    report(samples, float(image["Size"]) / 1e6, memory, containers.settings.image)
 
 
 def report(

@@ -19,7 +19,7 @@ from relay.a11y.settings import A11ySettings
 from relay.desktop_tools.settings import DesktopToolsConfigError, DesktopToolSettings
 from relay.desktops.audio import AudioSettings
 from relay.desktops.config import DesktopConfig
-from relay.desktops.docker_config import DockerDesktopSettings
+from relay.desktops.docker.config import DockerDesktopSettings
 from relay.desktops.leases import relay_key, taken_by_another
 from wire.errors import RelaydeskError
 

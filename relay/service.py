@@ -17,10 +17,10 @@ from relay.backend import DesktopBackend
 from relay.config import RelaySettings
 from relay.desktops.audio import PulseAudioStarter
 from relay.desktops.backend import VirtualBackend
-from relay.desktops.docker_backend import DockerBackend
-from relay.desktops.docker_manager import DockerDesktops
+from relay.desktops.docker.backend import DockerBackend
+from relay.desktops.docker.launcher import ContainerLauncher
 from relay.desktops.launch import missing_binaries
-from relay.desktops.manager import DesktopManager
+from relay.desktops.processes import ProcessLauncher
 from relay.desktops.screens import SharedScreenService
 from relay.handlers import Handlers
 from relay.local_desktop import HostHelperClient, LocalDesktop
@@ -57,18 +57,18 @@ class StateOwner:
 
 
 class RelayService:
-    """Owns the desktop manager and the server connection of one relay process."""
+    """Owns the relay's desktops and the server connection of one relay process."""
 
     def __init__(self, settings: RelaySettings) -> None:
         self.settings = settings
         desktop_config = settings.desktops
         audio = settings.audio  # relay/desktops/audio.py, docs/audio.md
-        self.desktops = DesktopManager(
+        # One lifecycle per kind of desktop, each with its launcher (relay/desktops/).
+        self.desktops = ProcessLauncher(
             desktop_config,
-            on_change=self._desktop_changed,
             audio=PulseAudioStarter(audio) if audio.available else None,
             audio_default=audio.default_on,
-        )
+        ).lifecycle(self._desktop_changed)
         # The relay's own X connections (screen tool, keyboard state) find each desktop's
         # cookie here; set once, before any of them opens (relay/desktops/credentials.py).
         self.desktops.authority.use_in_process()
@@ -99,13 +99,13 @@ class RelayService:
         ]
         if self.local is not None:
             backends.append(self.local)
-        # Desktops in containers (relay/desktops/docker_backend.py, docs/docker.md).
+        # Desktops in containers (relay/desktops/docker/backend.py, docs/docker.md).
         self.docker = DockerBackend(
-            DockerDesktops(
+            ContainerLauncher(
                 desktop_config, settings.docker, authority=self.desktops.authority,
                 sound_root=audio.runtime_root if audio.available else None,
-                audio_default=audio.default_on, on_change=self._desktop_changed,
-            ),
+                audio_default=audio.default_on,
+            ).lifecycle(self._desktop_changed),
             self.screen, a11y=settings.a11y,
         )  # fmt: skip
         backends.append(self.docker)
@@ -126,7 +126,7 @@ class RelayService:
         session_id = row["desktop_session_id"]
         return CaptureAccount(
             await self.desktops.desktop_user(),
-            functools.partial(self.desktops.enter_cgroup, session_id),
+            functools.partial(self.desktops.launcher.enter_cgroup, session_id),
         )
 
     async def _desktop_changed(self, row: Mapping[str, Any]) -> None:
@@ -145,7 +145,7 @@ class RelayService:
         began = time.monotonic()
         await asyncio.to_thread(self.owner.take)
         # What the last relay left that is not re-adopted is stopped after the hello.
-        adopted = await self.desktops.adopt_from_state(clean_up_later=True)
+        adopted = await self.desktops.adopt(clean_up_later=True)
         log.info(
             "re-adopted %d desktop(s) from the previous relay run", len(adopted),
             extra={"adopt_s": round(time.monotonic() - began, 3),

@@ -23,12 +23,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 from wire.errors import ErrorCode, OpError
-
-if TYPE_CHECKING:
-    from relay.desktops.user import DesktopUser
 
 log = logging.getLogger(__name__)
 
@@ -113,13 +110,21 @@ class A11yCaller(Protocol):
     ) -> dict[str, Any]: ...
 
 
+class RunAs(Protocol):
+    """The account a worker runs as (the desktop's user, ``relay/desktops/user.py``)."""
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        """``subprocess.Popen`` arguments that drop to this account."""
+        ...
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     """What one desktop's worker runs with."""
 
     python: str
     env: Mapping[str, str]
-    user: DesktopUser | None
+    user: RunAs | None
     log_path: Path | None
 
 

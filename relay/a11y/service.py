@@ -13,15 +13,15 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from relay.a11y.settings import A11ySettings
 from wire.errors import ErrorCode, OpError
-from wire.ops import RelayRow
+from wire.ops import DesktopKind, RelayRow, ScreenResult
+from wire.screen_actions import ScreenAction
 
 if TYPE_CHECKING:
     from relay.a11y.client import A11yCaller
-    from relay.backend import DesktopBackend
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,20 @@ CONFIRM_S: Final = 3.0
 CONFIRM_POLL_S: Final = 0.05
 
 
+class A11yBackend(Protocol):
+    """What this service needs of a desktop backend (``relay/backend.py``, which every backend
+    follows): its kind, the desktop's worker, and the screen stack for physical input."""
+
+    @property
+    def kind(self) -> DesktopKind: ...
+
+    async def a11y_worker(self, row: RelayRow) -> A11yCaller: ...
+
+    async def screen(
+        self, row: RelayRow, action: ScreenAction, args: dict[str, Any]
+    ) -> ScreenResult: ...
+
+
 class A11yService:
     """Accessibility calls on any backend's desktops, with this relay's policy."""
 
@@ -47,7 +61,7 @@ class A11yService:
         self.settings = settings
 
     async def call(
-        self, backend: DesktopBackend, row: RelayRow, call: str, params: dict[str, Any]
+        self, backend: A11yBackend, row: RelayRow, call: str, params: dict[str, Any]
     ) -> dict[str, Any]:
         worker = await backend.a11y_worker(row)
         timeout = CALL_TIMEOUT_S.get(call, 10.0)
@@ -89,7 +103,7 @@ class A11yService:
             await asyncio.sleep(CONFIRM_POLL_S)
 
     async def _physical(
-        self, backend: DesktopBackend, row: RelayRow, physical: dict[str, Any]
+        self, backend: A11yBackend, row: RelayRow, physical: dict[str, Any]
     ) -> None:
         """Input at the live bounds the worker just read (no screenshot guard: nothing was
         chosen on a picture)."""
@@ -119,7 +133,7 @@ class A11yService:
             raise OpError(ErrorCode.ACTION_FAILED, f"unknown physical action {action!r}")
 
     async def launched_window(
-        self, backend: DesktopBackend, row: RelayRow, pid: int, wait_s: float
+        self, backend: A11yBackend, row: RelayRow, pid: int, wait_s: float
     ) -> dict[str, Any]:
         """The app started as process group ``pid``, once its window is on the accessibility
         bus; ``timeout`` after ``wait_s``."""

@@ -77,14 +77,14 @@ async def session_of(backend: DesktopBackend, row: RelayRow) -> DesktopSession:
     no tools (the host's real screen), ``not_running`` when it has stopped."""
     if not isinstance(backend, VirtualBackend):
         raise OpError(ErrorCode.UNAVAILABLE, VIRTUAL_ONLY.format(kind=backend.kind))
-    manager = backend.manager
-    desktop = manager.live(row["desktop_session_id"])
+    desktops = backend.desktops
+    desktop = desktops.live(row["desktop_session_id"])
     if desktop is None:
         raise OpError(ErrorCode.NOT_RUNNING, "the desktop stopped")
     display = f":{desktop.display}"
     env = dict(desktop.session_env)
     env.setdefault("DISPLAY", display)
     return DesktopSession(
-        desktop.desktop_session_id, display, env, await manager.desktop_user(),
-        desktop.processes, manager.add_process,
+        desktop.desktop_session_id, display, env, await desktops.desktop_user(),
+        desktop.processes, desktops.launcher.add_process,
     )  # fmt: skip

@@ -1,4 +1,5 @@
-"""Virtual desktops on the relay: process lifecycle, watchdog, compare-and-stop, re-adoption.
+"""Desktops on the relay: one lifecycle (slots, state file, events, adoption, orphan rules),
+a launcher per kind (processes here, containers in ``docker/``).
 
 See docs/desktops.md. The names below load on first use, so a small process that needs one
 module (a desktop's orphan guard, ``relay/desktops/guard.py``) does not load the rest.
@@ -12,15 +13,27 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from relay.desktops.config import DesktopConfig
     from relay.desktops.launch import missing_binaries
-    from relay.desktops.manager import DesktopManager, OnChange
+    from relay.desktops.lifecycle import Desktops, OnChange
+    from relay.desktops.processes import ProcessDesktops, ProcessLauncher, process_desktops
 
-__all__ = ["DesktopConfig", "DesktopManager", "OnChange", "missing_binaries"]
+__all__ = [
+    "DesktopConfig",
+    "Desktops",
+    "OnChange",
+    "ProcessDesktops",
+    "ProcessLauncher",
+    "missing_binaries",
+    "process_desktops",
+]
 
 _WHERE = {
     "DesktopConfig": "relay.desktops.config",
-    "DesktopManager": "relay.desktops.manager",
-    "OnChange": "relay.desktops.manager",
+    "Desktops": "relay.desktops.lifecycle",
+    "OnChange": "relay.desktops.lifecycle",
+    "ProcessDesktops": "relay.desktops.processes",
+    "ProcessLauncher": "relay.desktops.processes",
     "missing_binaries": "relay.desktops.launch",
+    "process_desktops": "relay.desktops.processes",
 }
 
 

@@ -1,4 +1,5 @@
-"""``VirtualBackend``: the relay's own desktops (``DesktopManager``) as a ``DesktopBackend``.
+"""``VirtualBackend``: the relay's desktops of processes (``ProcessDesktops``) as a
+``DesktopBackend``.
 
 Screen actions and the keyboard state run through the relay's :class:`ScreenService` on the
 desktop's own display (one X connection per display; connections of displays whose desktops
@@ -12,13 +13,13 @@ import asyncio
 import base64
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from relay.a11y.client import A11yWorker, WorkerSpec, a11y_python
 from relay.a11y.settings import A11ySettings
 from relay.channels import ByteStream
-from relay.desktops.manager import DesktopManager
 from relay.desktops.process import ChildProcess, pid_create_time
+from relay.desktops.processes import ProcessDesktops
 from relay.desktops.screens import DesktopScreens, SharedScreenService
 from relay.vnc_target import VncTarget
 from wire.errors import ErrorCode, OpError, RfbHandshakeError
@@ -53,13 +54,14 @@ class VirtualBackend:
 
     def __init__(
         self,
-        manager: DesktopManager,
+        desktops: ProcessDesktops,
         screen: ScreenService | Callable[[], ScreenService] | None = None,
         *,
         missing: list[str] | None = None,
         a11y: A11ySettings | None = None,
     ) -> None:
-        self.manager = manager
+        self.desktops = desktops
+        self.processes = desktops.launcher
         self.a11y = a11y or A11ySettings()
         self._a11y_workers: dict[str, A11yWorker] = {}
         self._a11y_python: str | bool | None = False  # False: not looked for yet
@@ -71,49 +73,47 @@ class VirtualBackend:
         self._screen = screen
         # Programs a desktop needs that this host lacks: nothing starts while any is missing.
         self.missing = missing or []
-        self._screens = DesktopScreens(lambda: self.screen_service, manager.holds)
+        self._screens = DesktopScreens(lambda: self.screen_service, desktops.holds)
 
     def capabilities(self) -> list[str]:
         if self.missing:
             return []
-        available = [p["name"] for p in self.manager.profile_status() if p["available"]]
+        available = [p["name"] for p in self.processes.profile_status() if p["available"]]
         return ["virtual_desktop", *(f"profile:{name}" for name in available)]
 
-    def _runnable(self) -> DesktopManager:
+    def _runnable(self) -> ProcessDesktops:
         if self.missing:
             missing = ", ".join(self.missing)
             raise OpError(
                 ErrorCode.UNAVAILABLE, f"this relay cannot run desktops; missing: {missing}"
             )
-        return self.manager
+        return self.desktops
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self, args: DesktopStartArgs) -> DesktopStartResult:
-        row = await self._runnable().start(**args)
-        return cast(DesktopStartResult, row)
+        return await self._runnable().start(**args)
 
     async def stop(self, args: DesktopStopArgs) -> DesktopStopResult:
-        result = await self._runnable().stop(
+        return await self._runnable().stop(
             kind=args.get("kind", self.kind),
             slot=args.get("slot", "main"),
             desktop_session_id=args["desktop_session_id"],
         )
-        return cast(DesktopStopResult, result)
 
     async def rows(self) -> list[RelayRow]:
-        return cast(list[RelayRow], await self.manager.status())
+        return await self.desktops.status()
 
     async def holds(self, desktop_session_id: str) -> bool:
-        return self.manager.holds(desktop_session_id)
+        return self.desktops.holds(desktop_session_id)
 
     async def find(self, desktop_session_id: str | None, slot: str) -> RelayRow | None:
-        row = await self.manager.running(desktop_session_id, (self.kind, slot))
-        await self._release_gone(self.manager.displays())
-        return cast(RelayRow | None, row)
+        row = await self.desktops.running(desktop_session_id, slot)
+        await self._release_gone(self.desktops.displays())
+        return row
 
     def direct(self, desktop_session_id: str) -> VncDirectResult | None:
-        found = self.manager.live(desktop_session_id)
+        found = self.desktops.live(desktop_session_id)
         if found is None or found.vnc_secret is None:
             return None
         secret = base64.b64encode(found.vnc_secret).decode()
@@ -122,7 +122,7 @@ class VirtualBackend:
     # -- viewing and the screen --------------------------------------------------------------
 
     async def open_stream(self, row: RelayRow) -> ByteStream:
-        secret = self.manager.vnc_secret(row["desktop_session_id"])
+        secret = self.processes.vnc_secret(row["desktop_session_id"])
         if secret is None or "vnc_port" not in row:
             raise OpError(ErrorCode.NOT_RUNNING, "no running desktop has this session id")
         try:
@@ -166,20 +166,20 @@ class VirtualBackend:
                 "tools need (Debian: python3-gi; scripts/install installs it)",
                 {"suggestion": "use the screen tool (screenshot, then a guarded click)"},
             )  # fmt: skip
-        user = await self.manager.desktop_user()
+        user = await self.desktops.desktop_user()
 
         def spec() -> WorkerSpec:
-            desktop = self.manager.live(session_id)
+            desktop = self.desktops.live(session_id)
             if desktop is None:
                 raise OpError(ErrorCode.NOT_RUNNING, "the desktop stopped")
-            log_path = self.manager.config.log_dir / f"{desktop.kind}-{desktop.slot}.log"
+            log_path = self.processes.config.log_dir / f"{desktop.kind}-{desktop.slot}.log"
             env = dict(desktop.session_env) | self.a11y.worker_env()
             return WorkerSpec(python, env, user, log_path)
 
         async def joined(pid: int) -> None:
             child = ChildProcess.adopt("a11y-worker", pid, pid_create_time(pid) or 0.0,
                                        False, signal.SIGKILL)  # fmt: skip
-            if not await self.manager.add_process(session_id, child):
+            if not await self.processes.add_process(session_id, child):
                 child.kill()
 
         worker = A11yWorker(f"desktop {row.get('slot', '?')}", spec, joined)
@@ -188,28 +188,25 @@ class VirtualBackend:
 
     async def _release_gone(self, live: set[str]) -> None:
         """Close screen connections of displays whose desktops are gone."""
-        for session_id in [s for s in self._a11y_workers if not self.manager.holds(s)]:
+        for session_id in [s for s in self._a11y_workers if not self.desktops.holds(s)]:
             await self._a11y_workers.pop(session_id).aclose()
         await self._screens.release_gone(live)
 
     # -- profiles and homes ------------------------------------------------------------------
 
     def profiles(self) -> list[ProfileInfo]:
-        return cast(list[ProfileInfo], self._runnable().profile_status())
+        return self._runnable().launcher.profile_status()
 
     async def apps(self, desktop_session_id: str | None, slot: str) -> DesktopAppsResult:
-        result = await self._runnable().apps(desktop_session_id, (self.kind, slot))
-        return cast(DesktopAppsResult, result)
+        return await self._runnable().launcher.apps(desktop_session_id, slot)
 
     async def launch(
         self, desktop_session_id: str | None, slot: str, app: str
     ) -> DesktopLaunchResult:
-        result = await self._runnable().launch_app(desktop_session_id, (self.kind, slot), app)
-        return cast(DesktopLaunchResult, result)
+        return await self._runnable().launcher.launch_app(desktop_session_id, slot, app)
 
     async def reset_home(self, slot: str) -> DesktopResetHomeResult:
-        result = await self._runnable().reset_home(kind=self.kind, slot=slot)
-        return cast(DesktopResetHomeResult, result)
+        return await self._runnable().launcher.reset_home(slot)
 
     async def aclose(self) -> None:
         """Release the display connections this backend opened (if it owns its service)."""

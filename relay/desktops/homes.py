@@ -100,7 +100,7 @@ class Homes:
 
     def mark_busy(self, running: bool) -> None:
         """Desktops of this kind run (or no longer run) as the relay's account: the other
-        kind's last stop must not kill their processes (relay/desktops/slots.py)."""
+        kind's last stop must not kill their processes (relay/desktops/teardown.py)."""
         if self._user is not None:
             mark_busy(self._user.name, id(self), running)
 

@@ -52,7 +52,7 @@ class _Held:
     count: int = 1
 
 
-# Leases this process holds, by account name: two managers of one relay in one process (a
+# Leases this process holds, by account name: two lifecycles of one relay in one process (a
 # relay's successor in tests, a restart in place) share one.
 _HELD: dict[str, _Held] = {}
 _HELD_LOCK = threading.Lock()
@@ -61,7 +61,7 @@ _BUSY: dict[str, set[int]] = {}
 
 
 def mark_busy(name: str, owner: int, busy: bool) -> None:
-    """Say whether ``owner`` (a manager of another kind of desktop) runs desktops as ``name``."""
+    """Say whether ``owner`` (the lifecycle of another kind) runs desktops as ``name``."""
     with _HELD_LOCK:
         owners = _BUSY.setdefault(name, set())
         if busy:

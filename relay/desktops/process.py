@@ -312,7 +312,7 @@ async def _wait_until(predicate: Any, timeout_s: float) -> bool:
 class DesktopProcesses:
     """Every process group of one desktop, stopped together in reverse start order.
 
-    ``on_add`` is told of every child as soon as it is added (the manager records it in the
+    ``on_add`` is told of every child as soon as it is added (the starter records it in the
     state file at once, so a relay killed in the middle of a start leaves nothing unrecorded).
     """
 

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from relay.desktops.user import DesktopUser, write_in_home
 from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.ops import ProfileInfo
 
 logger = logging.getLogger(__name__)
 
@@ -102,11 +103,12 @@ class Profile:
                 out.append((f"app:{app.id}", self.expand(app.exec, home), dict(app.env)))
         return out
 
-    def status(self) -> dict[str, Any]:
-        """What a relay tells about this profile (capability): available, or what is missing."""
+    def status(self, default: bool) -> ProfileInfo:
+        """What a relay tells about this profile (capability): available, or what is missing;
+        ``default``: whether a start that names no profile gets it."""
         missing = self.missing()
         return {"name": self.name, "description": self.description,
-                "available": not missing, "missing": missing,
+                "available": not missing, "missing": missing, "default": default,
                 "apps": [a.to_dict() for a in self.apps]}  # fmt: skip
 
 

@@ -1,13 +1,12 @@
-"""``Starter``: one desktop start under the lifecycle lock, from its orphan guard to the row,
-recorded child by child so a relay killed mid-start leaves every process in the state file;
-and the relay's heartbeat that keeps the guards waiting."""
+"""``Starter``: one desktop of processes started under the lifecycle lock, from its orphan
+guard to the desktop, recorded child by child so a relay killed mid-start leaves every process
+in the state file; and the relay's heartbeat that keeps the guards waiting."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
-import secrets
 import shutil
 import sys
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from relay.desktops.process import ChildProcess, DesktopProcesses, run_to_comple
 from relay.desktops.profiles import Profile
 from relay.desktops.slots import Slots, now_iso
 from relay.desktops.state import Desktop, StartingDesktop
+from relay.desktops.teardown import Teardown
 from relay.desktops.validation import StartRequest
 from wire.ids import DesktopSessionId
 
@@ -45,21 +45,29 @@ def beat(config: DesktopConfig) -> None:
 
 
 class Starter:
-    """Starts desktops into :class:`Slots` (the caller holds the lock)."""
+    """Starts desktops, recording each start in the :class:`Slots` (the caller holds the
+    lock; the lifecycle adds the desktop to the slots once it runs)."""
 
     def __init__(
-        self, slots: Slots, homes: Homes, http: Callable[[], aiohttp.ClientSession]
+        self,
+        config: DesktopConfig,
+        slots: Slots[Desktop, StartingDesktop],
+        teardown: Teardown,
+        homes: Homes,
+        http: Callable[[], aiohttp.ClientSession],
     ) -> None:
+        self.config = config
         self._slots = slots
+        self._teardown = teardown
         self._homes = homes
         self._http = http
-        self.config = slots.config
 
-    async def launch(self, req: StartRequest, profile: Profile) -> Desktop:
-        """Start one desktop in the request's slot and record it."""
-        slots = self._slots
-        session_id = DesktopSessionId(secrets.token_hex(16))
-        launcher = Launcher(self.config, self._http(), slots.audio)
+    async def launch(
+        self, req: StartRequest, session_id: DesktopSessionId, profile: Profile
+    ) -> Desktop:
+        """Start one desktop in the request's slot."""
+        slots, teardown = self._slots, self._teardown
+        launcher = Launcher(self.config, self._http(), teardown.audio)
         private = self.config.run_dir / session_id
         procs = DesktopProcesses(on_add=lambda child: self._record(session_id, child))
         slots.starting[session_id] = StartingDesktop(session_id, req.kind, req.slot, procs)
@@ -68,13 +76,13 @@ class Starter:
             # Steps that make files finish even when the start is cancelled meanwhile, so
             # that _abandon finds and removes what they made.
             home, user, tmp = await run_to_completion(self._homes.prepare(req, session_id))
-            slots.user = user
+            teardown.user = user
             await asyncio.to_thread(self._make_cgroup, session_id)
             session = SessionSetup(profile, home, user, tmp)
             self._spawn_guard(req, session_id, procs)
             launched = await launcher.launch(
                 req, f"{req.kind}-{req.slot}", private, procs, session,
-                on_display=lambda display: slots.record_display(session_id, display),
+                on_display=lambda display: self._record_display(session_id, display),
             )  # fmt: skip
         except BaseException:
             own_home = (
@@ -84,13 +92,10 @@ class Starter:
             await run_to_completion(self._abandon(session_id, private, own_home))
             await asyncio.to_thread(shutil.rmtree, self._homes.tmp_of(session_id), True)
             raise
-        del slots.starting[session_id]
         desktop = self._desktop_from(req, session_id, launched)
         desktop.profile, desktop.persist_home = profile.name, req.persist_home
         desktop.home = str(session.home)
         desktop.session_env = launched.session_env
-        slots.desktops[desktop.key] = desktop
-        await slots.save()
         logger.info(
             "desktop started kind=%s slot=%s display=:%d", req.kind, req.slot, launched.display
         )
@@ -99,26 +104,34 @@ class Starter:
     def _record(self, session_id: DesktopSessionId, child: ChildProcess) -> None:
         """Record a new child, then move it into the desktop's cgroup (it is held until
         both are done; the orphan guard stays out, so it can kill the cgroup whole)."""
-        self._slots.record_spawn(child)
+        logger.debug("recording %s pid=%d of a starting desktop", child.name, child.pid)
+        self._slots.write_now()
         if child.name != GUARD:
-            self._slots.join_cgroup(session_id, child)
+            self._teardown.join_cgroup(session_id, child)
+
+    def _record_display(self, session_id: DesktopSessionId, display: int) -> None:
+        """Record a start's display number, before it makes the display's sound directory
+        (blocking, as :meth:`_record`)."""
+        starting = self._slots.starting.get(session_id)
+        if starting is not None:
+            starting.display = display
+            self._slots.write_now()
 
     def _make_cgroup(self, session_id: DesktopSessionId) -> None:
-        if (parent := self._slots.cgroups()) is not None:
+        if (parent := self._teardown.cgroups()) is not None:
             cgroups.create(parent, session_id)
 
     async def _abandon(
         self, session_id: DesktopSessionId, private: Path, home: Path | None
     ) -> None:
-        """A start failed or was cancelled: stop what it spawned, forget its record."""
+        """A start failed or was cancelled: stop what it spawned (the lifecycle forgets its
+        record)."""
         starting = self._slots.starting.get(session_id)
         if starting is not None:
-            await self._slots.stop_leftover(starting)
-            del self._slots.starting[session_id]
+            await self._teardown.stop_leftover(starting)
         await asyncio.to_thread(shutil.rmtree, private, True)
         if home is not None:
             await asyncio.to_thread(shutil.rmtree, home, True)
-        await self._slots.save()
 
     def _spawn_guard(
         self, req: StartRequest, session_id: DesktopSessionId, procs: DesktopProcesses
@@ -126,12 +139,12 @@ class Starter:
         """The desktop's orphan guard (relay/desktops/guard.py), its first child."""
         if self.config.orphan_timeout_s <= 0:
             return
-        audio = self._slots.audio
+        audio = self._teardown.audio
         args = GuardArgs(
             session_id, self.config.state_file, self.config.heartbeat_file,
             self.config.orphan_timeout_s, self.config.run_dir / session_id,
             audio.runtime_root if audio is not None else None,
-            self._slots.cgroup_of(session_id), self._homes.tmp_of(session_id),
+            self._teardown.cgroup_of(session_id), self._homes.tmp_of(session_id),
         )  # fmt: skip
         argv = [sys.executable, "-m", "relay.desktops.guard", *args.argv()]
         log = open_truncated(self.config.log_dir / f"{req.kind}-{req.slot}.guard.log")
@@ -147,10 +160,10 @@ class Starter:
         self, req: StartRequest, session_id: DesktopSessionId, launched: LaunchedDesktop
     ) -> Desktop:
         # No sound server is no reason to refuse a desktop: the row says why it is silent.
-        has_audio = self._slots.audio is not None
+        has_audio = self._teardown.audio is not None
         audio_reason = audio_outcome(req.audio, has_audio, launched.extra_env)
         return Desktop(
-            desktop_session_id=session_id, kind=req.kind, slot=req.slot,
+            desktop_session_id=session_id, kind="virtual", slot=req.slot,
             geometry=req.geometry, depth=req.depth, display=launched.display,
             started_at=now_iso(), started_by=req.started_by,
             websockify_port=launched.websockify_port, vnc_port=launched.vnc_port,

@@ -8,17 +8,25 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from relay.desktops.credentials import DesktopCredentials, private_dir
 from relay.desktops.process import DesktopProcesses, adopt_children
 from wire.ids import DesktopSessionId
+from wire.ops import DesktopKind, DesktopState, RelayRow
 
 logger = logging.getLogger(__name__)
 
 STATE_VERSION = 1
+
+
+class Recordable(Protocol):
+    """What the state file holds of a desktop or a start: its record."""
+
+    def to_record(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -26,7 +34,7 @@ class Desktop:
     """One live desktop incarnation in a slot."""
 
     desktop_session_id: DesktopSessionId
-    kind: str
+    kind: DesktopKind
     slot: str
     geometry: str
     depth: int
@@ -39,7 +47,7 @@ class Desktop:
     processes: DesktopProcesses
     dbus_address: str | None = None
     audio_reason: str | None = None
-    state: str = "running"
+    state: DesktopState = "running"
     adopted: bool = field(default=False, compare=False)
     # None only for a desktop of a relay version that started desktops without them.
     credentials: DesktopCredentials | None = field(default=None, compare=False)
@@ -54,11 +62,7 @@ class Desktop:
         """x11vnc's VNC authentication secret (the relay answers it for its viewers)."""
         return self.credentials.vnc_secret if self.credentials is not None else None
 
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.kind, self.slot)
-
-    def to_row(self) -> dict[str, Any]:
+    def to_row(self) -> RelayRow:
         """The status row: what the server's inventory needs, no pids or host paths."""
         return {
             "desktop_session_id": self.desktop_session_id,
@@ -80,7 +84,7 @@ class Desktop:
 
     def to_record(self) -> dict[str, Any]:
         """Row plus what re-adoption needs (pids, start times, bus address)."""
-        record = self.to_row()
+        record: dict[str, Any] = dict(self.to_row())
         record["display"] = self.display
         record["dbus_address"] = self.dbus_address
         record["processes"] = self.processes.to_records()
@@ -97,7 +101,7 @@ class Desktop:
         children = adopt_children(record["processes"])
         return cls(
             desktop_session_id=DesktopSessionId(str(record["desktop_session_id"])),
-            kind=str(record["kind"]),
+            kind=_virtual(record["kind"]),
             slot=str(record["slot"]),
             geometry=str(record["geometry"]),
             depth=int(record["depth"]),
@@ -117,6 +121,12 @@ class Desktop:
             home=None if record.get("home") is None else str(record["home"]),
             session_env={str(k): str(v) for k, v in dict(record.get("session_env") or {}).items()},
         )
+
+
+def _virtual(kind: object) -> DesktopKind:
+    if kind != "virtual":
+        raise ValueError("a record of another kind")
+    return "virtual"
 
 
 def _credentials(record: dict[str, Any]) -> DesktopCredentials | None:
@@ -171,7 +181,8 @@ class StartingDesktop:
 
 
 class StateFile:
-    """``desktops.json``: written atomically (temp file, fsync, rename), mode 0600.
+    """One kind's state file (``desktops.json``, ``docker-desktops.json``): written atomically
+    (temp file, fsync, rename), mode 0600.
 
     ``desktops`` holds complete desktops, ``starting`` the starts in progress (each child is
     recorded as it is spawned), so a relay that dies at any point leaves every process it
@@ -192,9 +203,7 @@ class StateFile:
         return self._records("starting")
 
     def _records(self, key: str) -> list[dict[str, Any]]:
-        data = self._read()
-        records = data.get(key)
-        return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+        return _dicts(self._read().get(key))
 
     def _read(self) -> dict[str, Any]:
         try:
@@ -209,7 +218,14 @@ class StateFile:
             return {}
         return data
 
-    def save(self, desktops: list[Desktop], starting: list[StartingDesktop] | None = None) -> None:
+    def load_all(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Records of the last relay's desktops and of its unfinished starts (one read)."""
+        data = self._read()
+        return _dicts(data.get("desktops")), _dicts(data.get("starting"))
+
+    def save(
+        self, desktops: Sequence[Recordable], starting: Sequence[Recordable] | None = None
+    ) -> None:
         payload = {
             "version": STATE_VERSION,
             "desktops": [d.to_record() for d in desktops],
@@ -231,3 +247,7 @@ class StateFile:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+
+def _dicts(value: object) -> list[dict[str, Any]]:
+    return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []

@@ -27,8 +27,8 @@ GEOMETRY_RE = re.compile(r"^([0-9]{1,5})x([0-9]{1,5})$")
 SESSION_ID_RE = re.compile(r"^[0-9a-f]{32,128}$")
 MAX_STARTED_BY = 200
 
-# kind → the kind this manager runs it as; None = served by another component (``docker``:
-# relay/desktops/docker_manager.py; ``local``: the host helper).
+# kind → the kind the process launcher runs it as; None = run elsewhere (``docker``:
+# relay/desktops/docker/launcher.py; ``local``: the host helper).
 _KINDS: dict[str, str | None] = {VIRTUAL: VIRTUAL, "docker": None, "local": None}
 
 
@@ -95,7 +95,7 @@ def parse_geometry(geometry: object) -> tuple[int, int]:
 
 
 def check_profile(profile: object) -> str | None:
-    """A profile name (whether this relay has it is the manager's to say)."""
+    """A profile name (whether this relay has it is the launcher's to say)."""
     if profile is None:
         return None
     if not isinstance(profile, str) or not PROFILE_RE.fullmatch(profile):

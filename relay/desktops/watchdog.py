@@ -1,6 +1,7 @@
-"""The periodic health loop; what one round checks lives in ``DesktopManager.check_all``
-(and ``DockerDesktopManager.check_all``); ``ProbeStrikes`` is the rule both apply to a round's
-probe results (docs/desktops.md, "Watchdog")."""
+"""The periodic health loop; what one round checks lives in ``Desktops.check_all``
+(``relay/desktops/lifecycle.py``, with each kind's own checks in its launcher);
+``ProbeStrikes`` is the rule it applies to a round's probe results (docs/desktops.md,
+"Watchdog")."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from PIL import Image
 
 from benchmarks.bench_audio import Decoder, Heard, listener, note, peak_hz, tone
 from benchmarks.rfb import RFBClient
-from relay.desktops.docker_config import DockerDesktopSettings, relay_key
+from relay.desktops.docker.config import DockerDesktopSettings, relay_key
 from tests.support.docker import (
     BUILD_TIMEOUT_S,
     REPO_ROOT,

@@ -23,13 +23,14 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from relay.desktops import DesktopConfig, DesktopManager
+from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
 from relay.vnc_target import VncTarget
 from relay.wsframes import HEADROOM
 from server.db.engine import create_engine
 from tests.support.processes import free_port, scaled
 from tests.support.xvfb import private_xvfb
 from wire.errors import RfbHandshakeError
+from wire.ops import RelayRow
 from wire.rfb import RFB_3_8, VncClientHandshake, rfbauth_file_bytes
 
 pytestmark = pytest.mark.integration
@@ -76,7 +77,7 @@ def open_base() -> Iterator[Path]:
 
 
 @pytest.fixture
-async def desktop(open_base: Path) -> AsyncIterator[tuple[DesktopManager, dict[str, Any]]]:
+async def desktop(open_base: Path) -> AsyncIterator[tuple[ProcessDesktops, RelayRow]]:
     """A desktop of the relay's own code, in a state dir an earlier run left too open."""
     state = open_base / "relay"
     (state / "desktop-logs").mkdir(parents=True, mode=0o755)
@@ -87,7 +88,7 @@ async def desktop(open_base: Path) -> AsyncIterator[tuple[DesktopManager, dict[s
         state_dir=state, apps=(), window_manager=(), default_profile="minimal",
         start_timeout_s=scaled(15), probe_timeout_s=scaled(3),
     )  # fmt: skip
-    manager = DesktopManager(config)
+    manager = process_desktops(config)
     row = await manager.start(kind="virtual", slot="access")
     try:
         yield manager, row
@@ -115,10 +116,10 @@ async def server_init_with(port: int, secret: bytes) -> bytes:
 
 @needs_root
 async def test_another_local_user_reaches_nothing_of_a_desktop(
-    desktop: tuple[DesktopManager, dict[str, Any]],
+    desktop: tuple[ProcessDesktops, RelayRow],
 ) -> None:
     manager, row = desktop
-    config, display = manager.config, row["display"]
+    config, display = manager.config, row["display"] or ""
 
     denied = as_nobody("xdpyinfo", "-display", display)
     assert denied.returncode != 0 and "unable to open display" in denied.stderr
@@ -130,7 +131,7 @@ async def test_another_local_user_reaches_nothing_of_a_desktop(
         assert seen["banner"].startswith("RFB 003."), seen  # reached, and refused:
         assert 1 not in seen["types"], seen
         assert seen["security_result"] != 0 and "server_init" not in seen, seen
-    secret = manager.vnc_secret(row["desktop_session_id"])
+    secret = manager.launcher.vnc_secret(row["desktop_session_id"])
     assert secret is not None
     assert len(await server_init_with(row["vnc_port"], secret)) == 24
 

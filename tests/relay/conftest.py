@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from relay.desktops import DesktopConfig, DesktopManager
+from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
 from relay.desktops.process import group_exists
 from tests.support.processes import scaled
+from wire.ops import RelayRow
 
 NEEDS_X = shutil.which("Xvfb") is None or shutil.which("x11vnc") is None
 
@@ -78,8 +79,8 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
 
-    async def __call__(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
+    async def __call__(self, event: RelayRow) -> None:
+        self.events.append(dict(event))
 
 
 @pytest.fixture
@@ -88,8 +89,8 @@ def events() -> Recorder:
 
 
 @pytest.fixture
-async def manager(light_config: DesktopConfig, events: Recorder) -> AsyncIterator[DesktopManager]:
-    mgr = DesktopManager(light_config, on_change=events)
+async def manager(light_config: DesktopConfig, events: Recorder) -> AsyncIterator[ProcessDesktops]:
+    mgr = process_desktops(light_config, on_change=events)
     try:
         yield mgr
     finally:

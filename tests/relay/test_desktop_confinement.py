@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 import pytest
 
-from relay.desktops import DesktopConfig, DesktopManager
+from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
 from relay.desktops.audio import AudioSettings, PulseAudioStarter
 from relay.desktops.displays import clean_stale_x_locks
 from relay.desktops.homes import Homes
@@ -39,6 +39,7 @@ from tests.relay.conftest import record_for
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 from wire.errors import OpError
+from wire.ops import RelayRow
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +64,7 @@ def _config(base: DesktopConfig, app: str, **changes: Any) -> DesktopConfig:
     return dataclasses.replace(base, apps=(app,), allowed_apps=(app,), **changes)
 
 
-async def _started_survivor(manager: DesktopManager, marker: str, **start: Any) -> dict[str, Any]:
+async def _started_survivor(manager: ProcessDesktops, marker: str, **start: Any) -> RelayRow:
     row = await manager.start(**start)
     await wait_until(lambda: _sleepers(marker), 10, "the setsid program to run")
     [proc] = _sleepers(marker)
@@ -76,7 +77,7 @@ async def _started_survivor(manager: DesktopManager, marker: str, **start: Any) 
 
 async def test_a_setsid_program_dies_with_its_desktops_stop(light_config: DesktopConfig) -> None:
     app, marker = _survivor_app()
-    manager = DesktopManager(_config(light_config, app))
+    manager = process_desktops(_config(light_config, app))
     try:
         row = await _started_survivor(manager, marker)
         await manager.stop(kind="virtual", slot="main",
@@ -92,12 +93,12 @@ async def test_a_setsid_program_dies_with_the_stop_before_a_reset_of_home(
     light_config: DesktopConfig,
 ) -> None:
     app, marker = _survivor_app()
-    manager = DesktopManager(_config(light_config, app))
+    manager = process_desktops(_config(light_config, app))
     try:
         row = await _started_survivor(manager, marker, slot="kept", persist_home=True)
         await manager.stop(kind="virtual", slot="kept",
                            desktop_session_id=row["desktop_session_id"])  # fmt: skip
-        await manager.reset_home(kind="virtual", slot="kept")
+        await manager.launcher.reset_home("kept")
         assert not _sleepers(marker), "a setsid program outlived desktop_reset_home"
     finally:
         await manager.close(stop_desktops=True)
@@ -107,7 +108,7 @@ async def test_a_setsid_program_dies_with_the_stop_before_a_reset_of_home(
 
 async def test_a_setsid_program_dies_with_the_relays_exit(light_config: DesktopConfig) -> None:
     app, marker = _survivor_app()
-    manager = DesktopManager(_config(light_config, app))
+    manager = process_desktops(_config(light_config, app))
     try:
         await _started_survivor(manager, marker)
     finally:
@@ -124,7 +125,7 @@ async def test_an_adopted_desktop_keeps_its_cgroup_and_an_orphan_dies_whole(
     kept_app, kept = _survivor_app()
     orphan_app, orphan = _survivor_app()
     config = dataclasses.replace(light_config, apps=(), allowed_apps=(kept_app, orphan_app))
-    first = DesktopManager(config)
+    first = process_desktops(config)
     stopped = False
     try:
         row = await first.start(slot="kept", apps=[kept_app])
@@ -135,9 +136,9 @@ async def test_an_adopted_desktop_keeps_its_cgroup_and_an_orphan_dies_whole(
         os.kill(x11vnc, 9)  # the successor's probe fails: that desktop is not kept
         await first.close(stop_desktops=False)
         stopped = True
-        second = DesktopManager(config)
+        second = process_desktops(config)
         try:
-            [adopted] = await second.adopt_from_state()
+            [adopted] = await second.adopt()
             assert adopted["desktop_session_id"] == row["desktop_session_id"]
             assert not _sleepers(orphan), "a desktop that was not re-adopted left a survivor"
             assert _sleepers(kept), "an adopted desktop lost a program"
@@ -156,7 +157,7 @@ async def test_an_adopted_desktop_keeps_its_cgroup_and_an_orphan_dies_whole(
 async def test_the_orphan_guard_kills_the_whole_desktop(light_config: DesktopConfig) -> None:
     app, marker = _survivor_app()
     config = _config(light_config, app, orphan_timeout_s=1.0)
-    manager = DesktopManager(config)
+    manager = process_desktops(config)
     try:
         await _started_survivor(manager, marker)
         await manager.close(stop_desktops=False)  # no heartbeat from now on
@@ -172,7 +173,7 @@ async def test_nothing_of_the_desktop_user_runs_once_no_desktop_does(
 ) -> None:
     # What a desktop's shell command leaves is not in the desktop's cgroup: the last stop
     # still kills every process of the relay's desktop user.
-    manager = DesktopManager(light_config)
+    manager = process_desktops(light_config)
     stray = None
     try:
         row = await manager.start()
@@ -235,7 +236,7 @@ async def test_a_link_planted_in_the_sound_directory_is_never_written_through(
     before = target.stat()
     starter = _Planting(pulse_settings)
     starter.target = target
-    manager = DesktopManager(light_config, audio=starter)
+    manager = process_desktops(light_config, audio=starter)
     try:
         for _ in range(2):  # the first and the second start
             row = await manager.start(audio=True)
@@ -256,7 +257,7 @@ async def test_a_link_planted_in_the_sound_directory_is_never_written_through(
 async def test_the_session_has_a_private_tmpdir_gone_with_its_desktop(
     light_config: DesktopConfig,
 ) -> None:
-    manager = DesktopManager(light_config)
+    manager = process_desktops(light_config)
     try:
         row = await manager.start()
         desktop = manager.live(row["desktop_session_id"])
@@ -282,10 +283,10 @@ async def test_a_home_that_outgrows_its_limit_stops_its_desktop_with_the_reason(
     config = dataclasses.replace(light_config, home_max_mb=1, home_check_interval_s=0.2)
     recorded: list[dict[str, object]] = []
 
-    async def on_change(event: dict[str, object]) -> None:
-        recorded.append(event)
+    async def on_change(event: RelayRow) -> None:
+        recorded.append(dict(event))
 
-    manager = DesktopManager(config, on_change=on_change)
+    manager = process_desktops(config, on_change=on_change)
     try:
         row = await manager.start(persist_home=True)
         manager.start_watchdog()
@@ -308,7 +309,7 @@ async def test_a_kept_home_stays_out_of_reach_of_the_next_holder_of_its_account(
     light_config: DesktopConfig, tmp_path: Path
 ) -> None:
     first_config = dataclasses.replace(light_config, state_dir=tmp_path / "first")
-    first = DesktopManager(first_config)
+    first = process_desktops(first_config)
     try:
         row = await first.start(slot="kept", persist_home=True)
         owner = await first.desktop_user()
@@ -322,7 +323,7 @@ async def test_a_kept_home_stays_out_of_reach_of_the_next_holder_of_its_account(
     finally:
         await first.close(stop_desktops=True)
     # The account goes to another relay, whose desktops now run as it.
-    other = DesktopManager(dataclasses.replace(
+    other = process_desktops(dataclasses.replace(
         light_config, state_dir=tmp_path / "other", desktop_user=owner.name))  # fmt: skip
     try:
         assert await other.desktop_user() == owner
@@ -338,7 +339,7 @@ async def test_a_kept_home_stays_out_of_reach_of_the_next_holder_of_its_account(
     finally:
         await other.close(stop_desktops=True)
     # The first relay comes back as another account: its kept home follows it.
-    again = DesktopManager(dataclasses.replace(first_config, desktop_user=lease.user.name))
+    again = process_desktops(dataclasses.replace(first_config, desktop_user=lease.user.name))
     try:
         row = await again.start(slot="kept", persist_home=True)
         user = await again.desktop_user()
@@ -384,9 +385,9 @@ def test_a_forged_x_lock_never_removes_a_live_displays_socket(tmp_path: Path) ->
 async def test_the_last_virtual_desktop_leaves_running_containers_of_the_account_alone(
     light_config: DesktopConfig,
 ) -> None:
-    # Desktops in containers run as the relay's account too (relay/desktops/docker_manager.py
+    # Desktops in containers run as the relay's account too (relay/desktops/docker/launcher.py
     # marks it busy while any runs): a virtual desktop's stop must not kill their processes.
-    manager = DesktopManager(light_config)
+    manager = process_desktops(light_config)
     containers = Homes(light_config)
     running = None
     try:

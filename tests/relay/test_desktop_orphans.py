@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 import pytest
 
-from relay.desktops import DesktopConfig, DesktopManager
+from relay.desktops import DesktopConfig, process_desktops
 from relay.desktops.audio import (
     AudioSettings,
     PulseAudioStarter,
@@ -46,13 +46,13 @@ _STARTER = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from relay.desktops import DesktopConfig, DesktopManager
+    from relay.desktops import DesktopConfig, process_desktops
 
     async def main() -> None:
         config = DesktopConfig(state_dir=Path(sys.argv[1]), apps=("sleep 600",),
                                allowed_apps=("sleep 600",), start_timeout_s=60,
                                default_profile="minimal")
-        await DesktopManager(config).start(slot="main")
+        await process_desktops(config).start(slot="main")
         await asyncio.sleep(600)
 
     asyncio.run(main())
@@ -66,21 +66,21 @@ _STUCK_RECORDING = textwrap.dedent(
     """
     import asyncio, sys, time
     from pathlib import Path
-    from relay.desktops import DesktopConfig, DesktopManager
-    from relay.desktops.slots import Slots
+    from relay.desktops import DesktopConfig, process_desktops
+    from relay.desktops.starter import Starter
 
-    record = Slots.record_spawn
-    def stuck(self, child):
+    record = Starter._record
+    def stuck(self, session_id, child):
         if child.name == "websockify":
             print(child.pid, flush=True)
             time.sleep(600)
-        record(self, child)
-    Slots.record_spawn = stuck
+        record(self, session_id, child)
+    Starter._record = stuck
 
     async def main() -> None:
         config = DesktopConfig(state_dir=Path(sys.argv[1]), apps=(), window_manager=(),
                                start_timeout_s=60, default_profile="minimal")
-        await DesktopManager(config).start(slot="main")
+        await process_desktops(config).start(slot="main")
 
     asyncio.run(main())
     """
@@ -136,9 +136,9 @@ async def test_a_relay_killed_mid_start_leaves_nothing_the_next_one_cannot_remov
     light_config: DesktopConfig,
 ) -> None:
     interrupted = await _kill_mid_start(light_config)
-    successor = DesktopManager(light_config)
+    successor = process_desktops(light_config)
     try:
-        assert await successor.adopt_from_state() == []
+        assert await successor.adopt() == []
         assert not live_groups(pgids_of(interrupted))
         assert not _processes_naming(light_config.state_dir)
         assert _starting_records(light_config) == []
@@ -165,9 +165,9 @@ async def test_a_child_spawned_but_not_yet_recorded_never_runs_without_its_relay
     # Unrecorded, so no later relay could find it: it must go by itself (it was held, and
     # its hold pipe lost its writer with the relay).
     await wait_until(lambda: not live_groups([websockify]), 10, "the unrecorded child to go")
-    successor = DesktopManager(light_config)
+    successor = process_desktops(light_config)
     try:
-        assert await successor.adopt_from_state() == []
+        assert await successor.adopt() == []
     finally:
         await successor.close(stop_desktops=True)
     assert not _processes_naming(light_config.state_dir)
@@ -178,9 +178,9 @@ async def test_a_restarted_relay_adopts_first_and_stops_what_was_left_after(
 ) -> None:
     # What a relay process does: say hello once the desktops are adopted, stop the rest after.
     interrupted = await _kill_mid_start(light_config)
-    successor = DesktopManager(light_config)
+    successor = process_desktops(light_config)
     try:
-        assert await successor.adopt_from_state(clean_up_later=True) == []
+        assert await successor.adopt(clean_up_later=True) == []
         # Not stopped yet, and still recorded: a relay killed now leaves them to the next one.
         assert [r["desktop_session_id"] for r in _starting_records(light_config)] == [
             interrupted["desktop_session_id"]
@@ -206,7 +206,7 @@ async def test_a_stop_cut_short_by_its_caller_still_runs_to_its_end(
     # The server's connection closing (a server restart) cancels what the relay was answering:
     # a stop cancelled after x11vnc's SIGKILL used to leave its shared memory and the private
     # directory behind.
-    manager = DesktopManager(light_config)
+    manager = process_desktops(light_config)
     try:
         row = await manager.start()
         session = row["desktop_session_id"]
@@ -233,7 +233,7 @@ async def test_a_desktop_stops_itself_when_its_relay_never_comes_back(
     light_config: DesktopConfig,
 ) -> None:
     config = dataclasses.replace(light_config, orphan_timeout_s=scaled(2))
-    first = DesktopManager(config)
+    first = process_desktops(config)
     row = await first.start()
     record = record_for(config, row["desktop_session_id"])
     assert "guard" in _names(record)
@@ -249,13 +249,13 @@ async def test_a_relay_back_in_time_readopts_and_its_heartbeat_keeps_the_desktop
     light_config: DesktopConfig,
 ) -> None:
     config = dataclasses.replace(light_config, orphan_timeout_s=scaled(3))
-    first = DesktopManager(config)
+    first = process_desktops(config)
     row = await first.start()
     record = record_for(config, row["desktop_session_id"])
     await first.close(stop_desktops=False)
-    second = DesktopManager(config)
+    second = process_desktops(config)
     try:
-        [adopted] = await second.adopt_from_state()
+        [adopted] = await second.adopt()
         assert adopted["desktop_session_id"] == row["desktop_session_id"]
         second.start_watchdog()
         guard = next(int(p["pid"]) for p in record["processes"] if p["name"] == "guard")
@@ -275,7 +275,7 @@ async def test_zero_orphan_timeout_keeps_desktops_without_a_guard(
     light_config: DesktopConfig,
 ) -> None:
     config = dataclasses.replace(light_config, orphan_timeout_s=0)
-    manager = DesktopManager(config)
+    manager = process_desktops(config)
     try:
         row = await manager.start()
         assert "guard" not in _names(record_for(config, row["desktop_session_id"]))
@@ -314,11 +314,11 @@ async def test_a_stopped_desktop_leaves_no_sound_directory(
     light_config: DesktopConfig, pulse_settings: AudioSettings
 ) -> None:
     settings = pulse_settings
-    manager = DesktopManager(light_config, audio=PulseAudioStarter(settings))
+    manager = process_desktops(light_config, audio=PulseAudioStarter(settings))
     try:
         row = await manager.start(audio=True)
         assert row["audio"] is True
-        directory = runtime_dir(int(row["display"][1:]), settings.runtime_root)
+        directory = runtime_dir(int((row["display"] or "")[1:]), settings.runtime_root)
         assert directory.is_dir()
         await manager.stop(kind="virtual", slot="main",
                            desktop_session_id=row["desktop_session_id"])  # fmt: skip
@@ -334,17 +334,17 @@ async def test_another_relay_starting_or_a_desktop_stopping_keeps_a_live_sound_s
     # still see that the display is live, or its stale cleanup takes a playing desktop's sound
     # away (apps and captures then get "Connection refused").
     root = pulse_settings.runtime_root
-    manager = DesktopManager(light_config, audio=PulseAudioStarter(pulse_settings))
-    other = DesktopManager(dataclasses.replace(light_config, state_dir=tmp_path / "other"),
+    manager = process_desktops(light_config, audio=PulseAudioStarter(pulse_settings))
+    other = process_desktops(dataclasses.replace(light_config, state_dir=tmp_path / "other"),
                            audio=PulseAudioStarter(pulse_settings))  # fmt: skip
     try:
         playing = await manager.start(audio=True)
         stopping = await manager.start(slot="second", audio=True)
         assert playing["audio"] is True and stopping["audio"] is True
-        sound = socket_path(display_number(playing["display"]), root)
+        sound = socket_path(display_number(playing["display"] or ""), root)
         dead = next(n for n in range(900, 1000) if not x_display_alive(n))
         runtime_dir(dead, root).mkdir()  # what a relay killed mid-start leaves
-        await other.adopt_from_state()
+        await other.adopt()
         await _sound_server_answers(sound)
         assert not runtime_dir(dead, root).exists(), "a stale sound directory is still removed"
         await manager.stop(kind="virtual", slot="second",

@@ -11,22 +11,22 @@ import json
 
 import pytest
 
-from relay.desktops import DesktopManager
+from relay.desktops import ProcessDesktops
 from tests.support.stack import wait_until
 
 pytestmark = pytest.mark.integration
 
-MAIN = ("virtual", "main")
+MAIN = "main"
 
 
-def _recorded_starts(manager: DesktopManager) -> list[object]:
+def _recorded_starts(manager: ProcessDesktops) -> list[object]:
     try:
         return list(json.loads(manager.config.state_file.read_text()).get("starting") or [])
     except (OSError, ValueError):
         return []
 
 
-async def test_reads_answer_during_a_start_of_another_slot(manager: DesktopManager) -> None:
+async def test_reads_answer_during_a_start_of_another_slot(manager: ProcessDesktops) -> None:
     main = await manager.start()
     starting = asyncio.create_task(manager.start(slot="second"))
     try:
@@ -41,7 +41,7 @@ async def test_reads_answer_during_a_start_of_another_slot(manager: DesktopManag
         assert not starting.done()
 
         # The slot being started: its start is waited for, and its desktop found.
-        second = await manager.running(None, ("virtual", "second"))
+        second = await manager.running(None, "second")
         assert starting.done()
         assert second is not None
         assert second["desktop_session_id"] == starting.result()["desktop_session_id"]

@@ -8,7 +8,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import psutil
 import pytest
 from aiohttp import web
 
-from relay.desktops import DesktopConfig, DesktopManager
+from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
 from relay.desktops.probe import rfb_banner_ws, vnc_html_status
 from tests.relay.conftest import (
     Recorder,
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.integration
 VIRTUAL = {"kind": "virtual"}
 
 
-async def assert_serves_rfb(http: aiohttp.ClientSession, row: dict[str, object]) -> None:
+async def assert_serves_rfb(http: aiohttp.ClientSession, row: Mapping[str, object]) -> None:
     port = int(str(row["websockify_port"]))
     await vnc_html_status(http, port, scaled(3))
     assert (await rfb_banner_ws(http, port, scaled(3))).startswith(b"RFB 003.")
@@ -61,14 +61,14 @@ async def test_full_desktop_serves_novnc_and_rfb(
     config = DesktopConfig(
         state_dir=tmp_path, start_timeout_s=scaled(15), default_profile="minimal"
     )
-    mgr = DesktopManager(config)
+    mgr = process_desktops(config)
     try:
         row = await mgr.start(started_by="alice")
         assert re.fullmatch(r"[0-9a-f]{32,}", row["desktop_session_id"])
         assert row["state"] == "running"
         assert row["already_running"] is False
-        assert re.fullmatch(r":[0-9]+", row["display"])
-        assert row["started_at"].endswith("Z")
+        assert re.fullmatch(r":[0-9]+", row["display"] or "")
+        assert (row["started_at"] or "").endswith("Z")
         assert row["started_by"] == "alice"
         await assert_serves_rfb(http, row)
         [status] = await mgr.status()
@@ -92,7 +92,7 @@ async def test_full_desktop_serves_novnc_and_rfb(
 
 @pytest.mark.parametrize("victim", ["x11vnc", "websockify", "Xvfb"])
 async def test_watchdog_fails_desktop_when_a_process_dies(
-    manager: DesktopManager, events: Recorder, victim: str
+    manager: ProcessDesktops, events: Recorder, victim: str
 ) -> None:
     row = await manager.start()
     record = record_for(manager.config, row["desktop_session_id"])
@@ -111,7 +111,7 @@ async def test_watchdog_fails_desktop_when_a_process_dies(
 
 
 async def test_websockify_replaced_by_plain_http_is_unhealthy(
-    manager: DesktopManager, events: Recorder
+    manager: ProcessDesktops, events: Recorder
 ) -> None:
     row = await manager.start()
     record = record_for(manager.config, row["desktop_session_id"])
@@ -122,7 +122,7 @@ async def test_websockify_replaced_by_plain_http_is_unhealthy(
     site = web.TCPSite(runner, "127.0.0.1", row["websockify_port"])
     await site.start()
     try:
-        probe = await manager.probe("virtual", "main")
+        probe = await manager.probe("main")
         assert probe["ok"] is False
         assert probe["running"] is True
         await manager.check_all()
@@ -141,11 +141,11 @@ async def test_watchdog_probe_fails_when_vnc_html_is_no_longer_served(
     novnc.mkdir()
     (novnc / "vnc.html").write_text("<html></html>")
     config = DesktopConfig(**{**light_config.__dict__, "novnc_dir": novnc})
-    mgr = DesktopManager(config, on_change=events)
+    mgr = process_desktops(config, on_change=events)
     try:
         row = await mgr.start()
         record = record_for(light_config, row["desktop_session_id"])
-        assert (await mgr.probe("virtual", "main"))["ok"] is True
+        assert (await mgr.probe("main"))["ok"] is True
         (novnc / "vnc.html").unlink()
         mgr.start_watchdog()
         await wait_until(lambda: bool(events.events), 5, "the failed event")
@@ -156,7 +156,7 @@ async def test_watchdog_probe_fails_when_vnc_html_is_no_longer_served(
 
 
 async def test_stop_with_stale_id_conflicts_and_newer_desktop_keeps_running(
-    manager: DesktopManager, http: aiohttp.ClientSession
+    manager: ProcessDesktops, http: aiohttp.ClientSession
 ) -> None:
     old = (await manager.start())["desktop_session_id"]
     stopped = await manager.stop(kind="virtual", slot="main", desktop_session_id=old)
@@ -173,7 +173,7 @@ async def test_stop_with_stale_id_conflicts_and_newer_desktop_keeps_running(
     assert empty == {"stopped": False, "was_running": False}
 
 
-async def test_racing_stale_stop_never_stops_a_newer_session(manager: DesktopManager) -> None:
+async def test_racing_stale_stop_never_stops_a_newer_session(manager: ProcessDesktops) -> None:
     # Every pairing of how many times each side yields before it starts: each interleaving of
     # the stale stop with the restart, once (RELAYDESK_TEST_RACE_ROUNDS runs them again).
     rounds = int(os.environ.get("RELAYDESK_TEST_RACE_ROUNDS", "1"))
@@ -181,12 +181,12 @@ async def test_racing_stale_stop_never_stops_a_newer_session(manager: DesktopMan
     old = (await manager.start())["desktop_session_id"]
     started = time.monotonic()
 
-    async def after_yields(n: int, coro: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    async def after_yields(n: int, coro: Awaitable[Mapping[str, Any]]) -> Mapping[str, Any]:
         for _ in range(n):
             await asyncio.sleep(0)
         return await coro
 
-    async def restart(old_id: str) -> dict[str, Any]:
+    async def restart(old_id: str) -> Mapping[str, Any]:
         await manager.stop(kind="virtual", slot="main", desktop_session_id=old_id)
         return await manager.start()
 
@@ -203,23 +203,23 @@ async def test_racing_stale_stop_never_stops_a_newer_session(manager: DesktopMan
         )
         assert [r["desktop_session_id"] for r in await manager.status()] == [new]
         old = new
-    assert (await manager.probe("virtual", "main"))["ok"] is True
+    assert (await manager.probe("main"))["ok"] is True
     print(f"{len(schedule)} race iterations in {time.monotonic() - started:.1f} s")
 
 
 async def test_new_manager_readopts_after_relay_is_killed(
     light_config: DesktopConfig, http: aiohttp.ClientSession
 ) -> None:
-    first = DesktopManager(light_config)
+    first = process_desktops(light_config)
     row = await first.start(slot="agent-1")
     record = record_for(light_config, row["desktop_session_id"])
     dying = await first.start(slot="agent-2")
     dying_record = record_for(light_config, dying["desktop_session_id"])
     os.kill(pid_of(dying_record, "x11vnc"), signal.SIGKILL)
     del first  # like SIGKILL of the relay: no close, no stop
-    second = DesktopManager(light_config)
+    second = process_desktops(light_config)
     try:
-        adopted = await second.adopt_from_state()
+        adopted = await second.adopt()
         assert [r["desktop_session_id"] for r in adopted] == [row["desktop_session_id"]]
         assert adopted[0]["display"] == row["display"]
         await assert_serves_rfb(http, adopted[0])
@@ -234,14 +234,14 @@ async def test_new_manager_readopts_after_relay_is_killed(
 async def test_close_without_stop_leaves_desktops_for_the_next_relay(
     light_config: DesktopConfig, http: aiohttp.ClientSession
 ) -> None:
-    first = DesktopManager(light_config)
+    first = process_desktops(light_config)
     row = await first.start()
     record = record_for(light_config, row["desktop_session_id"])
     await first.close(stop_desktops=False)
     assert live_groups(pgids_of(record)) == pgids_of(record)
-    second = DesktopManager(light_config)
+    second = process_desktops(light_config)
     try:
-        [adopted] = await second.adopt_from_state()
+        [adopted] = await second.adopt()
         assert adopted["desktop_session_id"] == row["desktop_session_id"]
         await assert_serves_rfb(http, adopted)
     finally:
@@ -251,7 +251,7 @@ async def test_close_without_stop_leaves_desktops_for_the_next_relay(
 
 
 async def test_four_desktops_are_independent(
-    manager: DesktopManager, http: aiohttp.ClientSession
+    manager: ProcessDesktops, http: aiohttp.ClientSession
 ) -> None:
     rows = [await manager.start(slot=f"s{i}") for i in range(4)]
     assert len({r["display"] for r in rows}) == 4
@@ -268,11 +268,11 @@ async def test_four_desktops_are_independent(
 
 
 async def test_running_finds_one_desktop_and_fails_it_when_its_processes_died(
-    manager: DesktopManager, events: Recorder
+    manager: ProcessDesktops, events: Recorder
 ) -> None:
     main = await manager.start()
     other = await manager.start(slot="s1")
-    default = ("virtual", "main")
+    default = "main"
     found = await manager.running(None, default)
     assert found is not None and found["desktop_session_id"] == main["desktop_session_id"]
     found = await manager.running(other["desktop_session_id"], default)
@@ -315,7 +315,7 @@ async def test_failing_start_leaves_no_orphans(
 ) -> None:
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     config = DesktopConfig(**{**light_config.__dict__, **override})
-    mgr = DesktopManager(config)
+    mgr = process_desktops(config)
     try:
         with pytest.raises(OpError) as err:
             await mgr.start()

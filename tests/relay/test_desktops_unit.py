@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from relay.desktops import DesktopConfig, DesktopManager, missing_binaries
+from relay.desktops import DesktopConfig, missing_binaries, process_desktops
 from relay.desktops.audio import (
     REASON_NOT_REQUESTED,
     REASON_NOT_STARTED,
@@ -62,7 +62,7 @@ async def test_bad_start_names_the_field_and_starts_nothing(
     config: DesktopConfig, args: dict[str, object], field: str
 ) -> None:
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    mgr = DesktopManager(config)
+    mgr = process_desktops(config)
     with pytest.raises(InvalidArgs) as err:
         await mgr.start(**args)  # type: ignore[arg-type]
     assert err.value.details == {"field": field}
@@ -73,7 +73,7 @@ async def test_bad_start_names_the_field_and_starts_nothing(
 
 
 async def test_local_kind_is_not_this_managers_job(config: DesktopConfig) -> None:
-    mgr = DesktopManager(config)
+    mgr = process_desktops(config)
     with pytest.raises(OpError) as err:
         await mgr.start(kind="local")
     assert err.value.code is ErrorCode.UNAVAILABLE
@@ -92,7 +92,7 @@ async def test_local_kind_is_not_this_managers_job(config: DesktopConfig) -> Non
 async def test_bad_stop_names_the_field(
     config: DesktopConfig, args: dict[str, str], field: str
 ) -> None:
-    mgr = DesktopManager(config)
+    mgr = process_desktops(config)
     with pytest.raises(InvalidArgs) as err:
         await mgr.stop(**args)
     assert err.value.details == {"field": field}
@@ -100,10 +100,10 @@ async def test_bad_stop_names_the_field(
 
 
 async def test_stop_of_empty_slot_is_idempotent(config: DesktopConfig) -> None:
-    mgr = DesktopManager(config)
+    mgr = process_desktops(config)
     result = await mgr.stop(kind="virtual", slot="main", desktop_session_id="a" * 32)
     assert result == {"stopped": False, "was_running": False}
-    assert (await mgr.probe("virtual", "main"))["running"] is False
+    assert (await mgr.probe("main"))["running"] is False
     await mgr.close(stop_desktops=True)
 
 

@@ -11,21 +11,21 @@ import pytest
 
 from relay.desktops.config import DesktopConfig
 from relay.desktops.credentials import DesktopCredentials, RelayAuthority
-from relay.desktops.docker_config import (
+from relay.desktops.docker.config import (
     NETWORK_ENV,
     DockerDesktopSettings,
     parse_memory,
     relay_key,
 )
-from relay.desktops.docker_container import (
+from relay.desktops.docker.container import (
     ContainerDesktop,
     ContainerSpec,
-    ContainerStateFile,
     StartingContainer,
     check_socket_paths,
 )
-from relay.desktops.docker_display import FIRST_DISPLAY, HostDisplay, link_sound, unlink_sound
-from relay.desktops.docker_manager import NO_DAEMON, DockerDesktops
+from relay.desktops.docker.display import FIRST_DISPLAY, HostDisplay, link_sound, unlink_sound
+from relay.desktops.docker.launcher import NO_DAEMON, ContainerLauncher
+from relay.desktops.state import StateFile
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ids import DesktopSessionId
 
@@ -117,9 +117,9 @@ def test_records_round_trip_and_rows_carry_no_host_details(tmp_path: Path) -> No
     row = desktop.to_row()
     assert row["kind"] == "docker" and row["display"] == ":123"
     assert not {"container_id", "run_dir", "init_pid", "x_cookie", "vnc_secret"} & set(row)
-    state = ContainerStateFile(tmp_path / "state" / "docker-desktops.json")
+    state = StateFile(tmp_path / "state" / "docker-desktops.json")
     state.save([desktop], [StartingContainer(SESSION, "other", tmp_path / "s")])
-    records, starting = state.load()
+    records, starting = state.load_all()
     again = ContainerDesktop.from_record(records[0])
     assert again.credentials == desktop.credentials and again.adopted
     assert again.to_record() == desktop.to_record()
@@ -189,8 +189,9 @@ def test_relay_keys_differ_by_state_directory(tmp_path: Path) -> None:
 async def test_without_a_daemon_a_start_is_unavailable_and_says_why(tmp_path: Path) -> None:
     config = DesktopConfig(state_dir=tmp_path / "state")
     settings = DockerDesktopSettings(socket=tmp_path / "no-docker.sock")
-    desktops = DockerDesktops(config, settings, authority=RelayAuthority(tmp_path / "xa"))
-    assert await desktops.probe() == NO_DAEMON
+    launcher = ContainerLauncher(config, settings, authority=RelayAuthority(tmp_path / "xa"))
+    desktops = launcher.lifecycle()
+    assert await launcher.probe() == NO_DAEMON
     assert await desktops.adopt() == []
     with pytest.raises(OpError) as err:
         await desktops.start()
@@ -203,6 +204,6 @@ async def test_without_a_daemon_a_start_is_unavailable_and_says_why(tmp_path: Pa
     }  # fmt: skip
     await desktops.close(stop_desktops=True)
     assert not (tmp_path / "state" / "docker-desktops.json").exists()
-    off = DockerDesktops(config, DockerDesktopSettings(enabled=False),
-                         authority=RelayAuthority(tmp_path / "xa"))  # fmt: skip
+    off = ContainerLauncher(config, DockerDesktopSettings(enabled=False),
+                            authority=RelayAuthority(tmp_path / "xa"))  # fmt: skip
     assert "turned off" in (await off.probe() or "")

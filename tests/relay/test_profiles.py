@@ -19,10 +19,11 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from relay.desktops import DesktopConfig, DesktopManager
+from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
 from relay.desktops.profiles import load_profiles
 from tests.support.processes import scaled
 from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.ops import RelayRow
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -77,11 +78,11 @@ def session_processes(home: str) -> dict[str, list[psutil.Process]]:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def standard(
     tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[tuple[DesktopManager, dict[str, Any]]]:
+) -> AsyncIterator[tuple[ProcessDesktops, RelayRow]]:
     # scripts/install installs the standard profile's programs: missing ones are a failure.
     assert not STANDARD.missing(), f"standard profile needs {STANDARD.missing()}"
     os.environ.pop("DISPLAY", None)
-    manager = DesktopManager(_config(tmp_path_factory.mktemp("standard")))
+    manager = process_desktops(_config(tmp_path_factory.mktemp("standard")))
     row = await manager.start(slot="std", profile="standard")
     try:
         yield manager, row
@@ -90,7 +91,7 @@ async def standard(
 
 
 async def test_standard_desktop_has_a_panel_and_a_browser(
-    standard: tuple[DesktopManager, dict[str, Any]],
+    standard: tuple[ProcessDesktops, dict[str, Any]],
 ) -> None:
     manager, row = standard
     assert row["profile"] == "standard"
@@ -99,11 +100,11 @@ async def test_standard_desktop_has_a_panel_and_a_browser(
 
 
 async def test_session_runs_as_the_desktop_user_and_the_relay_keeps_its_own(
-    standard: tuple[DesktopManager, dict[str, Any]],
+    standard: tuple[ProcessDesktops, dict[str, Any]],
 ) -> None:
     manager, row = standard
     await wait_for_window(manager.config, row["display"], "Chromium")
-    desktop = manager._desktops[("virtual", "std")]
+    desktop = manager.slots.desktops["std"]
     assert desktop.home is not None
     procs = session_processes(desktop.home)
     for name in ("xterm", "tint2", "openbox", "dbus-daemon"):
@@ -138,43 +139,43 @@ async def test_session_runs_as_the_desktop_user_and_the_relay_keeps_its_own(
 
 
 async def test_launching_the_editor_from_launchable_opens_a_window(
-    standard: tuple[DesktopManager, dict[str, Any]],
+    standard: tuple[ProcessDesktops, dict[str, Any]],
 ) -> None:
     manager, row = standard
-    apps = await manager.apps(row["desktop_session_id"], ("virtual", "std"))
+    apps = await manager.launcher.apps(row["desktop_session_id"], "std")
     ids = [app["id"] for app in apps["launchable"]]
     assert {"chromium", "pcmanfm", "mousepad", "xterm"} <= set(ids)
-    answer = await manager.launch_app(None, ("virtual", "std"), "mousepad")
+    answer = await manager.launcher.launch_app(None, "std", "mousepad")
     assert answer["launched"]
     await wait_for_window(manager.config, row["display"], "Mousepad")
     with pytest.raises(InvalidArgs) as bad:
-        await manager.launch_app(None, ("virtual", "std"), "rm -rf /")
+        await manager.launcher.launch_app(None, "std", "rm -rf /")
     assert bad.value.details["field"] == "app"
 
 
-async def _stop(manager: DesktopManager, slot: str, row: dict[str, Any]) -> None:
+async def _stop(manager: ProcessDesktops, slot: str, row: RelayRow) -> None:
     await manager.stop(kind="virtual", slot=slot, desktop_session_id=row["desktop_session_id"])
 
 
 async def test_kept_home_survives_a_restart_until_it_is_reset(tmp_path: Path) -> None:
-    manager = DesktopManager(_config(tmp_path, apps=(), window_manager=()))
+    manager = process_desktops(_config(tmp_path, apps=(), window_manager=()))
     try:
         row = await manager.start(slot="keep", profile="minimal", persist_home=True)
-        home = Path(manager._desktops[("virtual", "keep")].home or "")
+        home = Path(manager.slots.desktops["keep"].home or "")
         (home / "notes.txt").write_text("kept")
         with pytest.raises(OpError) as busy:
-            await manager.reset_home(kind="virtual", slot="keep")
+            await manager.launcher.reset_home("keep")
         assert busy.value.code is ErrorCode.BUSY
         await _stop(manager, "keep", row)
         row = await manager.start(slot="keep", profile="minimal", persist_home=True)
         assert (home / "notes.txt").read_text() == "kept"
         assert oct(home.stat().st_mode & 0o777) == "0o700"
         await _stop(manager, "keep", row)
-        assert (await manager.reset_home(kind="virtual", slot="keep"))["existed"]
+        assert (await manager.launcher.reset_home("keep"))["existed"]
         row = await manager.start(slot="keep", profile="minimal", persist_home=True)
         assert not (home / "notes.txt").exists()
         fresh = await manager.start(slot="fresh", profile="minimal")
-        fresh_home = Path(manager._desktops[("virtual", "fresh")].home or "")
+        fresh_home = Path(manager.slots.desktops["fresh"].home or "")
         visible = [p.name for p in fresh_home.iterdir() if p.name != ".Xauthority"]
         # the profile's files, the accessibility bus's socket (~/.cache/at-spi) and the GTK
         # settings cache the session's apps keep (~/.cache/dconf)
@@ -198,7 +199,7 @@ async def test_unknown_and_unavailable_profiles_are_refused_clearly(tmp_path: Pa
     (extra / "cad.toml").write_text(
         'description = "CAD"\nrequires = ["relaydesk-no-such-program"]\nstart = []\n'
     )
-    manager = DesktopManager(_config(tmp_path, profiles_dir=extra))
+    manager = process_desktops(_config(tmp_path, profiles_dir=extra))
     try:
         with pytest.raises(InvalidArgs) as unknown:
             await manager.start(slot="p", profile="nonesuch")
@@ -208,10 +209,10 @@ async def test_unknown_and_unavailable_profiles_are_refused_clearly(tmp_path: Pa
             await manager.start(slot="p", profile="cad")
         assert missing.value.code is ErrorCode.UNAVAILABLE
         assert "relaydesk-no-such-program" in missing.value.message
-        status = {p["name"]: p for p in manager.profile_status()}
+        status = {p["name"]: p for p in manager.launcher.profile_status()}
         assert status["cad"]["available"] is False
         assert status["minimal"]["available"] is True
-        assert not manager._desktops
+        assert not manager.slots.desktops
     finally:
         await manager.close(stop_desktops=True)
 

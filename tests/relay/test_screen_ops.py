@@ -1,4 +1,4 @@
-"""Screen ops against real desktops of a desktop manager: connections follow desktops."""
+"""Screen ops against real desktops of processes: connections follow desktops."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ from typing import cast
 
 import pytest
 
-from relay.desktops import DesktopManager
+from relay.desktops import ProcessDesktops
 from relay.desktops.backend import VirtualBackend
 from relay.handlers import Handlers
 from relay.screen.service import ScreenService
-from wire.ops import ImageResult, PointResult
+from wire.ops import DesktopStartResult, ImageResult, PointResult, RelayRow
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def screen(manager: DesktopManager, monkeypatch: pytest.MonkeyPatch) -> Iterator[ScreenService]:
+def screen(manager: ProcessDesktops, monkeypatch: pytest.MonkeyPatch) -> Iterator[ScreenService]:
     monkeypatch.setenv("XAUTHORITY", str(manager.authority.path))
     service = ScreenService()
     try:
@@ -26,14 +26,14 @@ def screen(manager: DesktopManager, monkeypatch: pytest.MonkeyPatch) -> Iterator
         service.close()
 
 
-async def _restart(manager: DesktopManager, row: dict[str, object]) -> dict[str, object]:
+async def _restart(manager: ProcessDesktops, row: RelayRow) -> DesktopStartResult:
     stop = {"kind": "virtual", "slot": "main", "desktop_session_id": str(row["desktop_session_id"])}
     assert (await manager.stop(**stop))["stopped"] is True
     return await manager.start(kind="virtual", slot="main", geometry="800x600")
 
 
 async def test_first_actions_after_a_restart_on_the_same_display_succeed(
-    manager: DesktopManager, screen: ScreenService
+    manager: ProcessDesktops, screen: ScreenService
 ) -> None:
     ops = Handlers([VirtualBackend(manager, screen)])
     first = await manager.start(kind="virtual", slot="main", geometry="800x600")
@@ -51,7 +51,7 @@ async def test_first_actions_after_a_restart_on_the_same_display_succeed(
 
 
 async def test_keyboard_state_after_a_restart_on_the_same_display_succeeds(
-    manager: DesktopManager, screen: ScreenService
+    manager: ProcessDesktops, screen: ScreenService
 ) -> None:
     handlers = Handlers([VirtualBackend(manager, screen)])
     first = await manager.start(kind="virtual", slot="main", geometry="800x600")

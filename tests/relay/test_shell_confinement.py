@@ -18,7 +18,7 @@ import pytest
 
 from relay.desktop_tools.service import DesktopTools
 from relay.desktop_tools.settings import DesktopToolSettings
-from relay.desktops import DesktopConfig, DesktopManager
+from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
 from relay.desktops.backend import VirtualBackend
 from relay.desktops.cgroups import cgroup2_mount
 from tests.support.stack import wait_until
@@ -45,8 +45,8 @@ def _cgroup_of(pid: int) -> str:
 
 
 @pytest.fixture
-async def manager(light_config: DesktopConfig) -> AsyncIterator[DesktopManager]:
-    mgr = DesktopManager(dataclasses.replace(light_config, max_desktops=2))
+async def manager(light_config: DesktopConfig) -> AsyncIterator[ProcessDesktops]:
+    mgr = process_desktops(dataclasses.replace(light_config, max_desktops=2))
     try:
         yield mgr
     finally:
@@ -69,13 +69,13 @@ async def _shell_setsid(tools: DesktopTools, backend: VirtualBackend, row: Relay
 
 @ROOT_ONLY
 async def test_a_setsid_program_from_the_shell_tool_dies_with_its_desktop_only(
-    manager: DesktopManager,
+    manager: ProcessDesktops,
 ) -> None:
     assert cgroup2_mount() is not None, "CI hosts have cgroup2"
     tools = DesktopTools(DesktopToolSettings(cua_shell=True))
     backend = VirtualBackend(manager)
-    doomed: RelayRow = await manager.start(slot="doomed")  # type: ignore[assignment]
-    kept: RelayRow = await manager.start(slot="kept")  # type: ignore[assignment]
+    doomed: RelayRow = await manager.start(slot="doomed")
+    kept: RelayRow = await manager.start(slot="kept")
     escaped = await _shell_setsid(tools, backend, doomed)
     survivor = await _shell_setsid(tools, backend, kept)
     try:
@@ -89,7 +89,7 @@ async def test_a_setsid_program_from_the_shell_tool_dies_with_its_desktop_only(
         [row] = await manager.status()
         assert row["desktop_session_id"] == kept["desktop_session_id"]
         assert psutil.Process(survivor).is_running(), "another desktop's program was killed"
-        assert (await manager.probe("virtual", "kept"))["ok"] is True
+        assert (await manager.probe("kept"))["ok"] is True
     finally:
         for pid in (escaped, survivor):
             if psutil.pid_exists(pid):

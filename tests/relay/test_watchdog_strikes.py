@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from benchmarks.rfb import RFBClient, TCPTransport
-from relay.desktops import DesktopConfig, DesktopManager
+from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
 from relay.desktops.config import DesktopConfig as Config
 from tests.relay.conftest import Recorder, pid_of, record_for
 from tests.support.processes import scaled
@@ -32,9 +32,9 @@ ROUNDS = 3
 
 
 @pytest.fixture
-async def strict(light_config: DesktopConfig, events: Recorder) -> AsyncIterator[DesktopManager]:
+async def strict(light_config: DesktopConfig, events: Recorder) -> AsyncIterator[ProcessDesktops]:
     config = dataclasses.replace(light_config, probe_timeout_s=scaled(0.5), probe_failures=ROUNDS)
-    manager = DesktopManager(config, on_change=events)
+    manager = process_desktops(config, on_change=events)
     try:
         yield manager
     finally:
@@ -58,7 +58,7 @@ async def _still_answers(ws: aiohttp.ClientWebSocketResponse) -> None:
 
 
 async def test_one_silent_round_keeps_the_desktop_and_its_viewers(
-    strict: DesktopManager, events: Recorder
+    strict: ProcessDesktops, events: Recorder
 ) -> None:
     row = await strict.start()
     websockify = pid_of(record_for(strict.config, row["desktop_session_id"]), "websockify")
@@ -66,7 +66,7 @@ async def test_one_silent_round_keeps_the_desktop_and_its_viewers(
         ws = await _viewer(http, row["websockify_port"])
         os.kill(websockify, signal.SIGSTOP)
         try:
-            assert (await strict.probe("virtual", "main"))["ok"] is False
+            assert (await strict.probe("main"))["ok"] is False
             await strict.check_all()  # one round: the chain does not answer
             await strict.check_all()  # and a second one
         finally:
@@ -86,7 +86,7 @@ async def test_one_silent_round_keeps_the_desktop_and_its_viewers(
 
 
 async def test_a_chain_silent_for_n_rounds_fails_with_the_probes_reason(
-    strict: DesktopManager, events: Recorder
+    strict: ProcessDesktops, events: Recorder
 ) -> None:
     row = await strict.start()
     websockify = pid_of(record_for(strict.config, row["desktop_session_id"]), "websockify")
@@ -106,7 +106,7 @@ async def test_a_chain_silent_for_n_rounds_fails_with_the_probes_reason(
 
 
 async def test_a_dead_process_still_fails_in_the_first_round(
-    strict: DesktopManager, events: Recorder
+    strict: ProcessDesktops, events: Recorder
 ) -> None:
     row = await strict.start()
     x11vnc = pid_of(record_for(strict.config, row["desktop_session_id"]), "x11vnc")
@@ -124,11 +124,11 @@ async def test_a_viewer_that_stopped_reading_never_fails_the_desktop(
     "Watchdog"): with the default rounds and timings the desktop outlives that."""
     config = dataclasses.replace(light_config, watchdog_interval_s=Config.watchdog_interval_s,
                                  probe_timeout_s=Config.probe_timeout_s)  # fmt: skip
-    manager = DesktopManager(config, on_change=events)
+    manager = process_desktops(config, on_change=events)
     try:
         row = await manager.start(geometry="1280x800")
         port = row["vnc_port"]
-        secret = manager.vnc_secret(row["desktop_session_id"])
+        secret = manager.launcher.vnc_secret(row["desktop_session_id"])
         manager.start_watchdog()
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

@@ -10,7 +10,6 @@ on the relay's host as it stands. Its layout is ``docker/desktop-session``'s.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -22,13 +21,12 @@ import psutil
 from relay.desktops.credentials import (
     DesktopCredentials,
     display_entries,
-    private_dir,
-    write_private,
 )
-from relay.desktops.docker_config import DockerDesktopSettings
-from relay.desktops.docker_display import HostDisplay
+from relay.desktops.docker.config import DockerDesktopSettings
+from relay.desktops.docker.display import HostDisplay
 from relay.desktops.user import DesktopUser, prepare_home, write_in_home
 from wire.ids import DesktopSessionId
+from wire.ops import DesktopState, RelayRow
 from wire.rfb import rfbauth_file_bytes
 
 logger = logging.getLogger(__name__)
@@ -83,12 +81,8 @@ class ContainerDesktop:
     credentials: DesktopCredentials = field(repr=False)
     audio: bool = False
     audio_reason: str | None = None
-    state: str = "running"
+    state: DesktopState = "running"
     adopted: bool = field(default=False, compare=False)
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (KIND, self.slot)
 
     @property
     def host_display(self) -> HostDisplay:
@@ -127,7 +121,7 @@ class ContainerDesktop:
             "HOME": str(self.run_dir),
         }
 
-    def to_row(self) -> dict[str, Any]:
+    def to_row(self) -> RelayRow:
         """The status row: no container id, pid or host path."""
         return {
             "desktop_session_id": self.desktop_session_id,
@@ -146,7 +140,8 @@ class ContainerDesktop:
         }
 
     def to_record(self) -> dict[str, Any]:
-        return self.to_row() | {
+        return {
+            **self.to_row(),
             "display": self.display,
             "run_dir": str(self.run_dir),
             "container_id": self.container_id,
@@ -187,11 +182,13 @@ class ContainerDesktop:
 @dataclass(frozen=True)
 class StartingContainer:
     """A start in progress, recorded before Docker is asked, so a relay killed meanwhile
-    leaves the next one what to remove: the container (by name) and the directory."""
+    leaves the next one what to remove: the container (by name) and the directory. A recorded
+    desktop that is not re-adopted is one too, until it is removed (``desktop``: it whole)."""
 
     desktop_session_id: DesktopSessionId
     slot: str
     run_dir: Path
+    desktop: ContainerDesktop | None = field(default=None, compare=False)
 
     def to_record(self) -> dict[str, Any]:
         return {"desktop_session_id": self.desktop_session_id, "slot": self.slot,
@@ -202,35 +199,9 @@ class StartingContainer:
         return cls(DesktopSessionId(str(record["desktop_session_id"])), str(record["slot"]),
                    Path(str(record["run_dir"])))  # fmt: skip
 
-
-class ContainerStateFile:
-    """``docker-desktops.json`` in the relay's state directory: mode 0600, written atomically."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def load(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Records of the last relay's desktops and of its unfinished starts (blocking)."""
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return [], []
-        except (OSError, ValueError) as err:
-            logger.warning("ignoring unreadable docker desktop state: %s", type(err).__name__)
-            return [], []
-        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-            return [], []
-        return _dicts(data.get("desktops")), _dicts(data.get("starting"))
-
-    def save(self, desktops: list[ContainerDesktop], starting: list[StartingContainer]) -> None:
-        payload = {"version": STATE_VERSION, "desktops": [d.to_record() for d in desktops],
-                   "starting": [s.to_record() for s in starting]}  # fmt: skip
-        private_dir(self.path.parent)
-        write_private(self.path, json.dumps(payload, indent=1).encode())
-
-
-def _dicts(value: object) -> list[dict[str, Any]]:
-    return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+    @classmethod
+    def of(cls, desktop: ContainerDesktop) -> StartingContainer:
+        return cls(desktop.desktop_session_id, desktop.slot, desktop.run_dir, desktop)
 
 
 # -- the directory ----------------------------------------------------------------------------

@@ -1,9 +1,10 @@
-"""``DockerBackend``: the relay's container desktops (``DockerDesktops``) as a ``DesktopBackend``.
+"""``DockerBackend``: the relay's container desktops (``ContainerDesktops``) as a
+``DesktopBackend``.
 
 Everything a viewer, the screen tool and the accessibility tools need reaches the container
 through the sockets of the desktop's directory: the viewer's stream is x11vnc's unix socket
 (authenticated with the desktop's VNC secret, ``relay.vnc_target``), screen actions and the
-keyboard state open the display ``:N`` the relay linked on its host (``docker_display.py``), the
+keyboard state open the display ``:N`` the relay linked on its host (``docker/display.py``), the
 accessibility worker the session bus. Launchable apps, kept homes, the direct path and the
 desktop tools (shell, files, windows, clipboard) are not offered for containers.
 """
@@ -13,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 from relay.a11y.client import A11yWorker, WorkerSpec, a11y_python
 from relay.a11y.settings import A11ySettings
 from relay.backend import not_offered
 from relay.channels import ByteStream
-from relay.desktops.docker_manager import DockerDesktops
+from relay.desktops.docker.launcher import ContainerDesktops
 from relay.desktops.screens import DesktopScreens
 from relay.vnc_target import VncTarget
 from wire.errors import ErrorCode, OpError, RfbHandshakeError
@@ -55,7 +56,7 @@ class DockerBackend:
 
     def __init__(
         self,
-        desktops: DockerDesktops,
+        desktops: ContainerDesktops,
         screen: Callable[[], ScreenService],
         *,
         a11y: A11ySettings | None = None,
@@ -68,32 +69,30 @@ class DockerBackend:
         self._screens = DesktopScreens(screen, lambda session: desktops.live(session) is not None)
 
     def capabilities(self) -> list[str]:
-        return [CAPABILITY] if self.desktops.unavailable is None else []
+        return [CAPABILITY] if self.desktops.launcher.unavailable is None else []
 
     async def open(self) -> None:
         """At relay start, before the server connects: is Docker there, and re-adoption."""
-        await self.desktops.probe()
+        await self.desktops.launcher.probe()
         await self.desktops.adopt()
         self.desktops.start_watchdog()
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self, args: DesktopStartArgs) -> DesktopStartResult:
-        options = {k: v for k, v in args.items() if k != "kind"}
-        row = await self.desktops.start(**cast(dict[str, Any], options))
-        return cast(DesktopStartResult, row)
+        return await self.desktops.start(**args)
 
     async def stop(self, args: DesktopStopArgs) -> DesktopStopResult:
         result = await self.desktops.stop(
             slot=args.get("slot", "main"), desktop_session_id=args["desktop_session_id"]
         )
         await self._release_gone()
-        return cast(DesktopStopResult, result)
+        return result
 
     async def rows(self) -> list[RelayRow]:
         rows = await self.desktops.status()
         await self._release_gone()
-        return cast(list[RelayRow], rows)
+        return rows
 
     async def holds(self, desktop_session_id: str) -> bool:
         return self.desktops.live(desktop_session_id) is not None
@@ -101,7 +100,7 @@ class DockerBackend:
     async def find(self, desktop_session_id: str | None, slot: str) -> RelayRow | None:
         row = await self.desktops.running(desktop_session_id, slot)
         await self._release_gone()
-        return cast(RelayRow | None, row)
+        return row
 
     def direct(self, desktop_session_id: str) -> VncDirectResult | None:
         return None  # x11vnc listens on no port: the server cannot reach it itself

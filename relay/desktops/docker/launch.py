@@ -24,8 +24,8 @@ import psutil
 from relay.desktops.audio import REASON_NOT_REQUESTED, REASON_NOT_STARTED, REASON_UNAVAILABLE
 from relay.desktops.config import DesktopConfig
 from relay.desktops.credentials import DesktopCredentials
-from relay.desktops.docker_config import DockerDesktopSettings
-from relay.desktops.docker_container import (
+from relay.desktops.docker.config import DockerDesktopSettings
+from relay.desktops.docker.container import (
     X11_DIR,
     ContainerDesktop,
     ContainerSpec,
@@ -33,8 +33,8 @@ from relay.desktops.docker_container import (
     log_tail,
     prepare_run_dir,
 )
-from relay.desktops.docker_display import HostDisplay, link_sound, unlink_sound
-from relay.desktops.docker_engine import DockerEngine, DockerEngineError
+from relay.desktops.docker.display import HostDisplay, link_sound, unlink_sound
+from relay.desktops.docker.engine import DockerEngine, DockerEngineError
 from relay.desktops.probe import (
     BANNER_LEN,
     PROBE_ERRORS,
@@ -120,8 +120,8 @@ class _Made:
     init_pid: int | None = None
 
 
-class ContainerLauncher:
-    """Starts and removes container desktops (the manager holds its lock around both)."""
+class ContainerRunner:
+    """Starts and removes container desktops (the lifecycle holds its lock around both)."""
 
     def __init__(
         self,

@@ -1,0 +1,444 @@
+"""``Desktops``: the relay's desktops of one kind, one per slot, whatever launches them.
+
+Start, status, the watchdog's teardown, compare-and-stop, adoption and close run under one
+lock, so a session-id comparison and the stop it guards are atomic against a racing restart of
+the slot; events are sent after the lock is released (docs/desktops.md, "Lifecycle lock and
+compare-and-stop"). How a desktop starts, is checked and is removed is its kind's launcher's
+(``relay/desktops/launcher.py``): processes on the relay's host (``processes.py``), containers
+(``docker/launcher.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Generic, TypeVar
+
+from relay.desktops.audio import REASON_FAILED
+from relay.desktops.config import DesktopConfig
+from relay.desktops.credentials import RelayAuthority
+from relay.desktops.launcher import Launcher, StartOptions
+from relay.desktops.probe import ProbeResult
+from relay.desktops.process import run_to_completion
+from relay.desktops.slots import D, S, Slots, failed_event, now_iso
+from relay.desktops.state import StateFile
+from relay.desktops.user import DesktopUser
+from relay.desktops.validation import StartRequest, check_session_id, check_slot
+from relay.desktops.watchdog import ProbeStrikes, Watchdog
+from wire.errors import ErrorCode, OpError
+from wire.ids import DesktopSessionId
+from wire.ops import DesktopStartResult, DesktopStopResult, RelayRow
+
+logger = logging.getLogger(__name__)
+
+OnChange = Callable[[RelayRow], Awaitable[None]]
+L = TypeVar("L", bound="Launcher[Any, Any]")
+
+
+class Desktops(Generic[D, S, L]):
+    """Starts, watches, stops and re-adopts the relay's desktops of one kind; ``launcher``
+    (``L``, a :class:`Launcher` of ``D`` and ``S``) starts and ends them."""
+
+    def __init__(
+        self,
+        launcher: L,
+        on_change: OnChange | None = None,
+    ) -> None:
+        self.launcher = launcher
+        self.on_change = on_change
+        config = launcher.config
+        self.max_desktops = config.max_desktops
+        self.slots: Slots[D, S] = Slots(
+            StateFile(launcher.state_file), launcher.authority, launcher.authority_source,
+            read=not launcher.adopt_first, saving=launcher.saving,
+        )  # fmt: skip
+        launcher.attach(self.slots)
+        self._lock = self.slots.lock
+        self._desktops = self.slots.desktops
+        self._watchdog = Watchdog(self.check_all, config.watchdog_interval_s)
+        self._strikes = ProbeStrikes(config.probe_failures)
+        self._cleanup: asyncio.Task[None] | None = None  # adopt(clean_up_later=True)
+
+    @property
+    def config(self) -> DesktopConfig:
+        """The relay's desktop settings (shared by every kind)."""
+        return self.launcher.config
+
+    @property
+    def authority(self) -> RelayAuthority:
+        """The relay's X authority file (each kind writes its own entries in it)."""
+        return self.launcher.authority
+
+    # -- public operations --------------------------------------------------------------
+
+    async def start(
+        self,
+        *,
+        kind: str | None = None,
+        slot: str = "main",
+        geometry: str = "1280x800",
+        depth: int = 24,
+        audio: bool | None = None,
+        started_by: str | None = None,
+        apps: list[str] | None = None,
+        profile: str | None = None,
+        persist_home: bool = False,
+    ) -> DesktopStartResult:
+        """Start a desktop in the slot, or return the one already running there."""
+        req = self.launcher.request(StartOptions(
+            kind, slot, geometry, depth, audio, started_by, apps, profile, persist_home
+        ))  # fmt: skip
+        events: list[RelayRow] = []
+        try:
+            async with self._lock:
+                running = await self._running_in(req.slot, events)
+                if running is not None:
+                    return {**running.to_row(), "already_running": True}
+                await self._check_can_start(req)
+                desktop = await self._launch(req)
+                return {**desktop.to_row(), "already_running": False}
+        finally:
+            await self._emit(events)
+
+    async def status(self) -> list[RelayRow]:
+        """Rows of the live desktops; ones whose essential processes died are failed first.
+
+        Reads without the lifecycle lock while every desktop runs: a start of another slot
+        (seconds) is not waited for, since it is no desktop until it returns. Failing a dead
+        desktop takes the lock (docs/desktops.md, "Lifecycle lock and compare-and-stop")."""
+        events: list[RelayRow] = []
+        try:
+            if any(self.launcher.dead(d) for d in self._desktops.values()):
+                async with self._lock:
+                    for desktop in list(self._desktops.values()):
+                        await self._running_in(desktop.slot, events)
+            for desktop in self.slots.sorted():
+                self._note_sound_lost(desktop, events)
+            return [d.to_row() for d in self.slots.sorted()]
+        finally:
+            await self._emit(events)
+
+    async def running(self, desktop_session_id: str | None, slot: str) -> RelayRow | None:
+        """The row of one live desktop: ``desktop_session_id``'s, or the ``slot``'s when None.
+        Only its processes are checked (a dead one is failed here, as in :meth:`status`): an
+        action on one desktop does not poll every other desktop's, nor wait for a start in
+        another slot; one asking for the slot or session being started waits for that start."""
+        events: list[RelayRow] = []
+        try:
+            desktop = self._lookup(desktop_session_id, slot)
+            if desktop is None and not self._starting(desktop_session_id, slot):
+                return None
+            if desktop is None or self.launcher.dead(desktop):
+                async with self._lock:
+                    desktop = self._lookup(desktop_session_id, slot)
+                    if desktop is None or not await self._running_in(desktop.slot, events):
+                        return None
+            self._note_sound_lost(desktop, events)
+            return desktop.to_row()
+        finally:
+            await self._emit(events)
+
+    def live(self, desktop_session_id: str) -> D | None:
+        """One of this relay's desktops, looked up without the lock (a desktop being stopped
+        is forgotten first, so this does not wait for its stop)."""
+        return self.slots.by_session(desktop_session_id)
+
+    def holds(self, desktop_session_id: str) -> bool:
+        """Whether ``desktop_session_id`` is one of this relay's desktops (without the lock)."""
+        return self.live(desktop_session_id) is not None
+
+    def displays(self) -> set[str]:
+        """The displays of the desktops this relay runs (as rows name them, ``:N``)."""
+        return {f":{desktop.display}" for desktop in self._desktops.values()}
+
+    async def stop(
+        self, *, slot: str, desktop_session_id: str, kind: str | None = None
+    ) -> DesktopStopResult:
+        """Compare-and-stop: stop the slot only if it still holds ``desktop_session_id``."""
+        if kind is not None:
+            self.launcher.check_kind(kind)
+        slot = check_slot(slot)
+        session_id = check_session_id(desktop_session_id)
+        async with self._lock:
+            current = self._desktops.get(slot)
+            if current is None:
+                return {"stopped": False, "was_running": False}
+            if current.desktop_session_id != session_id:
+                logger.info("stop of %s slot %s refused: a newer session holds it",
+                            self.launcher.kind, slot)  # fmt: skip
+                return {"stopped": False, "conflict": True,
+                        "current_session_id": current.desktop_session_id}  # fmt: skip
+            await self._remove(current, "stopped")
+            return {"stopped": True, "stopped_session_id": session_id}
+
+    async def probe(self, slot: str) -> dict[str, Any]:
+        """Probe one slot end to end (processes, then the kind's own chain)."""
+        desktop = self._desktops.get(check_slot(slot))
+        if desktop is None:
+            return {"kind": self.launcher.kind, "slot": slot, "running": False, "ok": False,
+                    "reason": "not_running"}  # fmt: skip
+        result = await self._health(desktop)
+        return {"kind": self.launcher.kind, "slot": desktop.slot, "running": True,
+                "desktop_session_id": desktop.desktop_session_id, **result.to_dict()}  # fmt: skip
+
+    async def desktop_user(self) -> DesktopUser | None:
+        """Who the desktops run as (None: as the relay); leased on first use when root."""
+        return await self.launcher.desktop_user()
+
+    # -- adoption -----------------------------------------------------------------------
+
+    async def adopt(self, *, clean_up_later: bool = False) -> list[RelayRow]:
+        """Re-adopt the desktops an earlier relay recorded that are still its own and pass the
+        probe; stop and remove the others and its starts that did not finish.
+
+        ``clean_up_later``: return once the desktops are adopted and stop the rest in a task
+        (holding the lifecycle lock, so no start runs before it is done): a restarted relay
+        says ``hello`` without waiting for the stops (docs/desktops.md, "Relay restarts")."""
+        async with self._lock:
+            adoption = await self._adopt_locked()
+        if adoption is None:
+            return []  # nothing can be checked: the records wait for a relay that can
+        adopted, leftovers = adoption
+        cleaning = self._clean_up(leftovers)
+        if clean_up_later:
+            self._cleanup = asyncio.create_task(self._clean_up_logged(cleaning))
+        else:
+            await cleaning
+        return [d.to_row() for d in adopted]
+
+    async def _adopt_locked(self) -> tuple[list[D], list[DesktopSessionId]] | None:
+        """Which recorded desktops are kept (their probes run together). Until the clean-up
+        has stopped them, the rest stay in the state file as starts that did not finish, so
+        a relay killed in between leaves them to the next one. None: the launcher cannot
+        check the records now (nothing is read, written or removed)."""
+        records = await self.launcher.recorded()
+        if records is None:
+            return None
+        if not records.keep and records.desktops:
+            logger.warning("not re-adopting %d %s: they run as another account",
+                           len(records.desktops), self.launcher.noun)  # fmt: skip
+        results = await asyncio.gather(*(self._adoptable(d, records.keep)
+                                         for d in records.desktops))  # fmt: skip
+        adopted: list[D] = []
+        leftovers = list(records.interrupted)
+        for desktop, result in zip(records.desktops, results, strict=True):
+            if self._keep(desktop, result):
+                adopted.append(desktop)
+            else:
+                leftovers.append(self.launcher.leftover(desktop))
+        for leftover in leftovers:
+            self.slots.starting[leftover.desktop_session_id] = leftover
+        self.slots.read = True
+        await self.slots.save()
+        if adopted:
+            logger.info("re-adopted %d %s", len(adopted), self.launcher.noun)
+        return adopted, [s.desktop_session_id for s in leftovers]
+
+    async def _adoptable(self, desktop: D, keep: bool) -> ProbeResult | None:
+        """The probe of a recorded desktop that may be kept (None: it may not)."""
+        if not keep or not await self.launcher.adoptable(desktop):
+            return None
+        return await self._health(desktop, retry=True)
+
+    def _keep(self, desktop: D, result: ProbeResult | None) -> bool:
+        """The orphan rule: a recorded desktop is kept when it is still this relay's, its slot
+        is free, the relay has room for it, and it passes the probe."""
+        clash = desktop.slot in self._desktops
+        full = len(self._desktops) >= self.max_desktops
+        if not (clash or full) and result is not None and result.ok:
+            self._desktops[desktop.slot] = desktop
+            logger.info("re-adopted %s desktop slot=%s", self.launcher.kind, desktop.slot)
+            return True
+        reason = ("slot taken" if clash else "limit" if full
+                  else "not ours" if result is None else result.reason)  # fmt: skip
+        logger.info("not re-adopting %s desktop slot=%s: %s", self.launcher.kind,
+                    desktop.slot, reason)  # fmt: skip
+        return False
+
+    async def _clean_up(self, leftovers: list[DesktopSessionId]) -> None:
+        async with self._lock:
+            await self._clean_up_locked(leftovers)
+
+    async def _clean_up_locked(self, leftovers: list[DesktopSessionId]) -> None:
+        """Stop the ``leftovers`` the adoption named, then what no desktop owns."""
+        for session_id in leftovers:
+            if (leftover := self.slots.starting.get(session_id)) is not None:
+                clean = await run_to_completion(self.launcher.discard(leftover))
+                del self.slots.starting[session_id]
+                logger.info("removed what the last relay left of %s slot=%s%s",
+                            self.launcher.kind, leftover.slot,
+                            "" if clean else " (some of it remains)")  # fmt: skip
+        await self.slots.save()
+        # What runs now is what the lock's holders left: adopted desktops, and no start
+        # (starts run under the lock), so everything else is an orphan.
+        kept = {d.desktop_session_id for d in self._desktops.values()}
+        await self.launcher.sweep(kept | set(self.slots.starting), bool(leftovers))
+
+    @staticmethod
+    async def _clean_up_logged(cleaning: Awaitable[None]) -> None:
+        try:
+            await cleaning
+        except Exception:
+            logger.exception("cleaning up after re-adoption failed")
+
+    # -- watchdog and close ---------------------------------------------------------------
+
+    def start_watchdog(self) -> None:
+        """Begin periodic health checks (idempotent)."""
+        self._watchdog.start()
+
+    async def check_all(self) -> None:
+        """One watchdog round: beat the heartbeat, probe every desktop, tear down failures (a
+        dead essential process at once, a chain that does not answer after
+        ``probe_failures`` rounds in a row: ``ProbeStrikes``), then the kind's own checks."""
+        snapshot = list(self._desktops.values())
+        await self.launcher.beat(snapshot)
+        if not snapshot:
+            return
+        results = await asyncio.gather(*(self._health(d, retry=True) for d in snapshot))
+        self._strikes.keep_only(d.desktop_session_id for d in snapshot)
+        verdicts = [self._strikes.verdict(d.desktop_session_id, r)
+                    for d, r in zip(snapshot, results, strict=True)]  # fmt: skip
+        failed = [(d, why) for d, why in zip(snapshot, verdicts, strict=True) if why is not None]
+        if failed:
+            await self._fail_all(failed)
+        gone = {id(desktop) for desktop, _ in failed}
+        survivors = [d for d in snapshot if id(d) not in gone]
+        silent = await self.launcher.silent([d for d in survivors if d.audio])
+        if silent:
+            await self._sound_lost(silent)
+        still = [d for d in survivors if self._desktops.get(d.slot) is d]
+        if reviewed := await self.launcher.review(still):
+            await self._fail_all(reviewed)
+
+    async def close(self, stop_desktops: bool) -> None:
+        """Stop the watchdog; stop every desktop too when asked, else leave them for adoption."""
+        if self._cleanup is not None:
+            await self._cleanup
+        await self._watchdog.stop()
+        async with self._lock:
+            if stop_desktops:
+                for desktop in self.slots.sorted():
+                    await self._remove(desktop, "relay closing", save=False)
+            await self.slots.save()
+            left = bool(self._desktops)
+            self._desktops.clear()
+            await self.launcher.close(left)
+
+    # -- internals ----------------------------------------------------------------------
+
+    async def _check_can_start(self, req: StartRequest) -> None:
+        if len(self._desktops) >= self.max_desktops:
+            raise OpError(
+                ErrorCode.LIMIT_REACHED,
+                f"at most {self.max_desktops} {self.launcher.noun} on this relay",
+                {"max_desktops": self.max_desktops},
+            )
+        await self.launcher.ready(req)
+        if not self.slots.read and (adoption := await self._adopt_locked()) is not None:
+            await self._clean_up_locked(adoption[1])
+
+    async def _launch(self, req: StartRequest) -> D:
+        session_id = DesktopSessionId(secrets.token_hex(16))
+        try:
+            desktop: D = await self.launcher.launch(req, session_id)
+        except BaseException:
+            self.slots.starting.pop(session_id, None)
+            await asyncio.shield(self.slots.save())
+            raise
+        self.slots.starting.pop(session_id, None)
+        self._desktops[desktop.slot] = desktop
+        await self.slots.save()
+        return desktop
+
+    def _lookup(self, desktop_session_id: str | None, slot: str) -> D | None:
+        if desktop_session_id is None:
+            return self._desktops.get(slot)
+        return self.live(desktop_session_id)
+
+    def _starting(self, desktop_session_id: str | None, slot: str) -> bool:
+        """Whether a start in progress may yet produce the desktop asked for."""
+        return any(
+            s.desktop_session_id == desktop_session_id
+            if desktop_session_id is not None else s.slot == slot
+            for s in self.slots.starting.values()
+        )  # fmt: skip
+
+    async def _running_in(self, slot: str, events: list[RelayRow]) -> D | None:
+        """The slot's desktop if it runs; a dead one is failed here."""
+        desktop = self._desktops.get(slot)
+        if desktop is None:
+            return None
+        if reason := self.launcher.dead(desktop):
+            await self._remove(desktop, reason)
+            events.append(failed_event(desktop, reason))
+            return None
+        return desktop
+
+    async def _health(self, desktop: D, retry: bool = False) -> ProbeResult:
+        """Essential processes first (cheap), then the kind's end-to-end chain."""
+        if reason := self.launcher.dead(desktop):
+            return ProbeResult(ok=False, reason=reason, checks={"processes": False})
+        result = await self.launcher.health(desktop, retry)
+        result.checks = {"processes": True, **result.checks}
+        return result
+
+    async def _sound_lost(self, silent: list[D]) -> None:
+        """Watchdog: desktops whose sound server died keep running, without sound."""
+        events: list[RelayRow] = []
+        async with self._lock:
+            for desktop in silent:
+                if self._desktops.get(desktop.slot) is desktop and desktop.audio:
+                    self._lose_sound(desktop, events)
+            if events:
+                await self.slots.save()
+        await self._emit(events)
+
+    def _note_sound_lost(self, desktop: D, events: list[RelayRow]) -> None:
+        if desktop.audio and self.launcher.sound_lost(desktop):
+            self._lose_sound(desktop, events)
+
+    def _lose_sound(self, desktop: D, events: list[RelayRow]) -> None:
+        desktop.audio, desktop.audio_reason = False, REASON_FAILED
+        logger.warning("%s desktop slot=%s lost its sound server", self.launcher.kind,
+                       desktop.slot)  # fmt: skip
+        events.append({**desktop.to_row(), "reason": REASON_FAILED, "updated_at": now_iso()})
+
+    async def _fail_all(self, failed: Iterable[tuple[D, str]]) -> None:
+        events: list[RelayRow] = []
+        async with self._lock:
+            for desktop, reason in failed:
+                # A stop or restart may have replaced this incarnation while it was probed.
+                if self._desktops.get(desktop.slot) is desktop:
+                    await self._remove(desktop, reason, save=False)
+                    events.append(failed_event(desktop, reason))
+            if events:
+                await self.slots.save()
+        await self._emit(events)
+
+    async def _remove(self, desktop: D, reason: str, save: bool = True) -> None:
+        """Forget the desktop and remove it (caller holds the lock). Once begun it runs to its
+        end, even when the caller is cancelled (``run_to_completion``)."""
+        await run_to_completion(self._removing(desktop, reason, save))
+
+    async def _removing(self, desktop: D, reason: str, save: bool) -> None:
+        self._desktops.pop(desktop.slot, None)
+        desktop.state = "stopping"
+        clean = await self.launcher.remove(desktop)
+        desktop.state = "stopped" if reason == "stopped" else "failed"
+        log = logger.info if reason in ("stopped", "relay closing") else logger.warning
+        log("%s desktop %s slot=%s: %s%s", self.launcher.kind, desktop.state, desktop.slot,
+            reason, "" if clean else " (some of it remains)")  # fmt: skip
+        if save:
+            await self.slots.save()
+
+    async def _emit(self, events: list[RelayRow]) -> None:
+        if self.on_change is None:
+            return
+        for event in events:
+            try:
+                await self.on_change(event)
+            except Exception:
+                logger.exception("desktop on_change callback failed")

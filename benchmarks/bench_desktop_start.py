@@ -31,7 +31,7 @@ import aiohttp
 import psutil
 
 from benchmarks.rfb import RFBClient
-from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
+from relay.desktops import DesktopSettings, ProcessDesktops, process_desktops
 from relay.desktops.probe import rfb_banner_ws
 from wire.ops import RelayRow
 
@@ -40,7 +40,7 @@ TARGET_PROFILE_RATIO = 1.5
 TARGET_BROWSER_S = 3.0
 
 
-def browser_mapped(config: DesktopConfig, display: str) -> bool:
+def browser_mapped(config: DesktopSettings, display: str) -> bool:
     env = {"PATH": os.environ["PATH"], "DISPLAY": display,
            "XAUTHORITY": str(config.authority_file)}  # fmt: skip
     done = subprocess.run(["wmctrl", "-l"], env=env, capture_output=True, text=True, check=False)
@@ -81,7 +81,7 @@ async def time_profile_start(
     return frame, browser
 
 
-async def time_profiles(config: DesktopConfig, count: int) -> dict[str, list[float]]:
+async def time_profiles(config: DesktopSettings, count: int) -> dict[str, list[float]]:
     """``count`` starts of each profile, interleaved (minimal, standard, minimal, …) so that
     the load of the machine weighs on both alike."""
     mgr = process_desktops(config)
@@ -98,7 +98,7 @@ async def time_profiles(config: DesktopConfig, count: int) -> dict[str, list[flo
     return times
 
 
-def group_members(config: DesktopConfig) -> list[psutil.Process]:
+def group_members(config: DesktopSettings) -> list[psutil.Process]:
     data = json.loads(config.state_file.read_text())
     pgids = {p["pgid"] for d in data["desktops"] for p in d["processes"]}
     members = []
@@ -133,7 +133,7 @@ def pss_mb(procs: list[psutil.Process]) -> float:
     return total / 1e6
 
 
-async def time_starts(config: DesktopConfig, count: int) -> list[float]:
+async def time_starts(config: DesktopSettings, count: int) -> list[float]:
     mgr = process_desktops(config)
     times = []
     try:
@@ -152,7 +152,7 @@ async def time_starts(config: DesktopConfig, count: int) -> list[float]:
 
 
 async def idle_profile(
-    config: DesktopConfig, idle_s: float, profile: str = "minimal", desktops: int = 4
+    config: DesktopSettings, idle_s: float, profile: str = "minimal", desktops: int = 4
 ) -> dict[str, float]:
     relay = psutil.Process()
     mgr = process_desktops(config)
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     starts, idle_s = (3, 3.0) if args.quick else (10, 30.0)
     with tempfile.TemporaryDirectory() as tmp:
-        config = DesktopConfig(state_dir=Path(tmp), default_profile="minimal")
+        config = DesktopSettings(state_dir=Path(tmp), default_profile="minimal")
         times = asyncio.run(time_starts(config, starts))
         profile = asyncio.run(idle_profile(config, idle_s))
         standard = _standard_available(config)
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _standard_available(config: DesktopConfig) -> bool:
+def _standard_available(config: DesktopSettings) -> bool:
     from relay.desktops.profiles import load_profiles
 
     profile = load_profiles(config.profiles_dir).get("standard")

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from benchmarks.common import parser, percentile
-from relay.desktops import DesktopConfig, process_desktops
+from relay.desktops import DesktopSettings, process_desktops
 from relay.desktops.docker.config import DockerDesktopSettings
 from relay.desktops.docker.launcher import ContainerLauncher
 from wire.ops import RelayRow
@@ -47,7 +47,7 @@ async def timed_start_stop(
 
 async def run(rounds: int, settle_s: float) -> None:
     state = Path(tempfile.mkdtemp(prefix="bench-docker-desktops-"))
-    config = DesktopConfig.from_env(state_dir=state, default_profile="minimal")
+    config = DesktopSettings.from_env(state_dir=state, default_profile="minimal")
     virtual = process_desktops(config)
     virtual.authority.use_in_process()
     containers = ContainerLauncher(

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from relay.a11y.settings import A11ySettings
 from relay.desktop_tools.settings import DesktopToolsConfigError, DesktopToolSettings
 from relay.desktops.audio import AudioSettings
-from relay.desktops.config import DesktopConfig
+from relay.desktops.config import DesktopSettings
 from relay.desktops.docker.config import DockerDesktopSettings
 from relay.desktops.leases import relay_key, taken_by_another
 from wire.errors import RelaydeskError
@@ -67,7 +67,7 @@ class RelaySettings:
     # The host ``vnc.direct`` names (a co-located server); None: the relay does not offer it.
     direct_vnc_host: str | None = None
     audio_bitrate: int = DEFAULT_BITRATE
-    desktops: DesktopConfig = field(default_factory=DesktopConfig)
+    desktops: DesktopSettings = field(default_factory=DesktopSettings)
     audio: AudioSettings = field(default_factory=AudioSettings)
     a11y: A11ySettings = field(default_factory=A11ySettings)
     # Shell and file commands in desktops (RELAYDESK_CUA_SHELL; docs/desktop-tools.md).
@@ -183,10 +183,10 @@ def _read_token_file(path: str, named_by: str) -> str:
         raise RelayConfigError(f"{named_by} {path}: {reason}") from None
 
 
-def _desktop_config(environ: Mapping[str, str], state_dir: Path) -> DesktopConfig:
+def _desktop_config(environ: Mapping[str, str], state_dir: Path) -> DesktopSettings:
     """The desktops' settings; a named desktop user another relay holds is refused here, so
     the relay says so and exits (relay/desktops/leases.py)."""
-    config = DesktopConfig.from_env(environ, state_dir=state_dir)
+    config = DesktopSettings.from_env(environ, state_dir=state_dir)
     name = config.desktop_user
     if name and os.geteuid() == 0 and taken_by_another(name, relay_key(state_dir)):
         raise RelayConfigError(

@@ -11,13 +11,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from relay.desktops.config import DesktopConfig
+    from relay.desktops.config import DesktopSettings
     from relay.desktops.launch import missing_binaries
     from relay.desktops.lifecycle import Desktops, OnChange
     from relay.desktops.processes import ProcessDesktops, ProcessLauncher, process_desktops
 
 __all__ = [
-    "DesktopConfig",
+    "DesktopSettings",
     "Desktops",
     "OnChange",
     "ProcessDesktops",
@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 _WHERE = {
-    "DesktopConfig": "relay.desktops.config",
+    "DesktopSettings": "relay.desktops.config",
     "Desktops": "relay.desktops.lifecycle",
     "OnChange": "relay.desktops.lifecycle",
     "ProcessDesktops": "relay.desktops.processes",

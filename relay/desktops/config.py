@@ -27,7 +27,7 @@ def _default_state_dir() -> Path:
 
 
 @dataclass(frozen=True)
-class DesktopConfig:
+class DesktopSettings:
     """Limits, paths and binaries of virtual desktops on one relay."""
 
     max_desktops: int = 4
@@ -91,7 +91,9 @@ class DesktopConfig:
         return self.run_dir / "Xauthority"
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> DesktopConfig:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> DesktopSettings:
         """Build a config from ``RELAYDESK_*`` variables; ``overrides`` win over both."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.desktops.audio import stale_runtime_dirs
-from relay.desktops.config import DesktopConfig
+from relay.desktops.config import DesktopSettings
 from relay.desktops.credentials import PRIVATE_FILE_MODE, private_dir
 from relay.desktops.leases import (
     UserLease,
@@ -44,7 +44,7 @@ class Homes:
     """This relay's desktop user (leased once, for the relay's lifetime) and the desktops'
     home directories."""
 
-    def __init__(self, config: DesktopConfig) -> None:
+    def __init__(self, config: DesktopSettings) -> None:
         self.config = config
         self._user: DesktopUser | None = None
         self._lease: UserLease | None = None
@@ -168,7 +168,7 @@ class Homes:
             logger.info("kept home %s: %d entries given to %s", home.name, changed, user.name)
 
 
-def secure_state_dir(config: DesktopConfig) -> None:
+def secure_state_dir(config: DesktopSettings) -> None:
     """Make the state, log and run directories 0700 and earlier desktop logs 0600."""
     for directory in (config.state_dir, config.log_dir, config.run_dir):
         private_dir(directory)

@@ -19,7 +19,7 @@ from typing import IO, Final, Protocol
 
 import aiohttp
 
-from relay.desktops.config import DesktopConfig
+from relay.desktops.config import DesktopSettings
 from relay.desktops.credentials import (
     PRIVATE_FILE_MODE,
     VNC_PASSWD_NAME,
@@ -125,9 +125,9 @@ def accessible_argv(argv: Sequence[str]) -> list[str]:
     return words
 
 
-def missing_binaries(config: DesktopConfig | None = None) -> list[str]:
+def missing_binaries(config: DesktopSettings | None = None) -> list[str]:
     """What a virtual desktop needs but this host lacks (empty: the capability is available)."""
-    cfg = config or DesktopConfig()
+    cfg = config or DesktopSettings()
     missing = [b for b in (cfg.xvfb_binary, cfg.x11vnc_binary) if shutil.which(b) is None]
     if importlib.util.find_spec("websockify") is None:
         missing.append("websockify")
@@ -244,7 +244,7 @@ class Launcher:
 
     def __init__(
         self,
-        config: DesktopConfig,
+        config: DesktopSettings,
         http: aiohttp.ClientSession,
         audio: AudioStarter | None = None,
     ) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from relay.desktops.config import DesktopConfig
+from relay.desktops.config import DesktopSettings
 from relay.desktops.credentials import RelayAuthority
 from relay.desktops.probe import ProbeResult
 from relay.desktops.slots import D, S, Slots
@@ -71,7 +71,7 @@ class Launcher(Protocol[D, S]):
     call that starts, removes or discards; a launcher changes the slots only where it says."""
 
     kind: DesktopKind
-    config: DesktopConfig
+    config: DesktopSettings
     # How logs and refusals name this kind's desktops ("desktops", "docker desktops").
     noun: str
     state_file: Path

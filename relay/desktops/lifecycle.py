@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from relay.desktops.audio import REASON_FAILED
-from relay.desktops.config import DesktopConfig
+from relay.desktops.config import DesktopSettings
 from relay.desktops.credentials import RelayAuthority
 from relay.desktops.launcher import Launcher, StartOptions
 from relay.desktops.probe import ProbeResult
@@ -62,7 +62,7 @@ class Desktops(Generic[D, S, L]):
         self._cleanup: asyncio.Task[None] | None = None  # adopt(clean_up_later=True)
 
     @property
-    def config(self) -> DesktopConfig:
+    def config(self) -> DesktopSettings:
         """The relay's desktop settings (shared by every kind)."""
         return self.launcher.config
 

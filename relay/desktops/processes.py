@@ -21,7 +21,7 @@ import aiohttp
 
 from relay.desktops import cgroups
 from relay.desktops.audio import audio_lost
-from relay.desktops.config import DesktopConfig
+from relay.desktops.config import DesktopSettings
 from relay.desktops.credentials import RelayAuthority
 from relay.desktops.homes import (
     Homes,
@@ -33,7 +33,7 @@ from relay.desktops.homes import (
 from relay.desktops.launch import A11Y_BUS_CHILD, AudioStarter, accessible_argv, missing_binaries
 from relay.desktops.launcher import Records, StartOptions, rebuilt
 from relay.desktops.lifecycle import Desktops, OnChange
-from relay.desktops.probe import ProbeResult, probe_chain
+from relay.desktops.probe import ProbeResult, probe_chain, probe_session
 from relay.desktops.process import ChildProcess
 from relay.desktops.profiles import choose, load_profiles
 from relay.desktops.slots import Slots
@@ -61,14 +61,14 @@ ProcessDesktops = Desktops[Desktop, StartingDesktop, "ProcessLauncher"]
 
 
 def process_desktops(
-    config: DesktopConfig | None = None,
+    config: DesktopSettings | None = None,
     *,
     on_change: OnChange | None = None,
     audio: AudioStarter | None = None,
     audio_default: bool = False,
 ) -> ProcessDesktops:
     """The lifecycle of desktops of processes (its launcher: ``.launcher``)."""
-    launcher = ProcessLauncher(config or DesktopConfig.from_env(), audio=audio,
+    launcher = ProcessLauncher(config or DesktopSettings.from_env(), audio=audio,
                                audio_default=audio_default)  # fmt: skip
     return launcher.lifecycle(on_change)
 
@@ -83,7 +83,7 @@ class ProcessLauncher:
 
     def __init__(
         self,
-        config: DesktopConfig,
+        config: DesktopSettings,
         *,
         audio: AudioStarter | None = None,
         audio_default: bool = False,
@@ -313,11 +313,7 @@ class ProcessLauncher:
 
     @property
     def http(self) -> aiohttp.ClientSession:
-        # Connections are not reused: websockify forks a worker per connection.
-        if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(force_close=True), trust_env=False
-            )
+        self._http = probe_session(self._http)
         return self._http
 
     def _find(self, desktop_session_id: str | None, slot: str) -> Desktop:

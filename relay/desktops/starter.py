@@ -16,7 +16,7 @@ import aiohttp
 
 from relay.desktops import cgroups
 from relay.desktops.audio import audio_outcome
-from relay.desktops.config import DesktopConfig
+from relay.desktops.config import DesktopSettings
 from relay.desktops.credentials import PRIVATE_FILE_MODE
 from relay.desktops.guard import GuardArgs
 from relay.desktops.homes import Homes, open_truncated
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 GUARD = "guard"
 
 
-def beat(config: DesktopConfig) -> None:
+def beat(config: DesktopSettings) -> None:
     """Tell the desktops' orphan guards this relay is alive (blocking)."""
     path = config.heartbeat_file
     try:
@@ -50,7 +50,7 @@ class Starter:
 
     def __init__(
         self,
-        config: DesktopConfig,
+        config: DesktopSettings,
         slots: Slots[Desktop, StartingDesktop],
         teardown: Teardown,
         homes: Homes,

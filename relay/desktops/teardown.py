@@ -12,7 +12,7 @@ from pathlib import Path
 from relay.desktops import cgroups, leases
 from relay.desktops.audio import PROCESS_NAME as PULSEAUDIO
 from relay.desktops.audio import runtime_dir
-from relay.desktops.config import DesktopConfig
+from relay.desktops.config import DesktopSettings
 from relay.desktops.displays import x_display_alive
 from relay.desktops.launch import AudioStarter
 from relay.desktops.leases import relay_key
@@ -28,7 +28,7 @@ class Teardown:
 
     def __init__(
         self,
-        config: DesktopConfig,
+        config: DesktopSettings,
         audio: AudioStarter | None,
         slots: Slots[Desktop, StartingDesktop],
     ) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
+from relay.desktops import DesktopSettings, ProcessDesktops, process_desktops
 from relay.vnc_target import VncTarget
 from relay.wsframes import HEADROOM
 from server.db.engine import create_engine
@@ -84,7 +84,7 @@ async def desktop(open_base: Path) -> AsyncIterator[tuple[ProcessDesktops, Relay
     state.chmod(0o755)
     (state / "desktop-logs" / "old.log").write_text("earlier run\n")
     (state / "desktop-logs" / "old.log").chmod(0o644)
-    config = DesktopConfig(
+    config = DesktopSettings(
         state_dir=state, apps=(), window_manager=(), default_profile="minimal",
         start_timeout_s=scaled(15), probe_timeout_s=scaled(3),
     )  # fmt: skip

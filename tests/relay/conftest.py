@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
+from relay.desktops import DesktopSettings, ProcessDesktops, process_desktops
 from relay.desktops.process import group_exists
 from tests.support.processes import scaled
 from wire.ops import RelayRow
@@ -18,14 +18,14 @@ from wire.ops import RelayRow
 NEEDS_X = shutil.which("Xvfb") is None or shutil.which("x11vnc") is None
 
 
-def state_records(config: DesktopConfig) -> list[dict[str, Any]]:
+def state_records(config: DesktopSettings) -> list[dict[str, Any]]:
     if not config.state_file.exists():
         return []
     data = json.loads(config.state_file.read_text())
     return list(data["desktops"])
 
 
-def record_for(config: DesktopConfig, session_id: str) -> dict[str, Any]:
+def record_for(config: DesktopSettings, session_id: str) -> dict[str, Any]:
     return next(r for r in state_records(config) if r["desktop_session_id"] == session_id)
 
 
@@ -59,10 +59,10 @@ def _no_developer_display(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def light_config(tmp_path: Path) -> DesktopConfig:
+def light_config(tmp_path: Path) -> DesktopSettings:
     """Real Xvfb, x11vnc, websockify and D-Bus; no WM and no apps, to keep starts fast."""
     assert not NEEDS_X, "Xvfb and x11vnc are installed by scripts/install"
-    return DesktopConfig(
+    return DesktopSettings(
         state_dir=tmp_path / "state",
         apps=(),
         window_manager=(),
@@ -89,7 +89,9 @@ def events() -> Recorder:
 
 
 @pytest.fixture
-async def manager(light_config: DesktopConfig, events: Recorder) -> AsyncIterator[ProcessDesktops]:
+async def manager(
+    light_config: DesktopSettings, events: Recorder
+) -> AsyncIterator[ProcessDesktops]:
     mgr = process_desktops(light_config, on_change=events)
     try:
         yield mgr

@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 import pytest
 
-from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
+from relay.desktops import DesktopSettings, ProcessDesktops, process_desktops
 from relay.desktops.audio import AudioSettings, PulseAudioStarter
 from relay.desktops.displays import clean_stale_x_locks
 from relay.desktops.homes import Homes
@@ -60,7 +60,7 @@ def _sleepers(marker: str) -> list[psutil.Process]:
     return found
 
 
-def _config(base: DesktopConfig, app: str, **changes: Any) -> DesktopConfig:
+def _config(base: DesktopSettings, app: str, **changes: Any) -> DesktopSettings:
     return dataclasses.replace(base, apps=(app,), allowed_apps=(app,), **changes)
 
 
@@ -75,7 +75,7 @@ async def _started_survivor(manager: ProcessDesktops, marker: str, **start: Any)
     return row
 
 
-async def test_a_setsid_program_dies_with_its_desktops_stop(light_config: DesktopConfig) -> None:
+async def test_a_setsid_program_dies_with_its_desktops_stop(light_config: DesktopSettings) -> None:
     app, marker = _survivor_app()
     manager = process_desktops(_config(light_config, app))
     try:
@@ -90,7 +90,7 @@ async def test_a_setsid_program_dies_with_its_desktops_stop(light_config: Deskto
 
 
 async def test_a_setsid_program_dies_with_the_stop_before_a_reset_of_home(
-    light_config: DesktopConfig,
+    light_config: DesktopSettings,
 ) -> None:
     app, marker = _survivor_app()
     manager = process_desktops(_config(light_config, app))
@@ -106,7 +106,7 @@ async def test_a_setsid_program_dies_with_the_stop_before_a_reset_of_home(
             proc.kill()
 
 
-async def test_a_setsid_program_dies_with_the_relays_exit(light_config: DesktopConfig) -> None:
+async def test_a_setsid_program_dies_with_the_relays_exit(light_config: DesktopSettings) -> None:
     app, marker = _survivor_app()
     manager = process_desktops(_config(light_config, app))
     try:
@@ -120,7 +120,7 @@ async def test_a_setsid_program_dies_with_the_relays_exit(light_config: DesktopC
 
 
 async def test_an_adopted_desktop_keeps_its_cgroup_and_an_orphan_dies_whole(
-    light_config: DesktopConfig,
+    light_config: DesktopSettings,
 ) -> None:
     kept_app, kept = _survivor_app()
     orphan_app, orphan = _survivor_app()
@@ -154,7 +154,7 @@ async def test_an_adopted_desktop_keeps_its_cgroup_and_an_orphan_dies_whole(
             proc.kill()
 
 
-async def test_the_orphan_guard_kills_the_whole_desktop(light_config: DesktopConfig) -> None:
+async def test_the_orphan_guard_kills_the_whole_desktop(light_config: DesktopSettings) -> None:
     app, marker = _survivor_app()
     config = _config(light_config, app, orphan_timeout_s=1.0)
     manager = process_desktops(config)
@@ -169,7 +169,7 @@ async def test_the_orphan_guard_kills_the_whole_desktop(light_config: DesktopCon
 
 @ROOT_ONLY
 async def test_nothing_of_the_desktop_user_runs_once_no_desktop_does(
-    light_config: DesktopConfig,
+    light_config: DesktopSettings,
 ) -> None:
     # What a desktop's shell command leaves is not in the desktop's cgroup: the last stop
     # still kills every process of the relay's desktop user.
@@ -228,7 +228,7 @@ class _Planting(PulseAudioStarter):
 @ROOT_ONLY
 @pytest.mark.skipif(shutil.which("pulseaudio") is None, reason="scripts/install installs it")
 async def test_a_link_planted_in_the_sound_directory_is_never_written_through(
-    light_config: DesktopConfig, pulse_settings: AudioSettings, tmp_path: Path
+    light_config: DesktopSettings, pulse_settings: AudioSettings, tmp_path: Path
 ) -> None:
     target = tmp_path / "root-only"
     target.write_bytes(b"root's own file\n")
@@ -255,7 +255,7 @@ async def test_a_link_planted_in_the_sound_directory_is_never_written_through(
 
 
 async def test_the_session_has_a_private_tmpdir_gone_with_its_desktop(
-    light_config: DesktopConfig,
+    light_config: DesktopSettings,
 ) -> None:
     manager = process_desktops(light_config)
     try:
@@ -278,7 +278,7 @@ async def test_the_session_has_a_private_tmpdir_gone_with_its_desktop(
 
 
 async def test_a_home_that_outgrows_its_limit_stops_its_desktop_with_the_reason(
-    light_config: DesktopConfig,
+    light_config: DesktopSettings,
 ) -> None:
     config = dataclasses.replace(light_config, home_max_mb=1, home_check_interval_s=0.2)
     recorded: list[dict[str, object]] = []
@@ -306,7 +306,7 @@ async def test_a_home_that_outgrows_its_limit_stops_its_desktop_with_the_reason(
 
 @ROOT_ONLY
 async def test_a_kept_home_stays_out_of_reach_of_the_next_holder_of_its_account(
-    light_config: DesktopConfig, tmp_path: Path
+    light_config: DesktopSettings, tmp_path: Path
 ) -> None:
     first_config = dataclasses.replace(light_config, state_dir=tmp_path / "first")
     first = process_desktops(first_config)
@@ -383,7 +383,7 @@ def test_a_forged_x_lock_never_removes_a_live_displays_socket(tmp_path: Path) ->
 
 @ROOT_ONLY
 async def test_the_last_virtual_desktop_leaves_running_containers_of_the_account_alone(
-    light_config: DesktopConfig,
+    light_config: DesktopSettings,
 ) -> None:
     # Desktops in containers run as the relay's account too (relay/desktops/docker/launcher.py
     # marks it busy while any runs): a virtual desktop's stop must not kill their processes.

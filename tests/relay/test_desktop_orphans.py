@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 import pytest
 
-from relay.desktops import DesktopConfig, process_desktops
+from relay.desktops import DesktopSettings, process_desktops
 from relay.desktops.audio import (
     AudioSettings,
     PulseAudioStarter,
@@ -46,10 +46,10 @@ _STARTER = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from relay.desktops import DesktopConfig, process_desktops
+    from relay.desktops import DesktopSettings, process_desktops
 
     async def main() -> None:
-        config = DesktopConfig(state_dir=Path(sys.argv[1]), apps=("sleep 600",),
+        config = DesktopSettings(state_dir=Path(sys.argv[1]), apps=("sleep 600",),
                                allowed_apps=("sleep 600",), start_timeout_s=60,
                                default_profile="minimal")
         await process_desktops(config).start(slot="main")
@@ -66,7 +66,7 @@ _STUCK_RECORDING = textwrap.dedent(
     """
     import asyncio, sys, time
     from pathlib import Path
-    from relay.desktops import DesktopConfig, process_desktops
+    from relay.desktops import DesktopSettings, process_desktops
     from relay.desktops.starter import Starter
 
     record = Starter._record
@@ -78,7 +78,7 @@ _STUCK_RECORDING = textwrap.dedent(
     Starter._record = stuck
 
     async def main() -> None:
-        config = DesktopConfig(state_dir=Path(sys.argv[1]), apps=(), window_manager=(),
+        config = DesktopSettings(state_dir=Path(sys.argv[1]), apps=(), window_manager=(),
                                start_timeout_s=60, default_profile="minimal")
         await process_desktops(config).start(slot="main")
 
@@ -87,7 +87,7 @@ _STUCK_RECORDING = textwrap.dedent(
 )
 
 
-def _starting_records(config: DesktopConfig) -> list[dict[str, Any]]:
+def _starting_records(config: DesktopSettings) -> list[dict[str, Any]]:
     try:
         data = json.loads(config.state_file.read_text())
     except (OSError, ValueError):
@@ -110,7 +110,7 @@ def _processes_naming(path: Path) -> list[psutil.Process]:
     return found
 
 
-async def _kill_mid_start(config: DesktopConfig) -> dict[str, Any]:
+async def _kill_mid_start(config: DesktopSettings) -> dict[str, Any]:
     """Run a relay in miniature, SIGKILL it once its start is half done; the start's record."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     relay = subprocess.Popen(
@@ -133,7 +133,7 @@ async def _kill_mid_start(config: DesktopConfig) -> dict[str, Any]:
 
 
 async def test_a_relay_killed_mid_start_leaves_nothing_the_next_one_cannot_remove(
-    light_config: DesktopConfig,
+    light_config: DesktopSettings,
 ) -> None:
     interrupted = await _kill_mid_start(light_config)
     successor = process_desktops(light_config)
@@ -148,7 +148,7 @@ async def test_a_relay_killed_mid_start_leaves_nothing_the_next_one_cannot_remov
 
 
 async def test_a_child_spawned_but_not_yet_recorded_never_runs_without_its_relay(
-    light_config: DesktopConfig,
+    light_config: DesktopSettings,
 ) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     relay = subprocess.Popen(
@@ -174,7 +174,7 @@ async def test_a_child_spawned_but_not_yet_recorded_never_runs_without_its_relay
 
 
 async def test_a_restarted_relay_adopts_first_and_stops_what_was_left_after(
-    light_config: DesktopConfig,
+    light_config: DesktopSettings,
 ) -> None:
     # What a relay process does: say hello once the desktops are adopted, stop the rest after.
     interrupted = await _kill_mid_start(light_config)
@@ -201,7 +201,7 @@ def _segments_of(pid: int) -> list[str]:
 
 
 async def test_a_stop_cut_short_by_its_caller_still_runs_to_its_end(
-    light_config: DesktopConfig,
+    light_config: DesktopSettings,
 ) -> None:
     # The server's connection closing (a server restart) cancels what the relay was answering:
     # a stop cancelled after x11vnc's SIGKILL used to leave its shared memory and the private
@@ -230,7 +230,7 @@ async def test_a_stop_cut_short_by_its_caller_still_runs_to_its_end(
 
 
 async def test_a_desktop_stops_itself_when_its_relay_never_comes_back(
-    light_config: DesktopConfig,
+    light_config: DesktopSettings,
 ) -> None:
     config = dataclasses.replace(light_config, orphan_timeout_s=scaled(2))
     first = process_desktops(config)
@@ -246,7 +246,7 @@ async def test_a_desktop_stops_itself_when_its_relay_never_comes_back(
 
 
 async def test_a_relay_back_in_time_readopts_and_its_heartbeat_keeps_the_desktop(
-    light_config: DesktopConfig,
+    light_config: DesktopSettings,
 ) -> None:
     config = dataclasses.replace(light_config, orphan_timeout_s=scaled(3))
     first = process_desktops(config)
@@ -272,7 +272,7 @@ async def test_a_relay_back_in_time_readopts_and_its_heartbeat_keeps_the_desktop
 
 
 async def test_zero_orphan_timeout_keeps_desktops_without_a_guard(
-    light_config: DesktopConfig,
+    light_config: DesktopSettings,
 ) -> None:
     config = dataclasses.replace(light_config, orphan_timeout_s=0)
     manager = process_desktops(config)
@@ -284,11 +284,11 @@ async def test_zero_orphan_timeout_keeps_desktops_without_a_guard(
 
 
 def test_orphan_timeout_is_read_from_the_environment() -> None:
-    assert DesktopConfig.from_env({}).orphan_timeout_s == 600
-    assert DesktopConfig.from_env({"RELAYDESK_ORPHAN_TIMEOUT_S": "0"}).orphan_timeout_s == 0
-    assert DesktopConfig.from_env({"RELAYDESK_ORPHAN_TIMEOUT_S": "90"}).orphan_timeout_s == 90
+    assert DesktopSettings.from_env({}).orphan_timeout_s == 600
+    assert DesktopSettings.from_env({"RELAYDESK_ORPHAN_TIMEOUT_S": "0"}).orphan_timeout_s == 0
+    assert DesktopSettings.from_env({"RELAYDESK_ORPHAN_TIMEOUT_S": "90"}).orphan_timeout_s == 90
     with pytest.raises(InvalidArgs):
-        DesktopConfig.from_env({"RELAYDESK_ORPHAN_TIMEOUT_S": "-1"})
+        DesktopSettings.from_env({"RELAYDESK_ORPHAN_TIMEOUT_S": "-1"})
 
 
 @pytest.fixture
@@ -311,7 +311,7 @@ async def _sound_server_answers(sock: Path) -> None:
 
 
 async def test_a_stopped_desktop_leaves_no_sound_directory(
-    light_config: DesktopConfig, pulse_settings: AudioSettings
+    light_config: DesktopSettings, pulse_settings: AudioSettings
 ) -> None:
     settings = pulse_settings
     manager = process_desktops(light_config, audio=PulseAudioStarter(settings))
@@ -328,7 +328,7 @@ async def test_a_stopped_desktop_leaves_no_sound_directory(
 
 
 async def test_another_relay_starting_or_a_desktop_stopping_keeps_a_live_sound_server(
-    light_config: DesktopConfig, pulse_settings: AudioSettings, tmp_path: Path
+    light_config: DesktopSettings, pulse_settings: AudioSettings, tmp_path: Path
 ) -> None:
     # Xvfb started with -displayfd writes no X lock: a relay starting on the same host must
     # still see that the display is live, or its stale cleanup takes a playing desktop's sound

@@ -17,7 +17,7 @@ import psutil
 import pytest
 from aiohttp import web
 
-from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
+from relay.desktops import DesktopSettings, ProcessDesktops, process_desktops
 from relay.desktops.probe import rfb_banner_ws, vnc_html_status
 from tests.relay.conftest import (
     Recorder,
@@ -58,7 +58,7 @@ async def test_full_desktop_serves_novnc_and_rfb(
 ) -> None:
     monkeypatch.setenv("RELAYDESK_RELAY_TOKEN", "rdk_secret_that_must_not_leak")
     monkeypatch.chdir(tmp_path)  # the relay runs somewhere other than its home directory
-    config = DesktopConfig(
+    config = DesktopSettings(
         state_dir=tmp_path, start_timeout_s=scaled(15), default_profile="minimal"
     )
     mgr = process_desktops(config)
@@ -135,12 +135,12 @@ async def test_websockify_replaced_by_plain_http_is_unhealthy(
 
 
 async def test_watchdog_probe_fails_when_vnc_html_is_no_longer_served(
-    light_config: DesktopConfig, events: Recorder, tmp_path: Path
+    light_config: DesktopSettings, events: Recorder, tmp_path: Path
 ) -> None:
     novnc = tmp_path / "novnc"
     novnc.mkdir()
     (novnc / "vnc.html").write_text("<html></html>")
-    config = DesktopConfig(**{**light_config.__dict__, "novnc_dir": novnc})
+    config = DesktopSettings(**{**light_config.__dict__, "novnc_dir": novnc})
     mgr = process_desktops(config, on_change=events)
     try:
         row = await mgr.start()
@@ -208,7 +208,7 @@ async def test_racing_stale_stop_never_stops_a_newer_session(manager: ProcessDes
 
 
 async def test_new_manager_readopts_after_relay_is_killed(
-    light_config: DesktopConfig, http: aiohttp.ClientSession
+    light_config: DesktopSettings, http: aiohttp.ClientSession
 ) -> None:
     first = process_desktops(light_config)
     row = await first.start(slot="agent-1")
@@ -232,7 +232,7 @@ async def test_new_manager_readopts_after_relay_is_killed(
 
 
 async def test_close_without_stop_leaves_desktops_for_the_next_relay(
-    light_config: DesktopConfig, http: aiohttp.ClientSession
+    light_config: DesktopSettings, http: aiohttp.ClientSession
 ) -> None:
     first = process_desktops(light_config)
     row = await first.start()
@@ -311,10 +311,10 @@ def new_children(before: set[int]) -> list[psutil.Process]:
     ],
 )
 async def test_failing_start_leaves_no_orphans(
-    light_config: DesktopConfig, override: dict[str, str], code: ErrorCode
+    light_config: DesktopSettings, override: dict[str, str], code: ErrorCode
 ) -> None:
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    config = DesktopConfig(**{**light_config.__dict__, **override})
+    config = DesktopSettings(**{**light_config.__dict__, **override})
     mgr = process_desktops(config)
     try:
         with pytest.raises(OpError) as err:

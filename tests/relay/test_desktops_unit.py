@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from relay.desktops import DesktopConfig, missing_binaries, process_desktops
+from relay.desktops import DesktopSettings, missing_binaries, process_desktops
 from relay.desktops.audio import (
     REASON_NOT_REQUESTED,
     REASON_NOT_STARTED,
@@ -53,13 +53,13 @@ BAD_STARTS = [
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> DesktopConfig:
-    return DesktopConfig(state_dir=tmp_path / "state")
+def config(tmp_path: Path) -> DesktopSettings:
+    return DesktopSettings(state_dir=tmp_path / "state")
 
 
 @pytest.mark.parametrize(("args", "field"), BAD_STARTS)
 async def test_bad_start_names_the_field_and_starts_nothing(
-    config: DesktopConfig, args: dict[str, object], field: str
+    config: DesktopSettings, args: dict[str, object], field: str
 ) -> None:
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     mgr = process_desktops(config)
@@ -72,7 +72,7 @@ async def test_bad_start_names_the_field_and_starts_nothing(
     await mgr.close(stop_desktops=True)
 
 
-async def test_local_kind_is_not_this_managers_job(config: DesktopConfig) -> None:
+async def test_local_kind_is_not_this_managers_job(config: DesktopSettings) -> None:
     mgr = process_desktops(config)
     with pytest.raises(OpError) as err:
         await mgr.start(kind="local")
@@ -90,7 +90,7 @@ async def test_local_kind_is_not_this_managers_job(config: DesktopConfig) -> Non
     ],
 )
 async def test_bad_stop_names_the_field(
-    config: DesktopConfig, args: dict[str, str], field: str
+    config: DesktopSettings, args: dict[str, str], field: str
 ) -> None:
     mgr = process_desktops(config)
     with pytest.raises(InvalidArgs) as err:
@@ -99,7 +99,7 @@ async def test_bad_stop_names_the_field(
     await mgr.close(stop_desktops=True)
 
 
-async def test_stop_of_empty_slot_is_idempotent(config: DesktopConfig) -> None:
+async def test_stop_of_empty_slot_is_idempotent(config: DesktopSettings) -> None:
     mgr = process_desktops(config)
     result = await mgr.stop(kind="virtual", slot="main", desktop_session_id="a" * 32)
     assert result == {"stopped": False, "was_running": False}
@@ -146,7 +146,7 @@ def test_config_from_env_reads_relaydesk_variables(tmp_path: Path) -> None:
         "RELAYDESK_DESKTOP_APPS": "xterm, firefox --new-window",
         "RELAYDESK_X11VNC_FLAGS": "-wait 50",
     }
-    cfg = DesktopConfig.from_env(env)
+    cfg = DesktopSettings.from_env(env)
     assert cfg.max_desktops == 2
     assert cfg.watchdog_interval_s == 0.5
     assert cfg.novnc_dir == tmp_path
@@ -154,11 +154,13 @@ def test_config_from_env_reads_relaydesk_variables(tmp_path: Path) -> None:
     assert cfg.apps == ("xterm", "firefox --new-window")
     assert cfg.x11vnc_flags == ("-wait", "50")
     with pytest.raises(InvalidArgs):
-        DesktopConfig.from_env({"RELAYDESK_MAX_DESKTOPS": "0"})
+        DesktopSettings.from_env({"RELAYDESK_MAX_DESKTOPS": "0"})
 
 
 def test_missing_binaries_names_what_is_missing(tmp_path: Path) -> None:
-    cfg = DesktopConfig(xvfb_binary="/nope/Xvfb", x11vnc_binary="/nope/x11vnc", novnc_dir=tmp_path)
+    cfg = DesktopSettings(
+        xvfb_binary="/nope/Xvfb", x11vnc_binary="/nope/x11vnc", novnc_dir=tmp_path
+    )
     assert missing_binaries(cfg) == ["/nope/Xvfb", "/nope/x11vnc", "noVNC"]
 
 

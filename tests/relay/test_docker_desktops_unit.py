@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.desktops.config import DesktopConfig
+from relay.desktops.config import DesktopSettings
 from relay.desktops.credentials import DesktopCredentials, RelayAuthority
 from relay.desktops.docker.config import (
     NETWORK_ENV,
@@ -187,7 +187,7 @@ def test_relay_keys_differ_by_state_directory(tmp_path: Path) -> None:
 
 
 async def test_without_a_daemon_a_start_is_unavailable_and_says_why(tmp_path: Path) -> None:
-    config = DesktopConfig(state_dir=tmp_path / "state")
+    config = DesktopSettings(state_dir=tmp_path / "state")
     settings = DockerDesktopSettings(socket=tmp_path / "no-docker.sock")
     launcher = ContainerLauncher(config, settings, authority=RelayAuthority(tmp_path / "xa"))
     desktops = launcher.lifecycle()

@@ -19,7 +19,7 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
+from relay.desktops import DesktopSettings, ProcessDesktops, process_desktops
 from relay.desktops.profiles import load_profiles
 from tests.support.processes import scaled
 from wire.errors import ErrorCode, InvalidArgs, OpError
@@ -32,19 +32,19 @@ SESSION_PROGRAMS = ("xterm", "tint2", "openbox", "chromium", "dbus-daemon")
 RELAY_PROGRAMS = ("Xvfb", "x11vnc")
 
 
-def _config(tmp: Path, **extra: Any) -> DesktopConfig:
-    return DesktopConfig(
+def _config(tmp: Path, **extra: Any) -> DesktopSettings:
+    return DesktopSettings(
         state_dir=tmp / "state", watchdog_interval_s=1.0,
         start_timeout_s=scaled(20), probe_timeout_s=scaled(3), **extra,
     )  # fmt: skip
 
 
-def _x_env(config: DesktopConfig, display: str) -> dict[str, str]:
+def _x_env(config: DesktopSettings, display: str) -> dict[str, str]:
     authority = str(config.authority_file)
     return {"PATH": os.environ["PATH"], "DISPLAY": display, "XAUTHORITY": authority}
 
 
-def window_titles(config: DesktopConfig, display: str) -> list[str]:
+def window_titles(config: DesktopSettings, display: str) -> list[str]:
     done = subprocess.run(
         ["wmctrl", "-l"], env=_x_env(config, display), capture_output=True, text=True,
         timeout=scaled(10), check=False,
@@ -52,7 +52,7 @@ def window_titles(config: DesktopConfig, display: str) -> list[str]:
     return [line.split(None, 3)[-1] for line in done.stdout.splitlines()]
 
 
-async def wait_for_window(config: DesktopConfig, display: str, part: str) -> list[str]:
+async def wait_for_window(config: DesktopSettings, display: str, part: str) -> list[str]:
     deadline = asyncio.get_running_loop().time() + scaled(30)
     while True:
         titles = await asyncio.to_thread(window_titles, config, display)

@@ -18,7 +18,7 @@ import pytest
 
 from relay.desktop_tools.service import DesktopTools
 from relay.desktop_tools.settings import DesktopToolSettings
-from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
+from relay.desktops import DesktopSettings, ProcessDesktops, process_desktops
 from relay.desktops.backend import VirtualBackend
 from relay.desktops.cgroups import cgroup2_mount
 from tests.support.stack import wait_until
@@ -45,7 +45,7 @@ def _cgroup_of(pid: int) -> str:
 
 
 @pytest.fixture
-async def manager(light_config: DesktopConfig) -> AsyncIterator[ProcessDesktops]:
+async def manager(light_config: DesktopSettings) -> AsyncIterator[ProcessDesktops]:
     mgr = process_desktops(dataclasses.replace(light_config, max_desktops=2))
     try:
         yield mgr

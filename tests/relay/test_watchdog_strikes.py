@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from benchmarks.rfb import RFBClient, TCPTransport
-from relay.desktops import DesktopConfig, ProcessDesktops, process_desktops
-from relay.desktops.config import DesktopConfig as Config
+from relay.desktops import DesktopSettings, ProcessDesktops, process_desktops
+from relay.desktops.config import DesktopSettings as Config
 from tests.relay.conftest import Recorder, pid_of, record_for
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
@@ -32,7 +32,7 @@ ROUNDS = 3
 
 
 @pytest.fixture
-async def strict(light_config: DesktopConfig, events: Recorder) -> AsyncIterator[ProcessDesktops]:
+async def strict(light_config: DesktopSettings, events: Recorder) -> AsyncIterator[ProcessDesktops]:
     config = dataclasses.replace(light_config, probe_timeout_s=scaled(0.5), probe_failures=ROUNDS)
     manager = process_desktops(config, on_change=events)
     try:
@@ -118,7 +118,7 @@ async def test_a_dead_process_still_fails_in_the_first_round(
 
 
 async def test_a_viewer_that_stopped_reading_never_fails_the_desktop(
-    light_config: DesktopConfig, events: Recorder
+    light_config: DesktopSettings, events: Recorder
 ) -> None:
     """x11vnc serves nobody for up to 20 s while a viewer's socket is full (docs/desktops.md,
     "Watchdog"): with the default rounds and timings the desktop outlives that."""

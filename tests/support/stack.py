@@ -208,11 +208,11 @@ def reap_desktops() -> int:
 async def stop_desktops_in(state_dir: Path) -> int:
     """Stop the desktops recorded in a relay's state dir, the way the relay itself would
     (terminate, then kill, then free x11vnc's shared memory); return how many ran."""
-    from relay.desktops import DesktopConfig, process_desktops
+    from relay.desktops import DesktopSettings, process_desktops
 
     if not (state_dir / "desktops.json").exists():
         return 0
-    manager = process_desktops(DesktopConfig.from_env(environ={}, state_dir=state_dir))
+    manager = process_desktops(DesktopSettings.from_env(environ={}, state_dir=state_dir))
     adopted = await manager.adopt()
     await manager.close(stop_desktops=True)
     return len(adopted)

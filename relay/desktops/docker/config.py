@@ -1,7 +1,7 @@
 """Settings of the relay's container desktops (``kind: docker``), read once from the environment.
 
 The rest of a docker desktop's configuration is the relay's desktop configuration
-(``DesktopConfig``: window manager, apps, x11vnc flags, watchdog, orphan timeout, desktop user).
+(``DesktopSettings``: window manager, apps, x11vnc flags, watchdog, orphan timeout, desktop user).
 """
 
 from __future__ import annotations

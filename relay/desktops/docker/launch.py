@@ -22,7 +22,7 @@ from typing import Final
 import psutil
 
 from relay.desktops.audio import REASON_NOT_REQUESTED, REASON_NOT_STARTED, REASON_UNAVAILABLE
-from relay.desktops.config import DesktopConfig
+from relay.desktops.config import DesktopSettings
 from relay.desktops.credentials import DesktopCredentials
 from relay.desktops.docker.config import DockerDesktopSettings
 from relay.desktops.docker.container import (
@@ -125,7 +125,7 @@ class ContainerRunner:
 
     def __init__(
         self,
-        config: DesktopConfig,
+        config: DesktopSettings,
         settings: DockerDesktopSettings,
         engine: DockerEngine,
         relay_key: str,

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from relay.desktops.config import DesktopConfig
+from relay.desktops.config import DesktopSettings
 from relay.desktops.credentials import RelayAuthority
 from relay.desktops.docker.config import DockerDesktopSettings, relay_key
 from relay.desktops.docker.container import (
@@ -60,7 +60,7 @@ class ContainerLauncher:
 
     def __init__(
         self,
-        config: DesktopConfig,
+        config: DesktopSettings,
         settings: DockerDesktopSettings,
         *,
         authority: RelayAuthority,

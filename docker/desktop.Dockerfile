@@ -3,7 +3,7 @@
 #
 #   scripts/docker-build desktop               (tags relaydesk/desktop:dev)
 #
-# The relay runs it (relay/desktops/docker_runner.py): as a non-root user, with no network
+# The relay runs it (relay/desktops/docker/launch.py): as a non-root user, with no network
 # unless the relay's settings give one, CPU and memory limits, a read-only root file system and
 # one bind mount, the desktop's directory on the relay's host, through whose sockets the relay
 # reaches the display, the VNC server, the session bus and the sound server

@@ -239,7 +239,7 @@ class _Private:
         return self.directory / VNC_PASSWD_NAME
 
 
-class Launcher:
+class ProcessStart:
     """Builds one desktop; on any failure it stops every group it started before raising."""
 
     def __init__(

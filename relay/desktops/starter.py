@@ -20,7 +20,7 @@ from relay.desktops.config import DesktopSettings
 from relay.desktops.credentials import PRIVATE_FILE_MODE
 from relay.desktops.guard import GuardArgs
 from relay.desktops.homes import Homes, open_truncated
-from relay.desktops.launch import LaunchedDesktop, Launcher, SessionSetup
+from relay.desktops.launch import LaunchedDesktop, ProcessStart, SessionSetup
 from relay.desktops.process import ChildProcess, DesktopProcesses, run_to_completion
 from relay.desktops.profiles import Profile
 from relay.desktops.slots import Slots, now_iso
@@ -67,7 +67,7 @@ class Starter:
     ) -> Desktop:
         """Start one desktop in the request's slot."""
         slots, teardown = self._slots, self._teardown
-        launcher = Launcher(self.config, self._http(), teardown.audio)
+        launcher = ProcessStart(self.config, self._http(), teardown.audio)
         private = self.config.run_dir / session_id
         procs = DesktopProcesses(on_add=lambda child: self._record(session_id, child))
         slots.starting[session_id] = StartingDesktop(session_id, req.kind, req.slot, procs)

@@ -190,7 +190,8 @@ class CommandRunner:
             return Reply(text, _payload(command, "no_relay", relays=choices))
         suggestion = self._suggested_command(resolved, command, kind)
         hint = f" Did you mean {suggestion}?" if suggestion else ""
-        text = f"No relay named {resolved.name!r} is shared here.{hint}"
+        usable = f" This conversation can use: {', '.join(choices)}." if choices else ""
+        text = f"No relay named {resolved.name!r} is shared here.{hint}{usable}"
         payload = _payload(
             command, "unknown_relay", relay=resolved.name, relays=choices, suggestion=suggestion,
         )  # fmt: skip

@@ -348,6 +348,17 @@ async def test_typos_and_unknown_relays_get_suggestions(env: Env) -> None:
     assert env.actions.calls == []
 
 
+async def test_an_unknown_word_names_the_relays_the_conversation_can_use(env: Env) -> None:
+    relay = await admin.add_relay(env.store, "relay-2", "alice")
+    await admin.share_relay(env.store, relay["relay_id"], env.seed.conversation_id)
+    reply = (await env.post("/desktop foo")).json()["reply"]
+    assert reply["payload"]["outcome"] == "unknown_relay"
+    assert reply["payload"]["relays"] == ["relay-1", "relay-2"]
+    assert "'foo'" in reply["text"]
+    assert "relay-1" in reply["text"] and "relay-2" in reply["text"]
+    assert env.actions.calls == []
+
+
 async def test_several_relays_need_a_name(env: Env) -> None:
     relay = await admin.add_relay(env.store, "relay-2", "alice")
     await admin.share_relay(env.store, relay["relay_id"], env.seed.conversation_id)

@@ -24,9 +24,9 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from server import admin
 from server.control.model import DesktopKey
+from tests.e2e import viewer_pages
 from tests.e2e.chat_fixtures import VIEWPORT, shot, sign_in
 from tests.e2e.viewer_stack import Desktop, ViewerStack, viewer_stack
-from tests.support.browser import chromium
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 from tests.support.xrecorder import XRecorder
@@ -78,15 +78,10 @@ async def agent(stack: ViewerStack) -> Agent:
     return Agent(stack, (await admin.create_token(store, "bot"))["token"])
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def desktop(stack: ViewerStack) -> Desktop:
-    return await stack.start_desktop()
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    async with chromium() as browser:
-        yield browser
+# The shared fixtures, made visible to this module's tests (the stack is this module's).
+desktop = viewer_pages.desktop
+browser = viewer_pages.browser
+recorder = viewer_pages.recorder
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -100,15 +95,6 @@ async def context(browser: Browser, stack: ViewerStack) -> AsyncIterator[Browser
     await context.close()
 
 
-@pytest_asyncio.fixture(loop_scope="module")
-async def recorder(desktop: Desktop) -> AsyncIterator[XRecorder]:
-    recorder = await asyncio.to_thread(XRecorder, desktop.display, scaled(10))
-    try:
-        yield recorder
-    finally:
-        await asyncio.to_thread(recorder.stop)
-
-
 @pytest_asyncio.fixture(loop_scope="module", autouse=True)
 async def released(stack: ViewerStack, desktop: Desktop) -> AsyncIterator[None]:
     """Every test starts with nobody in control and ends handing back what it took."""
@@ -118,10 +104,7 @@ async def released(stack: ViewerStack, desktop: Desktop) -> AsyncIterator[None]:
 
 
 async def open_viewer(context: BrowserContext, stack: ViewerStack, desktop: Desktop) -> Page:
-    page = await context.new_page()
-    await page.goto(stack.url + stack.viewer_path(desktop))
-    await page.wait_for_function("() => document.body.dataset.state === 'connected'")
-    return page
+    return await viewer_pages.open_viewer(context, stack, desktop, 15)
 
 
 async def wait_for_control(page: Page, text: str, within_s: float = 5) -> None:

@@ -23,8 +23,9 @@ import pytest_asyncio
 from playwright.async_api import Browser, BrowserContext, Page
 from Xlib import display as xdisplay
 
-from tests.e2e.viewer_stack import Desktop, ViewerStack, viewer_stack
-from tests.support.browser import chromium
+from tests.e2e import viewer_pages
+from tests.e2e.viewer_pages import clipboard_context, open_viewer
+from tests.e2e.viewer_stack import Desktop, ViewerStack
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 from tests.support.xrecorder import XRecorder
@@ -81,51 +82,18 @@ window.addEventListener("paste", () => { window.testPasteEvents += 1; }, true);
 """
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ViewerStack]:
-    async with viewer_stack(tmp_path_factory.mktemp("bridge-e2e")) as stack:
-        yield stack
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def desktop(stack: ViewerStack) -> Desktop:
-    # viewer_stack stops every desktop in stack.desktops when the module ends.
-    return await stack.start_desktop()
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    async with chromium() as browser:
-        yield browser
+# The shared fixtures, made visible to this module's tests.
+stack = viewer_pages.stack
+desktop = viewer_pages.desktop
+browser = viewer_pages.browser
+recorder = viewer_pages.recorder
 
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def context(browser: Browser, stack: ViewerStack) -> AsyncIterator[BrowserContext]:
-    context = await browser.new_context(viewport={"width": 1280, "height": 860})
-    await context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.url)
-    await context.add_init_script(NUM_LOCK_SCRIPT)
-    await context.add_init_script(ERROR_SPY_SCRIPT)
-    context.set_default_timeout(scaled(15) * 1000)
+    context = await clipboard_context(browser, stack, NUM_LOCK_SCRIPT, ERROR_SPY_SCRIPT)
     yield context
     await context.close()
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def recorder(desktop: Desktop) -> AsyncIterator[XRecorder]:
-    recorder = await asyncio.to_thread(XRecorder, desktop.display, scaled(10))
-    try:
-        yield recorder
-    finally:
-        await asyncio.to_thread(recorder.stop)
-
-
-async def open_viewer(context: BrowserContext, stack: ViewerStack, desktop: Desktop) -> Page:
-    page = await context.new_page()
-    await page.goto(stack.url + stack.viewer_path(desktop))
-    await page.wait_for_function(
-        "() => document.body.dataset.state === 'connected'", timeout=scaled(10) * 1000
-    )
-    return page
 
 
 async def snapshot(page: Page, path: Path, evidence: str) -> None:

@@ -6,24 +6,17 @@ import asyncio
 import base64
 import io
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import pytest_asyncio
 from PIL import Image
 from playwright.async_api import Browser, Page
 
-from tests.e2e.viewer_stack import (
-    Desktop,
-    ViewerStack,
-    capture,
-    viewer_stack,
-    without_cursor,
-)
-from tests.support.browser import chromium
+from tests.e2e import viewer_pages
+from tests.e2e.viewer_pages import show_viewer
+from tests.e2e.viewer_stack import Desktop, ViewerStack, capture, without_cursor
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 from wire.errors import CloseCode
@@ -33,27 +26,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 CANVAS_PNG = "() => document.querySelector('#screen canvas').toDataURL('image/png')"
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ViewerStack]:
-    async with viewer_stack(tmp_path_factory.mktemp("viewer-e2e")) as stack:
-        yield stack
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def desktop(stack: ViewerStack) -> Desktop:
-    return await stack.start_desktop(paint=True)
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    async with chromium() as browser:
-        yield browser
+# The shared fixtures, made visible to this module's tests.
+stack = viewer_pages.stack
+desktop = viewer_pages.painted_desktop
+browser = viewer_pages.browser
 
 
 async def open_page(browser: Browser, stack: ViewerStack, desktop: Desktop) -> Page:
     page = await browser.new_page(viewport={"width": 1280, "height": 860})
-    await page.goto(stack.url + stack.viewer_path(desktop))
-    await wait_for_state(page, "connected")
+    await show_viewer(page, stack, desktop)
     return page
 
 

@@ -10,16 +10,15 @@ reaches). A screenshot per size and panel is kept in test-artifacts/.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from playwright.async_api import Browser, BrowserContext, Page, ViewportSize
 
-from tests.e2e.viewer_stack import Desktop, ViewerStack, viewer_stack
-from tests.support.browser import chromium
+from tests.e2e import viewer_pages
+from tests.e2e.viewer_pages import open_viewer
+from tests.e2e.viewer_stack import Desktop, ViewerStack
 from tests.support.processes import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
@@ -62,21 +61,10 @@ CONTROLS = """(selector) => {
 }"""
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ViewerStack]:
-    async with viewer_stack(tmp_path_factory.mktemp("layout-e2e")) as stack:
-        yield stack
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def desktop(stack: ViewerStack) -> Desktop:
-    return await stack.start_desktop(paint=True)
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    async with chromium() as browser:
-        yield browser
+# The shared fixtures, made visible to this module's tests.
+stack = viewer_pages.stack
+desktop = viewer_pages.painted_desktop
+browser = viewer_pages.browser
 
 
 async def open_at(
@@ -87,12 +75,7 @@ async def open_at(
         viewport=viewport, is_mobile=touch, has_touch=touch, device_scale_factor=2 if touch else 1
     )
     context.set_default_timeout(scaled(15) * 1000)
-    page = await context.new_page()
-    await page.goto(stack.url + stack.viewer_path(desktop))
-    await page.wait_for_function(
-        "() => document.body.dataset.state === 'connected'", timeout=scaled(20) * 1000
-    )
-    return context, page
+    return context, await open_viewer(context, stack, desktop, 20)
 
 
 def inside(box: dict[str, Any], viewport: ViewportSize) -> bool:

@@ -22,11 +22,12 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, BrowserContext, Page
+from playwright.async_api import BrowserContext, Page
 
-from tests.e2e.test_viewer_bridge import bridge_stats, open_viewer, remote_clipboard, snapshot
-from tests.e2e.viewer_stack import Desktop, ViewerStack, viewer_stack
-from tests.support.browser import chromium
+from tests.e2e import viewer_pages
+from tests.e2e.test_viewer_bridge import bridge_stats, remote_clipboard, snapshot
+from tests.e2e.viewer_pages import open_viewer
+from tests.e2e.viewer_stack import Desktop, ViewerStack
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
 
@@ -38,30 +39,11 @@ TEXTS = ("KKK-11", "LLL-12", "MMM-13")
 OVER_SELECTION = "NNN-14"
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ViewerStack]:
-    async with viewer_stack(tmp_path_factory.mktemp("paste-e2e")) as stack:
-        yield stack
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def desktop(stack: ViewerStack) -> Desktop:
-    return await stack.start_desktop()
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    async with chromium() as browser:
-        yield browser
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def context(browser: Browser, stack: ViewerStack) -> AsyncIterator[BrowserContext]:
-    context = await browser.new_context(viewport={"width": 1280, "height": 860})
-    await context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.url)
-    context.set_default_timeout(scaled(15) * 1000)
-    yield context
-    await context.close()
+# The shared fixtures, made visible to this module's tests.
+stack = viewer_pages.stack
+desktop = viewer_pages.desktop
+browser = viewer_pages.browser
+context = viewer_pages.context
 
 
 class Editor:

@@ -8,18 +8,16 @@ window and ``xclip``); the picture is checked on the canvas; the phone tests use
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from playwright.async_api import Browser, BrowserContext, Page, ViewportSize, expect
 
+from tests.e2e import viewer_pages
 from tests.e2e.test_viewer_bridge import key_events_until, presses, remote_clipboard, snapshot
-from tests.e2e.viewer_stack import Desktop, ViewerStack, pointer_position, viewer_stack
-from tests.support.browser import chromium
-from tests.support.processes import scaled
+from tests.e2e.viewer_pages import clipboard_context, show_viewer
+from tests.e2e.viewer_stack import Desktop, ViewerStack, pointer_position
 from tests.support.stack import wait_until
 from tests.support.xrecorder import XRecorder
 
@@ -38,52 +36,26 @@ CANVAS_BRIGHTNESS = (
 CANVAS_CSS_WIDTH = "() => document.querySelector('#screen canvas').getBoundingClientRect().width"
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ViewerStack]:
-    async with viewer_stack(tmp_path_factory.mktemp("toolbar-e2e")) as stack:
-        yield stack
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def desktop(stack: ViewerStack) -> Desktop:
-    return await stack.start_desktop(paint=True)
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    async with chromium() as browser:
-        yield browser
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def recorder(desktop: Desktop) -> AsyncIterator[XRecorder]:
-    recorder = await asyncio.to_thread(XRecorder, desktop.display, scaled(10))
-    try:
-        yield recorder
-    finally:
-        await asyncio.to_thread(recorder.stop)
+# The shared fixtures, made visible to this module's tests.
+stack = viewer_pages.stack
+desktop = viewer_pages.painted_desktop
+browser = viewer_pages.browser
+recorder = viewer_pages.recorder
 
 
 async def new_context(browser: Browser, stack: ViewerStack, *, phone: bool) -> BrowserContext:
     if phone:
-        context = await browser.new_context(
-            viewport=PHONE, device_scale_factor=2, is_mobile=True, has_touch=True
+        return await clipboard_context(
+            browser, stack, viewport=PHONE, device_scale_factor=2, is_mobile=True, has_touch=True
         )
-    else:
-        context = await browser.new_context(viewport={"width": 1100, "height": 760})
-    await context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.url)
-    context.set_default_timeout(scaled(15) * 1000)
-    return context
+    return await clipboard_context(browser, stack, viewport={"width": 1100, "height": 760})
 
 
 async def open_viewer(context: BrowserContext, stack: ViewerStack, desktop: Desktop) -> Page:
     page = await context.new_page()
     missing: list[str] = []
     page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
-    await page.goto(stack.url + stack.viewer_path(desktop))
-    await page.wait_for_function(
-        "() => document.body.dataset.state === 'connected'", timeout=scaled(20) * 1000
-    )
+    await show_viewer(page, stack, desktop, 20)
     page.missing = missing  # type: ignore[attr-defined]
     return page
 

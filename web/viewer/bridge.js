@@ -98,7 +98,10 @@ function keysymOfChar(key) {
   return 0x01000000 | codePoint;
 }
 
-export async function readKeyboardState(url, fetchImpl = fetch) {
+// One field of a viewer state endpoint's answer (keyboard-state, clipboard): the field when the
+// answer says it is known and the field is of `type`; null when it cannot be read (refused, the
+// relay failed, or too slow).
+async function readKnownField(url, field, type, fetchImpl) {
   const abort = new AbortController();
   const timer = setTimeout(() => abort.abort(), STATE_TIMEOUT_MS);
   try {
@@ -107,7 +110,7 @@ export async function readKeyboardState(url, fetchImpl = fetch) {
     });
     if (!response.ok) return null;
     const body = await response.json();
-    return body && body.known === true && typeof body.num_lock === "boolean" ? body.num_lock : null;
+    return body && body.known === true && typeof body[field] === type ? body[field] : null;
   } catch {
     return null;
   } finally {
@@ -115,24 +118,14 @@ export async function readKeyboardState(url, fetchImpl = fetch) {
   }
 }
 
+export async function readKeyboardState(url, fetchImpl = fetch) {
+  return readKnownField(url, "num_lock", "boolean", fetchImpl);
+}
+
 // The desktop's CLIPBOARD text from the viewer's clipboard endpoint; null when it cannot be
-// read (refused, the relay failed, or too slow).
+// read (no endpoint, refused, the relay failed, or too slow).
 export async function readDesktopClipboard(url, fetchImpl = fetch) {
-  if (!url) return null;
-  const abort = new AbortController();
-  const timer = setTimeout(() => abort.abort(), STATE_TIMEOUT_MS);
-  try {
-    const response = await fetchImpl(url, {
-      cache: "no-store", credentials: "same-origin", signal: abort.signal,
-    });
-    if (!response.ok) return null;
-    const body = await response.json();
-    return body && body.known === true && typeof body.text === "string" ? body.text : null;
-  } catch {
-    return null;
-  } finally {
-    clearTimeout(timer);
-  }
+  return url ? readKnownField(url, "text", "string", fetchImpl) : null;
 }
 
 // The browser clipboard's text through the async API, or "" (no API, refused, or too slow).

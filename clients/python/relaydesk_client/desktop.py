@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict
 
 from relaydesk_client.client import (
     DEFAULT_TIMEOUT_S,
@@ -34,6 +34,13 @@ __all__ = ["CONVERSATION_ENV", "TOKEN_ENV", "URL_ENV", "Desktop"]
 URL_ENV = "RELAYDESK_URL"
 TOKEN_ENV = "RELAYDESK_TOKEN"  # noqa: S105 - a variable's name
 CONVERSATION_ENV = "RELAYDESK_CONVERSATION_ID"
+
+
+class _Target(TypedDict):
+    """Which desktop a screen call acts on: this one, named by its relay and session."""
+
+    relay: str
+    desktop_session_id: str
 
 
 class Desktop:
@@ -105,6 +112,9 @@ class Desktop:
     def relay_id(self) -> str:
         return self.row["relay_id"]
 
+    def _target(self) -> _Target:
+        return {"relay": self.relay_id, "desktop_session_id": self.desktop_session_id}
+
     def __repr__(self) -> str:
         how = "started" if self.started else "attached"
         return f"<Desktop {self.row.get('slot')} {self.desktop_session_id} ({how})>"
@@ -113,12 +123,7 @@ class Desktop:
 
     def screenshot(self, *, format: str = "png") -> Screenshot:
         """The screen; its ``screen_revision`` guards the clicks that follow."""
-        shot = self.client.screenshot(
-            self.conversation_id,
-            relay=self.relay_id,
-            desktop_session_id=self.desktop_session_id,
-            format=format,
-        )
+        shot = self.client.screenshot(self.conversation_id, format=format, **self._target())
         self.last_screenshot = shot
         return shot
 
@@ -150,36 +155,20 @@ class Desktop:
             y,
             screen_revision,
             target_bbox=target_bbox,
-            relay=self.relay_id,
-            desktop_session_id=self.desktop_session_id,
             button=button,
+            **self._target(),
         )
 
     def type_text(self, text: str) -> dict[str, Any]:
-        return self.client.type_text(
-            self.conversation_id,
-            text,
-            relay=self.relay_id,
-            desktop_session_id=self.desktop_session_id,
-        )
+        return self.client.type_text(self.conversation_id, text, **self._target())
 
     def key(self, key: str) -> dict[str, Any]:
         """A key or chord: ``Return``, ``ctrl+shift+t``, ``alt+F4``."""
-        return self.client.key(
-            self.conversation_id,
-            key,
-            relay=self.relay_id,
-            desktop_session_id=self.desktop_session_id,
-        )
+        return self.client.key(self.conversation_id, key, **self._target())
 
     def action(self, name: str, **args: Any) -> dict[str, Any]:
         """Any typed action on this desktop (``desktop_find``, ``desktop_apps``, …)."""
-        target = {
-            "relay": self.relay_id,
-            "kind": self.row["kind"],
-            "slot": self.row["slot"],
-            "desktop_session_id": self.desktop_session_id,
-        }
+        target = {**self._target(), "kind": self.row["kind"], "slot": self.row["slot"]}
         return self.client.action(name, self.conversation_id, **{**target, **args})
 
     # -- end -----------------------------------------------------------------------------------

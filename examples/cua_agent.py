@@ -4,7 +4,8 @@ Usage (in a Python >= 3.12 environment with ``pip install cua-computer``; relayd
 scripts/install builds one in .venv-cua):
 
     RELAYDESK_API_TOKEN=rdk_… python examples/cua_agent.py \\
-        --server https://relaydesk.example --conversation c_… --relay my-relay \\
+        --server https://relaydesk.example --relay my-relay \\
+        --conversation 0123456789abcdef0123456789abcdef \\
         [--slot main] [--screenshot shot.png] [--click X,Y] [--type TEXT]
 
 It points ``Computer`` at the desktop's Cua base URL
@@ -35,7 +36,11 @@ def _arguments() -> argparse.Namespace:
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--server", required=True, help="relaydesk's URL")
-    parser.add_argument("--conversation", required=True, help="the conversation id (c_…)")
+    parser.add_argument(
+        "--conversation",
+        required=True,
+        help="the conversation id: 32 hex characters, as GET /api/v1/conversations lists them",
+    )
     parser.add_argument("--relay", required=True, help="the relay's name or id")
     parser.add_argument("--slot", default="main", help="the desktop's slot (default main)")
     parser.add_argument("--token-file", help="a file holding the API token "

@@ -109,6 +109,11 @@ def _stop(client: RelaydeskClient, args: argparse.Namespace) -> Any:
     from relaydesk.client import ApiError
 
     conversation = _conversation(client, args)
+    shared = client.get(f"/api/v1/conversations/{conversation}")["relays"]
+    if not any(args.relay in (r["name"], r["relay_id"]) for r in shared):
+        known = ", ".join(r["name"] for r in shared) or "none"
+        raise ApiError(404, ErrorCode.RELAY_NOT_FOUND, f"no relay named {args.relay!r} is "
+                       f"shared with this conversation; it has: {known}", {})  # fmt: skip
     rows = client.desktops(conversation)
     row = next((r for r in rows if _is_target(r, args)), None)
     if row is None:

@@ -175,3 +175,15 @@ async def test_shell_and_file_commands_are_off_unless_the_relay_opts_in(stack):
     async with httpx.AsyncClient(timeout=scaled(30)) as http:
         listed = (await http.get(f"{_base(stack)}/commands", headers=headers)).json()
     assert "run_command" not in listed["commands"] and "shell" not in listed["aliases"]
+
+
+async def test_the_cua_examples_help_describes_conversation_ids_as_they_are() -> None:
+    done = subprocess.run(
+        [str(require_cua_venv()), str(EXAMPLE), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "32 hex characters" in done.stdout
+    assert "c_…" not in done.stdout

@@ -136,6 +136,12 @@ async def test_desktops_list_and_stop_go_through_the_api(seed: Seed, tmp_path: P
         audit = await app.state.parts.store.list_audit(limit=100)
         assert any(a.op.startswith("desktop.stop") for a in audit)
 
+        # A relay the conversation does not have: said so, with the ones it has.
+        unknown = await relaydesk(env, "desktops", "stop", "nosuchrelay", "main", *base)
+        assert unknown.returncode == 1
+        assert "no relay named 'nosuchrelay'" in unknown.stderr
+        assert "relay-1" in unknown.stderr and "relay_not_found" in unknown.stderr
+
 
 def _row(seed: Seed, session_id: str) -> dict[str, Any]:
     return {

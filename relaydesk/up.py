@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.config import DIRECT_HOST_ENV
+from relaydesk.run import bind_socket
 from server import admin
 from server.config import Settings
 from server.db.errors import DatabaseInUse
@@ -82,6 +83,13 @@ def run_up(host: str | None, port: int | None, *, keep_desktops: bool) -> int:
             lock.check_free()  # the server takes it; nothing is touched while another runs
     except DatabaseInUse as err:
         print(f"relaydesk up: {err.message}", file=sys.stderr)
+        return 1
+    try:
+        bind_socket(host, port).close()  # another server there would answer our readiness wait
+    except OSError as err:
+        print(
+            f"relaydesk up: cannot serve on {host}:{port}: {err.strerror or err}", file=sys.stderr
+        )
         return 1
     print(f"==> preparing the database in {settings.data_dir}", file=sys.stderr)
     info = asyncio.run(_bootstrap(settings))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import http.cookiejar
+import http.server
 import re
 import signal
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -80,3 +82,35 @@ async def test_up_again_on_the_same_data_dir_reuses_what_it_created(
     assert listing.log_text().count('"relay_id"') == 1, "one relay, created once"
     # The relay runs beside the server: it registers the direct viewing path.
     assert '"direct_vnc"' in listing.log_text()
+
+
+async def test_up_on_a_port_another_server_holds_fails_at_once_naming_it(
+    tmp_path: Path, process_factory: ProcessFactory
+) -> None:
+    port = free_port()
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", port), _AlwaysReady)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        env = {**FAST_ENV, "RELAYDESK_DATA_DIR": str(tmp_path / "data")}
+        argv = relaydesk_argv("up", "--host", "127.0.0.1", "--port", str(port))
+        up = process_factory(argv, name="up", env=env)
+        assert up.wait(scaled(30)) == 1
+        assert f"cannot serve on 127.0.0.1:{port}" in up.log_text()
+        assert "relaydesk is up" not in up.log_text()
+        assert "login link" not in up.log_text()
+    finally:
+        other.shutdown()
+        other.server_close()
+
+
+class _AlwaysReady(http.server.BaseHTTPRequestHandler):
+    """Another server: it answers every request, /readyz included, with 200."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, format: str, *args: object) -> None:
+        return

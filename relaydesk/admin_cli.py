@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 import os
 import sys
@@ -22,6 +23,7 @@ from server.db.cache import READ_CACHE_TTL_S
 # admin command runs, not when the command line is parsed: every `relaydesk relay` start would
 # otherwise spend seconds importing what a relay never uses.
 if TYPE_CHECKING:
+    from server.db.audit import AuditRow
     from server.db.store import Store
 
 AdminCall = Callable[["Store", argparse.Namespace], Awaitable[Any]]
@@ -359,6 +361,38 @@ async def _with_store(call: AdminCall, args: argparse.Namespace, database_url: s
     try:
         # Replicas sharing Redis drop cached tokens and roles at once, not after their TTL.
         async with shared_caches(os.environ.get("RELAYDESK_REDIS_URL", ""), store, listen=False):
-            return await call(store, args)
+            if args.admin_reads:
+                return await call(store, args)
+            try:
+                result = await call(store, args)
+            except admin.AdminError as err:
+                await store.write_audit(_audit_row(args, "refused", err.message))
+                raise
+            await store.write_audit(_audit_row(args, "ok", None))
+            return result
     finally:
         await store.close()
+
+
+# What an administrative change names in its audit row: never a password or a token.
+AUDITED_ARGUMENTS = (
+    "user", "name", "owner", "relay", "conversation", "title", "member", "token_id",
+    "co_located", "ttl", "admin",
+)  # fmt: skip
+
+
+def _audit_row(args: argparse.Namespace, outcome: str, reason: str | None) -> AuditRow:
+    """The audit row of one administrative change made with this command line."""
+    from server.db.audit import AuditRow
+
+    details = {k: getattr(args, k) for k in AUDITED_ARGUMENTS if getattr(args, k, None) is not None}
+    conversation = getattr(args, "conversation", None)
+    return AuditRow(
+        op=f"admin.{args.admin_what}",
+        actor=f"cli:{getpass.getuser()}",
+        outcome=outcome,
+        conversation_id=conversation if isinstance(conversation, str) else None,
+        reason=reason,
+        source="cli",
+        details=details,
+    )

@@ -327,3 +327,29 @@ def test_every_command_explains_itself_and_its_arguments(
         line = max(i for i, text in enumerate(lines) if text.strip().startswith(argument))
         explained = lines[line].strip()[len(argument) :].strip() or lines[line + 1].strip()
         assert explained, f"{command} {argument} has no help text"
+
+
+# -- the audit log -----------------------------------------------------------------------------
+
+
+async def test_administrative_changes_are_audited_and_reads_are_not(tmp_path: Path) -> None:
+    seed = await seed_database(tmp_path / "data")
+    created = await admin_cli(seed, "create-user", "carol", "--json")
+    assert created.returncode == 0, created.stderr
+    assert (await admin_cli(seed, "disable-user", "carol")).returncode == 0
+    assert (await admin_cli(seed, "set-relay", "relay-1", "--co-located")).returncode == 0
+    assert (await admin_cli(seed, "revoke-relay", "nope")).returncode == 1
+    assert (await admin_cli(seed, "list", "users")).returncode == 0
+
+    rows = (await admin_cli(seed, "audit", "--json")).json()
+    changes = [(r["op"], r["outcome"]) for r in rows if r["op"].startswith("admin.")]
+    assert sorted(changes) == [
+        ("admin.create-user", "ok"),
+        ("admin.disable-user", "ok"),
+        ("admin.revoke-relay", "refused"),
+        ("admin.set-relay", "ok"),
+    ]
+    made = next(r for r in rows if r["op"] == "admin.create-user")
+    assert made["actor"].startswith("cli:") and made["source"] == "cli"
+    assert made["details"] == {"name": "carol", "admin": False}
+    assert created.json()["password"] not in json.dumps(rows), "no secret in the audit log"

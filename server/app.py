@@ -110,7 +110,9 @@ def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with assemble(settings) as parts:
-            mcp = McpEndpoint(settings.max_body_bytes, parts.auth, parts.streams, parts.actions)
+            mcp = McpEndpoint(
+                settings.max_body_bytes, parts.auth, parts.streams, parts.actions, parts.relays
+            )
             app.router.routes[:0] = route_table(parts, mcp)
             app.state.parts = parts
             async with mcp.running():

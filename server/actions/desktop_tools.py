@@ -182,7 +182,7 @@ DESKTOP_TOOL_ACTIONS: Final[tuple[Action, ...]] = (
         "/dev/null). Answers stdout, stderr (each at most 1 MiB; truncated says when cut), "
         "returncode (null when killed at the time limit) and timed_out. Only on relays started "
         "with RELAYDESK_CUA_SHELL=1.",
-        shell, audit_op="desktop.shell",
+        shell, audit_op="desktop.shell", needs="shell",
     ),
     Action(
         "desktop_file", "write",
@@ -203,6 +203,6 @@ DESKTOP_TOOL_ACTIONS: Final[tuple[Action, ...]] = (
                        "description": "read_bytes: read at most this many bytes."},
         }, ("op", "path")),
         FILE_DOC,
-        file, audit_op="desktop.file",
+        file, audit_op="desktop.file", needs="shell",
     ),
 )  # fmt: skip

@@ -54,6 +54,13 @@ class Action:
     handler: Handler = field(repr=False, compare=False)
     audit_op: str | None = None
     read_only: bool = False
+    # The relay capability it needs (``shell``: RELAYDESK_CUA_SHELL=1); agents are offered it
+    # only where a relay of their conversation announces it.
+    needs: str | None = None
+
+    def offered_with(self, capabilities: frozenset[str]) -> bool:
+        """Whether a conversation whose relays announce ``capabilities`` is offered it."""
+        return self.needs is None or self.needs in capabilities
 
     @property
     def changes_nothing(self) -> bool:

@@ -40,6 +40,7 @@ from server.auth.streams import StreamGuard, run_watched_http
 from server.boundary.body import read_capped
 from server.boundary.limits import TooManyStreams
 from server.mcp.caller import CALLER_KEY, McpCaller
+from server.relays.router import RelayRouter
 from wire.errors import ErrorCode, OpError, RelaydeskError, UnsupportedMediaType
 from wire.jsonbody import is_json_media_type, parse_json_object
 
@@ -95,14 +96,22 @@ class McpEndpoint:
         auth: Authenticator,
         streams: StreamGuard,
         actions: ActionRunner,
+        relays: RelayRouter,
     ) -> None:
         self.max_body_bytes = max_body_bytes
         self.auth = auth
         self.streams = streams
         self.actions = actions
+        self.relays = relays
+
         self._group: TaskGroup | None = None
         self._starting = anyio.Lock()
         self._sessions: StreamableHTTPSessionManager | None = None
+
+    async def capabilities(self, conversation_id: str) -> frozenset[str]:
+        """What the relays shared with the conversation announce, together."""
+        shared = await self.auth.store.relays_visible_in(conversation_id)
+        return frozenset().union(*(self.relays.capabilities(r.relay_id) for r in shared))
 
     def routes(self) -> list[BaseRoute]:
         return [Route(PATH, self, methods=["POST"])]
@@ -151,7 +160,7 @@ class McpEndpoint:
         from server.mcp.handlers import build_server
 
         sessions = StreamableHTTPSessionManager(
-            build_server(self.actions), json_response=True, stateless=True,
+            build_server(self.actions, self.capabilities), json_response=True, stateless=True,
             max_request_body_size=self.max_body_bytes,
         )  # fmt: skip
         async with sessions.run():

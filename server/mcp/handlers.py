@@ -9,6 +9,7 @@ typed actions' own.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import mcp_types as types
@@ -52,15 +53,22 @@ def _no_header_parameters(_tool: str) -> None:
     return None
 
 
-def build_server(actions: ActionRunner) -> Server[Any]:
-    """The MCP server relaydesk's endpoint serves (tools only): ``actions`` as tools."""
+# The capabilities the relays of a conversation announce, by conversation id.
+Capabilities = Callable[[str], Awaitable[frozenset[str]]]
+
+
+def build_server(actions: ActionRunner, capabilities: Capabilities) -> Server[Any]:
+    """The MCP server relaydesk's endpoint serves (tools only): ``actions`` as tools, those
+    that need a relay's opt-in only where a relay of the conversation has it."""
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         """Every action the caller's role allows, as a tool (one page)."""
         caller = _caller(ctx)
-        return types.ListToolsResult(tools=tools.tools_for(actions.registry, caller.role))
+        offered = await capabilities(caller.conversation_id)
+        listed = tools.tools_for(actions.registry, caller.role, offered)
+        return types.ListToolsResult(tools=listed)
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams

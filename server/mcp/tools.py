@@ -52,10 +52,17 @@ def tool_of(action: Action) -> types.Tool:
     )
 
 
-def tools_for(registry: ActionRegistry, role: Role) -> list[types.Tool]:
-    """The tools a member with ``role`` may call, by name."""
+def tools_for(
+    registry: ActionRegistry, role: Role, capabilities: frozenset[str]
+) -> list[types.Tool]:
+    """The tools a member with ``role`` may call, by name: those the conversation's relays
+    (announcing ``capabilities``) can carry out."""
     actions = (registry.get(name) for name in registry.names())
-    return [tool_of(a) for a in actions if a is not None and role_allows(role, a.role)]
+    return [
+        tool_of(a)
+        for a in actions
+        if a is not None and role_allows(role, a.role) and a.offered_with(capabilities)
+    ]
 
 
 def bound_arguments(arguments: Mapping[str, Any] | None, conversation_id: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import pytest
 from server.actions.a11y import A11Y_ACTIONS
 from server.actions.desktop import DESKTOP_ACTIONS
 from server.actions.desktop_apps import DESKTOP_APP_ACTIONS
+from server.actions.desktop_tools import DESKTOP_TOOL_ACTIONS
 from server.actions.registry import Action, ActionRegistry, tool_schema
 from server.mcp import tools
 from wire.errors import InvalidArgs
@@ -37,6 +38,10 @@ def _text(result: types.CallToolResult) -> dict[str, Any]:
     return answer
 
 
+# Capabilities of a relay started with the shell opt-in (RELAYDESK_CUA_SHELL=1).
+SHELL = frozenset({"shell"})
+
+
 def test_a_tool_is_its_action_without_the_conversation() -> None:
     start = next(a for a in DESKTOP_ACTIONS if a.name == "desktop_start")
     tool = tools.tool_of(start)
@@ -55,12 +60,14 @@ def test_required_arguments_other_than_the_conversation_stay_required() -> None:
 
 def test_a_read_member_gets_the_read_tools_only_and_they_say_so() -> None:
     registry = _registry()
-    read = {t.name: t for t in tools.tools_for(registry, "read")}
-    write = {t.name: t for t in tools.tools_for(registry, "write")}
+    read = {t.name: t for t in tools.tools_for(registry, "read", SHELL)}
+    write = {t.name: t for t in tools.tools_for(registry, "write", SHELL)}
     assert "desktop_list_active" in read and "desktop_stop_request" in read
     assert not {"desktop_start", "desktop_click", "desktop_observe", "desktop_read"} & set(read)
     assert (
-        set(write) == set(registry.names()) == {t.name for t in tools.tools_for(registry, "owner")}
+        set(write)
+        == set(registry.names())
+        == {t.name for t in tools.tools_for(registry, "owner", SHELL)}
     )
     assert all(t.annotations and t.annotations.read_only_hint for t in read.values())
     # A content read needs write but changes nothing, and says so; an act does not.
@@ -68,20 +75,29 @@ def test_a_read_member_gets_the_read_tools_only_and_they_say_so() -> None:
     assert hints["desktop_observe"] and hints["desktop_find"] and not hints["desktop_click"]
 
 
+def test_the_shell_and_file_tools_are_offered_only_where_a_relay_opts_in() -> None:
+    registry = ActionRegistry(DESKTOP_ACTIONS + DESKTOP_TOOL_ACTIONS)
+    without = {t.name for t in tools.tools_for(registry, "write", frozenset())}
+    opted_in = {t.name for t in tools.tools_for(registry, "write", SHELL)}
+    assert {"desktop_shell", "desktop_file"} <= opted_in
+    assert not {"desktop_shell", "desktop_file"} & without
+    assert opted_in - without == {"desktop_shell", "desktop_file"}
+
+
 def test_listing_the_apps_changes_nothing_and_says_so() -> None:
     registry = ActionRegistry(DESKTOP_ACTIONS + A11Y_ACTIONS + DESKTOP_APP_ACTIONS)
-    write = {t.name: t for t in tools.tools_for(registry, "write")}
+    write = {t.name: t for t in tools.tools_for(registry, "write", SHELL)}
     apps = write["desktop_apps"].annotations
     assert apps is not None and apps.read_only_hint
     launch = write["desktop_launch"].annotations
     assert not (launch and launch.read_only_hint)
-    assert "desktop_apps" not in {t.name for t in tools.tools_for(registry, "read")}
+    assert "desktop_apps" not in {t.name for t in tools.tools_for(registry, "read", SHELL)}
 
 
 def test_a_new_action_is_a_new_tool() -> None:
     registry = _registry()
     registry.register(Action("desktop_new", "read", tool_schema({}), "new", _noop))
-    assert "desktop_new" in {t.name for t in tools.tools_for(registry, "read")}
+    assert "desktop_new" in {t.name for t in tools.tools_for(registry, "read", SHELL)}
 
 
 def test_the_conversation_is_the_endpoints() -> None:

@@ -10,11 +10,18 @@ import tempfile
 import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.processes import ProcessFactory, ProcessTracker
-from tests.support.scheduling import FileOrGroupScheduling, mark_groups, without_group
+from tests.support.scheduling import (
+    GROUPS_FILE_KEY,
+    FileOrGroupScheduling,
+    mark_groups,
+    without_group,
+    write_groups,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS_ROOT = REPO_ROOT / "test-artifacts"
@@ -135,8 +142,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"every test needs exactly one tier marker of {', '.join(TIERS)}:\n  {listing}"
         )
-    if getattr(config.option, "loadgroup", False):
-        mark_groups(items, TIERS)
+    groups_file = getattr(config, "workerinput", {}).get(GROUPS_FILE_KEY)
+    if groups_file is not None:  # a worker under --dist loadgroup
+        write_groups(Path(groups_file), mark_groups(items, TIERS))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -145,7 +153,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     scheduling.py)."""
     if config.getoption("dist") != "loadgroup":
         return None
-    return FileOrGroupScheduling(config, log)
+    return FileOrGroupScheduling(config, log, _groups_file())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Under ``--dist loadgroup``, each worker writes the tests' groups where the controller's
+    scheduler reads them."""
+    if node.config.getoption("dist") == "loadgroup":
+        node.workerinput[GROUPS_FILE_KEY] = str(_groups_file())
+
+
+def _groups_file() -> Path:
+    assert _session_data_dir is not None, "pytest_configure made the data dir"
+    return _session_data_dir / "xdist-groups.json"
 
 
 # -- the suite's budget: printed at the end of every run (scripts/test, CI) ---------------------

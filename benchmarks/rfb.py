@@ -208,3 +208,12 @@ class RFBClient:
 
     async def close(self) -> None:
         await self.t.close()
+
+    async def __aenter__(self) -> RFBClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Closed where it was opened: its WebSocket and that socket's session, while the
+        event loop that made them runs (a session left open is finalized later, in whichever
+        loop is closed by then, and its finalizer raises)."""
+        await self.close()

@@ -7,12 +7,21 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.processes import ProcessFactory, ProcessTracker
+from tests.support.scheduling import (
+    GROUPS_FILE_KEY,
+    FileOrGroupScheduling,
+    mark_groups,
+    without_group,
+    write_groups,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS_ROOT = REPO_ROOT / "test-artifacts"
@@ -123,8 +132,10 @@ def _module_x_authority() -> Iterator[None]:
 TIERS = ("unit", "integration", "e2e", "cluster", "docker", "bench")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist names each test's group in its node id
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Fail the run, naming each test, when a test has no tier marker or more than one."""
+    """Fail the run, naming each test, when a test has no tier marker or more than one; under
+    ``--dist loadgroup``, put the tests that share one of the machine's things in a group."""
     wrong = []
     for item in items:
         tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
@@ -135,30 +146,71 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"every test needs exactly one tier marker of {', '.join(TIERS)}:\n  {listing}"
         )
+    groups_file = getattr(config, "workerinput", {}).get(GROUPS_FILE_KEY)
+    if groups_file is not None:  # a worker under --dist loadgroup
+        write_groups(Path(groups_file), mark_groups(items, TIERS))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup``: a whole file or a whole group per worker (tests/support/
+    scheduling.py)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    return FileOrGroupScheduling(config, log, _groups_file())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Under ``--dist loadgroup``, each worker writes the tests' groups where the controller's
+    scheduler reads them."""
+    if node.config.getoption("dist") == "loadgroup":
+        node.workerinput[GROUPS_FILE_KEY] = str(_groups_file())
+
+
+def _groups_file() -> Path:
+    assert _session_data_dir is not None, "pytest_configure made the data dir"
+    return _session_data_dir / "xdist-groups.json"
 
 
 # -- the suite's budget: printed at the end of every run (scripts/test, CI) ---------------------
 
+SLOWEST_SHOWN = 15
 _tier_seconds: dict[str, float] = {}
 _tier_counts: dict[str, int] = {}
+_test_seconds: dict[str, float] = {}
+_started = time.monotonic()
 
 
 def _tier_of(report: pytest.TestReport) -> str:
     return next((tier for tier in TIERS if tier in report.keywords), "none")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Add each phase's duration to its test's tier (on the controller under xdist too)."""
+    """Add each phase's duration to its test and its test's tier. Under xdist this runs in the
+    controller for every worker's report (the sums are the whole run's) and in each worker for
+    its own (never printed there)."""
+    # xdist's `@group` suffix off the node id, before the junit XML, the summary and
+    # --durations see it: what is printed is what a user types to run the test again.
+    report.nodeid = without_group(report.nodeid)
     tier = _tier_of(report)
     _tier_seconds[tier] = _tier_seconds.get(tier, 0.0) + report.duration
+    _test_seconds[report.nodeid] = _test_seconds.get(report.nodeid, 0.0) + report.duration
     if report.when == "call" or (report.when == "setup" and report.skipped):
         _tier_counts[tier] = _tier_counts.get(tier, 0) + 1
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Per-tier test time (setup, call and teardown summed; with workers, more than the wall)."""
-    if not _tier_seconds or hasattr(terminalreporter.config, "workerinput"):
+    """The slowest tests and the test time per tier (setup, call and teardown summed), once per
+    run: by the controller under xdist, where the sums exceed the wall time."""
+    config = terminalreporter.config
+    if not _tier_seconds or hasattr(config, "workerinput"):
         return
+    terminalreporter.section(f"slowest {SLOWEST_SHOWN} tests (setup + call + teardown)")
+    slowest = sorted(_test_seconds.items(), key=lambda entry: -entry[1])[:SLOWEST_SHOWN]
+    for nodeid, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:9.1f} s  {nodeid}")
     terminalreporter.section("time per tier")
     for tier in sorted(_tier_seconds, key=lambda t: -_tier_seconds[t]):
         count = _tier_counts.get(tier, 0)
@@ -166,3 +218,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"{tier:<12} {count:>5} tests {seconds:>9.1f} s")
     count, total = sum(_tier_counts.values()), sum(_tier_seconds.values())
     terminalreporter.write_line(f"{'all':<12} {count:>5} tests {total:>9.1f} s")
+    workers = getattr(config.option, "numprocesses", None)  # xdist's -n, resolved to a count
+    where = f"on {workers} workers" if workers else "in one process"
+    wall = time.monotonic() - _started
+    terminalreporter.write_line(f"{'wall':<12} {'':>11} {wall:>9.1f} s {where}")

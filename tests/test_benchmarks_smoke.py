@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.docker import BUILD_TIMEOUT_S, build_images, require_docker
 from tests.support.processes import scaled
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -24,12 +25,37 @@ BENCHMARKS = sorted(
     if path.stem not in OWN_SMOKE_TESTS
 )
 QUICK_RUN_TIMEOUT_S = 240.0
+# The images a quick run needs: its test builds them, or finds them built earlier in the run
+# (tests/support/docker.py), so it passes whatever ran before it. It runs in the docker tier's
+# group (one worker, one after another: tests/support/scheduling.py), beside the tests that
+# build and run the same tags.
+IMAGES_OF = {"bench_docker_desktops": ("desktop",)}
 RESULT_LINE = re.compile(r"ratio|p50", re.IGNORECASE)
 
 
+def _param(script: Path) -> object:
+    """``script`` as a test case; one that needs images has the time to build them too."""
+    run_s = scaled(QUICK_RUN_TIMEOUT_S) + 30
+    if script.stem not in IMAGES_OF:
+        return pytest.param(script, id=script.stem, marks=pytest.mark.timeout(run_s))
+    marks = [
+        pytest.mark.xdist_group("docker"),
+        pytest.mark.timeout(scaled(BUILD_TIMEOUT_S) + run_s),
+    ]
+    return pytest.param(script, id=script.stem, marks=marks)
+
+
+@pytest.fixture
+def images(script: Path) -> None:
+    """The Docker images ``script`` needs (none for most)."""
+    if targets := IMAGES_OF.get(script.stem):
+        require_docker()
+        build_images(*targets)
+
+
 @pytest.mark.bench
-@pytest.mark.timeout(scaled(QUICK_RUN_TIMEOUT_S) + 30)
-@pytest.mark.parametrize("script", BENCHMARKS, ids=[path.stem for path in BENCHMARKS])
+@pytest.mark.parametrize("script", [_param(path) for path in BENCHMARKS])
+@pytest.mark.usefixtures("images")
 def test_benchmark_quick_run(script: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     result = subprocess.run(

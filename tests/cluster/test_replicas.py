@@ -29,7 +29,6 @@ import redis.asyncio as redis
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from benchmarks.rfb import RFBClient, WebSocketTransport
 from server import admin
 from server.cluster.build import shared_caches
 from server.cluster.channel import NotOwner
@@ -42,6 +41,7 @@ from tests.e2e.viewer_stack import capture, without_cursor
 from tests.integration.test_viewer_tunnel import (
     full_frame,
     measure,
+    open_viewer,
     stalled_viewer,
     until_closed,
 )
@@ -324,22 +324,21 @@ async def test_a_viewer_through_another_replica_shows_the_desktop_pixel_exact(
     assert status == 200, started
     desktop = started["desktop"]
     socket = "ws" + b[4:] + urlsplit(started["viewer_url"]).path + "websockify"
-    client = RFBClient(await WebSocketTransport.connect(socket))
-    await asyncio.wait_for(client.handshake(), scaled(10))
-    frame = await full_frame(client)
-    expected = await asyncio.to_thread(capture, desktop["display"])
-    assert frame.shape == expected.shape
-    frame, expected = (without_cursor(image, desktop["display"]) for image in (frame, expected))
-    assert np.array_equal(frame, expected), "the framebuffer differs from the Xvfb capture"
+    async with open_viewer(socket) as client:
+        frame = await full_frame(client)
+        expected = await asyncio.to_thread(capture, desktop["display"])
+        assert frame.shape == expected.shape
+        frame, expected = (without_cursor(image, desktop["display"]) for image in (frame, expected))
+        assert np.array_equal(frame, expected), "the framebuffer differs from the Xvfb capture"
 
-    ws = client.t._ws  # type: ignore[attr-defined]
-    status, _ = await cluster.call(
-        c, "desktop_stop_confirm", relay="relay-1", slot="viewed",
-        desktop_session_id=desktop["desktop_session_id"],
-    )  # fmt: skip
-    assert status == 200
-    await until_closed(ws, 10)
-    assert ws.close_code == CloseCode.DESKTOP_STOPPED
+        ws = client.t._ws  # type: ignore[attr-defined]
+        status, _ = await cluster.call(
+            c, "desktop_stop_confirm", relay="relay-1", slot="viewed",
+            desktop_session_id=desktop["desktop_session_id"],
+        )  # fmt: skip
+        assert status == 200
+        await until_closed(ws, 10)
+        assert ws.close_code == CloseCode.DESKTOP_STOPPED
 
 
 async def test_a_stalled_viewer_through_another_replica_holds_bounded_memory(
@@ -358,16 +357,13 @@ async def test_a_stalled_viewer_through_another_replica_holds_bounded_memory(
     def rss() -> list[int]:
         return [psutil.Process(pid).memory_info().rss for pid in pids]
 
-    fast = RFBClient(await WebSocketTransport.connect(socket))
-    await asyncio.wait_for(fast.handshake(), scaled(10))
-    assert await measure(fast, 1.0) > 0  # warm-up: the windows have grown
-    before = rss()
-    stalled = await stalled_viewer(socket)
-    for _ in range(2):  # while the stalled viewer is still connected
-        assert await measure(fast, 1.0) > 0
-    after = rss()
-    await fast.close()
-    await stalled.close()
+    async with open_viewer(socket) as fast:
+        assert await measure(fast, 1.0) > 0  # warm-up: the windows have grown
+        before = rss()
+        async with stalled_viewer(socket):
+            for _ in range(2):  # while the stalled viewer is still connected
+                assert await measure(fast, 1.0) > 0
+            after = rss()
     growth = [(later - earlier) / 2**20 for later, earlier in zip(after, before, strict=True)]
     # A credit window per hop (8 MiB at most) and socket buffers: far below the flood.
     assert all(grown < 48 for grown in growth), f"MiB grown (owner, other): {growth}"

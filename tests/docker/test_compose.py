@@ -34,6 +34,7 @@ from tests.support.docker import (
     REPO_ROOT,
     DockerError,
     api_action,
+    build_images,
     docker,
     require_docker,
     unique_name,
@@ -137,17 +138,6 @@ def _get(url: str) -> tuple[int, Any]:
         return 0, None
 
 
-def _build() -> None:
-    result = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "docker-build"), *IMAGES],
-        cwd=REPO_ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-        timeout=scaled(BUILD_TIMEOUT_S), check=False,
-    )  # fmt: skip
-    if result.returncode != 0:
-        raise DockerError(f"scripts/docker-build {' '.join(IMAGES)} exited {result.returncode}:\n"
-                          f"{result.stderr[-6000:]}")  # fmt: skip
-
-
 def _write_settings(compose: Compose) -> None:
     """docs/docker.md's settings file, plus what a machine without a registry and a test's
     own port and token file need."""
@@ -202,7 +192,7 @@ def _leftovers(project: str) -> list[str]:
 def compose(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compose]:
     require_docker()
     started = time.monotonic()
-    _build()
+    build_images(*IMAGES)
     print(f"\nscripts/docker-build {' '.join(IMAGES)}: {time.monotonic() - started:.1f} s")
     workdir = tmp_path_factory.mktemp("compose")
     workdir.chmod(0o700)

@@ -38,7 +38,7 @@ from relay.desktops.docker.config import DockerDesktopSettings, relay_key
 from tests.support.docker import (
     BUILD_TIMEOUT_S,
     REPO_ROOT,
-    DockerError,
+    build_images,
     docker,
     image_size_mb,
     require_docker,
@@ -100,19 +100,6 @@ class Stack:
         return dict(body)
 
 
-def _build_desktop_image() -> float:
-    started = time.monotonic()
-    result = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "docker-build"), "desktop"],
-        cwd=REPO_ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-        timeout=scaled(BUILD_TIMEOUT_S), check=False,
-    )  # fmt: skip
-    if result.returncode != 0:
-        raise DockerError(f"scripts/docker-build desktop exited {result.returncode}:\n"
-                          f"{result.stderr[-6000:]}")  # fmt: skip
-    return time.monotonic() - started
-
-
 def _containers(label: str) -> list[str]:
     out = docker("ps", "--all", "--quiet", "--no-trunc", "--filter", f"label={label}")
     return out.split()
@@ -128,7 +115,7 @@ def _container_of(session_id: str) -> dict[str, Any]:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     require_docker()
-    build_s = await asyncio.to_thread(_build_desktop_image)
+    build_s = await asyncio.to_thread(build_images, "desktop")
     root = tmp_path_factory.mktemp("docker-desktops")
     seed = await seed_database(root / "data")
     tracker = ProcessTracker(root / "processes")

@@ -218,8 +218,7 @@ async def test_a_dying_sound_server_is_reported_and_the_picture_goes_on(
         stack.relay_id, dies.desktop_session_id
     )
     assert inventory.state == "running"
-    client = RFBClient(await WebSocketTransport.connect(stack.socket_url(dies)))
-    await asyncio.wait_for(client.handshake(), scaled(10))  # video continues
-    await client.close()
+    async with RFBClient(await WebSocketTransport.connect(stack.socket_url(dies))) as client:
+        await asyncio.wait_for(client.handshake(), scaled(10))  # video continues
     code, reason = await refusal(audio_url(stack, dies))
     assert code == CloseCode.AUDIO_UNAVAILABLE and "audio_failed" in reason, (code, reason)

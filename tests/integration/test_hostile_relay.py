@@ -142,10 +142,12 @@ def claim(desktop: Desktop, **extra: Any) -> dict[str, Any]:
     }
 
 
-async def open_viewer(url: str) -> RFBClient:
-    client = RFBClient(await WebSocketTransport.connect(url))
-    await asyncio.wait_for(client.handshake(), scaled(10))
-    return client
+@contextlib.asynccontextmanager
+async def open_viewer(url: str) -> AsyncIterator[RFBClient]:
+    """A viewer after its handshake, closed (its WebSocket and session) where it is opened."""
+    async with RFBClient(await WebSocketTransport.connect(url)) as client:
+        await asyncio.wait_for(client.handshake(), scaled(10))
+        yield client
 
 
 async def victim_row_state(stack: ViewerStack, desktop: Desktop) -> str:
@@ -156,31 +158,30 @@ async def victim_row_state(stack: ViewerStack, desktop: Desktop) -> str:
 async def test_claiming_and_stopping_a_victims_session_id_touches_only_its_own_row(
     stack: ViewerStack, victim: Desktop
 ) -> None:
-    watching = await open_viewer(stack.socket_url(victim))
-    try:
-        async with hostile_relay(stack, "mallory-shadow", [claim(victim)]) as hostile:
-            await claimed(stack, hostile, victim)
-            # A new viewer of the victim's desktop still opens (no 4403 from the shadow row).
-            fresh = await open_viewer(stack.socket_url(victim))
-            await fresh.close()
-            # The hostile relay reports "its" session stopped.
-            data = {"desktop_session_id": victim.desktop_session_id, "state": "stopped",
-                    "kind": "virtual", "slot": "main", "reason": "hostile"}  # fmt: skip
-            await hostile.event("desktop.changed", data)
-            await wait_until(
-                lambda: _row_state_is(stack.app.state.parts.inventory, hostile.relay_id,
-                                      victim.desktop_session_id, "stopped"),
-                5,
-                "the hostile relay's row to record its own claim",
-            )  # fmt: skip
-            assert await victim_row_state(stack, victim) == "running"
-            # The victim's viewer was not closed (no 4410) and still gets frames.
-            await watching.request_update(incremental=False)
-            assert await asyncio.wait_for(watching.read_update(), scaled(10))
-            again = await open_viewer(stack.socket_url(victim))
-            await again.close()
-    finally:
-        await watching.close()
+    async with (
+        open_viewer(stack.socket_url(victim)) as watching,
+        hostile_relay(stack, "mallory-shadow", [claim(victim)]) as hostile,
+    ):
+        await claimed(stack, hostile, victim)
+        # A new viewer of the victim's desktop still opens (no 4403 from the shadow row).
+        async with open_viewer(stack.socket_url(victim)):
+            pass
+        # The hostile relay reports "its" session stopped.
+        data = {"desktop_session_id": victim.desktop_session_id, "state": "stopped",
+                "kind": "virtual", "slot": "main", "reason": "hostile"}  # fmt: skip
+        await hostile.event("desktop.changed", data)
+        await wait_until(
+            lambda: _row_state_is(stack.app.state.parts.inventory, hostile.relay_id,
+                                  victim.desktop_session_id, "stopped"),
+            5,
+            "the hostile relay's row to record its own claim",
+        )  # fmt: skip
+        assert await victim_row_state(stack, victim) == "running"
+        # The victim's viewer was not closed (no 4410) and still gets frames.
+        await watching.request_update(incremental=False)
+        assert await asyncio.wait_for(watching.read_update(), scaled(10))
+        async with open_viewer(stack.socket_url(victim)):
+            pass
 
 
 async def test_the_server_never_connects_where_a_relay_says(

@@ -34,6 +34,7 @@ from tests.integration.test_viewer_tunnel import (
     close_of,
     full_frame,
     open_viewer,
+    open_viewers,
     send_garbage,
     settled,
     stop_and_watch,
@@ -90,12 +91,11 @@ async def test_a_direct_viewer_sees_the_screen_without_a_relay_channel(
     stack: ViewerStack, desktop: Desktop
 ) -> None:
     opens = stack.channel_opens()
-    client = await open_viewer(stack.socket_url(desktop))
-    assert (client.width, client.height) == (1280, 800)
-    assert server_vnc_connections(desktop) == 1, "the server did not connect to x11vnc itself"
-    frame = await full_frame(client)
-    expected = await asyncio.to_thread(capture, desktop.display)
-    await client.close()
+    async with open_viewer(stack.socket_url(desktop)) as client:
+        assert (client.width, client.height) == (1280, 800)
+        assert server_vnc_connections(desktop) == 1, "the server did not connect to x11vnc itself"
+        frame = await full_frame(client)
+        expected = await asyncio.to_thread(capture, desktop.display)
     frame, expected = (without_cursor(image, desktop.display) for image in (frame, expected))
     assert np.array_equal(frame, expected), "the framebuffer differs from the Xvfb capture"
     assert stack.channel_opens() == opens, "a direct viewer opened a relay channel"
@@ -111,9 +111,8 @@ async def test_a_direct_viewer_open_costs_the_relay_no_status_call(
     once for the session, and never ``desktop.status``."""
     status, direct = stack.relay_ops("desktop.status"), stack.relay_ops("vnc.direct")
     for _ in range(3):
-        client = await open_viewer(stack.socket_url(desktop))
-        assert (client.width, client.height) == (1280, 800)
-        await client.close()
+        async with open_viewer(stack.socket_url(desktop)) as client:
+            assert (client.width, client.height) == (1280, 800)
         await wait_until(lambda: settled(stack), 5, "the viewer to be released")
     assert stack.relay_ops("desktop.status") == status, "a direct viewer cost a status call"
     assert stack.relay_ops("vnc.direct") - direct <= 1
@@ -172,14 +171,13 @@ async def test_a_lost_relay_closes_direct_viewers_and_its_return_admits_them(
 ) -> None:
     # x11vnc outlives a killed relay, but a desktop whose relay is gone is not viewable: the
     # inventory marks it unknown and the direct stream is closed like a tunnelled one.
-    client = await open_viewer(stack.socket_url(desktop))
-    ws = client.t._ws  # type: ignore[attr-defined]
-    started = time.perf_counter()
-    stack.relay.kill()
-    await until_closed(ws, 5)
-    assert ws.close_code == CloseCode.RELAY_UNREACHABLE
-    assert time.perf_counter() - started < scaled(2)
-    await client.close()
+    async with open_viewer(stack.socket_url(desktop)) as client:
+        ws = client.t._ws  # type: ignore[attr-defined]
+        started = time.perf_counter()
+        stack.relay.kill()
+        await until_closed(ws, 5)
+        assert ws.close_code == CloseCode.RELAY_UNREACHABLE
+        assert time.perf_counter() - started < scaled(2)
     code, _ = await close_of(stack.socket_url(desktop))
     assert code == CloseCode.RELAY_UNREACHABLE, "a viewer was admitted while the relay was gone"
     await wait_until(lambda: server_vnc_connections(desktop) == 0, 5, "x11vnc connection closed")
@@ -193,23 +191,20 @@ async def test_a_lost_relay_closes_direct_viewers_and_its_return_admits_them(
 
     await wait_until(running_again, 20, "the relay to return with the desktop")
     # The relay adopted the running desktop: the same viewer URL works again, directly.
-    client = await open_viewer(stack.socket_url(desktop))
-    assert server_vnc_connections(desktop) == 1
-    assert (await full_frame(client)).shape == (800, 1280, 3)
-    await client.close()
+    async with open_viewer(stack.socket_url(desktop)) as client:
+        assert server_vnc_connections(desktop) == 1
+        assert (await full_frame(client)).shape == (800, 1280, 3)
     await wait_until(lambda: settled(stack), 5, "the viewer to be released")
 
 
 async def test_stopping_the_desktop_closes_direct_viewers(
     stack: ViewerStack, desktop: Desktop
 ) -> None:
-    clients = [await open_viewer(stack.socket_url(desktop)) for _ in range(3)]
-    assert stack.viewers(desktop.desktop_session_id) == 3
-    codes, last_close_s = await stop_and_watch(stack, desktop, clients)
+    async with open_viewers(stack.socket_url(desktop), 3) as clients:
+        assert stack.viewers(desktop.desktop_session_id) == 3
+        codes, last_close_s = await stop_and_watch(stack, desktop, clients)
     assert all(code == CloseCode.DESKTOP_STOPPED for code in codes), codes
     assert last_close_s < scaled(2)
-    for client in clients:
-        await client.close()
     await wait_until(lambda: settled(stack), 5, "all viewers to be released")
     assert server_vnc_connections(desktop) == 0
     # The stopped session's token opens nothing, on either path.

@@ -41,10 +41,19 @@ async def desktop(stack: ViewerStack) -> Desktop:
     return await stack.start_desktop(paint=True)
 
 
-async def open_viewer(url: str) -> RFBClient:
-    client = RFBClient(await WebSocketTransport.connect(url))
-    await asyncio.wait_for(client.handshake(), scaled(10))
-    return client
+@contextlib.asynccontextmanager
+async def open_viewer(url: str) -> AsyncIterator[RFBClient]:
+    """A viewer after its handshake, closed (its WebSocket and session) where it is opened."""
+    async with RFBClient(await WebSocketTransport.connect(url)) as client:
+        await asyncio.wait_for(client.handshake(), scaled(10))
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def open_viewers(url: str, count: int) -> AsyncIterator[list[RFBClient]]:
+    """``count`` viewers of ``url``, all closed where they are opened."""
+    async with contextlib.AsyncExitStack() as opened:
+        yield [await opened.enter_async_context(open_viewer(url)) for _ in range(count)]
 
 
 async def close_of(url: str, headers: dict[str, str] | None = None) -> tuple[int | None, str]:
@@ -131,16 +140,15 @@ async def test_rfb_through_the_server_shows_exactly_the_xvfb_screen(
     stack: ViewerStack, desktop: Desktop
 ) -> None:
     transport = await WebSocketTransport.connect(stack.socket_url(desktop))
-    banner = await asyncio.wait_for(transport.read_exactly(12), scaled(10))
-    assert banner == b"RFB 003.008\n"
-    client = RFBClient(transport)
-    # The banner is consumed: replay it through a transport that starts after it.
-    transport._buf[:0] = banner
-    await asyncio.wait_for(client.handshake(), scaled(10))
-    assert (client.width, client.height) == (1280, 800)
-    frame = await full_frame(client)
-    expected = await asyncio.to_thread(capture, desktop.display)
-    await client.close()
+    async with RFBClient(transport) as client:
+        banner = await asyncio.wait_for(transport.read_exactly(12), scaled(10))
+        assert banner == b"RFB 003.008\n"
+        # The banner is consumed: replay it through a transport that starts after it.
+        transport._buf[:0] = banner
+        await asyncio.wait_for(client.handshake(), scaled(10))
+        assert (client.width, client.height) == (1280, 800)
+        frame = await full_frame(client)
+        expected = await asyncio.to_thread(capture, desktop.display)
     assert frame.shape == expected.shape
     frame, expected = (without_cursor(image, desktop.display) for image in (frame, expected))
     assert np.array_equal(frame, expected), "the framebuffer differs from the Xvfb capture"
@@ -157,10 +165,9 @@ async def test_a_server_that_takes_small_frames_gets_only_frames_it_takes(
     async with viewer_stack(tmp_path_factory.mktemp("small"), server_settings=limit) as small:
         desktop = await small.start_desktop(paint=True)
         link = small.relays.get(small.relay_id)
-        client = await open_viewer(small.socket_url(desktop))
-        frame = await full_frame(client)
-        expected = await asyncio.to_thread(capture, desktop.display)
-        await client.close()
+        async with open_viewer(small.socket_url(desktop)) as client:
+            frame = await full_frame(client)
+            expected = await asyncio.to_thread(capture, desktop.display)
         frame, expected = (without_cursor(image, desktop.display) for image in (frame, expected))
         assert np.array_equal(frame, expected), "the framebuffer differs from the Xvfb capture"
         # The relay's link was never dropped for an oversized frame.
@@ -282,28 +289,29 @@ async def measure(client: RFBClient, seconds: float) -> float:
     return received / (time.perf_counter() - start) / 1e6
 
 
-async def stalled_viewer(url: str) -> RFBClient:
+@contextlib.asynccontextmanager
+async def stalled_viewer(url: str) -> AsyncIterator[RFBClient]:
     """A viewer that asks for a flood of full updates and then never reads again."""
-    stalled = await open_viewer(url)
-    for _ in range(40):
-        await stalled.request_update(incremental=False)
-    return stalled
+    async with open_viewer(url) as stalled:
+        for _ in range(40):
+            await stalled.request_update(incremental=False)
+        yield stalled
 
 
 async def test_a_viewer_that_stops_reading_holds_bounded_memory(
     stack: ViewerStack, desktop: Desktop
 ) -> None:
-    fast = await open_viewer(stack.socket_url(desktop))
-    stalled = await stalled_viewer(stack.socket_url(desktop))
-    rss_before = psutil.Process().memory_info().rss
-    buffered: list[int] = []
-    # Ten seconds without reading while the other viewer streams.
-    for _ in range(10):
-        assert await measure(fast, 1.0) > 0
-        buffered.extend(s.backend.channel.buffered for s in _sessions(stack))
-    rss_after = psutil.Process().memory_info().rss
-    await fast.close()
-    await stalled.close()
+    async with (
+        open_viewer(stack.socket_url(desktop)) as fast,
+        stalled_viewer(stack.socket_url(desktop)),
+    ):
+        rss_before = psutil.Process().memory_info().rss
+        buffered: list[int] = []
+        # Ten seconds without reading while the other viewer streams.
+        for _ in range(10):
+            assert await measure(fast, 1.0) > 0
+            buffered.extend(s.backend.channel.buffered for s in _sessions(stack))
+        rss_after = psutil.Process().memory_info().rss
     # One credit window per channel at most, whatever the viewer does.
     assert all(size <= MAX_WINDOW for size in buffered), buffered
     assert rss_after - rss_before < 64 * 1024 * 1024
@@ -319,31 +327,34 @@ async def test_a_viewer_that_stops_reading_does_not_stall_another_desktops_viewe
     on the link would freeze it). One desktop's viewers share its x11vnc, which waits for the
     slowest of them (docs/viewing.md): that is why this is seen across desktops."""
     other = await stack.start_desktop("neighbour")
-    stalled = await open_viewer(stack.socket_url(desktop))
-
-    async def keep_asking() -> None:
-        while True:
-            await stalled.request_update(incremental=False)
-            await asyncio.sleep(0.05)
 
     def owed() -> int:
         sessions = _sessions(stack, desktop.desktop_session_id)
         return max((int(s.backend.channel.buffered) for s in sessions), default=0)
 
-    asking = asyncio.create_task(keep_asking())
     try:
-        await wait_until(lambda: owed() >= STALLED_OWED, 20, "the stalled viewer's channel to fill")
-        fast = await open_viewer(stack.socket_url(other))
-        for _ in range(20):
-            await fast.request_update(incremental=False)
-            rects = await asyncio.wait_for(fast.read_update(), scaled(10))
-            assert sum(len(rect.pixels) for rect in rects) == 1280 * 800 * 4
-        await fast.close()
+        async with open_viewer(stack.socket_url(desktop)) as stalled:
+
+            async def keep_asking() -> None:
+                while True:
+                    await stalled.request_update(incremental=False)
+                    await asyncio.sleep(0.05)
+
+            asking = asyncio.create_task(keep_asking())
+            try:
+                await wait_until(
+                    lambda: owed() >= STALLED_OWED, 20, "the stalled viewer's channel to fill"
+                )
+                async with open_viewer(stack.socket_url(other)) as fast:
+                    for _ in range(20):
+                        await fast.request_update(incremental=False)
+                        rects = await asyncio.wait_for(fast.read_update(), scaled(10))
+                        assert sum(len(rect.pixels) for rect in rects) == 1280 * 800 * 4
+            finally:
+                asking.cancel()
+                with contextlib.suppress(asyncio.CancelledError, OSError, RFBError):
+                    await asking
     finally:
-        asking.cancel()
-        with contextlib.suppress(asyncio.CancelledError, OSError, RFBError):
-            await asking
-        await stalled.close()
         await stack.stop_desktop(other)
     await wait_until(lambda: settled(stack), 10, "the viewers to be released")
 
@@ -362,15 +373,13 @@ def _sessions(stack: ViewerStack, desktop_session_id: str | None = None) -> list
 async def test_many_viewers_and_closing_one_stops_nothing(
     stack: ViewerStack, desktop: Desktop
 ) -> None:
-    clients = [await open_viewer(stack.socket_url(desktop)) for _ in range(5)]
-    assert stack.viewers(desktop.desktop_session_id) == 5
-    await clients[0].close()
-    await wait_until(lambda: stack.viewers() == 4, 5, "one viewer to close")
-    for client in clients[1:]:
-        frame = await full_frame(client)
-        assert frame.shape == (800, 1280, 3)
-    for client in clients[1:]:
-        await client.close()
+    async with open_viewers(stack.socket_url(desktop), 5) as clients:
+        assert stack.viewers(desktop.desktop_session_id) == 5
+        await clients[0].close()
+        await wait_until(lambda: stack.viewers() == 4, 5, "one viewer to close")
+        for client in clients[1:]:
+            frame = await full_frame(client)
+            assert frame.shape == (800, 1280, 3)
     await wait_until(lambda: settled(stack), 5, "all viewers to be released")
     status = await stack.relays.request(stack.relay_id, "desktop.status", {}, 10)
     sessions = [row["desktop_session_id"] for row in status["desktops"]]
@@ -380,12 +389,10 @@ async def test_many_viewers_and_closing_one_stops_nothing(
 async def test_stopping_the_desktop_closes_every_viewer_and_its_tokens(
     stack: ViewerStack, desktop: Desktop
 ) -> None:
-    clients = [await open_viewer(stack.socket_url(desktop)) for _ in range(3)]
-    codes, last_close_s = await stop_and_watch(stack, desktop, clients)
+    async with open_viewers(stack.socket_url(desktop), 3) as clients:
+        codes, last_close_s = await stop_and_watch(stack, desktop, clients)
     assert all(code == CloseCode.DESKTOP_STOPPED for code in codes), codes
     assert last_close_s < scaled(2)
-    for client in clients:
-        await client.close()
     await wait_until(lambda: settled(stack), 5, "all viewers to be released")
 
     # A token for the stopped (or since replaced) session opens nothing.

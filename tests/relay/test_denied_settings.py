@@ -130,9 +130,9 @@ async def test_the_host_helpers_screen_follows_the_relays_setting(helper: Helper
         try:
             assert not _masked(_pixels(dict(await plain.screen(RUNNING, "screenshot", {}))))
         finally:
-            await plain.client.aclose()
+            await plain.aclose()
     finally:
-        await local.client.aclose()
+        await local.aclose()
 
 
 async def test_the_host_helpers_own_setting_holds_whatever_the_relay_sends(
@@ -145,7 +145,7 @@ async def test_the_host_helpers_own_setting_holds_whatever_the_relay_sends(
         try:
             assert _masked(_pixels(dict(await local.screen(RUNNING, "screenshot", {}))))
         finally:
-            await local.client.aclose()
+            await local.aclose()
 
 
 async def test_a_bad_header_is_refused_naming_it(helper: Helper) -> None:

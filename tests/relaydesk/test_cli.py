@@ -1,5 +1,6 @@
 """The command line as an operator meets it: version, readable admin output, account recovery,
-``db upgrade``, and ``desktops list|stop`` through a live server's API."""
+``db upgrade``, ``desktops list|stop`` through a live server's API, and ``relaydesk mcp``'s
+usage."""
 
 from __future__ import annotations
 
@@ -155,3 +156,21 @@ async def test_desktops_without_a_token_is_bad_usage(seed: Seed) -> None:
     cli = await relaydesk(env, "desktops", "list", "--server", "http://127.0.0.1:9")
     assert cli.returncode == 2
     assert "RELAYDESK_API_TOKEN" in cli.stderr
+
+
+async def test_mcp_help_explains_the_command_and_the_client_configuration() -> None:
+    cli = await relaydesk({}, "mcp", "--help")
+    assert cli.returncode == 0
+    for words in ("stdin/stdout", "--conversation", "RELAYDESK_API_TOKEN", "mcpServers",
+                  "/api/v1/conversations/ID/mcp"):  # fmt: skip
+        assert words in cli.stdout, words
+    listed = await relaydesk({}, "--help")
+    assert "mcp" in listed.stdout
+
+
+async def test_mcp_usage_mistakes_exit_2_naming_what_is_missing() -> None:
+    env = {"RELAYDESK_API_TOKEN": "", "RELAYDESK_CONVERSATION_ID": ""}
+    no_conversation = await relaydesk(env, "mcp")
+    assert no_conversation.returncode == 2 and "--conversation" in no_conversation.stderr
+    no_token = await relaydesk(env, "mcp", "--conversation", "c1")
+    assert no_token.returncode == 2 and "RELAYDESK_API_TOKEN" in no_token.stderr

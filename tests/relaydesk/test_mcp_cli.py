@@ -1,6 +1,7 @@
-"""``relaydesk mcp``: its usage, and the forwarding server's behaviour when a request fails.
+"""``relaydesk mcp``: its forwarding server's behaviour when a request fails, in-process.
 
-The end-to-end runs over stdio against a real desktop are in tests/integration/test_mcp.py.
+Its usage, from the command itself, is in tests/relaydesk/test_cli.py; the end-to-end runs over
+stdio against a real desktop are in tests/integration/test_mcp.py.
 """
 
 from __future__ import annotations
@@ -14,29 +15,10 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from relaydesk.mcp_stdio import Remote, endpoint_url, forwarding_server
-from tests.relaydesk.test_cli import relaydesk
 from tests.support.processes import free_port, scaled
 from tests.support.stack import inprocess_server, seed_database
 
 pytestmark = pytest.mark.unit
-
-
-async def test_help_explains_the_command_and_the_client_configuration() -> None:
-    cli = await relaydesk({}, "mcp", "--help")
-    assert cli.returncode == 0
-    for words in ("stdin/stdout", "--conversation", "RELAYDESK_API_TOKEN", "mcpServers",
-                  "/api/v1/conversations/ID/mcp"):  # fmt: skip
-        assert words in cli.stdout, words
-    listed = await relaydesk({}, "--help")
-    assert "mcp" in listed.stdout
-
-
-async def test_usage_mistakes_exit_2_naming_what_is_missing() -> None:
-    env = {"RELAYDESK_API_TOKEN": "", "RELAYDESK_CONVERSATION_ID": ""}
-    no_conversation = await relaydesk(env, "mcp")
-    assert no_conversation.returncode == 2 and "--conversation" in no_conversation.stderr
-    no_token = await relaydesk(env, "mcp", "--conversation", "c1")
-    assert no_token.returncode == 2 and "RELAYDESK_API_TOKEN" in no_token.stderr
 
 
 def test_the_endpoint_url_quotes_the_conversation() -> None:

@@ -106,12 +106,23 @@ def require_docker() -> None:
         ) from err
 
 
+# What ``build_images`` built in this test process: each image once per run (the docker tier's
+# modules and the bench_docker_desktops quick run share a worker, one group: tests/support/
+# scheduling.py), whichever of them comes first.
+_BUILT: set[str] = set()
+DEFAULT_TARGETS = ("server", "relay", "desktop")
+
+
 def build_images(*targets: str) -> float:
     """Build ``targets`` (default: the script's own, server, relay and desktop) with
-    ``scripts/docker-build``; return the seconds it took."""
+    ``scripts/docker-build`` unless this run built them already; return the seconds it took
+    (0 when every one was built before in this run)."""
+    missing = [target for target in targets or DEFAULT_TARGETS if target not in _BUILT]
+    if not missing:
+        return 0.0
     started = time.monotonic()
     result = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "docker-build"), *targets],
+        ["bash", str(REPO_ROOT / "scripts" / "docker-build"), *missing],
         cwd=REPO_ROOT,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -121,8 +132,9 @@ def build_images(*targets: str) -> float:
     )
     if result.returncode != 0:
         tail = result.stderr[-6000:]
-        command = " ".join(("scripts/docker-build", *targets))
+        command = " ".join(("scripts/docker-build", *missing))
         raise DockerError(f"{command} exited {result.returncode}:\n{tail}")
+    _BUILT.update(missing)
     return time.monotonic() - started
 
 

@@ -37,7 +37,10 @@ def _param(script: Path) -> object:
     """``script`` as a test case; one that needs images has the time to build them too."""
     run_s = scaled(QUICK_RUN_TIMEOUT_S) + 30
     if script.stem not in IMAGES_OF:
-        return pytest.param(script, id=script.stem, marks=pytest.mark.timeout(run_s))
+        # Each quick run is a unit of work of its own (tests/support/scheduling.py): it checks
+        # that the benchmark runs and reports, not its figures, so runs may share the machine.
+        marks = [pytest.mark.timeout(run_s), pytest.mark.xdist_group(f"quick-{script.stem}")]
+        return pytest.param(script, id=script.stem, marks=marks)
     marks = [
         pytest.mark.xdist_group("docker"),
         pytest.mark.timeout(scaled(BUILD_TIMEOUT_S) + run_s),

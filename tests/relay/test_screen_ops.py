@@ -32,6 +32,24 @@ async def _restart(manager: ProcessDesktops, row: RelayRow) -> DesktopStartResul
     return await manager.start(kind="virtual", slot="main", geometry="800x600")
 
 
+async def _restart_on_the_same_display(
+    manager: ProcessDesktops, ops: Handlers, row: RelayRow, tries: int = 5
+) -> DesktopStartResult:
+    """A restart that lands on the display of the desktop the screen service last used.
+
+    Xvfb takes the lowest free display, which another program on the machine (a test beside
+    this one) may take between the stop and the start: then the new desktop is used once (a
+    screenshot) and restarted again, until a restart reuses the display."""
+    for _ in range(tries):
+        again = await _restart(manager, row)
+        if again["display"] == row["display"]:
+            return again
+        shot = await ops.screen("screenshot", {})
+        assert shot["desktop_session_id"] == again["desktop_session_id"]
+        row = again
+    raise AssertionError(f"no restart reused its display in {tries} tries")
+
+
 async def test_first_actions_after_a_restart_on_the_same_display_succeed(
     manager: ProcessDesktops, screen: ScreenService
 ) -> None:
@@ -40,8 +58,7 @@ async def test_first_actions_after_a_restart_on_the_same_display_succeed(
     shot = await ops.screen("screenshot", {})
     assert shot["desktop_session_id"] == first["desktop_session_id"]
 
-    second = await _restart(manager, first)
-    assert second["display"] == first["display"], "Xvfb picks the lowest free display"
+    second = await _restart_on_the_same_display(manager, ops, first)
     shot = cast(ImageResult, await ops.screen("screenshot", {}))
     assert (shot["width"], shot["desktop_session_id"]) == (800, second["desktop_session_id"])
 

@@ -7,8 +7,10 @@ group instead, wherever their files are; a group's tests run one after another o
 
 * ``docker``: the images' fixed tags (``relaydesk/*:dev``), which one test builds while another
   runs containers of them; the quick run of ``bench_docker_desktops`` names this group too.
-* ``bench``: the quick benchmark runs, the soak and the replica storm, which time what they do
-  (ratios against a baseline of the same run): two of them at once would time each other.
+* ``bench``: the soak and the replica storm, whose verdicts are times (recovery within
+  seconds): two of them at once would time each other. The quick benchmark runs check that a
+  benchmark runs and reports, not its figures: each is a unit of work of its own
+  (``quick-<benchmark>``), so they spread over the workers.
 
 A module can name its own group with ``pytest.mark.xdist_group("name")`` in its ``pytestmark``
 (kept as it is). The longest kinds of work are handed out first (groups, then the tiers that

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from host_helper.app import build_app
 from tests.host_helper.conftest import TOKEN, helper_config, running_helper
 from tests.support.background import error_records, in_background_thread
+from tests.support.examples import examples
 from tests.support.processes import scaled
 from wire.errors import ErrorCode
 
@@ -72,7 +73,9 @@ def test_every_helper_route_refuses_bad_bodies_clearly(
     ):
         slow = [HealthCheck.too_slow, HealthCheck.data_too_large]
 
-        @settings(max_examples=40, deadline=None, database=None, suppress_health_check=slow)
+        @settings(
+            max_examples=examples(40), deadline=None, database=None, suppress_health_check=slow
+        )
         @given(body=MALFORMED, content_type=st.sampled_from(["application/json", "text/plain"]))
         def check(body: bytes, content_type: str) -> None:
             headers = {"Content-Type": content_type}

@@ -23,6 +23,7 @@ from relay.a11y.dbuswire import (
     read_body,
     read_message,
 )
+from tests.support.examples import examples
 
 pytestmark = pytest.mark.unit
 
@@ -125,7 +126,7 @@ items = st.lists(st.tuples(ref, ref, ref, st.integers(-(2**31), 2**31 - 1),
                  max_size=20)  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(items, st.booleans())
 def test_a_cache_reply_reads_back_exactly(values, little):
     sig, read = read_body(message(CACHE_ITEM, (values,), little))
@@ -139,7 +140,7 @@ def test_mixed_fixed_types_are_aligned():
     assert read == values and sig == "ybixdsau(ys)"
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.binary(max_size=200))
 def test_garbage_is_a_wire_error_never_a_crash(blob):
     with contextlib.suppress(WireError):
@@ -201,7 +202,7 @@ arguments = st.one_of(
 )  # fmt: skip
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(arguments, st.integers(1, 2**32 - 1), names, names)
 def test_a_written_call_reads_back_exactly(args, serial, member, path):
     signature, values = args

@@ -25,6 +25,7 @@ from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 
 from server.actions.registry import ActionRegistry
 from tests.support.background import ErrorRecords, error_records, in_background_thread
+from tests.support.examples import examples
 from tests.support.processes import scaled
 from tests.support.routes import routes_of_a_fresh_app
 from tests.support.stack import Seed, inprocess_server, seed_database
@@ -228,7 +229,7 @@ def test_every_route_answers_bad_input_with_a_clear_4xx(
     live: Live, method: str, template: str
 ) -> None:
     @settings(
-        max_examples=40,
+        max_examples=examples(40),
         deadline=None,
         database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -393,7 +394,10 @@ def test_the_websocket_routes_are_the_apps(live: Live) -> None:
 @pytest.mark.parametrize("suffix", ["websockify", "audio"])
 def test_viewer_websockets_refuse_garbage_sessions_and_tokens(live: Live, suffix: str) -> None:
     @settings(
-        max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+        max_examples=examples(25),
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
     )
     @given(session=WS_GARBAGE, token=WS_GARBAGE)
     def check(session: str, token: str) -> None:

@@ -18,6 +18,7 @@ from server.screen.action import SCREEN_ACTION
 from server.screen.request import FIELDS, ScreenRequest, parse
 from server.screen.revisions import RevisionStore
 from server.screen.tool import Caller, ScreenTool
+from tests.support.examples import examples
 from wire import ops
 from wire.capture import BandedPng
 from wire.errors import ErrorCode, InvalidArgs, OpError
@@ -329,7 +330,7 @@ def _outcome(make: Callable[[], ScreenRequest]) -> ScreenRequest | str:
         return str(err.details["field"])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_BODIES, st.sampled_from(["zoom", "click", "drag", "move", "screenshot", "scroll"]))
 def test_any_body_converts_to_pixels_or_names_a_field(body: dict[str, Any], action: str) -> None:
     body = {**body, "action": body.get("action", action)}

@@ -26,6 +26,7 @@ from server.chat.slash import (
     parse,
     resolve_relay,
 )
+from tests.support.examples import examples
 
 pytestmark = pytest.mark.unit
 
@@ -156,14 +157,14 @@ WORDS = st.sampled_from(
 )  # fmt: skip
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.text(max_size=600))
 def test_any_text_is_a_command_or_a_parse_error(text: str) -> None:
     assert isinstance(parse(text), (*COMMAND_TYPES, ParseError))
     is_desktop_command(text)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.lists(WORDS, max_size=6), st.lists(st.sampled_from([" ", "\t", "\n", "  "]), min_size=6))
 def test_word_soup_is_a_command_or_a_parse_error(words: list[str], gaps: list[str]) -> None:
     text = "".join(word + gap for word, gap in zip(words, gaps, strict=False))
@@ -173,7 +174,7 @@ def test_word_soup_is_a_command_or_a_parse_error(words: list[str], gaps: list[st
         assert parse(describe(result)) == result
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.one_of(st.none(), st.text(max_size=80)), st.lists(st.text(max_size=20), max_size=5))
 def test_relay_resolution_never_raises(name: str | None, visible: list[str]) -> None:
     result = resolve_relay(name, visible)

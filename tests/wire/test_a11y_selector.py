@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tests.support.examples import examples
 from tests.support.processes import scaled
 from wire.a11y_match import compound_matches, match_path, select
 from wire.a11y_selector import (
@@ -37,10 +38,12 @@ from wire.a11y_selector import (
 
 pytestmark = pytest.mark.unit
 
-FUZZ = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=examples(500), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 # JSON values and whole selectors cost more to generate than text.
-FUZZ_JSON = settings(FUZZ, max_examples=300)
-PROPERTY = settings(FUZZ, max_examples=120)
+FUZZ_JSON = settings(FUZZ, max_examples=examples(300))
+PROPERTY = settings(FUZZ, max_examples=examples(120))
 
 C = Compound
 SAVE = AttrTest("name", "=", "Save")

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.examples import examples
 from wire.connection import (
     DEFAULT_WINDOW,
     MAX_CREDIT,
@@ -993,7 +994,7 @@ actions = st.lists(
 )
 
 
-@settings(deadline=None, max_examples=200)
+@settings(deadline=None, max_examples=examples(200))
 @given(
     window=st.sampled_from([4, 16, 100, 257]),
     max_payload=st.sampled_from([4, 7, 64, 1024]),

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.examples import examples
 from wire.desktop_rows import MAX_REASON, ReportedDesktop, check_row
 from wire.errors import InvalidArgs
 
@@ -90,7 +91,7 @@ def _outcome(data: dict[str, Any]) -> ReportedDesktop | str:
 
 
 # A loaded machine makes the first draws slow; the property is what matters, not their speed.
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(sorted(ROW)), st.none() | st.text() | st.integers()))
 def test_any_row_is_either_kept_within_bounds_or_refused_by_field(data: dict[str, Any]) -> None:
     row = _outcome(data)

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.examples import examples
 from tests.support.processes import scaled
 from wire.connection import (
     CancelReceived,
@@ -51,8 +52,10 @@ pytestmark = [pytest.mark.unit, pytest.mark.timeout(scaled(60))]
 
 # Parsers get 2,000 examples each; every connection example feeds several frames to a
 # connection in one of six states, so 600 of those cover more ground for the same time.
-FUZZ = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FUZZ_CONNECTION = settings(FUZZ, max_examples=600)
+FUZZ = settings(
+    max_examples=examples(2000), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+FUZZ_CONNECTION = settings(FUZZ, max_examples=examples(600))
 WIRE_EVENTS = (
     HelloReceived,
     WelcomeReceived,
@@ -306,7 +309,7 @@ def test_connection_receive_text_fuzz(state, inputs):
     feed(STATES[state](), inputs)
 
 
-@settings(FUZZ, max_examples=200)
+@settings(FUZZ, max_examples=examples(200))
 @given(
     st.sampled_from(sorted(STATES)),
     st.lists(texts | binaries | st.sampled_from(VALID_TEXTS + VALID_FRAMES), max_size=8),

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.examples import examples
 from wire.errors import CloseCode, ErrorCode, FrameTooLarge, OpError, ProtocolError
 from wire.ids import RelayId, RequestId
 from wire.messages import (
@@ -452,7 +453,7 @@ events = st.builds(Event, name=st.text(max_size=30), data=json_objects)
 messages = hellos | welcomes | requests | ok_responses | error_responses | cancels | events
 
 
-@settings(deadline=None, max_examples=300)
+@settings(deadline=None, max_examples=examples(300))
 @given(messages)
 def test_any_valid_message_round_trips(message):
     text = encode_message(message)

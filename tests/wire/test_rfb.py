@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.examples import examples
 from tests.support.processes import scaled
 from wire.errors import RelaydeskError, RfbHandshakeError
 from wire.rfb import (
@@ -21,7 +22,9 @@ from wire.rfb import (
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(scaled(60))]
 
-FUZZ = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 SECRET = b"s3cr3t!x"
 CHALLENGE = bytes(range(16))
 

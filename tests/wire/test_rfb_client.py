@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.examples import examples
 from wire.rfb_client import CLIPBOARD_PROVIDE, EXTENDED_MOUSE_BUTTONS, ClientInput, RfbClientStream
 
 pytestmark = pytest.mark.unit
@@ -205,7 +206,9 @@ def test_a_stream_it_cannot_follow_stops_being_parsed(data: bytes, reason: str) 
     assert stream.feed(key_event() * 10) is ClientInput.NONE  # ignored from now on
 
 
-FUZZ = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @FUZZ

@@ -5,7 +5,8 @@ for Anthropic's tool, ``display_width`` by ``display_height`` for OpenAI's) and 
 points on that display. A display pixel ``d`` covers the screen pixels
 ``[d·S/D, (d+1)·S/D)`` on each axis (``S`` the screen's size, ``D`` the display's); a point maps
 to the screen pixel at the centre of that span, in integer arithmetic, so the mapping has no
-rounding drift: equal to the identity when the display is the screen, and never off the screen.
+rounding drift: the identity when the display is the screen, never off the screen, and the
+display pixel covering the screen pixel a point maps to is that point again.
 """
 
 from __future__ import annotations
@@ -59,9 +60,14 @@ class Display:
 
 
 def _centre(d: int, shown: int, screen: int) -> int:
+    """The screen pixel nearest the centre of display pixel ``d``'s span, kept inside the span
+    (so the display pixel covering it is ``d`` again)."""
     if shown == screen:
         return d
-    return min(screen - 1, ((2 * d + 1) * screen) // (2 * shown))
+    first = -(-d * screen // shown)  # the first whole pixel at or after the span's start
+    last = -(-(d + 1) * screen // shown) - 1  # the last before its end
+    middle = ((2 * d + 1) * screen) // (2 * shown)
+    return min(screen - 1, max(first, min(last, middle)))
 
 
 def default_size(screen: tuple[int, int]) -> tuple[int, int]:

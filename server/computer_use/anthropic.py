@@ -17,6 +17,7 @@ from typing import Any, Final
 from server.computer_use.display import Display
 from server.computer_use.images import MEDIA_TYPE, Shot, screenshot, zoom
 from server.computer_use.session import DoorCall, Result
+from server.computer_use.tool_errors import effect_text
 from wire.errors import InvalidArgs
 from wire.screen_args import MAX_AMOUNT, MAX_KEY, MAX_TEXT
 
@@ -322,5 +323,5 @@ async def run(call: DoorCall, params: Mapping[str, Any]) -> Outcome:
     display = await call.display()
     outcome = await handler(call, display, params)
     if outcome.text is None and outcome.image is None:
-        return Outcome(text=DONE)
+        return Outcome(text=effect_text(call.effect, call.effect_ms) or DONE)
     return outcome

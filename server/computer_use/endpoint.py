@@ -39,6 +39,7 @@ ROOT: Final = "/api/v1/conversations/{conversation_id}/computer-use"
 TARGET: Final = "{relay}/{kind}/{slot}"
 ANTHROPIC: Final = f"{ROOT}/anthropic/{TARGET}"
 OPENAI: Final = f"{ROOT}/openai/{TARGET}"
+EFFECT_HEADER: Final = "X-Relaydesk-Effect"
 Answer = dict[str, Any]
 Door = Callable[[DoorCall, Mapping[str, Any]], Awaitable[Answer]]
 
@@ -155,7 +156,10 @@ class ComputerUseEndpoint:
         except Exception:
             log.exception("computer-use call failed")
             answer = tool_error(errors.internal_error())
-        return JSONResponse(answer, headers=dict(errors.NO_STORE))
+        headers = dict(errors.NO_STORE)
+        if call.effect is not None:  # also for a builder whose tool result carries no text
+            headers[EFFECT_HEADER] = call.effect
+        return JSONResponse(answer, headers=headers)
 
     async def _watched(
         self, request: Request, admitted: Admitted, work: Awaitable[Answer]

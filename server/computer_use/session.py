@@ -136,6 +136,9 @@ class DoorCall:
     session: Session
     request_id: str
     steps: list[str] = field(default_factory=list)
+    # The last input action's verdict: did it visibly take effect (and after how long)?
+    effect: str | None = None
+    effect_ms: int | None = None
 
     @property
     def target(self) -> Target:
@@ -153,6 +156,8 @@ class DoorCall:
         session_id = answer.get("desktop_session_id")
         if isinstance(session_id, str):
             self.session.desktop_session_id = session_id
+        if isinstance(answer.get("effect"), str):
+            self.effect, self.effect_ms = str(answer["effect"]), answer.get("effect_ms")
         return answer
 
     def _where(self, name: str) -> Result:

@@ -1,4 +1,5 @@
-"""A refused or failed action, or an unknown one, as words a model can act on (both doors)."""
+"""What a model reads of an action besides pixels (both doors): a refused or failed action, an
+unknown one, and whether an input action visibly took effect."""
 
 from __future__ import annotations
 
@@ -33,3 +34,17 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     near = difflib.get_close_matches(name.lower()[:64], sorted(known), n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(near)}?" if near else ""
     return f"unknown action {name[:64]!r}; one of {', '.join(sorted(known))}.{hint}"
+
+
+def effect_text(effect: str | None, effect_ms: int | None) -> str | None:
+    """An input action's ``effect`` as the line the model reads (``None``: no verdict)."""
+    if effect == "changed":
+        after = f" after {effect_ms} ms" if effect_ms is not None else ""
+        return f"effect: changed (the screen changed where you acted{after})"
+    if effect == "no_visible_change":
+        return ("effect: no_visible_change (nothing changed where you acted within 150 ms: "
+                "take a screenshot to see whether it worked)")  # fmt: skip
+    if effect == "unverifiable":
+        return ("effect: unverifiable (no window that is showing has the keyboard focus: "
+                "take a screenshot to check)")  # fmt: skip
+    return None

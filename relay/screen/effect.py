@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 Effect = Literal["changed", "no_visible_change", "unverifiable"]
 SETTLE_S: Final = 0.15
 POLL_S: Final = 0.003
-# The box looked at around a pointer action's point: a pressed button, a checked box, a caret
-# placed in a field or a menu opening beside the point all show inside it.
-SIDE: Final = 192
+# The box looked at around a pointer action's point: a pressed button, a checked box or a caret
+# placed in a field shows inside it; a neighbour's hover highlight going off mostly does not.
+SIDE: Final = 96
 Where = Callable[["ScreenContext", dict[str, Any]], CropRect | None]
 
 

@@ -3,7 +3,7 @@ own label when clicked, a text field, a label that ignores clicks, and empty spa
 
 Run as ``python -m tests.support.effect_app X Y`` on ``$DISPLAY``: the window's top-left corner
 goes to (X, Y); it prints ``ready`` once mapped. The caret does not blink (a blinking caret is
-a change nobody caused). Geometry, relative to the window: :data:`BUTTON`, :data:`FIELD`,
+a change nobody caused); a click on the bare window takes the focus from the field. Geometry, relative to the window: :data:`BUTTON`, :data:`FIELD`,
 :data:`LABEL`, :data:`EMPTY` (centres), all inside :data:`SIZE`.
 """
 
@@ -37,6 +37,8 @@ def main() -> None:
     field.place(x=FIELD[0], y=FIELD[1], anchor="center")
     label = tkinter.Label(root, text="just words", background="#dddddd")
     label.place(x=LABEL[0], y=LABEL[1], anchor="center")
+    # A click on the bare window takes the focus from the field (its caret goes away there).
+    root.bind("<Button-1>", lambda event: root.focus_set() if event.widget is root else None)
     root.after(200, lambda: print("ready", flush=True))
     root.mainloop()
 

@@ -62,6 +62,18 @@ def tool_definition(version: str, display: tuple[int, int]) -> dict[str, Any]:
     return tool
 
 
+def tool_input(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The tool call's input with its ``action``: the ``input`` itself, a whole ``tool_use``
+    block of the ``computer`` tool, or one of the ``computer`` toolset's blocks (whose ``name``
+    is the action)."""
+    given = body.get("input")
+    if body.get("type") != "tool_use" or not isinstance(given, dict):
+        return dict(body)
+    if body.get("toolset_name") == TOOL_NAME and isinstance(body.get("name"), str):
+        return {**given, "action": body["name"]}
+    return dict(given)
+
+
 # -- the input's fields --------------------------------------------------------------------
 
 

@@ -95,10 +95,14 @@ class ComputerUseEndpoint:
 
     async def openai_tool(self, request: Request) -> Response:
         try:
+            kind = request.query_params.get("type", openai.TOOL_TYPES[0])
+            if kind not in openai.TOOL_TYPES:
+                raise InvalidArgs("type", f"must be one of {', '.join(openai.TOOL_TYPES)}")
             shown = await self._display(request)
         except RelaydeskError as err:
             return _refusal(err)
-        return JSONResponse(openai.tool_definition(shown), headers=dict(errors.NO_STORE))
+        tool = openai.tool_definition(shown, kind)
+        return JSONResponse(tool, headers=dict(errors.NO_STORE))
 
     # -- tool calls ------------------------------------------------------------------------
 
@@ -114,11 +118,11 @@ class ComputerUseEndpoint:
 
     async def anthropic_call(self, request: Request) -> Response:
         async def door(call: DoorCall, body: Mapping[str, Any]) -> Answer:
-            outcome = await anthropic.run(call, body)
+            outcome = await anthropic.run(call, anthropic.tool_input(body))
             return {"content": outcome.content(), "is_error": False}
 
         def check(body: Mapping[str, Any]) -> None:
-            action = body.get("action")
+            action = anthropic.tool_input(body).get("action")
             if not isinstance(action, str) or not action:
                 raise InvalidArgs("action", "required: the action of the tool call's input")
             if action not in anthropic.ACTIONS:

@@ -22,6 +22,7 @@ from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.screen_args import MAX_AMOUNT, MAX_TEXT
 
 ENVIRONMENT: Final = "linux"
+TOOL_TYPES: Final = ("computer_use_preview", "computer")
 MAX_ACTIONS: Final = 32
 MAX_KEYS: Final = 16
 MAX_WAIT_S: Final = 60.0
@@ -43,7 +44,11 @@ Answer = dict[str, Any]
 Step = Callable[[DoorCall, Display, Mapping[str, Any]], Awaitable[None]]
 
 
-def tool_definition(display: tuple[int, int]) -> dict[str, Any]:
+def tool_definition(display: tuple[int, int], kind: str = "computer_use_preview") -> dict[str, Any]:
+    """The tool to send the model: ``computer_use_preview`` (with the display and environment)
+    or the ``computer`` tool (which takes no parameters; the screenshots tell the size)."""
+    if kind == "computer":
+        return {"type": "computer"}
     return {"type": "computer_use_preview", "display_width": display[0],
             "display_height": display[1], "environment": ENVIRONMENT}  # fmt: skip
 
@@ -75,6 +80,29 @@ def key_name(key: Any, where: str) -> str:
     return key  # an X keysym name as it is ('Prior', 'KP_Enter')
 
 
+def _held(params: Mapping[str, Any]) -> list[str]:
+    """The keys a click holds down (``keys``: e.g. ``["SHIFT"]``)."""
+    keys = params.get("keys")
+    if keys is None:
+        return []
+    if not isinstance(keys, list) or len(keys) > MAX_KEYS:
+        raise InvalidArgs("action.keys", f"must be a list of at most {MAX_KEYS} key names")
+    return [key_name(k, f"action.keys[{i}]") for i, k in enumerate(keys)]
+
+
+async def _holding(call: DoorCall, keys: list[str], act: Callable[[], Awaitable[Any]]) -> None:
+    """``act`` with ``keys`` held down, released whatever happens."""
+    pressed: list[str] = []
+    try:
+        for key in keys:
+            await call.screen("key_down", key=key)
+            pressed.append(key)
+        await act()
+    finally:
+        for key in reversed(pressed):
+            await call.screen("key_up", key=key)
+
+
 # -- actions ----------------------------------------------------------------------------------
 
 
@@ -91,15 +119,21 @@ async def _click(call: DoorCall, display: Display, params: Mapping[str, Any]) ->
     if button not in BUTTONS:
         raise InvalidArgs("action.button", "must be left, right, wheel, back or forward")
     x, y = _point(display, params, "action")
+    held = _held(params)
     revision = await _guarded(call)
-    await call.screen("click", x=x, y=y, button=BUTTONS[str(button)],
-                      expected_screen_revision=revision)  # fmt: skip
+    where = {"x": x, "y": y, "button": BUTTONS[str(button)]}
+    await _holding(
+        call, held, lambda: call.screen("click", **where, expected_screen_revision=revision)
+    )
 
 
 async def _double_click(call: DoorCall, display: Display, params: Mapping[str, Any]) -> None:
     x, y = _point(display, params, "action")
+    held = _held(params)
     revision = await _guarded(call)
-    await call.screen("double_click", x=x, y=y, expected_screen_revision=revision)
+    await _holding(
+        call, held, lambda: call.screen("double_click", x=x, y=y, expected_screen_revision=revision)
+    )
 
 
 async def _drag(call: DoorCall, display: Display, params: Mapping[str, Any]) -> None:

@@ -363,3 +363,34 @@ async def test_openai_bad_input_is_400_naming_the_field(doors, item, field):
     response = await doors.request("POST", doors.base("openai"), json=item)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["field"] == field
+
+
+async def test_a_whole_tool_use_block_and_a_toolset_block_are_taken_as_they_come(doors):
+    recorder = _recorder(doors)
+    await doors.claude(type="tool_use", id="t1", name="computer", input={"action": "screenshot"})
+    block = {"type": "tool_use", "id": "t2", "name": "right_click", "toolset_name": "computer",
+             "input": {"coordinate": [222, 111]}}  # fmt: skip
+    result = await doors.claude(**block)
+    assert result["is_error"] is False, result
+    assert _presses(recorder.drain()) == [(3, 222, 111)]
+
+
+async def test_the_effect_verdict_reaches_the_model(doors):
+    await doors.claude(action="screenshot")
+    click = {"action": "left_click", "coordinate": [30, 30]}
+    response = await doors.request("POST", doors.base("anthropic"), json=click)
+    # The recorder's window covers the screen and never redraws: nothing changes there.
+    assert response.headers["x-relaydesk-effect"] == "no_visible_change"
+    assert _text(response.json()).startswith("effect: no_visible_change")
+
+
+async def test_openai_click_holds_its_keys_and_the_computer_tool_is_offered(doors):
+    recorder = _recorder(doors)
+    await doors.gpt(action={"type": "screenshot"})
+    await doors.gpt(action={"type": "click", "button": "left", "x": 90, "y": 90,
+                            "keys": ["SHIFT"]})  # fmt: skip
+    events = [(e["type"], e.get("keysym") or e.get("button")) for e in recorder.drain()
+              if e["type"] in ("KeyPress", "KeyRelease", "ButtonPress")]  # fmt: skip
+    assert events == [("KeyPress", SHIFT_KEYSYM), ("ButtonPress", 1), ("KeyRelease", SHIFT_KEYSYM)]
+    tool = await doors.request("GET", f"{doors.base('openai')}/tool", params={"type": "computer"})
+    assert tool.json() == {"type": "computer"}

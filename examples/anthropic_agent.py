@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx
@@ -69,8 +69,12 @@ def run(
     messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
     for _ in range(max_turns):
         reply = client.beta.messages.create(
-            model=model, max_tokens=MAX_TOKENS, tools=[tool], messages=messages, betas=[beta]
-        )  # type: ignore[call-overload]
+            model=model,
+            max_tokens=MAX_TOKENS,
+            tools=[cast(Any, tool)],
+            messages=cast(Any, messages),
+            betas=[beta],
+        )
         messages.append({"role": "assistant", "content": [b.model_dump() for b in reply.content]})
         calls = [block for block in reply.content if block.type == "tool_use"]
         if not calls:

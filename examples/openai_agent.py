@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
@@ -62,8 +62,11 @@ def run(
     model stops calling. Returns the model's last words."""
     tool = door.tool()
     response = client.responses.create(
-        model=model, tools=[tool], truncation="auto", input=[{"role": "user", "content": task}]
-    )  # type: ignore[arg-type]
+        model=model,
+        tools=[cast(Any, tool)],
+        truncation="auto",
+        input=cast(Any, [{"role": "user", "content": task}]),
+    )
     for _ in range(max_turns):
         calls = [item for item in response.output if item.type == "computer_call"]
         if not calls:
@@ -79,11 +82,11 @@ def run(
             outputs.append(answer)
         response = client.responses.create(
             model=model,
-            tools=[tool],
+            tools=[cast(Any, tool)],
             truncation="auto",
             previous_response_id=response.id,
-            input=outputs,
-        )  # type: ignore[arg-type]
+            input=cast(Any, outputs),
+        )
     raise SystemExit("the model did not finish within the turns allowed")
 
 

@@ -3,8 +3,9 @@ own label when clicked, a text field, a label that ignores clicks, and empty spa
 
 Run as ``python -m tests.support.effect_app X Y`` on ``$DISPLAY``: the window's top-left corner
 goes to (X, Y); it prints ``ready`` once mapped. The caret does not blink (a blinking caret is
-a change nobody caused); a click on the bare window takes the focus from the field. Geometry, relative to the window: :data:`BUTTON`, :data:`FIELD`,
-:data:`LABEL`, :data:`EMPTY` (centres), all inside :data:`SIZE`.
+a change nobody caused); a click on the bare window takes the focus from the field. Geometry,
+relative to the window: :data:`BUTTON`, :data:`FIELD`, :data:`LABEL`, :data:`EMPTY` (centres),
+all inside :data:`SIZE`.
 """
 
 from __future__ import annotations

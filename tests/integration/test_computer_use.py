@@ -23,7 +23,7 @@ from server.computer_use.display import Display, default_size
 from tests.integration.test_screen_tool import _xlib_capture
 from tests.support.processes import scaled
 from tests.support.recorded import Desktop, recorded_desktops
-from tests.support.stack import Seed
+from tests.support.stack import Seed, person_headers
 from wire.ids import RelayId
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -394,3 +394,28 @@ async def test_openai_click_holds_its_keys_and_the_computer_tool_is_offered(door
     assert events == [("KeyPress", SHIFT_KEYSYM), ("ButtonPress", 1), ("KeyRelease", SHIFT_KEYSYM)]
     tool = await doors.request("GET", f"{doors.base('openai')}/tool", params={"type": "computer"})
     assert tool.json() == {"type": "computer"}
+
+
+async def test_a_takeover_is_a_tool_error_the_model_understands(doors):
+    headers = await person_headers(doors.url, doors.seed)  # control is a person's
+    session = doors.desktops["main"].session_id
+    body = {"conversation_id": doors.seed.conversation_id, "desktop_session_id": session}
+
+    async def control(name: str) -> None:
+        async with httpx.AsyncClient(base_url=doors.url, timeout=scaled(30)) as client:
+            response = await client.post(f"/api/v1/actions/{name}", json=body, headers=headers)
+        assert response.status_code == 200, response.text
+
+    recorder = _recorder(doors)
+    await doors.claude(action="screenshot")
+    await doors.gpt(action={"type": "screenshot"})
+    await control("desktop_take_control")
+    try:
+        claude = await doors.claude(action="left_click", coordinate=[50, 50])
+        assert claude["is_error"] is True
+        assert _text(claude).startswith("takeover_active: a person has taken over this desktop")
+        gpt = await doors.gpt(action={"type": "click", "button": "left", "x": 50, "y": 50})
+        assert gpt["is_error"] is True and gpt["message"].startswith("takeover_active")
+    finally:
+        await control("desktop_hand_back")
+    assert _presses(recorder.drain()) == []

@@ -27,6 +27,7 @@ from server.boundary.middleware import InputBoundary
 from server.chat.routes import chat_routes
 from server.chat.web import web_routes
 from server.cluster.internal import internal_routes
+from server.computer_use.endpoint import ComputerUseEndpoint
 from server.config import ConfigError, Settings
 from server.control.policy import PolicyBook
 from server.csp import PolicedStarlette
@@ -67,6 +68,9 @@ def route_table(parts: ServerParts, mcp: McpEndpoint) -> list[BaseRoute]:
     cua = CuaEndpoint(
         settings.max_body_bytes, parts.store, parts.streams, parts.relays, parts.actions
     )
+    computer_use = ComputerUseEndpoint(
+        settings.max_body_bytes, parts.store, parts.streams, parts.actions
+    )
     metrics = MetricSources(
         settings.metrics_token,
         parts.store,
@@ -96,9 +100,10 @@ def route_table(parts: ServerParts, mcp: McpEndpoint) -> list[BaseRoute]:
         # chat and the web app
         *chat_routes(parts.chat),
         *web_routes(),
-        # agents' doors: MCP and Cua's computer-server protocol
+        # agents' doors: MCP, Cua's computer-server protocol, the vendors' computer-use tools
         *mcp.routes(),
         *cua.routes(),
+        *computer_use.routes(),
     ]
 
 

@@ -394,10 +394,13 @@ ScreenArgs = (
 
 
 class ScreenAnswer(TypedDict):
-    """What every ``screen.<action>`` answers with: the desktop and display it ran on."""
+    """What every ``screen.<action>`` answers with: the desktop and display it ran on; an
+    input action also whether it visibly took effect (``relay/screen/effect.py``)."""
 
     desktop_session_id: str
     display: str | None
+    effect: NotRequired[Literal["changed", "no_visible_change", "unverifiable"]]
+    effect_ms: NotRequired[int]
 
 
 class ImageResult(ScreenAnswer):

@@ -45,6 +45,7 @@ from relay.screen.capture import (
 )
 from relay.screen.capture import preview as make_preview
 from relay.screen.denied import DeniedWindows, black_out, refusal
+from relay.screen.effect import around_drag, at_focus, at_point, observed
 from relay.screen.grid import draw_grid
 from wire.capture import BandedPng, bgra_to_rgb
 from wire.errors import ErrorCode, InvalidArgs, OpError
@@ -382,18 +383,18 @@ def _release_held(ctx: ScreenContext, args: dict[str, Any]) -> None:
 HANDLERS: dict[str, Handler] = {
     "screenshot": _screenshot,
     "zoom": _zoom,
-    "click": _click_n(1),
-    "double_click": _click_n(2),
+    "click": observed(_click_n(1), at_point),
+    "double_click": observed(_click_n(2), at_point),
     "move": _move,
-    "drag": _drag,
-    "scroll": _scroll,
-    "type": _type,
-    "key": _key,
+    "drag": observed(_drag, around_drag),
+    "scroll": observed(_scroll, at_point),
+    "type": observed(_type, at_focus),
+    "key": observed(_key, at_focus),
     "mouse_position": _mouse_position,
     "screen_size": _screen_size,
     "keyboard_state": _keyboard_state,
-    "mouse_down": _mouse_down,
-    "mouse_up": _mouse_up,
+    "mouse_down": observed(_mouse_down, at_point),
+    "mouse_up": observed(_mouse_up, at_point),
     "key_down": _key_down,
     "key_up": _key_up,
 }

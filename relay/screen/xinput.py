@@ -108,6 +108,27 @@ class XTestInput:
         pointer = self._root.query_pointer()
         return int(pointer.root_x), int(pointer.root_y)
 
+    def focus_bounds(self) -> tuple[int, int, int, int] | None:
+        """The root-relative bounds of the showing top-level window that keys reach now (the
+        focus window, or the one under the pointer when the focus follows it); ``None`` when
+        keys reach no showing window."""
+        focus = self._display.get_input_focus().focus
+        if isinstance(focus, int) or focus.id == self._root.id:  # PointerRoot, None or root
+            child = self._root.query_pointer().child
+            if isinstance(child, int) or not child.id:
+                return None
+            focus = child
+        window = focus
+        while True:
+            parent = window.query_tree().parent
+            if isinstance(parent, int) or not parent.id or parent.id == self._root.id:
+                break
+            window = parent
+        if window.get_attributes().map_state != X.IsViewable:
+            return None
+        geometry = window.get_geometry()
+        return int(geometry.x), int(geometry.y), int(geometry.width), int(geometry.height)
+
     def keyboard_state(self) -> KeyboardState:
         """Lock states from the core keyboard LEDs (``get_keyboard_control().led_mask``)."""
         leds = int(self._display.get_keyboard_control().led_mask)

@@ -268,8 +268,56 @@ _CUA: Final[dict[tuple[str, str], Json]] = {
                             "summary": "`/ws` reached as `?guard=off/ws`"},
 }  # fmt: skip
 
+CU_ROOT: Final = "/api/v1/conversations/{conversation_id}/computer-use"
+CU_TARGET: Final = "{relay}/{kind}/{slot}"
+CU_AUTH: Final = (
+    "An API token as `Authorization: Bearer rdk_…`; the caller must be a member of the "
+    "conversation. `{kind}` is `virtual`, `docker` or `local`, `{slot}` e.g. `main`. "
+    "docs/computer-use.md."
+)
+_CU_DISPLAY: Final = query(
+    "display",
+    "`WIDTHxHEIGHT`: the display the model is told about (screenshots are scaled to it, its "
+    "points mapped back exactly); default the largest size with the screen's aspect ratio "
+    "under Anthropic's image limits.",
+    STRING,
+)
+_CU_OBJECT: Final[Json] = {"type": "object"}
+_CU: Final[dict[tuple[str, str], Json]] = {
+    ("GET", f"{CU_ROOT}/anthropic/{CU_TARGET}/tool"): operation(
+        "computer_use_anthropic_tool", "Anthropic's computer tool definition for this desktop",
+        tag="agents", security=API_TOKEN, description=CU_AUTH,
+        parameters=[_CU_DISPLAY, query("version", "`computer_20251124` (default, with zoom) or "
+                                       "`computer_20250124`.", STRING)],
+        responses=answer("`{type, name, display_width_px, display_height_px, enable_zoom?}`; "
+                         "the beta flag in `X-Anthropic-Beta`.", _CU_OBJECT),
+    ),
+    ("POST", f"{CU_ROOT}/anthropic/{CU_TARGET}"): operation(
+        "computer_use_anthropic", "Run one Anthropic computer tool call", tag="agents",
+        security=API_TOKEN, parameters=[_CU_DISPLAY], body=_CU_OBJECT,
+        description=f"{CU_AUTH} The body is the `input` of the `tool_use` block, verbatim; "
+        "the answer is `{content, is_error}` for the `tool_result`. Input that does not fit "
+        "the tool is 400 naming the field (with `content` and `is_error` too).",
+        responses=answer("`{content: [text | image blocks], is_error}`.", _CU_OBJECT),
+    ),
+    ("GET", f"{CU_ROOT}/openai/{CU_TARGET}/tool"): operation(
+        "computer_use_openai_tool", "OpenAI's computer-use tool definition for this desktop",
+        tag="agents", security=API_TOKEN, description=CU_AUTH, parameters=[_CU_DISPLAY],
+        responses=answer("`{type, display_width, display_height, environment: linux}`.",
+                         _CU_OBJECT),
+    ),
+    ("POST", f"{CU_ROOT}/openai/{CU_TARGET}"): operation(
+        "computer_use_openai", "Run one OpenAI computer_call", tag="agents",
+        security=API_TOKEN, parameters=[_CU_DISPLAY], body=_CU_OBJECT,
+        description=f"{CU_AUTH} The body is the `computer_call` item (or `{{action}}` / "
+        "`{actions}`), verbatim; the answer is its `computer_call_output` item. Input that "
+        "does not fit the tool is 400 naming the field.",
+        responses=answer("`{type: computer_call_output, call_id, output}`.", _CU_OBJECT),
+    ),
+}  # fmt: skip
+
 DESCRIBED: Final[dict[tuple[str, str], Json]] = {
-    **_SESSION, **_CHAT, **_ACTIONS_AND_EVENTS, **_VIEWER, **_SERVICE, **_CUA,
+    **_SESSION, **_CHAT, **_ACTIONS_AND_EVENTS, **_VIEWER, **_SERVICE, **_CUA, **_CU,
 }  # fmt: skip
 # Replica-to-replica routes (signed with the cluster secret): not part of the API.
 INTERNAL_PREFIX: Final = "/internal/"

@@ -24,6 +24,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 
 from server.actions.registry import ActionRegistry
+from server.computer_use import anthropic, openai
 from tests.support.background import ErrorRecords, error_records, in_background_thread
 from tests.support.examples import examples
 from tests.support.processes import scaled
@@ -469,3 +470,67 @@ def test_one_stream_over_the_cap_is_429_naming_it(live: Live) -> None:
     assert (error["code"], error["limit"]) == ("limit_reached", 1)
     assert "RELAYDESK_MAX_STREAMS_PER_PRINCIPAL" in error["message"]
     assert "RELAYDESK_MAX_STREAMS_PER_PRINCIPAL" in error["hint"]
+
+
+# -- the computer-use doors: tool calls as a model might garble them ------------------------------
+
+TOOL_FIELDS = st.sampled_from(
+    ["action", "coordinate", "start_coordinate", "text", "scroll_direction", "scroll_amount",
+     "duration", "region", "actions", "call_id", "pending_safety_checks"]
+)  # fmt: skip
+OPENAI_FIELDS = st.sampled_from(["type", "x", "y", "button", "keys", "path", "text", "scroll_y"])
+
+
+def _door_url(live: Live, door: str) -> str:
+    root = f"/api/v1/conversations/{live.seed.conversation_id}/computer-use"
+    return f"{root}/{door}/relay-1/virtual/main"
+
+
+@st.composite
+def tool_calls(draw: st.DrawFn, door: str) -> dict[str, Any]:
+    body = draw(st.dictionaries(TOOL_FIELDS, JSON_VALUES, max_size=5))
+    if door == "anthropic" and draw(st.booleans()):
+        body["action"] = draw(st.sampled_from(sorted(anthropic.ACTIONS)))
+    if door == "openai" and draw(st.booleans()):
+        action = draw(st.dictionaries(OPENAI_FIELDS, JSON_VALUES, max_size=4))
+        action["type"] = draw(st.sampled_from([*sorted(openai.ACTIONS), "clik", ""]))
+        body["action"] = action
+    return body
+
+
+@pytest.mark.parametrize("door", ["anthropic", "openai"])
+def test_the_computer_use_doors_answer_garbled_tool_calls_clearly(live: Live, door: str) -> None:
+    url = _door_url(live, door)
+    headers = {**live.auth("bearer"), "Content-Type": "application/json"}
+
+    @settings(max_examples=60, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+    @given(body=tool_calls(door))
+    def check(body: dict[str, Any]) -> None:
+        request = {"method": "POST", "url": url, "params": {}, "headers": headers,
+                   "content": httpx_json(body)}  # fmt: skip
+        assert_clear_answer(live, request, len(live.errors.records))
+
+    check()
+
+
+@pytest.mark.parametrize(
+    ("door", "body", "field", "words"),
+    [
+        ("anthropic", {"action": "screenshoot"}, "action", "Did you mean: screenshot"),
+        ("anthropic", {"action": 3}, "action", "required"),
+        ("anthropic", {}, "action", "required"),
+        ("openai", {"action": {"type": "doubleclick", "x": 1, "y": 1}}, "action.type",
+         "Did you mean: double_click"),
+        ("openai", {"actions": "click"}, "actions", "list"),
+        ("openai", {"action": {"type": "wait"}, "call_id": 7}, "call_id", "string"),
+    ],
+)  # fmt: skip
+def test_computer_use_tool_calls_that_fit_no_action_are_400_naming_the_field(
+    live: Live, door: str, body: dict[str, Any], field: str, words: str
+) -> None:
+    url = _door_url(live, door)
+    response = _post(live, url, httpx_json(body))
+    assert response.status_code == 400, response.text
+    error = _error(response)
+    assert error["field"] == field and words in error["message"], error

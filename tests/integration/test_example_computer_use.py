@@ -18,6 +18,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import httpx2  # the SDKs' HTTP library
+import openai
 import pytest
 import pytest_asyncio
 from Xlib import X
@@ -27,10 +30,6 @@ from tests.support.processes import scaled
 from tests.support.recorded import recorded_desktops
 from tests.support.stack import Seed, wait_until
 from wire.ids import RelayId
-
-anthropic = pytest.importorskip("anthropic")
-openai = pytest.importorskip("openai")
-httpx2 = pytest.importorskip("httpx2")  # the SDKs' HTTP library
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

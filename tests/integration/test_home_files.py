@@ -251,8 +251,12 @@ async def test_a_read_member_lists_and_reads_but_never_writes(homes: Homes) -> N
     assert status == 200 and "shared.txt" in {e["name"] for e in listed["entries"]}
     status, read = await homes.act("desktop_file_read", token=homes.reader, path="shared.txt")
     assert status == 200 and read["content"] == "for everyone"
-    for name, args in (("desktop_file_write", {"content": "no"}), ("desktop_file_delete", {})):
-        status, body = await homes.act(name, token=homes.reader, path="shared.txt", **args)
+    attempts: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("desktop_file_write", {"path": "shared.txt", "content": "no"}),
+        ("desktop_file_delete", {"path": "shared.txt"}),
+    )
+    for name, args in attempts:
+        status, body = await homes.act(name, None, homes.reader, **args)
         assert (status, body["error"]["code"]) == (403, "forbidden"), body
     assert (home / "shared.txt").read_text(encoding="utf-8") == "for everyone"
 

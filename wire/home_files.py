@@ -2,10 +2,10 @@
 checked at both ends (the server before a request leaves, the relay before it acts).
 
 Four operations, confined to the desktop's home and run as the desktop's user (docs/files.md):
-``list`` a folder, ``read`` a part of a file, ``write`` a file (replacing it), ``delete`` a
-file or an empty folder. Paths are relative to the home (``~/`` and absolute paths inside the
-home are taken too); ``..`` is refused before anything is opened, and the relay refuses every
-symbolic link, device and FIFO on the way with ``path_outside_home``.
+``list`` a folder, ``read`` a part of a file, ``write`` a file (replacing it, or appending to
+it), ``delete`` a file or an empty folder. Paths are relative to the home (``~/`` and absolute
+paths inside the home are taken too); ``..`` is refused before anything is opened, and the
+relay refuses every symbolic link, device and FIFO on the way with ``path_outside_home``.
 """
 
 from collections.abc import Mapping
@@ -34,11 +34,11 @@ FILE_MAX_MB_DEFAULT: Final = 2048
 
 # The fields each op may take besides ``op`` and ``path`` (and which it needs).
 OP_FIELDS: Final[dict[HomeFileOp, tuple[str, ...]]] = {
-    "list": (), "read": ("offset", "length", "encoding"), "write": ("content", "encoding"),
-    "delete": (),
+    "list": (), "read": ("offset", "length", "encoding"),
+    "write": ("content", "encoding", "append"), "delete": (),
 }  # fmt: skip
 OP_NEEDS: Final[dict[HomeFileOp, tuple[str, ...]]] = {"write": ("content",)}
-FIELDS: Final = ("offset", "length", "content", "encoding")
+FIELDS: Final = ("offset", "length", "content", "encoding", "append")
 
 
 class HomeFileArgs(DesktopTargetArgs):
@@ -48,6 +48,7 @@ class HomeFileArgs(DesktopTargetArgs):
     length: NotRequired[int]
     content: NotRequired[str]
     encoding: NotRequired[Encoding]
+    append: NotRequired[bool]
 
 
 class HomeFileEntry(TypedDict):
@@ -99,6 +100,8 @@ def check_home_file_args(args: Mapping[str, Any]) -> None:
         raise InvalidArgs("offset", "must be an integer ≥ 0")
     if "length" in args and (not _is_int(args["length"]) or not 1 <= args["length"] <= READ_MAX):
         raise InvalidArgs("length", f"must be an integer from 1 to {READ_MAX}")
+    if "append" in args and not isinstance(args["append"], bool):
+        raise InvalidArgs("append", "must be true or false")
     if "encoding" in args and args["encoding"] not in ENCODINGS:
         raise InvalidArgs("encoding", f"must be one of {', '.join(ENCODINGS)}")
     if "content" in args:

@@ -187,26 +187,48 @@ def _content(request: Request) -> bytes:
 def write(home: int, request: Request) -> Answer:
     parent, name = _split(request)
     data = _content(request)
-    if len(data) > int(request["file_max"]):
-        raise refused(errno.EFBIG, f"larger than {request['file_max']} bytes")
+    limit = int(request["file_max"])
+    if len(data) > limit:
+        raise refused(errno.EFBIG, f"larger than {limit} bytes")
     with folder(home, parent, create=True) as where:
         with suppress(FileNotFoundError):
             _regular(os.stat(name, dir_fd=where, follow_symlinks=False).st_mode)
+        if request.get("append"):
+            return _ok({"path": _rel(request), "size": _append(where, name, data, limit)})
         temp = f"{TEMP_PREFIX}{os.getpid()}-{name}"[:255]
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | FILE_FLAGS, NEW_FILE_MODE,
                      dir_fd=where)  # fmt: skip
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
             os.fsync(fd)
             os.close(fd)
-            # Replaces the name itself (a link of that name is replaced, never followed).
+            # Replaces the name itself (a link of that name is refused above, never followed).
             os.rename(temp, name, src_dir_fd=where, dst_dir_fd=where)
         except BaseException:
             os.unlink(temp, dir_fd=where)
             raise
     return _ok({"path": _rel(request), "size": len(data)})
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _append(where: int, name: str, data: bytes, limit: int) -> int:
+    """Append ``data`` to the regular file ``name`` (created when missing); its new size."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | FILE_FLAGS
+    fd = os.open(name, flags, NEW_FILE_MODE, dir_fd=where)
+    try:
+        info = os.fstat(fd)
+        _regular(info.st_mode)
+        if info.st_size + len(data) > limit:
+            raise refused(errno.EFBIG, f"would grow larger than {limit} bytes")
+        _write_all(fd, data)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def delete(home: int, request: Request) -> Answer:

@@ -36,7 +36,7 @@ CHILD: Final = "home-file"
 CHILD_SOURCE: Final = Path(__file__).with_name("home_child.py")
 PYTHONS: Final = ("/usr/bin/python3", "python3")
 TIMEOUT_S: Final = 20.0
-REQUEST_FIELDS: Final = ("op", "path", "offset", "length", "content", "encoding")
+REQUEST_FIELDS: Final = ("op", "path", "offset", "length", "content", "encoding", "append")
 # A listing's JSON (names escaped up to 6 bytes a byte), or a read's (text escaped the same).
 ANSWER_CAP: Final = max(6 * READ_MAX, LIST_MAX * 1600) + 4096
 ERROR_CODES: Final = {code.value: code for code in ErrorCode}

@@ -41,7 +41,7 @@ ENCODING: Final[Schema] = {
     "type": "string", "enum": list(home_files.ENCODINGS), "default": "utf-8",
     "description": "utf-8: content is text; base64: content is the bytes in base64.",
 }  # fmt: skip
-FIELDS: Final = ("path", "offset", "length", "content", "encoding")
+FIELDS: Final = ("path", "offset", "length", "content", "encoding", "append")
 
 
 def path_hash(conversation_id: str, path: str) -> str:
@@ -117,10 +117,14 @@ HOME_FILE_ACTIONS: Final[tuple[Action, ...]] = (
             "content": {"type": "string", "maxLength": home_files.CONTENT_MAX,
                         "description": "The file's new content (text, or base64 bytes)."},
             "encoding": ENCODING,
+            "append": {"type": "boolean", "default": False,
+                       "description": "Append to the file (created when missing) instead of "
+                       "replacing it."},
         }, ("path", "content")),
         "Write a file in a running desktop's home, as the desktop's user, replacing it whole "
-        "(written beside it, then renamed over it; missing folders are created); answers "
-        "size. Files larger than RELAYDESK_FILE_MAX_MB are refused with 413 file_too_large.",
+        "(written beside it, then renamed over it; missing folders are created), or append "
+        "to it; answers size (the file's). Files larger than RELAYDESK_FILE_MAX_MB are "
+        "refused with 413 file_too_large.",
         file_write, audit_op="desktop.file_write",
     ),
     Action(

@@ -19,6 +19,7 @@ from relay.a11y.settings import A11ySettings
 from relay.backend import DEFAULT_SLOT, DesktopBackend, check_revision_target, require_row
 from relay.channels import StreamChannel, TargetEnd
 from relay.desktop_tools.home_files import HomeFileSettings, home_file
+from relay.desktop_tools.home_stream import open_file_channel
 from relay.desktop_tools.service import DesktopTools
 from relay.desktop_tools.session import session_of
 from relay.desktop_tools.settings import DesktopToolSettings
@@ -348,6 +349,12 @@ class Handlers:
         channel_id, target = ChannelId(args["channel_id"]), args["target"]
         if channel_id < 0:
             raise InvalidArgs("channel_id", "must be a non-negative integer")
+        if target["type"] == "file":  # a download or an upload (relay/desktop_tools/home_stream)
+            transfer = target.get("file")
+            if transfer is None:
+                raise InvalidArgs("target.file", "required by a file channel")
+            session = await session_of(*await self._located(target["desktop_session_id"]))
+            return await open_file_channel(link, channel_id, session, transfer, self.files)
         opener = self._channel_targets.get(target["type"])
         if target["type"] != "vnc" and opener is None:
             raise OpError(ErrorCode.UNAVAILABLE, f"this relay streams no {target['type']}")

@@ -38,7 +38,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"actions"}),
     frozenset({"screen", "viewer"}),
     frozenset({"cluster"}),
-    frozenset({"chat", "mcp", "cua", "openapi", "health", "metrics"}),
+    frozenset({"chat", "mcp", "cua", "openapi", "health", "metrics", "files"}),
     frozenset({"assembly", "admin"}),
     frozenset({"app"}),
 )

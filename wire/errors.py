@@ -73,6 +73,7 @@ class ErrorCode(StrEnum):
     # files in a desktop's home (docs/files.md)
     PATH_OUTSIDE_HOME = "path_outside_home"
     FILE_TOO_LARGE = "file_too_large"
+    OFFSET_MISMATCH = "offset_mismatch"
 
 
 class CloseCode(IntEnum):
@@ -129,6 +130,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.ACTION_FAILED: 422,
         ErrorCode.PATH_OUTSIDE_HOME: 403,
         ErrorCode.FILE_TOO_LARGE: 413,
+        ErrorCode.OFFSET_MISMATCH: 409,
         ErrorCode.A11Y_UNAVAILABLE: 503,
         ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
         # A person holds the desktop (423 Locked); a person stopped this agent (409).

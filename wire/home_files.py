@@ -14,7 +14,8 @@ from typing import Any, Final, Literal, NotRequired, TypedDict, get_args
 from wire.errors import InvalidArgs
 from wire.ops import DesktopTargetArgs, OpSpec
 
-HomeFileOp = Literal["list", "read", "write", "delete"]
+# ``partial``: how much of an upload the relay holds (the file routes' resume, docs/files.md).
+HomeFileOp = Literal["list", "read", "write", "delete", "partial"]
 HOME_FILE_OPS: Final[tuple[HomeFileOp, ...]] = get_args(HomeFileOp)
 Encoding = Literal["utf-8", "base64"]
 ENCODINGS: Final[tuple[Encoding, ...]] = get_args(Encoding)
@@ -35,7 +36,7 @@ FILE_MAX_MB_DEFAULT: Final = 2048
 # The fields each op may take besides ``op`` and ``path`` (and which it needs).
 OP_FIELDS: Final[dict[HomeFileOp, tuple[str, ...]]] = {
     "list": (), "read": ("offset", "length", "encoding"),
-    "write": ("content", "encoding", "append"), "delete": (),
+    "write": ("content", "encoding", "append"), "delete": (), "partial": (),
 }  # fmt: skip
 OP_NEEDS: Final[dict[HomeFileOp, tuple[str, ...]]] = {"write": ("content",)}
 FIELDS: Final = ("offset", "length", "content", "encoding", "append")

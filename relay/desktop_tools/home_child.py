@@ -2,9 +2,11 @@
 
 The relay never imports this module to run it: its source is the ``-c`` argument of a
 ``python3`` started as the desktop's user (``home_files.py``), so it uses the standard library
-only. One request arrives as JSON on standard input (``op``, ``path``, the op's fields, and the
-relay's ``home``, ``file_max``, ``read_max``, ``list_max``); one answer leaves as JSON on
-standard output: ``{"ok": true, "result": {...}}`` or ``{"ok": false, "code", "message"}``.
+only. One request arrives as a JSON line on standard input (``op``, ``path``, the op's fields,
+and the relay's ``home``, ``file_max``, ``read_max``, ``list_max``); one answer leaves as a
+JSON line on standard output: ``{"ok": true, "result": {...}}`` or ``{"ok": false, "code",
+"message"}``. The streams (``download``, ``upload``) write a header line, then the file's bytes
+(download) or read them after the request line (upload, which ends with a result line).
 
 Confinement is checked where the file is opened (docs/files.md): the path's names are opened
 one by one from a descriptor of the home with ``O_NOFOLLOW`` (``openat``), so no symbolic
@@ -20,13 +22,14 @@ from __future__ import annotations
 import base64
 import binascii
 import errno
+import io
 import json
 import os
 import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, cast
 
 Request = dict[str, Any]
 Answer = dict[str, Any]
@@ -35,6 +38,7 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 NEW_FILE_MODE = 0o644
 NEW_DIR_MODE = 0o755
+STREAM_CHUNK = 1024 * 1024
 TEMP_PREFIX = ".relaydesk-"
 
 
@@ -144,16 +148,26 @@ def list_folder(home: int, request: Request) -> Answer:
     return _ok({"path": _rel(request), "entries": entries, "truncated": truncated})
 
 
-def read(home: int, request: Request) -> Answer:
-    parent, name = _split(request)
-    offset = int(request.get("offset", 0))
-    length = int(request.get("length") or request["read_max"])
+def _open_regular(home: int, parent: list[str], name: str) -> tuple[int, os.stat_result]:
+    """The regular file ``name`` in ``parent``, opened for reading, and its status."""
     with folder(home, parent) as where:
         _regular(os.stat(name, dir_fd=where, follow_symlinks=False).st_mode)
         fd = os.open(name, os.O_RDONLY | FILE_FLAGS, dir_fd=where)
     try:
         info = os.fstat(fd)
         _regular(info.st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+def read(home: int, request: Request) -> Answer:
+    parent, name = _split(request)
+    offset = int(request.get("offset", 0))
+    length = int(request.get("length") or request["read_max"])
+    fd, info = _open_regular(home, parent, name)
+    try:
         data = bytearray()
         while len(data) < length:
             chunk = os.pread(fd, length - len(data), offset + len(data))
@@ -242,8 +256,122 @@ def delete(home: int, request: Request) -> Answer:
     return _ok({"path": _rel(request), "deleted": True})
 
 
+# -- streams: download and upload (the bytes on standard output / input) ----------------------
+
+
+def _part(name: str) -> str:
+    """The partial upload of ``name``, beside it (hidden; a resume continues it)."""
+    return f".{name}.relaydesk-part"[-255:]
+
+
+def _emit(line: Answer) -> None:
+    """One JSON line on standard output, before or after the raw bytes."""
+    _write_all(1, (json.dumps(line) + "\n").encode())
+
+
+def partial(home: int, request: Request) -> Answer:
+    """How many bytes the partial upload of ``path`` holds (0: none)."""
+    parent, name = _split(request)
+    try:
+        with folder(home, parent) as where:
+            info = os.stat(_part(name), dir_fd=where, follow_symlinks=False)
+    except FileNotFoundError:
+        return _ok({"path": _rel(request), "offset": 0})
+    _regular(info.st_mode)
+    return _ok({"path": _rel(request), "offset": info.st_size})
+
+
+def download(home: int, request: Request) -> None:
+    """A header line (path, size, offset), then the file's bytes from ``offset``."""
+    parent, name = _split(request)
+    offset = int(request.get("offset", 0))
+    fd, info = _open_regular(home, parent, name)
+    try:
+        if offset > info.st_size:
+            raise refused(errno.ERANGE, f"offset: past the end of the file ({info.st_size} bytes)")
+        _emit(_ok({"path": _rel(request), "size": info.st_size, "offset": offset}))
+        while offset < info.st_size:
+            sent = os.sendfile(1, fd, offset, min(info.st_size - offset, STREAM_CHUNK))
+            if not sent:
+                break
+            offset += sent
+    finally:
+        os.close(fd)
+
+
+def _free_name(where: int, name: str, exists: str) -> str:
+    """Where an upload lands: ``name``, or (``rename``) the first free ``name (n)``."""
+    try:
+        _regular(os.stat(name, dir_fd=where, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return name
+    if exists == "replace":
+        return name
+    if exists == "refuse":
+        raise refused(errno.EINVAL, "exists: a file of that name exists")
+    stem, dot, suffix = name.rpartition(".")
+    if not stem:
+        stem, dot, suffix = name, "", ""
+    for number in range(1, 10_000):
+        candidate = f"{stem} ({number}){dot}{suffix}"
+        try:
+            os.stat(candidate, dir_fd=where, follow_symlinks=False)
+        except FileNotFoundError:
+            return candidate
+    raise refused(errno.EINVAL, "exists: no free name left for a renamed copy")
+
+
+def upload(home: int, request: Request) -> None:
+    """Bytes ``offset`` to ``length`` from standard input into the partial upload; at
+    ``length`` it becomes the file. A header line once the partial is open, a result line at
+    the end (a cut stream leaves the partial for a resume)."""
+    parent, name = _split(request)
+    offset, length = int(request.get("offset", 0)), int(request["length"])
+    if length > int(request["file_max"]):
+        raise refused(errno.EFBIG, f"larger than {request['file_max']} bytes")
+    if offset > length:
+        raise refused(errno.EINVAL, "offset: past length")
+    with folder(home, parent, create=True) as where:
+        with suppress(FileNotFoundError):
+            _regular(os.stat(name, dir_fd=where, follow_symlinks=False).st_mode)
+        part = _part(name)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | FILE_FLAGS, NEW_FILE_MODE, dir_fd=where)
+        try:
+            info = os.fstat(fd)
+            _regular(info.st_mode)
+            if offset == 0:
+                os.ftruncate(fd, 0)
+            elif info.st_size != offset:
+                raise refused(errno.ERANGE, f"offset: the partial upload holds {info.st_size} "
+                              "bytes: resume from there")  # fmt: skip
+            os.lseek(fd, offset, os.SEEK_SET)
+            _emit(_ok({"path": _rel(request), "offset": offset}))
+            received = offset
+            source = cast(io.BufferedReader, sys.stdin.buffer)  # the request line already read
+            while received < length:
+                chunk = source.read1(min(length - received, STREAM_CHUNK))
+                if not chunk:
+                    break
+                _write_all(fd, chunk)
+                received += len(chunk)
+            if received < length:
+                _emit({"ok": False, "code": "cancelled",
+                       "message": f"cut at {received} bytes: resume from there"})  # fmt: skip
+                return
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        final = _free_name(where, name, str(request.get("exists", "rename")))
+        os.rename(part, final, src_dir_fd=where, dst_dir_fd=where)
+    landed = "/".join([*parent, final])
+    _emit(_ok({"path": landed, "size": length}))
+
+
+STREAMS: dict[str, Callable[[int, Request], None]] = {"download": download, "upload": upload}
+
+
 OPS: dict[str, Callable[[int, Request], Answer]] = {
-    "list": list_folder, "read": read, "write": write, "delete": delete,
+    "list": list_folder, "read": read, "write": write, "delete": delete, "partial": partial,
 }  # fmt: skip
 # OS errors as error codes, with their message (None: the error's own, for refusals made
 # here); others are ``action_failed``.
@@ -261,6 +389,7 @@ ERRNO_CODES: dict[int, tuple[str, str | None]] = {
     errno.EISDIR: ("action_failed", "a folder, not a file"),
     errno.ENOTDIR: ("action_failed", "a part of the path is not a folder"),
     errno.ELOOP: ("path_outside_home", "refused: a symbolic link (links are never followed)"),
+    errno.ERANGE: ("offset_mismatch", None),
 }
 
 
@@ -268,26 +397,36 @@ def _ok(result: dict[str, Any]) -> Answer:
     return {"ok": True, "result": result}
 
 
-def answer(request: Request) -> Answer:
-    """The answer to one request (never raises for what the request or the files did)."""
+def _error(err: OSError) -> Answer:
+    code, message = ERRNO_CODES.get(err.errno or 0, ("action_failed", None))
+    return {"ok": False, "code": code, "message": message or err.strerror or code}
+
+
+def answer(request: Request) -> Answer | None:
+    """The answer to one request (never raises for what the request or the files did); None
+    when a stream wrote its own lines."""
     try:
         home = os.open(str(request["home"]), DIR_FLAGS)
     except OSError as err:
         return {"ok": False, "code": "unavailable",
                 "message": f"cannot open the desktop's home: {err.strerror}"}  # fmt: skip
     try:
-        return OPS[str(request["op"])](home, request)
+        stream = STREAMS.get(str(request["op"]))
+        if stream is None:
+            return OPS[str(request["op"])](home, request)
+        stream(home, request)
+        return None
     except OSError as err:
-        code, message = ERRNO_CODES.get(err.errno or 0, ("action_failed", None))
-        return {"ok": False, "code": code, "message": message or err.strerror or code}
+        return _error(err)
     finally:
         os.close(home)
 
 
 def main() -> None:
-    request = json.loads(sys.stdin.buffer.read())
-    sys.stdout.write(json.dumps(answer(request)))
-    sys.stdout.flush()
+    """The request is the first line of standard input (an upload's bytes follow it)."""
+    request = json.loads(sys.stdin.buffer.readline())
+    if (line := answer(request)) is not None:
+        _emit(line)
 
 
 if __name__ == "__main__":

@@ -68,11 +68,12 @@ class HomeFileSettings:
 
 
 @functools.cache
-def _source() -> str:
+def child_source() -> str:
     return CHILD_SOURCE.read_text(encoding="utf-8")
 
 
-def _python(session: DesktopSession) -> str:
+def python_for(session: DesktopSession) -> str:
+    """The interpreter the desktop's user runs the child with."""
     for candidate in PYTHONS:
         if (found := shutil.which(candidate)) is not None:
             return found
@@ -90,8 +91,8 @@ async def home_file(
     request.update(home=str(session.home), file_max=settings.file_max, read_max=READ_MAX,
                    list_max=LIST_MAX)  # fmt: skip
     done = await run_in_desktop(
-        session, CHILD, [_python(session), "-I", "-c", _source()],
-        timeout_s=TIMEOUT_S, cap=ANSWER_CAP, stdin=json.dumps(request).encode(),
+        session, CHILD, [python_for(session), "-I", "-c", child_source()],
+        timeout_s=TIMEOUT_S, cap=ANSWER_CAP, stdin=json.dumps(request).encode() + b"\n",
     )  # fmt: skip
     if done.timed_out:
         raise OpError(ErrorCode.TIMEOUT, f"the file operation did not finish in {TIMEOUT_S:g} s")
@@ -101,13 +102,14 @@ async def home_file(
         why = done.stderr.text().strip()[-300:] or f"exit status {done.returncode}"
         raise OpError(ErrorCode.ACTION_FAILED, f"the file operation failed: {why}") from None
     if not answer.get("ok"):
-        raise _refusal(answer)
+        raise refusal(answer)
     result = dict(answer.get("result") or {})
     result["desktop_session_id"] = session.desktop_session_id
     return cast(HomeFileResult, result)
 
 
-def _refusal(answer: dict[str, Any]) -> OpError:
+def refusal(answer: dict[str, Any]) -> OpError:
+    """The child's refusal as the op's error."""
     code = ERROR_CODES.get(str(answer.get("code")), ErrorCode.ACTION_FAILED)
     message = str(answer.get("message", code.value))[:500]
     if code is ErrorCode.INVALID_ARGS:

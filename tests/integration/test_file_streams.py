@@ -15,6 +15,8 @@ import hashlib
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,3 +273,38 @@ async def test_an_upload_without_its_length_is_refused(files: Files) -> None:
     got = await files.upload("nolength.txt", chunked())
     assert got.status_code == 411 and "Content-Length" in got.text, got.text
     assert not (files.home() / "nolength.txt").exists()
+
+
+# -- relaydesk files put|get|ls ----------------------------------------------------------------
+
+
+async def _cli(files: Files, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RELAYDESK_API_TOKEN": files.stack.seed.api_token,
+           "RELAYDESK_SERVER_URL": files.stack.url,
+           "RELAYDESK_CONVERSATION_ID": files.stack.seed.conversation_id}  # fmt: skip
+    argv = [sys.executable, "-m", "relaydesk", "files", *args]
+    return await asyncio.to_thread(subprocess.run, argv, env=env, capture_output=True,
+                                   text=True, timeout=scaled(120), check=False)  # fmt: skip
+
+
+async def test_the_cli_puts_lists_and_gets_with_a_progress_bar(
+    files: Files, tmp_path: Path
+) -> None:
+    local = tmp_path / "notes.bin"
+    local.write_bytes(b"".join(_piece(i) for i in range(3)))
+    put = await _cli(files, "put", str(local), "cli/notes.bin")
+    assert put.returncode == 0, put.stderr
+    assert "100.0%" in put.stderr and "3.0/3.0 MB" in put.stderr, put.stderr
+    assert (files.home() / "cli" / "notes.bin").read_bytes() == local.read_bytes()
+    listed = await _cli(files, "ls", "cli", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (entry,) = json.loads(listed.stdout)["entries"]
+    assert (entry["name"], entry["size"]) == ("notes.bin", 3 * PIECE)
+    back = tmp_path / "back.bin"
+    got = await _cli(files, "get", "cli/notes.bin", str(back))
+    assert got.returncode == 0 and "100.0%" in got.stderr, got.stderr
+    assert back.read_bytes() == local.read_bytes()
+    again = await _cli(files, "put", str(local), "cli/notes.bin", "--json", "--relay", "relay-1")
+    assert json.loads(again.stdout)["path"] == "cli/notes (1).bin"
+    refused = await _cli(files, "get", "/etc/passwd", str(tmp_path / "passwd"))
+    assert refused.returncode == 1 and "path_outside_home" in refused.stderr, refused.stderr

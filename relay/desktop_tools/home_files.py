@@ -35,6 +35,9 @@ from wire.home_files import (
 CHILD: Final = "home-file"
 CHILD_SOURCE: Final = Path(__file__).with_name("home_child.py")
 PYTHONS: Final = ("/usr/bin/python3", "python3")
+# Isolated (no user site, no environment) and without ``site`` (the child needs the standard
+# library only; skipping it saves a good part of the interpreter's start).
+CHILD_FLAGS: Final = ("-I", "-S")
 TIMEOUT_S: Final = 20.0
 REQUEST_FIELDS: Final = ("op", "path", "offset", "length", "content", "encoding", "append")
 # A listing's JSON (names escaped up to 6 bytes a byte), or a read's (text escaped the same).
@@ -91,7 +94,7 @@ async def home_file(
     request.update(home=str(session.home), file_max=settings.file_max, read_max=READ_MAX,
                    list_max=LIST_MAX)  # fmt: skip
     done = await run_in_desktop(
-        session, CHILD, [python_for(session), "-I", "-c", child_source()],
+        session, CHILD, [python_for(session), *CHILD_FLAGS, "-c", child_source()],
         timeout_s=TIMEOUT_S, cap=ANSWER_CAP, stdin=json.dumps(request).encode() + b"\n",
     )  # fmt: skip
     if done.timed_out:

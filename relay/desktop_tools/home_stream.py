@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from relay.channels import Chunk, StreamChannel
 from relay.desktop_tools.home_files import (
+    CHILD_FLAGS,
     HomeFileSettings,
     child_source,
     python_for,
@@ -151,7 +152,7 @@ def _spawn(session: DesktopSession) -> tuple[subprocess.Popen[bytes], BinaryIO, 
     input's and output's far ends as unbuffered files, owned by whoever wraps them next (the
     Popen object holds none, so no end is ever closed twice)."""
     user = session.user.popen_kwargs() if session.user is not None else {}
-    argv = ["/bin/sh", "-c", _HOLD, "relaydesk-held", python_for(session), "-I", "-c",
+    argv = ["/bin/sh", "-c", _HOLD, "relaydesk-held", python_for(session), *CHILD_FLAGS, "-c",
             child_source()]  # fmt: skip
     into, into_far = os.pipe()
     out_far, out = os.pipe()

@@ -9,13 +9,16 @@ resumable by offset (docs/files.md).
   ``name (1).ext``, never an overwrite), ``replace``, or ``refuse``.
 - ``GET {base}/download?path=P&offset=N`` — the file's bytes from ``N``. Role ``read``.
 
-``base`` is ``/api/v1/conversations/{conversation_id}/files/{relay}/{kind}/{slot}``.
+``base`` is ``/api/v1/conversations/{conversation_id}/files/{relay}/{kind}/{slot}``; a
+``desktop_session_id`` query parameter names the exact desktop instead (the viewer's Files
+panel knows its session, not its slot).
 Confinement, the size limit and the refusals are the home file actions' (403
 ``path_outside_home``, 413 ``file_too_large``, 409 ``offset_mismatch``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any, Final
 from urllib.parse import quote
@@ -38,6 +41,7 @@ from wire.errors import ErrorCode, InvalidArgs, OpError, RelaydeskError
 from wire.frames import Payload
 from wire.home_files import DESKTOP_HOME_FILE, HomeFileArgs
 
+SESSION_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 BASE: Final = "/api/v1/conversations/{conversation_id}/files/{relay}/{kind}/{slot}"
 EXISTS: Final = ("rename", "replace", "refuse")
 SOURCES: Final = {"cookie": "web", "token": "api"}
@@ -70,8 +74,15 @@ def _length(request: Request) -> int:
 
 
 def _where(request: Request) -> dict[str, Any]:
+    """The desktop: the relay's ``{kind}/{slot}``, or exactly ``desktop_session_id``."""
     params = request.path_params
-    return {"relay": params["relay"], "kind": params["kind"], "slot": params["slot"]}
+    where = {"relay": params["relay"], "kind": params["kind"], "slot": params["slot"]}
+    session = request.query_params.get("desktop_session_id")
+    if session is not None:
+        if not SESSION_ID.fullmatch(session):
+            raise InvalidArgs("desktop_session_id", "must be a desktop_session_id")
+        where["desktop_session_id"] = session
+    return where
 
 
 def _attachment(path: str) -> str:

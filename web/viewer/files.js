@@ -9,6 +9,7 @@
 import { grantOf, sessionFromPath } from "/viewer/viewer.js";
 
 const HOME_FOLDER = "Downloads";
+const NARROW = "(max-width: 600px)";
 
 function el(tag, attrs = {}, text = "") {
   const node = document.createElement(tag);
@@ -43,7 +44,12 @@ function createFiles() {
     id: "files-button", class: "tool", type: "button", "aria-expanded": "false",
     "aria-controls": "files-panel", title: "Files in the desktop's Downloads", "aria-label": "Files",
   });
-  button.append(el("span", { class: "label" }, "Files"));
+  const icon = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  icon.setAttribute("viewBox", "0 0 24 24");
+  icon.setAttribute("aria-hidden", "true");
+  icon.innerHTML = '<path d="M3.5 6.5a2 2 0 0 1 2-2h4l2 2h7a2 2 0 0 1 2 2v9a2 2 0 0 1-2 2h-13'
+    + 'a2 2 0 0 1-2-2z" fill="none" stroke="currentColor" stroke-width="1.8"/>';
+  button.append(icon, el("span", { class: "label" }, "Files"));
   const panel = el("div", { id: "files-panel", class: "popover panel", role: "dialog",
     "aria-label": "Files" });
   panel.hidden = true;
@@ -57,6 +63,11 @@ function createFiles() {
   group.append(button, panel);
   const bar = document.getElementById("bar");
   bar.insertBefore(group, document.getElementById("fullscreen"));
+  // A phone's toolbar has no room for it (and no files to drop).
+  const narrow = window.matchMedia(NARROW);
+  const fit = () => { group.hidden = narrow.matches; };
+  narrow.addEventListener("change", fit);
+  fit();
 
   async function token() {
     if (csrf !== null) return csrf;

@@ -273,6 +273,8 @@ FILES_AUTH: Final = (
 _FILE_PATH: Final = query("path", "A path in the desktop's home (relative, `~/…`, or absolute "
                           "inside it).", STRING, required=True)  # fmt: skip
 _FILE_OFFSET: Final = query("offset", "Start at this byte (a resume); default 0.", INTEGER)
+_FILE_SESSION: Final = query("desktop_session_id", "The exact desktop instead of the relay's "
+                             "`{kind}/{slot}` one.", STRING)  # fmt: skip
 _FILES: Final[dict[tuple[str, str], Json]] = {
     ("POST", f"{FILES_BASE}/upload"): {
         **operation(
@@ -283,7 +285,7 @@ _FILES: Final[dict[tuple[str, str], Json]] = {
             "`offset` (`Content-Length` required, else 411); the file is `offset + "
             "Content-Length` bytes. A cut upload keeps what arrived: `GET …/upload` answers "
             "how much, and a POST from there finishes it (409 `offset_mismatch` otherwise).",
-            parameters=[_FILE_PATH, _FILE_OFFSET, query(
+            parameters=[_FILE_PATH, _FILE_OFFSET, _FILE_SESSION, query(
                 "exists", "What to do when the file exists: `rename` (default: a copy "
                 "`name (1).ext`), `replace`, or `refuse` (400).", STRING)],
             responses=answer("`{ok, path (where it landed, home-relative), size, "
@@ -293,14 +295,14 @@ _FILES: Final[dict[tuple[str, str], Json]] = {
     },
     ("GET", f"{FILES_BASE}/upload"): operation(
         "file_upload_offset", "How much of a cut upload the desktop holds", tag="files",
-        security=MEMBER_WRITE, description=FILES_AUTH, parameters=[_FILE_PATH],
+        security=MEMBER_WRITE, description=FILES_AUTH, parameters=[_FILE_PATH, _FILE_SESSION],
         responses=answer("`{ok, path, offset}` (0: nothing held)."),
     ),
     ("GET", f"{FILES_BASE}/download"): operation(
         "file_download", "Download a file from a desktop's home (a byte stream)", tag="files",
         security=MEMBER_READ, description=f"{FILES_AUTH} Role read. `X-Relaydesk-File-Size` "
         "carries the whole file's size.",
-        parameters=[_FILE_PATH, _FILE_OFFSET],
+        parameters=[_FILE_PATH, _FILE_OFFSET, _FILE_SESSION],
         responses=media("The file's bytes from `offset`.", "application/octet-stream"),
     ),
 }  # fmt: skip

@@ -18,11 +18,15 @@ from relay.a11y.service import A11yService
 from relay.a11y.settings import A11ySettings
 from relay.backend import DEFAULT_SLOT, DesktopBackend, check_revision_target, require_row
 from relay.channels import StreamChannel, TargetEnd
+from relay.desktop_tools.home_files import HomeFileSettings, home_file
+from relay.desktop_tools.home_stream import open_file_channel
 from relay.desktop_tools.service import DesktopTools
+from relay.desktop_tools.session import session_of
 from relay.desktop_tools.settings import DesktopToolSettings
 from wire import ops
 from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
 from wire.guard import DIGEST_CAPABILITY
+from wire.home_files import DESKTOP_HOME_FILE, HomeFileArgs, HomeFileResult
 from wire.ids import ChannelId
 from wire.messages import Request
 from wire.screen_actions import ScreenAction
@@ -70,10 +74,13 @@ class Handlers:
         direct_host: str | None = None,
         a11y: A11ySettings | None = None,
         tools: DesktopToolSettings | None = None,
+        files: HomeFileSettings | None = None,
     ) -> None:
         self.a11y = A11yService(a11y or A11ySettings())
         # Windows, clipboard, and opt-in shell and files (relay/desktop_tools).
         self.tools = DesktopTools(tools or DesktopToolSettings.from_env())
+        # Files in a desktop's home, on every relay (relay/desktop_tools/home_files.py).
+        self.files = files or HomeFileSettings.from_env()
         self.backends: dict[str, DesktopBackend] = {b.kind: b for b in backends}
         # Set on a relay running beside the server: the server may then reach x11vnc itself.
         self.direct_host = direct_host
@@ -100,6 +107,7 @@ class Handlers:
                 _entry(ops.DESKTOP_CLIPBOARD, self._desktop_clipboard),
                 _entry(ops.DESKTOP_SHELL, self._desktop_shell),
                 _entry(ops.DESKTOP_FILE, self._desktop_file),
+                _entry(DESKTOP_HOME_FILE, self._desktop_home_file),
                 *(_entry(spec, self._screen_handler(action))
                   for action, spec in ops.SCREEN.items()),
             )
@@ -271,6 +279,10 @@ class Handlers:
         self.tools.require_shell()
         return await self.tools.file(*await self._tool_target(args), args)
 
+    async def _desktop_home_file(self, link: ServerLink, args: HomeFileArgs) -> HomeFileResult:
+        """List, read, write or delete in the desktop's home, as its user (no opt-in)."""
+        return await home_file(await session_of(*await self._tool_target(args)), args, self.files)
+
     async def _desktop_reset_home(
         self, link: ServerLink, args: ops.SlotArgs
     ) -> ops.DesktopResetHomeResult:
@@ -337,6 +349,12 @@ class Handlers:
         channel_id, target = ChannelId(args["channel_id"]), args["target"]
         if channel_id < 0:
             raise InvalidArgs("channel_id", "must be a non-negative integer")
+        if target["type"] == "file":  # a download or an upload (relay/desktop_tools/home_stream)
+            transfer = target.get("file")
+            if transfer is None:
+                raise InvalidArgs("target.file", "required by a file channel")
+            session = await session_of(*await self._located(target["desktop_session_id"]))
+            return await open_file_channel(link, channel_id, session, transfer, self.files)
         opener = self._channel_targets.get(target["type"])
         if target["type"] != "vnc" and opener is None:
             raise OpError(ErrorCode.UNAVAILABLE, f"this relay streams no {target['type']}")

@@ -1,5 +1,5 @@
 """``relaydesk`` command line: ``up``, ``server``, ``relay``, ``host-helper``, ``db``, ``admin``,
-``desktops``, ``mcp``."""
+``desktops``, ``files``, ``mcp``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from relaydesk import admin_cli, desktops_cli, logs, mcp_cli
+from relaydesk import admin_cli, desktops_cli, files_cli, logs, mcp_cli
 
 EPILOG = """\
 Configuration comes from RELAYDESK_* environment variables (RELAYDESK_DATABASE_URL,
@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_db,
         admin_cli.add_admin,
         desktops_cli.add_desktops,
+        files_cli.add_files,
         mcp_cli.add_mcp,
     ):
         add(sub)

@@ -34,6 +34,7 @@ from server.csp import PolicedStarlette
 from server.cua.endpoint import CuaEndpoint
 from server.errors import error_handler
 from server.events.routes import event_routes
+from server.files.routes import file_routes
 from server.health import health_routes
 from server.mcp.endpoint import McpEndpoint
 from server.metrics.endpoint import MetricSources, metrics_routes
@@ -104,6 +105,8 @@ def route_table(parts: ServerParts, mcp: McpEndpoint) -> list[BaseRoute]:
         *mcp.routes(),
         *cua.routes(),
         *computer_use.routes(),
+        # files into and out of desktops' homes, as byte streams
+        *file_routes(parts.auth, parts.actions),
     ]
 
 

@@ -22,6 +22,7 @@ from server.actions.context import ActionParts
 from server.actions.control import CONTROL_ACTIONS
 from server.actions.desktop import DESKTOP_ACTIONS
 from server.actions.desktop_apps import DESKTOP_APP_ACTIONS
+from server.actions.desktop_files import HOME_FILE_ACTIONS
 from server.actions.desktop_tools import DESKTOP_TOOL_ACTIONS
 from server.actions.invoke import ActionRunner
 from server.actions.registry import ActionRegistry
@@ -63,7 +64,8 @@ log = logging.getLogger(__name__)
 PRUNE_INTERVAL_S: Final = 3600.0
 ACTIONS: Final = (
     DESKTOP_ACTIONS + DESKTOP_APP_ACTIONS + A11Y_ACTIONS + CONTROL_ACTIONS + DESKTOP_TOOL_ACTIONS
-)
+    + HOME_FILE_ACTIONS
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

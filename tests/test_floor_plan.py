@@ -38,7 +38,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"actions"}),
     frozenset({"screen", "viewer"}),
     frozenset({"cluster"}),
-    frozenset({"chat", "mcp", "cua", "computer_use", "openapi", "health", "metrics"}),
+    frozenset({"chat", "mcp", "cua", "computer_use", "openapi", "health", "metrics", "files"}),
     frozenset({"assembly", "admin"}),
     frozenset({"app"}),
 )

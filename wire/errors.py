@@ -70,6 +70,10 @@ class ErrorCode(StrEnum):
     APP_NOT_FOUND = "app_not_found"
     POLICY_DENIED = "policy_denied"
     ACTION_FAILED = "action_failed"
+    # files in a desktop's home (docs/files.md)
+    PATH_OUTSIDE_HOME = "path_outside_home"
+    FILE_TOO_LARGE = "file_too_large"
+    OFFSET_MISMATCH = "offset_mismatch"
 
 
 class CloseCode(IntEnum):
@@ -124,6 +128,9 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.APP_NOT_FOUND: 404,
         ErrorCode.POLICY_DENIED: 403,
         ErrorCode.ACTION_FAILED: 422,
+        ErrorCode.PATH_OUTSIDE_HOME: 403,
+        ErrorCode.FILE_TOO_LARGE: 413,
+        ErrorCode.OFFSET_MISMATCH: 409,
         ErrorCode.A11Y_UNAVAILABLE: 503,
         ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
         # A person holds the desktop (423 Locked); a person stopped this agent (409).

@@ -29,7 +29,7 @@ DesktopKind = Literal["virtual", "local", "docker"]
 DesktopState = Literal["starting", "running", "stopping", "stopped", "failed", "unknown"]
 DESKTOP_KINDS: Final[tuple[DesktopKind, ...]] = get_args(DesktopKind)
 DESKTOP_STATES: Final[tuple[DesktopState, ...]] = get_args(DesktopState)
-ChannelType = Literal["vnc", "audio"]
+ChannelType = Literal["vnc", "audio", "file"]
 # Announced in ``hello`` by a relay that denies apps to agents (RELAYDESK_DENY_APPS): what a
 # viewer shows cannot be masked, so the server opens no viewer of its desktops for an agent.
 DENIED_APPS_CAPABILITY: Final = "denied_apps"
@@ -271,9 +271,22 @@ class DesktopFileResult(TypedDict):
     done: NotRequired[bool]
 
 
+class FileTransfer(TypedDict):
+    """A ``file`` channel's transfer (wire.home_files, docs/files.md): ``download`` sends the
+    file's bytes from ``offset``; ``upload`` takes the bytes ``offset`` to ``length`` (the
+    whole file's size) into the file's partial upload, then answers one JSON line."""
+
+    op: Literal["upload", "download"]
+    path: str
+    offset: int
+    length: NotRequired[int]
+    exists: NotRequired[Literal["replace", "rename", "refuse"]]
+
+
 class ChannelTarget(TypedDict):
     type: ChannelType
     desktop_session_id: str
+    file: NotRequired[FileTransfer]
 
 
 class ChannelOpenArgs(TypedDict):
@@ -288,6 +301,9 @@ class ChannelOpenResult(TypedDict):
     channels: NotRequired[int]
     frame_ms: NotRequired[int]
     bitrate: NotRequired[int]
+    # file channels: the file (home-relative) and its size
+    path: NotRequired[str]
+    size: NotRequired[int]
 
 
 class KeyboardState(TypedDict):

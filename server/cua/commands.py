@@ -3,8 +3,9 @@ client may call (``GET /commands``) and what each takes.
 
 What is Cua's is only the shape: parameter names, answer keys (``size``, ``position``,
 ``image_data``…) and the guard (``server.cua.call``). The commands themselves live by concept:
-``server.cua.input_commands`` (screen, pointer, keys) and ``server.cua.window_commands``
-(clipboard, windows, apps, accessibility, shell and files).
+``server.cua.input_commands`` (screen, pointer, keys), ``server.cua.window_commands``
+(clipboard, windows, apps, accessibility, shell) and ``server.cua.file_commands`` (files in
+the desktop's home).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from server.cua import file_commands as files
 from server.cua.call import Handler
 from server.cua.input_commands import (
     clicker,
@@ -50,7 +52,6 @@ from server.cua.window_commands import (
     run_command,
     set_clipboard,
     window_command,
-    write_bytes,
 )
 
 
@@ -125,20 +126,19 @@ COMMANDS: Final[Mapping[str, Command]] = {
     "get_accessibility_tree": Command(get_accessibility_tree),
     "find_element": Command(find_element, (("role", None), ("title", None), ("value", None))),
     "run_command": _shell(run_command, (("command", REQUIRED), ("timeout", None))),
-    "read_text": _shell(file_command("read_text", answer_keys=("content",)), _PATH),
-    "write_text": _shell(file_command("write_text", "content", "append"),
-                         (*_PATH, ("content", REQUIRED), ("append", False))),
-    "read_bytes": _shell(file_command("read_bytes", "offset", "length",
-                                      answer_keys=("content_b64",)),
-                         (*_PATH, ("offset", 0), ("length", None))),
-    "write_bytes": _shell(write_bytes, (*_PATH, ("content_b64", REQUIRED), ("append", False))),
-    "get_file_size": _shell(file_command("size", answer_keys=("size",)), _PATH),
-    "file_exists": _shell(file_command("exists", answer_keys=("exists",)), _PATH),
-    "directory_exists": _shell(file_command("dir_exists", answer_keys=("exists",)), _PATH),
-    "list_dir": _shell(file_command("list_dir", answer_keys=("files",)), _PATH),
+    # files in the desktop's home, on every relay (server.cua.file_commands, docs/files.md)
+    "read_text": Command(files.read_text, _PATH),
+    "write_text": Command(files.write_text, (*_PATH, ("content", REQUIRED), ("append", False))),
+    "read_bytes": Command(files.read_bytes, (*_PATH, ("offset", 0), ("length", None))),
+    "write_bytes": Command(files.write_bytes,
+                           (*_PATH, ("content_b64", REQUIRED), ("append", False))),
+    "get_file_size": Command(files.get_file_size, _PATH),
+    "file_exists": Command(files.file_exists, _PATH),
+    "directory_exists": Command(files.directory_exists, _PATH),
+    "list_dir": Command(files.list_dir, _PATH),
     "create_dir": _shell(file_command("mkdir"), _PATH),
-    "delete_file": _shell(file_command("delete_file"), _PATH),
-    "delete_dir": _shell(file_command("delete_dir"), _PATH),
+    "delete_file": Command(files.delete, _PATH),
+    "delete_dir": Command(files.delete, _PATH),
 }
 # fmt: on
 

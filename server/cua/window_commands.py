@@ -1,8 +1,8 @@
-"""Cua's clipboard, window, app, accessibility, shell and file commands."""
+"""Cua's clipboard, window, app, accessibility and shell commands (its file commands are
+``server.cua.file_commands``)."""
 
 from __future__ import annotations
 
-import base64
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -179,7 +179,7 @@ async def find_element(call: CuaCall, params: Mapping[str, Any]) -> Result:
     return {"element": _tree_node(matches[0]) if matches else None}
 
 
-# -- shell and files (only where the relay opts in) --------------------------------------------
+# -- shell, and the shell-side file command create_dir (only where the relay opts in) ---------
 
 
 async def run_command(call: CuaCall, params: Mapping[str, Any]) -> Result:
@@ -205,15 +205,3 @@ def file_command(op: str, *names: str, answer_keys: tuple[str, ...] = ()) -> Han
         return {key: answer[key] for key in answer_keys}
 
     return run
-
-
-async def write_bytes(call: CuaCall, params: Mapping[str, Any]) -> Result:
-    content = str_param(params, "content_b64")
-    try:
-        base64.b64decode(content, validate=True)
-    except ValueError:
-        raise InvalidArgs("content_b64", "must be base64") from None
-    args = {"path": str_param(params, "path"), "content": content,
-            "append": bool(params.get("append", False))}  # fmt: skip
-    await call.action("desktop_file", op="write_bytes", **args)
-    return {}

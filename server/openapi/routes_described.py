@@ -316,8 +316,53 @@ _CU: Final[dict[tuple[str, str], Json]] = {
     ),
 }  # fmt: skip
 
+FILES_BASE: Final = "/api/v1/conversations/{conversation_id}/files/{relay}/{kind}/{slot}"
+FILES_AUTH: Final = (
+    "A member of the conversation (API token or cookie session). `{kind}` is `virtual`, "
+    "`{slot}` e.g. `main`. Paths are in the desktop's home: `..`, symbolic links, FIFOs and "
+    "devices are refused with 403 `path_outside_home`; files over RELAYDESK_FILE_MAX_MB with "
+    "413 `file_too_large`. docs/files.md."
+)
+_FILE_PATH: Final = query("path", "A path in the desktop's home (relative, `~/…`, or absolute "
+                          "inside it).", STRING, required=True)  # fmt: skip
+_FILE_OFFSET: Final = query("offset", "Start at this byte (a resume); default 0.", INTEGER)
+_FILE_SESSION: Final = query("desktop_session_id", "The exact desktop instead of the relay's "
+                             "`{kind}/{slot}` one.", STRING)  # fmt: skip
+_FILES: Final[dict[tuple[str, str], Json]] = {
+    ("POST", f"{FILES_BASE}/upload"): {
+        **operation(
+            "file_upload", "Upload a file into a desktop's home (a byte stream)", tag="files",
+            security=MEMBER_WRITE,
+            description=f"{FILES_AUTH} Role write; an agent passes the control gate (423 "
+            "`takeover_active`, 409 `stopped_by_user`). The body is the file's bytes from "
+            "`offset` (`Content-Length` required, else 411); the file is `offset + "
+            "Content-Length` bytes. A cut upload keeps what arrived: `GET …/upload` answers "
+            "how much, and a POST from there finishes it (409 `offset_mismatch` otherwise).",
+            parameters=[_FILE_PATH, _FILE_OFFSET, _FILE_SESSION, query(
+                "exists", "What to do when the file exists: `rename` (default: a copy "
+                "`name (1).ext`), `replace`, or `refuse` (400).", STRING)],
+            responses=answer("`{ok, path (where it landed, home-relative), size, "
+                             "desktop_session_id}`."),
+        ),
+        "requestBody": {"required": True, "content": {"application/octet-stream": {}}},
+    },
+    ("GET", f"{FILES_BASE}/upload"): operation(
+        "file_upload_offset", "How much of a cut upload the desktop holds", tag="files",
+        security=MEMBER_WRITE, description=FILES_AUTH, parameters=[_FILE_PATH, _FILE_SESSION],
+        responses=answer("`{ok, path, offset}` (0: nothing held)."),
+    ),
+    ("GET", f"{FILES_BASE}/download"): operation(
+        "file_download", "Download a file from a desktop's home (a byte stream)", tag="files",
+        security=MEMBER_READ, description=f"{FILES_AUTH} Role read. `X-Relaydesk-File-Size` "
+        "carries the whole file's size.",
+        parameters=[_FILE_PATH, _FILE_OFFSET, _FILE_SESSION],
+        responses=media("The file's bytes from `offset`.", "application/octet-stream"),
+    ),
+}  # fmt: skip
+
 DESCRIBED: Final[dict[tuple[str, str], Json]] = {
     **_SESSION, **_CHAT, **_ACTIONS_AND_EVENTS, **_VIEWER, **_SERVICE, **_CUA, **_CU,
+    **_FILES,
 }  # fmt: skip
 # Replica-to-replica routes (signed with the cluster secret): not part of the API.
 INTERNAL_PREFIX: Final = "/internal/"

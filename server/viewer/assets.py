@@ -166,6 +166,7 @@ VIEWER_FILES: Final = frozenset(
         "audio.js",
         "control.js",
         "audio-worklet.js",
+        "files.js",
     }
 )
 

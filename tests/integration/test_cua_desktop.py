@@ -7,6 +7,8 @@ state file it writes; windows and the clipboard from the X server.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import subprocess
 from collections.abc import AsyncIterator
@@ -163,10 +165,10 @@ async def test_the_cua_example_clicks_a_check_box_and_reads_the_tree(stack, tmp_
                      "the guarded click to toggle the check box")  # fmt: skip
 
 
-async def test_shell_and_file_commands_are_off_unless_the_relay_opts_in(stack):
+async def test_shell_commands_are_off_unless_the_relay_opts_in(stack):
     for command, params in (
         ("run_command", {"command": "id -un"}),
-        ("read_text", {"path": ".bashrc"}),
+        ("create_dir", {"path": "made"}),
         ("open", {"target": "/tmp"}),
     ):
         refused = await _cmd(stack, command, **params)
@@ -187,3 +189,41 @@ async def test_the_cua_examples_help_describes_conversation_ids_as_they_are() ->
     assert done.returncode == 0, done.stderr
     assert "32 hex characters" in done.stdout
     assert "c_…" not in done.stdout
+
+
+def _home(stack: A11yStack) -> Path:
+    state = stack.seed.data_dir / "relay-state" / "desktops.json"
+    (desktop,) = [d for d in json.loads(state.read_text(encoding="utf-8"))["desktops"]
+                  if d["desktop_session_id"] == stack.session_id]  # fmt: skip
+    return Path(desktop["home"])
+
+
+async def test_file_commands_work_in_the_home_without_the_shell_opt_in(stack):
+    home = _home(stack)
+    await _ok(stack, "write_text", path="cua/notes.txt", content="héllo\n")
+    await _ok(stack, "write_text", path="~/cua/notes.txt", content="wörld\n", append=True)
+    on_disk = home / "cua" / "notes.txt"
+    assert on_disk.read_text(encoding="utf-8") == "héllo\nwörld\n"
+    assert on_disk.stat().st_uid == home.stat().st_uid
+    assert (await _ok(stack, "read_text", path="cua/notes.txt"))["content"] == "héllo\nwörld\n"
+    blob = bytes(range(256))
+    await _ok(stack, "write_bytes", path="cua/b.bin", content_b64=base64.b64encode(blob).decode())
+    assert (home / "cua" / "b.bin").read_bytes() == blob
+    part = await _ok(stack, "read_bytes", path="cua/b.bin", offset=10, length=5)
+    assert base64.b64decode(part["content_b64"]) == blob[10:15]
+    assert (await _ok(stack, "get_file_size", path="cua/b.bin"))["size"] == 256
+    assert (await _ok(stack, "file_exists", path="cua/b.bin"))["exists"] is True
+    assert (await _ok(stack, "file_exists", path="cua"))["exists"] is False
+    assert (await _ok(stack, "file_exists", path="nowhere/x"))["exists"] is False
+    assert (await _ok(stack, "directory_exists", path="cua"))["exists"] is True
+    assert (await _ok(stack, "list_dir", path="cua"))["files"] == ["b.bin", "notes.txt"]
+    for name in ("cua/b.bin", "cua/notes.txt"):
+        await _ok(stack, "delete_file", path=name)
+    await _ok(stack, "delete_dir", path="cua")
+    assert not (home / "cua").exists()
+    refused = await _cmd(stack, "read_text", path="/etc/passwd")
+    assert refused["success"] is False and "path_outside_home" in refused["error"], refused
+    headers = {"Authorization": f"Bearer {stack.seed.api_token}"}
+    async with httpx.AsyncClient(timeout=scaled(30)) as http:
+        listed = (await http.get(f"{_base(stack)}/commands", headers=headers)).json()
+    assert {"read_text", "write_bytes", "list_dir", "delete_dir"} <= set(listed["commands"])

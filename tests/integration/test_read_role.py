@@ -43,6 +43,8 @@ CONTENT_READS: dict[str, dict[str, Any]] = {
     "desktop_windows": {},
     "desktop_clipboard_get": {},
 }
+# The home's files a read member may list and read (docs/files.md).
+FILE_READS = {"desktop_files_list", "desktop_file_read"}
 # What a read member may still call: the inventory, status, stop request and control state.
 INVENTORY_READS: dict[str, dict[str, Any]] = {
     "desktop_list_active": {},
@@ -160,7 +162,7 @@ async def test_mcp_lists_no_content_tool_to_a_read_member_and_refuses_a_call(
         listed = {tool.name for tool in (await client.list_tools()).tools}
         refused = await client.call_tool("desktop_read", {"ref": field_ref})
         clipboard = await client.call_tool("desktop_clipboard_get", {})
-    assert listed == set(INVENTORY_READS)
+    assert listed == set(INVENTORY_READS) | FILE_READS
     for result, name in ((refused, "desktop_read"), (clipboard, "desktop_clipboard_get")):
         body = answer(result)
         assert result.is_error and body["error"]["message"] == f"{name} {NEEDS_WRITE}", body

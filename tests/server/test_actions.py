@@ -94,9 +94,17 @@ def test_scrub_removes_tokens_and_host_paths() -> None:
 
 # -- what each role may see ---------------------------------------------------------------
 
-# A ``read`` member sees the inventory, status, the transcript and who is in control; these are
-# the actions it may call. Any other action returns desktop content or changes a desktop.
-READ_ACTIONS = {"desktop_list_active", "desktop_status", "desktop_stop_request", "desktop_control"}
+# A ``read`` member sees the inventory, status, the transcript and who is in control, and may
+# list and read (download) the files of a desktop's home (docs/files.md); these are the actions
+# it may call. Any other action returns desktop content or changes a desktop.
+READ_ACTIONS = {
+    "desktop_list_active",
+    "desktop_status",
+    "desktop_stop_request",
+    "desktop_control",
+    "desktop_files_list",
+    "desktop_file_read",
+}
 # Actions that return what is on a desktop (pixels, accessibility text, clipboard, window titles,
 # running apps) without changing it.
 CONTENT_READS = {
@@ -115,6 +123,7 @@ def _every_action() -> ActionRegistry:
     from server.actions.a11y import A11Y_ACTIONS
     from server.actions.control import CONTROL_ACTIONS
     from server.actions.desktop_apps import DESKTOP_APP_ACTIONS
+    from server.actions.desktop_files import HOME_FILE_ACTIONS
     from server.actions.desktop_tools import DESKTOP_TOOL_ACTIONS
     from server.screen.action import SCREEN_ACTION
 
@@ -124,6 +133,7 @@ def _every_action() -> ActionRegistry:
         + A11Y_ACTIONS
         + CONTROL_ACTIONS
         + DESKTOP_TOOL_ACTIONS
+        + HOME_FILE_ACTIONS
         + (SCREEN_ACTION,)
     )
 

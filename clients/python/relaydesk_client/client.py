@@ -108,6 +108,11 @@ class RelaydeskClient:
     def close(self) -> None:
         self._http.close()
 
+    @property
+    def http(self) -> httpx.Client:
+        """The kept-alive client itself, for byte streams (``relaydesk files``)."""
+        return self._http
+
     # -- the two primitives ------------------------------------------------------------------
 
     def get(self, path: str) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Every action's schema gets the required ``conversation_id`` here, so no action c
 Other features add their actions with ``register`` (the screen tool registers ``screen``).
 
 Roles (docs/security.md): ``read`` sees the inventory, status, the transcript and who is in
-control, never what is on a desktop; every action that returns desktop content (pixels,
+control, and may list and read the files of a desktop's home (the hand-over folder,
+docs/files.md), never what is on its screen; every action that returns screen content (pixels,
 accessibility text, the clipboard, window titles, running apps) or changes a desktop needs
 ``write``. An action that only looks says so with ``read_only`` (MCP's read-only hint); its
 role still decides who may call it.

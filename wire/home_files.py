@@ -113,3 +113,9 @@ def check_home_file_args(args: Mapping[str, Any]) -> None:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def names_hidden(path: str) -> bool:
+    """Whether ``path`` goes through a hidden file or folder (a name starting with ``.``, as
+    ``~/.config`` or ``.ssh/id_ed25519``): where a desktop's apps keep keys and sessions."""
+    return any(part.startswith(".") and part not in (".", "..") for part in path.split("/"))

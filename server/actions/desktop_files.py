@@ -25,7 +25,9 @@ from server.actions.desktop_tools import TARGET
 from server.actions.registry import Action, tool_schema
 from server.actions.schema import Schema
 from server.control.gate import DesktopTarget, agent_input
+from server.db.records import Role
 from wire import home_files
+from wire.errors import ErrorCode, OpError
 from wire.home_files import DESKTOP_HOME_FILE, HomeFileArgs, HomeFileOp, HomeFileResult
 
 # Beyond the request timeout: the relay's own limit on one file operation.
@@ -44,6 +46,18 @@ ENCODING: Final[Schema] = {
 FIELDS: Final = ("path", "offset", "length", "content", "encoding", "append")
 
 
+def refuse_hidden(role: Role, path: str) -> None:
+    """A ``read`` member reads no hidden file or folder (``~/.config``, ``~/.ssh``…): the
+    desktop's apps keep their keys and sessions there. Listings leave them out for it too."""
+    if role == "read" and home_files.names_hidden(path):
+        raise OpError(
+            ErrorCode.FORBIDDEN,
+            "hidden files and folders (names starting with '.') need role write: the desktop's "
+            "apps keep their keys and sessions there",
+            {"field": "path"},
+        )
+
+
 def path_hash(conversation_id: str, path: str) -> str:
     """How an audit row names a home-relative path."""
     digest = hashlib.sha256(f"{conversation_id}\x00{path}".encode("utf-8", "surrogatepass"))
@@ -56,7 +70,10 @@ async def _call(ctx: ActionContext, op: HomeFileOp, args: dict[str, Any]) -> Hom
                                   **{k: args[k] for k in FIELDS if k in args}})  # fmt: skip
     home_files.check_home_file_args(request)
     if op in ("list", "read"):
+        refuse_hidden(ctx.role, request["path"])
         answer = await ctx.relay_call(DESKTOP_HOME_FILE, request, FILE_EXTRA_S)
+        if ctx.role == "read" and "entries" in answer:
+            answer["entries"] = [e for e in answer["entries"] if not e["name"].startswith(".")]
     else:
         async with agent_input(ctx, DesktopTarget.of_row(row)) as grant:
             answer = await ctx.relay_call(DESKTOP_HOME_FILE, request, FILE_EXTRA_S)

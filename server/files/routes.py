@@ -28,6 +28,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from server.actions.context import ActionContext
+from server.actions.desktop_files import refuse_hidden
 from server.actions.invoke import ActionRunner, request_id_from
 from server.auth.dependencies import Authenticator
 from server.auth.errors import AuthError
@@ -169,6 +170,7 @@ class FileRoutes:
             path, offset = _path(request), _offset(request)
             row = await admit(ctx, request.path_params["conversation_id"], "read",
                               _where(request))  # fmt: skip
+            refuse_hidden(ctx.role, path)
             transfer = {"op": "download", "path": path, "offset": offset}
             lines = await open_transfer(ctx, row, transfer)
         except RelaydeskError as err:

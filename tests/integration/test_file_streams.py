@@ -231,6 +231,13 @@ async def test_a_read_member_downloads_but_never_uploads(files: Files) -> None:
     refused = await files.upload("shared.txt", b"mine", 4, token=files.reader, exists="replace")
     assert (refused.status_code, refused.json()["error"]["code"]) == (403, "forbidden")
     assert (files.home() / "shared.txt").read_bytes() == b"for all"
+    # Hidden files (where apps keep keys and sessions) are not a read member's to download.
+    await files.upload(".keys/secret", b"the key", 7)
+    async with httpx.AsyncClient(timeout=scaled(60)) as client:
+        hidden = await client.get(f"{files.base}/download", params={"path": ".keys/secret"},
+                                  headers=files.headers(files.reader))  # fmt: skip
+    assert (hidden.status_code, hidden.json()["error"]["code"]) == (403, "forbidden")
+    assert b"the key" not in hidden.content
 
 
 async def test_a_persons_takeover_refuses_an_agents_upload(files: Files) -> None:

@@ -10,13 +10,13 @@ from server.cua.call import (
     OWN_LOOK_SIDE,
     CuaCall,
     Handler,
-    Result,
     button_param,
     int_param,
     optional_point,
     str_param,
 )
 from server.cua.protocol import PROTOCOL_VERSION
+from server.doors.call import Result
 from server.version import server_version
 from wire.errors import ErrorCode, InvalidArgs, OpError
 

@@ -11,6 +11,7 @@ are the actions' own.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -22,7 +23,6 @@ from server.db.store import Store
 from server.doors.admission import Admission, bearer
 from server.doors.admission import admit as admit_token
 from server.doors.call import DesktopCall, DoorSession
-from wire.errors import ErrorCode, OpError
 
 SOURCE: Final = "computer_use"
 Result = dict[str, Any]
@@ -78,11 +78,20 @@ class DoorCall(DesktopCall[Session]):
             self.session.screen = (int(size["width"]), int(size["height"]))
         return display_for(self.session.screen, self.declared)
 
-    def guard_revision(self) -> str:
+    async def guard_revision(self) -> str:
         """The session's last screenshot's revision; ``stale_screen`` before any screenshot."""
-        if self.session.revision is None:
-            raise OpError(
-                ErrorCode.STALE_SCREEN,
-                "no screenshot in this session yet: take a screenshot, then act on it",
-            )
-        return self.session.revision
+        return await self.last_revision(
+            "no screenshot in this session yet: take a screenshot, then act on it"
+        )
+
+    async def holding(self, keys: list[str], act: Callable[[], Awaitable[Any]]) -> None:
+        """``act`` with ``keys`` held down, released whatever happens."""
+        pressed: list[str] = []
+        try:
+            for key in keys:
+                await self.screen("key_down", key=key)
+                pressed.append(key)
+            await act()
+        finally:
+            for key in reversed(pressed):
+                await self.screen("key_up", key=key)

@@ -66,6 +66,15 @@ class DesktopCall(Generic[S]):
     def answered(self, answer: Result) -> None:
         """What a door keeps of an action's answer beyond the desktop's session (nothing)."""
 
+    async def last_revision(self, stale: str) -> str:
+        """The revision of the session's last screenshot, which guards its clicks. Before any
+        screenshot: ``stale_screen`` saying ``stale``, after a look at the screen so that a
+        caller the screen is not open to hears that first (forbidden, not_running…)."""
+        if self.session.revision is None:
+            await self.screen("mouse_position")
+            raise OpError(ErrorCode.STALE_SCREEN, stale)
+        return self.session.revision
+
     def _where(self, name: str) -> Result:
         """How each action names the desktop: the screen action by ``local`` (and the default
         virtual desktop), the others by kind and slot."""

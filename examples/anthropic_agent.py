@@ -5,6 +5,7 @@ it answers with goes to the door verbatim; the door's answer is the ``tool_resul
 scales the screenshots, maps the clicks back, guards them with the last screenshot and says
 whether each input took effect (docs/computer-use.md).
 
+  # with examples/computer_use_door.py beside this file
   pip install anthropic                 # the official SDK (not installed with relaydesk)
   export ANTHROPIC_API_KEY=...  RELAYDESK_API_TOKEN=rdk_...
   python examples/anthropic_agent.py --server http://127.0.0.1:8400 --conversation ID \\
@@ -15,49 +16,25 @@ Exit status: 0 the model finished; 1 relaydesk refused a call or the turns ran o
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from typing import Any, cast
 
 import anthropic
-import httpx
+from computer_use_door import ComputerUseDoor, command_line
 
 MODEL = "claude-sonnet-5-5"
 MAX_TOKENS = 2048
 
 
-class Door:
+class Door(ComputerUseDoor):
     """relaydesk's Anthropic door for one desktop."""
 
-    def __init__(
-        self,
-        server: str,
-        conversation: str,
-        relay: str,
-        token: str,
-        kind: str = "virtual",
-        slot: str = "main",
-    ) -> None:
-        self.url = (
-            f"{server.rstrip('/')}/api/v1/conversations/{conversation}/computer-use/"
-            f"anthropic/{relay}/{kind}/{slot}"
-        )
-        self.http = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=120)
+    VENDOR = "anthropic"
 
     def tool(self) -> tuple[dict[str, Any], str]:
         """The tool definition to send the model, and the beta flag it needs."""
-        response = self.http.get(f"{self.url}/tool")
-        response.raise_for_status()
+        response = self.tool_response()
         return response.json(), response.headers["x-anthropic-beta"]
-
-    def call(self, tool_input: dict[str, Any]) -> dict[str, Any]:
-        """One tool call's ``content`` and ``is_error`` (input that does not fit the tool is
-        answered the same way, with a 400)."""
-        response = self.http.post(self.url, json=tool_input)
-        if response.status_code not in (200, 400):
-            response.raise_for_status()
-        return dict(response.json())
 
 
 def run(
@@ -102,17 +79,7 @@ def _said(answer: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--conversation", required=True)
-    parser.add_argument("--relay", required=True)
-    parser.add_argument("--slot", default="main")
-    parser.add_argument("--model", default=MODEL)
-    parser.add_argument("task")
-    args = parser.parse_args()
-    token = os.environ.get("RELAYDESK_API_TOKEN")
-    if not token:
-        parser.error("set RELAYDESK_API_TOKEN")
+    args, token = command_line(__doc__.split("\n")[0], MODEL)
     door = Door(args.server, args.conversation, args.relay, token, slot=args.slot)
     print(run(anthropic.Anthropic(), door, args.task, model=args.model))
 

@@ -6,6 +6,7 @@ it answers with goes to the door verbatim; the door's answer is the ``computer_c
 display, guards them with the last screenshot and refuses to run a call that carries
 ``pending_safety_checks``: those are for a person to decide (docs/computer-use.md).
 
+  # with examples/computer_use_door.py beside this file
   pip install openai                    # the official SDK (not installed with relaydesk)
   export OPENAI_API_KEY=...  RELAYDESK_API_TOKEN=rdk_...
   python examples/openai_agent.py --server http://127.0.0.1:8400 --conversation ID \\
@@ -14,45 +15,22 @@ display, guards them with the last screenshot and refuses to run a call that car
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from typing import Any, cast
 
-import httpx
 import openai
+from computer_use_door import ComputerUseDoor, command_line
 
 MODEL = "computer-use-preview"
 
 
-class Door:
+class Door(ComputerUseDoor):
     """relaydesk's OpenAI door for one desktop."""
 
-    def __init__(
-        self,
-        server: str,
-        conversation: str,
-        relay: str,
-        token: str,
-        kind: str = "virtual",
-        slot: str = "main",
-    ) -> None:
-        self.url = (
-            f"{server.rstrip('/')}/api/v1/conversations/{conversation}/computer-use/"
-            f"openai/{relay}/{kind}/{slot}"
-        )
-        self.http = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=120)
+    VENDOR = "openai"
 
     def tool(self) -> dict[str, Any]:
-        response = self.http.get(f"{self.url}/tool")
-        response.raise_for_status()
-        return dict(response.json())
-
-    def call(self, item: dict[str, Any]) -> dict[str, Any]:
-        response = self.http.post(self.url, json=item)
-        if response.status_code not in (200, 400):
-            response.raise_for_status()
-        return dict(response.json())
+        return dict(self.tool_response().json())
 
 
 def run(
@@ -91,17 +69,7 @@ def run(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--conversation", required=True)
-    parser.add_argument("--relay", required=True)
-    parser.add_argument("--slot", default="main")
-    parser.add_argument("--model", default=MODEL)
-    parser.add_argument("task")
-    args = parser.parse_args()
-    token = os.environ.get("RELAYDESK_API_TOKEN")
-    if not token:
-        parser.error("set RELAYDESK_API_TOKEN")
+    args, token = command_line(__doc__.split("\n")[0], MODEL)
     door = Door(args.server, args.conversation, args.relay, token, slot=args.slot)
     print(run(openai.OpenAI(), door, args.task, model=args.model))
 

@@ -37,7 +37,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"control"}),
     frozenset({"actions"}),
     frozenset({"screen", "viewer"}),
-    frozenset({"cluster"}),
+    frozenset({"cluster", "doors"}),
     frozenset({"chat", "mcp", "cua", "computer_use", "openapi", "health", "metrics", "files"}),
     frozenset({"assembly", "admin"}),
     frozenset({"app"}),

@@ -157,25 +157,6 @@ async def _zoom(call: DoorCall, display: Display, params: Mapping[str, Any]) -> 
     return Outcome(image=await zoom(call, display, (x0, y0, x1, y1)))
 
 
-async def _revision(call: DoorCall, display: Display) -> str:
-    if call.session.revision is None:
-        await call.screen("mouse_position")  # a caller the screen is not open to hears that
-    return call.guard_revision()
-
-
-async def _holding(call: DoorCall, keys: list[str], act: Callable[[], Awaitable[Any]]) -> None:
-    """``act`` with ``keys`` held down, released whatever happens."""
-    pressed: list[str] = []
-    try:
-        for key in keys:
-            await call.screen("key_down", key=key)
-            pressed.append(key)
-        await act()
-    finally:
-        for key in reversed(pressed):
-            await call.screen("key_up", key=key)
-
-
 def _clicker(button: str, count: int) -> Handler:
     async def click(call: DoorCall, display: Display, params: Mapping[str, Any]) -> Outcome:
         point = optional_coordinate(display, params)
@@ -183,7 +164,7 @@ def _clicker(button: str, count: int) -> Handler:
         if point is None:
             here = await call.screen("mouse_position")
             point = (int(here["x"]), int(here["y"]))
-        revision = await _revision(call, display)
+        revision = await call.guard_revision()
         action = "double_click" if count == 2 else "click"
 
         async def act() -> None:
@@ -198,7 +179,7 @@ def _clicker(button: str, count: int) -> Handler:
                 return
             await call.screen(action, **where, expected_screen_revision=revision)
 
-        await _holding(call, keys, act)
+        await call.holding(keys, act)
         return Outcome(text=None)
 
     return click
@@ -219,7 +200,7 @@ async def _mouse_move(call: DoorCall, display: Display, params: Mapping[str, Any
 async def _mouse_down(call: DoorCall, display: Display, params: Mapping[str, Any]) -> Outcome:
     point = optional_coordinate(display, params)
     where = {"x": point[0], "y": point[1]} if point else {}
-    revision = await _revision(call, display)
+    revision = await call.guard_revision()
     await call.screen("mouse_down", button="left", expected_screen_revision=revision, **where)
     return Outcome()
 
@@ -235,13 +216,13 @@ async def _drag(call: DoorCall, display: Display, params: Mapping[str, Any]) -> 
     start = coordinate(display, params, "start_coordinate")
     end = coordinate(display, params)
     keys = held_modifiers(params)
-    revision = await _revision(call, display)
+    revision = await call.guard_revision()
 
     async def act() -> None:
         await call.screen("drag", x=start[0], y=start[1], to={"x": end[0], "y": end[1]},
                           button="left", expected_screen_revision=revision)  # fmt: skip
 
-    await _holding(call, keys, act)
+    await call.holding(keys, act)
     return Outcome()
 
 
@@ -262,7 +243,7 @@ async def _scroll(call: DoorCall, display: Display, params: Mapping[str, Any]) -
         elif point is not None:
             await call.screen("move", **where)
 
-    await _holding(call, keys, act)
+    await call.holding(keys, act)
     return Outcome()
 
 
@@ -288,7 +269,7 @@ async def _key(call: DoorCall, display: Display, params: Mapping[str, Any]) -> O
 async def _hold_key(call: DoorCall, display: Display, params: Mapping[str, Any]) -> Outcome:
     keys = [k for chord in _chords(params) for k in chord.split("+") if k]
     seconds = duration(params)
-    await _holding(call, keys, lambda: asyncio.sleep(seconds))
+    await call.holding(keys, lambda: asyncio.sleep(seconds))
     return Outcome()
 
 

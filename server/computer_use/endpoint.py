@@ -27,9 +27,10 @@ from server.auth.revocation import Access, Credential
 from server.auth.streams import StreamGuard, until_revoked
 from server.boundary.body import read_capped
 from server.computer_use import anthropic, openai
-from server.computer_use.session import Admitted, DoorCall, Sessions, admit
+from server.computer_use.session import Admitted, DoorCall, Session, admit
 from server.computer_use.tool_errors import did_you_mean, for_model
 from server.db.store import Store
+from server.doors.admission import Sessions
 from wire.errors import InvalidArgs, OpError, RelaydeskError, UnsupportedMediaType
 from wire.jsonbody import is_json_media_type, parse_json_object
 
@@ -64,7 +65,7 @@ class ComputerUseEndpoint:
         self.store = store
         self.streams = streams
         self.actions = actions
-        self.sessions = Sessions()
+        self.sessions = Sessions(Session)
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -108,7 +109,9 @@ class ComputerUseEndpoint:
 
     def _call(self, request: Request, admitted: Admitted) -> DoorCall:
         request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER))
-        return DoorCall(self.actions, admitted, self.sessions.of(admitted), request_id)
+        session = self.sessions.of(admitted)
+        return DoorCall(self.actions, admitted.principal, admitted.target, session, request_id,
+                        declared=admitted.declared)  # fmt: skip
 
     async def _body(self, request: Request) -> dict[str, Any]:
         content_type = request.headers.get("content-type")

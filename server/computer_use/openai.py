@@ -90,26 +90,7 @@ def _held(params: Mapping[str, Any]) -> list[str]:
     return [key_name(k, f"action.keys[{i}]") for i, k in enumerate(keys)]
 
 
-async def _holding(call: DoorCall, keys: list[str], act: Callable[[], Awaitable[Any]]) -> None:
-    """``act`` with ``keys`` held down, released whatever happens."""
-    pressed: list[str] = []
-    try:
-        for key in keys:
-            await call.screen("key_down", key=key)
-            pressed.append(key)
-        await act()
-    finally:
-        for key in reversed(pressed):
-            await call.screen("key_up", key=key)
-
-
 # -- actions ----------------------------------------------------------------------------------
-
-
-async def _guarded(call: DoorCall) -> str:
-    if call.session.revision is None:
-        await call.screen("mouse_position")
-    return call.guard_revision()
 
 
 async def _click(call: DoorCall, display: Display, params: Mapping[str, Any]) -> None:
@@ -120,19 +101,19 @@ async def _click(call: DoorCall, display: Display, params: Mapping[str, Any]) ->
         raise InvalidArgs("action.button", "must be left, right, wheel, back or forward")
     x, y = _point(display, params, "action")
     held = _held(params)
-    revision = await _guarded(call)
+    revision = await call.guard_revision()
     where = {"x": x, "y": y, "button": BUTTONS[str(button)]}
-    await _holding(
-        call, held, lambda: call.screen("click", **where, expected_screen_revision=revision)
+    await call.holding(
+        held, lambda: call.screen("click", **where, expected_screen_revision=revision)
     )
 
 
 async def _double_click(call: DoorCall, display: Display, params: Mapping[str, Any]) -> None:
     x, y = _point(display, params, "action")
     held = _held(params)
-    revision = await _guarded(call)
-    await _holding(
-        call, held, lambda: call.screen("double_click", x=x, y=y, expected_screen_revision=revision)
+    revision = await call.guard_revision()
+    await call.holding(
+        held, lambda: call.screen("double_click", x=x, y=y, expected_screen_revision=revision)
     )
 
 
@@ -145,7 +126,7 @@ async def _drag(call: DoorCall, display: Display, params: Mapping[str, Any]) -> 
         if not isinstance(point, dict):
             raise InvalidArgs(f"action.path[{index}]", "must be an object {x, y}")
         points.append(_point(display, point, f"action.path[{index}]"))
-    revision = await _guarded(call)
+    revision = await call.guard_revision()
     first = points[0]
     await call.screen("mouse_down", x=first[0], y=first[1], button="left",
                       expected_screen_revision=revision)  # fmt: skip

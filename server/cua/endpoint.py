@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
-import re
-from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, Final, cast
+from dataclasses import dataclass
+from typing import Any, Final
 
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
@@ -31,23 +29,21 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server import errors
 from server.actions.invoke import ActionRunner, request_id_from
-from server.actions.registry import CONVERSATION_ID
 from server.actions.routes import REQUEST_ID_HEADER
 from server.auth import errors as auth_errors
 from server.auth.errors import AuthError, Unauthorized
-from server.auth.principal import Principal
 from server.auth.revocation import Access, Credential, Watch
 from server.auth.streams import StreamGuard, refuse_socket, run_watched, until_revoked
 from server.boundary.body import read_capped
 from server.boundary.limits import TooManyStreams
 from server.cua import protocol
-from server.cua.call import CuaCall, CuaSession, CuaTarget
+from server.cua.call import CuaCall
 from server.cua.commands import COMMANDS, listing, missing_params
 from server.db.records import Role, role_allows
 from server.db.store import Store
+from server.doors.admission import Admission, Sessions, Target, admit, bearer
+from server.doors.call import DoorSession
 from server.relays.router import RelayRouter
-from server.secrets.tokens import hash_secret
-from wire.desktop_rows import SLOT_RE
 from wire.errors import (
     CloseCode,
     ErrorCode,
@@ -57,66 +53,38 @@ from wire.errors import (
     UnsupportedMediaType,
 )
 from wire.jsonbody import is_json_media_type, parse_json_object
-from wire.ops import DesktopKind
 
 log = logging.getLogger(__name__)
 
 BASE: Final = "/api/v1/conversations/{conversation_id}/cua/{relay}/{kind}/{slot}"
 API_KEY_HEADER: Final = "x-api-key"
 SHELL_CAPABILITY: Final = "shell"
-_CONVERSATION_ID: Final = re.compile(CONVERSATION_ID["pattern"])
-_RELAY: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-KINDS: Final = ("virtual", "docker", "local")
-# Sessions kept (one per token and desktop); the least recently used goes first.
-MAX_SESSIONS: Final = 4096
 MAX_WS_MESSAGE: Final = 1 << 20
-# The commands that call no action on the desktop. Every other command calls one of role
-# ``write`` (the screen, windows, accessibility, clipboard, launch, shell, files): a member
-# with a lower role runs only these, and ``GET /commands`` lists only these to it, as MCP's
-# tools/list does.
+# The commands that call no action on the desktop; ``GET /commands`` lists only these to a
+# member below ``write``. Every other command calls an action of role ``write`` (the screen,
+# windows, accessibility, clipboard, launch, shell, file writes), except the home-file reads
+# (``read_text``, ``list_dir``…), whose actions a ``read`` member may call (docs/files.md).
 WITHOUT_DESKTOP: Final = frozenset({"version", "get_desktop_environment"})
 DESKTOP_ROLE: Final[Role] = "write"
 
 
-class CuaAdmitted:
+@dataclass(frozen=True)
+class CuaAdmitted(Admission):
     """An admitted request: who, where, which session, guard on or off."""
 
-    def __init__(
-        self, principal: Principal, target: CuaTarget, token: str, guard: bool, role: Role
-    ) -> None:
-        self.principal = principal
-        self.role = role
-        self.target = target
-        self.session_key = (hashlib.sha256(token.encode()).hexdigest(), target)
-        self.guard = guard
+    guard: bool
 
 
 def _token(conn: HTTPConnection) -> str:
     authorization = conn.headers.get("authorization")
     if authorization is not None:
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthorized("expected 'Authorization: Bearer <token>'")
-        return token.strip()
+        return bearer(authorization)
     api_key = conn.headers.get(API_KEY_HEADER)
     if api_key:
         return api_key.strip()
     raise Unauthorized(
         "this endpoint takes an API token: 'Authorization: Bearer rdk_…' or 'X-API-Key: rdk_…'"
     )
-
-
-def _target(conn: HTTPConnection) -> CuaTarget:
-    params = conn.path_params
-    conversation_id, relay = str(params["conversation_id"]), str(params["relay"])
-    kind, slot = str(params["kind"]), str(params["slot"])
-    if not _RELAY.fullmatch(relay):
-        raise InvalidArgs("relay", "must be a relay name or id")
-    if kind not in KINDS:
-        raise InvalidArgs("kind", "must be virtual, docker or local")
-    if not SLOT_RE.fullmatch(slot):
-        raise InvalidArgs("slot", "must be a slot name like 'main'")
-    return CuaTarget(conversation_id, relay, cast("DesktopKind", kind), slot)
 
 
 def _query(conn: HTTPConnection) -> tuple[bool, str | None]:
@@ -129,20 +97,9 @@ def _query(conn: HTTPConnection) -> tuple[bool, str | None]:
 
 
 async def _admit(store: Store, conn: HTTPConnection, guard: bool) -> CuaAdmitted:
-    token = _token(conn)
-    user = await store.authenticate_api_token(token)
-    if user is None:
-        raise Unauthorized("invalid or revoked token")
-    principal = Principal(
-        user.user_id, user.username, user.is_admin, "token", None, hash_secret(token)
-    )
-    target = _target(conn)
-    role = None
-    if _CONVERSATION_ID.fullmatch(target.conversation_id):
-        role = await store.get_role(target.conversation_id, principal.user_id)
-    if role is None:
-        raise OpError(ErrorCode.NOT_FOUND, "conversation not found")
-    return CuaAdmitted(principal, target, token, guard, role)
+    admitted = await admit(store, conn, _token(conn))
+    return CuaAdmitted(admitted.principal, admitted.role, admitted.target, admitted.session_key,
+                       guard)  # fmt: skip
 
 
 def _for_role(offered: dict[str, Any], role: Role) -> dict[str, Any]:
@@ -186,7 +143,7 @@ class CuaEndpoint:
         self.streams = streams
         self.relays = relays
         self.actions = actions
-        self._sessions: OrderedDict[tuple[str, CuaTarget], CuaSession] = OrderedDict()
+        self._sessions = Sessions(DoorSession)
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -198,13 +155,8 @@ class CuaEndpoint:
             WebSocketRoute(BASE, self.ws_suffixed),
         ]
 
-    def session(self, admitted: CuaAdmitted) -> CuaSession:
-        key = admitted.session_key
-        session = self._sessions.pop(key, None) or CuaSession()
-        self._sessions[key] = session
-        while len(self._sessions) > MAX_SESSIONS:
-            self._sessions.popitem(last=False)
-        return session
+    def session(self, admitted: CuaAdmitted) -> DoorSession:
+        return self._sessions.of(admitted)
 
     # -- HTTP ---------------------------------------------------------------------------
 
@@ -394,7 +346,7 @@ def _command_of(body: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return command, params
 
 
-async def _visible_relay(store: Store, target: CuaTarget) -> Any:
+async def _visible_relay(store: Store, target: Target) -> Any:
     for relay in await store.relays_visible_in(target.conversation_id):
         if target.relay in (relay.name, relay.relay_id):
             return relay.relay_id

@@ -14,7 +14,8 @@ import binascii
 from collections.abc import Mapping
 from typing import Any, Final
 
-from server.cua.call import CuaCall, Result, int_param, str_param
+from server.cua.call import CuaCall, int_param, str_param
+from server.doors.call import Result
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.home_files import READ_MAX
 

@@ -10,15 +10,15 @@ from server.cua.call import (
     OWN_LOOK_SIDE,
     CuaCall,
     Handler,
-    Result,
     button_param,
     int_param,
     optional_point,
     str_param,
 )
 from server.cua.protocol import PROTOCOL_VERSION
+from server.doors.call import Result
 from server.version import server_version
-from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.errors import InvalidArgs
 
 # -- pixels ------------------------------------------------------------------------------
 
@@ -69,14 +69,9 @@ async def _revision_for(call: CuaCall, point: tuple[int, int]) -> str:
         region = {"x": x, "y": y, "width": side, "height": side}
         answer = await call.screen("zoom", region=region)
         return str(answer["screen_revision"])
-    if call.session.revision is None:
-        # A caller the screen is not open to hears that first (forbidden, not_running…).
-        await call.screen("mouse_position")
-        raise OpError(
-            ErrorCode.STALE_SCREEN,
-            "no screenshot in this session yet: take a new screenshot, then click on it",
-        )
-    return call.session.revision
+    return await call.last_revision(
+        "no screenshot in this session yet: take a new screenshot, then click on it"
+    )
 
 
 def clicker(action: str, button: str) -> Handler:

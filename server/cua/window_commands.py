@@ -7,7 +7,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from server.cua.call import CuaCall, Handler, Result, int_param, str_param
+from server.cua.call import CuaCall, Handler, int_param, str_param
+from server.doors.call import Result
 from wire.errors import ErrorCode, InvalidArgs, OpError
 
 # -- clipboard, windows, apps --------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""One slot rule: the relay's start/stop checks, the server's action schemas and the Cua
-endpoint's path all use the pattern written in ``wire.desktop_rows``."""
+"""One slot rule: the relay's start/stop checks, the server's action schemas and the agent
+doors' paths all use the pattern written in ``wire.desktop_rows``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from relay.desktops import validation
 from server.actions import desktop as desktop_actions
-from server.cua import endpoint as cua_endpoint
+from server.doors import admission as door_admission
 from wire import desktop_rows
 from wire.errors import InvalidArgs
 
@@ -20,9 +20,9 @@ NAMES = ["main", "a", "agent-1", "x_y", "0" * 32, "0" * 33, "Main", "-a", "_a", 
 
 def test_the_relay_and_the_server_use_the_wire_slot_pattern() -> None:
     assert validation.SLOT_RE is desktop_rows.SLOT_RE
-    assert cua_endpoint.SLOT_RE is desktop_rows.SLOT_RE  # type: ignore[attr-defined]
+    assert door_admission.SLOT_RE is desktop_rows.SLOT_RE  # type: ignore[attr-defined]
     assert desktop_actions.SLOT["pattern"] == f"^{desktop_rows.SLOT_RE.pattern}$"
-    assert not hasattr(cua_endpoint, "_SLOT"), "the Cua endpoint keeps a pattern of its own"
+    assert not hasattr(door_admission, "_SLOT"), "the agent doors keep a pattern of their own"
 
 
 @pytest.mark.parametrize("name", NAMES)

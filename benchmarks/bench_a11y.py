@@ -243,8 +243,11 @@ async def run(quick: bool) -> None:
 
 async def cold_observes(timer: Timer, rounds: int) -> None:
     """Observes that read their app's tree again: each after the kept trees expired."""
-    cold: dict[str, list[float]] = {"observe_factory_cold": [], "observe_page_cold": [],
-                                    "screenshot_cold": []}  # fmt: skip
+    cold: dict[str, list[float]] = {
+        "observe_factory_cold": [],
+        "observe_page_cold": [],
+        "screenshot_cold": [],
+    }
     for _ in range(rounds):
         await asyncio.sleep(1.2)  # > the 1 s a kept tree lives
         cold["observe_factory_cold"].append((await timer.call("desktop_observe", app=FACTORY))[0])

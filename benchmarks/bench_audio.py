@@ -39,22 +39,54 @@ RAW_PCM_BYTES_PER_S = SAMPLE_RATE * CHANNELS * 2
 
 
 def play_tone(
-    display: str, seconds: float, hz: float = 440.0, volume: float = 0.5, *,
-    sound_root: Path | None = None, via: Sequence[str] = (),
-) -> list[subprocess.Popen[bytes]]:  # fmt: skip
+    display: str,
+    seconds: float,
+    hz: float = 440.0,
+    volume: float = 0.5,
+    *,
+    sound_root: Path | None = None,
+    via: Sequence[str] = (),
+) -> list[subprocess.Popen[bytes]]:
     """``sox`` synthesises a sine on this host, ``pacat`` plays it into the desktop's default
     (null) sink: here, or through ``via`` (``docker exec -i CONTAINER``) where the desktop
     runs, its relay keeping the sound servers under ``sound_root`` there."""
     server = pulse_server(display_number(display), sound_root)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PULSE_SERVER": server}
     sox = subprocess.Popen(
-        ["sox", "-q", "-n", "-t", "raw", "-r", str(SAMPLE_RATE), "-c", str(CHANNELS), "-b", "16",
-         "-e", "signed-integer", "-", "synth", f"{seconds}", "sine", f"{hz}", "vol", f"{volume}"],
-        stdout=subprocess.PIPE, env=env,
-    )  # fmt: skip
+        [
+            "sox",
+            "-q",
+            "-n",
+            "-t",
+            "raw",
+            "-r",
+            str(SAMPLE_RATE),
+            "-c",
+            str(CHANNELS),
+            "-b",
+            "16",
+            "-e",
+            "signed-integer",
+            "-",
+            "synth",
+            f"{seconds}",
+            "sine",
+            f"{hz}",
+            "vol",
+            f"{volume}",
+        ],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
     assert sox.stdout is not None
-    pacat = ["pacat", "--raw", "--format=s16le", f"--rate={SAMPLE_RATE}",
-             f"--channels={CHANNELS}", "--latency-msec=20"]  # fmt: skip
+    pacat = [
+        "pacat",
+        "--raw",
+        "--format=s16le",
+        f"--rate={SAMPLE_RATE}",
+        f"--channels={CHANNELS}",
+        "--latency-msec=20",
+    ]
     if via:
         pacat = [*via, "env", f"PULSE_SERVER={server}", *pacat]
     player = subprocess.Popen(pacat, stdin=sox.stdout, env=env)
@@ -64,9 +96,13 @@ def play_tone(
 
 @contextlib.contextmanager
 def tone(
-    display: str, seconds: float, hz: float = 440.0, *,
-    sound_root: Path | None = None, via: Sequence[str] = (),
-) -> Iterator[None]:  # fmt: skip
+    display: str,
+    seconds: float,
+    hz: float = 440.0,
+    *,
+    sound_root: Path | None = None,
+    via: Sequence[str] = (),
+) -> Iterator[None]:
     """Play a tone for the duration of the block (or ``seconds``), then stop: the synthesiser,
     whose end ends the player (also one through ``via``, which a kill here would not reach)."""
     synthesiser, player = play_tone(display, seconds, hz, sound_root=sound_root, via=via)

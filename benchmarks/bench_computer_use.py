@@ -108,10 +108,13 @@ async def effects(quick: bool) -> None:
             app.terminate()
             app.wait(timeout=10)
     right = [row for row in rows if row[2].get("effect") == row[1]]
-    wrong = sorted({f"{c}: {a.get('effect')} (expected {e})" for c, e, a, _ in rows
-                    if a.get("effect") != e})  # fmt: skip
-    print(f"effect: {len(right)}/{len(rows)} right ({100 * len(right) / len(rows):.1f} %; "
-          "target >= 95 %)")  # fmt: skip
+    wrong = sorted(
+        {f"{c}: {a.get('effect')} (expected {e})" for c, e, a, _ in rows if a.get("effect") != e}
+    )
+    print(
+        f"effect: {len(right)}/{len(rows)} right ({100 * len(right) / len(rows):.1f} %; "
+        "target >= 95 %)"
+    )
     for line in wrong:
         print(f"  wrong: {line}")
     changed = [float(a["effect_ms"]) for _, _, a, _ in rows if a.get("effect") == "changed"]
@@ -134,8 +137,7 @@ async def doors(quick: bool) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-cu-"))
     async with recorded_desktops(root, {"main": (1280, 800)}) as parts:
         app, url, seed, relay_id, desktops = parts
-        row = {"desktop_session_id": desktops["main"].session_id, "kind": "virtual",
-               "slot": "main"}  # fmt: skip
+        row = {"desktop_session_id": desktops["main"].session_id, "kind": "virtual", "slot": "main"}
         await app.state.parts.inventory.record_started(RelayId(relay_id), row)
         root_url = f"{url}/api/v1/conversations/{seed.conversation_id}/computer-use"
         door = f"{root_url}/anthropic/relay-1/virtual/main"
@@ -154,8 +156,13 @@ async def doors(quick: bool) -> None:
                             shot = await http.post(typed, json={**base, "action": "screenshot"})
                             got["typed_shot"].append(shot.elapsed.total_seconds() * 1000)
                             revision = shot.json()["screen_revision"]
-                            click = {**base, "action": "click", "x": point[0], "y": point[1],
-                                     "expected_screen_revision": revision}  # fmt: skip
+                            click = {
+                                **base,
+                                "action": "click",
+                                "x": point[0],
+                                "y": point[1],
+                                "expected_screen_revision": revision,
+                            }
                             got["typed_click"].append(await _post(http, typed, click))
                         else:
                             got["door_shot"].append(
@@ -172,8 +179,10 @@ async def doors(quick: bool) -> None:
             print(summary(f"{measure} {way}", [s for r in samples[f"{way}_{measure}"] for s in r]))
         pairs = zip(samples[f"door_{measure}"], samples[f"typed_{measure}"], strict=True)
         ratios = [percentile(d, 0.5) / percentile(t, 0.5) for d, t in pairs]
-        print(f"ratio {measure} door/typed p50: {statistics.median(ratios):.2f}x "
-              f"(per round {min(ratios):.2f}-{max(ratios):.2f}; target <= {target}x)")  # fmt: skip
+        print(
+            f"ratio {measure} door/typed p50: {statistics.median(ratios):.2f}x "
+            f"(per round {min(ratios):.2f}-{max(ratios):.2f}; target <= {target}x)"
+        )
 
 
 async def mapping(quick: bool) -> None:
@@ -185,11 +194,16 @@ async def mapping(quick: bool) -> None:
         headers = {"Authorization": f"Bearer {seed.api_token}"}
         async with httpx.AsyncClient(timeout=60, headers=headers) as http:
             for slot, size in sizes.items():
-                row = {"desktop_session_id": desktops[slot].session_id, "kind": "virtual",
-                       "slot": slot}  # fmt: skip
+                row = {
+                    "desktop_session_id": desktops[slot].session_id,
+                    "kind": "virtual",
+                    "slot": slot,
+                }
                 await app.state.parts.inventory.record_started(RelayId(relay_id), row)
-                door = (f"{url}/api/v1/conversations/{seed.conversation_id}/computer-use/"
-                        f"anthropic/relay-1/virtual/{slot}")  # fmt: skip
+                door = (
+                    f"{url}/api/v1/conversations/{seed.conversation_id}/computer-use/"
+                    f"anthropic/relay-1/virtual/{slot}"
+                )
                 shown = Display(size, default_size(size))
                 recorder = desktops[slot].recorder
                 recorder.drain()
@@ -203,8 +217,10 @@ async def mapping(quick: bool) -> None:
                         got = (presses[0]["x"], presses[0]["y"]) if presses else (-(10**6), 0)
                         worst = max(worst, abs(got[0] - want[0]), abs(got[1] - want[1]))
                         clicks += 1
-                print(f"mapping {size[0]}x{size[1]} shown {shown.shown[0]}x{shown.shown[1]}: "
-                      f"{clicks} clicks, largest error {worst} px (target 0)")  # fmt: skip
+                print(
+                    f"mapping {size[0]}x{size[1]} shown {shown.shown[0]}x{shown.shown[1]}: "
+                    f"{clicks} clicks, largest error {worst} px (target 0)"
+                )
 
 
 async def run(quick: bool, parts: list[str]) -> None:

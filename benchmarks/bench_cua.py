@@ -58,8 +58,10 @@ async def run(quick: bool) -> None:
     rounds, per_round = (2, 4) if quick else (7, 20)
     root = Path(tempfile.mkdtemp(prefix="bench-cua-"))
     async with a11y_stack(root, []) as stack:
-        base = (f"{stack.url}/api/v1/conversations/{stack.seed.conversation_id}"
-                "/cua/relay-1/virtual/main")  # fmt: skip
+        base = (
+            f"{stack.url}/api/v1/conversations/{stack.seed.conversation_id}"
+            "/cua/relay-1/virtual/main"
+        )
         oracle = await asyncio.to_thread(CuaServer, stack.display, str(stack.seed.relay_authority))
         clients: dict[str, CuaClient] = {}
         try:
@@ -71,8 +73,10 @@ async def run(quick: bool) -> None:
             for client in clients.values():
                 client.close()
             oracle.stop()
-    print(f"bench_cua: {rounds} interleaved rounds x {per_round} screenshots and guarded clicks "
-          "each way, Cua's client (cua-computer), a 1280x800 desktop")  # fmt: skip
+    print(
+        f"bench_cua: {rounds} interleaved rounds x {per_round} screenshots and guarded clicks "
+        "each way, Cua's client (cua-computer), a 1280x800 desktop"
+    )
     for measure in TARGETS:
         for way, label in (("cua", "(a) Cua's computer_server"), ("relaydesk", "(b) relaydesk")):
             flat = [s for r in results for s in r[f"{way}_{measure}"]]
@@ -82,8 +86,10 @@ async def run(quick: bool) -> None:
             for r in results
         ]
         spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
-        print(f"ratio {measure} (b)/(a) p50: {statistics.median(ratios):.2f}x, per round "
-              f"{spread} (target <= {TARGETS[measure]}x)")  # fmt: skip
+        print(
+            f"ratio {measure} (b)/(a) p50: {statistics.median(ratios):.2f}x, per round "
+            f"{spread} (target <= {TARGETS[measure]}x)"
+        )
 
 
 def main() -> None:

@@ -41,8 +41,7 @@ TARGET_BROWSER_S = 3.0
 
 
 def browser_mapped(config: DesktopSettings, display: str) -> bool:
-    env = {"PATH": os.environ["PATH"], "DISPLAY": display,
-           "XAUTHORITY": str(config.authority_file)}  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "DISPLAY": display, "XAUTHORITY": str(config.authority_file)}
     done = subprocess.run(["wmctrl", "-l"], env=env, capture_output=True, text=True, check=False)
     return "Chromium" in done.stdout
 
@@ -190,35 +189,47 @@ def main(argv: list[str] | None = None) -> int:
         if standard:
             profile_t = asyncio.run(time_profiles(config, starts))
             minimal_t, standard_t, browser_t = (
-                profile_t["minimal"], profile_t["standard"], profile_t["browser"]
-            )  # fmt: skip
+                profile_t["minimal"],
+                profile_t["standard"],
+                profile_t["browser"],
+            )
             per = 1 if args.quick else 2
             std_idle = asyncio.run(idle_profile(config, idle_s, "standard", per))
     p50 = statistics.median(times)
     print(f"desktop start → RFB banner via websockify over {starts} starts:")
-    print(f"  p50 {p50:.3f} s  min {min(times):.3f} s  max {max(times):.3f} s"
-          f"  p50/target {p50 / TARGET_START_S:.2f} (target {TARGET_START_S} s)")  # fmt: skip
+    print(
+        f"  p50 {p50:.3f} s  min {min(times):.3f} s  max {max(times):.3f} s"
+        f"  p50/target {p50 / TARGET_START_S:.2f} (target {TARGET_START_S} s)"
+    )
     print(f"4 desktops ({profile['processes']:.0f} processes), watchdog on, idle {idle_s:.0f} s:")
     desktops_mb = profile["desktops_pss_mb"]
-    print(f"  relay RSS {profile['relay_rss_mb']:.1f} MB (PSS {profile['relay_pss_mb']:.1f} MB),"
-          f" desktop processes PSS"
-          f" {desktops_mb:.1f} MB ({desktops_mb / 4:.1f} MB each)")  # fmt: skip
-    print(f"  idle CPU: desktop groups {profile['groups_cpu_pct']:.2f} % of one core"
-          f" ({profile['groups_cpu_pct'] / 4:.2f} % each), relay watchdog"
-          f" {profile['relay_cpu_pct']:.2f} %")  # fmt: skip
+    print(
+        f"  relay RSS {profile['relay_rss_mb']:.1f} MB (PSS {profile['relay_pss_mb']:.1f} MB),"
+        f" desktop processes PSS"
+        f" {desktops_mb:.1f} MB ({desktops_mb / 4:.1f} MB each)"
+    )
+    print(
+        f"  idle CPU: desktop groups {profile['groups_cpu_pct']:.2f} % of one core"
+        f" ({profile['groups_cpu_pct'] / 4:.2f} % each), relay watchdog"
+        f" {profile['relay_cpu_pct']:.2f} %"
+    )
     if not standard:
         print("standard profile unavailable on this host: profile comparison skipped")
         return 0
     m50, s50 = statistics.median(minimal_t), statistics.median(standard_t)
-    print(f"profiles, {starts} starts each, interleaved: start → first frame (RFB handshake +"
-          f" FramebufferUpdate) p50 minimal {m50:.3f} s (max {max(minimal_t):.3f}), standard"
-          f" {s50:.3f} s (max {max(standard_t):.3f}); ratio {s50 / m50:.2f}"
-          f" (target <= {TARGET_PROFILE_RATIO})")  # fmt: skip
+    print(
+        f"profiles, {starts} starts each, interleaved: start → first frame (RFB handshake +"
+        f" FramebufferUpdate) p50 minimal {m50:.3f} s (max {max(minimal_t):.3f}), standard"
+        f" {s50:.3f} s (max {max(standard_t):.3f}); ratio {s50 / m50:.2f}"
+        f" (target <= {TARGET_PROFILE_RATIO})"
+    )
     if browser_t:
         b50 = statistics.median(browser_t)
-        print(f"  standard start → browser window p50 {b50:.3f} s (max {max(browser_t):.3f} s,"
-              f" {len(browser_t)}/{starts} seen); p50/target {b50 / TARGET_BROWSER_S:.2f}"
-              f" (target {TARGET_BROWSER_S} s)")  # fmt: skip
+        print(
+            f"  standard start → browser window p50 {b50:.3f} s (max {max(browser_t):.3f} s,"
+            f" {len(browser_t)}/{starts} seen); p50/target {b50 / TARGET_BROWSER_S:.2f}"
+            f" (target {TARGET_BROWSER_S} s)"
+        )
     else:
         print("  standard start → browser window: never seen")
     n = std_idle["processes"] and (1 if args.quick else 2)

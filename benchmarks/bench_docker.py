@@ -125,8 +125,10 @@ def report_starts(image: str, starts: list[RelayStart]) -> float:
     }
     for name, label in labels.items():
         values = [getattr(s, name) for s in starts]
-        print(f"  {label}: p50 {percentile(values, 0.5):.2f} s  "
-              f"(min {min(values):.2f}, max {max(values):.2f})")  # fmt: skip
+        print(
+            f"  {label}: p50 {percentile(values, 0.5):.2f} s  "
+            f"(min {min(values):.2f}, max {max(values):.2f})"
+        )
     desktop = [s.ready - s.connected for s in starts]
     print(f"  connected → desktop running (API answer): p50 {percentile(desktop, 0.5):.2f} s")
     ready = [s.ready for s in starts]
@@ -151,8 +153,13 @@ def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--no-build", action="store_true", help="use the images as they are")
     p.add_argument("--runs", type=int, default=5, help="relay container starts to time")
-    p.add_argument("--baseline", metavar="IMAGE", action="append", default=[],
-                   help="a relay image to compare with (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--baseline",
+        metavar="IMAGE",
+        action="append",
+        default=[],
+        help="a relay image to compare with (repeatable)",
+    )
     args = p.parse_args()
     runs = 1 if args.quick else args.runs
     if runs < 1:
@@ -180,8 +187,10 @@ def main() -> None:
     for baseline, p50 in zip(images[1:], p50s[1:], strict=True):
         print(f"first desktop p50: {images[0]} / {baseline} ratio {p50s[0] / p50:.2f}")
         for name in (f.name for f in fields(RelayStart)):
-            ours, theirs = (percentile([getattr(s, name) for s in starts[i]], 0.5)
-                            for i in (images[0], baseline))  # fmt: skip
+            ours, theirs = (
+                percentile([getattr(s, name) for s in starts[i]], 0.5)
+                for i in (images[0], baseline)
+            )
             print(f"  {name}: {ours:.2f} s vs {theirs:.2f} s")
 
 

@@ -71,8 +71,9 @@ async def run(rounds: int, settle_s: float) -> None:
         return await virtual.start(slot="bench", audio=False, profile="minimal")
 
     async def stop_virtual(row: Row) -> None:
-        await virtual.stop(kind="virtual", slot="bench",
-                           desktop_session_id=str(row["desktop_session_id"]))  # fmt: skip
+        await virtual.stop(
+            kind="virtual", slot="bench", desktop_session_id=str(row["desktop_session_id"])
+        )
 
     try:
         for _ in range(rounds):
@@ -98,10 +99,12 @@ def report(
 ) -> None:
     for kind, pairs in samples.items():
         starts, stops = [p[0] for p in pairs], [p[1] for p in pairs]
-        print(f"{kind:8s} start → ready: p50 {statistics.median(starts):.2f} s  "
-              f"min {min(starts):.2f}  max {max(starts):.2f}  "
-              f"p90 {percentile(starts, 0.9):.2f}  n={len(starts)}; "
-              f"stop p50 {statistics.median(stops):.2f} s")  # fmt: skip
+        print(
+            f"{kind:8s} start → ready: p50 {statistics.median(starts):.2f} s  "
+            f"min {min(starts):.2f}  max {max(starts):.2f}  "
+            f"p90 {percentile(starts, 0.9):.2f}  n={len(starts)}; "
+            f"stop p50 {statistics.median(stops):.2f} s"
+        )
     ratio = statistics.median(p[0] for p in samples["docker"]) / statistics.median(
         p[0] for p in samples["virtual"]
     )

@@ -88,15 +88,22 @@ async def run(quick: bool, size_mb: int | None) -> int:
         try:
             seed = await seed_database(Path(tmp) / "data")
             server = await start_server(tracker.start, seed, env=SERVER_ENV)
-            relay = start_relay(tracker.start, seed, server.url, env={
-                **DESKTOP_ENV, "RELAYDESK_FILE_MAX_MB": str(size_mb + 1)})  # fmt: skip
+            relay = start_relay(
+                tracker.start,
+                seed,
+                server.url,
+                env={**DESKTOP_ENV, "RELAYDESK_FILE_MAX_MB": str(size_mb + 1)},
+            )
             await wait_until(lambda: server.relays_connected() == 1, 30, "the relay")
             headers = {"Authorization": f"Bearer {seed.api_token}"}
             cid = seed.conversation_id
-            async with httpx.AsyncClient(base_url=server.url, timeout=600,
-                                         headers=headers) as http:  # fmt: skip
-                started = (await http.post("/api/v1/actions/desktop_start", json={
-                    "conversation_id": cid, "geometry": "1280x800"})).json()  # fmt: skip
+            async with httpx.AsyncClient(base_url=server.url, timeout=600, headers=headers) as http:
+                started = (
+                    await http.post(
+                        "/api/v1/actions/desktop_start",
+                        json={"conversation_id": cid, "geometry": "1280x800"},
+                    )
+                ).json()
                 session_id = started["desktop"]["desktop_session_id"]
                 record = desktop_record(seed, session_id)
                 home = Path(record["home"])
@@ -105,15 +112,20 @@ async def run(quick: bool, size_mb: int | None) -> int:
                 await tunnel_throughput(viewer, 0.3)
                 tunnel, _ = await tunnel_throughput(viewer, seconds)
                 await viewer.close()
-                processes = {"server": psutil.Process(server.process.pid),
-                             "relay": psutil.Process(relay.pid)}  # fmt: skip
+                processes = {
+                    "server": psutil.Process(server.process.pid),
+                    "relay": psutil.Process(relay.pid),
+                }
                 base = f"/api/v1/conversations/{cid}/files/relay-1/virtual/main"
                 size = size_mb * PIECE
                 async with Peak(processes) as up:
                     began = time.perf_counter()
-                    answer = await http.post(f"{base}/upload", params={"path": "bench.bin"},
-                                             content=_pieces(size_mb),
-                                             headers={"Content-Length": str(size)})  # fmt: skip
+                    answer = await http.post(
+                        f"{base}/upload",
+                        params={"path": "bench.bin"},
+                        content=_pieces(size_mb),
+                        headers={"Content-Length": str(size)},
+                    )
                     upload = size / MB / (time.perf_counter() - began)
                 assert answer.status_code == 200, answer.text
                 async with Peak(processes) as down:
@@ -131,8 +143,12 @@ async def run(quick: bool, size_mb: int | None) -> int:
                 times = []
                 for _ in range(30):
                     began = time.perf_counter()
-                    listed = (await http.post("/api/v1/actions/desktop_files_list", json={
-                        "conversation_id": cid, "path": listing})).json()  # fmt: skip
+                    listed = (
+                        await http.post(
+                            "/api/v1/actions/desktop_files_list",
+                            json={"conversation_id": cid, "path": listing},
+                        )
+                    ).json()
                     times.append((time.perf_counter() - began) * 1000)
                 assert len(listed["entries"]) == LISTED, listed
         finally:
@@ -155,8 +171,15 @@ def _make_folder(home: Path) -> str:
     return folder.name
 
 
-def report(tunnel: float, upload: float, download: float, up: dict[str, int],
-           down: dict[str, int], times: list[float], size_mb: int) -> None:  # fmt: skip
+def report(
+    tunnel: float,
+    upload: float,
+    download: float,
+    up: dict[str, int],
+    down: dict[str, int],
+    times: list[float],
+    size_mb: int,
+) -> None:
     p50 = percentile(times, 0.5)
     print(f"(a) viewer tunnel raw bytes : {tunnel:8.1f} MB/s")
     print(f"(b) upload {size_mb} MB        : {upload:8.1f} MB/s  ({upload / tunnel:.2f} x (a))")
@@ -164,12 +187,24 @@ def report(tunnel: float, upload: float, download: float, up: dict[str, int],
     print(
         f"RSS growth upload  : server {up['server'] / MB:.1f} MB, relay {up['relay'] / MB:.1f} MB"
     )
-    print(f"RSS growth download: server {down['server'] / MB:.1f} MB, "
-          f"relay {down['relay'] / MB:.1f} MB")  # fmt: skip
+    print(
+        f"RSS growth download: server {down['server'] / MB:.1f} MB, "
+        f"relay {down['relay'] / MB:.1f} MB"
+    )
     print(f"(d) list {LISTED} files: p50 {p50:.1f} ms  p99 {percentile(times, 0.99):.1f} ms")
-    print(json.dumps({"tunnel_mb_s": tunnel, "upload_mb_s": upload, "download_mb_s": download,
-                      "rss_growth_upload": up, "rss_growth_download": down,
-                      "list_p50_ms": p50, "size_mb": size_mb}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "tunnel_mb_s": tunnel,
+                "upload_mb_s": upload,
+                "download_mb_s": download,
+                "rss_growth_upload": up,
+                "rss_growth_download": down,
+                "list_p50_ms": p50,
+                "size_mb": size_mb,
+            }
+        )
+    )
 
 
 def main() -> int:

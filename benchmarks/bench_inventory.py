@@ -60,9 +60,16 @@ async def register(seed: Seed, count: int) -> Fleet:
 
 
 def desktop_row() -> dict[str, Any]:
-    return {"desktop_session_id": secrets.token_hex(16), "kind": "virtual", "slot": "main",
-            "state": "running", "geometry": "1280x800", "display": ":1",
-            "started_at": "2026-01-01T00:00:00Z", "started_by": "bench"}  # fmt: skip
+    return {
+        "desktop_session_id": secrets.token_hex(16),
+        "kind": "virtual",
+        "slot": "main",
+        "state": "running",
+        "geometry": "1280x800",
+        "display": ":1",
+        "started_at": "2026-01-01T00:00:00Z",
+        "started_by": "bench",
+    }
 
 
 @dataclass
@@ -78,8 +85,9 @@ class SimRelay:
             pass
 
     async def send_failed(self) -> None:
-        self.connection.send_event("desktop.changed", {**self.row, "state": "failed",
-                                                       "reason": "bench"})  # fmt: skip
+        self.connection.send_event(
+            "desktop.changed", {**self.row, "state": "failed", "reason": "bench"}
+        )
         for frame in self.connection.data_to_send():
             await self.ws.send_str(str(frame))
 
@@ -109,8 +117,9 @@ async def list_latency(session: aiohttp.ClientSession, base: str, seed: Seed) ->
     samples = []
     for _ in range(LIST_CALLS):
         start = time.perf_counter()
-        async with session.post(f"{base}/api/v1/actions/desktop_list_active", json=body,
-                                headers=headers) as response:  # fmt: skip
+        async with session.post(
+            f"{base}/api/v1/actions/desktop_list_active", json=body, headers=headers
+        ) as response:
             await response.read()
             assert response.status == 200
         samples.append((time.perf_counter() - start) * 1000)
@@ -142,8 +151,9 @@ async def fanout(
     arrived: list[float] = []
     readies = [asyncio.Event() for _ in range(n)]
     began = time.perf_counter()
-    tasks = [asyncio.create_task(subscriber(session, url, seed.api_token, r, arrived))
-             for r in readies]  # fmt: skip
+    tasks = [
+        asyncio.create_task(subscriber(session, url, seed.api_token, r, arrived)) for r in readies
+    ]
     await _all_ready(readies, tasks, 120)
     opened = time.perf_counter() - began
     sent = time.perf_counter()
@@ -174,8 +184,12 @@ async def run_server(
     seed: Seed, fleet: Fleet, count: int, subs: int, redis_url: str
 ) -> dict[str, Any]:
     port = free_port()
-    env = {**os.environ, **seed.env(), "RELAYDESK_LOG_LEVEL": "warning",
-           "RELAYDESK_REDIS_URL": redis_url}  # fmt: skip
+    env = {
+        **os.environ,
+        **seed.env(),
+        "RELAYDESK_LOG_LEVEL": "warning",
+        "RELAYDESK_REDIS_URL": redis_url,
+    }
     # Every subscriber is one user on loopback: lift the caps on streams and pending requests.
     for cap in ("STREAMS_PER_PRINCIPAL", "STREAMS_PER_ADDRESS", "PENDING_REQUESTS_PER_ADDRESS"):
         env[f"RELAYDESK_MAX_{cap}"] = "0"
@@ -190,8 +204,9 @@ async def run_server(
             await asyncio.sleep(0.05)
         gate = asyncio.Semaphore(CONCURRENCY)
         timeout = aiohttp.ClientTimeout(total=None)
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                         timeout=timeout) as session:  # fmt: skip
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), timeout=timeout
+        ) as session:
             ws_url = f"ws://127.0.0.1:{port}/relay/v1/connect"
             relays = await asyncio.gather(
                 *(connect(session, ws_url, t, gate) for t in fleet.tokens)
@@ -212,8 +227,9 @@ async def _until_listed(session: aiohttp.ClientSession, base: str, seed: Seed, c
     headers = {"Authorization": f"Bearer {seed.api_token}"}
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        async with session.post(f"{base}/api/v1/actions/desktop_list_active", json=body,
-                                headers=headers) as response:  # fmt: skip
+        async with session.post(
+            f"{base}/api/v1/actions/desktop_list_active", json=body, headers=headers
+        ) as response:
             rows = json.loads(await response.read())["desktops"]
         if sum(r["state"] == "running" for r in rows) >= count:
             return
@@ -223,12 +239,17 @@ async def _until_listed(session: aiohttp.ClientSession, base: str, seed: Seed, c
 
 def report(name: str, result: dict[str, Any]) -> None:
     lst, fan = result["list"], result["fanout"]
-    print(f"[{name}] desktop_list_active: p50 {percentile(lst, 0.5):.2f} ms  "
-          f"p99 {percentile(lst, 0.99):.2f} ms (target p50 <= 20 ms)")  # fmt: skip
-    print(f"[{name}] SSE fan-out to {len(fan)} subscribers: p50 {percentile(fan, 0.5):.1f} ms  "
-          f"p99 {percentile(fan, 0.99):.1f} ms (target p99 <= 250 ms)")  # fmt: skip
-    print(f"[{name}] {len(fan)} event streams opened (snapshot received) in "
-          f"{result['opened']:.2f} s")  # fmt: skip
+    print(
+        f"[{name}] desktop_list_active: p50 {percentile(lst, 0.5):.2f} ms  "
+        f"p99 {percentile(lst, 0.99):.2f} ms (target p50 <= 20 ms)"
+    )
+    print(
+        f"[{name}] SSE fan-out to {len(fan)} subscribers: p50 {percentile(fan, 0.5):.1f} ms  "
+        f"p99 {percentile(fan, 0.99):.1f} ms (target p99 <= 250 ms)"
+    )
+    print(
+        f"[{name}] {len(fan)} event streams opened (snapshot received) in {result['opened']:.2f} s"
+    )
     print(f"[{name}] server RSS {result['rss']:.0f} MB")
 
 

@@ -82,8 +82,12 @@ class Ways:
 
     async def _tools_call(self, client: HttpClient, extra: dict[str, Any]) -> None:
         self.calls += 1
-        request = {"jsonrpc": "2.0", "id": self.calls, "method": "tools/call",
-                   "params": {"name": "screen", "arguments": SCREENSHOT, **extra}}  # fmt: skip
+        request = {
+            "jsonrpc": "2.0",
+            "id": self.calls,
+            "method": "tools/call",
+            "params": {"name": "screen", "arguments": SCREENSHOT, **extra},
+        }
         status, answer = await client.post_json(self.mcp_path, request)
         result = answer.get("result") or {}
         kinds = [c.get("type") for c in result.get("content", [])]
@@ -109,8 +113,12 @@ async def _timed(call: Callable[[], Awaitable[None]]) -> float:
 
 async def measure(ways: Ways, rounds: int, per_round: int) -> dict[str, list[list[float]]]:
     """``name → rounds → samples``; within a round the ways alternate call by call."""
-    calls = {"typed": ways.typed_action, "mcp": ways.mcp_call, "mcp_2025": ways.mcp_2025_call,
-             "sdk": ways.sdk_call}  # fmt: skip
+    calls = {
+        "typed": ways.typed_action,
+        "mcp": ways.mcp_call,
+        "mcp_2025": ways.mcp_2025_call,
+        "sdk": ways.sdk_call,
+    }
     samples: dict[str, list[list[float]]] = {name: [] for name in calls}
     order = list(calls)
     for _ in range(rounds):
@@ -135,8 +143,10 @@ def report(samples: dict[str, list[list[float]]]) -> None:
         ]
         ratio = statistics.median(per_round)
         verdict = " (for information)" if name == "sdk" else f" (target <= {TARGET}x)"
-        print(f"ratio {label} p50: {ratio:.2f}x, per round {min(per_round):.2f}-"
-              f"{max(per_round):.2f}{verdict}")  # fmt: skip
+        print(
+            f"ratio {label} p50: {ratio:.2f}x, per round {min(per_round):.2f}-"
+            f"{max(per_round):.2f}{verdict}"
+        )
 
 
 async def run(quick: bool) -> None:
@@ -156,8 +166,10 @@ async def run(quick: bool) -> None:
                 samples = await measure(ways, rounds, per_round)
             finally:
                 await ways.close()
-    print(f"bench_mcp: {rounds} interleaved rounds x {per_round} calls each way, "
-          "PNG screenshot of a 1280x800 desktop")  # fmt: skip
+    print(
+        f"bench_mcp: {rounds} interleaved rounds x {per_round} calls each way, "
+        "PNG screenshot of a 1280x800 desktop"
+    )
     report(samples)
 
 

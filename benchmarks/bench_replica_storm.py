@@ -109,14 +109,28 @@ async def register_fleet(seed: Seed, count: int, watched: int) -> tuple[list[Rel
     """``count`` relays with their tokens in one transaction (``Store.add_relay`` is one
     transaction per relay), the first ``watched`` shared with the seed's conversation, with
     their desktops' rows recorded running (so the baseline lists the same rows)."""
-    specs = [RelaySpec(token=tokens.new_secret(tokens.RELAY_TOKEN_PREFIX),
-                       desktop_session_id=f"ds_storm_{n:05d}") for n in range(count)]  # fmt: skip
+    specs = [
+        RelaySpec(
+            token=tokens.new_secret(tokens.RELAY_TOKEN_PREFIX),
+            desktop_session_id=f"ds_storm_{n:05d}",
+        )
+        for n in range(count)
+    ]
     ids = [tokens.new_id() for _ in specs]
     now = utc_now()
-    rows = [{"id": relay_id, "name": f"storm-{n:05d}", "owner_id": seed.user["user_id"],
-             "token_hash": tokens.hash_secret(spec["token"]), "connected": False,
-             "capabilities": [], "created_at": now, "co_located": False}
-            for n, (relay_id, spec) in enumerate(zip(ids, specs, strict=True))]  # fmt: skip
+    rows = [
+        {
+            "id": relay_id,
+            "name": f"storm-{n:05d}",
+            "owner_id": seed.user["user_id"],
+            "token_hash": tokens.hash_secret(spec["token"]),
+            "connected": False,
+            "capabilities": [],
+            "created_at": now,
+            "co_located": False,
+        }
+        for n, (relay_id, spec) in enumerate(zip(ids, specs, strict=True))
+    ]
     engine = create_async_engine(seed.database_url)
     try:
         async with engine.begin() as connection:
@@ -155,10 +169,19 @@ async def _record_running(seed: Seed, ids: list[str], specs: list[RelaySpec]) ->
     store = await Store.open(seed.database_url)
     try:
         await store.upsert_desktops(
-            DesktopRow(relay_id, spec["desktop_session_id"], "virtual", "main", "running",
-                       now, "storm", now, geometry="1280x800")
+            DesktopRow(
+                relay_id,
+                spec["desktop_session_id"],
+                "virtual",
+                "main",
+                "running",
+                now,
+                "storm",
+                now,
+                geometry="1280x800",
+            )
             for relay_id, spec in zip(ids, specs, strict=True)
-        )  # fmt: skip
+        )
     finally:
         await store.close()
 
@@ -169,9 +192,10 @@ async def relays_recorded_connected(url: str) -> int:
     try:
         async with engine.connect() as connection:
             connected = await connection.scalar(
-                select(func.count()).select_from(models.Relay)
+                select(func.count())
+                .select_from(models.Relay)
                 .where(models.Relay.name.like("storm-%"), models.Relay.connected.is_(True))
-            )  # fmt: skip
+            )
     finally:
         await engine.dispose()
     return int(connected or 0)
@@ -284,8 +308,10 @@ class Storm:
         rows = answer.get("desktops", []) if status == 200 else []
         running = int(sum(row["state"] == "running" for row in rows))
         listed = f"{len(rows)} rows, {running} running"
-        self.report.info(f"{phase} {self.name(replica)}: desktop_list_active over the whole "
-                         f"fleet ({listed}) {elapsed_ms:.0f} ms")  # fmt: skip
+        self.report.info(
+            f"{phase} {self.name(replica)}: desktop_list_active over the whole "
+            f"fleet ({listed}) {elapsed_ms:.0f} ms"
+        )
         return running
 
     def user_client(self, replica: ServerProcess) -> HttpClient:
@@ -318,8 +344,10 @@ class Storm:
             listing = await self.list_latency(replica)
             health = await self.healthz_latency(replica)
             name = self.name(replica)
-            self.report.info(f"{phase} {name}: desktop_list_active {listing.text()}; "
-                             f"GET /healthz p50 {health.p50:.2f} ms")  # fmt: skip
+            self.report.info(
+                f"{phase} {name}: desktop_list_active {listing.text()}; "
+                f"GET /healthz p50 {health.p50:.2f} ms"
+            )
             self.report.check(f"{phase} {name} list answered", listing.answered, self.samples)
             self.list_p50[f"{phase} {name}"] = listing.p50
 
@@ -370,8 +398,10 @@ class Usage:
 
     def since(self, before: dict[str, dict[int, float]], wall_s: float) -> str:
         after = self.snapshot()
-        used = {name: sum(cpu - before[name].get(pid, 0.0) for pid, cpu in pids.items())
-                for name, pids in after.items()}  # fmt: skip
+        used = {
+            name: sum(cpu - before[name].get(pid, 0.0) for pid, cpu in pids.items())
+            for name, pids in after.items()
+        }
         parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in used.items())
         return f"CPU used over {wall_s:.1f} s on {psutil.cpu_count()} cores: {parts}"
 
@@ -390,8 +420,12 @@ async def bring_online(storm: Storm, workers: FleetWorkers, usage: Usage) -> Non
     report.check("relays welcomed", welcomed, count)
     report.check("relays owned", int(await storm.redis.hlen(OWNERS)), count)
     target_s = count / WELCOME_RATE
-    report.verdict("welcome", f"{welcomed} relays welcomed in {welcome_s:.1f} s",
-                   f"<= {target_s:.0f} s", welcome_s <= target_s)  # fmt: skip
+    report.verdict(
+        "welcome",
+        f"{welcomed} relays welcomed in {welcome_s:.1f} s",
+        f"<= {target_s:.0f} s",
+        welcome_s <= target_s,
+    )
     owned = f"{owned_at - go_at:.1f} s" if owned_at else "not within the time limit"
     report.info(f"every relay owned in Redis: {owned} after the first dial")
     report.info(f"dials that failed and were retried: {sum(s['dial_failures'] for s in stats)}")
@@ -501,10 +535,14 @@ async def kill_one(storm: Storm, workers: FleetWorkers) -> None:
         during = await asyncio.gather(*samplers)
     _report_recovery(storm, recovery, stats, killed_at)
     for replica, latency in zip(survivors, during, strict=True):
-        storm.report.info(f"during the storm {storm.name(replica)}: desktop_list_active "
-                          f"{latency.text()}")  # fmt: skip
-        storm.report.check(f"during the storm {storm.name(replica)} list answered",
-                           latency.answered, len(latency.ms))  # fmt: skip
+        storm.report.info(
+            f"during the storm {storm.name(replica)}: desktop_list_active {latency.text()}"
+        )
+        storm.report.check(
+            f"during the storm {storm.name(replica)} list answered",
+            latency.answered,
+            len(latency.ms),
+        )
 
 
 def _report_recovery(
@@ -550,9 +588,11 @@ async def settle(storm: Storm, within_s: float = 30.0) -> None:
             break
         await asyncio.sleep(0.5)
     report = storm.report
-    report.info(f"every relay recorded connected {time.monotonic() - started:.1f} s after "
-                "the reaping" if connected == storm.relays else
-                f"relays recorded connected: {connected} after {within_s:.0f} s")  # fmt: skip
+    report.info(
+        f"every relay recorded connected {time.monotonic() - started:.1f} s after the reaping"
+        if connected == storm.relays
+        else f"relays recorded connected: {connected} after {within_s:.0f} s"
+    )
     report.check("relays recorded connected", connected, storm.relays)
     fleet = await fleet_conversation(storm.seed, storm.relay_ids)
     running = await storm.fleet_list(storm.replicas[1], "after the storm", fleet)
@@ -596,21 +636,29 @@ async def _start_replicas(
 
 
 def _usage(
-    replicas: list[ServerProcess], workers: FleetWorkers, balancer: ManagedProcess,
-    redis_server: RedisServer, database: PostgresCluster,
-) -> Usage:  # fmt: skip
+    replicas: list[ServerProcess],
+    workers: FleetWorkers,
+    balancer: ManagedProcess,
+    redis_server: RedisServer,
+    database: PostgresCluster,
+) -> Usage:
     assert database.process is not None and redis_server.process is not None
-    parts = {"replicas": [psutil.Process(r.process.pid) for r in replicas],
-             "relay workers": [psutil.Process(pid) for pid in workers.pids()],
-             "haproxy": [psutil.Process(balancer.pid)],
-             "redis": [psutil.Process(redis_server.process.pid)]}  # fmt: skip
+    parts = {
+        "replicas": [psutil.Process(r.process.pid) for r in replicas],
+        "relay workers": [psutil.Process(pid) for pid in workers.pids()],
+        "haproxy": [psutil.Process(balancer.pid)],
+        "redis": [psutil.Process(redis_server.process.pid)],
+    }
     return Usage(parts, psutil.Process(database.process.pid))
 
 
 async def run(
-    options: Options, root: Path, database: PostgresCluster, redis_server: RedisServer,
+    options: Options,
+    root: Path,
+    database: PostgresCluster,
+    redis_server: RedisServer,
     tracker: ProcessTracker,
-) -> Report:  # fmt: skip
+) -> Report:
     seed = await _seed(root / "data", database.create_database("storm"))
     started = time.monotonic()
     specs, relay_ids = await register_fleet(seed, options.relays, options.watched)
@@ -619,8 +667,15 @@ async def run(
     ports = [r.port for r in replicas]
     balancer, port = start_haproxy(tracker.start, root, ports, maxconn=options.relays + 1000)
     client = redis.Redis.from_url(redis_server.url)
-    storm = Storm(seed, replicas, client, specs, relay_ids, min(options.watched, options.relays),
-                  options.samples)  # fmt: skip
+    storm = Storm(
+        seed,
+        replicas,
+        client,
+        specs,
+        relay_ids,
+        min(options.watched, options.relays),
+        options.samples,
+    )
     storm.report.info(
         f"{options.relays} simulated relays in {options.workers} worker processes, "
         f"{REPLICAS_COUNT} replicas behind HAProxy, PostgreSQL, Redis; "
@@ -629,8 +684,9 @@ async def run(
     try:
         idle = storm.rss("idle", replicas)
         await storm.lists("idle", replicas)
-        workers = FleetWorkers(f"ws://127.0.0.1:{port}/relay/v1/connect", specs,
-                               options.workers, root)  # fmt: skip
+        workers = FleetWorkers(
+            f"ws://127.0.0.1:{port}/relay/v1/connect", specs, options.workers, root
+        )
         await workers.start()
         try:
             usage = _usage(replicas, workers, balancer, redis_server, database)
@@ -680,8 +736,10 @@ def storm(options: Options) -> int:
     run, and take everything down again."""
     limit = raise_fd_limit()
     if limit < 3 * options.relays + 1000:
-        raise SystemExit(f"{options.relays} relays need about {3 * options.relays + 1000} file "
-                         f"descriptors; the hard limit is {limit}")  # fmt: skip
+        raise SystemExit(
+            f"{options.relays} relays need about {3 * options.relays + 1000} file "
+            f"descriptors; the hard limit is {limit}"
+        )
     root = Path(tempfile.mkdtemp(prefix="relaydesk-storm-"))
     database = start_cluster()
     try:
@@ -701,8 +759,12 @@ def main() -> int:
     p = parser(__doc__ or "")
     p.add_argument("--relays", type=int, help="simulated relays (default 5000; 150 with --quick)")
     p.add_argument("--workers", type=int, default=2, help="processes running the relays")
-    p.add_argument("--watched", type=int, default=30,
-                   help="relays the listing conversation sees (each with one desktop)")  # fmt: skip
+    p.add_argument(
+        "--watched",
+        type=int,
+        default=30,
+        help="relays the listing conversation sees (each with one desktop)",
+    )
     p.add_argument("--samples", type=int, help="list calls per replica and phase (200; 30 quick)")
     args = p.parse_args()
     relays = args.relays or (150 if args.quick else 5000)

@@ -120,8 +120,12 @@ async def _clicks(
 
 async def _timed_clicks(at_a: ScreenTool, at_b: ScreenTool, caller: Caller, count: int) -> None:
     shot = await at_a.run(caller, {"action": "screenshot"})
-    click = {"action": "click", "x": 640, "y": 400,
-             "expected_screen_revision": shot["screen_revision"]}  # fmt: skip
+    click = {
+        "action": "click",
+        "x": 640,
+        "y": 400,
+        "expected_screen_revision": shot["screen_revision"],
+    }
     local, forwarded = await _interleaved(
         count, lambda: at_a.run(caller, dict(click)), lambda: at_b.run(caller, dict(click))
     )
@@ -144,18 +148,25 @@ async def run(count: int, pg: PostgresCluster, rd: RedisServer) -> int:
             await wait_until(lambda: client.hget(OWNERS, relay_id), 30, "the relay's owner")
             signer = ClusterSigner(secret)
             other = ClusterRouter(
-                RelayHub(cast(Any, None)), Ownership(client, "bench-b", "http://127.0.0.1:9", 5.0),
-                Peers(signer, "bench-b", max_text=1 << 24, max_frame=1 << 20), heartbeat_s=1.0,
-                on_orphaned=_ignore, signer=signer,
-            )  # fmt: skip
+                RelayHub(cast(Any, None)),
+                Ownership(client, "bench-b", "http://127.0.0.1:9", 5.0),
+                Peers(signer, "bench-b", max_text=1 << 24, max_frame=1 << 20),
+                heartbeat_s=1.0,
+                on_orphaned=_ignore,
+                signer=signer,
+            )
             await other.beat()
             other.start()  # B heartbeats, or A would reap it as dead meanwhile
             try:
                 print("1. a relay request (ping)")
-                _report("request (ping)", *await _interleaved(
-                    count, lambda: owner.request(relay_id, "ping"),
-                    lambda: other.request(relay_id, "ping"),
-                ))  # fmt: skip
+                _report(
+                    "request (ping)",
+                    *await _interleaved(
+                        count,
+                        lambda: owner.request(relay_id, "ping"),
+                        lambda: other.request(relay_id, "ping"),
+                    ),
+                )
                 print("2. a guarded click on the owner's screenshot (1280x800)")
                 caller = Caller("alice", seed.conversation_id, relay_id)
                 await _clicks(app, other, caller, relay_id, count // 5)
@@ -172,8 +183,11 @@ async def _through_the_api(count: int, pg: PostgresCluster, rd: RedisServer) -> 
     root = Path(tempfile.mkdtemp(prefix="relaydesk-bench-replicas-api-"))
     tracker = ProcessTracker(root / "processes")
     client = redis.Redis.from_url(rd.url)
-    env = {"RELAYDESK_REDIS_URL": rd.url, "RELAYDESK_CLUSTER_SECRET": secrets.token_urlsafe(24),
-           "RELAYDESK_LOG_LEVEL": "warning"}  # fmt: skip
+    env = {
+        "RELAYDESK_REDIS_URL": rd.url,
+        "RELAYDESK_CLUSTER_SECRET": secrets.token_urlsafe(24),
+        "RELAYDESK_LOG_LEVEL": "warning",
+    }
     try:
         seed = await _seed(root / "data", pg.create_database("bench_replicas_api"))
         a, b = [await start_server(tracker.start, seed, free_port(), env) for _ in range(2)]
@@ -197,8 +211,14 @@ async def _through_the_api(count: int, pg: PostgresCluster, rd: RedisServer) -> 
         finally:
             await asyncio.to_thread(recorder.stop)
             session = row["desktop"]["desktop_session_id"]
-            await seed_action(a.url, seed, "desktop_stop_confirm", relay="relay-1", slot="main",
-                              desktop_session_id=session)  # fmt: skip
+            await seed_action(
+                a.url,
+                seed,
+                "desktop_stop_confirm",
+                relay="relay-1",
+                slot="main",
+                desktop_session_id=session,
+            )
     finally:
         tracker.cleanup()
         await client.aclose()
@@ -218,16 +238,27 @@ async def _api_calls(seed: Seed, owner_url: str, other_url: str, count: int) -> 
         return cast(dict[str, Any], result)
 
     try:
-        _report("API request (mouse_position)", *await _interleaved(
-            count, lambda: screen(owner, action="mouse_position"),
-            lambda: screen(other, action="mouse_position"),
-        ))  # fmt: skip
+        _report(
+            "API request (mouse_position)",
+            *await _interleaved(
+                count,
+                lambda: screen(owner, action="mouse_position"),
+                lambda: screen(other, action="mouse_position"),
+            ),
+        )
         shot = await screen(owner, action="screenshot")
-        click = {"action": "click", "x": 640, "y": 400,
-                 "expected_screen_revision": shot["screen_revision"]}  # fmt: skip
-        _report("API guarded click", *await _interleaved(
-            count // 5, lambda: screen(owner, **click), lambda: screen(other, **click)
-        ))  # fmt: skip
+        click = {
+            "action": "click",
+            "x": 640,
+            "y": 400,
+            "expected_screen_revision": shot["screen_revision"],
+        }
+        _report(
+            "API guarded click",
+            *await _interleaved(
+                count // 5, lambda: screen(owner, **click), lambda: screen(other, **click)
+            ),
+        )
     finally:
         await owner.close()
         await other.close()
@@ -238,8 +269,10 @@ async def _viewer_rounds(
 ) -> None:
     """Alternating rounds of ``seconds`` of a viewer on ``owner`` and on ``other``: CPU per GB
     and MB/s."""
-    processes = {"owner": psutil.Process(owner.process.pid),
-                 "other": psutil.Process(other.process.pid)}  # fmt: skip
+    processes = {
+        "owner": psutil.Process(owner.process.pid),
+        "other": psutil.Process(other.process.pid),
+    }
     carried: dict[str, list[tuple[float, float, float]]] = {"owner": [], "other": []}
     for _ in range(rounds):
         for name, server in (("owner", owner), ("other", other)):
@@ -272,9 +305,12 @@ def _viewer_report(carried: dict[str, list[tuple[float, float, float]]]) -> None
     per_gb = {name: [cpu / gb for gb, _, cpu in rounds] for name, rounds in carried.items()}
     speed = {name: [gb * 1000 / s for gb, s, _ in rounds] for name, rounds in carried.items()}
     for name, label in (("owner", "viewer on the owner"), ("other", "viewer on the other")):
-        print(f"{label}: {percentile(speed[name], 0.5):.0f} MB/s, the replica it is on "
-              f"{percentile(per_gb[name], 0.5):.2f} CPU s/GB (rounds: "
-              + ", ".join(f"{v:.2f}" for v in per_gb[name]) + ")")  # fmt: skip
+        print(
+            f"{label}: {percentile(speed[name], 0.5):.0f} MB/s, the replica it is on "
+            f"{percentile(per_gb[name], 0.5):.2f} CPU s/GB (rounds: "
+            + ", ".join(f"{v:.2f}" for v in per_gb[name])
+            + ")"
+        )
     cpu = percentile(per_gb["other"], 0.5) / percentile(per_gb["owner"], 0.5)
     rate = percentile(speed["other"], 0.5) / percentile(speed["owner"], 0.5)
     print(f"forwarding replica's CPU per GB / the owner's: {cpu:.2f}; throughput ratio {rate:.2f}")

@@ -126,8 +126,11 @@ async def running_stack(root: Path) -> AsyncIterator[Bench]:
         relay_id = seed.relay["relay_id"]
         headers = {"Authorization": f"Bearer {seed.api_token}"}
         try:
-            await wait_until(lambda: app.state.parts.relays.is_connected(RelayId(relay_id)), 30,
-                             "the relay to connect")  # fmt: skip
+            await wait_until(
+                lambda: app.state.parts.relays.is_connected(RelayId(relay_id)),
+                30,
+                "the relay to connect",
+            )
             timeout = aiohttp.ClientTimeout(total=60)
             http = HttpClient(url, headers)
             try:
@@ -168,8 +171,10 @@ async def bench_screenshots(bench: Bench, rows: dict[tuple[int, int], Any], repe
         print(_line(f"  {label} same, aiohttp's client", via_aiohttp))
         print(_line(f"  {label} local capture + PNG encode", local))
         target = " and <= 40 ms p50" if size == (1280, 800) else ""
-        print(f"  {label} ratio round trip / local p50: x{ratio:.2f} (target <= 1.5{target}); "
-              f"through aiohttp's client x{ratio_aiohttp:.2f}")  # fmt: skip
+        print(
+            f"  {label} ratio round trip / local p50: x{ratio:.2f} (target <= 1.5{target}); "
+            f"through aiohttp's client x{ratio_aiohttp:.2f}"
+        )
 
 
 async def _relay_clicks(
@@ -203,8 +208,10 @@ async def bench_clicks(bench: Bench, row: dict[str, Any], repeat: int) -> None:
     print(_line("  relay: guarded click (crop)", guarded))
     print(_line("  relay: guarded click (digest, unchanged region)", by_digest))
     by_digest_added = percentile(by_digest, 0.5) - percentile(plain, 0.5)
-    print(f"  relay: guard adds p50 {added:.2f} ms with the crop (target <= 3 ms), "
-          f"{by_digest_added:.2f} ms with the digest")  # fmt: skip
+    print(
+        f"  relay: guard adds p50 {added:.2f} ms with the crop (target <= 3 ms), "
+        f"{by_digest_added:.2f} ms with the digest"
+    )
 
     session = row["desktop_session_id"]
     shot = await bench.screen(action="screenshot", desktop_session_id=session)
@@ -220,8 +227,10 @@ async def bench_clicks(bench: Bench, row: dict[str, Any], repeat: int) -> None:
     print(_line("  unguarded pointer action (move)", moves))
     print(_line("  guarded click with revision", clicks))
     end_added = percentile(clicks, 0.5) - percentile(moves, 0.5)
-    print(f"  click p50 {percentile(clicks, 0.5):.2f} ms (target <= 10 ms); "
-          f"guard + crop cut add p50 {end_added:.2f} ms end to end")  # fmt: skip
+    print(
+        f"  click p50 {percentile(clicks, 0.5):.2f} ms (target <= 10 ms); "
+        f"guard + crop cut add p50 {end_added:.2f} ms end to end"
+    )
 
 
 async def bench_memory(bench: Bench, row: dict[str, Any], count: int) -> None:
@@ -231,10 +240,11 @@ async def bench_memory(bench: Bench, row: dict[str, Any], count: int) -> None:
     body = {"action": "screenshot", "desktop_session_id": session}
     # Retained memory of the store itself, for the relay's real screenshot answers.
     answers = [
-        await bench.app.state.parts.relays.request(RelayId(bench.relay_id), "screen.screenshot",
-                                          {"desktop_session_id": session}, 60)
+        await bench.app.state.parts.relays.request(
+            RelayId(bench.relay_id), "screen.screenshot", {"desktop_session_id": session}, 60
+        )
         for _ in range(10)
-    ]  # fmt: skip
+    ]
     store = RevisionStore("bench-key", memory_bytes=1 << 40)
     binding = Binding(bench.relay_id, session, str(row["display"]))
     gc.collect()
@@ -249,9 +259,11 @@ async def bench_memory(bench: Bench, row: dict[str, Any], count: int) -> None:
     tracemalloc.stop()
     stats = store.stats()
     raw = 1280 * 800 * 3
-    print(f"  retained per revision (tracemalloc): {per_revision / 1024:.1f} KiB; accounted "
-          f"{stats.memory_bytes / stats.entries / 1024:.1f} KiB; raw RGB would be "
-          f"{raw / 1024:.0f} KiB (ratio x{per_revision / raw:.3f})")  # fmt: skip
+    print(
+        f"  retained per revision (tracemalloc): {per_revision / 1024:.1f} KiB; accounted "
+        f"{stats.memory_bytes / stats.entries / 1024:.1f} KiB; raw RGB would be "
+        f"{raw / 1024:.0f} KiB (ratio x{per_revision / raw:.3f})"
+    )
 
     bound = int(per_revision * count / 10)  # room for ~1/10 of the screenshots
     tool.revisions = RevisionStore("bench-key", memory_bytes=bound)
@@ -260,9 +272,11 @@ async def bench_memory(bench: Bench, row: dict[str, Any], count: int) -> None:
         await bench.screen(**body)
         peak = max(peak, tool.revisions.stats().memory_bytes)
     stats = tool.revisions.stats()
-    print(f"  bound {bound / 1024:.0f} KiB: peak accounted {peak / 1024:.0f} KiB "
-          f"(ratio peak/bound x{peak / bound:.2f}), kept {stats.entries}, "
-          f"evicted {stats.evicted_for_memory}")  # fmt: skip
+    print(
+        f"  bound {bound / 1024:.0f} KiB: peak accounted {peak / 1024:.0f} KiB "
+        f"(ratio peak/bound x{peak / bound:.2f}), kept {stats.entries}, "
+        f"evicted {stats.evicted_for_memory}"
+    )
     if peak > bound:
         raise SystemExit("the revision store exceeded its memory bound")
 
@@ -278,9 +292,13 @@ async def bench_zoom(bench: Bench, row: dict[str, Any], repeat: int) -> None:
         "screenshot, grid": {"action": "screenshot", "grid": True},
         "zoom 320x200, scale 1": {"action": "zoom", "region": ZOOM_REGION},
         "zoom 320x200, scale 2": {"action": "zoom", "region": ZOOM_REGION, "scale": 2},
-        "zoom 320x200, scale 2, grid": {"action": "zoom", "region": ZOOM_REGION, "scale": 2,
-                                        "grid": True},
-    }  # fmt: skip
+        "zoom 320x200, scale 2, grid": {
+            "action": "zoom",
+            "region": ZOOM_REGION,
+            "scale": 2,
+            "grid": True,
+        },
+    }
     samples: dict[str, list[float]] = {name: [] for name in bodies}
     for body in bodies.values():
         await bench.screen(**body, **session)  # warm up

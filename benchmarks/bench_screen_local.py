@@ -57,8 +57,18 @@ def _paint_desktop_like(display: str, width: int, height: int) -> Any:
     conn = xdisplay.Display(display)
     root = conn.screen().root
     depth = conn.screen().root_depth
-    win = root.create_window(0, 0, width, height, 0, depth, X.InputOutput, X.CopyFromParent,
-                             background_pixel=0xF0F0F0, override_redirect=True)  # fmt: skip
+    win = root.create_window(
+        0,
+        0,
+        width,
+        height,
+        0,
+        depth,
+        X.InputOutput,
+        X.CopyFromParent,
+        background_pixel=0xF0F0F0,
+        override_redirect=True,
+    )
     win.map()
     conn.sync()
     rng = np.random.default_rng(1)
@@ -96,8 +106,10 @@ def bench_encode(display: str, width: int, height: int, repeat: int) -> None:
         measured = {name: _timed(fn, repeat) for name, fn in rows.items()}
         base_ms, base = measured["png default (level 6)"]
         for name, (ms, data) in measured.items():
-            print(f"  {name:26s} {ms:8.2f} ms  {len(data) / 1024:8.1f} KiB  "
-                  f"time x{ms / base_ms:5.2f}  size x{len(data) / len(base):5.2f}")  # fmt: skip
+            print(
+                f"  {name:26s} {ms:8.2f} ms  {len(data) / 1024:8.1f} KiB  "
+                f"time x{ms / base_ms:5.2f}  size x{len(data) / len(base):5.2f}"
+            )
     finally:
         capture.close()
 
@@ -132,8 +144,10 @@ async def bench_guard(display: str, repeat: int) -> None:
     p50_plain, p50_guarded = statistics.median(plain), statistics.median(guarded)
     p90 = statistics.quantiles(guarded, n=10)[-1] - statistics.quantiles(plain, n=10)[-1]
     added = p50_guarded - p50_plain
-    print(f"\nclick p50 unguarded {p50_plain:.3f} ms, guarded {p50_guarded:.3f} ms, "
-          f"added p50 {added:.3f} ms (target <= 3 ms), added p90 {p90:.3f} ms")  # fmt: skip
+    print(
+        f"\nclick p50 unguarded {p50_plain:.3f} ms, guarded {p50_guarded:.3f} ms, "
+        f"added p50 {added:.3f} ms (target <= 3 ms), added p90 {p90:.3f} ms"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

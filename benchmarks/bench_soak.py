@@ -139,8 +139,15 @@ async def start_desktop(client: httpx.AsyncClient, soak: Soak, slot: str) -> dic
 
 
 async def stop_desktop(client: httpx.AsyncClient, soak: Soak, slot: str, session: str) -> None:
-    status, body = await call(client, soak, "desktop_stop_confirm", relay="relay-1",
-                              kind="virtual", slot=slot, desktop_session_id=session)  # fmt: skip
+    status, body = await call(
+        client,
+        soak,
+        "desktop_stop_confirm",
+        relay="relay-1",
+        kind="virtual",
+        slot=slot,
+        desktop_session_id=session,
+    )
     if status != 200:
         raise RuntimeError(f"stop {slot}: {status} {body.get('error')}")
 
@@ -160,8 +167,9 @@ def ws_url(soak: Soak, viewer_url: str) -> str:
 
 async def pull_frames(client: httpx.AsyncClient, soak: Soak, frames: int, wait_s: float) -> None:
     """Attach to ``main`` through the server and read ``frames`` full frames."""
-    status, body = await call(client, soak, "desktop_attach", relay="relay-1",
-                              kind="virtual", slot="main")  # fmt: skip
+    status, body = await call(
+        client, soak, "desktop_attach", relay="relay-1", kind="virtual", slot="main"
+    )
     if status != 200:
         raise RuntimeError(f"attach: {status}")
     rfb = await RFBClient.open_websocket(ws_url(soak, body["viewer_url"]))
@@ -207,8 +215,16 @@ async def agent(soak: Soak, client: httpx.AsyncClient) -> None:
         if status != 200:
             raise RuntimeError(f"screenshot: {status}")
         revision = shot.get("screen_revision") or shot.get("result", {}).get("screen_revision")
-        await call(client, soak, "screen", relay="relay-1", action="click", x=640, y=400,
-                   expected_screen_revision=revision)  # fmt: skip
+        await call(
+            client,
+            soak,
+            "screen",
+            relay="relay-1",
+            action="click",
+            x=640,
+            y=400,
+            expected_screen_revision=revision,
+        )
         await call(client, soak, "screen", relay="relay-1", action="type", text="soak ")
 
     await repeat(soak, "agent", turn)

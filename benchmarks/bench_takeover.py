@@ -88,8 +88,14 @@ class Bench:
 
     async def viewer(self) -> RFBClient:
         settings = self.app.state.parts.settings
-        grant = grant_for(self.seed.user["user_id"], self.seed.conversation_id, self.relay_id,
-                          self.session_id, 600, person=True)  # fmt: skip
+        grant = grant_for(
+            self.seed.user["user_id"],
+            self.seed.conversation_id,
+            self.relay_id,
+            self.session_id,
+            600,
+            person=True,
+        )
         token = mint(settings.secret_key, grant)
         ws = self.url.replace("http://", "ws://")
         return await RFBClient.open_websocket(f"{ws}/vnc/{self.session_id}/{token}/websockify")
@@ -100,14 +106,18 @@ async def running_stack(root: Path) -> AsyncIterator[Bench]:
     seed = await seed_database(root / "data")
     tracker = ProcessTracker(root / "processes")
     async with inprocess_server(seed) as (app, url):
-        env = {"RELAYDESK_DESKTOP_APPS": ",", "RELAYDESK_WINDOW_MANAGER": "true",
-               "RELAYDESK_LOG_LEVEL": "warning"}  # fmt: skip
+        env = {
+            "RELAYDESK_DESKTOP_APPS": ",",
+            "RELAYDESK_WINDOW_MANAGER": "true",
+            "RELAYDESK_LOG_LEVEL": "warning",
+        }
         start_relay(tracker.start, seed, url, env=env, extra_args=("--stop-desktops-on-exit",))
         relay_id = RelayId(seed.relay["relay_id"])
         http = HttpClient(url, {"Authorization": f"Bearer {seed.api_token}"})
         try:
-            await wait_until(lambda: app.state.parts.relays.is_connected(relay_id), 30,
-                             "the relay to connect")  # fmt: skip
+            await wait_until(
+                lambda: app.state.parts.relays.is_connected(relay_id), 30, "the relay to connect"
+            )
             bench = Bench(app, url, seed, relay_id, http)
             status, started = await http.post_json(
                 "/api/v1/actions/desktop_start",
@@ -245,8 +255,10 @@ def parse_cost_us(count: int) -> float:
     request per WebSocket message, as in the throughput rounds), in this process."""
     stream = RfbClientStream()
     stream.feed(b"RFB 003.008\n\x01\x01")
-    messages = [pointer_event(i % 1280, 300) + struct.pack(">BBHHHH", 3, 0, 0, 0, 1280, 800)
-                for i in range(count)]  # fmt: skip
+    messages = [
+        pointer_event(i % 1280, 300) + struct.pack(">BBHHHH", 3, 0, 0, 0, 1280, 800)
+        for i in range(count)
+    ]
     start = time.perf_counter()
     for message in messages:
         stream.feed(message)
@@ -290,10 +302,14 @@ async def never_refused(error: OpError) -> None:
 def report_refusals(samples: list[float], accepted: list[int]) -> None:
     p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
     verdict = "ok" if p99 <= 50 else "OVER TARGET"
-    print(f"person key -> agent refusal: p50 {p50:.2f} ms  p99 {p99:.2f} ms  max "
-          f"{max(samples):.2f} ms  n={len(samples)}  (target p99 <= 50 ms: {verdict})")  # fmt: skip
-    print(f"  agent inputs accepted between the key and the refusal: mean "
-          f"{statistics.fmean(accepted):.2f}, max {max(accepted)}")  # fmt: skip
+    print(
+        f"person key -> agent refusal: p50 {p50:.2f} ms  p99 {p99:.2f} ms  max "
+        f"{max(samples):.2f} ms  n={len(samples)}  (target p99 <= 50 ms: {verdict})"
+    )
+    print(
+        f"  agent inputs accepted between the key and the refusal: mean "
+        f"{statistics.fmean(accepted):.2f}, max {max(accepted)}"
+    )
 
 
 def report_parsing(rates: dict[str, list[float]], cost_us: float) -> None:
@@ -301,9 +317,11 @@ def report_parsing(rates: dict[str, list[float]], cost_us: float) -> None:
     ratio = statistics.median(ratios)
     verdict = "ok" if ratio >= 0.97 else "UNDER TARGET"
     on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
-    print(f"viewer throughput, parsing on / off: ratio {ratio:.3f} (per round "
-          f"{min(ratios):.3f}-{max(ratios):.3f}; on {on:.0f} MB/s, off {off:.0f} MB/s; "
-          f"target >= 0.97: {verdict})")  # fmt: skip
+    print(
+        f"viewer throughput, parsing on / off: ratio {ratio:.3f} (per round "
+        f"{min(ratios):.3f}-{max(ratios):.3f}; on {on:.0f} MB/s, off {off:.0f} MB/s; "
+        f"target >= 0.97: {verdict})"
+    )
     print(f"  the parser's own cost: {cost_us:.2f} us per viewer message (in process)")
 
 
@@ -314,13 +332,19 @@ def report_overhead(rounds: list[dict[str, list[float]]], gates: dict[str, list[
         percentile(r["gate"], 0.5) - percentile(r["none"], 0.5) for r in rounds
     )
     verdict = "ok" if paired <= 0.5 else "OVER TARGET"
-    print(f"screen move round trip p50: with the gate {gate:.3f} ms, without {none:.3f} ms "
-          f"(ratio {gate / none:.3f}); difference, median of the rounds' p50 differences "
-          f"{paired:+.3f} ms (target <= +0.5 ms: {verdict})")  # fmt: skip
-    print(f"  p99: with {percentile(pooled['gate'], 0.99):.3f} ms, without "
-          f"{percentile(pooled['none'], 0.99):.3f} ms")  # fmt: skip
-    print(f"  in process, p50: the whole gate {percentile(gates['gate'], 0.5) * 1000:.0f} us, "
-          f"the admission alone {percentile(gates['admit'], 0.5) * 1000:.0f} us")  # fmt: skip
+    print(
+        f"screen move round trip p50: with the gate {gate:.3f} ms, without {none:.3f} ms "
+        f"(ratio {gate / none:.3f}); difference, median of the rounds' p50 differences "
+        f"{paired:+.3f} ms (target <= +0.5 ms: {verdict})"
+    )
+    print(
+        f"  p99: with {percentile(pooled['gate'], 0.99):.3f} ms, without "
+        f"{percentile(pooled['none'], 0.99):.3f} ms"
+    )
+    print(
+        f"  in process, p50: the whole gate {percentile(gates['gate'], 0.5) * 1000:.0f} us, "
+        f"the admission alone {percentile(gates['admit'], 0.5) * 1000:.0f} us"
+    )
 
 
 async def run(quick: bool) -> None:

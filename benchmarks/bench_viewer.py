@@ -142,8 +142,12 @@ async def start_stack(
         "server": f"ws://127.0.0.1:{server.port}{path}websockify",
     }
     pids = {p["name"]: int(p["pid"]) for p in record["processes"]}
-    processes = {"server": server.process.pid, "relay": relay.pid,
-                 "x11vnc": pids["x11vnc"], "websockify": pids["websockify"]}  # fmt: skip
+    processes = {
+        "server": server.process.pid,
+        "relay": relay.pid,
+        "x11vnc": pids["x11vnc"],
+        "websockify": pids["websockify"],
+    }
     # x11vnc and websockify demand the desktop's VNC secret; the server's path does not.
     return urls, processes, int(record["vnc_port"]), bytes.fromhex(record["vnc_secret"])
 
@@ -179,8 +183,10 @@ async def run(quick: bool) -> int:
                 "server": lambda: RFBClient.open_websocket(urls["server"]),
                 "tcp": lambda: RFBClient.open_tcp(vnc_port, secret=secret),
             }
-            opens = {name: await open_times(openers[name], 5 if quick else 20)
-                     for name in ("direct", "server")}  # fmt: skip
+            opens = {
+                name: await open_times(openers[name], 5 if quick else 20)
+                for name in ("direct", "server")
+            }
             clients = {name: await opener() for name, opener in openers.items()}
             rates: dict[str, list[float]] = {name: [] for name in clients}
             latency: dict[str, list[float]] = {name: [] for name in clients}
@@ -290,8 +296,11 @@ def report(
     median = {name: percentile(values, 0.5) for name, values in rates.items()}
     p50 = {name: percentile(values, 0.5) for name, values in latency.items()}
     p99 = {name: percentile(values, 0.99) for name, values in latency.items()}
-    labels = {"direct": "(a) websockify direct", "server": "(b) through the server",
-              "tcp": "(c) raw TCP to x11vnc"}  # fmt: skip
+    labels = {
+        "direct": "(a) websockify direct",
+        "server": "(b) through the server",
+        "tcp": "(c) raw TCP to x11vnc",
+    }
     for name, label in labels.items():
         spread = f"({min(rates[name]):.0f}-{max(rates[name]):.0f})"
         print(

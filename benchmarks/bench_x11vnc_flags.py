@@ -63,8 +63,11 @@ async def start_xvfb(procs: DesktopProcesses) -> int:
     read_fd, write_fd = os.pipe()
     w, h = GEOMETRY
     argv = ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{w}x{h}x24", "-nolisten", "tcp"]
-    procs.add(ChildProcess.spawn("Xvfb", argv, env=desktop_env(0, None), essential=True,
-                                 pass_fds=(write_fd,)))  # fmt: skip
+    procs.add(
+        ChildProcess.spawn(
+            "Xvfb", argv, env=desktop_env(0, None), essential=True, pass_fds=(write_fd,)
+        )
+    )
     os.close(write_fd)
     try:
         return int(await read_line(read_fd, time.monotonic() + 10, "Xvfb"))
@@ -75,8 +78,19 @@ async def start_xvfb(procs: DesktopProcesses) -> int:
 async def start_candidate(c: Candidate, display: int, procs: DesktopProcesses) -> None:
     c.vnc_port, c.ws_port = free_ports(2)
     env = desktop_env(display, None)
-    argv = ["x11vnc", "-display", f":{display}", "-localhost", "-shared", "-forever", "-nopw",
-            "-quiet", "-rfbport", str(c.vnc_port), *c.flags]  # fmt: skip
+    argv = [
+        "x11vnc",
+        "-display",
+        f":{display}",
+        "-localhost",
+        "-shared",
+        "-forever",
+        "-nopw",
+        "-quiet",
+        "-rfbport",
+        str(c.vnc_port),
+        *c.flags,
+    ]
     c.x11vnc = procs.add(ChildProcess.spawn("x11vnc", argv, env=env, essential=True))
     ws = [sys.executable, "-m", "websockify", f"127.0.0.1:{c.ws_port}", f"127.0.0.1:{c.vnc_port}"]
     procs.add(ChildProcess.spawn("websockify", ws, env=env, essential=True))
@@ -145,14 +159,18 @@ def pct(values: list[float], q: float) -> float:
 
 def report(cands: list[Candidate]) -> None:
     base = cands[0]
-    print(f"{'flags':40} {'p50 ms':>7} {'p99 ms':>7} {'fps':>6} {'MB/s':>7} {'idle %':>6}"
-          f" {'p50 vs base':>11} {'MB/s vs base':>12}")  # fmt: skip
+    print(
+        f"{'flags':40} {'p50 ms':>7} {'p99 ms':>7} {'fps':>6} {'MB/s':>7} {'idle %':>6}"
+        f" {'p50 vs base':>11} {'MB/s vs base':>12}"
+    )
     for c in cands:
         p50 = statistics.median(c.latencies_ms)
         ratio = p50 / statistics.median(base.latencies_ms)
         p99 = pct(c.latencies_ms, 0.99)
-        print(f"{c.name:40} {p50:7.2f} {p99:7.2f} {c.fps:6.1f} {c.mbps:7.1f}"
-              f" {c.idle_cpu_pct:6.2f} {ratio:10.2f}x {c.mbps / base.mbps:11.2f}x")  # fmt: skip
+        print(
+            f"{c.name:40} {p50:7.2f} {p99:7.2f} {c.fps:6.1f} {c.mbps:7.1f}"
+            f" {c.idle_cpu_pct:6.2f} {ratio:10.2f}x {c.mbps / base.mbps:11.2f}x"
+        )
 
 
 async def run(quick: bool) -> list[Candidate]:

@@ -144,9 +144,11 @@ class Report:
 
     def print(self) -> int:
         soak = self.soak
-        print(f"soak: {self.minutes:g} min, {len(soak.samples)} samples; slopes per incarnation "
-              f"after its warm-up: {self.warmup_s:.0f} s from its start and, for the server, "
-              f"until its event history holds {HISTORY_LENGTH} events")  # fmt: skip
+        print(
+            f"soak: {self.minutes:g} min, {len(soak.samples)} samples; slopes per incarnation "
+            f"after its warm-up: {self.warmup_s:.0f} s from its start and, for the server, "
+            f"until its event history holds {HISTORY_LENGTH} events"
+        )
         for process in ("server", "relay"):
             self.slopes(process)
         self.recoveries()
@@ -159,24 +161,32 @@ class Report:
         for n, seg in enumerate(parts, 1):
             figures = "  ".join(_fmt(m, slope(seg.points(m))) for m in METRICS)
             gains = (f"{m} {floor_gain(seg.points(m)):+g}" for m in METRICS[1:] if seg.points(m))
-            print(f"  {process} segment {n} (pid {seg.pid}, {seg.born_s / 60:.1f}-"
-                  f"{seg.end_s / 60:.1f} min; RSS fitted {seg.span('rss_mb')}, counts "
-                  f"{seg.span('fds')}): {figures}  (floor: {', '.join(gains)})")  # fmt: skip
+            print(
+                f"  {process} segment {n} (pid {seg.pid}, {seg.born_s / 60:.1f}-"
+                f"{seg.end_s / 60:.1f} min; RSS fitted {seg.span('rss_mb')}, counts "
+                f"{seg.span('fds')}): {figures}  (floor: {', '.join(gains)})"
+            )
         for metric in METRICS:
             judged = [seg for seg in parts if seg.judged_s(metric) >= MIN_JUDGED_S]
             combined = pooled_slope([seg.points(metric) for seg in parts])
-            self.verdict(f"{process} {metric} slope", f"{_fmt(metric, combined)} combined",
-                         _slope_ok(metric, judged) if judged else None)  # fmt: skip
+            self.verdict(
+                f"{process} {metric} slope",
+                f"{_fmt(metric, combined)} combined",
+                _slope_ok(metric, judged) if judged else None,
+            )
 
     def recoveries(self) -> None:
         soak = self.soak
         for name, times in soak.recovery.items():
             print(f"  recovery {name}: {', '.join(f'{t:.2f}' for t in times)} s")
         for kind, target in (("api", TARGET_API_S), ("viewer", TARGET_VIEWER_S)):
-            worst = max((t for k, v in soak.recovery.items() if k.endswith(kind) for t in v),
-                        default=float("inf"))  # fmt: skip
-            self.verdict(f"recovery {kind}", f"worst {worst:.2f} s (target <= {target:g})",
-                         worst <= target)  # fmt: skip
+            worst = max(
+                (t for k, v in soak.recovery.items() if k.endswith(kind) for t in v),
+                default=float("inf"),
+            )
+            self.verdict(
+                f"recovery {kind}", f"worst {worst:.2f} s (target <= {target:g})", worst <= target
+            )
             print(f"worst {kind} recovery / target ratio: {worst / target:.2f}")
         # A recovery is recorded only once ``main`` answers with its original session id.
         kept = sum(1 for k in soak.recovery if k.endswith(" api"))
@@ -185,8 +195,10 @@ class Report:
     def errors(self) -> None:
         soak = self.soak
         stray = [e for e in soak.errors if not _overlaps(e, soak.windows)]
-        print(f"  errors: {len(soak.errors) - len(stray)} in kill windows "
-              f"{[(round(a), round(b)) for a, b in soak.windows]}")  # fmt: skip
+        print(
+            f"  errors: {len(soak.errors) - len(stray)} in kill windows "
+            f"{[(round(a), round(b)) for a, b in soak.windows]}"
+        )
         for e in stray[:10]:
             print(f"    {e.began:.0f}-{e.ended:.0f} s: {e.what}")
         self.verdict("errors outside kill windows", str(len(stray)), not stray)

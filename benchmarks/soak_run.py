@@ -81,8 +81,13 @@ class Soak:
         return self.root / "tmp"
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, **self.seed.env(), **FAST_ENV, "RELAYDESK_LOG_LEVEL": self.log_level,
-                "TMPDIR": str(self.tmp_dir)}  # fmt: skip
+        return {
+            **os.environ,
+            **self.seed.env(),
+            **FAST_ENV,
+            "RELAYDESK_LOG_LEVEL": self.log_level,
+            "TMPDIR": str(self.tmp_dir),
+        }
 
     def now(self) -> float:
         return time.monotonic() - self.started

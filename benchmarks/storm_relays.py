@@ -87,15 +87,26 @@ class Counters:
     def stats(self) -> Stats:
         cpu = psutil.Process().cpu_times()
         return Stats(
-            relays=self.relays, connected=self.connected, welcomes=self.welcomes,
-            first_welcome_at=self.first_welcome_at, last_welcome_at=self.last_welcome_at,
-            dial_failures=self.dial_failures, stopped=self.stopped, cpu_s=cpu.user + cpu.system,
-        )  # fmt: skip
+            relays=self.relays,
+            connected=self.connected,
+            welcomes=self.welcomes,
+            first_welcome_at=self.first_welcome_at,
+            last_welcome_at=self.last_welcome_at,
+            dial_failures=self.dial_failures,
+            stopped=self.stopped,
+            cpu_s=cpu.user + cpu.system,
+        )
 
 
 def _desktop_row(session_id: str) -> dict[str, Any]:
-    return {"desktop_session_id": session_id, "kind": "virtual", "slot": "main",
-            "state": "running", "started_by": "storm", "geometry": "1280x800"}  # fmt: skip
+    return {
+        "desktop_session_id": session_id,
+        "kind": "virtual",
+        "slot": "main",
+        "state": "running",
+        "started_by": "storm",
+        "geometry": "1280x800",
+    }
 
 
 class SimulatedRelay:
@@ -152,10 +163,12 @@ class SimulatedRelay:
         socket and how long the server may stay silent, or None (refused, closed)."""
         async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
             ws = await session.ws_connect(
-                self.url, headers={"Authorization": f"Bearer {self.spec['token']}"},
-                protocols=(SUBPROTOCOL,), compress=0,
+                self.url,
+                headers={"Authorization": f"Bearer {self.spec['token']}"},
+                protocols=(SUBPROTOCOL,),
+                compress=0,
                 timeout=aiohttp.ClientWSTimeout(ws_close=10.0),
-            )  # fmt: skip
+            )
         try:
             connection.send_hello(self.hello)
             await _flush(ws, connection)
@@ -270,11 +283,20 @@ class FleetWorkers:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as handle:
                 json.dump(share, handle)
-            self.processes.append(await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "benchmarks.storm_relays", "--url", self.url,
-                "--specs", str(path), stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, start_new_session=True,
-            ))  # fmt: skip
+            self.processes.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "benchmarks.storm_relays",
+                    "--url",
+                    self.url,
+                    "--specs",
+                    str(path),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    start_new_session=True,
+                )
+            )
         await self._all({"cmd": "ready"}, send=False)
 
     async def go(self, concurrency: int) -> float:

@@ -43,8 +43,10 @@ def _arguments() -> argparse.Namespace:
     )
     parser.add_argument("--relay", required=True, help="the relay's name or id")
     parser.add_argument("--slot", default="main", help="the desktop's slot (default main)")
-    parser.add_argument("--token-file", help="a file holding the API token "
-                        "(default: the RELAYDESK_API_TOKEN variable)")  # fmt: skip
+    parser.add_argument(
+        "--token-file",
+        help="a file holding the API token (default: the RELAYDESK_API_TOKEN variable)",
+    )
     parser.add_argument("--screenshot", type=Path, help="save the screenshot here (PNG)")
     parser.add_argument("--click", help="X,Y to click (default: the screen's centre)")
     parser.add_argument("--type", dest="text", help="text to type after the click")
@@ -70,11 +72,17 @@ def _count(node: dict[str, Any]) -> int:
 
 
 async def run(args: argparse.Namespace) -> int:
-    base = (f"{args.server.rstrip('/')}/api/v1/conversations/{args.conversation}/cua/"
-            f"{args.relay}/virtual/{args.slot}")  # fmt: skip
-    computer = Computer(os_type="linux", use_host_computer_server=True, api_base_url=base,
-                        api_headers={"Authorization": f"Bearer {_token(args)}"},
-                        telemetry_enabled=False)  # fmt: skip
+    base = (
+        f"{args.server.rstrip('/')}/api/v1/conversations/{args.conversation}/cua/"
+        f"{args.relay}/virtual/{args.slot}"
+    )
+    computer = Computer(
+        os_type="linux",
+        use_host_computer_server=True,
+        api_base_url=base,
+        api_headers={"Authorization": f"Bearer {_token(args)}"},
+        telemetry_enabled=False,
+    )
     started = time.perf_counter()
     await computer.run()
     _step("ready", started, base)
@@ -90,8 +98,11 @@ async def run(args: argparse.Namespace) -> int:
             args.screenshot.write_bytes(png)
         _step("screenshot", started, f"{len(png)} bytes")
 
-        x, y = (int(v) for v in args.click.split(",")) if args.click else (
-            size["width"] // 2, size["height"] // 2)  # fmt: skip
+        x, y = (
+            (int(v) for v in args.click.split(","))
+            if args.click
+            else (size["width"] // 2, size["height"] // 2)
+        )
         started = time.perf_counter()
         # Cua's client does not report a refused click: ask the protocol directly for its answer.
         reply = await screen._send_command("left_click", {"x": x, "y": y})
@@ -108,8 +119,11 @@ async def run(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         tree = await screen.get_accessibility_tree()
         root = tree.get("tree") or {}
-        _step("a11y tree", started, f"{root.get('role')} {root.get('title')!r}, "
-              f"{_count(root)} elements")  # fmt: skip
+        _step(
+            "a11y tree",
+            started,
+            f"{root.get('role')} {root.get('title')!r}, {_count(root)} elements",
+        )
     except RuntimeError as err:  # Cua's client raises on success: false for reads
         print(f"failed: {err}", file=sys.stderr)
         return 1

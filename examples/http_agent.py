@@ -121,8 +121,12 @@ def screenshot(desk: Desk, out: Path | None) -> dict[str, Any]:
     if out is not None:
         out.write_bytes(base64.b64decode(shot["image"]))
     saved = f", saved to {out}" if out is not None else ""
-    say("screen screenshot", started, f"{shot['width']}x{shot['height']} {shot['format']}, "
-        f"revision {shot['screen_revision'][:16]}…{saved}")  # fmt: skip
+    say(
+        "screen screenshot",
+        started,
+        f"{shot['width']}x{shot['height']} {shot['format']}, "
+        f"revision {shot['screen_revision'][:16]}…{saved}",
+    )
     return shot
 
 
@@ -131,8 +135,9 @@ def click(desk: Desk, shot: dict[str, Any], point: Point | None) -> None:
     x, y = point or (shot["width"] // 2, shot["height"] // 2)
     started = time.perf_counter()
     try:
-        done = desk.call("screen", action="click", x=x, y=y,
-                         expected_screen_revision=shot["screen_revision"])  # fmt: skip
+        done = desk.call(
+            "screen", action="click", x=x, y=y, expected_screen_revision=shot["screen_revision"]
+        )
     except ActionError as err:
         say("screen click", started, f"({x}, {y}) refused: {err.code}")
         raise
@@ -172,8 +177,12 @@ def _observe(desk: Desk, window: str | None) -> dict[str, Any]:
     except ActionError as err:
         say("desktop_observe", started, f"refused: {err.code}")
         raise
-    say("desktop_observe", started, f"{seen['window']!r} of {seen['app']}: "
-        f"{seen['nodes']} elements (snapshot {seen['snapshot']})")  # fmt: skip
+    say(
+        "desktop_observe",
+        started,
+        f"{seen['window']!r} of {seen['app']}: "
+        f"{seen['nodes']} elements (snapshot {seen['snapshot']})",
+    )
     return seen
 
 
@@ -197,8 +206,12 @@ def find(desk: Desk, selector: str, window: str) -> dict[str, Any]:
     if not found["matches"]:
         raise AgentError(f"desktop_find: nothing in {window!r} matches {selector}")
     element: dict[str, Any] = found["matches"][0]
-    say("desktop_find", started, f"{_named(element)} {element['ref']} "
-        f"(first of {found['count']}{'+' if found['more'] else ''})")  # fmt: skip
+    say(
+        "desktop_find",
+        started,
+        f"{_named(element)} {element['ref']} "
+        f"(first of {found['count']}{'+' if found['more'] else ''})",
+    )
     return element
 
 
@@ -210,8 +223,12 @@ def act(desk: Desk, element: dict[str, Any], text: str | None) -> None:
         say("desktop_click", started, f"{_named(element)}, {done['method']}")
         return
     done = desk.call("desktop_type", ref=element["ref"], text=text)
-    say("desktop_type", started, f"{len(text)} characters into {_named(element)}, "
-        f"{done['method']}; it reads {done.get('text')!r}")  # fmt: skip
+    say(
+        "desktop_type",
+        started,
+        f"{len(text)} characters into {_named(element)}, "
+        f"{done['method']}; it reads {done.get('text')!r}",
+    )
 
 
 def _named(element: dict[str, Any]) -> str:

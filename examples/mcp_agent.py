@@ -57,8 +57,10 @@ async def run(url: str, token: str, conversation: str, out: Path) -> None:
         info = answer(shot)  # width, height, screen_revision, … (the picture is image content)
         image = next(c for c in shot.content if isinstance(c, types.ImageContent))
         await asyncio.to_thread(out.write_bytes, base64.b64decode(image.data))
-        print(f"screenshot: {info['width']}x{info['height']} {image.mime_type} -> {out} "
-              f"(screen_revision {info['screen_revision']})")  # fmt: skip
+        print(
+            f"screenshot: {info['width']}x{info['height']} {image.mime_type} -> {out} "
+            f"(screen_revision {info['screen_revision']})"
+        )
 
         apps = answer(await desk.call_tool("desktop_apps", {}))  # what runs, with its windows
         windows = [w for app in apps.get("running", []) for w in app["windows"]]

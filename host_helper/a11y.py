@@ -22,9 +22,17 @@ from wire.ops import A11Y_CALLS
 
 # What of the helper's environment the worker gets: the session's display and bus, no secrets.
 PASSED_ENV: Final = (
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "DISPLAY", "XAUTHORITY",
-    "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR",
-)  # fmt: skip
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "DISPLAY",
+    "XAUTHORITY",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "XDG_RUNTIME_DIR",
+)
 POLICY_PREFIX: Final = "RELAYDESK_A11Y_"
 MAX_TIMEOUT_S: Final = 60.0
 
@@ -84,8 +92,9 @@ class HostA11y:
 
     async def _worker_for(self, policy: dict[str, str]) -> A11yWorker:
         if self._python is False:
-            self._python = await asyncio.to_thread(a11y_python, self._env.get(
-                "RELAYDESK_A11Y_PYTHON"))  # fmt: skip
+            self._python = await asyncio.to_thread(
+                a11y_python, self._env.get("RELAYDESK_A11Y_PYTHON")
+            )
         if not isinstance(self._python, str):
             raise OpError(
                 ErrorCode.A11Y_UNAVAILABLE,

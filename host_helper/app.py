@@ -79,8 +79,9 @@ def _authorised(request: web.Request, token: str) -> bool:
 async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every route needs the shared token (compared in constant time, never logged)."""
     if not _authorised(request, request.app[CONFIG_KEY].token):
-        log.warning("refused %s %s: no valid token (from %s)", request.method, request.path,
-                    request.remote)  # fmt: skip
+        log.warning(
+            "refused %s %s: no valid token (from %s)", request.method, request.path, request.remote
+        )
         return error_response(OpError(ErrorCode.UNAUTHORIZED, "valid token required"))
     return await handler(request)
 
@@ -175,11 +176,15 @@ async def local_input(request: web.Request) -> web.Response:
     report = await request.app[INPUT_KEY].wait(int(after), wait)
     status = await request.app[DESKTOPS_KEY].status()
     desktop = status.get("desktop") if isinstance(status.get("desktop"), dict) else None
-    return web.json_response({
-        "ok": True, "watching": report.watching, "seq": report.seq,
-        "idle_ms": None if report.idle_s is None else round(report.idle_s * 1000),
-        "local_screen_session_id": desktop.get("local_screen_session_id") if desktop else None,
-    })  # fmt: skip
+    return web.json_response(
+        {
+            "ok": True,
+            "watching": report.watching,
+            "seq": report.seq,
+            "idle_ms": None if report.idle_s is None else round(report.idle_s * 1000),
+            "local_screen_session_id": desktop.get("local_screen_session_id") if desktop else None,
+        }
+    )
 
 
 async def local_a11y(request: web.Request) -> web.Response:
@@ -240,9 +245,12 @@ async def serve(config: HelperSettings) -> None:
         site = web.TCPSite(runner, config.host, config.port)
         await site.start()
         log.info(
-            "host helper listening on %s:%s (display %s, sharing %s)", config.host, config.port,
-            config.display or "unset", "allowed" if config.allow_remote_desktop else "disabled",
-        )  # fmt: skip
+            "host helper listening on %s:%s (display %s, sharing %s)",
+            config.host,
+            config.port,
+            config.display or "unset",
+            "allowed" if config.allow_remote_desktop else "disabled",
+        )
         await stopping.wait()
         log.info("host helper stopping")
     finally:

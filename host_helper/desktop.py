@@ -263,16 +263,31 @@ class LocalDesktops:
     def _spawn(self, desktop: LocalDesktop) -> None:
         env = {k: v for k, v in os.environ.items() if k in _INHERITED_ENV or k.startswith("LC_")}
         websockify = [
-            sys.executable, "-m", "websockify", "--web", str(self.config.novnc_dir),
-            "--file-only", f"{LOOPBACK}:{desktop.websockify_port}",
+            sys.executable,
+            "-m",
+            "websockify",
+            "--web",
+            str(self.config.novnc_dir),
+            "--file-only",
+            f"{LOOPBACK}:{desktop.websockify_port}",
             f"{LOOPBACK}:{desktop.vnc_port}",
-        ]  # fmt: skip
+        ]
         desktop.children.add(ChildProcess.spawn("websockify", websockify, env=env, essential=True))
         x11vnc = [
-            self.config.x11vnc_binary, "-display", desktop.display, "-rfbauth",
-            str(desktop.rfbauth), "-localhost", "-noipv6", "-shared", "-forever", "-quiet",
-            "-rfbport", str(desktop.vnc_port), *self.config.x11vnc_flags,
-        ]  # fmt: skip
+            self.config.x11vnc_binary,
+            "-display",
+            desktop.display,
+            "-rfbauth",
+            str(desktop.rfbauth),
+            "-localhost",
+            "-noipv6",
+            "-shared",
+            "-forever",
+            "-quiet",
+            "-rfbport",
+            str(desktop.vnc_port),
+            *self.config.x11vnc_flags,
+        ]
         x11vnc_env = env | {"DISPLAY": desktop.display}  # x11vnc's own environment only
         desktop.children.add(ChildProcess.spawn("x11vnc", x11vnc, env=x11vnc_env, essential=True))
         self.spawned += 1

@@ -41,9 +41,14 @@ RAW_MASK: Final = xinput.RawKeyPressMask | xinput.RawButtonPressMask | xinput.Ra
 # The start of every XI2 raw event (python-xlib parses only the device events'): enough to
 # tell the event's source device; the valuators that follow are not read.
 RAW_EVENT_DATA: Final = rq.Struct(
-    xinput.DEVICEID("deviceid"), rq.Card32("time"), rq.Card32("detail"),
-    xinput.DEVICEID("sourceid"), rq.Card16("valuators_len"), rq.Card32("flags"), rq.Pad(4),
-)  # fmt: skip
+    xinput.DEVICEID("deviceid"),
+    rq.Card32("time"),
+    rq.Card32("detail"),
+    xinput.DEVICEID("sourceid"),
+    rq.Card16("valuators_len"),
+    rq.Card32("flags"),
+    rq.Pad(4),
+)
 
 
 @dataclass(frozen=True)
@@ -140,8 +145,9 @@ class InputWatch:
         try:
             conn = xdisplay.Display(self.display)
         except (xerror.DisplayError, OSError, ValueError) as err:
-            log.warning("no XInput2 watch of %s (%s): a person there is not noticed", self.display,
-                        err)  # fmt: skip
+            log.warning(
+                "no XInput2 watch of %s (%s): a person there is not noticed", self.display, err
+            )
             return
         try:
             xtest = self._select(conn)
@@ -159,8 +165,9 @@ class InputWatch:
         info = conn.query_extension("XInputExtension")
         if info is None:
             raise RuntimeError("the display has no XInput extension")
-        xinput.XIQueryVersion(display=conn.display, opcode=info.major_opcode, major_version=2,
-                              minor_version=2)  # fmt: skip
+        xinput.XIQueryVersion(
+            display=conn.display, opcode=info.major_opcode, major_version=2, minor_version=2
+        )
         for event in RAW_EVENTS:
             conn.ge_add_event_data(info.major_opcode, event, RAW_EVENT_DATA)
         conn.screen().root.xinput_select_events([(xinput.AllMasterDevices, RAW_MASK)])

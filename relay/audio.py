@@ -461,10 +461,16 @@ def _spawn_held(
     hold_read, hold_write = os.pipe()
     try:
         process = subprocess.Popen(
-            argv, stdin=hold_read, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-            start_new_session=True, cwd="/", close_fds=True,
+            argv,
+            stdin=hold_read,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            cwd="/",
+            close_fds=True,
             **(user.popen_kwargs() if user is not None else {}),
-        )  # fmt: skip
+        )
     except BaseException:
         os.close(hold_write)
         raise
@@ -517,10 +523,19 @@ class AudioStreams:
         listener = AudioChannel(channel_id, link, self._listener_closed(desktop))
         link.start_channel(listener)
         desktop.add(listener)
-        log.info("audio listener %d on desktop %s… (%d)", channel_id, session_id[:8],
-                 len(desktop.listeners))  # fmt: skip
-        return {"channel_id": channel_id, "sample_rate": SAMPLE_RATE, "channels": CHANNELS,
-                "frame_ms": FRAME_MS, "bitrate": self.bitrate}  # fmt: skip
+        log.info(
+            "audio listener %d on desktop %s… (%d)",
+            channel_id,
+            session_id[:8],
+            len(desktop.listeners),
+        )
+        return {
+            "channel_id": channel_id,
+            "sample_rate": SAMPLE_RATE,
+            "channels": CHANNELS,
+            "frame_ms": FRAME_MS,
+            "bitrate": self.bitrate,
+        }
 
     def _listener_closed(self, desktop: DesktopAudio) -> Callable[[AudioChannel], None]:
         def closed(listener: AudioChannel) -> None:

@@ -108,10 +108,12 @@ class Handlers:
                 _entry(ops.DESKTOP_SHELL, self._desktop_shell),
                 _entry(ops.DESKTOP_FILE, self._desktop_file),
                 _entry(DESKTOP_HOME_FILE, self._desktop_home_file),
-                *(_entry(spec, self._screen_handler(action))
-                  for action, spec in ops.SCREEN.items()),
+                *(
+                    _entry(spec, self._screen_handler(action))
+                    for action, spec in ops.SCREEN.items()
+                ),
             )
-        }  # fmt: skip
+        }
 
     def capabilities(self) -> list[str]:
         caps = ["session_identity"]
@@ -224,8 +226,11 @@ class Handlers:
         wait_s = args.get("wait_s", 0.0)
         pid = result.get("pid")
         if wait_s > 0 and pid is not None and result.get("accessible", True):
-            row = require_row(await backend.find(result["desktop_session_id"], slot),
-                              result["desktop_session_id"], backend.kind)  # fmt: skip
+            row = require_row(
+                await backend.find(result["desktop_session_id"], slot),
+                result["desktop_session_id"],
+                backend.kind,
+            )
             result["window"] = await self.a11y.launched_window(backend, row, pid, wait_s)
         return result
 
@@ -233,8 +238,9 @@ class Handlers:
         """One accessibility call on one desktop (relay/a11y/service.py)."""
         backend = await self._targeted(args)
         session_id = args.get("desktop_session_id")
-        row = require_row(await backend.find(session_id, args.get("slot", DEFAULT_SLOT)),
-                          session_id, backend.kind)  # fmt: skip
+        row = require_row(
+            await backend.find(session_id, args.get("slot", DEFAULT_SLOT)), session_id, backend.kind
+        )
         return {"result": await self.a11y.call(backend, row, args["call"], args["params"])}
 
     async def _tool_target(
@@ -243,8 +249,9 @@ class Handlers:
         """The backend and row of the running desktop a desktop tool names."""
         backend = await self._targeted(args)
         session_id = args.get("desktop_session_id")
-        row = require_row(await backend.find(session_id, args.get("slot", DEFAULT_SLOT)),
-                          session_id, backend.kind)  # fmt: skip
+        row = require_row(
+            await backend.find(session_id, args.get("slot", DEFAULT_SLOT)), session_id, backend.kind
+        )
         return backend, row
 
     async def _desktop_windows(
@@ -319,8 +326,12 @@ class Handlers:
                 state = await backend.keyboard_state(row)
         except TimeoutError:
             raise OpError(ErrorCode.TIMEOUT, "reading the keyboard state timed out") from None
-        return {"num_lock": state.get("num_lock"), "caps_lock": state.get("caps_lock"),
-                "scroll_lock": state.get("scroll_lock"), "source": state.get("source")}  # fmt: skip
+        return {
+            "num_lock": state.get("num_lock"),
+            "caps_lock": state.get("caps_lock"),
+            "scroll_lock": state.get("scroll_lock"),
+            "source": state.get("source"),
+        }
 
     def _screen_handler(
         self, action: ScreenAction

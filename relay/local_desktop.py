@@ -353,8 +353,9 @@ class LocalDesktop:
                 await asyncio.sleep(self.poll_interval_s)
                 continue
             if seq is not None and fresh > seq and isinstance(session, str) and self.on_input:
-                await self.on_input({"desktop_session_id": session, "kind": LOCAL_KIND,
-                                     "slot": LOCAL_SLOT})  # fmt: skip
+                await self.on_input(
+                    {"desktop_session_id": session, "kind": LOCAL_KIND, "slot": LOCAL_SLOT}
+                )
             seq = fresh
             await asyncio.sleep(INPUT_REPORT_INTERVAL_S)
 
@@ -405,8 +406,7 @@ class HelperA11y:
         self.policy = policy
 
     async def call(self, call: str, params: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
-        body = {"call": call, "params": dict(params), "policy": self.policy,
-                "timeout_s": timeout_s}  # fmt: skip
+        body = {"call": call, "params": dict(params), "policy": self.policy, "timeout_s": timeout_s}
         answer = dict(await self.client.call("POST", "/v1/local/a11y", body, timeout_s + 10))
         answer.pop("ok", None)
         return answer

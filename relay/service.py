@@ -102,12 +102,15 @@ class RelayService:
         # Desktops in containers (relay/desktops/docker/backend.py, docs/docker.md).
         self.docker = DockerBackend(
             ContainerLauncher(
-                desktop_config, settings.docker, authority=self.desktops.authority,
+                desktop_config,
+                settings.docker,
+                authority=self.desktops.authority,
                 sound_root=audio.runtime_root if audio.available else None,
                 audio_default=audio.default_on,
             ).lifecycle(self._desktop_changed),
-            self.screen, a11y=settings.a11y,
-        )  # fmt: skip
+            self.screen,
+            a11y=settings.a11y,
+        )
         backends.append(self.docker)
         self.handlers = Handlers(
             backends,
@@ -147,10 +150,13 @@ class RelayService:
         # What the last relay left that is not re-adopted is stopped after the hello.
         adopted = await self.desktops.adopt(clean_up_later=True)
         log.info(
-            "re-adopted %d desktop(s) from the previous relay run", len(adopted),
-            extra={"adopt_s": round(time.monotonic() - began, 3),
-                   "since_exec_s": round(process_age_s(), 3)},
-        )  # fmt: skip
+            "re-adopted %d desktop(s) from the previous relay run",
+            len(adopted),
+            extra={
+                "adopt_s": round(time.monotonic() - began, 3),
+                "since_exec_s": round(process_age_s(), 3),
+            },
+        )
         self.desktops.start_watchdog()
         await self.docker.open()
         if self.local is not None:

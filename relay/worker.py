@@ -178,10 +178,13 @@ class RelayWorker:
         self.link = link
         self.connected.set()
         log.info(
-            "connected to %s", self.settings.server_url,
-            extra={"dial_s": round(time.monotonic() - self._dialled, 3),
-                   "since_exec_s": round(process_age_s(), 3)},
-        )  # fmt: skip
+            "connected to %s",
+            self.settings.server_url,
+            extra={
+                "dial_s": round(time.monotonic() - self._dialled, 3),
+                "since_exec_s": round(process_age_s(), 3),
+            },
+        )
         # Told to stop (SIGTERM): close the connection, which ends the receive loop below.
         closer = asyncio.create_task(self._close_when_stopping(ws), name="close-on-stop")
         try:

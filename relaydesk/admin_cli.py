@@ -376,9 +376,18 @@ async def _with_store(call: AdminCall, args: argparse.Namespace, database_url: s
 
 # What an administrative change names in its audit row: never a password or a token.
 AUDITED_ARGUMENTS = (
-    "user", "name", "owner", "relay", "conversation", "title", "member", "token_id",
-    "co_located", "ttl", "admin",
-)  # fmt: skip
+    "user",
+    "name",
+    "owner",
+    "relay",
+    "conversation",
+    "title",
+    "member",
+    "token_id",
+    "co_located",
+    "ttl",
+    "admin",
+)
 
 
 def _audit_row(args: argparse.Namespace, outcome: str, reason: str | None) -> AuditRow:

@@ -41,8 +41,11 @@ def add_desktops(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "USER` makes one), under the same roles, audit and compare-and-stop.",
     )
     dsub = p.add_subparsers(dest="desktops_command", required=True, metavar="COMMAND")
-    li = dsub.add_parser("list", help="desktops running in a conversation",
-                         description="Desktops running in a conversation, as a table.")  # fmt: skip
+    li = dsub.add_parser(
+        "list",
+        help="desktops running in a conversation",
+        description="Desktops running in a conversation, as a table.",
+    )
     _common(li)
     li.set_defaults(func=lambda args: _run(_list, args))
     st = dsub.add_parser(
@@ -60,20 +63,30 @@ def add_desktops(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--server", default=None,
-                   help=f"the server's URL ({SERVER_ENV}, else RELAYDESK_PUBLIC_URL, "
-                   "else http://127.0.0.1:8400)")  # fmt: skip
+    p.add_argument(
+        "--server",
+        default=None,
+        help=f"the server's URL ({SERVER_ENV}, else RELAYDESK_PUBLIC_URL, "
+        "else http://127.0.0.1:8400)",
+    )
     p.add_argument("--token-file", default=None, help=f"file holding an API token ({TOKEN_ENV})")
-    p.add_argument("--conversation", default=None,
-                   help="conversation id (RELAYDESK_CONVERSATION_ID; may be left out when the "
-                   "token's user is in one conversation)")  # fmt: skip
+    p.add_argument(
+        "--conversation",
+        default=None,
+        help="conversation id (RELAYDESK_CONVERSATION_ID; may be left out when the "
+        "token's user is in one conversation)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
 
 
 def server_url(args: argparse.Namespace) -> str:
     """``--server``, else the environment, else the local default."""
-    return (args.server or os.environ.get(SERVER_ENV) or os.environ.get("RELAYDESK_PUBLIC_URL")
-            or "http://127.0.0.1:8400")  # fmt: skip
+    return (
+        args.server
+        or os.environ.get(SERVER_ENV)
+        or os.environ.get("RELAYDESK_PUBLIC_URL")
+        or "http://127.0.0.1:8400"
+    )
 
 
 def api_token(args: argparse.Namespace) -> str:
@@ -112,13 +125,21 @@ def _stop(client: RelaydeskClient, args: argparse.Namespace) -> Any:
     shared = client.get(f"/api/v1/conversations/{conversation}")["relays"]
     if not any(args.relay in (r["name"], r["relay_id"]) for r in shared):
         known = ", ".join(r["name"] for r in shared) or "none"
-        raise ApiError(404, ErrorCode.RELAY_NOT_FOUND, f"no relay named {args.relay!r} is "
-                       f"shared with this conversation; it has: {known}", {})  # fmt: skip
+        raise ApiError(
+            404,
+            ErrorCode.RELAY_NOT_FOUND,
+            f"no relay named {args.relay!r} is shared with this conversation; it has: {known}",
+            {},
+        )
     rows = client.desktops(conversation)
     row = next((r for r in rows if _is_target(r, args)), None)
     if row is None:
-        raise ApiError(404, ErrorCode.NOT_RUNNING, f"no {args.kind} desktop is running in slot "
-                       f"{args.slot!r} of relay {args.relay!r}", {})  # fmt: skip
+        raise ApiError(
+            404,
+            ErrorCode.NOT_RUNNING,
+            f"no {args.kind} desktop is running in slot {args.slot!r} of relay {args.relay!r}",
+            {},
+        )
     target: DesktopRow = {**row, "desktop_session_id": args.session or row["desktop_session_id"]}
     stopped = client.stop(conversation, target)
     return {

@@ -36,9 +36,12 @@ def add_files(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "the server's API, as the desktop's user and confined to its home (docs/files.md).",
     )
     fsub = p.add_subparsers(dest="files_command", required=True, metavar="COMMAND")
-    put = fsub.add_parser("put", help="upload a local file into the desktop's home",
-                          description="Upload LOCAL to REMOTE (default Downloads/NAME). A "
-                          "file of that name gets a renamed copy unless --replace.")  # fmt: skip
+    put = fsub.add_parser(
+        "put",
+        help="upload a local file into the desktop's home",
+        description="Upload LOCAL to REMOTE (default Downloads/NAME). A "
+        "file of that name gets a renamed copy unless --replace.",
+    )
     put.add_argument("local", help="the local file")
     put.add_argument("remote", nargs="?", default=None, help="the path in the desktop's home")
     put.add_argument("--replace", action="store_true", help="replace a file of that name")
@@ -52,12 +55,16 @@ def add_files(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     get.add_argument("remote", help="the path in the desktop's home")
     get.add_argument("local", nargs="?", default=None, help="the local file")
-    get.add_argument("--resume", action="store_true",
-                     help="append to LOCAL from its size (a cut download)")  # fmt: skip
+    get.add_argument(
+        "--resume", action="store_true", help="append to LOCAL from its size (a cut download)"
+    )
     _common(get)
     get.set_defaults(func=lambda args: _run(_get, args))
-    ls = fsub.add_parser("ls", help="list a folder of the desktop's home",
-                         description="List REMOTE (default: the home).")  # fmt: skip
+    ls = fsub.add_parser(
+        "ls",
+        help="list a folder of the desktop's home",
+        description="List REMOTE (default: the home).",
+    )
     ls.add_argument("remote", nargs="?", default="~", help="a folder in the desktop's home")
     _common(ls)
     ls.set_defaults(func=lambda args: _run(_ls, args))
@@ -72,8 +79,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", default="virtual", help="the desktop's kind (default virtual)")
     p.add_argument("--slot", default="main", help="the desktop's slot (default main)")
     p.add_argument("--server", default=None, help="the server's URL (RELAYDESK_SERVER_URL)")
-    p.add_argument("--token-file", default=None, help="file holding an API token "
-                   "(RELAYDESK_API_TOKEN)")  # fmt: skip
+    p.add_argument(
+        "--token-file", default=None, help="file holding an API token (RELAYDESK_API_TOKEN)"
+    )
     p.add_argument(
         "--conversation", default=None, help="conversation id (RELAYDESK_CONVERSATION_ID)"
     )
@@ -126,12 +134,17 @@ def _conversation(client: RelaydeskClient, args: argparse.Namespace) -> str:
 def _relay(client: RelaydeskClient, args: argparse.Namespace, conversation: str) -> str:
     if args.relay:
         return str(args.relay)
-    rows = [r for r in client.desktops(conversation)
-            if (r.get("kind"), r.get("slot")) == (args.kind, args.slot)]  # fmt: skip
+    rows = [
+        r
+        for r in client.desktops(conversation)
+        if (r.get("kind"), r.get("slot")) == (args.kind, args.slot)
+    ]
     relays = {str(r.get("relay_name") or r.get("relay_id")) for r in rows}
     if len(relays) != 1:
-        raise UsageError(f"name the relay with --relay ({len(relays)} run a {args.kind} "
-                         f"desktop in slot {args.slot!r})")  # fmt: skip
+        raise UsageError(
+            f"name the relay with --relay ({len(relays)} run a {args.kind} "
+            f"desktop in slot {args.slot!r})"
+        )
     return relays.pop()
 
 
@@ -160,16 +173,22 @@ def _put(client: RelaydeskClient, args: argparse.Namespace) -> dict[str, Any]:
     if args.resume:
         held = answer_of(client.http.get(f"{base}/upload", params={"path": remote}))
         offset = int(held["offset"])
-    query = {"path": remote, "offset": str(offset),
-             "exists": "replace" if args.replace else "rename"}  # fmt: skip
+    query = {
+        "path": remote,
+        "offset": str(offset),
+        "exists": "replace" if args.replace else "rename",
+    }
     progress = Progress(size, offset, not args.no_progress and not args.json)
     with local.open("rb") as handle:
         handle.seek(offset)
         try:
             response = client.http.post(
-                f"{base}/upload", params=query, content=_pieces(handle, progress),
-                headers={"Content-Length": str(size - offset)}, timeout=None,
-            )  # fmt: skip
+                f"{base}/upload",
+                params=query,
+                content=_pieces(handle, progress),
+                headers={"Content-Length": str(size - offset)},
+                timeout=None,
+            )
         finally:
             progress.end()
     return answer_of(response)

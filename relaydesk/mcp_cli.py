@@ -40,11 +40,17 @@ def add_mcp(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--server", default=None,
-                   help=f"the server's URL ({SERVER_ENV}, else RELAYDESK_PUBLIC_URL, "
-                   "else http://127.0.0.1:8400)")  # fmt: skip
-    p.add_argument("--conversation", default=None,
-                   help=f"the conversation the tools act in ({CONVERSATION_ENV})")  # fmt: skip
+    p.add_argument(
+        "--server",
+        default=None,
+        help=f"the server's URL ({SERVER_ENV}, else RELAYDESK_PUBLIC_URL, "
+        "else http://127.0.0.1:8400)",
+    )
+    p.add_argument(
+        "--conversation",
+        default=None,
+        help=f"the conversation the tools act in ({CONVERSATION_ENV})",
+    )
     p.add_argument("--token-file", default=None, help=f"file holding an API token ({TOKEN_ENV})")
     p.set_defaults(func=_cmd_mcp)
 

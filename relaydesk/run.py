@@ -99,8 +99,10 @@ def run_server(host: str | None, port: int | None) -> int:
         return 1
     except OSError as err:
         reason = err.strerror or str(err)
-        print(f"relaydesk server: cannot serve on {settings.host}:{settings.port}: {reason}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"relaydesk server: cannot serve on {settings.host}:{settings.port}: {reason}",
+            file=sys.stderr,
+        )
         return 1
     server = uvicorn.Server(uvicorn_config(create_app(settings), settings))
     try:
@@ -172,8 +174,10 @@ def run_host_helper(
         return 2
     if input_backend not in BACKENDS:
         known = ", ".join(BACKENDS)
-        print(f"relaydesk host-helper: unknown input backend {input_backend!r} (known: {known})",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"relaydesk host-helper: unknown input backend {input_backend!r} (known: {known})",
+            file=sys.stderr,
+        )
         return 2
     config = HelperSettings(
         host=host,

@@ -8,14 +8,29 @@ from typing import Any, Final
 # Columns each listing shows, in order; ``--json`` prints every field.
 COLUMNS: Final[dict[str, tuple[str, ...]]] = {
     "users": ("username", "user_id", "is_admin", "disabled", "created_at"),
-    "relays": ("name", "relay_id", "connected", "co_located", "revoked", "last_seen_at",
-               "relay_version"),
+    "relays": (
+        "name",
+        "relay_id",
+        "connected",
+        "co_located",
+        "revoked",
+        "last_seen_at",
+        "relay_version",
+    ),
     "conversations": ("title", "conversation_id", "members", "relays"),
     "list-tokens": ("token_id", "name", "user", "created_at", "last_used_at", "revoked"),
     "audit": ("at", "op", "actor", "outcome", "relay_id", "desktop_session_id", "reason"),
-    "desktops": ("relay_name", "kind", "slot", "state", "desktop_session_id", "started_by",
-                 "started_at", "reason"),
-}  # fmt: skip
+    "desktops": (
+        "relay_name",
+        "kind",
+        "slot",
+        "state",
+        "desktop_session_id",
+        "started_by",
+        "started_at",
+        "reason",
+    ),
+}
 # What an empty listing says.
 NOUNS: Final[dict[str, str]] = {
     "list-tokens": "API tokens",
@@ -41,8 +56,10 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     cells = [[cell(row.get(column)) for column in columns] for row in rows]
     header = [column.upper() for column in columns]
     widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(columns))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
-             for line in [header, *cells]]  # fmt: skip
+    lines = [
+        "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+        for line in [header, *cells]
+    ]
     return "\n".join(lines)
 
 

@@ -149,8 +149,12 @@ async def _set_disabled(store: Store, username: str, *, disabled: bool) -> dict[
     change = store.disable_user if disabled else store.enable_user
     async with _as_admin_error():
         changed = await change(user.user_id)
-    return {"user_id": user.user_id, "username": user.username, "disabled": disabled,
-            "changed": changed}  # fmt: skip
+    return {
+        "user_id": user.user_id,
+        "username": user.username,
+        "disabled": disabled,
+        "changed": changed,
+    }
 
 
 async def add_relay(

@@ -63,9 +63,13 @@ log = logging.getLogger(__name__)
 
 PRUNE_INTERVAL_S: Final = 3600.0
 ACTIONS: Final = (
-    DESKTOP_ACTIONS + DESKTOP_APP_ACTIONS + A11Y_ACTIONS + CONTROL_ACTIONS + DESKTOP_TOOL_ACTIONS
+    DESKTOP_ACTIONS
+    + DESKTOP_APP_ACTIONS
+    + A11Y_ACTIONS
+    + CONTROL_ACTIONS
+    + DESKTOP_TOOL_ACTIONS
     + HOME_FILE_ACTIONS
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)

@@ -23,27 +23,33 @@ LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 ACTION_SECONDS: Final = Histogram(
     "relaydesk_action_seconds",
     "Typed actions (HTTP, MCP, chat, Cua) from admission to answer, by action name",
-    ["action"], buckets=LATENCY_BUCKETS, registry=REGISTRY,
-)  # fmt: skip
+    ["action"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
 SCREEN_SECONDS: Final = Histogram(
     "relaydesk_screen_action_seconds",
     "Calls of the screen tool on the replica they came in to, by screen action",
-    ["action"], buckets=LATENCY_BUCKETS, registry=REGISTRY,
-)  # fmt: skip
+    ["action"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
 
 RedisComponent = Literal["cluster", "events", "control", "caches", "logins"]
 REDIS_ERRORS: Final = Counter(
     "relaydesk_redis_errors",
     "Redis commands that failed (unreachable, timed out, refused), by the part that sent them",
-    ["component"], registry=REGISTRY,
-)  # fmt: skip
+    ["component"],
+    registry=REGISTRY,
+)
 
 DatabaseErrorKind = Literal["disconnect", "other"]
 DATABASE_ERRORS: Final = Counter(
     "relaydesk_database_errors",
     "Database statements that failed (constraint violations, which are answers, excluded)",
-    ["kind"], registry=REGISTRY,
-)  # fmt: skip
+    ["kind"],
+    registry=REGISTRY,
+)
 
 for _component in get_args(RedisComponent):
     REDIS_ERRORS.labels(_component)

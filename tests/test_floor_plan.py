@@ -75,8 +75,10 @@ def floor_violations(relative_path: str, source: str) -> list[str]:
         elif FLOOR_OF[target] >= FLOOR_OF[room]:
             if line in typing_only and (relative_path, target) in TYPE_ONLY_UPWARD:
                 continue
-            found.append(f"{where}: {room} (floor {FLOOR_OF[room]}) imports {module} "
-                         f"(floor {FLOOR_OF[target]})")  # fmt: skip
+            found.append(
+                f"{where}: {room} (floor {FLOOR_OF[room]}) imports {module} "
+                f"(floor {FLOOR_OF[target]})"
+            )
     return found
 
 

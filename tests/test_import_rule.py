@@ -57,13 +57,38 @@ DESKTOP_IO = frozenset(
 # Modules whose import means I/O or concurrency machinery; a prefix covers its submodules.
 WIRE_FORBIDDEN_MODULES = frozenset(
     {
-        "asyncio", "socket", "aiohttp", "starlette", "uvicorn", "subprocess", "os",
-        "sqlalchemy", "threading", "selectors", "socketserver", "ssl", "multiprocessing",
-        "concurrent", "shutil", "tempfile", "sqlite3", "aiosqlite", "asyncpg", "redis",
-        "websockets", "websockify", "httpx", "http.client", "http.server", "urllib.request",
-        "signal", "mss", "Xlib", "psutil",
+        "asyncio",
+        "socket",
+        "aiohttp",
+        "starlette",
+        "uvicorn",
+        "subprocess",
+        "os",
+        "sqlalchemy",
+        "threading",
+        "selectors",
+        "socketserver",
+        "ssl",
+        "multiprocessing",
+        "concurrent",
+        "shutil",
+        "tempfile",
+        "sqlite3",
+        "aiosqlite",
+        "asyncpg",
+        "redis",
+        "websockets",
+        "websockify",
+        "httpx",
+        "http.client",
+        "http.server",
+        "urllib.request",
+        "signal",
+        "mss",
+        "Xlib",
+        "psutil",
     }
-)  # fmt: skip
+)
 # The one asyncio driver of ``wire.connection.Connection``: asyncio, and no other I/O module.
 WIRE_ASYNCIO_DRIVER = "wire/link.py"
 WIRE_FORBIDDEN_CALLS = frozenset({"open", "io.open", "os.open", "__import__"})

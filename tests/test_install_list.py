@@ -28,17 +28,59 @@ SOURCES = ("relay", "server", "host_helper", "relaydesk", "wire", "tests", "benc
 # Started by argument vector in relay/, tests/support/ and benchmarks/ (the patterns below find
 # the rest). Keep in step with what the code starts.
 LAUNCHED = {
-    "Xvfb", "x11vnc", "openbox", "xterm", "autocutsel", "dbus-daemon", "pulseaudio", "pacat",
-    "xdotool", "xclip", "wmctrl", "xwininfo", "xprop", "sox", "redis-server", "haproxy",
-    "tint2", "jgmenu", "hsetroot", "pcmanfm", "mousepad", "gtk3-demo", "setpriv", "runuser",
-    "useradd", "initdb", "pg_ctl", "postgres", "docker", "debootstrap", "node", "npm",
-}  # fmt: skip
+    "Xvfb",
+    "x11vnc",
+    "openbox",
+    "xterm",
+    "autocutsel",
+    "dbus-daemon",
+    "pulseaudio",
+    "pacat",
+    "xdotool",
+    "xclip",
+    "wmctrl",
+    "xwininfo",
+    "xprop",
+    "sox",
+    "redis-server",
+    "haproxy",
+    "tint2",
+    "jgmenu",
+    "hsetroot",
+    "pcmanfm",
+    "mousepad",
+    "gtk3-demo",
+    "setpriv",
+    "runuser",
+    "useradd",
+    "initdb",
+    "pg_ctl",
+    "postgres",
+    "docker",
+    "debootstrap",
+    "node",
+    "npm",
+}
 # Programs found by pattern that are optional choices, never required (screenshot helpers the
 # code detects, other people's agents named in examples).
 OPTIONAL = {
-    "uv", "xv", "xdg-open", "wl-paste", "spectacle", "rustc", "keyring", "grim",
-    "gnome-screenshot", "gm", "eog", "display", "npx", "gemini", "claude", "brave-browser",
-}  # fmt: skip
+    "uv",
+    "xv",
+    "xdg-open",
+    "wl-paste",
+    "spectacle",
+    "rustc",
+    "keyring",
+    "grim",
+    "gnome-screenshot",
+    "gm",
+    "eog",
+    "display",
+    "npx",
+    "gemini",
+    "claude",
+    "brave-browser",
+}
 # Modules the accessibility worker and test apps import from the system's Python.
 SYSTEM_MODULES = {"gi": "python3-gi", "PyQt5": "python3-pyqt5"}
 

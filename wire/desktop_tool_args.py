@@ -15,9 +15,13 @@ WindowOp = Literal["activate", "close", "maximize", "minimize", "move", "resize"
 WINDOW_OPS: Final[tuple[WindowOp, ...]] = get_args(WindowOp)
 # The arguments each window op needs besides ``window_id`` (both ends check them).
 WINDOW_OP_FIELDS: Final[dict[WindowOp, tuple[str, ...]]] = {
-    "activate": (), "close": (), "maximize": (), "minimize": (),
-    "move": ("x", "y"), "resize": ("width", "height"),
-}  # fmt: skip
+    "activate": (),
+    "close": (),
+    "maximize": (),
+    "minimize": (),
+    "move": ("x", "y"),
+    "resize": ("width", "height"),
+}
 # X coordinates and sizes are 16-bit on the wire of the X protocol.
 WINDOW_COORD_MIN: Final = -32768
 WINDOW_COORD_MAX: Final = 32767
@@ -36,16 +40,29 @@ SHELL_COMMAND_MAX: Final = 30_000
 
 
 FileOp = Literal[
-    "read_text", "write_text", "read_bytes", "write_bytes", "exists", "dir_exists", "list_dir",
-    "mkdir", "delete_file", "delete_dir", "size",
-]  # fmt: skip
+    "read_text",
+    "write_text",
+    "read_bytes",
+    "write_bytes",
+    "exists",
+    "dir_exists",
+    "list_dir",
+    "mkdir",
+    "delete_file",
+    "delete_dir",
+    "size",
+]
 FILE_OPS: Final[tuple[FileOp, ...]] = get_args(FileOp)
 # The arguments each file op needs besides ``path``, and those it may take.
-FILE_OP_FIELDS: Final[dict[FileOp, tuple[str, ...]]] = {"write_text": ("content",),
-                                                         "write_bytes": ("content",)}  # fmt: skip
+FILE_OP_FIELDS: Final[dict[FileOp, tuple[str, ...]]] = {
+    "write_text": ("content",),
+    "write_bytes": ("content",),
+}
 FILE_OP_OPTIONAL: Final[dict[FileOp, tuple[str, ...]]] = {
-    "write_text": ("append",), "write_bytes": ("append",), "read_bytes": ("offset", "length"),
-}  # fmt: skip
+    "write_text": ("append",),
+    "write_bytes": ("append",),
+    "read_bytes": ("offset", "length"),
+}
 FILE_PATH_MAX: Final = 4096
 # The most a write carries (characters of text or of base64) and a read answers (bytes).
 FILE_CONTENT_MAX: Final = 1_000_000
@@ -57,8 +74,13 @@ def _in_range(name: str, value: float, low: float, high: float) -> None:
         raise InvalidArgs(name, f"must be from {low:g} to {high:g}")
 
 
-def _only_fields(args: Mapping[str, Any], op: str, allowed: tuple[str, ...],
-                 needed: tuple[str, ...], fields: tuple[str, ...]) -> None:  # fmt: skip
+def _only_fields(
+    args: Mapping[str, Any],
+    op: str,
+    allowed: tuple[str, ...],
+    needed: tuple[str, ...],
+    fields: tuple[str, ...],
+) -> None:
     for name in fields:
         if name in args and name not in allowed:
             raise InvalidArgs(name, f"not an argument of op {op!r}")
@@ -68,9 +90,11 @@ def _only_fields(args: Mapping[str, Any], op: str, allowed: tuple[str, ...],
 
 
 WINDOW_BOUNDS: Final[dict[str, tuple[int, int]]] = {
-    "x": (WINDOW_COORD_MIN, WINDOW_COORD_MAX), "y": (WINDOW_COORD_MIN, WINDOW_COORD_MAX),
-    "width": (1, WINDOW_SIZE_MAX), "height": (1, WINDOW_SIZE_MAX),
-}  # fmt: skip
+    "x": (WINDOW_COORD_MIN, WINDOW_COORD_MAX),
+    "y": (WINDOW_COORD_MIN, WINDOW_COORD_MAX),
+    "width": (1, WINDOW_SIZE_MAX),
+    "height": (1, WINDOW_SIZE_MAX),
+}
 
 
 def check_window_args(args: Mapping[str, Any]) -> None:

@@ -35,9 +35,12 @@ FILE_MAX_MB_DEFAULT: Final = 2048
 
 # The fields each op may take besides ``op`` and ``path`` (and which it needs).
 OP_FIELDS: Final[dict[HomeFileOp, tuple[str, ...]]] = {
-    "list": (), "read": ("offset", "length", "encoding"),
-    "write": ("content", "encoding", "append"), "delete": (), "partial": (),
-}  # fmt: skip
+    "list": (),
+    "read": ("offset", "length", "encoding"),
+    "write": ("content", "encoding", "append"),
+    "delete": (),
+    "partial": (),
+}
 OP_NEEDS: Final[dict[HomeFileOp, tuple[str, ...]]] = {"write": ("content",)}
 FIELDS: Final = ("offset", "length", "content", "encoding", "append")
 

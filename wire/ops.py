@@ -404,9 +404,17 @@ class KeyArgs(ScreenTarget, total=False):
 
 
 ScreenArgs = (
-    ScreenTarget | ScreenshotArgs | ZoomArgs | MoveArgs | ButtonArgs | GuardedArgs | DragArgs
-    | ScrollArgs | TypeArgs | KeyArgs
-)  # fmt: skip
+    ScreenTarget
+    | ScreenshotArgs
+    | ZoomArgs
+    | MoveArgs
+    | ButtonArgs
+    | GuardedArgs
+    | DragArgs
+    | ScrollArgs
+    | TypeArgs
+    | KeyArgs
+)
 
 
 class ScreenAnswer(TypedDict):
@@ -473,9 +481,16 @@ class KeyboardStateResult(ScreenAnswer, KeyboardState):
 
 
 ScreenResult = (
-    ImageResult | PointResult | ButtonResult | DragResult | ScrollResult | TypeResult
-    | KeyResult | ScreenSizeResult | KeyboardStateResult
-)  # fmt: skip
+    ImageResult
+    | PointResult
+    | ButtonResult
+    | DragResult
+    | ScrollResult
+    | TypeResult
+    | KeyResult
+    | ScreenSizeResult
+    | KeyboardStateResult
+)
 # Each screen action's argument and result types.
 SCREEN_TYPES: Final[dict[ScreenAction, tuple[type[Any], type[Any]]]] = {
     "screenshot": (ScreenshotArgs, ImageResult),
@@ -544,11 +559,27 @@ class InputReleaseResult(TypedDict):
 INPUT_RELEASE: Final = OpSpec("input.release", SessionArgs, InputReleaseResult)
 
 _ALL: tuple[OpSpec[Any, Any], ...] = (
-    PING, DESKTOP_START, DESKTOP_STATUS, DESKTOP_HOLDS, DESKTOP_STOP, DESKTOP_PROFILES,
-    DESKTOP_APPS, DESKTOP_LAUNCH, DESKTOP_RESET_HOME, CHANNEL_OPEN,
-    KEYBOARD_STATE, VNC_DIRECT, DESKTOP_A11Y, DESKTOP_WINDOWS, DESKTOP_WINDOW,
-    DESKTOP_CLIPBOARD, DESKTOP_SHELL, DESKTOP_FILE, INPUT_RELEASE, *SCREEN.values(),
-)  # fmt: skip
+    PING,
+    DESKTOP_START,
+    DESKTOP_STATUS,
+    DESKTOP_HOLDS,
+    DESKTOP_STOP,
+    DESKTOP_PROFILES,
+    DESKTOP_APPS,
+    DESKTOP_LAUNCH,
+    DESKTOP_RESET_HOME,
+    CHANNEL_OPEN,
+    KEYBOARD_STATE,
+    VNC_DIRECT,
+    DESKTOP_A11Y,
+    DESKTOP_WINDOWS,
+    DESKTOP_WINDOW,
+    DESKTOP_CLIPBOARD,
+    DESKTOP_SHELL,
+    DESKTOP_FILE,
+    INPUT_RELEASE,
+    *SCREEN.values(),
+)
 OPS: Final[dict[str, OpSpec[Any, Any]]] = {spec.name: spec for spec in _ALL}
 
 

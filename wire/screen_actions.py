@@ -15,10 +15,23 @@ from __future__ import annotations
 from typing import Final, Literal, get_args
 
 ScreenAction = Literal[
-    "screenshot", "zoom", "click", "double_click", "move", "drag", "scroll", "type", "key",
-    "mouse_position", "screen_size", "keyboard_state", "mouse_down", "mouse_up", "key_down",
+    "screenshot",
+    "zoom",
+    "click",
+    "double_click",
+    "move",
+    "drag",
+    "scroll",
+    "type",
+    "key",
+    "mouse_position",
+    "screen_size",
+    "keyboard_state",
+    "mouse_down",
+    "mouse_up",
+    "key_down",
     "key_up",
-]  # fmt: skip
+]
 SCREEN_ACTIONS: Final[tuple[ScreenAction, ...]] = get_args(ScreenAction)
 IMAGE_ACTIONS: Final[frozenset[ScreenAction]] = frozenset({"screenshot", "zoom"})
 GUARDED_ACTIONS: Final[frozenset[ScreenAction]] = frozenset(

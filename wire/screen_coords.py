@@ -163,14 +163,19 @@ def zoom_size(width: int, height: int, scale: Number) -> tuple[int, int]:
     if not MIN_SCALE <= scale <= MAX_SCALE:
         raise InvalidArgs("scale", f"{scale:g} is outside {MIN_SCALE}..{MAX_SCALE}")
     factor = Fraction(scale)
-    out = (max(1, math.floor(width * factor + Fraction(1, 2))),
-           max(1, math.floor(height * factor + Fraction(1, 2))))  # fmt: skip
+    out = (
+        max(1, math.floor(width * factor + Fraction(1, 2))),
+        max(1, math.floor(height * factor + Fraction(1, 2))),
+    )
     if max(out) > MAX_ZOOM_SIDE or out[0] * out[1] > MAX_ZOOM_PIXELS:
         fits = min(
             MAX_ZOOM_SIDE / max(width, height), math.sqrt(MAX_ZOOM_PIXELS / (width * height))
         )
-        advice = (f"at most {math.floor(fits * 100) / 100:g} fits this region" if fits >= MIN_SCALE
-                  else "zoom a smaller region")  # fmt: skip
+        advice = (
+            f"at most {math.floor(fits * 100) / 100:g} fits this region"
+            if fits >= MIN_SCALE
+            else "zoom a smaller region"
+        )
         raise InvalidArgs(
             "scale",
             f"{scale:g} makes a {out[0]}x{out[1]} image, over the zoom's limit of "
@@ -246,5 +251,9 @@ def grid_for(frame: Frame, region: CropRect, image: tuple[int, int]) -> Grid:
         raise InvalidArgs("coordinates", "a grid is labelled in pixels or normalized coordinates")
     step = _step(frame, region, image)
     coordinates: GridCoordinates = frame.coordinates
-    return Grid(coordinates, step, _lines(frame, 0, step, region, image[0]),
-                _lines(frame, 1, step, region, image[1]))  # fmt: skip
+    return Grid(
+        coordinates,
+        step,
+        _lines(frame, 0, step, region, image[0]),
+        _lines(frame, 1, step, region, image[1]),
+    )

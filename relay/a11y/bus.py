@@ -58,10 +58,15 @@ TIMEOUT_ERRORS: Final = frozenset(
 # Events about an element's text, caret or value: a kept tree stays valid, the element's kept
 # details (bounds, value, text) do not. Visible-data events are not among them: scrolling
 # changes which elements are showing (Chromium scrolls without any event: kept trees expire).
-LIVE_EVENTS: Final = frozenset({
-    "TextCaretMoved", "TextSelectionChanged", "TextChanged", "TextAttributesChanged",
-    "ActiveDescendantChanged",
-})  # fmt: skip
+LIVE_EVENTS: Final = frozenset(
+    {
+        "TextCaretMoved",
+        "TextSelectionChanged",
+        "TextChanged",
+        "TextAttributesChanged",
+        "ActiveDescendantChanged",
+    }
+)
 LIVE_PROPERTIES: Final = frozenset({"accessible-value"})
 # An element moved or was resized: its kept bounds and its descendants' are not valid (GTK's
 # spinners and progress bars send this many times a second: it never costs a tree).
@@ -173,8 +178,9 @@ class Bus:
         """Register an event listener: apps keep their caches (``GetItems``) and emit events
         only while one is registered."""
         for signature, values in (("(sass)", ("object:", [], "")), ("(s)", ("object:",))):
-            call = Call(REGISTRY, "/org/a11y/atspi/registry", REGISTRY, "RegisterEvent",
-                        signature, values)  # fmt: skip
+            call = Call(
+                REGISTRY, "/org/a11y/atspi/registry", REGISTRY, "RegisterEvent", signature, values
+            )
             try:  # from the connection that receives the events
                 self._conn.call_sync(*self._arguments(call, 2000))
                 return
@@ -223,8 +229,17 @@ class Bus:
         flags, the timeout, no cancellable."""
         timeout = timeout_ms or self.call_timeout_ms
         parameters = self._variant(call)
-        return (call.bus, call.path, call.interface, call.method, parameters, None, 0, timeout,
-                None)  # fmt: skip
+        return (
+            call.bus,
+            call.path,
+            call.interface,
+            call.method,
+            parameters,
+            None,
+            0,
+            timeout,
+            None,
+        )
 
     def call(self, call: Call, timeout_ms: int | None = None) -> tuple[Any, ...]:
         """One call, waited for."""
@@ -261,8 +276,9 @@ class Bus:
             return []
         if self._socket is None:
             return self._send_gio(calls, timeout_ms)
-        requests = [(c.bus, c.path, c.interface, c.method, _inner(c.signature), c.values)
-                    for c in calls]  # fmt: skip
+        requests = [
+            (c.bus, c.path, c.interface, c.method, _inner(c.signature), c.values) for c in calls
+        ]
         try:
             replies = self._socket.exchange(requests, timeout_ms / 1000, PIPELINE_DEPTH)
         except Closed:
@@ -336,8 +352,9 @@ class Bus:
         """The registry's unique bus name (its events say that apps came or went)."""
         try:
             bus = "org.freedesktop.DBus"
-            reply = self.call(Call(bus, "/org/freedesktop/DBus", bus, "GetNameOwner", "(s)",
-                                   (REGISTRY,)))  # fmt: skip
+            reply = self.call(
+                Call(bus, "/org/freedesktop/DBus", bus, "GetNameOwner", "(s)", (REGISTRY,))
+            )
         except CallFailed:
             return None
         return str(reply[0])
@@ -365,8 +382,7 @@ class Bus:
                 raise reply
             return tuple(reply)
         gio = self._gio
-        message = gio.DBusMessage.new_method_call(call.bus, call.path, call.interface,
-                                                  call.method)  # fmt: skip
+        message = gio.DBusMessage.new_method_call(call.bus, call.path, call.interface, call.method)
         try:
             reply, _ = self._conn.send_message_with_reply_sync(
                 message, gio.DBusSendMessageFlags.NONE, timeout_ms, None

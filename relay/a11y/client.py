@@ -34,13 +34,28 @@ log = logging.getLogger(__name__)
 CODE_ROOT: Final = Path(__file__).resolve().parents[2]
 PACKAGES: Final = ("relay", "relay.a11y", "wire")
 MODULES: Final = (
-    "wire.errors", "wire.a11y_selector", "wire.a11y_match", "relay.policy",
-    "relay.a11y.dbuswire", "relay.a11y.dbusconn", "relay.a11y.roles", "relay.a11y.nodes",
+    "wire.errors",
+    "wire.a11y_selector",
+    "wire.a11y_match",
+    "relay.policy",
+    "relay.a11y.dbuswire",
+    "relay.a11y.dbusconn",
+    "relay.a11y.roles",
+    "relay.a11y.nodes",
     "relay.a11y.bus",
-    "relay.a11y.protocol", "relay.a11y.toolkits", "relay.a11y.reads", "relay.a11y.refs",
-    "relay.a11y.apps", "relay.a11y.trees", "relay.a11y.session", "relay.a11y.elements",
-    "relay.a11y.observe", "relay.a11y.find", "relay.a11y.actions", "relay.a11y.worker",
-)  # fmt: skip
+    "relay.a11y.protocol",
+    "relay.a11y.toolkits",
+    "relay.a11y.reads",
+    "relay.a11y.refs",
+    "relay.a11y.apps",
+    "relay.a11y.trees",
+    "relay.a11y.session",
+    "relay.a11y.elements",
+    "relay.a11y.observe",
+    "relay.a11y.find",
+    "relay.a11y.actions",
+    "relay.a11y.worker",
+)
 BOOT: Final = (
     "import json, sys, types\n"
     "bundle = json.loads(sys.stdin.buffer.readline())\n"

@@ -103,8 +103,9 @@ class Connection:
         return line
 
     def _hello(self) -> tuple[Any, ...]:
-        (reply,) = self.exchange([(DBUS, "/org/freedesktop/DBus", DBUS, "Hello", "", ())],
-                                 AUTH_TIMEOUT_S)  # fmt: skip
+        (reply,) = self.exchange(
+            [(DBUS, "/org/freedesktop/DBus", DBUS, "Hello", "", ())], AUTH_TIMEOUT_S
+        )
         if reply is None or reply.kind != METHOD_RETURN:
             raise ConnectFailed("the bus did not answer Hello")
         return reply.values
@@ -135,9 +136,13 @@ class Connection:
         return results
 
     def _send(
-        self, requests: Sequence[Request], start: int, room: int, timeout_s: float,
+        self,
+        requests: Sequence[Request],
+        start: int,
+        room: int,
+        timeout_s: float,
         waiting: dict[int, tuple[int, float]],
-    ) -> int:  # fmt: skip
+    ) -> int:
         end = min(len(requests), start + room)
         chunk = []
         deadline = time.monotonic() + timeout_s
@@ -186,8 +191,14 @@ class Connection:
                 message = read_message(blob)
             except WireError as err:  # one reply of a type not read here: that call failed
                 head = read_message(blob, body=False)
-                message = Message(ERROR, head.serial, head.reply_serial, UNREADABLE, "s",
-                                  (f"unreadable reply: {err}",))  # fmt: skip
+                message = Message(
+                    ERROR,
+                    head.serial,
+                    head.reply_serial,
+                    UNREADABLE,
+                    "s",
+                    (f"unreadable reply: {err}",),
+                )
             entry = waiting.pop(message.reply_serial or 0, None)
             if entry is not None:
                 results[entry[0]] = message

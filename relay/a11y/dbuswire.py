@@ -19,10 +19,35 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any, Final
 
-ALIGN: Final = {"y": 1, "b": 4, "n": 2, "q": 2, "i": 4, "u": 4, "x": 8, "t": 8, "d": 8,
-                "s": 4, "o": 4, "g": 1, "v": 1, "a": 4, "(": 8, "{": 8}  # fmt: skip
-FIXED: Final = {"y": "B", "b": "I", "n": "h", "q": "H", "i": "i", "u": "I", "x": "q", "t": "Q",
-                "d": "d"}  # fmt: skip
+ALIGN: Final = {
+    "y": 1,
+    "b": 4,
+    "n": 2,
+    "q": 2,
+    "i": 4,
+    "u": 4,
+    "x": 8,
+    "t": 8,
+    "d": 8,
+    "s": 4,
+    "o": 4,
+    "g": 1,
+    "v": 1,
+    "a": 4,
+    "(": 8,
+    "{": 8,
+}
+FIXED: Final = {
+    "y": "B",
+    "b": "I",
+    "n": "h",
+    "q": "H",
+    "i": "i",
+    "u": "I",
+    "x": "q",
+    "t": "Q",
+    "d": "d",
+}
 # Message types and header fields (the D-Bus specification's numbers).
 METHOD_CALL: Final = 1
 METHOD_RETURN: Final = 2
@@ -260,10 +285,17 @@ def _header_fields(blob: bytes, start: int, end: int, little: bool) -> dict[int,
 # -- writing -----------------------------------------------------------------------------------
 
 _U32: Final = struct.Struct("<I")
-_WRITTEN: Final = {"y": struct.Struct("<B"), "b": _U32, "n": struct.Struct("<h"),
-                   "q": struct.Struct("<H"), "i": struct.Struct("<i"), "u": _U32,
-                   "x": struct.Struct("<q"), "t": struct.Struct("<Q"),
-                   "d": struct.Struct("<d")}  # fmt: skip
+_WRITTEN: Final = {
+    "y": struct.Struct("<B"),
+    "b": _U32,
+    "n": struct.Struct("<h"),
+    "q": struct.Struct("<H"),
+    "i": struct.Struct("<i"),
+    "u": _U32,
+    "x": struct.Struct("<q"),
+    "t": struct.Struct("<Q"),
+    "d": struct.Struct("<d"),
+}
 
 
 def _put(out: bytearray, t: str, value: Any) -> None:
@@ -291,15 +323,17 @@ def _put(out: bytearray, t: str, value: Any) -> None:
 
 
 @lru_cache(maxsize=4096)
-def _call_header(destination: str, path: str, interface: str, member: str,
-                 signature: str) -> bytes:  # fmt: skip
+def _call_header(destination: str, path: str, interface: str, member: str, signature: str) -> bytes:
     """A method call's header fields, padded to 8 (the same for every call to one method of
     one object)."""
     fields = bytearray()
-    for code, sig, value in ((HEADER_PATH, "o", path), (HEADER_INTERFACE, "s", interface),
-                             (HEADER_MEMBER, "s", member),
-                             (HEADER_DESTINATION, "s", destination),
-                             (HEADER_SIGNATURE, "g", signature)):  # fmt: skip
+    for code, sig, value in (
+        (HEADER_PATH, "o", path),
+        (HEADER_INTERFACE, "s", interface),
+        (HEADER_MEMBER, "s", member),
+        (HEADER_DESTINATION, "s", destination),
+        (HEADER_SIGNATURE, "g", signature),
+    ):
         if code == HEADER_SIGNATURE and not signature:
             continue
         fields += bytes(-len(fields) % 8) + bytes([code, 1]) + sig.encode() + b"\0"
@@ -308,9 +342,14 @@ def _call_header(destination: str, path: str, interface: str, member: str,
 
 
 def method_call(
-    serial: int, destination: str, path: str, interface: str, member: str,
-    signature: str = "", values: Sequence[Any] = (),
-) -> bytes:  # fmt: skip
+    serial: int,
+    destination: str,
+    path: str,
+    interface: str,
+    member: str,
+    signature: str = "",
+    values: Sequence[Any] = (),
+) -> bytes:
     """A method call's bytes (little-endian; ``signature`` without the outer parentheses)."""
     body = bytearray()
     for t, value in zip(_split(signature), values, strict=True):

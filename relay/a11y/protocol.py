@@ -59,8 +59,11 @@ class A11yError(RelaydeskError):
 def failed(err: CallFailed, what: str) -> A11yError:
     """A failed D-Bus call as the worker answers it; ``what`` says what was being done."""
     if err.kind == "closed":
-        return A11yError("a11y_unavailable", f"{what}: {err}; it is started again on the next "
-                         "call", suggestion="retry once")  # fmt: skip
+        return A11yError(
+            "a11y_unavailable",
+            f"{what}: {err}; it is started again on the next call",
+            suggestion="retry once",
+        )
     if err.kind == "timeout":
         return A11yError(
             "timeout",

@@ -100,8 +100,9 @@ def carry(bus: Bus, old: Tree, new: Tree) -> None:
     replies = bus.many([Call(n.bus, n.path, ACCESSIBLE, "GetState") for n in listed])
     for node, reply in zip(listed, replies, strict=True):
         if not isinstance(reply, CallFailed):
-            new.nodes[node.key] = replace(node, states=state_tokens(reply[0]),
-                                          children=list(node.children))  # fmt: skip
+            new.nodes[node.key] = replace(
+                node, states=state_tokens(reply[0]), children=list(node.children)
+            )
 
 
 def fill(bus: Bus, tree: Tree, parents: Iterable[Node]) -> None:

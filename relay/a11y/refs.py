@@ -126,8 +126,9 @@ def locator(
     for parent, node in itertools.pairwise(path):
         step = memo.get(node.key)
         if step is None:
-            same = [c.key for c in tree.children(parent)
-                    if c.role == node.role and c.name == node.name]  # fmt: skip
+            same = [
+                c.key for c in tree.children(parent) if c.role == node.role and c.name == node.name
+            ]
             step = (node.role, node.name, same.index(node.key) if node.key in same else 0)
             memo[node.key] = step
         steps.append(step)

@@ -54,13 +54,17 @@ class Session:
         for app in apps:
             kept = None if bounds else self.trees.kept(app)
             if kept is not None:
-                out[app.bus] = [Window(n.key, n.role, n.name, n.states, None)
-                                for n in kept.children(kept.nodes[kept.root])]  # fmt: skip
+                out[app.bus] = [
+                    Window(n.key, n.role, n.name, n.states, None)
+                    for n in kept.children(kept.nodes[kept.root])
+                ]
             elif not self.skipped(app):
                 live.append(app)
         roots = self.bus.many([Call(a.bus, ROOT_PATH, ACCESSIBLE, "GetChildren") for a in live])
-        keys = {a.bus: [(str(b), str(p)) for b, p in unwrap(r, [])]
-                for a, r in zip(live, roots, strict=True)}  # fmt: skip
+        keys = {
+            a.bus: [(str(b), str(p)) for b, p in unwrap(r, [])]
+            for a, r in zip(live, roots, strict=True)
+        }
         calls: list[Call] = []
         for key in (k for app in live for k in keys[app.bus]):
             calls.extend(
@@ -78,10 +82,15 @@ class Session:
             for key in keys[app.bus]:
                 role, name, states = next(replies), next(replies), next(replies)
                 extents = unwrap(next(replies)) if bounds else None
-                out[app.bus].append(Window(key, role_token(unwrap(role, 0, int)),
-                                           unwrap(name, "", str),
-                                           state_tokens(unwrap(states, [])),
-                                           as_bounds(extents)))  # fmt: skip
+                out[app.bus].append(
+                    Window(
+                        key,
+                        role_token(unwrap(role, 0, int)),
+                        unwrap(name, "", str),
+                        state_tokens(unwrap(states, [])),
+                        as_bounds(extents),
+                    )
+                )
         return out
 
     def skipped(self, app: App) -> bool:
@@ -151,8 +160,11 @@ class Session:
         for app in allowed:
             wanted: set[Key] = set()
             if not (whole_app or everything):
-                wanted = {w.key for w in windows.get(app.bus, [])
-                          if (w.name == window if window is not None else w.focused)}  # fmt: skip
+                wanted = {
+                    w.key
+                    for w in windows.get(app.bus, [])
+                    if (w.name == window if window is not None else w.focused)
+                }
                 if not wanted:
                     continue
             try:

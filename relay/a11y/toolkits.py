@@ -84,8 +84,11 @@ def properties(
                 retry.append(i)
             continue
         values = reply[0] if reply and isinstance(reply[0], dict) else {}
-        out[i] = (str(values.get("Name", "")), str(values.get("Description", "")),
-                  int(values.get("ChildCount", 0)))  # fmt: skip
+        out[i] = (
+            str(values.get("Name", "")),
+            str(values.get("Description", "")),
+            int(values.get("ChildCount", 0)),
+        )
     again = bus.many([c for i in retry for c in describe(bus, keys[i], bulk=False)])
     for n, i in enumerate(retry):
         part = again[n * 3 : n * 3 + 3]

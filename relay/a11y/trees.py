@@ -63,12 +63,16 @@ class Trees:
         what the app's bounds, text and value events named."""
         self.bus.drain()
         kept = self._trees.get(app.bus)
-        if kept is None or app.bus in self.bus.changed or \
-                time.monotonic() - kept[0] >= TREE_MAX_AGE_S:  # fmt: skip
+        if (
+            kept is None
+            or app.bus in self.bus.changed
+            or time.monotonic() - kept[0] >= TREE_MAX_AGE_S
+        ):
             return None
         tree = kept[1]
-        tree.forget_details(self.bus.moved.pop(app.bus, set()),
-                            self.bus.touched.pop(app.bus, set()))  # fmt: skip
+        tree.forget_details(
+            self.bus.moved.pop(app.bus, set()), self.bus.touched.pop(app.bus, set())
+        )
         return tree
 
     def tree(self, app: App) -> Tree:
@@ -165,8 +169,11 @@ class Trees:
                     text = "•" * min(len(text), 8)
         answered = [replies[j] for j in (extents, value) if j is not None]
         kept = self._trees.get(node.bus)
-        if first_failure(answered) is None and kept is not None and \
-                kept[1].nodes.get(node.key) is node:  # fmt: skip
+        if (
+            first_failure(answered) is None
+            and kept is not None
+            and kept[1].nodes.get(node.key) is node
+        ):
             kept[1].details[node.key] = (bounds, text)
         return (bounds, text)
 
@@ -189,9 +196,13 @@ class Walker:
         self.hidden_budget = hidden_budget
 
     def walk(
-        self, tree: Tree, root: Node, max_depth: int, path_to_root: list[Node],
+        self,
+        tree: Tree,
+        root: Node,
+        max_depth: int,
+        path_to_root: list[Node],
         hidden: bool = False,
-    ) -> Iterator[Walked]:  # fmt: skip
+    ) -> Iterator[Walked]:
         """Depth-first over showing nodes (``hidden``: also over the cached nodes that are not
         showing, e.g. rows scrolled out of view); never into huge or self-managed containers.
         Children an app has not cached are listed first, level by level, pipelined
@@ -228,17 +239,25 @@ class Walker:
         level, seen = [(root, 0)], 0
         while level and seen < PREFILL_NODES:
             seen += len(level)
-            fill(self.bus, tree, [n for n, d in level if _descends(n, d, max_depth)
-                             and self._wants_fill(n, hidden)])  # fmt: skip
-            level = [(k, d + 1) for n, d in level if _descends(n, d, max_depth)
-                     for k in _kids(tree, n, hidden)]  # fmt: skip
+            fill(
+                self.bus,
+                tree,
+                [n for n, d in level if _descends(n, d, max_depth) and self._wants_fill(n, hidden)],
+            )
+            level = [
+                (k, d + 1)
+                for n, d in level
+                if _descends(n, d, max_depth)
+                for k in _kids(tree, n, hidden)
+            ]
 
 
 def _descends(node: Node, depth: int, max_depth: int) -> bool:
     """Whether a walk goes below ``node``: not past the depth asked for, never into huge or
     self-managed containers."""
-    return depth < max_depth and node.child_count <= HUGE and \
-        "manages_descendants" not in node.states  # fmt: skip
+    return (
+        depth < max_depth and node.child_count <= HUGE and "manages_descendants" not in node.states
+    )
 
 
 def _kids(tree: Tree, node: Node, hidden: bool) -> list[Node]:

@@ -71,9 +71,12 @@ async def read_text(session: DesktopSession, denied: DeniedApps) -> tuple[str, b
     xclip = _xclip()
     for target in TARGETS:
         done = await run_in_desktop(
-            session, READ_CHILD, [xclip, "-selection", "clipboard", "-o", "-t", target],
-            timeout_s=READ_TIMEOUT_S, cap=CLIPBOARD_MAX,
-        )  # fmt: skip
+            session,
+            READ_CHILD,
+            [xclip, "-selection", "clipboard", "-o", "-t", target],
+            timeout_s=READ_TIMEOUT_S,
+            cap=CLIPBOARD_MAX,
+        )
         if done.timed_out:
             raise OpError(
                 ErrorCode.TIMEOUT,
@@ -94,9 +97,12 @@ async def set_text(session: DesktopSession, text: str, denied: DeniedApps) -> No
     session.forget_gone(SERVER_CHILD)
     earlier = [c for c in session.processes.children if c.name == SERVER_CHILD]
     returncode, errors = await start_server_in_desktop(
-        session, SERVER_CHILD, [xclip, "-selection", "clipboard", "-i"],
-        stdin=text.encode("utf-8", "surrogatepass"), timeout_s=SET_TIMEOUT_S,
-    )  # fmt: skip
+        session,
+        SERVER_CHILD,
+        [xclip, "-selection", "clipboard", "-i"],
+        stdin=text.encode("utf-8", "surrogatepass"),
+        timeout_s=SET_TIMEOUT_S,
+    )
     if returncode != 0:
         why = errors.strip() or f"exit status {returncode}"
         raise OpError(ErrorCode.ACTION_FAILED, f"setting the clipboard failed: {why[:500]}")

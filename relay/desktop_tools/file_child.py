@@ -121,11 +121,18 @@ def size(request: Request) -> Answer:
 
 
 OPS: dict[str, Callable[[Request], Answer]] = {
-    "read_text": read_text, "write_text": write_text, "read_bytes": read_bytes,
-    "write_bytes": write_bytes, "exists": exists, "dir_exists": dir_exists,
-    "list_dir": list_dir, "mkdir": mkdir, "delete_file": delete_file, "delete_dir": delete_dir,
+    "read_text": read_text,
+    "write_text": write_text,
+    "read_bytes": read_bytes,
+    "write_bytes": write_bytes,
+    "exists": exists,
+    "dir_exists": dir_exists,
+    "list_dir": list_dir,
+    "mkdir": mkdir,
+    "delete_file": delete_file,
+    "delete_dir": delete_dir,
     "size": size,
-}  # fmt: skip
+}
 # OS errors as error codes (``wire.errors.ErrorCode`` values); others are ``action_failed``.
 OS_ERRORS: tuple[tuple[type[OSError], str], ...] = (
     (FileNotFoundError, "not_found"),

@@ -48,9 +48,13 @@ async def file_command(session: DesktopSession, args: DesktopFileArgs) -> Deskto
     request: dict[str, Any] = {k: v for k, v in args.items() if k in REQUEST_FIELDS}
     request["limit"] = FILE_READ_MAX
     done = await run_in_desktop(
-        session, CHILD, [_python(session), "-I", "-c", _source()],
-        timeout_s=TIMEOUT_S, cap=ANSWER_CAP, stdin=json.dumps(request).encode(),
-    )  # fmt: skip
+        session,
+        CHILD,
+        [_python(session), "-I", "-c", _source()],
+        timeout_s=TIMEOUT_S,
+        cap=ANSWER_CAP,
+        stdin=json.dumps(request).encode(),
+    )
     if done.timed_out:
         raise OpError(ErrorCode.TIMEOUT, f"the file command did not finish within {TIMEOUT_S:g} s")
     try:

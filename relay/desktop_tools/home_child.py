@@ -142,8 +142,14 @@ def list_folder(home: int, request: Request) -> Answer:
                 info = entry.stat(follow_symlinks=False)
             except FileNotFoundError:  # gone meanwhile
                 continue
-            entries.append({"name": entry.name, "type": _kind(info.st_mode),
-                            "size": info.st_size, "mtime": info.st_mtime})  # fmt: skip
+            entries.append(
+                {
+                    "name": entry.name,
+                    "type": _kind(info.st_mode),
+                    "size": info.st_size,
+                    "mtime": info.st_mtime,
+                }
+            )
     entries.sort(key=lambda e: e["name"])
     return _ok({"path": _rel(request), "entries": entries, "truncated": truncated})
 
@@ -176,8 +182,12 @@ def read(home: int, request: Request) -> Answer:
             data += chunk
     finally:
         os.close(fd)
-    result: dict[str, Any] = {"path": _rel(request), "offset": offset, "size": info.st_size,
-                              "eof": offset + len(data) >= info.st_size}  # fmt: skip
+    result: dict[str, Any] = {
+        "path": _rel(request),
+        "offset": offset,
+        "size": info.st_size,
+        "eof": offset + len(data) >= info.st_size,
+    }
     if request.get("encoding", "utf-8") == "base64":
         result["content_b64"] = base64.b64encode(bytes(data)).decode("ascii")
     else:
@@ -210,8 +220,9 @@ def write(home: int, request: Request) -> Answer:
         if request.get("append"):
             return _ok({"path": _rel(request), "size": _append(where, name, data, limit)})
         temp = f"{TEMP_PREFIX}{os.getpid()}-{name}"[:255]
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | FILE_FLAGS, NEW_FILE_MODE,
-                     dir_fd=where)  # fmt: skip
+        fd = os.open(
+            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | FILE_FLAGS, NEW_FILE_MODE, dir_fd=where
+        )
         try:
             _write_all(fd, data)
             os.fsync(fd)
@@ -342,8 +353,10 @@ def upload(home: int, request: Request) -> None:
             if offset == 0:
                 os.ftruncate(fd, 0)
             elif info.st_size != offset:
-                raise refused(errno.ERANGE, f"offset: the partial upload holds {info.st_size} "
-                              "bytes: resume from there")  # fmt: skip
+                raise refused(
+                    errno.ERANGE,
+                    f"offset: the partial upload holds {info.st_size} bytes: resume from there",
+                )
             os.lseek(fd, offset, os.SEEK_SET)
             _emit(_ok({"path": _rel(request), "offset": offset}))
             received = offset
@@ -355,8 +368,13 @@ def upload(home: int, request: Request) -> None:
                 _write_all(fd, chunk)
                 received += len(chunk)
             if received < length:
-                _emit({"ok": False, "code": "cancelled",
-                       "message": f"cut at {received} bytes: resume from there"})  # fmt: skip
+                _emit(
+                    {
+                        "ok": False,
+                        "code": "cancelled",
+                        "message": f"cut at {received} bytes: resume from there",
+                    }
+                )
                 return
             os.fsync(fd)
         finally:
@@ -371,8 +389,12 @@ STREAMS: dict[str, Callable[[int, Request], None]] = {"download": download, "upl
 
 
 OPS: dict[str, Callable[[int, Request], Answer]] = {
-    "list": list_folder, "read": read, "write": write, "delete": delete, "partial": partial,
-}  # fmt: skip
+    "list": list_folder,
+    "read": read,
+    "write": write,
+    "delete": delete,
+    "partial": partial,
+}
 # OS errors as error codes, with their message (None: the error's own, for refusals made
 # here); others are ``action_failed``.
 ERRNO_CODES: dict[int, tuple[str, str | None]] = {
@@ -408,8 +430,11 @@ def answer(request: Request) -> Answer | None:
     try:
         home = os.open(str(request["home"]), DIR_FLAGS)
     except OSError as err:
-        return {"ok": False, "code": "unavailable",
-                "message": f"cannot open the desktop's home: {err.strerror}"}  # fmt: skip
+        return {
+            "ok": False,
+            "code": "unavailable",
+            "message": f"cannot open the desktop's home: {err.strerror}",
+        }
     try:
         stream = STREAMS.get(str(request["op"]))
         if stream is None:

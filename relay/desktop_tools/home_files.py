@@ -91,12 +91,17 @@ async def home_file(
     """Run one home file operation as the desktop's user and answer its result."""
     check_home_file_args(args)
     request: dict[str, Any] = {k: v for k, v in args.items() if k in REQUEST_FIELDS}
-    request.update(home=str(session.home), file_max=settings.file_max, read_max=READ_MAX,
-                   list_max=LIST_MAX)  # fmt: skip
+    request.update(
+        home=str(session.home), file_max=settings.file_max, read_max=READ_MAX, list_max=LIST_MAX
+    )
     done = await run_in_desktop(
-        session, CHILD, [python_for(session), *CHILD_FLAGS, "-c", child_source()],
-        timeout_s=TIMEOUT_S, cap=ANSWER_CAP, stdin=json.dumps(request).encode() + b"\n",
-    )  # fmt: skip
+        session,
+        CHILD,
+        [python_for(session), *CHILD_FLAGS, "-c", child_source()],
+        timeout_s=TIMEOUT_S,
+        cap=ANSWER_CAP,
+        stdin=json.dumps(request).encode() + b"\n",
+    )
     if done.timed_out:
         raise OpError(ErrorCode.TIMEOUT, f"the file operation did not finish in {TIMEOUT_S:g} s")
     try:

@@ -60,10 +60,14 @@ class ChildStream:
     """A :class:`relay.channels.ByteStream` over a child's standard output and input."""
 
     def __init__(
-        self, popen: subprocess.Popen[bytes], session: DesktopSession, child: ChildProcess,
-        stdout: asyncio.StreamReader, stdout_pipe: asyncio.BaseTransport,
+        self,
+        popen: subprocess.Popen[bytes],
+        session: DesktopSession,
+        child: ChildProcess,
+        stdout: asyncio.StreamReader,
+        stdout_pipe: asyncio.BaseTransport,
         stdin: asyncio.StreamWriter,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.popen = popen
         self.session = session
         self.child = child
@@ -117,14 +121,21 @@ def check_transfer(transfer: FileTransfer) -> None:
 
 
 async def open_file_channel(
-    link: ServerLink, channel_id: ChannelId, session: DesktopSession, transfer: FileTransfer,
+    link: ServerLink,
+    channel_id: ChannelId,
+    session: DesktopSession,
+    transfer: FileTransfer,
     settings: HomeFileSettings,
-) -> ChannelOpenResult:  # fmt: skip
+) -> ChannelOpenResult:
     """Start the transfer's child; once it has opened the file (or refused), the channel."""
     check_transfer(transfer)
-    request: dict[str, Any] = {**transfer, "home": str(session.home),
-                               "file_max": settings.file_max, "read_max": READ_MAX,
-                               "list_max": LIST_MAX}  # fmt: skip
+    request: dict[str, Any] = {
+        **transfer,
+        "home": str(session.home),
+        "file_max": settings.file_max,
+        "read_max": READ_MAX,
+        "list_max": LIST_MAX,
+    }
     stream = await _start(session)
     try:
         stream.stdin.write(json.dumps(request).encode() + b"\n")
@@ -152,16 +163,30 @@ def _spawn(session: DesktopSession) -> tuple[subprocess.Popen[bytes], BinaryIO, 
     input's and output's far ends as unbuffered files, owned by whoever wraps them next (the
     Popen object holds none, so no end is ever closed twice)."""
     user = session.user.popen_kwargs() if session.user is not None else {}
-    argv = ["/bin/sh", "-c", _HOLD, "relaydesk-held", python_for(session), *CHILD_FLAGS, "-c",
-            child_source()]  # fmt: skip
+    argv = [
+        "/bin/sh",
+        "-c",
+        _HOLD,
+        "relaydesk-held",
+        python_for(session),
+        *CHILD_FLAGS,
+        "-c",
+        child_source(),
+    ]
     into, into_far = os.pipe()
     out_far, out = os.pipe()
     try:
         popen = subprocess.Popen(
-            argv, stdin=into, stdout=out, stderr=subprocess.DEVNULL,
-            cwd=working_directory(session.env), env=dict(session.env), start_new_session=True,
-            close_fds=True, **user,
-        )  # fmt: skip
+            argv,
+            stdin=into,
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+            cwd=working_directory(session.env),
+            env=dict(session.env),
+            start_new_session=True,
+            close_fds=True,
+            **user,
+        )
     except OSError as err:
         os.close(into_far)
         os.close(out_far)

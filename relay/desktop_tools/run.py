@@ -101,9 +101,14 @@ class Completed:
 
 
 async def run_in_desktop(
-    session: DesktopSession, name: str, argv: Sequence[str], *, timeout_s: float, cap: int,
+    session: DesktopSession,
+    name: str,
+    argv: Sequence[str],
+    *,
+    timeout_s: float,
+    cap: int,
     stdin: bytes | None = None,
-) -> Completed:  # fmt: skip
+) -> Completed:
     """Run ``argv`` in the desktop (see the module's docstring)."""
     # Started in the loop's thread (fork and exec take milliseconds), so no cancellation can
     # fall between the start and the tracking of the group.
@@ -119,8 +124,10 @@ async def run_in_desktop(
         raise
     held.release()
     out, err = Capture(cap), Capture(cap)
-    readers = [asyncio.create_task(_drain(popen.stdout, out)),
-               asyncio.create_task(_drain(popen.stderr, err))]  # fmt: skip
+    readers = [
+        asyncio.create_task(_drain(popen.stdout, out)),
+        asyncio.create_task(_drain(popen.stderr, err)),
+    ]
     try:
         returncode: int | None
         try:
@@ -170,9 +177,12 @@ async def start_server_in_desktop(
 
 
 def _spawn(
-    session: DesktopSession, argv: Sequence[str], stdin: bytes | None,
-    stdout: IO[bytes] | int = subprocess.PIPE, stderr: IO[bytes] | int = subprocess.PIPE,
-) -> _Held:  # fmt: skip
+    session: DesktopSession,
+    argv: Sequence[str],
+    stdin: bytes | None,
+    stdout: IO[bytes] | int = subprocess.PIPE,
+    stderr: IO[bytes] | int = subprocess.PIPE,
+) -> _Held:
     """Start ``argv`` held (blocking); its standard input is a private temporary file holding
     ``stdin``, so no pipe can stall on a command that does not read it. The file is handed to
     the desktop's user by descriptor and reopened by the shell through ``/proc/self/fd``."""
@@ -190,11 +200,16 @@ def _spawn(
     try:
         popen = subprocess.Popen(
             ["/bin/sh", "-c", _HOLD.format(stdin=path), _HOLD_NAME, program, *argv[1:]],
-            cwd=working_directory(session.env), env=dict(session.env),
-            stdin=hold_read, stdout=stdout, stderr=stderr,
+            cwd=working_directory(session.env),
+            env=dict(session.env),
+            stdin=hold_read,
+            stdout=stdout,
+            stderr=stderr,
             pass_fds=() if source is None else (source.fileno(),),
-            start_new_session=True, close_fds=True, **user,
-        )  # fmt: skip
+            start_new_session=True,
+            close_fds=True,
+            **user,
+        )
     except OSError as err:
         os.close(hold_write)
         raise OpError(

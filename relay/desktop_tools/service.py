@@ -61,8 +61,11 @@ class DesktopTools:
         windows, active = await asyncio.to_thread(
             list_windows, session.display, self.settings.denied
         )
-        return {"desktop_session_id": session.desktop_session_id, "windows": windows,
-                "active": active}  # fmt: skip
+        return {
+            "desktop_session_id": session.desktop_session_id,
+            "windows": windows,
+            "active": active,
+        }
 
     async def window(
         self, backend: DesktopBackend, row: ops.RelayRow, args: ops.DesktopWindowArgs
@@ -76,8 +79,12 @@ class DesktopTools:
         # check_args made them integers
         values = {name: cast(int, value) for name, value in args.items() if name in fields}
         await asyncio.to_thread(apply, session.display, window_id, op, values, self.settings.denied)
-        return {"desktop_session_id": session.desktop_session_id, "window_id": window_id,
-                "op": op, "done": True}  # fmt: skip
+        return {
+            "desktop_session_id": session.desktop_session_id,
+            "window_id": window_id,
+            "op": op,
+            "done": True,
+        }
 
     async def clipboard(
         self, backend: DesktopBackend, row: ops.RelayRow, args: ops.DesktopClipboardArgs
@@ -90,8 +97,11 @@ class DesktopTools:
             await set_text(session, args["text"], self.settings.denied)
             return {"desktop_session_id": session.desktop_session_id, "set": True}
         text, truncated = await read_text(session, self.settings.denied)
-        return {"desktop_session_id": session.desktop_session_id, "text": text,
-                "truncated": truncated}  # fmt: skip
+        return {
+            "desktop_session_id": session.desktop_session_id,
+            "text": text,
+            "truncated": truncated,
+        }
 
     async def shell(
         self, backend: DesktopBackend, row: ops.RelayRow, args: ops.DesktopShellArgs
@@ -102,16 +112,21 @@ class DesktopTools:
         timeout_s = float(args.get("timeout_s", DEFAULT_SHELL_TIMEOUT_S))
         started = time.monotonic()
         done = await run_in_desktop(
-            session, SHELL_CHILD, [SHELL, "-c", args["command"]],
-            timeout_s=timeout_s, cap=SHELL_OUTPUT_CAP,
-        )  # fmt: skip
+            session,
+            SHELL_CHILD,
+            [SHELL, "-c", args["command"]],
+            timeout_s=timeout_s,
+            cap=SHELL_OUTPUT_CAP,
+        )
         _log_command(session, "shell command", done.returncode, time.monotonic() - started)
         return {
             "desktop_session_id": session.desktop_session_id,
-            "stdout": done.stdout.text(), "stderr": done.stderr.text(),
-            "returncode": done.returncode, "timed_out": done.timed_out,
+            "stdout": done.stdout.text(),
+            "stderr": done.stderr.text(),
+            "returncode": done.returncode,
+            "timed_out": done.timed_out,
             "truncated": done.truncated,
-        }  # fmt: skip
+        }
 
     async def file(
         self, backend: DesktopBackend, row: ops.RelayRow, args: ops.DesktopFileArgs
@@ -125,5 +140,11 @@ class DesktopTools:
 def _log_command(session: DesktopSession, what: str, code: int | None, took_s: float) -> None:
     # Never the command itself: it may carry secrets (the server's audit row says who ran it).
     ended = "killed at its time limit" if code is None else f"exit status {code}"
-    log.info("%s in desktop %s as %s: %s after %.1f s", what, session.display,
-             session.user_name or "the relay's user", ended, took_s)  # fmt: skip
+    log.info(
+        "%s in desktop %s as %s: %s after %.1f s",
+        what,
+        session.display,
+        session.user_name or "the relay's user",
+        ended,
+        took_s,
+    )

@@ -85,6 +85,10 @@ async def session_of(backend: DesktopBackend, row: RelayRow) -> DesktopSession:
     env = dict(desktop.session_env)
     env.setdefault("DISPLAY", display)
     return DesktopSession(
-        desktop.desktop_session_id, display, env, await desktops.desktop_user(),
-        desktop.processes, desktops.launcher.add_process,
-    )  # fmt: skip
+        desktop.desktop_session_id,
+        display,
+        env,
+        await desktops.desktop_user(),
+        desktop.processes,
+        desktops.launcher.add_process,
+    )

@@ -118,20 +118,28 @@ class Ewmh:
         pids = self._ints(window, "_NET_WM_PID", Xatom.CARDINAL)
         x, y, width, height = self.geometry(window_id)
         return {
-            "id": window_id, "name": self.name(window), "pid": pids[0] if pids else None,
-            "app": app.lower(), "x": x, "y": y, "width": width, "height": height,
-            "active": window_id == active, "minimized": self.minimized(window_id),
-        }  # fmt: skip
+            "id": window_id,
+            "name": self.name(window),
+            "pid": pids[0] if pids else None,
+            "app": app.lower(),
+            "x": x,
+            "y": y,
+            "width": width,
+            "height": height,
+            "active": window_id == active,
+            "minimized": self.minimized(window_id),
+        }
 
     # -- driving -------------------------------------------------------------------------
 
     def message(self, window_id: int, kind: str, data: list[int]) -> None:
         """Send a client message about the window to the root (the window manager)."""
         message = event.ClientMessage(
-            window=self.window(window_id), client_type=self.atom(kind),
+            window=self.window(window_id),
+            client_type=self.atom(kind),
             # 32-bit fields travel unsigned: a negative coordinate as its two's complement
             data=(32, [v & 0xFFFFFFFF for v in [*data, 0, 0, 0, 0, 0][:5]]),
-        )  # fmt: skip
+        )
         self.root.send_event(message, event_mask=CLIENT_MESSAGE_MASK)
         self.display.flush()
 
@@ -259,9 +267,13 @@ def _moved(ewmh: Ewmh, window_id: int, before: Geometry) -> bool:
 
 
 OPS: Final[dict[WindowOp, Callable[[Ewmh, int, dict[str, int]], Callable[[], bool]]]] = {
-    "activate": _activate, "close": _close, "maximize": _maximize, "minimize": _minimize,
-    "move": _move, "resize": _resize,
-}  # fmt: skip
+    "activate": _activate,
+    "close": _close,
+    "maximize": _maximize,
+    "minimize": _minimize,
+    "move": _move,
+    "resize": _resize,
+}
 
 
 def _settle(done: Callable[[], bool]) -> None:

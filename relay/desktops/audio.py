@@ -266,14 +266,22 @@ class PulseAudioStarter:
         stream a capture starts in ~10 ms and a new sound is heard at once.
         """
         argv = [
-            self.settings.pacat_binary, "--raw", "--format=s16le", f"--rate={SAMPLE_RATE}",
-            f"--channels={CHANNELS}", "--latency-msec=100", "--client-name=relaydesk-keepalive",
+            self.settings.pacat_binary,
+            "--raw",
+            "--format=s16le",
+            f"--rate={SAMPLE_RATE}",
+            f"--channels={CHANNELS}",
+            "--latency-msec=100",
+            "--client-name=relaydesk-keepalive",
             "/dev/zero",
-        ]  # fmt: skip
+        ]
         env = self._env(directory, env) | {"PULSE_SERVER": f"unix:{directory / 'native'}"}
         try:
-            procs.add(ChildProcess.spawn(KEEPALIVE_NAME, argv, env=env, essential=False,
-                                         user=user, held=True))  # fmt: skip
+            procs.add(
+                ChildProcess.spawn(
+                    KEEPALIVE_NAME, argv, env=env, essential=False, user=user, held=True
+                )
+            )
         except OSError as err:
             logger.info("no keep-alive stream (%s): captures start slower", err)
 
@@ -299,10 +307,17 @@ class PulseAudioStarter:
 
     def _argv(self, directory: Path) -> list[str]:
         return [
-            self.settings.binary, "--daemonize=no", "--exit-idle-time=-1", "--system=false",
-            "-n", "-F", str(directory / "default.pa"), "--use-pid-file=no",
-            "--log-target=stderr", "--log-level=error",
-        ]  # fmt: skip
+            self.settings.binary,
+            "--daemonize=no",
+            "--exit-idle-time=-1",
+            "--system=false",
+            "-n",
+            "-F",
+            str(directory / "default.pa"),
+            "--use-pid-file=no",
+            "--log-target=stderr",
+            "--log-level=error",
+        ]
 
     @staticmethod
     def _env(directory: Path, env: Mapping[str, str]) -> dict[str, str]:

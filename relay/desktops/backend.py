@@ -165,7 +165,7 @@ class VirtualBackend:
                 "this relay's host has no Python with the GObject bindings the accessibility "
                 "tools need (Debian: python3-gi; scripts/install installs it)",
                 {"suggestion": "use the screen tool (screenshot, then a guarded click)"},
-            )  # fmt: skip
+            )
         user = await self.desktops.desktop_user()
 
         def spec() -> WorkerSpec:
@@ -177,8 +177,9 @@ class VirtualBackend:
             return WorkerSpec(python, env, user, log_path)
 
         async def joined(pid: int) -> None:
-            child = ChildProcess.adopt("a11y-worker", pid, pid_create_time(pid) or 0.0,
-                                       False, signal.SIGKILL)  # fmt: skip
+            child = ChildProcess.adopt(
+                "a11y-worker", pid, pid_create_time(pid) or 0.0, False, signal.SIGKILL
+            )
             if not await self.processes.add_process(session_id, child):
                 child.kill()
 

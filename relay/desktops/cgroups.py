@@ -117,8 +117,9 @@ def kill(cgroup: Path, timeout_s: float = _KILL_WAIT_S) -> bool:
     except FileNotFoundError:
         return True
     except OSError as err:
-        logger.error("cgroup %s not removed (%s); processes left: %s", cgroup.name, err,
-                     pids(cgroup))  # fmt: skip
+        logger.error(
+            "cgroup %s not removed (%s); processes left: %s", cgroup.name, err, pids(cgroup)
+        )
         return False
     return True
 

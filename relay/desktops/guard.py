@@ -56,10 +56,17 @@ class GuardArgs:
     def argv(self) -> list[str]:
         """Command-line arguments that rebuild these settings in the guard process."""
         args = [
-            "--session", self.desktop_session_id, "--state-file", str(self.state_file),
-            "--heartbeat", str(self.heartbeat), "--timeout", repr(self.timeout_s),
-            "--private-dir", str(self.private_dir),
-        ]  # fmt: skip
+            "--session",
+            self.desktop_session_id,
+            "--state-file",
+            str(self.state_file),
+            "--heartbeat",
+            str(self.heartbeat),
+            "--timeout",
+            repr(self.timeout_s),
+            "--private-dir",
+            str(self.private_dir),
+        ]
         args += ["--pulse-root", str(self.pulse_root)] if self.pulse_root else []
         args += ["--cgroup", str(self.cgroup)] if self.cgroup else []
         return args + (["--tmp-dir", str(self.tmp_dir)] if self.tmp_dir else [])
@@ -167,8 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     if outcome == "orphaned":
         logger.warning(
             "desktop %s stopped: no relay heartbeat for %.0f s",
-            args.desktop_session_id, args.timeout_s,
-        )  # fmt: skip
+            args.desktop_session_id,
+            args.timeout_s,
+        )
     return 0
 
 

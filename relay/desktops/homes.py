@@ -79,7 +79,7 @@ class Homes:
             logger.info(
                 "/proc shows every user's processes to desktops (their command lines, not "
                 "their environment or memory); mount it with hidepid=invisible to hide them"
-            )  # fmt: skip
+            )
         return lease
 
     @property

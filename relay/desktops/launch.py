@@ -104,10 +104,20 @@ class AudioStarter(Protocol):
 # Chromium-based browsers and Electron apps expose their web content only with this flag
 # (docs/accessibility.md): every one relaydesk starts gets it.
 RENDERER_A11Y_FLAG: Final = "--force-renderer-accessibility"
-CHROMIUM_FAMILY: Final = frozenset({
-    "chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome",
-    "brave-browser", "microsoft-edge", "electron", "code", "codium",
-})  # fmt: skip
+CHROMIUM_FAMILY: Final = frozenset(
+    {
+        "chromium",
+        "chromium-browser",
+        "google-chrome",
+        "google-chrome-stable",
+        "chrome",
+        "brave-browser",
+        "microsoft-edge",
+        "electron",
+        "code",
+        "codium",
+    }
+)
 
 
 def accessible_argv(argv: Sequence[str]) -> list[str]:
@@ -253,10 +263,14 @@ class ProcessStart:
         self._audio = audio
 
     async def launch(
-        self, req: StartRequest, log_name: str, private: Path,
-        procs: DesktopProcesses | None = None, session: SessionSetup | None = None,
+        self,
+        req: StartRequest,
+        log_name: str,
+        private: Path,
+        procs: DesktopProcesses | None = None,
+        session: SessionSetup | None = None,
         on_display: Callable[[int], None] | None = None,
-    ) -> LaunchedDesktop:  # fmt: skip
+    ) -> LaunchedDesktop:
         """Start a desktop whose private files go to the directory ``private``; its children
         join ``procs`` (whose ``on_add`` sees each one as it starts); ``on_display`` hears the
         display number as soon as Xvfb reports it."""
@@ -278,8 +292,10 @@ class ProcessStart:
             if isinstance(err, ProbeFailed | OSError):
                 logger.warning(
                     "desktop %s failed to start: %s; children's output:\n%s",
-                    req.slot, err, _tail(log_path),
-                )  # fmt: skip
+                    req.slot,
+                    err,
+                    _tail(log_path),
+                )
                 raise OpError(ErrorCode.START_FAILED, f"desktop did not start: {err}") from err
             raise
         finally:
@@ -338,9 +354,13 @@ class ProcessStart:
         )
 
     async def _start_session(
-        self, req: StartRequest, procs: DesktopProcesses, env: dict[str, str], log: IO[bytes],
+        self,
+        req: StartRequest,
+        procs: DesktopProcesses,
+        env: dict[str, str],
+        log: IO[bytes],
         session: SessionSetup,
-    ) -> tuple[dict[str, str], list[ChildProcess]]:  # fmt: skip
+    ) -> tuple[dict[str, str], list[ChildProcess]]:
         """The sound server, then the session's programs, with ``env`` (completed in place).
 
         Returns what the sound server added to the environment and the run-once programs."""
@@ -349,8 +369,9 @@ class ProcessStart:
         env.update(session.env())
         extra = (
             await self._audio(req, env, procs, user=session.user, log=log)
-            if (req.audio and self._audio) else {}
-        )  # fmt: skip
+            if (req.audio and self._audio)
+            else {}
+        )
         env.update(extra)
         return extra, self._spawn_session(req, procs, env, log, session)
 
@@ -360,10 +381,18 @@ class ProcessStart:
         read_fd, write_fd = os.pipe()
         # -auth: only clients presenting the desktop's cookie may connect (no host access list).
         argv = [
-            self._config.xvfb_binary, "-displayfd", str(write_fd),
-            "-screen", "0", f"{req.geometry}x{req.depth}",
-            "-nolisten", "tcp", "-noreset", "-auth", str(xauthority),
-        ]  # fmt: skip
+            self._config.xvfb_binary,
+            "-displayfd",
+            str(write_fd),
+            "-screen",
+            "0",
+            f"{req.geometry}x{req.depth}",
+            "-nolisten",
+            "tcp",
+            "-noreset",
+            "-auth",
+            str(xauthority),
+        ]
         try:
             procs.add(_spawn("Xvfb", argv, _base_env(), True, log, (write_fd,)))
         except OSError:
@@ -381,9 +410,12 @@ class ProcessStart:
             return None
         read_fd, write_fd = os.pipe()
         argv = [
-            self._config.dbus_binary, "--session", "--nofork", "--nopidfile",
+            self._config.dbus_binary,
+            "--session",
+            "--nofork",
+            "--nopidfile",
             f"--print-address={write_fd}",
-        ]  # fmt: skip
+        ]
         try:
             env = _base_env() | session.env()
             procs.add(_spawn("dbus-daemon", argv, env, False, log, (write_fd,), user=session.user))
@@ -396,24 +428,47 @@ class ProcessStart:
 
     def _spawn_websockify(self, procs: DesktopProcesses, ws_port: int, vnc_port: int) -> None:
         argv = [
-            sys.executable, "-c", WEBSOCKIFY_MAIN, "--web", str(self._config.novnc_dir),
-            "--file-only", f"{LOOPBACK}:{ws_port}", f"{LOOPBACK}:{vnc_port}",
-        ]  # fmt: skip
+            sys.executable,
+            "-c",
+            WEBSOCKIFY_MAIN,
+            "--web",
+            str(self._config.novnc_dir),
+            "--file-only",
+            f"{LOOPBACK}:{ws_port}",
+            f"{LOOPBACK}:{vnc_port}",
+        ]
         # websockify logs every connection (the watchdog makes one per interval): not kept.
         procs.add(_spawn("websockify", argv, _base_env(), True, None, ()))
 
     def _spawn_x11vnc(
-        self, procs: DesktopProcesses, env: dict[str, str], display: int, port: int,
-        log: IO[bytes], private: _Private,
-    ) -> None:  # fmt: skip
+        self,
+        procs: DesktopProcesses,
+        env: dict[str, str],
+        display: int,
+        port: int,
+        log: IO[bytes],
+        private: _Private,
+    ) -> None:
         # -rfbauth: VNC authentication with the desktop's secret, read from a 0600 file.
         argv = [
-            self._config.x11vnc_binary, "-display", f":{display}",
-            "-auth", str(private.xauthority), "-rfbauth", str(private.vnc_passwd),
-            "-localhost", "-noipv6", "-shared", "-forever", "-quiet", "-rfbport", str(port),
+            self._config.x11vnc_binary,
+            "-display",
+            f":{display}",
+            "-auth",
+            str(private.xauthority),
+            "-rfbauth",
+            str(private.vnc_passwd),
+            "-localhost",
+            "-noipv6",
+            "-shared",
+            "-forever",
+            "-quiet",
+            "-rfbport",
+            str(port),
             # -noprimary: a selection on the desktop is not sent to viewers as the clipboard.
-            "-noprimary", *self._config.x11vnc_flags,
-        ]  # fmt: skip
+            "-noprimary",
+            *self._config.x11vnc_flags,
+        ]
         # x11vnc spends ~250 ms on SIGTERM restoring settings of a display that is going away.
         procs.add(_spawn("x11vnc", argv, env, True, log, (), stop_signal=signal.SIGKILL))
 
@@ -447,8 +502,9 @@ class ProcessStart:
         one_shots: list[ChildProcess] = []
         for name, argv, extra in optional:
             try:
-                child = _spawn(name, accessible_argv(argv), env | extra, False, log, (),
-                               user=session.user)  # fmt: skip
+                child = _spawn(
+                    name, accessible_argv(argv), env | extra, False, log, (), user=session.user
+                )
             except OSError as err:
                 logger.warning("desktop %s: %s not started: %s", req.slot, name, err)
                 continue

@@ -202,8 +202,11 @@ def _claim(name: str, key: str) -> bool:
                 return False
             held.count += 1
             return True
-        fd = os.open(_lock_dir() / f"{name}.lock",
-                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # fmt: skip
+        fd = os.open(
+            _lock_dir() / f"{name}.lock",
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
         if _flock(fd, key):
             _HELD[name] = _Held(fd, key)
             return True

@@ -51,9 +51,12 @@ class Desktops(Generic[D, S, L]):
         config = launcher.config
         self.max_desktops = config.max_desktops
         self.slots: Slots[D, S] = Slots(
-            StateFile(launcher.state_file), launcher.authority, launcher.authority_source,
-            read=not launcher.adopt_first, saving=launcher.saving,
-        )  # fmt: skip
+            StateFile(launcher.state_file),
+            launcher.authority,
+            launcher.authority_source,
+            read=not launcher.adopt_first,
+            saving=launcher.saving,
+        )
         launcher.attach(self.slots)
         self._lock = self.slots.lock
         self._desktops = self.slots.desktops
@@ -87,9 +90,11 @@ class Desktops(Generic[D, S, L]):
         persist_home: bool = False,
     ) -> DesktopStartResult:
         """Start a desktop in the slot, or return the one already running there."""
-        req = self.launcher.request(StartOptions(
-            kind, slot, geometry, depth, audio, started_by, apps, profile, persist_home
-        ))  # fmt: skip
+        req = self.launcher.request(
+            StartOptions(
+                kind, slot, geometry, depth, audio, started_by, apps, profile, persist_home
+            )
+        )
         events: list[RelayRow] = []
         try:
             async with self._lock:
@@ -166,10 +171,14 @@ class Desktops(Generic[D, S, L]):
             if current is None:
                 return {"stopped": False, "was_running": False}
             if current.desktop_session_id != session_id:
-                logger.info("stop of %s slot %s refused: a newer session holds it",
-                            self.launcher.kind, slot)  # fmt: skip
-                return {"stopped": False, "conflict": True,
-                        "current_session_id": current.desktop_session_id}  # fmt: skip
+                logger.info(
+                    "stop of %s slot %s refused: a newer session holds it", self.launcher.kind, slot
+                )
+                return {
+                    "stopped": False,
+                    "conflict": True,
+                    "current_session_id": current.desktop_session_id,
+                }
             await self._remove(current, "stopped")
             return {"stopped": True, "stopped_session_id": session_id}
 
@@ -177,11 +186,21 @@ class Desktops(Generic[D, S, L]):
         """Probe one slot end to end (processes, then the kind's own chain)."""
         desktop = self._desktops.get(check_slot(slot))
         if desktop is None:
-            return {"kind": self.launcher.kind, "slot": slot, "running": False, "ok": False,
-                    "reason": "not_running"}  # fmt: skip
+            return {
+                "kind": self.launcher.kind,
+                "slot": slot,
+                "running": False,
+                "ok": False,
+                "reason": "not_running",
+            }
         result = await self._health(desktop)
-        return {"kind": self.launcher.kind, "slot": desktop.slot, "running": True,
-                "desktop_session_id": desktop.desktop_session_id, **result.to_dict()}  # fmt: skip
+        return {
+            "kind": self.launcher.kind,
+            "slot": desktop.slot,
+            "running": True,
+            "desktop_session_id": desktop.desktop_session_id,
+            **result.to_dict(),
+        }
 
     async def desktop_user(self) -> DesktopUser | None:
         """Who the desktops run as (None: as the relay); leased on first use when root."""
@@ -217,10 +236,14 @@ class Desktops(Generic[D, S, L]):
         if records is None:
             return None
         if not records.keep and records.desktops:
-            logger.warning("not re-adopting %d %s: they run as another account",
-                           len(records.desktops), self.launcher.noun)  # fmt: skip
-        results = await asyncio.gather(*(self._adoptable(d, records.keep)
-                                         for d in records.desktops))  # fmt: skip
+            logger.warning(
+                "not re-adopting %d %s: they run as another account",
+                len(records.desktops),
+                self.launcher.noun,
+            )
+        results = await asyncio.gather(
+            *(self._adoptable(d, records.keep) for d in records.desktops)
+        )
         adopted: list[D] = []
         leftovers = list(records.interrupted)
         for desktop, result in zip(records.desktops, results, strict=True):
@@ -251,10 +274,18 @@ class Desktops(Generic[D, S, L]):
             self._desktops[desktop.slot] = desktop
             logger.info("re-adopted %s desktop slot=%s", self.launcher.kind, desktop.slot)
             return True
-        reason = ("slot taken" if clash else "limit" if full
-                  else "not ours" if result is None else result.reason)  # fmt: skip
-        logger.info("not re-adopting %s desktop slot=%s: %s", self.launcher.kind,
-                    desktop.slot, reason)  # fmt: skip
+        reason = (
+            "slot taken"
+            if clash
+            else "limit"
+            if full
+            else "not ours"
+            if result is None
+            else result.reason
+        )
+        logger.info(
+            "not re-adopting %s desktop slot=%s: %s", self.launcher.kind, desktop.slot, reason
+        )
         return False
 
     async def _clean_up(self, leftovers: list[DesktopSessionId]) -> None:
@@ -267,9 +298,12 @@ class Desktops(Generic[D, S, L]):
             if (leftover := self.slots.starting.get(session_id)) is not None:
                 clean = await run_to_completion(self.launcher.discard(leftover))
                 del self.slots.starting[session_id]
-                logger.info("removed what the last relay left of %s slot=%s%s",
-                            self.launcher.kind, leftover.slot,
-                            "" if clean else " (some of it remains)")  # fmt: skip
+                logger.info(
+                    "removed what the last relay left of %s slot=%s%s",
+                    self.launcher.kind,
+                    leftover.slot,
+                    "" if clean else " (some of it remains)",
+                )
         await self.slots.save()
         # What runs now is what the lock's holders left: adopted desktops, and no start
         # (starts run under the lock), so everything else is an orphan.
@@ -299,8 +333,10 @@ class Desktops(Generic[D, S, L]):
             return
         results = await asyncio.gather(*(self._health(d, retry=True) for d in snapshot))
         self._strikes.keep_only(d.desktop_session_id for d in snapshot)
-        verdicts = [self._strikes.verdict(d.desktop_session_id, r)
-                    for d, r in zip(snapshot, results, strict=True)]  # fmt: skip
+        verdicts = [
+            self._strikes.verdict(d.desktop_session_id, r)
+            for d, r in zip(snapshot, results, strict=True)
+        ]
         failed = [(d, why) for d, why in zip(snapshot, verdicts, strict=True) if why is not None]
         if failed:
             await self._fail_all(failed)
@@ -362,9 +398,10 @@ class Desktops(Generic[D, S, L]):
         """Whether a start in progress may yet produce the desktop asked for."""
         return any(
             s.desktop_session_id == desktop_session_id
-            if desktop_session_id is not None else s.slot == slot
+            if desktop_session_id is not None
+            else s.slot == slot
             for s in self.slots.starting.values()
-        )  # fmt: skip
+        )
 
     async def _running_in(self, slot: str, events: list[RelayRow]) -> D | None:
         """The slot's desktop if it runs; a dead one is failed here."""
@@ -402,8 +439,7 @@ class Desktops(Generic[D, S, L]):
 
     def _lose_sound(self, desktop: D, events: list[RelayRow]) -> None:
         desktop.audio, desktop.audio_reason = False, REASON_FAILED
-        logger.warning("%s desktop slot=%s lost its sound server", self.launcher.kind,
-                       desktop.slot)  # fmt: skip
+        logger.warning("%s desktop slot=%s lost its sound server", self.launcher.kind, desktop.slot)
         events.append({**desktop.to_row(), "reason": REASON_FAILED, "updated_at": now_iso()})
 
     async def _fail_all(self, failed: Iterable[tuple[D, str]]) -> None:
@@ -429,8 +465,14 @@ class Desktops(Generic[D, S, L]):
         clean = await self.launcher.remove(desktop)
         desktop.state = "stopped" if reason == "stopped" else "failed"
         log = logger.info if reason in ("stopped", "relay closing") else logger.warning
-        log("%s desktop %s slot=%s: %s%s", self.launcher.kind, desktop.state, desktop.slot,
-            reason, "" if clean else " (some of it remains)")  # fmt: skip
+        log(
+            "%s desktop %s slot=%s: %s%s",
+            self.launcher.kind,
+            desktop.state,
+            desktop.slot,
+            reason,
+            "" if clean else " (some of it remains)",
+        )
         if save:
             await self.slots.save()
 

@@ -68,8 +68,9 @@ def process_desktops(
     audio_default: bool = False,
 ) -> ProcessDesktops:
     """The lifecycle of desktops of processes (its launcher: ``.launcher``)."""
-    launcher = ProcessLauncher(config or DesktopSettings.from_env(), audio=audio,
-                               audio_default=audio_default)  # fmt: skip
+    launcher = ProcessLauncher(
+        config or DesktopSettings.from_env(), audio=audio, audio_default=audio_default
+    )
     return launcher.lifecycle(on_change)
 
 
@@ -120,13 +121,18 @@ class ProcessLauncher:
         audio = self._audio_default if options.audio is None else options.audio
         profile = options.profile
         return parse_start(
-            kind=KIND if options.kind is None else options.kind, slot=options.slot,
-            geometry=options.geometry, depth=options.depth, audio=audio,
-            started_by=options.started_by, apps=options.apps, default_apps=self.config.apps,
+            kind=KIND if options.kind is None else options.kind,
+            slot=options.slot,
+            geometry=options.geometry,
+            depth=options.depth,
+            audio=audio,
+            started_by=options.started_by,
+            apps=options.apps,
+            default_apps=self.config.apps,
             allowed_apps=frozenset(self.config.allowed_apps),
             profile=profile if profile is not None else self.config.default_profile,
             persist_home=options.persist_home,
-        )  # fmt: skip
+        )
 
     async def ready(self, req: StartRequest) -> None:
         if missing := missing_binaries(self.config):
@@ -238,8 +244,11 @@ class ProcessLauncher:
         desktop = self._find(desktop_session_id, slot)
         profile = self.profiles.get(desktop.profile or "")
         launchable = [a.to_dict() for a in profile.apps] if profile is not None else []
-        return {"desktop_session_id": desktop.desktop_session_id, "profile": desktop.profile,
-                "launchable": launchable}  # fmt: skip
+        return {
+            "desktop_session_id": desktop.desktop_session_id,
+            "profile": desktop.profile,
+            "launchable": launchable,
+        }
 
     async def launch_app(
         self, desktop_session_id: str | None, slot: str, app: object
@@ -257,9 +266,14 @@ class ProcessLauncher:
             log = open_append(self.config.log_dir / f"{desktop.kind}-{desktop.slot}.log")
             try:
                 child = ChildProcess.spawn(
-                    f"app:{entry.id}", argv, env=desktop.session_env | dict(entry.env),
-                    essential=False, output=log, user=user, held=True,
-                )  # fmt: skip
+                    f"app:{entry.id}",
+                    argv,
+                    env=desktop.session_env | dict(entry.env),
+                    essential=False,
+                    output=log,
+                    user=user,
+                    held=True,
+                )
             except OSError as err:
                 raise OpError(ErrorCode.START_FAILED, f"{entry.id} did not start: {err}") from err
             finally:
@@ -267,8 +281,13 @@ class ProcessLauncher:
             self._join(desktop, child)
             await self.slots.save()
         logger.info("launched %s in desktop slot=%s", entry.id, desktop.slot)
-        return {"desktop_session_id": desktop.desktop_session_id, "app": entry.id,
-                "launched": True, "pid": child.pid, "accessible": entry.accessible}  # fmt: skip
+        return {
+            "desktop_session_id": desktop.desktop_session_id,
+            "app": entry.id,
+            "launched": True,
+            "pid": child.pid,
+            "accessible": entry.accessible,
+        }
 
     async def add_process(self, desktop_session_id: str, child: ChildProcess) -> bool:
         """Join a process started later (the accessibility worker) to a live desktop's: it
@@ -300,7 +319,7 @@ class ProcessLauncher:
                     ErrorCode.BUSY,
                     "a desktop runs in this slot; stop it before resetting its home",
                     {"current_session_id": running.desktop_session_id},
-                )  # fmt: skip
+                )
             await self.desktop_user()
             home = self._homes.home_of(KIND, slot, "", persist=True)
             existed = home.is_dir()
@@ -317,8 +336,11 @@ class ProcessLauncher:
         return self._http
 
     def _find(self, desktop_session_id: str | None, slot: str) -> Desktop:
-        desktop = (self.slots.desktops.get(slot) if desktop_session_id is None
-                   else self.slots.by_session(desktop_session_id))  # fmt: skip
+        desktop = (
+            self.slots.desktops.get(slot)
+            if desktop_session_id is None
+            else self.slots.by_session(desktop_session_id)
+        )
         if desktop is None:
             raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
         return desktop
@@ -356,10 +378,12 @@ class ProcessLauncher:
             return []
         self._next_home_check = now + self.config.home_check_interval_s
         with_home = [d for d in desktops if d.home]
-        sizes = await asyncio.gather(*(
-            asyncio.to_thread(self._session_size, Path(d.home or ""), d.desktop_session_id)
-            for d in with_home
-        ))  # fmt: skip
+        sizes = await asyncio.gather(
+            *(
+                asyncio.to_thread(self._session_size, Path(d.home or ""), d.desktop_session_id)
+                for d in with_home
+            )
+        )
         return [
             (d, error.message)
             for d, size in zip(with_home, sizes, strict=True)
@@ -379,5 +403,6 @@ class ProcessLauncher:
                 logger.warning(
                     "desktop slot=%s: its accessibility bus exited (code %s); the desktop "
                     "keeps running, the bus is started again on the next accessibility call",
-                    desktop.slot, child.returncode(),
-                )  # fmt: skip
+                    desktop.slot,
+                    child.returncode(),
+                )

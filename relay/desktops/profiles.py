@@ -57,8 +57,13 @@ class App:
         return f"relaydesk-{self.id}.desktop"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "icon": self.icon,
-                "desktop_entry": self.desktop_entry, "accessible": self.accessible}  # fmt: skip
+        return {
+            "id": self.id,
+            "name": self.name,
+            "icon": self.icon,
+            "desktop_entry": self.desktop_entry,
+            "accessible": self.accessible,
+        }
 
 
 @dataclass(frozen=True)
@@ -107,9 +112,14 @@ class Profile:
         """What a relay tells about this profile (capability): available, or what is missing;
         ``default``: whether a start that names no profile gets it."""
         missing = self.missing()
-        return {"name": self.name, "description": self.description,
-                "available": not missing, "missing": missing, "default": default,
-                "apps": [a.to_dict() for a in self.apps]}  # fmt: skip
+        return {
+            "name": self.name,
+            "description": self.description,
+            "available": not missing,
+            "missing": missing,
+            "default": default,
+            "apps": [a.to_dict() for a in self.apps],
+        }
 
 
 def _expand(word: str, home: Path, directory: Path) -> str:
@@ -130,8 +140,10 @@ def install_home_files(profile: Profile, home: Path, user: DesktopUser | None) -
     for app in profile.apps:
         entry = _desktop_entry(app, profile.expand(app.exec, home))
         write_in_home(home, f"{ENTRIES_DIR}/{app.desktop_entry}", entry.encode(), user)
-    rows = "".join(f"{app.name},{_menu_command(profile.expand(app.exec, home))},{app.icon}\n"
-                   for app in profile.apps)  # fmt: skip
+    rows = "".join(
+        f"{app.name},{_menu_command(profile.expand(app.exec, home))},{app.icon}\n"
+        for app in profile.apps
+    )
     write_in_home(home, MENU_FILE, rows.encode(), user)
 
 
@@ -202,12 +214,18 @@ def _build(path: Path, data: dict[str, Any]) -> Profile:
     once = frozenset(str(k) for k, v in data.get("programs", {}).items() if v.get("once") is True)
     apps = tuple(_app(item) for item in data.get("apps", []))
     profile = Profile(
-        name=path.stem, description=str(data.get("description", "")), directory=path.parent,
-        packages=_strings(data.get("packages", [])), requires=_strings(data.get("requires", [])),
-        start=_strings(data.get("start", [])), env=_env(data.get("env", {})),
+        name=path.stem,
+        description=str(data.get("description", "")),
+        directory=path.parent,
+        packages=_strings(data.get("packages", [])),
+        requires=_strings(data.get("requires", [])),
+        start=_strings(data.get("start", [])),
+        env=_env(data.get("env", {})),
         files={str(k): str(v) for k, v in data.get("files", {}).items()},
-        programs=programs, apps=apps, once=once,
-    )  # fmt: skip
+        programs=programs,
+        apps=apps,
+        once=once,
+    )
     for item in profile.start:
         if item not in programs and item not in {a.id for a in apps}:
             raise ValueError(f"start names {item!r}, neither a program nor an app")
@@ -224,8 +242,14 @@ def _app(item: dict[str, Any]) -> App:
     accessible = item.get("accessible", True)
     if not isinstance(accessible, bool):
         raise ValueError(f"app {app_id!r}: accessible must be true or false")
-    return App(app_id, str(item["name"]), str(item.get("icon", "application-x-executable")),
-               _words(item["exec"]), _env(item.get("env", {})), accessible)  # fmt: skip
+    return App(
+        app_id,
+        str(item["name"]),
+        str(item.get("icon", "application-x-executable")),
+        _words(item["exec"]),
+        _env(item.get("env", {})),
+        accessible,
+    )
 
 
 def _words(value: object) -> tuple[str, ...]:

@@ -72,8 +72,7 @@ class DesktopScreens:
                 # The display failed because its desktop stopped.
                 raise OpError(ErrorCode.NOT_RUNNING, "the desktop stopped") from err
             raise
-        return cast(ScreenResult, {**result, "desktop_session_id": session_id,
-                                   "display": display})  # fmt: skip
+        return cast(ScreenResult, {**result, "desktop_session_id": session_id, "display": display})
 
     async def keyboard_state(self, row: RelayRow) -> KeyboardState:
         display = await self._bound(row)

@@ -97,8 +97,9 @@ class Slots(Generic[D, S]):
 
     def by_session(self, desktop_session_id: str) -> D | None:
         """The live desktop of ``desktop_session_id`` (None: no such desktop)."""
-        return next((d for d in self.desktops.values()
-                     if d.desktop_session_id == desktop_session_id), None)  # fmt: skip
+        return next(
+            (d for d in self.desktops.values() if d.desktop_session_id == desktop_session_id), None
+        )
 
     def others(self, leaving: DesktopSessionId | None = None) -> bool:
         """Whether a desktop runs, or a start other than ``leaving`` is in progress."""

@@ -81,14 +81,19 @@ class Starter:
             session = SessionSetup(profile, home, user, tmp)
             self._spawn_guard(req, session_id, procs)
             launched = await launcher.launch(
-                req, f"{req.kind}-{req.slot}", private, procs, session,
+                req,
+                f"{req.kind}-{req.slot}",
+                private,
+                procs,
+                session,
                 on_display=lambda display: self._record_display(session_id, display),
-            )  # fmt: skip
+            )
         except BaseException:
             own_home = (
-                None if req.persist_home
+                None
+                if req.persist_home
                 else self._homes.home_of(req.kind, req.slot, session_id, persist=False)
-            )  # fmt: skip
+            )
             await run_to_completion(self._abandon(session_id, private, own_home))
             await asyncio.to_thread(shutil.rmtree, self._homes.tmp_of(session_id), True)
             raise
@@ -141,16 +146,23 @@ class Starter:
             return
         audio = self._teardown.audio
         args = GuardArgs(
-            session_id, self.config.state_file, self.config.heartbeat_file,
-            self.config.orphan_timeout_s, self.config.run_dir / session_id,
+            session_id,
+            self.config.state_file,
+            self.config.heartbeat_file,
+            self.config.orphan_timeout_s,
+            self.config.run_dir / session_id,
             audio.runtime_root if audio is not None else None,
-            self._teardown.cgroup_of(session_id), self._homes.tmp_of(session_id),
-        )  # fmt: skip
+            self._teardown.cgroup_of(session_id),
+            self._homes.tmp_of(session_id),
+        )
         argv = [sys.executable, "-m", "relay.desktops.guard", *args.argv()]
         log = open_truncated(self.config.log_dir / f"{req.kind}-{req.slot}.guard.log")
         try:
-            procs.add(ChildProcess.spawn(GUARD, argv, env=_guard_env(), essential=False,
-                                         output=log, held=True))  # fmt: skip
+            procs.add(
+                ChildProcess.spawn(
+                    GUARD, argv, env=_guard_env(), essential=False, output=log, held=True
+                )
+            )
         except OSError as err:
             logger.warning("desktop %s runs without an orphan guard: %s", req.slot, err)
         finally:
@@ -163,14 +175,22 @@ class Starter:
         has_audio = self._teardown.audio is not None
         audio_reason = audio_outcome(req.audio, has_audio, launched.extra_env)
         return Desktop(
-            desktop_session_id=session_id, kind="virtual", slot=req.slot,
-            geometry=req.geometry, depth=req.depth, display=launched.display,
-            started_at=now_iso(), started_by=req.started_by,
-            websockify_port=launched.websockify_port, vnc_port=launched.vnc_port,
-            audio=audio_reason is None, processes=launched.processes,
-            dbus_address=launched.dbus_address, audio_reason=audio_reason,
+            desktop_session_id=session_id,
+            kind="virtual",
+            slot=req.slot,
+            geometry=req.geometry,
+            depth=req.depth,
+            display=launched.display,
+            started_at=now_iso(),
+            started_by=req.started_by,
+            websockify_port=launched.websockify_port,
+            vnc_port=launched.vnc_port,
+            audio=audio_reason is None,
+            processes=launched.processes,
+            dbus_address=launched.dbus_address,
+            audio_reason=audio_reason,
             credentials=launched.credentials,
-        )  # fmt: skip
+        )
 
 
 def _guard_env() -> dict[str, str]:

@@ -175,9 +175,12 @@ class StartingDesktop:
         """A recorded desktop that is not re-adopted, kept in the state file as a start that
         did not finish until its processes are stopped."""
         return cls(
-            desktop.desktop_session_id, desktop.kind, desktop.slot, desktop.processes,
+            desktop.desktop_session_id,
+            desktop.kind,
+            desktop.slot,
+            desktop.processes,
             desktop.display,
-        )  # fmt: skip
+        )
 
 
 class StateFile:

@@ -89,8 +89,19 @@ def _create_user(name: str) -> pwd.struct_passwd:
 
 def _useradd(name: str) -> pwd.struct_passwd:
     home = Path("/var/lib") / name
-    argv = [USERADD, "--system", "--user-group", "--create-home", "--home-dir", str(home),
-            "--shell", "/bin/bash", "--comment", "relaydesk desktops", name]  # fmt: skip
+    argv = [
+        USERADD,
+        "--system",
+        "--user-group",
+        "--create-home",
+        "--home-dir",
+        str(home),
+        "--shell",
+        "/bin/bash",
+        "--comment",
+        "relaydesk desktops",
+        name,
+    ]
     if shutil.which(USERADD) is None:
         raise _unavailable(f"cannot create the desktop user {name!r}: no {USERADD}")
     try:
@@ -176,8 +187,7 @@ def write_in_home(home: Path, relative: str, data: bytes, user: DesktopUser | No
             fd = child
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name, dir_fd=fd)
-        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
-                      dir_fd=fd)  # fmt: skip
+        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
         try:
             if user is not None:
                 os.fchown(out, user.uid, user.gid)
@@ -246,9 +256,14 @@ def kill_all_processes_of(user: DesktopUser) -> None:
     this relay holds alone (relay/desktops/leases.py), once none of its desktops runs."""
     try:
         subprocess.run(
-            ["/bin/sh", "-c", "kill -9 -1"], env={"PATH": "/usr/bin:/bin"}, cwd="/",
-            capture_output=True, timeout=10, check=False, **user.popen_kwargs(),
-        )  # fmt: skip
+            ["/bin/sh", "-c", "kill -9 -1"],
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+            capture_output=True,
+            timeout=10,
+            check=False,
+            **user.popen_kwargs(),
+        )
     except (OSError, subprocess.SubprocessError) as err:
         logger.error("processes of %s not killed: %s", user.name, err)
 

@@ -15,10 +15,18 @@ MIN_GEOMETRY = (640, 480)
 MAX_GEOMETRY = (7680, 4320)
 # Common screens by name; any WxH within the limits and these proportions is accepted too.
 GEOMETRY_PRESETS = {
-    "vga": (640, 480), "svga": (800, 600), "xga": (1024, 768), "hd": (1280, 720),
-    "wxga": (1280, 800), "sxga": (1280, 1024), "hd+": (1600, 900), "fhd": (1920, 1080),
-    "wuxga": (1920, 1200), "qhd": (2560, 1440), "4k": (3840, 2160),
-}  # fmt: skip
+    "vga": (640, 480),
+    "svga": (800, 600),
+    "xga": (1024, 768),
+    "hd": (1280, 720),
+    "wxga": (1280, 800),
+    "sxga": (1280, 1024),
+    "hd+": (1600, 900),
+    "fhd": (1920, 1080),
+    "wuxga": (1920, 1200),
+    "qhd": (2560, 1440),
+    "4k": (3840, 2160),
+}
 MIN_ASPECT, MAX_ASPECT = 0.5, 4.0
 PROFILE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 DEPTHS = frozenset({16, 24})

@@ -44,8 +44,13 @@ class ProbeStrikes:
         count = self._counts.get(session_id, 0) + 1
         if count < self.limit:
             self._counts[session_id] = count
-            logger.warning("desktop %s: its chain probe failed (%s), %d of %d rounds before "
-                           "it is failed", session_id[:8], reason, count, self.limit)  # fmt: skip
+            logger.warning(
+                "desktop %s: its chain probe failed (%s), %d of %d rounds before it is failed",
+                session_id[:8],
+                reason,
+                count,
+                self.limit,
+            )
             return None
         self._counts.pop(session_id, None)
         return f"{reason} ({count} watchdog rounds in a row)"

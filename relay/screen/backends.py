@@ -64,10 +64,12 @@ def drag_path(start: tuple[int, int], end: tuple[int, int]) -> list[tuple[int, i
     points with pauses of ``DRAG_DURATION_S / DRAG_STEPS`` look like a hand-made drag.
     """
     return [
-        (start[0] + (end[0] - start[0]) * step // DRAG_STEPS,
-         start[1] + (end[1] - start[1]) * step // DRAG_STEPS)
+        (
+            start[0] + (end[0] - start[0]) * step // DRAG_STEPS,
+            start[1] + (end[1] - start[1]) * step // DRAG_STEPS,
+        )
         for step in range(1, DRAG_STEPS + 1)
-    ]  # fmt: skip
+    ]
 
 
 class BackendFactory(Protocol):

@@ -101,8 +101,12 @@ class ScreenCapture:
             else:
                 monitor = {"left": 0, "top": 0, "width": screen_size[0], "height": screen_size[1]}
         else:
-            monitor = {"left": region.x, "top": region.y,
-                       "width": region.width, "height": region.height}  # fmt: skip
+            monitor = {
+                "left": region.x,
+                "top": region.y,
+                "width": region.width,
+                "height": region.height,
+            }
         try:
             shot = self._mss.grab(monitor)
         except mss.ScreenShotError as err:

@@ -49,8 +49,10 @@ def _label(text: str) -> RGBArray:
     with _font_lock:
         font = _font()
         left, top, right, bottom = font.getbbox(text)
-        size = (math.ceil(right - left) + 2 * LABEL_PADDING,
-                math.ceil(bottom - top) + 2 * LABEL_PADDING)  # fmt: skip
+        size = (
+            math.ceil(right - left) + 2 * LABEL_PADDING,
+            math.ceil(bottom - top) + 2 * LABEL_PADDING,
+        )
         image = Image.new("RGB", size, LABEL_BACKGROUND)
         at = (LABEL_PADDING - left, LABEL_PADDING - top)
         ImageDraw.Draw(image).text(at, text, font=font, fill=LABEL_TEXT)

@@ -14,8 +14,23 @@ import json
 import sys
 from typing import Any
 
-CALLS = frozenset({"size", "position", "moveTo", "click", "mouseDown", "mouseUp", "vscroll",
-                   "hscroll", "press", "hotkey", "keyDown", "keyUp", "isValidKey"})  # fmt: skip
+CALLS = frozenset(
+    {
+        "size",
+        "position",
+        "moveTo",
+        "click",
+        "mouseDown",
+        "mouseUp",
+        "vscroll",
+        "hscroll",
+        "press",
+        "hotkey",
+        "keyDown",
+        "keyUp",
+        "isValidKey",
+    }
+)
 # Answers go to the real standard output only: libraries print there too (python-xlib's
 # "no xauthority details" warning), so everything else printed goes to standard error.
 _ANSWERS = sys.stdout

@@ -57,16 +57,35 @@ BUTTON_NAMES = {1: "left", 2: "middle", 3: "right"}
 MAX_CODE_POINT = 0x10FFFF
 # X keysym names → pyautogui's (the same on every platform pyautogui supports).
 PYAUTOGUI_NAMES = {
-    "Control_L": "ctrl", "Control_R": "ctrlright", "Shift_L": "shift", "Shift_R": "shiftright",
-    "Alt_L": "alt", "Alt_R": "altright", "Meta_L": "alt", "Meta_R": "altright",
-    "Super_L": "win", "Super_R": "winright", "Return": "enter", "Escape": "esc",
-    "Prior": "pageup", "Page_Up": "pageup", "Next": "pagedown", "Page_Down": "pagedown",
-    "BackSpace": "backspace", "Caps_Lock": "capslock", "Num_Lock": "numlock",
-    "Scroll_Lock": "scrolllock", "Print": "printscreen", "Menu": "apps",
-    "XF86AudioMute": "volumemute", "XF86AudioLowerVolume": "volumedown",
-    "XF86AudioRaiseVolume": "volumeup", "XF86AudioPlay": "playpause",
-    "XF86AudioNext": "nexttrack", "XF86AudioPrev": "prevtrack",
-}  # fmt: skip
+    "Control_L": "ctrl",
+    "Control_R": "ctrlright",
+    "Shift_L": "shift",
+    "Shift_R": "shiftright",
+    "Alt_L": "alt",
+    "Alt_R": "altright",
+    "Meta_L": "alt",
+    "Meta_R": "altright",
+    "Super_L": "win",
+    "Super_R": "winright",
+    "Return": "enter",
+    "Escape": "esc",
+    "Prior": "pageup",
+    "Page_Up": "pageup",
+    "Next": "pagedown",
+    "Page_Down": "pagedown",
+    "BackSpace": "backspace",
+    "Caps_Lock": "capslock",
+    "Num_Lock": "numlock",
+    "Scroll_Lock": "scrolllock",
+    "Print": "printscreen",
+    "Menu": "apps",
+    "XF86AudioMute": "volumemute",
+    "XF86AudioLowerVolume": "volumedown",
+    "XF86AudioRaiseVolume": "volumeup",
+    "XF86AudioPlay": "playpause",
+    "XF86AudioNext": "nexttrack",
+    "XF86AudioPrev": "prevtrack",
+}
 _CHAR_NAMES = {"\n": "enter", "\r": "enter", "\t": "tab", "\b": "backspace"}
 
 
@@ -162,15 +181,20 @@ class PyAutoGuiInput:
     def keyboard_state(self) -> KeyboardState:
         # pyautogui cannot read the LEDs: unknown, never "off" (the viewer then does not
         # align NumLock on a guess).
-        return {"num_lock": None, "caps_lock": None, "scroll_lock": None,
-                "source": "not_observable"}  # fmt: skip
+        return {
+            "num_lock": None,
+            "caps_lock": None,
+            "scroll_lock": None,
+            "source": "not_observable",
+        }
 
     def move(self, x: int, y: int) -> None:
         self._call("moveTo", x, y)
 
     def click(self, x: int, y: int, button: int = 1, count: int = 1) -> None:
-        self._call("click", x, y, clicks=count, interval=DOUBLE_CLICK_GAP_S,
-                   button=BUTTON_NAMES[button])  # fmt: skip
+        self._call(
+            "click", x, y, clicks=count, interval=DOUBLE_CLICK_GAP_S, button=BUTTON_NAMES[button]
+        )
 
     def drag(self, start: tuple[int, int], end: tuple[int, int], button: int = 1) -> None:
         """Press at ``start``, move in interpolated steps, release at ``end`` (as XTEST does)."""

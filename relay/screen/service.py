@@ -286,8 +286,14 @@ def _drag(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
     ctx.check_point(end)
     guard = check_guard(ctx, args, start)
     ctx.input.drag(start, end, button)
-    return {"x": start[0], "y": start[1], "to_x": end[0], "to_y": end[1],
-            "button": button, "guard": guard}  # fmt: skip
+    return {
+        "x": start[0],
+        "y": start[1],
+        "to_x": end[0],
+        "to_y": end[1],
+        "button": button,
+        "guard": guard,
+    }
 
 
 def _scroll(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:

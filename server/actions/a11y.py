@@ -35,29 +35,40 @@ REF: Final[Schema] = {
     "description": "An element ref from desktop_observe or desktop_find, e.g. '@s8f3k2p9:e17'.",
 }
 APP: Final[Schema] = {
-    "type": "string", "minLength": 1, "maxLength": 128,
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 128,
     "description": "An app by its name or command as desktop_apps lists it, or its pid.",
-}  # fmt: skip
+}
 WINDOW: Final[Schema] = {
-    "type": "string", "minLength": 1, "maxLength": 256,
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 256,
     "description": "A window: its id from desktop_apps ('@…:eN') or its exact title.",
-}  # fmt: skip
+}
 SELECTOR: Final[Schema] = {
-    "type": "string", "minLength": 1, "maxLength": a11y_selector.MAX_TEXT,
-    "description": "Which elements: role[attr op \"value\"]:pseudo with descendant (space) and "
+    "type": "string",
+    "minLength": 1,
+    "maxLength": a11y_selector.MAX_TEXT,
+    "description": 'Which elements: role[attr op "value"]:pseudo with descendant (space) and '
     "child (>) combinators, e.g. 'push_button[name=\"Save\"]', 'dialog text:focused', "
     "'\"OK\"'. Roles as desktop_observe prints them; attrs name value description id role; "
     "ops = ^= $= *= ~= (case-insensitive contains); pseudos visible enabled focused disabled; "
     "[nth=N] picks one match (0-based).",
-}  # fmt: skip
+}
 PHYSICAL: Final[Schema] = {
-    "type": "boolean", "default": True,
+    "type": "boolean",
+    "default": True,
     "description": "Allow physical input at the element's live bounds when it has no native "
     "action for this (the relay may forbid it regardless).",
-}  # fmt: skip
+}
 TARGET: Final[dict[str, Schema]] = {
-    "relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID, "local": LOCAL,
-}  # fmt: skip
+    "relay": RELAY,
+    "kind": KIND,
+    "slot": SLOT,
+    "desktop_session_id": SESSION_ID,
+    "local": LOCAL,
+}
 SCOPE: Final[dict[str, Schema]] = {"app": APP, "window": WINDOW}
 ACT_AUDIT: Final = "desktop.a11y"
 
@@ -67,9 +78,12 @@ async def _session(ctx: ActionContext, args: dict[str, Any]) -> str:
 
 
 async def a11y_call(
-    ctx: ActionContext, session_id: str, name: ops.A11yCall, params: dict[str, Any],
+    ctx: ActionContext,
+    session_id: str,
+    name: ops.A11yCall,
+    params: dict[str, Any],
     wait_s: float = 0.0,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """One accessibility call on the relay; the worker's own errors pass through as they are."""
     args: ops.A11yArgs = {"desktop_session_id": session_id, "call": name, "params": params}
     answer = await ctx.relay_call(ops.DESKTOP_A11Y, args, wait_s + EXTRA_S)
@@ -147,8 +161,11 @@ async def apps(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
             raise
     try:
         running = await a11y_call(ctx, session, "apps", {})
-        result |= {"running": running.get("apps", []), "snapshot": running.get("snapshot"),
-                   "a11y": {"available": True}}  # fmt: skip
+        result |= {
+            "running": running.get("apps", []),
+            "snapshot": running.get("snapshot"),
+            "a11y": {"available": True},
+        }
     except OpError as err:
         if err.code not in (ErrorCode.A11Y_UNAVAILABLE, ErrorCode.UNAVAILABLE):
             raise
@@ -162,99 +179,200 @@ def _schema(extra: dict[str, Schema], required: tuple[str, ...] = ()) -> Schema:
 
 A11Y_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
-        "desktop_observe", "write",
-        _schema({
-            **SCOPE,
-            "depth": {"type": "integer", "minimum": 1, "maximum": 64, "default": 24,
-                      "description": "How deep below the window to list."},
-            "max_nodes": {"type": "integer", "minimum": 10, "maximum": 5000, "default": 400,
-                          "description": "At most this many elements; the answer says when "
-                          "the tree was cut."},
-            "view": {"type": "string", "enum": ["interactive", "all"], "default": "interactive",
-                     "description": "interactive: controls and named context (compact); all: "
-                     "every showing element."},
-            "format": {"type": "string", "enum": ["text", "json", "both"], "default": "text",
-                       "description": "text: one element a line; json: a list of elements."},
-        }),
+        "desktop_observe",
+        "write",
+        _schema(
+            {
+                **SCOPE,
+                "depth": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 64,
+                    "default": 24,
+                    "description": "How deep below the window to list.",
+                },
+                "max_nodes": {
+                    "type": "integer",
+                    "minimum": 10,
+                    "maximum": 5000,
+                    "default": 400,
+                    "description": "At most this many elements; the answer says when "
+                    "the tree was cut.",
+                },
+                "view": {
+                    "type": "string",
+                    "enum": ["interactive", "all"],
+                    "default": "interactive",
+                    "description": "interactive: controls and named context (compact); all: "
+                    "every showing element.",
+                },
+                "format": {
+                    "type": "string",
+                    "enum": ["text", "json", "both"],
+                    "default": "text",
+                    "description": "text: one element a line; json: a list of elements.",
+                },
+            }
+        ),
         "Read the accessibility tree of a window (the focused one unless app or window is "
-        "named) as compact text, one element a line: '@ref role \"name\" value=… [states] "
+        'named) as compact text, one element a line: \'@ref role "name" value=… [states] '
         "@x,y WxH'. Far cheaper than a screenshot; act on the refs with desktop_click, "
         "desktop_type and the like.",
-        observe, read_only=True,
+        observe,
+        read_only=True,
     ),
     Action(
-        "desktop_find", "write",
-        _schema({**SCOPE, "selector": SELECTOR,
-                 "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 20,
-                           "description": "At most this many matches."}}, ("selector",)),
+        "desktop_find",
+        "write",
+        _schema(
+            {
+                **SCOPE,
+                "selector": SELECTOR,
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 200,
+                    "default": 20,
+                    "description": "At most this many matches.",
+                },
+            },
+            ("selector",),
+        ),
         "Find elements by selector across the desktop's apps (or one app or window) and "
         "return them as refs, without reading whole trees.",
-        find, read_only=True,
+        find,
+        read_only=True,
     ),
     Action(
-        "desktop_read", "write", _schema({"ref": REF}, ("ref",)),
+        "desktop_read",
+        "write",
+        _schema({"ref": REF}, ("ref",)),
         "Read one element in full: role, name, value, description, text, states, actions, "
         "bounds and number of children, from the live app.",
-        read, read_only=True,
+        read,
+        read_only=True,
     ),
     Action(
-        "desktop_wait", "write",
-        _schema({**SCOPE, "selector": SELECTOR,
-                 "condition": {"type": "string",
-                               "enum": ["exists", "gone", "visible", "enabled", "focused"],
-                               "default": "exists",
-                               "description": "What the first match must satisfy."},
-                 "timeout_ms": {"type": "integer", "minimum": 100, "maximum": 20000,
-                                "default": 5000,
-                                "description": "Give up (error timeout) after this long."}},
-                ("selector",)),
+        "desktop_wait",
+        "write",
+        _schema(
+            {
+                **SCOPE,
+                "selector": SELECTOR,
+                "condition": {
+                    "type": "string",
+                    "enum": ["exists", "gone", "visible", "enabled", "focused"],
+                    "default": "exists",
+                    "description": "What the first match must satisfy.",
+                },
+                "timeout_ms": {
+                    "type": "integer",
+                    "minimum": 100,
+                    "maximum": 20000,
+                    "default": 5000,
+                    "description": "Give up (error timeout) after this long.",
+                },
+            },
+            ("selector",),
+        ),
         "Wait until an element matching the selector exists, is gone, visible, enabled or "
         "focused; woken by the apps' accessibility events.",
-        wait, read_only=True,
+        wait,
+        read_only=True,
     ),
     Action(
-        "desktop_click", "write", _schema({"ref": REF, "physical": PHYSICAL}, ("ref",)),
+        "desktop_click",
+        "write",
+        _schema({"ref": REF, "physical": PHYSICAL}, ("ref",)),
         "Click an element: its native action (press, activate, toggle…) first, else a "
         "physical click at its live bounds. Answers method native or physical.",
-        _act("click"), audit_op=f"{ACT_AUDIT}.click",
+        _act("click"),
+        audit_op=f"{ACT_AUDIT}.click",
     ),
     Action(
-        "desktop_type", "write",
-        _schema({"ref": REF, "physical": PHYSICAL,
-                 "text": {"type": "string", "maxLength": 10000,
-                          "description": "The text (any Unicode)."},
-                 "mode": {"type": "string", "enum": ["replace", "append"], "default": "replace",
-                          "description": "replace the element's text, or append to it."}},
-                ("ref", "text")),
+        "desktop_type",
+        "write",
+        _schema(
+            {
+                "ref": REF,
+                "physical": PHYSICAL,
+                "text": {
+                    "type": "string",
+                    "maxLength": 10000,
+                    "description": "The text (any Unicode).",
+                },
+                "mode": {
+                    "type": "string",
+                    "enum": ["replace", "append"],
+                    "default": "replace",
+                    "description": "replace the element's text, or append to it.",
+                },
+            },
+            ("ref", "text"),
+        ),
         "Set the text of an editable element (native where it can, else focus it and type); "
         "answers the text read back from the element.",
-        _act("type", "text", "mode"), audit_op=f"{ACT_AUDIT}.type",
+        _act("type", "text", "mode"),
+        audit_op=f"{ACT_AUDIT}.type",
     ),
     Action(
-        "desktop_key", "write",
-        _schema({"ref": REF, "physical": PHYSICAL,
-                 "keys": {"type": "string", "minLength": 1, "maxLength": 200,
-                          "description": "A key or chord, e.g. 'Return', 'ctrl+a'."}},
-                ("ref", "keys")),
+        "desktop_key",
+        "write",
+        _schema(
+            {
+                "ref": REF,
+                "physical": PHYSICAL,
+                "keys": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 200,
+                    "description": "A key or chord, e.g. 'Return', 'ctrl+a'.",
+                },
+            },
+            ("ref", "keys"),
+        ),
         "Focus an element and press a key or chord in it.",
-        _act("key", "keys"), audit_op=f"{ACT_AUDIT}.key",
+        _act("key", "keys"),
+        audit_op=f"{ACT_AUDIT}.key",
     ),
     Action(
-        "desktop_scroll", "write",
-        _schema({"ref": REF, "physical": PHYSICAL,
-                 "into_view": {"type": "boolean", "default": False,
-                               "description": "Scroll the element itself into view (native)."},
-                 "direction": {"type": "string", "enum": ["up", "down", "left", "right"],
-                               "default": "down", "description": "Where to scroll."},
-                 "amount": {"type": "integer", "minimum": 1, "maximum": 50, "default": 3,
-                            "description": "Wheel steps."}},
-                ("ref",)),
+        "desktop_scroll",
+        "write",
+        _schema(
+            {
+                "ref": REF,
+                "physical": PHYSICAL,
+                "into_view": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Scroll the element itself into view (native).",
+                },
+                "direction": {
+                    "type": "string",
+                    "enum": ["up", "down", "left", "right"],
+                    "default": "down",
+                    "description": "Where to scroll.",
+                },
+                "amount": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 50,
+                    "default": 3,
+                    "description": "Wheel steps.",
+                },
+            },
+            ("ref",),
+        ),
         "Scroll an element into view, or scroll inside it by wheel steps.",
-        _act("scroll", "into_view", "direction", "amount"), audit_op=f"{ACT_AUDIT}.scroll",
+        _act("scroll", "into_view", "direction", "amount"),
+        audit_op=f"{ACT_AUDIT}.scroll",
     ),
     Action(
-        "desktop_focus", "write", _schema({"ref": REF, "physical": PHYSICAL}, ("ref",)),
+        "desktop_focus",
+        "write",
+        _schema({"ref": REF, "physical": PHYSICAL}, ("ref",)),
         "Give an element the keyboard focus.",
-        _act("focus"), audit_op=f"{ACT_AUDIT}.focus",
+        _act("focus"),
+        audit_op=f"{ACT_AUDIT}.focus",
     ),
-)  # fmt: skip
+)

@@ -23,12 +23,17 @@ from server.db.rows import DesktopRow
 from wire.errors import ErrorCode, OpError
 
 TARGET: Final[dict[str, Schema]] = {
-    "relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID,
-}  # fmt: skip
+    "relay": RELAY,
+    "kind": KIND,
+    "slot": SLOT,
+    "desktop_session_id": SESSION_ID,
+}
 AGENT: Final[Schema] = {
-    "type": "string", "minLength": 1, "maxLength": 64,
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 64,
     "description": "Only this agent (its user name); absent: every agent acting on the desktop.",
-}  # fmt: skip
+}
 
 
 async def _running(ctx: ActionContext, args: dict[str, Any]) -> tuple[DesktopRow, DesktopKey]:
@@ -74,8 +79,12 @@ async def agent_stop(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]
     names = sorted({grant.agent_name for grant in stopped.revoked})
     ctx.outcome = "stopped" if names or stopped.cancelled else "no_agent"
     cooldown = control_of(ctx).policies.for_relay(key.relay_id).regrant_cooldown_s
-    return {**_reply(row, stopped.info), "stopped": names, "cancelled": stopped.cancelled,
-            "regrant_after_s": cooldown}  # fmt: skip
+    return {
+        **_reply(row, stopped.info),
+        "stopped": names,
+        "cancelled": stopped.cancelled,
+        "regrant_after_s": cooldown,
+    }
 
 
 async def _agent_id(ctx: ActionContext, name: Any) -> str | None:
@@ -89,7 +98,8 @@ async def _agent_id(ctx: ActionContext, name: Any) -> str | None:
 
 CONTROL_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
-        "desktop_control", "read",
+        "desktop_control",
+        "read",
         tool_schema(TARGET),
         "Who is in control of a running desktop: idle, agent (with its name) or person (with "
         "the person's name; held when they took control). While a person is in control, agent "
@@ -97,26 +107,32 @@ CONTROL_ACTIONS: Final[tuple[Action, ...]] = (
         control_state,
     ),
     Action(
-        "desktop_take_control", "write",
+        "desktop_take_control",
+        "write",
         tool_schema(TARGET),
         "Take control of a running desktop as a person: agent input is refused "
         "(takeover_active) until desktop_hand_back. People only: an API token gets forbidden.",
-        take_control, audit_op="desktop.take_control",
+        take_control,
+        audit_op="desktop.take_control",
     ),
     Action(
-        "desktop_hand_back", "write",
+        "desktop_hand_back",
+        "write",
         tool_schema(TARGET),
         "Hand a desktop back after desktop_take_control: agents may act on it again. People "
         "only: an API token gets forbidden.",
-        hand_back, audit_op="desktop.hand_back",
+        hand_back,
+        audit_op="desktop.hand_back",
     ),
     Action(
-        "agent_stop", "write",
+        "agent_stop",
+        "write",
         tool_schema({**TARGET, "agent": AGENT}),
         "Stop the agent acting on a running desktop: its grant is revoked, its request in "
         "flight is cancelled, and its input is refused with stopped_by_user; a new grant for "
         "it is refused for the cooldown (RELAYDESK_AGENT_REGRANT_COOLDOWN_S), also on a desktop "
         "started again in the same slot. People only: an API token gets forbidden.",
-        agent_stop, audit_op="agent.stop",
+        agent_stop,
+        audit_op="agent.stop",
     ),
-)  # fmt: skip
+)

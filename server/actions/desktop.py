@@ -32,23 +32,30 @@ from wire.errors import ErrorCode, InvalidArgs, OpError, SessionConflict
 from wire.ids import RelayId
 
 RELAY: Final[Schema] = {
-    "type": "string", "minLength": 1, "maxLength": 64,
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 64,
     "description": "Relay name or id. May be omitted when the conversation sees one relay.",
-}  # fmt: skip
+}
 KIND: Final[Schema] = {
-    "type": "string", "enum": ["virtual", "docker", "local"], "default": "virtual",
+    "type": "string",
+    "enum": ["virtual", "docker", "local"],
+    "default": "virtual",
     "description": "virtual: a desktop the relay creates as processes on its host; docker: "
     "a desktop in its own container (no host files, resource limits; relays that announce "
     "docker_desktop); local: the relay host's real screen.",
-}  # fmt: skip
+}
 SLOT: Final[Schema] = {
-    "type": "string", "pattern": f"^{SLOT_RE.pattern}$", "default": "main",
+    "type": "string",
+    "pattern": f"^{SLOT_RE.pattern}$",
+    "default": "main",
     "description": "Named place of the desktop on its relay; 'main' unless you need another.",
-}  # fmt: skip
+}
 SESSION_ID: Final[Schema] = {
-    "type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$",
+    "type": "string",
+    "pattern": "^[A-Za-z0-9_-]{1,64}$",
     "description": "The desktop_session_id of the exact desktop incarnation you mean.",
-}  # fmt: skip
+}
 EXACT_KIND: Final[Schema] = {k: v for k, v in KIND.items() if k != "default"}
 EXACT_SLOT: Final[Schema] = {k: v for k, v in SLOT.items() if k != "default"}
 # WIDTHxHEIGHT or a named size; the relay checks the limits (relay/desktops/validation.py).
@@ -57,8 +64,11 @@ GEOMETRY_PATTERN: Final = (
 )
 VIRTUAL: Final = "virtual"
 # The kinds an action may name and the relay kind each means.
-KINDS: Final[dict[str, ops.DesktopKind]] = {"virtual": "virtual", "docker": "docker",
-                                            "local": "local"}  # fmt: skip
+KINDS: Final[dict[str, ops.DesktopKind]] = {
+    "virtual": "virtual",
+    "docker": "docker",
+    "local": "local",
+}
 
 
 def _kind(args: dict[str, Any]) -> ops.DesktopKind:
@@ -91,10 +101,14 @@ def _viewer(ctx: ActionContext, row: DesktopRow) -> dict[str, Any]:
         return {"viewer_url": None, "viewer_expires_at": None, "viewer_refused": why}
     settings = ctx.settings
     grant = grant_for(
-        ctx.principal.user_id, ctx.conversation_id, row.relay_id, row.desktop_session_id,
-        settings.viewer_token_ttl_s, person=is_person(ctx.principal),
+        ctx.principal.user_id,
+        ctx.conversation_id,
+        row.relay_id,
+        row.desktop_session_id,
+        settings.viewer_token_ttl_s,
+        person=is_person(ctx.principal),
         minted_by=minted_ref(ctx.principal),
-    )  # fmt: skip
+    )
     path = f"/vnc/{row.desktop_session_id}/{mint(settings.secret_key, grant)}/"
     if not grant.person:
         path += "?view_only=1"  # the page says so; the server drops the input regardless
@@ -159,9 +173,10 @@ async def list_active(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any
 
 async def _probe_visible(ctx: ActionContext) -> dict[str, str]:
     relays = [
-        r for r in await ctx.store.relays_visible_in(ctx.conversation_id)
+        r
+        for r in await ctx.store.relays_visible_in(ctx.conversation_id)
         if ctx.relays.is_connected(r.relay_id) and ctx.inventory.tracks(r.relay_id)
-    ]  # fmt: skip
+    ]
     results = await asyncio.gather(
         *(ctx.inventory.probe(r.relay_id) for r in relays), return_exceptions=True
     )
@@ -227,9 +242,12 @@ async def stop_request(ctx: ActionContext, args: dict[str, Any]) -> dict[str, An
         raise OpError(ErrorCode.NOT_RUNNING, "no desktop is running there")
     ctx.desktop_session_id = row.desktop_session_id
     confirm = {
-        "conversation_id": ctx.conversation_id, "relay": row.relay_id, "kind": row.kind,
-        "slot": row.slot, "desktop_session_id": row.desktop_session_id,
-    }  # fmt: skip
+        "conversation_id": ctx.conversation_id,
+        "relay": row.relay_id,
+        "kind": row.kind,
+        "slot": row.slot,
+        "desktop_session_id": row.desktop_session_id,
+    }
     return {
         "confirm_required": True,
         "desktop": row.to_dict(),
@@ -278,70 +296,110 @@ async def _compare_and_stop(
 
 DESKTOP_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
-        "desktop_list_active", "read",
-        tool_schema({"probe": {
-            "type": "boolean", "default": False,
-            "description": "Ask every connected relay for its status first (slower, exact).",
-        }}),
+        "desktop_list_active",
+        "read",
+        tool_schema(
+            {
+                "probe": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": (
+                        "Ask every connected relay for its status first (slower, exact)."
+                    ),
+                }
+            }
+        ),
         "List the desktops running on the relays of this conversation (state, slot, session "
         "id, who started them). Use it before starting or stopping one.",
         list_active,
     ),
     Action(
-        "desktop_start", "write",
-        tool_schema({
-            "relay": RELAY, "kind": KIND, "slot": SLOT,
-            "geometry": {"type": "string", "pattern": GEOMETRY_PATTERN,
-                         "default": "1280x800",
-                         "description": "Screen size WIDTHxHEIGHT (even numbers, 640x480 to "
-                         "7680x4320, 1:2 to 4:1) or a name: vga, svga, xga, hd, wxga, sxga, "
-                         "hd+, fhd, wuxga, qhd, 4k."},
-            "depth": {"type": "integer", "enum": [16, 24], "default": 24,
-                      "description": "Colour depth in bits."},
-            "audio": {"type": "boolean",  # absent: the relay's default (docs/audio.md)
-                      "description": "Capture the desktop's sound for the viewer."},
-            "profile": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,31}$",
-                        "description": "Desktop profile: 'standard' (panel, browser, files, "
-                        "editor, terminal) or 'minimal' (window manager and terminal); absent: "
-                        "the relay's default."},
-            "persist_home": {"type": "boolean", "default": False,
-                             "description": "Keep the home directory of this slot across stops "
-                             "(files, browser profile); wipe it with desktop_reset_home."},
-        }),
+        "desktop_start",
+        "write",
+        tool_schema(
+            {
+                "relay": RELAY,
+                "kind": KIND,
+                "slot": SLOT,
+                "geometry": {
+                    "type": "string",
+                    "pattern": GEOMETRY_PATTERN,
+                    "default": "1280x800",
+                    "description": "Screen size WIDTHxHEIGHT (even numbers, 640x480 to "
+                    "7680x4320, 1:2 to 4:1) or a name: vga, svga, xga, hd, wxga, sxga, "
+                    "hd+, fhd, wuxga, qhd, 4k.",
+                },
+                "depth": {
+                    "type": "integer",
+                    "enum": [16, 24],
+                    "default": 24,
+                    "description": "Colour depth in bits.",
+                },
+                "audio": {
+                    "type": "boolean",  # absent: the relay's default (docs/audio.md)
+                    "description": "Capture the desktop's sound for the viewer.",
+                },
+                "profile": {
+                    "type": "string",
+                    "pattern": "^[a-z0-9][a-z0-9_-]{0,31}$",
+                    "description": "Desktop profile: 'standard' (panel, browser, files, "
+                    "editor, terminal) or 'minimal' (window manager and terminal); absent: "
+                    "the relay's default.",
+                },
+                "persist_home": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Keep the home directory of this slot across stops "
+                    "(files, browser profile); wipe it with desktop_reset_home.",
+                },
+            }
+        ),
         "Start a desktop in a slot of a relay, or return the one already running there. "
         "Answers with the desktop row and a viewer_url to open it.",
-        start, audit_op="desktop.start",
+        start,
+        audit_op="desktop.start",
     ),
     Action(
-        "desktop_status", "read",
+        "desktop_status",
+        "read",
         tool_schema({"relay": RELAY}),
         "Ask one relay which desktops it runs right now and update the inventory.",
         status,
     ),
     Action(
-        "desktop_attach", "write",
+        "desktop_attach",
+        "write",
         tool_schema({"relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID}),
         "Get a fresh viewer_url for a desktop that is already running (never starts one; "
         "answers not_running instead).",
-        attach, audit_op="desktop.attach",
+        attach,
+        audit_op="desktop.attach",
     ),
     Action(
-        "desktop_stop_request", "read",
+        "desktop_stop_request",
+        "read",
         tool_schema({"relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID}),
         "First step of stopping a desktop: shows exactly which desktop a stop would end. "
         "Nothing stops; confirm with desktop_stop_confirm and the returned args.",
-        stop_request, audit_op="desktop.stop_request",
+        stop_request,
+        audit_op="desktop.stop_request",
     ),
     Action(
-        "desktop_stop_confirm", "write",
+        "desktop_stop_confirm",
+        "write",
         tool_schema(
-            {"relay": RELAY, "kind": EXACT_KIND, "slot": EXACT_SLOT,
-             "desktop_session_id": SESSION_ID},
+            {
+                "relay": RELAY,
+                "kind": EXACT_KIND,
+                "slot": EXACT_SLOT,
+                "desktop_session_id": SESSION_ID,
+            },
             ("relay", "desktop_session_id"),
         ),
         "Stop the desktop whose desktop_session_id you observed, only if it still holds the "
         "slot: a newer desktop there answers session_conflict and keeps running; an empty "
         "slot answers was_running false.",
-        stop_confirm, audit_op="desktop.stop_confirm",
+        stop_confirm,
+        audit_op="desktop.stop_confirm",
     ),
-)  # fmt: skip
+)

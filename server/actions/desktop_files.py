@@ -34,15 +34,19 @@ from wire.home_files import DESKTOP_HOME_FILE, HomeFileArgs, HomeFileOp, HomeFil
 FILE_EXTRA_S: Final = 25.0
 HASH_HEX: Final = 16
 PATH: Final[Schema] = {
-    "type": "string", "minLength": 1, "maxLength": home_files.PATH_MAX,
+    "type": "string",
+    "minLength": 1,
+    "maxLength": home_files.PATH_MAX,
     "description": "A path in the desktop's home: relative to it ('Downloads/a.pdf'), or "
     "starting with ~/ or the home's absolute path. '..', symbolic links, FIFOs and devices "
     "are refused (403 path_outside_home).",
-}  # fmt: skip
+}
 ENCODING: Final[Schema] = {
-    "type": "string", "enum": list(home_files.ENCODINGS), "default": "utf-8",
+    "type": "string",
+    "enum": list(home_files.ENCODINGS),
+    "default": "utf-8",
     "description": "utf-8: content is text; base64: content is the bytes in base64.",
-}  # fmt: skip
+}
 FIELDS: Final = ("path", "offset", "length", "content", "encoding", "append")
 
 
@@ -66,8 +70,14 @@ def path_hash(conversation_id: str, path: str) -> str:
 
 async def _call(ctx: ActionContext, op: HomeFileOp, args: dict[str, Any]) -> HomeFileResult:
     row = await running_row(ctx, args)
-    request = cast(HomeFileArgs, {"desktop_session_id": row.desktop_session_id, "op": op,
-                                  **{k: args[k] for k in FIELDS if k in args}})  # fmt: skip
+    request = cast(
+        HomeFileArgs,
+        {
+            "desktop_session_id": row.desktop_session_id,
+            "op": op,
+            **{k: args[k] for k in FIELDS if k in args},
+        },
+    )
     home_files.check_home_file_args(request)
     if op in ("list", "read"):
         refuse_hidden(ctx.role, request["path"])
@@ -104,50 +114,83 @@ def _schema(extra: dict[str, Schema], required: tuple[str, ...] = ("path",)) -> 
 
 HOME_FILE_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
-        "desktop_files_list", "read",
+        "desktop_files_list",
+        "read",
         _schema({"path": {**PATH, "default": "~"}}, ()),
         "List a folder in a running desktop's home (the home itself by default), as the "
         "desktop's user: entries {name, type (file, dir, link: never followed, other), size, "
         f"mtime (Unix seconds)}} sorted by name, at most {home_files.LIST_MAX} (truncated says "
         "when the folder holds more), and path (home-relative).",
-        files_list, audit_op="desktop.files_list", read_only=True,
+        files_list,
+        audit_op="desktop.files_list",
+        read_only=True,
     ),
     Action(
-        "desktop_file_read", "read",
-        _schema({
-            "offset": {"type": "integer", "minimum": 0, "default": 0,
-                       "description": "Start reading here (bytes)."},
-            "length": {"type": "integer", "minimum": 1, "maximum": home_files.READ_MAX,
-                       "description": f"Read at most this many bytes (default and most: "
-                       f"{home_files.READ_MAX})."},
-            "encoding": {**ENCODING, "description": "utf-8: answer content as text (refused "
-                         "with 422 when the bytes are not UTF-8); base64: answer content_b64."},
-        }),
+        "desktop_file_read",
+        "read",
+        _schema(
+            {
+                "offset": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": 0,
+                    "description": "Start reading here (bytes).",
+                },
+                "length": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": home_files.READ_MAX,
+                    "description": f"Read at most this many bytes (default and most: "
+                    f"{home_files.READ_MAX}).",
+                },
+                "encoding": {
+                    **ENCODING,
+                    "description": "utf-8: answer content as text (refused "
+                    "with 422 when the bytes are not UTF-8); base64: answer content_b64.",
+                },
+            }
+        ),
         "Read a part of a regular file in a running desktop's home, as the desktop's user: "
         "content (or content_b64), offset, size (the whole file's) and eof. Larger files: "
         "read in parts with offset and length, or download them (docs/files.md).",
-        file_read, audit_op="desktop.file_read", read_only=True,
+        file_read,
+        audit_op="desktop.file_read",
+        read_only=True,
     ),
     Action(
-        "desktop_file_write", "write",
-        _schema({
-            "content": {"type": "string", "maxLength": home_files.CONTENT_MAX,
-                        "description": "The file's new content (text, or base64 bytes)."},
-            "encoding": ENCODING,
-            "append": {"type": "boolean", "default": False,
-                       "description": "Append to the file (created when missing) instead of "
-                       "replacing it."},
-        }, ("path", "content")),
+        "desktop_file_write",
+        "write",
+        _schema(
+            {
+                "content": {
+                    "type": "string",
+                    "maxLength": home_files.CONTENT_MAX,
+                    "description": "The file's new content (text, or base64 bytes).",
+                },
+                "encoding": ENCODING,
+                "append": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Append to the file (created when missing) instead of "
+                    "replacing it.",
+                },
+            },
+            ("path", "content"),
+        ),
         "Write a file in a running desktop's home, as the desktop's user, replacing it whole "
         "(written beside it, then renamed over it; missing folders are created), or append "
         "to it; answers size (the file's). Files larger than RELAYDESK_FILE_MAX_MB are "
         "refused with 413 file_too_large.",
-        file_write, audit_op="desktop.file_write",
+        file_write,
+        audit_op="desktop.file_write",
     ),
     Action(
-        "desktop_file_delete", "write", _schema({}),
+        "desktop_file_delete",
+        "write",
+        _schema({}),
         "Delete a file or an empty folder in a running desktop's home, as the desktop's user "
         "(a symbolic link is removed itself, never what it points to).",
-        file_delete, audit_op="desktop.file_delete",
+        file_delete,
+        audit_op="desktop.file_delete",
     ),
-)  # fmt: skip
+)

@@ -92,5 +92,10 @@ class InputBoundary:
             await error_response(problem)(scope, receive, send)
             return
         # Before ``accept`` a close refuses the handshake (the client sees HTTP 403).
-        await send({"type": "websocket.close", "code": CloseCode.POLICY_VIOLATION,
-                    "reason": problem.message[:120]})  # fmt: skip
+        await send(
+            {
+                "type": "websocket.close",
+                "code": CloseCode.POLICY_VIOLATION,
+                "reason": problem.message[:120],
+            }
+        )

@@ -58,12 +58,18 @@ def _error_reply(command: str, status: int, body: dict[str, Any], **extra: Any) 
     message = str(error.get("message") or "the action failed")
     details = {k: v for k, v in error.items() if k not in {"code", "message"}}
     payload = _payload(
-        command, "error", error={"code": code, "message": message, "status": status, **details},
+        command,
+        "error",
+        error={"code": code, "message": message, "status": status, **details},
         **extra,
-    )  # fmt: skip
+    )
     relay = extra.get("relay")
-    text = explain(code, message, relay=relay if isinstance(relay, str) else None,
-                   kind=str(extra.get("kind") or "virtual"))  # fmt: skip
+    text = explain(
+        code,
+        message,
+        relay=relay if isinstance(relay, str) else None,
+        kind=str(extra.get("kind") or "virtual"),
+    )
     return Reply(text, payload)
 
 
@@ -179,8 +185,9 @@ class CommandRunner:
         if isinstance(resolved, slash.RelayAmbiguous):
             text = f"Several relays are shared here; choose one: {', '.join(choices)}."
             commands = [command_for(command, relay, kind) for relay in choices]
-            payload = _payload(command, "choose_relay", relays=choices, kind=kind,
-                               commands=commands)  # fmt: skip
+            payload = _payload(
+                command, "choose_relay", relays=choices, kind=kind, commands=commands
+            )
             return Reply(text, payload)
         if resolved.name is None:
             text = (
@@ -193,8 +200,12 @@ class CommandRunner:
         usable = f" This conversation can use: {', '.join(choices)}." if choices else ""
         text = f"No relay named {resolved.name!r} is shared here.{hint}{usable}"
         payload = _payload(
-            command, "unknown_relay", relay=resolved.name, relays=choices, suggestion=suggestion,
-        )  # fmt: skip
+            command,
+            "unknown_relay",
+            relay=resolved.name,
+            relays=choices,
+            suggestion=suggestion,
+        )
         return Reply(text, payload)
 
     @staticmethod
@@ -252,8 +263,10 @@ class CommandRunner:
         log.info(
             "[desktop-audit] op=chat_open_replace actor=%s relay=%s session=%s "
             "outcome=not_answering reason=probe_failed",
-            self.ctx.username, relay, session,
-        )  # fmt: skip
+            self.ctx.username,
+            relay,
+            session,
+        )
 
     async def _start(self, relay: str, kind: str, replaced: dict[str, Any] | None = None) -> Reply:
         status, body = await self._call("desktop_start", relay=relay, kind=kind, slot=CHAT_SLOT)
@@ -309,9 +322,13 @@ class CommandRunner:
             " needs confirmation."
         )
         payload = _payload(
-            "stop", "confirm_required", relay=relay, kind=kind, desktop=_public_row(row),
+            "stop",
+            "confirm_required",
+            relay=relay,
+            kind=kind,
+            desktop=_public_row(row),
             confirm_required=True,
-        )  # fmt: skip
+        )
         return Reply(text, payload)
 
     @staticmethod
@@ -330,8 +347,7 @@ class CommandRunner:
         if status >= 400:
             return _error_reply("status", status, body, relay=relay)
         rows = [_public_row(row) for row in _rows_of(body)]
-        text = (f"{_count(len(rows))} on {relay}." if rows
-                else f"No desktop is running on {relay}.")  # fmt: skip
+        text = f"{_count(len(rows))} on {relay}." if rows else f"No desktop is running on {relay}."
         return Reply(text, _payload("status", "status", relay=relay, desktops=rows))
 
     async def _apps(self, relay: str, kind: str) -> Reply:
@@ -344,8 +360,9 @@ class CommandRunner:
         names = ", ".join(f"{a.get('name')} ({a.get('id')})" for a in apps)
         where = f"The desktop on {relay} (profile {body.get('profile') or 'unknown'})"
         text = f"{where} can start: {names}." if apps else f"{where} has no launchable apps."
-        payload = _payload("apps", "apps", relay=relay, kind=kind, profile=body.get("profile"),
-                           launchable=apps)  # fmt: skip
+        payload = _payload(
+            "apps", "apps", relay=relay, kind=kind, profile=body.get("profile"), launchable=apps
+        )
         return Reply(text, payload)
 
     async def _list(self) -> Reply:
@@ -399,8 +416,14 @@ class ControlCommand:
         if status >= 400:
             return _error_reply(self.verb, status, body, relay=relay, kind=kind)
         outcome, text = self._said(relay, body)
-        payload = _payload(self.verb, outcome, relay=relay, kind=kind,
-                           control=body.get("control"), stopped=body.get("stopped"))  # fmt: skip
+        payload = _payload(
+            self.verb,
+            outcome,
+            relay=relay,
+            kind=kind,
+            control=body.get("control"),
+            stopped=body.get("stopped"),
+        )
         return Reply(text, payload)
 
     def _said(self, relay: str, body: dict[str, Any]) -> tuple[str, str]:

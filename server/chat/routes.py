@@ -92,10 +92,14 @@ async def list_conversations(chat: ChatService, request: Request) -> Response:
     principal = await chat.auth.authenticate(request)
     memberships = await chat.store.list_conversations_for(principal.user_id)
     conversations = [
-        {"conversation_id": m.conversation_id, "title": m.title, "role": m.role,
-         "created_at": m.created_at.isoformat()}
+        {
+            "conversation_id": m.conversation_id,
+            "title": m.title,
+            "role": m.role,
+            "created_at": m.created_at.isoformat(),
+        }
         for m in memberships
-    ]  # fmt: skip
+    ]
     return JSONResponse({"ok": True, "conversations": conversations}, headers=NO_STORE)
 
 
@@ -105,17 +109,28 @@ async def get_conversation(chat: ChatService, request: Request) -> Response:
     role = await _role(chat, request, principal, "read")
     store, conversation_id = chat.store, _conversation_id(request)
     title = next(
-        (m.title for m in await store.list_conversations_for(principal.user_id)
-         if m.conversation_id == conversation_id), "",
-    )  # fmt: skip
+        (
+            m.title
+            for m in await store.list_conversations_for(principal.user_id)
+            if m.conversation_id == conversation_id
+        ),
+        "",
+    )
     relays = [
         {"relay_id": r.relay_id, "name": r.name, "connected": r.connected}
         for r in await store.relays_visible_in(conversation_id)
     ]
-    members = [{"username": m.username, "role": m.role} for m in await store.list_members(
-        conversation_id)]  # fmt: skip
-    body = {"ok": True, "conversation_id": conversation_id, "title": title, "role": role,
-            "relays": relays, "members": members}  # fmt: skip
+    members = [
+        {"username": m.username, "role": m.role} for m in await store.list_members(conversation_id)
+    ]
+    body = {
+        "ok": True,
+        "conversation_id": conversation_id,
+        "title": title,
+        "role": role,
+        "relays": relays,
+        "members": members,
+    }
     return JSONResponse(body, headers=NO_STORE)
 
 
@@ -150,9 +165,15 @@ async def _with_desktop_now(chat: ChatService, messages: list[dict[str, Any]]) -
         if not (isinstance(relay_id, str) and isinstance(session, str)):
             continue
         row = await inventory.row(relay_id, session)
-        message["desktop_now"] = None if row is None else {
-            "state": row.state, "reason": row.reason, "updated_at": row.updated_at,
-        }  # fmt: skip
+        message["desktop_now"] = (
+            None
+            if row is None
+            else {
+                "state": row.state,
+                "reason": row.reason,
+                "updated_at": row.updated_at,
+            }
+        )
 
 
 async def _text_of(request: Request) -> str:
@@ -192,8 +213,12 @@ async def post_message(chat: ChatService, request: Request) -> Response:
         await _publish(chat, conversation_id, message)
     reply = await _run_command(chat, request, principal, text) if command else None
     reply_json = await _reply_json(chat, request, reply, message, stored, principal)
-    body = {"ok": True, "message": message, "reply": reply_json,
-            "private": reply.private if reply else {}}  # fmt: skip
+    body = {
+        "ok": True,
+        "message": message,
+        "reply": reply_json,
+        "private": reply.private if reply else {},
+    }
     return JSONResponse(body, status_code=201 if stored else 200, headers=NO_STORE)
 
 
@@ -224,9 +249,15 @@ async def _reply_json(
         payload["reply_to"] = message["id"]
     conversation_id = _conversation_id(request)
     if not stored:
-        return {"id": None, "conversation_id": conversation_id, "author": None, "kind": "result",
-                "text": reply.text, "payload": {**payload, "ephemeral": True},
-                "created_at": None}  # fmt: skip
+        return {
+            "id": None,
+            "conversation_id": conversation_id,
+            "author": None,
+            "kind": "result",
+            "text": reply.text,
+            "payload": {**payload, "ephemeral": True},
+            "created_at": None,
+        }
     store = chat.store
     record = await store.add_message(
         conversation_id, None, reply.text, kind="result", payload=payload

@@ -55,9 +55,12 @@ class AppFiles(StaticFiles):
     """``StaticFiles`` with the app's headers and exact Content-Types."""
 
     def file_response(
-        self, full_path: str | os.PathLike[str], stat_result: os.stat_result, scope: Scope,
+        self,
+        full_path: str | os.PathLike[str],
+        stat_result: os.stat_result,
+        scope: Scope,
         status_code: int = 200,
-    ) -> Response:  # fmt: skip
+    ) -> Response:
         response = super().file_response(full_path, stat_result, scope, status_code)
         return _secure(response, str(full_path))
 

@@ -47,9 +47,13 @@ def _redis(url: str) -> redis.Redis:
     # A command waits up to 5 s for a pooled connection: the default pool fails at once past
     # its connections in use (thousands of relays claiming at once lost claims that way).
     pool = redis.BlockingConnectionPool.from_url(
-        url, max_connections=_MAX_CONNECTIONS, timeout=5.0, socket_timeout=5.0, retry=retry,
+        url,
+        max_connections=_MAX_CONNECTIONS,
+        timeout=5.0,
+        socket_timeout=5.0,
+        retry=retry,
         retry_on_error=[RedisConnectionError],
-    )  # fmt: skip
+    )
     return redis.Redis.from_pool(pool)
 
 
@@ -83,12 +87,18 @@ async def routing(settings: Settings, links: RelayHub) -> AsyncIterator[Routing]
     )
     signer = ClusterSigner(settings.cluster_secret, nonces=RedisNonces(client))
     cluster = ClusterRouter(
-        links, ownership,
-        Peers(signer, replica_id, max_text=settings.max_text_frame,
-              max_frame=settings.max_channel_frame),
+        links,
+        ownership,
+        Peers(
+            signer,
+            replica_id,
+            max_text=settings.max_text_frame,
+            max_frame=settings.max_channel_frame,
+        ),
         heartbeat_s=settings.cluster_heartbeat_s,
-        on_orphaned=links.forget_remote, signer=signer,
-    )  # fmt: skip
+        on_orphaned=links.forget_remote,
+        signer=signer,
+    )
     await cluster.beat()
     cluster.start()
     try:

@@ -99,9 +99,11 @@ class Answering:
         relay_id = self._held(args)
         call = args.get("args")
         return await self._cluster.links.request(
-            relay_id, str(args["op"]), call if isinstance(call, dict) else None,
+            relay_id,
+            str(args["op"]),
+            call if isinstance(call, dict) else None,
             float(args["timeout_s"]),
-        )  # fmt: skip
+        )
 
     async def _relay_channel(self, args: dict[str, Any]) -> dict[str, Any]:
         relay_id, link = self._held(args), self.link
@@ -178,13 +180,16 @@ async def replica_link(
     )
     answering = Answering(cluster, screen)
     link = answering.link = Link(
-        connection, frame_sender(websocket), on_request=answering.answer,
+        connection,
+        frame_sender(websocket),
+        on_request=answering.answer,
         max_concurrency=MAX_CONCURRENT_CALLS,
-    )  # fmt: skip
+    )
     replica = websocket.headers[LINK_REPLICA][:32]
     try:
-        await _serve(websocket, connection, link, settings.max_channel_frame,
-                     settings.max_text_frame)  # fmt: skip
+        await _serve(
+            websocket, connection, link, settings.max_channel_frame, settings.max_text_frame
+        )
     except ProtocolError as err:
         log.warning("replica %s broke the protocol: %s", replica, err.message)
         with contextlib.suppress(RuntimeError, OSError):
@@ -201,8 +206,9 @@ async def replica_link(
 async def _serve(
     websocket: WebSocket, connection: Connection, link: Link, max_frame: int, max_text: int
 ) -> None:
-    connection.send_hello(Hello(PROTOCOL_VERSION, "replica", max_frame=max_frame,
-                                max_text=max_text))  # fmt: skip
+    connection.send_hello(
+        Hello(PROTOCOL_VERSION, "replica", max_frame=max_frame, max_text=max_text)
+    )
     await link.flush()
     async with asyncio.timeout(WELCOME_TIMEOUT_S):
         events = await receive_events(websocket, connection)

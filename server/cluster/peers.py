@@ -68,8 +68,9 @@ class ReplicaLink(Link):
         self._reader: asyncio.Task[None] | None = None
 
     def gone_error(self, reason: str) -> OpError:
-        return OpError(ErrorCode.RELAY_UNREACHABLE, f"replica {self.replica} {reason}",
-                       {NOT_OWNER: True})  # fmt: skip
+        return OpError(
+            ErrorCode.RELAY_UNREACHABLE, f"replica {self.replica} {reason}", {NOT_OWNER: True}
+        )
 
     async def _write(self, frame: str | bytes) -> None:
         """A frame that cannot be written ends the link: what waited on it fails then."""
@@ -184,9 +185,13 @@ class Peers:
         headers = {**signed, LINK_REPLICA: me}
         try:
             ws = await self._client().ws_connect(
-                url + LINK_PATH, headers=headers, heartbeat=LINK_HEARTBEAT_S, max_msg_size=0,
-                compress=0, timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=5.0),
-            )  # fmt: skip
+                url + LINK_PATH,
+                headers=headers,
+                heartbeat=LINK_HEARTBEAT_S,
+                max_msg_size=0,
+                compress=0,
+                timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=5.0),
+            )
             hello = await ws.receive(timeout=CONNECT_TIMEOUT_S)
         except aiohttp.WSServerHandshakeError as err:
             if err.status == 403:
@@ -211,8 +216,9 @@ class Peers:
             assert isinstance(event, HelloReceived)
         except ProtocolError as err:
             raise NotOwner(f"replica {replica} link: {err.message}") from None
-        connection.accept(Welcome(RelayId(replica), LINK_HEARTBEAT_S, self._max_frame,
-                                  self._max_text))  # fmt: skip
+        connection.accept(
+            Welcome(RelayId(replica), LINK_HEARTBEAT_S, self._max_frame, self._max_text)
+        )
         link = ReplicaLink(replica, ws, connection)
         await link.flush()
         link.start()

@@ -242,11 +242,12 @@ class ClusterRouter:
         loop of its own: a refresh or a reap that takes long (thousands of relays moving) must
         never make the others take this replica for dead."""
         self._tasks = [
-            asyncio.create_task(self._every(self.ownership.heartbeat, "heartbeat"),
-                                name="cluster-heartbeat"),
+            asyncio.create_task(
+                self._every(self.ownership.heartbeat, "heartbeat"), name="cluster-heartbeat"
+            ),
             asyncio.create_task(self._every(self._refresh, "refresh"), name="cluster-refresh"),
             asyncio.create_task(self._listen_forever(), name="cluster-owners"),
-        ]  # fmt: skip
+        ]
 
     async def stop(self) -> None:
         for task in [*self._tasks, *self._reaping]:

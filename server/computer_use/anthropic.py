@@ -22,8 +22,10 @@ from wire.errors import InvalidArgs
 from wire.screen_args import MAX_AMOUNT, MAX_KEY, MAX_TEXT
 
 VERSIONS: Final = ("computer_20251124", "computer_20250124")
-BETAS: Final = {"computer_20251124": "computer-use-2025-11-24",
-                "computer_20250124": "computer-use-2025-01-24"}  # fmt: skip
+BETAS: Final = {
+    "computer_20251124": "computer-use-2025-11-24",
+    "computer_20250124": "computer-use-2025-01-24",
+}
 TOOL_NAME: Final = "computer"
 MAX_WAIT_S: Final = 100.0
 MODIFIERS: Final = frozenset({"shift", "ctrl", "control", "alt", "super", "meta", "cmd", "win"})
@@ -54,9 +56,11 @@ Handler = Callable[[DoorCall, Display, Mapping[str, Any]], Awaitable[Outcome]]
 def tool_definition(version: str, display: tuple[int, int]) -> dict[str, Any]:
     """The tool to send the model (``tools=[…]``) for ``version`` at ``display``."""
     tool: dict[str, Any] = {
-        "type": version, "name": TOOL_NAME,
-        "display_width_px": display[0], "display_height_px": display[1],
-    }  # fmt: skip
+        "type": version,
+        "name": TOOL_NAME,
+        "display_width_px": display[0],
+        "display_height_px": display[1],
+    }
     if version == "computer_20251124":
         tool["enable_zoom"] = True
     return tool
@@ -219,8 +223,14 @@ async def _drag(call: DoorCall, display: Display, params: Mapping[str, Any]) -> 
     revision = await call.guard_revision()
 
     async def act() -> None:
-        await call.screen("drag", x=start[0], y=start[1], to={"x": end[0], "y": end[1]},
-                          button="left", expected_screen_revision=revision)  # fmt: skip
+        await call.screen(
+            "drag",
+            x=start[0],
+            y=start[1],
+            to={"x": end[0], "y": end[1]},
+            button="left",
+            expected_screen_revision=revision,
+        )
 
     await call.holding(keys, act)
     return Outcome()
@@ -284,7 +294,6 @@ async def _wait(call: DoorCall, display: Display, params: Mapping[str, Any]) -> 
     return Outcome(image=await screenshot(call, display))
 
 
-# fmt: off
 ACTIONS: Final[Mapping[str, Handler]] = {
     "screenshot": _screenshot,
     "zoom": _zoom,
@@ -304,7 +313,6 @@ ACTIONS: Final[Mapping[str, Handler]] = {
     "scroll": _scroll,
     "wait": _wait,
 }
-# fmt: on
 INPUT_ACTIONS: Final = frozenset(ACTIONS) - {"screenshot", "zoom", "cursor_position", "wait"}
 DONE: Final = "done"
 

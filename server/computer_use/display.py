@@ -46,8 +46,10 @@ class Display:
         """The display pixel that covers screen pixel (x, y)."""
         width, height = self.screen
         shown_w, shown_h = self.shown
-        return (min(shown_w - 1, max(0, x) * shown_w // width),
-                min(shown_h - 1, max(0, y) * shown_h // height))  # fmt: skip
+        return (
+            min(shown_w - 1, max(0, x) * shown_w // width),
+            min(shown_h - 1, max(0, y) * shown_h // height),
+        )
 
     def on_display(self, field: str, x: int, y: int) -> None:
         """``InvalidArgs(field)`` unless (x, y) lies on the declared display."""

@@ -110,8 +110,14 @@ class ComputerUseEndpoint:
     def _call(self, request: Request, admitted: Admitted) -> DoorCall:
         request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER))
         session = self.sessions.of(admitted)
-        return DoorCall(self.actions, admitted.principal, admitted.target, session, request_id,
-                        declared=admitted.declared)  # fmt: skip
+        return DoorCall(
+            self.actions,
+            admitted.principal,
+            admitted.target,
+            session,
+            request_id,
+            declared=admitted.declared,
+        )
 
     async def _body(self, request: Request) -> dict[str, Any]:
         content_type = request.headers.get("content-type")

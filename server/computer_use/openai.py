@@ -31,15 +31,39 @@ WHEEL_PIXELS: Final = 100  # one wheel click scrolls about this many pixels
 BUTTONS: Final = {"left": "left", "right": "right", "wheel": "middle", "middle": "middle"}
 # OpenAI's key names (upper case, browser-like) → X keysym names.
 KEYS: Final = {
-    "CTRL": "ctrl", "CONTROL": "ctrl", "ALT": "alt", "OPTION": "alt", "SHIFT": "shift",
-    "CMD": "super", "META": "super", "SUPER": "super", "WIN": "super",
-    "ENTER": "Return", "RETURN": "Return", "SPACE": "space", "TAB": "Tab",
-    "BACKSPACE": "BackSpace", "DELETE": "Delete", "ESC": "Escape", "ESCAPE": "Escape",
-    "INSERT": "Insert", "HOME": "Home", "END": "End", "PAGEUP": "Prior", "PAGEDOWN": "Next",
-    "UP": "Up", "DOWN": "Down", "LEFT": "Left", "RIGHT": "Right", "ARROWUP": "Up",
-    "ARROWDOWN": "Down", "ARROWLEFT": "Left", "ARROWRIGHT": "Right", "CAPSLOCK": "Caps_Lock",
+    "CTRL": "ctrl",
+    "CONTROL": "ctrl",
+    "ALT": "alt",
+    "OPTION": "alt",
+    "SHIFT": "shift",
+    "CMD": "super",
+    "META": "super",
+    "SUPER": "super",
+    "WIN": "super",
+    "ENTER": "Return",
+    "RETURN": "Return",
+    "SPACE": "space",
+    "TAB": "Tab",
+    "BACKSPACE": "BackSpace",
+    "DELETE": "Delete",
+    "ESC": "Escape",
+    "ESCAPE": "Escape",
+    "INSERT": "Insert",
+    "HOME": "Home",
+    "END": "End",
+    "PAGEUP": "Prior",
+    "PAGEDOWN": "Next",
+    "UP": "Up",
+    "DOWN": "Down",
+    "LEFT": "Left",
+    "RIGHT": "Right",
+    "ARROWUP": "Up",
+    "ARROWDOWN": "Down",
+    "ARROWLEFT": "Left",
+    "ARROWRIGHT": "Right",
+    "CAPSLOCK": "Caps_Lock",
     **{f"F{n}": f"F{n}" for n in range(1, 25)},
-}  # fmt: skip
+}
 Answer = dict[str, Any]
 Step = Callable[[DoorCall, Display, Mapping[str, Any]], Awaitable[None]]
 
@@ -49,8 +73,12 @@ def tool_definition(display: tuple[int, int], kind: str = "computer_use_preview"
     or the ``computer`` tool (which takes no parameters; the screenshots tell the size)."""
     if kind == "computer":
         return {"type": "computer"}
-    return {"type": "computer_use_preview", "display_width": display[0],
-            "display_height": display[1], "environment": ENVIRONMENT}  # fmt: skip
+    return {
+        "type": "computer_use_preview",
+        "display_width": display[0],
+        "display_height": display[1],
+        "environment": ENVIRONMENT,
+    }
 
 
 # -- fields -----------------------------------------------------------------------------------
@@ -128,8 +156,9 @@ async def _drag(call: DoorCall, display: Display, params: Mapping[str, Any]) -> 
         points.append(_point(display, point, f"action.path[{index}]"))
     revision = await call.guard_revision()
     first = points[0]
-    await call.screen("mouse_down", x=first[0], y=first[1], button="left",
-                      expected_screen_revision=revision)  # fmt: skip
+    await call.screen(
+        "mouse_down", x=first[0], y=first[1], button="left", expected_screen_revision=revision
+    )
     try:
         for x, y in points[1:]:
             await call.screen("move", x=x, y=y)
@@ -185,9 +214,16 @@ async def _screenshot(call: DoorCall, display: Display, params: Mapping[str, Any
 
 
 ACTIONS: Final[Mapping[str, Step]] = {
-    "click": _click, "double_click": _double_click, "drag": _drag, "keypress": _keypress,
-    "move": _move, "screenshot": _screenshot, "scroll": _scroll, "type": _type, "wait": _wait,
-}  # fmt: skip
+    "click": _click,
+    "double_click": _double_click,
+    "drag": _drag,
+    "keypress": _keypress,
+    "move": _move,
+    "screenshot": _screenshot,
+    "scroll": _scroll,
+    "type": _type,
+    "wait": _wait,
+}
 
 
 def _actions_of(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -53,8 +53,9 @@ async def admit(store: Store, conn: HTTPConnection) -> Admitted:
     token = _token(conn)
     declared = parse_size(conn.query_params.get("display"))
     admitted = await admit_token(store, conn, token)
-    return Admitted(admitted.principal, admitted.role, admitted.target, admitted.session_key,
-                    declared)  # fmt: skip
+    return Admitted(
+        admitted.principal, admitted.role, admitted.target, admitted.session_key, declared
+    )
 
 
 @dataclass

@@ -42,9 +42,13 @@ def effect_text(effect: str | None, effect_ms: int | None) -> str | None:
         after = f" after {effect_ms} ms" if effect_ms is not None else ""
         return f"effect: changed (the screen changed where you acted{after})"
     if effect == "no_visible_change":
-        return ("effect: no_visible_change (nothing changed where you acted within 150 ms: "
-                "take a screenshot to see whether it worked)")  # fmt: skip
+        return (
+            "effect: no_visible_change (nothing changed where you acted within 150 ms: "
+            "take a screenshot to see whether it worked)"
+        )
     if effect == "unverifiable":
-        return ("effect: unverifiable (no window that is showing has the keyboard focus: "
-                "take a screenshot to check)")  # fmt: skip
+        return (
+            "effect: unverifiable (no window that is showing has the keyboard focus: "
+            "take a screenshot to check)"
+        )
     return None

@@ -35,10 +35,14 @@ class AuditContext:
 
 def grant_details(grant: Grant) -> dict[str, Any]:
     return {
-        "agent": grant.agent_name, "grant_id": grant.grant_id, "scope": grant.scope,
-        "window_id": grant.window_id, "actions": grant.actions, "budget": grant.budget,
+        "agent": grant.agent_name,
+        "grant_id": grant.grant_id,
+        "scope": grant.scope,
+        "window_id": grant.window_id,
+        "actions": grant.actions,
+        "budget": grant.budget,
         "idle_s": grant.idle_s,
-    }  # fmt: skip
+    }
 
 
 class GrantAudit:
@@ -77,6 +81,11 @@ class GrantAudit:
             return
         log.info(
             "[desktop-audit] op=%s actor=%s relay=%s session=%s outcome=%s reason=%s agent=%s",
-            OP, actor.replace(" ", "_"), key.relay_id, key.desktop_session_id, outcome,
-            reason or "-", str(details.get("agent") or "-").replace(" ", "_"),
-        )  # fmt: skip
+            OP,
+            actor.replace(" ", "_"),
+            key.relay_id,
+            key.desktop_session_id,
+            outcome,
+            reason or "-",
+            str(details.get("agent") or "-").replace(" ", "_"),
+        )

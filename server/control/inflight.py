@@ -31,9 +31,11 @@ def stopped_error(by: str) -> OpError:
     return OpError(
         ErrorCode.STOPPED_BY_USER,
         f"{by} stopped this agent on this desktop; this request was cancelled",
-        {"reason": "stopped_by_user",
-         "suggestion": "end this run and tell the person; do not retry"},
-    )  # fmt: skip
+        {
+            "reason": "stopped_by_user",
+            "suggestion": "end this run and tell the person; do not retry",
+        },
+    )
 
 
 class InFlight:

@@ -185,8 +185,13 @@ def view(record: DesktopControl, now: float, idle_s: float) -> ControlInfo:
     person = active_person(record, now, idle_s)
     if person is not None:
         until = None if person.held else iso(person.last_input_at + idle_s)
-        return {"state": "person", "name": person.name, "held": person.held, "until": until,
-                "agent": agent}  # fmt: skip
+        return {
+            "state": "person",
+            "name": person.name,
+            "held": person.held,
+            "until": until,
+            "agent": agent,
+        }
     if agent is not None:
         return {"state": "agent", "name": agent, "held": False, "until": None, "agent": agent}
     return IDLE.copy()
@@ -208,9 +213,14 @@ def next_change(record: DesktopControl, now: float, idle_s: float) -> float | No
 
 
 def note_person(
-    record: DesktopControl, name: str, user_id: str | None, at: float, idle_s: float,
-    *, named: bool = True,
-) -> DesktopControl:  # fmt: skip
+    record: DesktopControl,
+    name: str,
+    user_id: str | None,
+    at: float,
+    idle_s: float,
+    *,
+    named: bool = True,
+) -> DesktopControl:
     """A person's input at ``at``. Input that cannot say who gave it (``named=False``: the
     real screen) keeps the name of a person who is in control already."""
     current = active_person(record, at, idle_s)
@@ -290,10 +300,17 @@ def admit(
 def _mint(request: AgentRequest, now: float, policy: ControlPolicy) -> Grant:
     window = request.window_id if request.scope == "window" else None
     return Grant(
-        grant_id=secrets.token_hex(8), agent_id=request.agent_id, agent_name=request.agent_name,
-        scope=request.scope, window_id=window, created_at=now, last_action_at=now, actions=1,
-        budget=policy.grant_budget, idle_s=policy.grant_idle_s,
-    )  # fmt: skip
+        grant_id=secrets.token_hex(8),
+        agent_id=request.agent_id,
+        agent_name=request.agent_name,
+        scope=request.scope,
+        window_id=window,
+        created_at=now,
+        last_action_at=now,
+        actions=1,
+        budget=policy.grant_budget,
+        idle_s=policy.grant_idle_s,
+    )
 
 
 def _refusal(
@@ -314,10 +331,13 @@ def _refusal(
             ErrorCode.STALE_SCREEN,
             f"this agent's grant covers window {usable.window_id} only; the input names "
             f"{request.window_id or 'the whole desktop'}",
-            {"reason": "other_window", "suggestion": "act on the granted window, or wait until "
-             "the grant expires and act again"},
+            {
+                "reason": "other_window",
+                "suggestion": "act on the granted window, or wait until "
+                "the grant expires and act again",
+            },
             minting=False,
-        )  # fmt: skip
+        )
     return None
 
 
@@ -334,10 +354,13 @@ def _stopped(cooldown: Cooldown, now: float) -> Refused:
     return Refused(
         ErrorCode.STOPPED_BY_USER,
         f"{cooldown.by} stopped this agent on this desktop; no new input for {wait:g} s",
-        {"reason": "stopped_by_user", "retry_after_s": wait,
-         "suggestion": "end this run and tell the person; a new run may act after the cooldown"},
+        {
+            "reason": "stopped_by_user",
+            "retry_after_s": wait,
+            "suggestion": "end this run and tell the person; a new run may act after the cooldown",
+        },
         minting=True,
-    )  # fmt: skip
+    )
 
 
 def _takeover(person: Person, now: float, idle_s: float, *, minting: bool) -> Refused:
@@ -349,7 +372,10 @@ def _takeover(person: Person, now: float, idle_s: float, *, minting: bool) -> Re
     return Refused(
         ErrorCode.TAKEOVER_ACTIVE,
         f"{person.name} is using this desktop; agent input is refused {when}",
-        {"reason": "person_in_control", "retry_after_s": wait,
-         "suggestion": "wait and take a new screenshot before acting; reads keep working"},
+        {
+            "reason": "person_in_control",
+            "retry_after_s": wait,
+            "suggestion": "wait and take a new screenshot before acting; reads keep working",
+        },
         minting=minting,
-    )  # fmt: skip
+    )

@@ -42,8 +42,11 @@ class SharingStore(Protocol):
 
 
 def control_event(key: DesktopKey, info: ControlInfo) -> dict[str, Any]:
-    return {"relay_id": key.relay_id, "desktop_session_id": key.desktop_session_id,
-            "control": dict(info)}  # fmt: skip
+    return {
+        "relay_id": key.relay_id,
+        "desktop_session_id": key.desktop_session_id,
+        "control": dict(info),
+    }
 
 
 class ControlPublisher:

@@ -39,12 +39,13 @@ def encode(record: DesktopControl) -> str:
     """The record as compact JSON."""
     person = record.person
     data: dict[str, Any] = {
-        "person": None if person is None else [person.name, person.user_id,
-                                                person.last_input_at, person.held],
+        "person": None
+        if person is None
+        else [person.name, person.user_id, person.last_input_at, person.held],
         "grants": [astuple(grant) for grant in record.grants.values()],
         "cooldowns": {agent: [c.until, c.by] for agent, c in record.cooldowns.items()},
         "shown": record.shown,
-    }  # fmt: skip
+    }
     return json.dumps(data, separators=(",", ":"))
 
 

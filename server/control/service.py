@@ -193,8 +193,9 @@ class ControlService:
 
     async def take(self, key: DesktopKey, name: str, user_id: str | None) -> ControlInfo:
         """ "Take control": ``name`` holds the desktop until they hand it back."""
-        applied = await self._apply(key, lambda record, now: (take(record, name, user_id, now),
-                                                              None))  # fmt: skip
+        applied = await self._apply(
+            key, lambda record, now: (take(record, name, user_id, now), None)
+        )
         return applied.info
 
     async def hand_back(self, key: DesktopKey) -> ControlInfo:
@@ -225,8 +226,9 @@ class ControlService:
         if isinstance(outcome, Refused):
             await self._refuse(key, request, outcome, context)
         if outcome.created:
-            await self._audit.record("created", key, request.agent_name,
-                                     grant_details(outcome.grant), None, context)  # fmt: skip
+            await self._audit.record(
+                "created", key, request.agent_name, grant_details(outcome.grant), None, context
+            )
         return outcome.grant
 
     async def admit_place(
@@ -290,16 +292,21 @@ class ControlService:
         # Stop of "the agent" ends every agent request on the desktop; of one agent, its own.
         agents = [agent_id] if agent_id else None
         cancelled = self.inflight.cancel(key, by, agent_id)
-        data = {"relay_id": key.relay_id, "desktop_session_id": key.desktop_session_id,
-                "agents": agents, "by": by}  # fmt: skip
+        data = {
+            "relay_id": key.relay_id,
+            "desktop_session_id": key.desktop_session_id,
+            "agents": agents,
+            "by": by,
+        }
         if self._listener is not None:
             try:
                 await self.store.announce_stop(data)
             except OpError as err:
                 log.warning("other replicas did not hear of a Stop: %s", err.message)
         for grant in revoked:
-            await self._audit.record("revoked", key, by, grant_details(grant), "stopped_by_user",
-                                     context)  # fmt: skip
+            await self._audit.record(
+                "revoked", key, by, grant_details(grant), "stopped_by_user", context
+            )
         return Stopped(revoked, cancelled, applied.info)
 
     async def _cool_place(self, place: DesktopKey, cooldowns: dict[str, Cooldown]) -> None:
@@ -312,9 +319,15 @@ class ControlService:
 
     def agent_acted(self, key: DesktopKey, data: dict[str, Any]) -> None:
         """An admitted agent action happened: its viewers mark it (never waits)."""
-        self.publisher.action(key, {"relay_id": key.relay_id,
-                                    "desktop_session_id": key.desktop_session_id,
-                                    "at": self._clock(), **data})  # fmt: skip
+        self.publisher.action(
+            key,
+            {
+                "relay_id": key.relay_id,
+                "desktop_session_id": key.desktop_session_id,
+                "at": self._clock(),
+                **data,
+            },
+        )
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -345,8 +358,9 @@ class ControlService:
         pending = self._pending.get(key)
         if pending is None:
             return record
-        return note_person(record, pending.name, pending.user_id, pending.at, self.idle_s,
-                           named=pending.named)  # fmt: skip
+        return note_person(
+            record, pending.name, pending.user_id, pending.at, self.idle_s, named=pending.named
+        )
 
     # -- the one way records change ----------------------------------------------------------
 
@@ -360,8 +374,9 @@ class ControlService:
         def change(record: DesktopControl) -> tuple[DesktopControl, Applied[T]]:
             record, expired = sweep(record, now, idle_s)
             if pending is not None:
-                record = note_person(record, pending.name, pending.user_id, pending.at, idle_s,
-                                     named=pending.named)  # fmt: skip
+                record = note_person(
+                    record, pending.name, pending.user_id, pending.at, idle_s, named=pending.named
+                )
             record, result = rule(record, now)
             info = view(record, now, idle_s)
             changed = signature(info) != record.shown
@@ -378,8 +393,7 @@ class ControlService:
     async def _after(self, key: DesktopKey, applied: Applied[Any]) -> None:
         for grant in applied.expired:
             reason = grant.expiry(self._clock()) or "idle"
-            await self._audit.record("expired", key, grant.agent_name, grant_details(grant),
-                                     reason)  # fmt: skip
+            await self._audit.record("expired", key, grant.agent_name, grant_details(grant), reason)
         if applied.changed:
             self.publisher.state(key, applied.info)
         if applied.info["state"] != "person":

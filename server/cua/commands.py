@@ -76,7 +76,6 @@ def _shell(run: Handler, params: tuple[tuple[str, Any], ...] = ()) -> Command:
     return Command(run, params, needs_shell=True)
 
 
-# fmt: off
 COMMANDS: Final[Mapping[str, Command]] = {
     "version": Command(version),
     "get_screen_size": Command(get_screen_size),
@@ -130,8 +129,9 @@ COMMANDS: Final[Mapping[str, Command]] = {
     "read_text": Command(files.read_text, _PATH),
     "write_text": Command(files.write_text, (*_PATH, ("content", REQUIRED), ("append", False))),
     "read_bytes": Command(files.read_bytes, (*_PATH, ("offset", 0), ("length", None))),
-    "write_bytes": Command(files.write_bytes,
-                           (*_PATH, ("content_b64", REQUIRED), ("append", False))),
+    "write_bytes": Command(
+        files.write_bytes, (*_PATH, ("content_b64", REQUIRED), ("append", False))
+    ),
     "get_file_size": Command(files.get_file_size, _PATH),
     "file_exists": Command(files.file_exists, _PATH),
     "directory_exists": Command(files.directory_exists, _PATH),
@@ -140,7 +140,6 @@ COMMANDS: Final[Mapping[str, Command]] = {
     "delete_file": Command(files.delete, _PATH),
     "delete_dir": Command(files.delete, _PATH),
 }
-# fmt: on
 
 
 def missing_params(command: Command, params: Mapping[str, Any]) -> str | None:
@@ -158,8 +157,10 @@ def listing(shell: bool) -> dict[str, Any]:
     offered = {name: c for name, c in COMMANDS.items() if shell or not c.needs_shell}
     commands: dict[str, Any] = {}
     for name, command in offered.items():
-        params = [{"name": p, "required": d is REQUIRED, "default": None if d is REQUIRED else d}
-                  for p, d in command.params]  # fmt: skip
+        params = [
+            {"name": p, "required": d is REQUIRED, "default": None if d is REQUIRED else d}
+            for p, d in command.params
+        ]
         entry: dict[str, Any] = {"params": params}
         aliases = [alias for alias, target in ALIASES.items() if target == name]
         if aliases:

@@ -98,8 +98,9 @@ def _query(conn: HTTPConnection) -> tuple[bool, str | None]:
 
 async def _admit(store: Store, conn: HTTPConnection, guard: bool) -> CuaAdmitted:
     admitted = await admit(store, conn, _token(conn))
-    return CuaAdmitted(admitted.principal, admitted.role, admitted.target, admitted.session_key,
-                       guard)  # fmt: skip
+    return CuaAdmitted(
+        admitted.principal, admitted.role, admitted.target, admitted.session_key, guard
+    )
 
 
 def _for_role(offered: dict[str, Any], role: Role) -> dict[str, Any]:
@@ -121,9 +122,11 @@ def _refusal(err: RelaydeskError) -> Response:
 def _unknown(name: str) -> JSONResponse:
     """Cua's answer to an unknown command (its client falls back on anything else)."""
     message = protocol.unknown_command(name, COMMANDS)
-    body = {"detail": message, "ok": False,
-            "error": {"code": ErrorCode.INVALID_ARGS.value, "message": message,
-                      "field": "command"}}  # fmt: skip
+    body = {
+        "detail": message,
+        "ok": False,
+        "error": {"code": ErrorCode.INVALID_ARGS.value, "message": message, "field": "command"},
+    }
     return JSONResponse(body, status_code=400, headers=dict(errors.NO_STORE))
 
 
@@ -166,8 +169,11 @@ class CuaEndpoint:
             _, suffix = _query(request)
         except RelaydeskError as err:
             return _refusal(err)
-        routes = {("POST", "cmd"): self.cmd, ("GET", "commands"): self.commands,
-                  ("GET", "status"): self.status}  # fmt: skip
+        routes = {
+            ("POST", "cmd"): self.cmd,
+            ("GET", "commands"): self.commands,
+            ("GET", "status"): self.status,
+        }
         route = routes.get((request.method, suffix or ""))
         if route is None:
             return _refusal(OpError(ErrorCode.NOT_FOUND, "no such Cua endpoint"))
@@ -191,9 +197,10 @@ class CuaEndpoint:
         except RelaydeskError as err:
             return _refusal(err)
         return Response(
-            protocol.data_line(reply), media_type="text/plain",
+            protocol.data_line(reply),
+            media_type="text/plain",
             headers={"Cache-Control": "no-cache"},
-        )  # fmt: skip
+        )
 
     async def _watched_run(
         self, request: Request, admitted: CuaAdmitted, name: str, params: Mapping[str, Any]
@@ -234,9 +241,17 @@ class CuaEndpoint:
         features = ["screen", "accessibility", "clipboard", "windows", "guard"]
         if relay is not None and SHELL_CAPABILITY in self.relays.capabilities(relay):
             features.append("shell")
-        body = {"status": "ok", "os_type": "linux", "features": features,
-                "relaydesk": {"relay_connected": connected, "kind": admitted.target.kind,
-                              "slot": admitted.target.slot, "guard": admitted.guard}}  # fmt: skip
+        body = {
+            "status": "ok",
+            "os_type": "linux",
+            "features": features,
+            "relaydesk": {
+                "relay_connected": connected,
+                "kind": admitted.target.kind,
+                "slot": admitted.target.slot,
+                "guard": admitted.guard,
+            },
+        }
         return JSONResponse(body, headers=dict(errors.NO_STORE))
 
     async def _has_shell(self, request: Request, admitted: CuaAdmitted) -> bool:
@@ -251,9 +266,13 @@ class CuaEndpoint:
         """One known command's reply (``success`` true or false; never raises)."""
         command = COMMANDS[name]
         call = CuaCall(
-            self.actions, admitted.principal, admitted.target, self.session(admitted),
-            request_id_from(conn.headers.get(REQUEST_ID_HEADER)), guard=admitted.guard,
-        )  # fmt: skip
+            self.actions,
+            admitted.principal,
+            admitted.target,
+            self.session(admitted),
+            request_id_from(conn.headers.get(REQUEST_ID_HEADER)),
+            guard=admitted.guard,
+        )
         try:
             missing = missing_params(command, params)
             if missing is not None:

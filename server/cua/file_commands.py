@@ -28,16 +28,23 @@ async def _read(call: CuaCall, path: str, offset: int = 0, length: int | None = 
     data = bytearray()
     while length is None or len(data) < length:
         want = READ_MAX if length is None else min(READ_MAX, length - len(data))
-        answer = await call.action("desktop_file_read", path=path, offset=offset + len(data),
-                                   length=want, encoding="base64")  # fmt: skip
+        answer = await call.action(
+            "desktop_file_read",
+            path=path,
+            offset=offset + len(data),
+            length=want,
+            encoding="base64",
+        )
         chunk = base64.b64decode(answer["content_b64"])
         data += chunk
         if answer["eof"] or not chunk:
             break
         if len(data) > WHOLE_READ_MAX:
-            raise OpError(ErrorCode.LIMIT_REACHED,
-                          f"more than {WHOLE_READ_MAX} bytes: read it in parts with read_bytes "
-                          "(offset, length), or download it (docs/files.md)")  # fmt: skip
+            raise OpError(
+                ErrorCode.LIMIT_REACHED,
+                f"more than {WHOLE_READ_MAX} bytes: read it in parts with read_bytes "
+                "(offset, length), or download it (docs/files.md)",
+            )
     return bytes(data)
 
 
@@ -62,9 +69,12 @@ async def read_bytes(call: CuaCall, params: Mapping[str, Any]) -> Result:
 
 
 async def write_text(call: CuaCall, params: Mapping[str, Any]) -> Result:
-    await call.action("desktop_file_write", path=str_param(params, "path"),
-                      content=str_param(params, "content"),
-                      append=bool(params.get("append", False)))  # fmt: skip
+    await call.action(
+        "desktop_file_write",
+        path=str_param(params, "path"),
+        content=str_param(params, "content"),
+        append=bool(params.get("append", False)),
+    )
     return {}
 
 
@@ -74,14 +84,20 @@ async def write_bytes(call: CuaCall, params: Mapping[str, Any]) -> Result:
         base64.b64decode(content, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidArgs("content_b64", "must be base64") from None
-    await call.action("desktop_file_write", path=str_param(params, "path"), content=content,
-                      encoding="base64", append=bool(params.get("append", False)))  # fmt: skip
+    await call.action(
+        "desktop_file_write",
+        path=str_param(params, "path"),
+        content=content,
+        encoding="base64",
+        append=bool(params.get("append", False)),
+    )
     return {}
 
 
 async def get_file_size(call: CuaCall, params: Mapping[str, Any]) -> Result:
-    answer = await call.action("desktop_file_read", path=str_param(params, "path"), length=1,
-                               encoding="base64")  # fmt: skip
+    answer = await call.action(
+        "desktop_file_read", path=str_param(params, "path"), length=1, encoding="base64"
+    )
     return {"size": answer["size"]}
 
 

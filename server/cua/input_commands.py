@@ -111,9 +111,13 @@ async def drag_to(call: CuaCall, params: Mapping[str, Any]) -> Result:
     end = {"x": int_param(params, "x"), "y": int_param(params, "y")}
     revision = await _revision_for(call, begin)
     await call.screen(
-        "drag", x=begin[0], y=begin[1], to=end, button=button_param(params),
+        "drag",
+        x=begin[0],
+        y=begin[1],
+        to=end,
+        button=button_param(params),
         expected_screen_revision=revision,
-    )  # fmt: skip
+    )
     return {}
 
 

@@ -192,8 +192,11 @@ async def run_command(call: CuaCall, params: Mapping[str, Any]) -> Result:
         output = {"stdout": answer.get("stdout", ""), "stderr": answer.get("stderr", "")}
         raise OpError(ErrorCode.TIMEOUT, "the command timed out and was killed", output)
     code = answer.get("returncode")
-    return {"stdout": answer["stdout"], "stderr": answer["stderr"],
-            "return_code": -1 if code is None else code}  # fmt: skip
+    return {
+        "stdout": answer["stdout"],
+        "stderr": answer["stderr"],
+        "return_code": -1 if code is None else code,
+    }
 
 
 def file_command(op: str, *names: str, answer_keys: tuple[str, ...] = ()) -> Handler:

@@ -104,9 +104,11 @@ class StoreBase:
     def clear_caches(self, names: Iterable[str]) -> None:
         """Forget the named caches (a write here, or one announced by another process)."""
         caches: dict[str, ReadCache[Any, Any]] = {
-            "token": self.token_cache, "role": self.role_cache,
-            "relay": self.relay_cache, "desktop": self.desktop_cache,
-        }  # fmt: skip
+            "token": self.token_cache,
+            "role": self.role_cache,
+            "relay": self.relay_cache,
+            "desktop": self.desktop_cache,
+        }
         cleared = frozenset(names)
         for name in cleared:
             caches[name].clear()

@@ -65,8 +65,10 @@ class RedisInvalidations:
             await self._client.publish(CHANNEL, message)
         except RedisError:
             redis_error("caches")
-            log.warning("cache invalidation not published; other replicas catch up within "
-                        "their cache TTL", exc_info=True)  # fmt: skip
+            log.warning(
+                "cache invalidation not published; other replicas catch up within their cache TTL",
+                exc_info=True,
+            )
 
     @contextlib.asynccontextmanager
     async def listening(self, clear: Clear) -> AsyncIterator[None]:

@@ -146,9 +146,13 @@ async def _respond(
     shutdown = anyio.Event()
     stream = _stream(events, feed, conversation_id, bool(last_id), shutdown, watch)
     return EventSourceResponse(
-        stream, ping=events.ping_s, headers=HEADERS, send_timeout=30,
-        shutdown_event=shutdown, shutdown_grace_period=SHUTDOWN_GRACE_S,
-    )  # fmt: skip
+        stream,
+        ping=events.ping_s,
+        headers=HEADERS,
+        send_timeout=30,
+        shutdown_event=shutdown,
+        shutdown_grace_period=SHUTDOWN_GRACE_S,
+    )
 
 
 def event_routes(

@@ -69,8 +69,12 @@ def _offset(request: Request) -> int:
 def _length(request: Request) -> int:
     raw = request.headers.get("content-length", "")
     if not raw.isdigit() or len(raw) > 18:
-        raise OpError(ErrorCode.INVALID_ARGS, "Content-Length: required (the body's size)",
-                      {"field": "Content-Length"}, status=411)  # fmt: skip
+        raise OpError(
+            ErrorCode.INVALID_ARGS,
+            "Content-Length: required (the body's size)",
+            {"field": "Content-Length"},
+            status=411,
+        )
     return int(raw)
 
 
@@ -108,8 +112,9 @@ class FileRoutes:
     async def _context(self, request: Request) -> ActionContext:
         principal = await self.auth.authenticate(request)
         request_id = request_id_from(request.headers.get("X-Request-ID"))
-        return ActionContext(self.actions.parts, principal, "", "read",
-                             SOURCES[principal.via], request_id)  # fmt: skip
+        return ActionContext(
+            self.actions.parts, principal, "", "read", SOURCES[principal.via], request_id
+        )
 
     async def upload(self, request: Request) -> Response:
         try:
@@ -122,10 +127,14 @@ class FileRoutes:
             exists = request.query_params.get("exists", "rename")
             if exists not in EXISTS:
                 raise InvalidArgs("exists", f"must be one of {', '.join(EXISTS)}")
-            row = await admit(ctx, request.path_params["conversation_id"], "write",
-                              _where(request))  # fmt: skip
-            transfer = {"op": "upload", "path": path, "offset": offset,
-                        "length": offset + length, "exists": exists}  # fmt: skip
+            row = await admit(ctx, request.path_params["conversation_id"], "write", _where(request))
+            transfer = {
+                "op": "upload",
+                "path": path,
+                "offset": offset,
+                "length": offset + length,
+                "exists": exists,
+            }
             async with agent_input(ctx, DesktopTarget.of_row(row)) as grant:
                 lines = await open_transfer(ctx, row, transfer)
                 try:
@@ -150,15 +159,18 @@ class FileRoutes:
             return auth_error_response(err)
         try:
             path = _path(request)
-            row = await admit(ctx, request.path_params["conversation_id"], "write",
-                              _where(request))  # fmt: skip
-            args: HomeFileArgs = {"desktop_session_id": row.desktop_session_id,
-                                  "op": "partial", "path": path}  # fmt: skip
+            row = await admit(ctx, request.path_params["conversation_id"], "write", _where(request))
+            args: HomeFileArgs = {
+                "desktop_session_id": row.desktop_session_id,
+                "op": "partial",
+                "path": path,
+            }
             answer = await ctx.relay_call(DESKTOP_HOME_FILE, args, PARTIAL_EXTRA_S)
         except RelaydeskError as err:
             return error_response(err)
-        return JSONResponse({"ok": True, "path": answer["path"], "offset": answer["offset"]},
-                            headers=NO_STORE)  # fmt: skip
+        return JSONResponse(
+            {"ok": True, "path": answer["path"], "offset": answer["offset"]}, headers=NO_STORE
+        )
 
     async def download(self, request: Request) -> Response:
         try:
@@ -168,8 +180,7 @@ class FileRoutes:
         path = ""
         try:
             path, offset = _path(request), _offset(request)
-            row = await admit(ctx, request.path_params["conversation_id"], "read",
-                              _where(request))  # fmt: skip
+            row = await admit(ctx, request.path_params["conversation_id"], "read", _where(request))
             refuse_hidden(ctx.role, path)
             transfer = {"op": "download", "path": path, "offset": offset}
             lines = await open_transfer(ctx, row, transfer)
@@ -180,11 +191,15 @@ class FileRoutes:
             return error_response(err)
         landed, size = str(lines.header["path"]), int(lines.header["size"])
         await record(ctx, "desktop.file_download", landed)
-        headers = {**NO_STORE, "Content-Length": str(size - offset),
-                   "Content-Disposition": _attachment(landed),
-                   "X-Relaydesk-File-Size": str(size)}  # fmt: skip
-        return StreamingResponse(_stream(lines), headers=headers,
-                                 media_type="application/octet-stream")  # fmt: skip
+        headers = {
+            **NO_STORE,
+            "Content-Length": str(size - offset),
+            "Content-Disposition": _attachment(landed),
+            "X-Relaydesk-File-Size": str(size),
+        }
+        return StreamingResponse(
+            _stream(lines), headers=headers, media_type="application/octet-stream"
+        )
 
 
 async def _pump_body(request: Request, lines: LineChannel) -> None:
@@ -194,8 +209,9 @@ async def _pump_body(request: Request, lines: LineChannel) -> None:
             if piece:
                 await lines.channel.write(piece)
     except ClientDisconnect:
-        raise OpError(ErrorCode.CANCELLED, "the upload was cut: resume it from its offset",
-                      status=400) from None  # fmt: skip
+        raise OpError(
+            ErrorCode.CANCELLED, "the upload was cut: resume it from its offset", status=400
+        ) from None
 
 
 async def _stream(lines: LineChannel) -> AsyncIterator[Payload]:

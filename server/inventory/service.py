@@ -295,8 +295,9 @@ class Inventory:
             seen = {r.desktop_session_id for r in fresh}
             for session_id, old in live.items():
                 if session_id not in seen and not (since and _is_after(old.updated_at, since)):
-                    changed.append(replace(old, state="stopped", reason=missing_reason,
-                                           updated_at=now))  # fmt: skip
+                    changed.append(
+                        replace(old, state="stopped", reason=missing_reason, updated_at=now)
+                    )
             await self._store.upsert_desktops(changed)
             await self._notify(relay_id, changed)
             return changed

@@ -160,9 +160,11 @@ class McpEndpoint:
         from server.mcp.handlers import build_server
 
         sessions = StreamableHTTPSessionManager(
-            build_server(self.actions, self.capabilities), json_response=True, stateless=True,
+            build_server(self.actions, self.capabilities),
+            json_response=True,
+            stateless=True,
             max_request_body_size=self.max_body_bytes,
-        )  # fmt: skip
+        )
         async with sessions.run():
             task_status.started(sessions)
             await anyio.sleep_forever()

@@ -155,9 +155,12 @@ def _desktops(counts: Mapping[str, int]) -> Metric:
 def _viewers(sources: MetricSources) -> Iterable[Metric]:
     viewers = [("vnc", sources.viewer.registry.count()), ("audio", sources.audio.count())]
     yield _by(
-        GaugeMetricFamily, "relaydesk_viewers", "Viewer streams open on this replica", "kind",
+        GaugeMetricFamily,
+        "relaydesk_viewers",
+        "Viewer streams open on this replica",
+        "kind",
         viewers,
-    )  # fmt: skip
+    )
     to_viewer, from_viewer = sources.viewer.registry.bytes_relayed()
     yield _by(
         CounterMetricFamily,

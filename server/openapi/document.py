@@ -56,8 +56,13 @@ def undocumented(routes: Iterable[BaseRoute]) -> list[Endpoint]:
 
 
 def _fallback(method: str, path: str) -> Json:
-    op = operation(f"{method.lower()}_{path}", f"{method} {path}", tag="undocumented",
-                   security=MEMBER_WRITE, responses=answer("See the docs."))  # fmt: skip
+    op = operation(
+        f"{method.lower()}_{path}",
+        f"{method} {path}",
+        tag="undocumented",
+        security=MEMBER_WRITE,
+        responses=answer("See the docs."),
+    )
     op["x-undocumented"] = True
     return op
 
@@ -72,11 +77,14 @@ def _with_path_parameters(op: Json, path: str) -> Json:
 def action_operation(action: Action) -> Json:
     """``POST /api/v1/actions/{action.name}``: the action's schema is the body."""
     op = operation(
-        action.name, action.description.split(". ")[0][:120], tag="actions",
-        security=MEMBER_WRITE, body=action.json_schema,
+        action.name,
+        action.description.split(". ")[0][:120],
+        tag="actions",
+        security=MEMBER_WRITE,
+        body=action.json_schema,
         description=f"{action.description}\n\nNeeds role `{action.role}` in the conversation.",
         responses=answer("`{ok: true, …}`: the action's answer (docs/http-api.md)."),
-    )  # fmt: skip
+    )
     op["x-required-role"] = action.role
     return op
 

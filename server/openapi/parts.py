@@ -19,24 +19,32 @@ NONE: Final[list[Json]] = []
 
 SECURITY_SCHEMES: Final[Json] = {
     "apiToken": {
-        "type": "http", "scheme": "bearer", "bearerFormat": "rdk_…",
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "rdk_…",
         "description": "An API token (`relaydesk admin create-token USER`). A request with an "
         "`Authorization` header is judged by it alone.",
     },
     "sessionCookie": {
-        "type": "apiKey", "in": "cookie", "name": "relaydesk_session",
+        "type": "apiKey",
+        "in": "cookie",
+        "name": "relaydesk_session",
         "description": "The browser's session (`POST /api/v1/login`).",
     },
     "csrfToken": {
-        "type": "apiKey", "in": "header", "name": "X-CSRF-Token",
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-CSRF-Token",
         "description": "With the session cookie, every unsafe request carries the session's CSRF "
         "token (`GET /api/v1/me` hands it out).",
     },
     "relayToken": {
-        "type": "http", "scheme": "bearer", "bearerFormat": "rdr_…",
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "rdr_…",
         "description": "A relay's token (`relaydesk admin add-relay`).",
     },
-}  # fmt: skip
+}
 
 ERROR_SCHEMA: Final[Json] = {
     "type": "object",
@@ -124,21 +132,36 @@ def upgrade(description: str) -> Json:
 
 
 def query(name: str, description: str, schema: Json, *, required: bool = False) -> Json:
-    return {"name": name, "in": "query", "required": required, "description": description,
-            "schema": schema}  # fmt: skip
+    return {
+        "name": name,
+        "in": "query",
+        "required": required,
+        "description": description,
+        "schema": schema,
+    }
 
 
 def header(name: str, description: str) -> Json:
-    return {"name": name, "in": "header", "required": False, "description": description,
-            "schema": {"type": "string"}}  # fmt: skip
+    return {
+        "name": name,
+        "in": "header",
+        "required": False,
+        "description": description,
+        "schema": {"type": "string"},
+    }
 
 
 def path_parameters(names: Iterable[str]) -> list[Json]:
     return [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"},
-         "description": PATH_PARAMETERS.get(name, name)}
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string"},
+            "description": PATH_PARAMETERS.get(name, name),
+        }
         for name in names
-    ]  # fmt: skip
+    ]
 
 
 def operation(
@@ -153,8 +176,13 @@ def operation(
     body: Json | None = None,
 ) -> Json:
     """One OpenAPI operation object (path parameters are added where the path is known)."""
-    op: Json = {"operationId": operation_id, "summary": summary, "tags": [tag],
-                "security": security, "responses": responses}  # fmt: skip
+    op: Json = {
+        "operationId": operation_id,
+        "summary": summary,
+        "tags": [tag],
+        "security": security,
+        "responses": responses,
+    }
     if description:
         op["description"] = description
     if parameters:

@@ -37,171 +37,266 @@ INTEGER: Final[Json] = {"type": "integer"}
 
 _SESSION: Final[dict[tuple[str, str], Json]] = {
     ("POST", "/api/v1/login"): operation(
-        "login", "Sign in with a password", tag="auth", security=NONE,
+        "login",
+        "Sign in with a password",
+        tag="auth",
+        security=NONE,
         description="Sets the `relaydesk_session` cookie and answers the CSRF token. Rate "
         "limited per client address (429 with `Retry-After`); never per username.",
-        body={"type": "object", "required": ["username", "password"],
-              "properties": {"username": STRING, "password": STRING}},
+        body={
+            "type": "object",
+            "required": ["username", "password"],
+            "properties": {"username": STRING, "password": STRING},
+        },
         responses=answer("Signed in: `{ok, user, csrf_token}`."),
     ),
     ("POST", "/api/v1/logout"): operation(
-        "logout", "End the cookie session", tag="auth", security=MEMBER_WRITE,
+        "logout",
+        "End the cookie session",
+        tag="auth",
+        security=MEMBER_WRITE,
         responses=answer("Signed out; the cookie is cleared."),
     ),
     ("GET", "/api/v1/me"): operation(
-        "me", "Who is calling", tag="auth", security=MEMBER_READ,
+        "me",
+        "Who is calling",
+        tag="auth",
+        security=MEMBER_READ,
         responses=answer("`{ok, user, via, csrf_token}` (`csrf_token` for cookie sessions)."),
     ),
     ("GET", "/login/{token}"): operation(
-        "login_link_page", "The page of a one-time login link", tag="auth", security=NONE,
+        "login_link_page",
+        "The page of a one-time login link",
+        tag="auth",
+        security=NONE,
         description="Spends nothing: an HTML page whose Sign in button posts the link.",
         responses=media("The page with the Sign in button.", "text/html", "200"),
     ),
     ("POST", "/login/{token}"): operation(
-        "login_link", "Sign in with a one-time login link", tag="auth", security=NONE,
+        "login_link",
+        "Sign in with a one-time login link",
+        tag="auth",
+        security=NONE,
         description="Posted by the link's own page: refused (403) when `Sec-Fetch-Site` is "
         "not `same-origin` or `Origin` is another site's; the link stays unspent then.",
-        responses=media("Signed in: a redirect to `/` setting the session cookie.",
-                        "text/html", "303"),
+        responses=media(
+            "Signed in: a redirect to `/` setting the session cookie.", "text/html", "303"
+        ),
     ),
-}  # fmt: skip
+}
 
 _CHAT: Final[dict[tuple[str, str], Json]] = {
     ("GET", "/api/v1/conversations"): operation(
-        "list_conversations", "The caller's conversations", tag="chat", security=MEMBER_READ,
+        "list_conversations",
+        "The caller's conversations",
+        tag="chat",
+        security=MEMBER_READ,
         responses=answer("`{ok, conversations: [{conversation_id, title, role, created_at}]}`."),
     ),
     ("GET", "/api/v1/conversations/{conversation_id}"): operation(
-        "get_conversation", "One conversation: its relays and members", tag="chat",
-        security=MEMBER_READ, description="Role read. Not a member: 404, as for no such "
-        "conversation.",
+        "get_conversation",
+        "One conversation: its relays and members",
+        tag="chat",
+        security=MEMBER_READ,
+        description="Role read. Not a member: 404, as for no such conversation.",
         responses=answer("`{ok, conversation_id, title, role, relays, members}`."),
     ),
     ("GET", "/api/v1/conversations/{conversation_id}/messages"): operation(
-        "list_messages", "A page of the transcript, oldest first", tag="chat",
-        security=MEMBER_READ, description="Role read.",
-        parameters=[query("before", "Messages before this message id.", INTEGER),
-                    query("limit", "Page size, 1..200 (default 50).", INTEGER)],
+        "list_messages",
+        "A page of the transcript, oldest first",
+        tag="chat",
+        security=MEMBER_READ,
+        description="Role read.",
+        parameters=[
+            query("before", "Messages before this message id.", INTEGER),
+            query("limit", "Page size, 1..200 (default 50).", INTEGER),
+        ],
         responses=answer("`{ok, messages, has_more}`."),
     ),
     ("POST", "/api/v1/conversations/{conversation_id}/messages"): operation(
-        "post_message", "Post a message; `/desktop …` runs the command", tag="chat",
-        security=MEMBER_WRITE, description="Role write to store a message (a read member may "
+        "post_message",
+        "Post a message; `/desktop …` runs the command",
+        tag="chat",
+        security=MEMBER_WRITE,
+        description="Role write to store a message (a read member may "
         "run read-only `/desktop` commands). At most 4,000 characters.",
         body={"type": "object", "required": ["text"], "properties": {"text": STRING}},
-        responses={**answer("Not stored (a read member's command): `{ok, message: null, reply}`."),
-                   **answer("Stored: `{ok, message, reply, private}`.", status="201")},
+        responses={
+            **answer("Not stored (a read member's command): `{ok, message: null, reply}`."),
+            **answer("Stored: `{ok, message, reply, private}`.", status="201"),
+        },
     ),
     ("POST", "/api/v1/conversations/{conversation_id}/mcp"): operation(
-        "mcp", "MCP over Streamable HTTP, bound to the conversation", tag="agents",
-        security=API_TOKEN, description="One JSON-RPC message per POST (stateless: no "
+        "mcp",
+        "MCP over Streamable HTTP, bound to the conversation",
+        tag="agents",
+        security=API_TOKEN,
+        description="One JSON-RPC message per POST (stateless: no "
         "`Mcp-Session-Id`; JSON answers). Tools are the typed actions the caller's role allows, "
         "without `conversation_id`. API tokens only. docs/mcp.md.",
         body={"$ref": "#/components/schemas/JsonRpcMessage"},
-        responses={**answer("The JSON-RPC answer.", {"$ref": "#/components/schemas/"
-                                                     "JsonRpcMessage"}),
-                   "202": {"description": "A notification, accepted."}},
+        responses={
+            **answer("The JSON-RPC answer.", {"$ref": "#/components/schemas/JsonRpcMessage"}),
+            "202": {"description": "A notification, accepted."},
+        },
     ),
-}  # fmt: skip
+}
 
 _ACTIONS_AND_EVENTS: Final[dict[tuple[str, str], Json]] = {
     ("GET", "/api/v1/actions"): operation(
-        "list_actions", "Every typed action with its JSON Schema", tag="actions",
+        "list_actions",
+        "Every typed action with its JSON Schema",
+        tag="actions",
         security=MEMBER_READ,
         responses=answer("`{ok, actions: [{name, description, input_schema, required_role}]}`."),
     ),
     ("GET", "/api/v1/events"): operation(
-        "events", "The conversation's live events (Server-Sent Events)", tag="events",
-        security=MEMBER_READ, description="`desktop_inventory_changed`, `message_created`, "
+        "events",
+        "The conversation's live events (Server-Sent Events)",
+        tag="events",
+        security=MEMBER_READ,
+        description="`desktop_inventory_changed`, `message_created`, "
         "`stream_reset`; keep-alive comments every 15 s; resumes after `Last-Event-ID`.",
-        parameters=[query("conversation_id", "The conversation (role read).", STRING,
-                          required=True),
-                    query("last_event_id", "Resume after this event id (as the header).",
-                          STRING),
-                    header("Last-Event-ID", "Resume after this event id (`<ms>-<seq>`).")],
+        parameters=[
+            query("conversation_id", "The conversation (role read).", STRING, required=True),
+            query("last_event_id", "Resume after this event id (as the header).", STRING),
+            header("Last-Event-ID", "Resume after this event id (`<ms>-<seq>`)."),
+        ],
         responses=media("The event stream.", "text/event-stream"),
     ),
     ("GET", "/api/v1/openapi.json"): operation(
-        "openapi", "This document", tag="meta", security=NONE,
-        responses=answer("OpenAPI 3.1, generated from the routes and the action registry.",
-                         {"type": "object"}),
+        "openapi",
+        "This document",
+        tag="meta",
+        security=NONE,
+        responses=answer(
+            "OpenAPI 3.1, generated from the routes and the action registry.", {"type": "object"}
+        ),
     ),
-}  # fmt: skip
+}
 
 _VIEWER: Final[dict[tuple[str, str], Json]] = {
     ("GET", "/vnc/{desktop_session_id}/{token}/"): operation(
-        "viewer_page", "The viewer page of a desktop", tag="viewer", security=NONE,
-        description=VIEWER_AUTH, responses=media("The page (never cached).", "text/html"),
+        "viewer_page",
+        "The viewer page of a desktop",
+        tag="viewer",
+        security=NONE,
+        description=VIEWER_AUTH,
+        responses=media("The page (never cached).", "text/html"),
     ),
     (WEBSOCKET, "/vnc/{desktop_session_id}/{token}/websockify"): operation(
-        "viewer_stream", "The desktop's VNC byte stream (WebSocket)", tag="viewer",
-        security=NONE, description=VIEWER_AUTH,
+        "viewer_stream",
+        "The desktop's VNC byte stream (WebSocket)",
+        tag="viewer",
+        security=NONE,
+        description=VIEWER_AUTH,
         responses=upgrade("Binary RFB frames both ways."),
     ),
     (WEBSOCKET, "/vnc/{desktop_session_id}/{token}/audio"): operation(
-        "viewer_audio", "The desktop's sound (WebSocket)", tag="viewer", security=NONE,
-        description=VIEWER_AUTH, responses=upgrade("One Opus packet (48 kHz, 20 ms) a message."),
+        "viewer_audio",
+        "The desktop's sound (WebSocket)",
+        tag="viewer",
+        security=NONE,
+        description=VIEWER_AUTH,
+        responses=upgrade("One Opus packet (48 kHz, 20 ms) a message."),
     ),
     ("GET", "/vnc/{sid}/{token}/keyboard-state"): operation(
-        "viewer_keyboard_state", "The desktop's lock keys", tag="viewer", security=NONE,
+        "viewer_keyboard_state",
+        "The desktop's lock keys",
+        tag="viewer",
+        security=NONE,
         description=VIEWER_AUTH,
         responses=answer("`{ok, known, num_lock, caps_lock, scroll_lock}` (null: unknown)."),
     ),
     ("GET", "/vnc/{sid}/{token}/clipboard"): operation(
-        "viewer_clipboard", "The desktop's clipboard text (a person's viewer)", tag="viewer",
-        security=NONE, description=VIEWER_AUTH,
+        "viewer_clipboard",
+        "The desktop's clipboard text (a person's viewer)",
+        tag="viewer",
+        security=NONE,
+        description=VIEWER_AUTH,
         responses=answer("`{ok, known, text, truncated}`; read back before a paste's V press."),
     ),
     ("GET", "/vnc/{sid}/{token}/control"): operation(
-        "viewer_control", "Who is in control of the desktop (Server-Sent Events)",
-        tag="viewer", security=NONE, description=VIEWER_AUTH,
+        "viewer_control",
+        "Who is in control of the desktop (Server-Sent Events)",
+        tag="viewer",
+        security=NONE,
+        description=VIEWER_AUTH,
         responses=media("`control` and `agent_action` events.", "text/event-stream"),
     ),
     ("GET", "/novnc/{path}"): operation(
-        "novnc_file", "noVNC's files", tag="viewer", security=NONE,
+        "novnc_file",
+        "noVNC's files",
+        tag="viewer",
+        security=NONE,
         responses=media("The file.", "application/octet-stream"),
     ),
     ("GET", "/viewer/{name}"): operation(
-        "viewer_file", "The viewer page's scripts and styles", tag="viewer", security=NONE,
+        "viewer_file",
+        "The viewer page's scripts and styles",
+        tag="viewer",
+        security=NONE,
         responses=media("The file.", "application/octet-stream"),
     ),
-}  # fmt: skip
+}
 
 _SERVICE: Final[dict[tuple[str, str], Json]] = {
     ("GET", "/"): operation(
-        "web_app", "The web app (chat and dock)", tag="web", security=NONE,
+        "web_app",
+        "The web app (chat and dock)",
+        tag="web",
+        security=NONE,
         responses=media("The page.", "text/html"),
     ),
     ("GET", "/favicon.ico"): operation(
-        "favicon", "The icon", tag="web", security=NONE,
+        "favicon",
+        "The icon",
+        tag="web",
+        security=NONE,
         responses=media("The icon.", "image/x-icon"),
     ),
     ("GET", "/app/{path}"): operation(
-        "web_file", "The web app's files", tag="web", security=NONE,
+        "web_file",
+        "The web app's files",
+        tag="web",
+        security=NONE,
         responses=media("The file.", "application/octet-stream"),
     ),
     ("GET", "/healthz"): operation(
-        "healthz", "The process answers", tag="operations", security=NONE,
+        "healthz",
+        "The process answers",
+        tag="operations",
+        security=NONE,
         responses=answer("`{ok: true}`."),
     ),
     ("GET", "/readyz"): operation(
-        "readyz", "The database (and Redis when clustered) answer", tag="operations",
-        security=NONE, responses=answer("`{ok, database, redis?, relays_connected}`; 503 when "
-                                        "not ready.", {"type": "object"}),
+        "readyz",
+        "The database (and Redis when clustered) answer",
+        tag="operations",
+        security=NONE,
+        responses=answer(
+            "`{ok, database, redis?, relays_connected}`; 503 when not ready.", {"type": "object"}
+        ),
     ),
     ("GET", "/metrics"): operation(
-        "metrics", "This replica's figures (Prometheus text format)", tag="operations",
-        security=NONE, description="Not an API credential: `Authorization: Bearer "
+        "metrics",
+        "This replica's figures (Prometheus text format)",
+        tag="operations",
+        security=NONE,
+        description="Not an API credential: `Authorization: Bearer "
         "<RELAYDESK_METRICS_TOKEN>` from any address (else 401); without a token configured "
         "the metrics are off (403). docs/operations.md lists the figures.",
         responses=media("The figures.", "text/plain"),
     ),
     (WEBSOCKET, "/relay/v1/connect"): operation(
-        "relay_connect", "A relay's connection (WebSocket, subprotocol relaydesk.v1)",
-        tag="relays", security=RELAY, description="docs/protocol.md.",
+        "relay_connect",
+        "A relay's connection (WebSocket, subprotocol relaydesk.v1)",
+        tag="relays",
+        security=RELAY,
+        description="docs/protocol.md.",
         responses=upgrade("The wire protocol v1."),
     ),
-}  # fmt: skip
+}
 
 CUA_BASE: Final = "/api/v1/conversations/{conversation_id}/cua/{relay}/{kind}/{slot}"
 CUA_AUTH: Final = (
@@ -246,27 +341,45 @@ _CUA: Final[dict[tuple[str, str], Json]] = {
     ("POST", f"{CUA_BASE}/cmd"): _CUA_CMD,
     (WEBSOCKET, f"{CUA_BASE}/ws"): _CUA_WS,
     ("GET", f"{CUA_BASE}/commands"): operation(
-        "cua_commands", "The Cua commands this desktop offers", tag="agents",
-        security=API_TOKEN, description=CUA_AUTH, parameters=[_CUA_KEY],
+        "cua_commands",
+        "The Cua commands this desktop offers",
+        tag="agents",
+        security=API_TOKEN,
+        description=CUA_AUTH,
+        parameters=[_CUA_KEY],
         responses=answer("`{commands: {name: {params, aliases?}}, aliases}`.", {"type": "object"}),
     ),
     ("GET", f"{CUA_BASE}/status"): operation(
-        "cua_status", "Cua's status answer for this desktop", tag="agents", security=API_TOKEN,
-        description=CUA_AUTH, parameters=[_CUA_KEY],
-        responses=answer("`{status: ok, os_type: linux, features, relaydesk: {…}}`.",
-                         {"type": "object"}),
+        "cua_status",
+        "Cua's status answer for this desktop",
+        tag="agents",
+        security=API_TOKEN,
+        description=CUA_AUTH,
+        parameters=[_CUA_KEY],
+        responses=answer(
+            "`{status: ok, os_type: linux, features, relaydesk: {…}}`.", {"type": "object"}
+        ),
     ),
-    ("POST", CUA_BASE): {**_CUA_CMD, "operationId": "cua_cmd_suffixed",
-                         "summary": "`/cmd` reached as `?guard=off/cmd`"},
+    ("POST", CUA_BASE): {
+        **_CUA_CMD,
+        "operationId": "cua_cmd_suffixed",
+        "summary": "`/cmd` reached as `?guard=off/cmd`",
+    },
     ("GET", CUA_BASE): operation(
-        "cua_get_suffixed", "`/status` or `/commands` reached as `?guard=off/status`",
-        tag="agents", security=API_TOKEN, description=CUA_AUTH,
-        parameters=[_CUA_KEY, _CUA_GUARD], responses=answer("As `/status` or `/commands`.",
-                                                            {"type": "object"}),
+        "cua_get_suffixed",
+        "`/status` or `/commands` reached as `?guard=off/status`",
+        tag="agents",
+        security=API_TOKEN,
+        description=CUA_AUTH,
+        parameters=[_CUA_KEY, _CUA_GUARD],
+        responses=answer("As `/status` or `/commands`.", {"type": "object"}),
     ),
-    (WEBSOCKET, CUA_BASE): {**_CUA_WS, "operationId": "cua_ws_suffixed",
-                            "summary": "`/ws` reached as `?guard=off/ws`"},
-}  # fmt: skip
+    (WEBSOCKET, CUA_BASE): {
+        **_CUA_WS,
+        "operationId": "cua_ws_suffixed",
+        "summary": "`/ws` reached as `?guard=off/ws`",
+    },
+}
 
 CU_ROOT: Final = "/api/v1/conversations/{conversation_id}/computer-use"
 CU_TARGET: Final = "{relay}/{kind}/{slot}"
@@ -285,36 +398,61 @@ _CU_DISPLAY: Final = query(
 _CU_OBJECT: Final[Json] = {"type": "object"}
 _CU: Final[dict[tuple[str, str], Json]] = {
     ("GET", f"{CU_ROOT}/anthropic/{CU_TARGET}/tool"): operation(
-        "computer_use_anthropic_tool", "Anthropic's computer tool definition for this desktop",
-        tag="agents", security=API_TOKEN, description=CU_AUTH,
-        parameters=[_CU_DISPLAY, query("version", "`computer_20251124` (default, with zoom) or "
-                                       "`computer_20250124`.", STRING)],
-        responses=answer("`{type, name, display_width_px, display_height_px, enable_zoom?}`; "
-                         "the beta flag in `X-Anthropic-Beta`.", _CU_OBJECT),
+        "computer_use_anthropic_tool",
+        "Anthropic's computer tool definition for this desktop",
+        tag="agents",
+        security=API_TOKEN,
+        description=CU_AUTH,
+        parameters=[
+            _CU_DISPLAY,
+            query(
+                "version",
+                "`computer_20251124` (default, with zoom) or `computer_20250124`.",
+                STRING,
+            ),
+        ],
+        responses=answer(
+            "`{type, name, display_width_px, display_height_px, enable_zoom?}`; "
+            "the beta flag in `X-Anthropic-Beta`.",
+            _CU_OBJECT,
+        ),
     ),
     ("POST", f"{CU_ROOT}/anthropic/{CU_TARGET}"): operation(
-        "computer_use_anthropic", "Run one Anthropic computer tool call", tag="agents",
-        security=API_TOKEN, parameters=[_CU_DISPLAY], body=_CU_OBJECT,
+        "computer_use_anthropic",
+        "Run one Anthropic computer tool call",
+        tag="agents",
+        security=API_TOKEN,
+        parameters=[_CU_DISPLAY],
+        body=_CU_OBJECT,
         description=f"{CU_AUTH} The body is the `input` of the `tool_use` block, verbatim; "
         "the answer is `{content, is_error}` for the `tool_result`. Input that does not fit "
         "the tool is 400 naming the field (with `content` and `is_error` too).",
         responses=answer("`{content: [text | image blocks], is_error}`.", _CU_OBJECT),
     ),
     ("GET", f"{CU_ROOT}/openai/{CU_TARGET}/tool"): operation(
-        "computer_use_openai_tool", "OpenAI's computer-use tool definition for this desktop",
-        tag="agents", security=API_TOKEN, description=CU_AUTH, parameters=[_CU_DISPLAY],
-        responses=answer("`{type, display_width, display_height, environment: linux}`.",
-                         _CU_OBJECT),
+        "computer_use_openai_tool",
+        "OpenAI's computer-use tool definition for this desktop",
+        tag="agents",
+        security=API_TOKEN,
+        description=CU_AUTH,
+        parameters=[_CU_DISPLAY],
+        responses=answer(
+            "`{type, display_width, display_height, environment: linux}`.", _CU_OBJECT
+        ),
     ),
     ("POST", f"{CU_ROOT}/openai/{CU_TARGET}"): operation(
-        "computer_use_openai", "Run one OpenAI computer_call", tag="agents",
-        security=API_TOKEN, parameters=[_CU_DISPLAY], body=_CU_OBJECT,
+        "computer_use_openai",
+        "Run one OpenAI computer_call",
+        tag="agents",
+        security=API_TOKEN,
+        parameters=[_CU_DISPLAY],
+        body=_CU_OBJECT,
         description=f"{CU_AUTH} The body is the `computer_call` item (or `{{action}}` / "
         "`{actions}`), verbatim; the answer is its `computer_call_output` item. Input that "
         "does not fit the tool is 400 naming the field.",
         responses=answer("`{type: computer_call_output, call_id, output}`.", _CU_OBJECT),
     ),
-}  # fmt: skip
+}
 
 FILES_BASE: Final = "/api/v1/conversations/{conversation_id}/files/{relay}/{kind}/{slot}"
 FILES_AUTH: Final = (
@@ -323,46 +461,75 @@ FILES_AUTH: Final = (
     "devices are refused with 403 `path_outside_home`; files over RELAYDESK_FILE_MAX_MB with "
     "413 `file_too_large`. docs/files.md."
 )
-_FILE_PATH: Final = query("path", "A path in the desktop's home (relative, `~/…`, or absolute "
-                          "inside it).", STRING, required=True)  # fmt: skip
+_FILE_PATH: Final = query(
+    "path",
+    "A path in the desktop's home (relative, `~/…`, or absolute inside it).",
+    STRING,
+    required=True,
+)
 _FILE_OFFSET: Final = query("offset", "Start at this byte (a resume); default 0.", INTEGER)
-_FILE_SESSION: Final = query("desktop_session_id", "The exact desktop instead of the relay's "
-                             "`{kind}/{slot}` one.", STRING)  # fmt: skip
+_FILE_SESSION: Final = query(
+    "desktop_session_id", "The exact desktop instead of the relay's `{kind}/{slot}` one.", STRING
+)
 _FILES: Final[dict[tuple[str, str], Json]] = {
     ("POST", f"{FILES_BASE}/upload"): {
         **operation(
-            "file_upload", "Upload a file into a desktop's home (a byte stream)", tag="files",
+            "file_upload",
+            "Upload a file into a desktop's home (a byte stream)",
+            tag="files",
             security=MEMBER_WRITE,
             description=f"{FILES_AUTH} Role write; an agent passes the control gate (423 "
             "`takeover_active`, 409 `stopped_by_user`). The body is the file's bytes from "
             "`offset` (`Content-Length` required, else 411); the file is `offset + "
             "Content-Length` bytes. A cut upload keeps what arrived: `GET …/upload` answers "
             "how much, and a POST from there finishes it (409 `offset_mismatch` otherwise).",
-            parameters=[_FILE_PATH, _FILE_OFFSET, _FILE_SESSION, query(
-                "exists", "What to do when the file exists: `rename` (default: a copy "
-                "`name (1).ext`), `replace`, or `refuse` (400).", STRING)],
-            responses=answer("`{ok, path (where it landed, home-relative), size, "
-                             "desktop_session_id}`."),
+            parameters=[
+                _FILE_PATH,
+                _FILE_OFFSET,
+                _FILE_SESSION,
+                query(
+                    "exists",
+                    "What to do when the file exists: `rename` (default: a copy "
+                    "`name (1).ext`), `replace`, or `refuse` (400).",
+                    STRING,
+                ),
+            ],
+            responses=answer(
+                "`{ok, path (where it landed, home-relative), size, desktop_session_id}`."
+            ),
         ),
         "requestBody": {"required": True, "content": {"application/octet-stream": {}}},
     },
     ("GET", f"{FILES_BASE}/upload"): operation(
-        "file_upload_offset", "How much of a cut upload the desktop holds", tag="files",
-        security=MEMBER_WRITE, description=FILES_AUTH, parameters=[_FILE_PATH, _FILE_SESSION],
+        "file_upload_offset",
+        "How much of a cut upload the desktop holds",
+        tag="files",
+        security=MEMBER_WRITE,
+        description=FILES_AUTH,
+        parameters=[_FILE_PATH, _FILE_SESSION],
         responses=answer("`{ok, path, offset}` (0: nothing held)."),
     ),
     ("GET", f"{FILES_BASE}/download"): operation(
-        "file_download", "Download a file from a desktop's home (a byte stream)", tag="files",
-        security=MEMBER_READ, description=f"{FILES_AUTH} Role read. `X-Relaydesk-File-Size` "
+        "file_download",
+        "Download a file from a desktop's home (a byte stream)",
+        tag="files",
+        security=MEMBER_READ,
+        description=f"{FILES_AUTH} Role read. `X-Relaydesk-File-Size` "
         "carries the whole file's size.",
         parameters=[_FILE_PATH, _FILE_OFFSET, _FILE_SESSION],
         responses=media("The file's bytes from `offset`.", "application/octet-stream"),
     ),
-}  # fmt: skip
+}
 
 DESCRIBED: Final[dict[tuple[str, str], Json]] = {
-    **_SESSION, **_CHAT, **_ACTIONS_AND_EVENTS, **_VIEWER, **_SERVICE, **_CUA, **_CU,
+    **_SESSION,
+    **_CHAT,
+    **_ACTIONS_AND_EVENTS,
+    **_VIEWER,
+    **_SERVICE,
+    **_CUA,
+    **_CU,
     **_FILES,
-}  # fmt: skip
+}
 # Replica-to-replica routes (signed with the cluster secret): not part of the API.
 INTERNAL_PREFIX: Final = "/internal/"

@@ -20,7 +20,10 @@ def granted_capabilities(relay: RelayRecord, announced: Iterable[str]) -> frozen
     """
     granted = frozenset(announced)
     if DIRECT_VNC in granted and not relay.co_located:
-        log.warning("relay %s announced %s but is not registered as co-located: ignored",
-                    relay.name, DIRECT_VNC)  # fmt: skip
+        log.warning(
+            "relay %s announced %s but is not registered as co-located: ignored",
+            relay.name,
+            DIRECT_VNC,
+        )
         granted -= {DIRECT_VNC}
     return granted

@@ -33,12 +33,36 @@ MAX_COORD = 1 << 16
 MIN_TIMEOUT_S, MAX_TIMEOUT_S, DEFAULT_TIMEOUT_S = 1.0, 120.0, 30.0
 # Fields the actions registry handles (target relay, conversation) are accepted and ignored.
 ROUTING_FIELDS = frozenset({"conversation_id", "relay", "relay_id"})
-FIELDS = frozenset({
-    "action", "desktop_session_id", "local", "x", "y", "button", "text", "key", "amount",
-    "direction", "from", "to", "target_bbox", "expected_screen_revision",
-    "preview_max_width", "format", "quality", "timeout", "coordinates", "relative_to",
-    "region", "scale", "grid",
-}) | ROUTING_FIELDS  # fmt: skip
+FIELDS = (
+    frozenset(
+        {
+            "action",
+            "desktop_session_id",
+            "local",
+            "x",
+            "y",
+            "button",
+            "text",
+            "key",
+            "amount",
+            "direction",
+            "from",
+            "to",
+            "target_bbox",
+            "expected_screen_revision",
+            "preview_max_width",
+            "format",
+            "quality",
+            "timeout",
+            "coordinates",
+            "relative_to",
+            "region",
+            "scale",
+            "grid",
+        }
+    )
+    | ROUTING_FIELDS
+)
 
 Number = int | float
 Point = tuple[int, int]
@@ -119,8 +143,9 @@ class ScreenRequest:
             region=None if self.region is None else _box(frame, self.region),
         )
         if geometry.region is not None:  # a zoom too large is refused before the relay
-            zoom_size(geometry.region.width, geometry.region.height,
-                      self.relay_args.get("scale", 1))  # fmt: skip
+            zoom_size(
+                geometry.region.width, geometry.region.height, self.relay_args.get("scale", 1)
+            )
         return replace(self, geometry=geometry, relay_args=_relay_args(self, geometry))
 
     @property
@@ -240,8 +265,9 @@ def _relative_to(body: dict[str, Any], coordinates: str) -> CropRect | None:
         return None
     if coordinates != "normalized":
         raise InvalidArgs("relative_to", 'applies to coordinates: "normalized" only')
-    return Frame.pixels().box((given.values[0], given.values[1], given.values[2],
-                               given.values[3]), "relative_to")  # fmt: skip
+    return Frame.pixels().box(
+        (given.values[0], given.values[1], given.values[2], given.values[3]), "relative_to"
+    )
 
 
 def _scale(body: dict[str, Any]) -> Number | None:

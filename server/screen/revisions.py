@@ -117,9 +117,13 @@ def new_revision(binding: Binding, now: float, issuer: str = "") -> Revision:
 def token_for(key: str, revision: Revision) -> str:
     """The signed token naming ``revision``."""
     b = revision.binding
-    fields: dict[str, object] = {"i": revision.revision_id, "r": b.relay_id,
-                                 "s": b.desktop_session_id, "d": b.display,
-                                 "t": revision.issued_at}  # fmt: skip
+    fields: dict[str, object] = {
+        "i": revision.revision_id,
+        "r": b.relay_id,
+        "s": b.desktop_session_id,
+        "d": b.display,
+        "t": revision.issued_at,
+    }
     if revision.issuer:
         fields["o"] = revision.issuer
     payload = json.dumps(fields, separators=(",", ":")).encode()
@@ -214,8 +218,9 @@ class RevisionStore:
         return len(self._used)
 
     def stats(self) -> StoreStats:
-        return StoreStats(len(self._used), self._memory, self.memory_limit,
-                          self._evicted, self._expired)  # fmt: skip
+        return StoreStats(
+            len(self._used), self._memory, self.memory_limit, self._evicted, self._expired
+        )
 
     def keep(self, binding: Binding, capture: Capture, view: View | None = None) -> str:
         """Keep ``capture`` (showing ``view``; default: the whole screen) under a new revision
@@ -226,8 +231,10 @@ class RevisionStore:
         token = token_for(self._key, revision)
         self._sweep(now)
         if capture.size_bytes > self.memory_limit:
-            logger.warning("a screen capture of %d bytes is larger than the revision store; "
-                           "not kept", capture.size_bytes)  # fmt: skip
+            logger.warning(
+                "a screen capture of %d bytes is larger than the revision store; not kept",
+                capture.size_bytes,
+            )
             return token
         rid = revision.revision_id
         self._used[rid] = KeptCapture(revision, capture, view)

@@ -229,8 +229,9 @@ class ScreenTool:
             # any other desktop; the relay's host helper runs it on the host display.
             args["kind"] = "local"
         spec = ops.SCREEN[action or request.action]
-        result = await call(self.relays, caller.relay, spec, cast(ops.ScreenArgs, args),
-                            request.timeout_s)  # fmt: skip
+        result = await call(
+            self.relays, caller.relay, spec, cast(ops.ScreenArgs, args), request.timeout_s
+        )
         return dict(result)
 
     async def _picture(self, caller: Caller, request: ScreenRequest) -> dict[str, Any]:
@@ -445,8 +446,9 @@ async def _guard_reference(request: ScreenRequest, kept: KeptCapture) -> _GuardR
     # The guard's geometry within the kept picture (a zoom: its region), then on the screen.
     local = (geometry.point[0] - region.x, geometry.point[1] - region.y)
     bbox = geometry.target_bbox
-    local_bbox = None if bbox is None else (bbox.x - region.x, bbox.y - region.y,
-                                            bbox.width, bbox.height)  # fmt: skip
+    local_bbox = (
+        None if bbox is None else (bbox.x - region.x, bbox.y - region.y, bbox.width, bbox.height)
+    )
     rect = crop_rect(local, (region.width, region.height), local_bbox)
     if rect.width * rect.height <= _INLINE_CROP_PIXELS:
         crop = kept.capture.region(rect)
@@ -464,8 +466,10 @@ def _on_picture(point: tuple[int, int], view: View, fields: tuple[str, ...]) -> 
         _on_screen(point, view, fields)
         return
     region = view.region
-    for name, value, low, size in ((fields[0], point[0], region.x, region.width),
-                                   (fields[1], point[1], region.y, region.height)):  # fmt: skip
+    for name, value, low, size in (
+        (fields[0], point[0], region.x, region.width),
+        (fields[1], point[1], region.y, region.height),
+    ):
         if not low <= value < low + size:
             raise InvalidArgs(
                 name,
@@ -477,8 +481,7 @@ def _on_picture(point: tuple[int, int], view: View, fields: tuple[str, ...]) -> 
 def _on_screen(point: tuple[int, int], view: View, fields: tuple[str, ...]) -> None:
     """Coordinates are pixels of the full-resolution screenshot: never clamped."""
     width, height = view.screen
-    for name, value, limit in ((fields[0], point[0], width),
-                               (fields[1], point[1], height)):  # fmt: skip
+    for name, value, limit in ((fields[0], point[0], width), (fields[1], point[1], height)):
         if not 0 <= value < limit:
             raise InvalidArgs(
                 name,

@@ -190,8 +190,7 @@ class AudioService:
             code, reason = await session.run()
         finally:
             self._discard(session)
-        log.info("audio listener closed (session %s…): %d %s", desktop_session_id[:8], code,
-                 reason)  # fmt: skip
+        log.info("audio listener closed (session %s…): %d %s", desktop_session_id[:8], code, reason)
 
     def _discard(self, session: AudioSession) -> None:
         key = desktop_key(session.row)

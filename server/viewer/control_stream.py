@@ -37,8 +37,11 @@ from server.events.routes import ACCESS_REVOKED
 from server.viewer.access import ViewerRefused
 from wire.errors import CloseCode, ErrorCode, OpError
 
-HEADERS: Final = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
-                  "Referrer-Policy": "no-referrer"}  # fmt: skip
+HEADERS: Final = {
+    "Cache-Control": "no-store",
+    "X-Accel-Buffering": "no",
+    "Referrer-Policy": "no-referrer",
+}
 PING_S: Final = 15.0
 
 
@@ -89,9 +92,13 @@ async def _feed(feeds: ControlFeeds, grant: ViewerGrant, sid: str, watch: Watch)
     key = DesktopKey(row.relay_id, row.desktop_session_id)
     shutdown = anyio.Event()
     return EventSourceResponse(
-        _stream(feeds, key, watch, shutdown), ping=PING_S, headers=HEADERS, send_timeout=30,
-        shutdown_event=shutdown, shutdown_grace_period=2.0,
-    )  # fmt: skip
+        _stream(feeds, key, watch, shutdown),
+        ping=PING_S,
+        headers=HEADERS,
+        send_timeout=30,
+        shutdown_event=shutdown,
+        shutdown_grace_period=2.0,
+    )
 
 
 def control_routes(feeds: ControlFeeds, viewers: ViewerStreams) -> list[BaseRoute]:

@@ -53,5 +53,6 @@ class InputWatch:
             log.warning(
                 "viewer input of session %s… is no longer followed (%s): takeover by this "
                 "viewer's input is off for this stream",
-                self._key.desktop_session_id[:8], stream.failed,
-            )  # fmt: skip
+                self._key.desktop_session_id[:8],
+                stream.failed,
+            )

@@ -190,8 +190,11 @@ class ViewerService:
             backend = await DirectBackend.connect(address.port, address.secret)
         except ChannelClosedError:
             self._direct.pop(key, None)
-            log.warning("relay %s: direct VNC refused for session %s…; using the relay channel",
-                        target.relay_id, target.row.desktop_session_id[:8])  # fmt: skip
+            log.warning(
+                "relay %s: direct VNC refused for session %s…; using the relay channel",
+                target.relay_id,
+                target.row.desktop_session_id[:8],
+            )
             return None
         self._direct[key] = address
         return backend

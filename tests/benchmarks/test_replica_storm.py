@@ -40,8 +40,14 @@ REQUIRED_CHECKS = (
     *(f"{phase} r{n} list answered" for phase in ("idle", "with relays") for n in (1, 2, 3)),
     *(f"after the storm r{n} list answered" for n in (2, 3)),
 )
-REQUIRED_VERDICTS = ("welcome", "re-own", "seen dead", "reaped", "list with relays r1",
-                     "rss after the storm r2")  # fmt: skip
+REQUIRED_VERDICTS = (
+    "welcome",
+    "re-own",
+    "seen dead",
+    "reaped",
+    "list with relays r1",
+    "rss after the storm r2",
+)
 
 
 @pytest.mark.timeout(scaled(QUICK_RUN_TIMEOUT_S) + 30)

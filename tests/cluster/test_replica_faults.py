@@ -26,9 +26,11 @@ from tests.support.redis import RedisServer, start_redis
 from tests.support.stack import Seed, ServerProcess, start_relay, start_server, wait_until
 
 pytestmark = [
-    pytest.mark.cluster, pytest.mark.postgres, pytest.mark.redis,
+    pytest.mark.cluster,
+    pytest.mark.postgres,
+    pytest.mark.redis,
     pytest.mark.asyncio(loop_scope="module"),
-]  # fmt: skip
+]
 
 # Answers a request may get while a dependency is gone: refused as unavailable, never a 500.
 OUTAGE_STATUSES = {200, 502, 503}
@@ -109,13 +111,17 @@ async def faults(
         _, port = start_haproxy(tracker.start, root, [r.port for r in replicas])
         balancer = f"http://127.0.0.1:{port}"
         start_relay(
-            tracker.start, seed, balancer, extra_args=("--stop-desktops-on-exit",),
+            tracker.start,
+            seed,
+            balancer,
+            extra_args=("--stop-desktops-on-exit",),
             env={"RELAYDESK_DESKTOP_APPS": ",", "DISPLAY": ""},
-        )  # fmt: skip
+        )
         stack = Faults(seed, replicas, balancer, database, redis_server, client)
         await wait_until(stack.owned, 30, "the relay to be owned by a replica")
-        status, started = await stack.call(balancer, "desktop_start", relay="relay-1",
-                                           geometry="800x600", profile="minimal")  # fmt: skip
+        status, started = await stack.call(
+            balancer, "desktop_start", relay="relay-1", geometry="800x600", profile="minimal"
+        )
         assert status == 200, started
         yield stack
     except BaseException:
@@ -135,8 +141,9 @@ async def _everyone_serves(faults: Faults, session: str, within_s: float, what: 
         for replica in faults.replicas:
             if await faults.main_session(replica.url) != session:
                 return False
-            status, _ = await faults.call(replica.url, "screen", relay="relay-1",
-                                          action="screenshot", format="jpeg")  # fmt: skip
+            status, _ = await faults.call(
+                replica.url, "screen", relay="relay-1", action="screenshot", format="jpeg"
+            )
             if status != 200:
                 return False
         return True
@@ -180,8 +187,9 @@ async def test_postgres_away_and_back_stops_nothing(faults: Faults) -> None:
             if status != 200:
                 assert body["error"]["code"] == "unavailable", body
             # a start must be recorded: refused while the database is away
-            status, body = await faults.call(replica.url, "desktop_start", relay="relay-1",
-                                             slot="outage", profile="minimal")  # fmt: skip
+            status, body = await faults.call(
+                replica.url, "desktop_start", relay="relay-1", slot="outage", profile="minimal"
+            )
             assert status == 503, body
             assert body["error"] == {"code": "unavailable", "message": "database is not reachable"}
     finally:

@@ -18,9 +18,11 @@ from tests.support.processes import scaled
 from tests.support.sse import SseEvent, SseStream, open_sse
 
 pytestmark = [
-    pytest.mark.cluster, pytest.mark.postgres, pytest.mark.redis,
+    pytest.mark.cluster,
+    pytest.mark.postgres,
+    pytest.mark.redis,
     pytest.mark.asyncio(loop_scope="module"),
-]  # fmt: skip
+]
 
 __all__ = ["cluster", "postgres_cluster", "redis_server", "redis_url"]
 
@@ -42,8 +44,7 @@ async def _change_of(stream: SseStream, session: str, state: str) -> SseEvent:
         if event.event != INVENTORY:
             continue
         changed = event.data.get("changed") or []
-        if any(c.get("desktop_session_id") == session and c.get("state") == state
-               for c in changed):  # fmt: skip
+        if any(c.get("desktop_session_id") == session and c.get("state") == state for c in changed):
             return event
 
 
@@ -63,16 +64,22 @@ async def _streams(cluster: Cluster, client: httpx.AsyncClient) -> AsyncIterator
 
 
 async def _start(cluster: Cluster, base: str, slot: str) -> str:
-    status, body = await cluster.call(base, "desktop_start", relay="relay-1", slot=slot,
-                                      geometry="800x600", profile="minimal")  # fmt: skip
+    status, body = await cluster.call(
+        base, "desktop_start", relay="relay-1", slot=slot, geometry="800x600", profile="minimal"
+    )
     assert status == 200, body
     return str(body["desktop"]["desktop_session_id"])
 
 
 async def _stop(cluster: Cluster, base: str, slot: str, session: str) -> None:
-    status, body = await cluster.call(base, "desktop_stop_confirm", relay="relay-1",
-                                      kind="virtual", slot=slot,
-                                      desktop_session_id=session)  # fmt: skip
+    status, body = await cluster.call(
+        base,
+        "desktop_stop_confirm",
+        relay="relay-1",
+        kind="virtual",
+        slot=slot,
+        desktop_session_id=session,
+    )
     assert status == 200 and body["stopped"] is True, body
 
 
@@ -140,8 +147,9 @@ async def _as(base: str, token: str, name: str, **args: Any) -> tuple[int, Any]:
 async def test_a_read_member_sees_but_is_refused_input_on_every_replica(cluster: Cluster) -> None:
     token, conversation = await _reader(cluster)
     for server in cluster.replicas.values():
-        status, listed = await _as(server.url, token, "desktop_list_active",
-                                   conversation_id=conversation)  # fmt: skip
+        status, listed = await _as(
+            server.url, token, "desktop_list_active", conversation_id=conversation
+        )
         assert (status, listed["ok"]) == (200, True), (server.url, listed)
         for name, args in (
             ("desktop_start", {"relay": "relay-1", "slot": "reader"}),

@@ -55,9 +55,11 @@ from wire.errors import CloseCode, ErrorCode, OpError
 from wire.ids import RelayId
 
 pytestmark = [
-    pytest.mark.cluster, pytest.mark.postgres, pytest.mark.redis,
+    pytest.mark.cluster,
+    pytest.mark.postgres,
+    pytest.mark.redis,
     pytest.mark.asyncio(loop_scope="module"),
-]  # fmt: skip
+]
 
 # Scrapes of /metrics send it (docs/operations.md#metrics).
 METRICS_TOKEN = secrets.token_urlsafe(24)
@@ -146,9 +148,12 @@ async def cluster(
         balancer = f"http://127.0.0.1:{port}"
         # No apps in the desktops: the screen tests' recorder window covers the whole screen.
         relay = start_relay(
-            tracker.start, seed, balancer, extra_args=("--stop-desktops-on-exit",),
+            tracker.start,
+            seed,
+            balancer,
+            extra_args=("--stop-desktops-on-exit",),
             env={"RELAYDESK_DESKTOP_APPS": ",", "DISPLAY": ""},
-        )  # fmt: skip
+        )
         stack = Cluster(seed, replicas, balancer, relay, client, tracker)
         await wait_until(stack.owner, 30, "the relay to be owned by a replica")
         yield stack
@@ -174,9 +179,13 @@ async def test_a_relay_held_by_one_replica_is_served_by_the_others(cluster: Clus
         assert listed["probes"] == {"relay-1": "ok"}
 
     status, stopped = await cluster.call(
-        c, "desktop_stop_confirm", relay="relay-1", kind="virtual", slot="main",
+        c,
+        "desktop_stop_confirm",
+        relay="relay-1",
+        kind="virtual",
+        slot="main",
         desktop_session_id=session,
-    )  # fmt: skip
+    )
     assert status == 200 and stopped["stopped"] is True, stopped
 
 
@@ -186,8 +195,12 @@ async def test_a_stale_confirmation_through_another_replica_stops_nothing(
     b, c = await cluster.others()
     status, first = await cluster.call(b, "desktop_start", slot="race")
     assert status == 200, first
-    stale = {"relay": "relay-1", "kind": "virtual", "slot": "race",
-             "desktop_session_id": first["desktop"]["desktop_session_id"]}  # fmt: skip
+    stale = {
+        "relay": "relay-1",
+        "kind": "virtual",
+        "slot": "race",
+        "desktop_session_id": first["desktop"]["desktop_session_id"],
+    }
     status, _ = await cluster.call(c, "desktop_stop_confirm", **stale)
     assert status == 200
     status, second = await cluster.call(c, "desktop_start", slot="race")
@@ -248,8 +261,9 @@ async def test_one_link_carries_concurrent_calls_and_names_a_stale_owner(cluster
         assert all(isinstance(a["desktops"], list) for a in answers)
         assert peers.open_links == 1
         with pytest.raises(NotOwner):
-            await peers.request(dataclasses.replace(owner, epoch=owner.epoch + 1000),
-                                "desktop.status", {}, 10)  # fmt: skip
+            await peers.request(
+                dataclasses.replace(owner, epoch=owner.epoch + 1000), "desktop.status", {}, 10
+            )
         link = await peers._link(owner.replica, owner.url)
         with pytest.raises(OpError) as bad:
             await link.request("replica.relay_request", {"relay_id": owner.relay_id}, 10)
@@ -281,8 +295,11 @@ async def test_a_signed_link_that_sends_garbage_is_closed_and_nothing_else_is(
                     await ws.send_str(garbage)
                 closed = await ws.receive(timeout=10)
             assert closed.type is aiohttp.WSMsgType.CLOSE, closed
-            refusals = (CloseCode.PROTOCOL_ERROR, CloseCode.UNSUPPORTED_DATA,
-                        CloseCode.HELLO_EXPECTED)  # fmt: skip
+            refusals = (
+                CloseCode.PROTOCOL_ERROR,
+                CloseCode.UNSUPPORTED_DATA,
+                CloseCode.HELLO_EXPECTED,
+            )
             assert ws.close_code in refusals, (garbage, ws.close_code)
     peers = _peers(secret)
     try:
@@ -333,9 +350,12 @@ async def test_a_viewer_through_another_replica_shows_the_desktop_pixel_exact(
 
         ws = client.t._ws  # type: ignore[attr-defined]
         status, _ = await cluster.call(
-            c, "desktop_stop_confirm", relay="relay-1", slot="viewed",
+            c,
+            "desktop_stop_confirm",
+            relay="relay-1",
+            slot="viewed",
             desktop_session_id=desktop["desktop_session_id"],
-        )  # fmt: skip
+        )
         assert status == 200
         await until_closed(ws, 10)
         assert ws.close_code == CloseCode.DESKTOP_STOPPED
@@ -351,8 +371,10 @@ async def test_a_stalled_viewer_through_another_replica_holds_bounded_memory(
     status, started = await cluster.call(b, "desktop_start", slot="stalled")
     assert status == 200, started
     socket = "ws" + b[4:] + urlsplit(started["viewer_url"]).path + "websockify"
-    pids = [cluster.replicas[str(await cluster.owner())].process.pid,
-            cluster.replicas[b.rsplit(":", 1)[1]].process.pid]  # fmt: skip
+    pids = [
+        cluster.replicas[str(await cluster.owner())].process.pid,
+        cluster.replicas[b.rsplit(":", 1)[1]].process.pid,
+    ]
 
     def rss() -> list[int]:
         return [psutil.Process(pid).memory_info().rss for pid in pids]
@@ -368,9 +390,12 @@ async def test_a_stalled_viewer_through_another_replica_holds_bounded_memory(
     # A credit window per hop (8 MiB at most) and socket buffers: far below the flood.
     assert all(grown < 48 for grown in growth), f"MiB grown (owner, other): {growth}"
     status, _ = await cluster.call(
-        b, "desktop_stop_confirm", relay="relay-1", slot="stalled",
+        b,
+        "desktop_stop_confirm",
+        relay="relay-1",
+        slot="stalled",
         desktop_session_id=started["desktop"]["desktop_session_id"],
-    )  # fmt: skip
+    )
     assert status == 200
 
 
@@ -392,8 +417,9 @@ async def test_mcp_through_the_balancer_needs_no_affinity(cluster: Cluster) -> N
             assert "screen" in tools
             listed = await client.call_tool("desktop_list_active", {})
             assert session in _text(listed), listed.content
-            shot = await client.call_tool("screen", {"action": "screenshot",
-                                                     "desktop_session_id": session})  # fmt: skip
+            shot = await client.call_tool(
+                "screen", {"action": "screenshot", "desktop_session_id": session}
+            )
             assert not shot.is_error and json.loads(_text(shot))["screen_revision"]
     status, _ = await cluster.call(
         c, "desktop_stop_confirm", relay="relay-1", slot="mcp", desktop_session_id=session
@@ -423,8 +449,13 @@ async def _watched(cluster: Cluster, base: str, slot: str) -> AsyncIterator[Watc
         yield Watched(desktop["desktop_session_id"], recorder)
     finally:
         recorder.stop()
-        await cluster.call(base, "desktop_stop_confirm", relay="relay-1", slot=slot,
-                           desktop_session_id=desktop["desktop_session_id"])  # fmt: skip
+        await cluster.call(
+            base,
+            "desktop_stop_confirm",
+            relay="relay-1",
+            slot=slot,
+            desktop_session_id=desktop["desktop_session_id"],
+        )
 
 
 def _presses(events: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
@@ -432,23 +463,31 @@ def _presses(events: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
 
 
 async def _screenshot(cluster: Cluster, base: str, session: str) -> str:
-    status, shot = await cluster.call(base, "screen", action="screenshot",
-                                      desktop_session_id=session)  # fmt: skip
+    status, shot = await cluster.call(
+        base, "screen", action="screenshot", desktop_session_id=session
+    )
     assert status == 200, shot
     return str(shot["screen_revision"])
 
 
 async def _click(cluster: Cluster, base: str, session: str, revision: str) -> tuple[int, Any]:
-    return await cluster.call(base, "screen", action="click", x=400, y=300,
-                              desktop_session_id=session,
-                              expected_screen_revision=revision)  # fmt: skip
+    return await cluster.call(
+        base,
+        "screen",
+        action="click",
+        x=400,
+        y=300,
+        desktop_session_id=session,
+        expected_screen_revision=revision,
+    )
 
 
 async def _metric(base: str, line_start: str) -> float:
     async with httpx.AsyncClient() as client:
         text = (await client.get(f"{base}/metrics", headers=SCRAPE)).text
-    return next(float(line.split()[-1]) for line in text.splitlines()
-                if line.startswith(line_start))  # fmt: skip
+    return next(
+        float(line.split()[-1]) for line in text.splitlines() if line.startswith(line_start)
+    )
 
 
 async def test_a_guarded_click_through_another_replica_lands_or_is_refused_when_stale(

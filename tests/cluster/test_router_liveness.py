@@ -51,10 +51,13 @@ async def test_a_replica_reaping_for_longer_than_the_dead_bound_stays_alive(
     signer = ClusterSigner(secrets.token_urlsafe(24))
     replica = "alive-" + secrets.token_hex(3)
     router = ClusterRouter(
-        RelayHub(cast(Any, None)), Ownership(client, replica, "http://127.0.0.1:9", DEAD_AFTER_S),
-        Peers(signer, replica, max_text=1 << 20, max_frame=1 << 20), heartbeat_s=0.2,
-        on_orphaned=slowly_orphaned, signer=signer,
-    )  # fmt: skip
+        RelayHub(cast(Any, None)),
+        Ownership(client, replica, "http://127.0.0.1:9", DEAD_AFTER_S),
+        Peers(signer, replica, max_text=1 << 20, max_frame=1 << 20),
+        heartbeat_s=0.2,
+        on_orphaned=slowly_orphaned,
+        signer=signer,
+    )
     await router.beat()
     router.start()
     silent = 0.0

@@ -56,9 +56,12 @@ async def main() -> None:
     if mode == "ws":
         GenericComputerInterface.rest_uri = property(lambda self: CLOSED_PORT_URL)  # type: ignore[assignment,method-assign]
     computer = Computer(
-        os_type="linux", use_host_computer_server=True, api_base_url=base_url,
-        api_headers=headers, telemetry_enabled=False,
-    )  # fmt: skip
+        os_type="linux",
+        use_host_computer_server=True,
+        api_base_url=base_url,
+        api_headers=headers,
+        telemetry_enabled=False,
+    )
     started = time.perf_counter()
     await computer.run()
     _emit({"ready": time.perf_counter() - started})

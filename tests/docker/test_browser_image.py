@@ -64,8 +64,10 @@ def stack() -> Iterator[RelayStack]:
     require_docker()
     plain_s = build_images("server", "relay")
     browser_s = build_images("relay-browser")
-    print(f"\nscripts/docker-build server relay: {plain_s:.1f} s; "
-          f"relay-browser after them: {browser_s:.1f} s")  # fmt: skip
+    print(
+        f"\nscripts/docker-build server relay: {plain_s:.1f} s; "
+        f"relay-browser after them: {browser_s:.1f} s"
+    )
     with relay_stack(RELAY_BROWSER_IMAGE, BROWSER_ENV, BROWSER_RUN_ARGS) as stack:
         yield stack
 
@@ -158,8 +160,10 @@ def test_firefox_opens_on_a_desktop_as_the_relays_user(
 
     wait_for(drawn, FIREFOX_SHOWN_TIMEOUT_S, "Firefox's window to be listed and drawn")
     shown, took = last[0], time.monotonic() - began
-    print(f"\ndesktop_start → Firefox's window drawn: {took:.2f} s ({shown.colours} colours "
-          f"in the {shown.visible_fraction:.0%} of it in view)")  # fmt: skip
+    print(
+        f"\ndesktop_start → Firefox's window drawn: {took:.2f} s ({shown.colours} colours "
+        f"in the {shown.visible_fraction:.0%} of it in view)"
+    )
     Image.fromarray(png_pixels(shown.shot)).save(artifacts_dir / "firefox-desktop.png")
     assert shown.shot["desktop_session_id"] == session_id
     assert shown.window["width"] >= 200 and shown.window["height"] >= 200, shown.window
@@ -201,5 +205,8 @@ def test_firefox_window_listed_seconds_after_desktop_start(stack: RelayStack) ->
     runs = [_timed_start(stack) for _ in range(TIMED_STARTS)]
     for step in ("answered", *STARTUP_APPS):
         values = [run[step] for run in runs]
-        print(f"\ndesktop_start → {step}: p50 {statistics.median(values):.2f} s "
-              f"({', '.join(f'{v:.2f}' for v in values)})", end="")  # fmt: skip
+        print(
+            f"\ndesktop_start → {step}: p50 {statistics.median(values):.2f} s "
+            f"({', '.join(f'{v:.2f}' for v in values)})",
+            end="",
+        )

@@ -83,18 +83,33 @@ class Compose:
 
     def run(self, *args: str, timeout: float = 180.0, check: bool = True) -> str:
         """``docker-compose -p PROJECT -f docker/compose.yaml --env-file FILE ARGS``."""
-        argv = ["docker-compose", "--project-name", self.project, "--file", str(COMPOSE_FILE),
-                "--env-file", str(self.env_file), *args]  # fmt: skip
+        argv = [
+            "docker-compose",
+            "--project-name",
+            self.project,
+            "--file",
+            str(COMPOSE_FILE),
+            "--env-file",
+            str(self.env_file),
+            *args,
+        ]
         try:
             result = subprocess.run(
-                argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                timeout=scaled(timeout), check=False,
-            )  # fmt: skip
+                argv,
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=scaled(timeout),
+                check=False,
+            )
         except FileNotFoundError as err:
             raise DockerError("docker-compose is not installed (scripts/install adds it)") from err
         if check and result.returncode != 0:
-            raise DockerError(f"docker-compose {' '.join(args)} exited {result.returncode}:\n"
-                              f"{result.stderr.strip()}\n{result.stdout.strip()}")  # fmt: skip
+            raise DockerError(
+                f"docker-compose {' '.join(args)} exited {result.returncode}:\n"
+                f"{result.stderr.strip()}\n{result.stdout.strip()}"
+            )
         return result.stdout
 
     def admin(self, *args: str) -> str:
@@ -220,9 +235,14 @@ def _config(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RELAYDESK_")}
     return subprocess.run(
         ["docker-compose", "--file", str(COMPOSE_FILE), "config"],
-        cwd=REPO_ROOT, env={**clean, **env}, stdin=subprocess.DEVNULL, capture_output=True,
-        text=True, timeout=scaled(60), check=False,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        env={**clean, **env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+        check=False,
+    )
 
 
 def test_the_compose_file_is_accepted_with_the_official_images_by_default() -> None:
@@ -273,9 +293,15 @@ def test_the_stand_in_database_and_bus_serve_as_non_root_users(
         assert docker("exec", info["Id"], "id", "-u") == "999"
         assert not info["HostConfig"]["PortBindings"], f"{service} publishes a port"
     # The database the server migrated, under the user and name the compose file gives.
-    tables = docker("exec", compose.container("postgres"), "psql", "--username=relaydesk",
-                    "--dbname=relaydesk", "--tuples-only", "--command=SELECT count(*) FROM "
-                    "information_schema.tables WHERE table_schema = 'public'")  # fmt: skip
+    tables = docker(
+        "exec",
+        compose.container("postgres"),
+        "psql",
+        "--username=relaydesk",
+        "--dbname=relaydesk",
+        "--tuples-only",
+        "--command=SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
+    )
     assert int(tables) > 0
 
 

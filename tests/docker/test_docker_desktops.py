@@ -128,8 +128,12 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
                 await stack.connected()
                 yield stack
                 for row in await app.state.parts.inventory.live_rows(stack.relay_id):
-                    await stack.call("desktop_stop_confirm", kind=row.kind, slot=row.slot,
-                                     desktop_session_id=row.desktop_session_id)  # fmt: skip
+                    await stack.call(
+                        "desktop_stop_confirm",
+                        kind=row.kind,
+                        slot=row.slot,
+                        desktop_session_id=row.desktop_session_id,
+                    )
             tracker.cleanup()
     finally:
         for process in tracker.processes:
@@ -205,9 +209,13 @@ async def test_a_docker_desktop_is_viewed_screenshotted_and_clicked(stack: Stack
 
     x, y = GEOMETRY[0] // 2, GEOMETRY[1] - 40
     status, clicked = await stack.call(
-        "screen", action="click", x=x, y=y, desktop_session_id=session_id,
+        "screen",
+        action="click",
+        x=x,
+        y=y,
+        desktop_session_id=session_id,
         expected_screen_revision=shot["screen_revision"],
-    )  # fmt: skip
+    )
     assert status == 200, clicked
     assert clicked["guard"]["checked"] is True
     status, position = await stack.call(
@@ -220,13 +228,16 @@ async def test_a_docker_desktop_is_viewed_screenshotted_and_clicked(stack: Stack
 async def test_cuas_protocol_reaches_a_docker_desktop(stack: Stack) -> None:
     started = await stack.running_docker()
     slot = started["desktop"]["slot"]
-    base = (f"/api/v1/conversations/{stack.seed.conversation_id}/cua/"
-            f"{stack.seed.relay['name']}/docker/{slot}/cmd")  # fmt: skip
+    base = (
+        f"/api/v1/conversations/{stack.seed.conversation_id}/cua/"
+        f"{stack.seed.relay['name']}/docker/{slot}/cmd"
+    )
     headers = {"X-API-Key": stack.seed.api_token}
 
     async def cmd(command: str, **params: Any) -> dict[str, Any]:
-        response = await stack.client.post(base, headers=headers,
-                                           json={"command": command, "params": params})  # fmt: skip
+        response = await stack.client.post(
+            base, headers=headers, json={"command": command, "params": params}
+        )
         assert response.status_code == 200, response.text
         reply: dict[str, Any] = json.loads(response.text.strip().removeprefix("data: "))
         assert reply["success"] is True, (command, reply)
@@ -263,8 +274,10 @@ async def test_a_docker_desktop_cannot_see_the_hosts_files(stack: Stack) -> None
     # Of the host directory that holds the desktops' directories, only its own is there.
     parent = Path(run_dir).parent
     assert docker("exec", container, "ls", "-a", str(parent)).split() == [
-        ".", "..", Path(run_dir).name,
-    ]  # fmt: skip
+        ".",
+        "..",
+        Path(run_dir).name,
+    ]
     interfaces = docker("exec", container, "cat", "/proc/net/dev").splitlines()[2:]
     assert [line.split(":")[0].strip() for line in interfaces] == ["lo"]
     uids = docker("exec", container, "sh", "-c", "cat /proc/[0-9]*/status | grep ^Uid")
@@ -326,10 +339,12 @@ async def test_stop_removes_the_container(stack: Stack) -> None:
     desktop = (await stack.running_docker())["desktop"]
     session_id, display = desktop["desktop_session_id"], desktop["display"]
     container = _container_of(session_id)["Id"]
-    run_dir = next(m["Source"] for m in _container_of(session_id)["Mounts"]
-                   if m["Source"] == m["Destination"])  # fmt: skip
-    status, body = await stack.call("desktop_stop_confirm", kind="docker",
-                                    desktop_session_id=session_id)  # fmt: skip
+    run_dir = next(
+        m["Source"] for m in _container_of(session_id)["Mounts"] if m["Source"] == m["Destination"]
+    )
+    status, body = await stack.call(
+        "desktop_stop_confirm", kind="docker", desktop_session_id=session_id
+    )
     assert status == 200, body
     assert _containers(f"relaydesk.session={session_id}") == []
     assert docker("inspect", container, check=False) in ("", "[]")
@@ -345,10 +360,14 @@ async def test_bench_docker_desktops_quick_run() -> None:
     result = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "benchmarks.bench_docker_desktops", "--quick"],
-        cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=scaled(300),
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=scaled(300),
         check=False,
-    )  # fmt: skip
+    )
     output = f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr[-4000:]}"
     assert result.returncode == 0, output
     assert "docker / virtual start p50" in result.stdout, output

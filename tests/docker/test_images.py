@@ -199,8 +199,10 @@ async def test_a_tone_played_in_a_desktop_is_heard_through_the_server(stack: Rel
                 if len(pcm) >= 10 and abs(peak_hz(np.concatenate(pcm[-10:])) - 440) < 10:
                     break
                 assert heard_after < scaled(2.0), "no 440 Hz peak within 2 s"
-    print(f"\n440 Hz heard {heard_after:.2f} s after the player was started; "
-          f"capture → listener p50 {statistics.median(heard.latencies_ms):.1f} ms")  # fmt: skip
+    print(
+        f"\n440 Hz heard {heard_after:.2f} s after the player was started; "
+        f"capture → listener p50 {statistics.median(heard.latencies_ms):.1f} ms"
+    )
     wait_for(
         lambda: _pacat_pids(stack.relay) == players_before,
         15,
@@ -244,8 +246,11 @@ def test_the_start_up_terminal_shows_within_seconds(stack: RelayStack) -> None:
     assert status == 200 and not body["already_running"], body
     session = body["desktop"]["desktop_session_id"]
     try:
-        wait_for(lambda: _terminal_listed(stack, session), scaled(TERMINAL_SHOWN_S),
-                 "the start-up terminal's window")  # fmt: skip
+        wait_for(
+            lambda: _terminal_listed(stack, session),
+            scaled(TERMINAL_SHOWN_S),
+            "the start-up terminal's window",
+        )
         print(f"\ndesktop_start → terminal listed: {time.monotonic() - started:.2f} s", end="")
     finally:
         stack.stop_desktop(session)

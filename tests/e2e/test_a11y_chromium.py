@@ -59,8 +59,14 @@ async def _observed(stack: A11yStack, needle: str) -> dict[str, Any]:
 async def test_the_page_form_and_table_are_observed(stack):
     seen = await _observed(stack, 'push_button "Place order"')
     text = seen["text"]
-    for expected in ('entry "Customer"', 'check_box "Gift wrap"', 'push_button "Place order"',
-                     'table "Items"', 'table_cell "Item 1"', 'heading "Order form"'):  # fmt: skip
+    for expected in (
+        'entry "Customer"',
+        'check_box "Gift wrap"',
+        'push_button "Place order"',
+        'table "Items"',
+        'table_cell "Item 1"',
+        'heading "Order form"',
+    ):
         assert expected in text, text
     # rows below the fold are not showing: they are not listed
     assert 'table_cell "Item 50"' not in text
@@ -76,14 +82,24 @@ async def test_find_reaches_rows_below_the_fold_and_scrolls_them_into_view(stack
     assert "showing" not in (await stack.ok("desktop_read", ref=cell["ref"]))["states"]
     scrolled = await stack.ok("desktop_scroll", ref=cell["ref"], into_view=True)
     assert scrolled["method"] == "native"
-    shown = await stack.ok("desktop_wait", selector='table_cell[name="Item 50"]:visible',
-                           window=PAGE, condition="visible", timeout_ms=10000)  # fmt: skip
+    shown = await stack.ok(
+        "desktop_wait",
+        selector='table_cell[name="Item 50"]:visible',
+        window=PAGE,
+        condition="visible",
+        timeout_ms=10000,
+    )
     assert shown["satisfied"] is True
     # back to the top for the tests that follow
     button = await stack.ok("desktop_find", selector='button[name="Place order"]', window=PAGE)
     await stack.ok("desktop_scroll", ref=button["matches"][0]["ref"], into_view=True)
-    await stack.ok("desktop_wait", selector='button[name="Place order"]', window=PAGE,
-                   condition="visible", timeout_ms=10000)  # fmt: skip
+    await stack.ok(
+        "desktop_wait",
+        selector='button[name="Place order"]',
+        window=PAGE,
+        condition="visible",
+        timeout_ms=10000,
+    )
 
 
 async def test_typing_into_a_chromium_field_is_physical_and_confirmed(stack):
@@ -95,16 +111,18 @@ async def test_typing_into_a_chromium_field_is_physical_and_confirmed(stack):
     button = await stack.ok("desktop_find", selector='button[name="Place order"]', window=PAGE)
     clicked = await stack.ok("desktop_click", ref=button["matches"][0]["ref"])
     assert clicked["method"] == "native"
-    done = await stack.ok("desktop_wait", selector='"Ordered: Ada Lovelace"', window=PAGE,
-                          timeout_ms=10000)  # fmt: skip
+    done = await stack.ok(
+        "desktop_wait", selector='"Ordered: Ada Lovelace"', window=PAGE, timeout_ms=10000
+    )
     assert done["satisfied"] is True
 
 
 async def test_chromium_without_the_flag_is_diagnosed(tmp_path_factory):
     # relaydesk's desktops turn accessibility on for every app (the bus's IsEnabled, which
     # Chromium reads too): only a browser that turns its renderer's off lacks the page's tree.
-    plain = chromium_app(SHARED, "without", "--disable-renderer-accessibility",
-                         page="a11y_plain.html")  # fmt: skip
+    plain = chromium_app(
+        SHARED, "without", "--disable-renderer-accessibility", page="a11y_plain.html"
+    )
 
     async with a11y_stack(tmp_path_factory.mktemp("plain"), [plain]) as stack:
         await _window(stack, PLAIN)

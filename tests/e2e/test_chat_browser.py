@@ -28,8 +28,11 @@ chat_page = chat_fixtures.chat_page
 async def live_sessions(stack: ViewerStack, slot: str) -> list[str]:
     status, body = await api_action(stack, "desktop_list_active")
     assert status == 200, body
-    return [row["desktop_session_id"] for row in body["desktops"]
-            if row["slot"] == slot and row["state"] == "running"]  # fmt: skip
+    return [
+        row["desktop_session_id"]
+        for row in body["desktops"]
+        if row["slot"] == slot and row["state"] == "running"
+    ]
 
 
 async def viewer_connected(viewer: Page) -> None:
@@ -153,8 +156,14 @@ async def test_a_stale_confirmation_stops_nothing(
     await expect(page.locator("#stop-dialog")).to_contain_text(old)
 
     # meanwhile someone else restarts that slot
-    status, _ = await api_action(chat_stack, "desktop_stop_confirm", relay="relay-1",
-                                 kind="virtual", slot="stale", desktop_session_id=old)  # fmt: skip
+    status, _ = await api_action(
+        chat_stack,
+        "desktop_stop_confirm",
+        relay="relay-1",
+        kind="virtual",
+        slot="stale",
+        desktop_session_id=old,
+    )
     assert status == 200
     status, body = await api_action(chat_stack, "desktop_start", slot="stale", geometry="1280x800")
     new = body["desktop"]["desktop_session_id"]
@@ -168,8 +177,14 @@ async def test_a_stale_confirmation_stops_nothing(
     assert await live_sessions(chat_stack, "stale") == [new]
     await page.get_by_role("button", name="Close", exact=True).click()
     await expect(page.locator(f"#dock-rows tr[data-session='{new}']")).to_contain_text("running")
-    status, _ = await api_action(chat_stack, "desktop_stop_confirm", relay="relay-1",
-                                 kind="virtual", slot="stale", desktop_session_id=new)  # fmt: skip
+    status, _ = await api_action(
+        chat_stack,
+        "desktop_stop_confirm",
+        relay="relay-1",
+        kind="virtual",
+        slot="stale",
+        desktop_session_id=new,
+    )
     assert status == 200
 
 

@@ -55,14 +55,18 @@ async def browser() -> AsyncIterator[Browser]:
 
 def home_of(stack: ViewerStack, desktop: Desktop) -> Path:
     state = stack.seed.data_dir / "relay-state" / "desktops.json"
-    (found,) = [d for d in json.loads(state.read_text(encoding="utf-8"))["desktops"]
-                if d["desktop_session_id"] == desktop.desktop_session_id]  # fmt: skip
+    (found,) = [
+        d
+        for d in json.loads(state.read_text(encoding="utf-8"))["desktops"]
+        if d["desktop_session_id"] == desktop.desktop_session_id
+    ]
     return Path(found["home"])
 
 
 async def open_viewer(browser: Browser, stack: ViewerStack, desktop: Desktop) -> Page:
-    context = await browser.new_context(viewport={"width": 1280, "height": 800},
-                                        accept_downloads=True)  # fmt: skip
+    context = await browser.new_context(
+        viewport={"width": 1280, "height": 800}, accept_downloads=True
+    )
     context.set_default_timeout(scaled(15) * 1000)
     cookie = (await stack.person_headers())["Cookie"].split("=", 1)[1]
     await context.add_cookies([{"name": "relaydesk_session", "value": cookie, "url": stack.url}])
@@ -82,8 +86,11 @@ async def test_a_dropped_file_lands_in_downloads_and_downloads_back(
     page = await open_viewer(browser, stack, desktop)
     await page.evaluate(DROP, ["report.bin", base64.b64encode(blob).decode()])
     landed = home / "Downloads" / "report.bin"
-    await wait_until(lambda: landed.exists() and landed.stat().st_size == len(blob),
-                     scaled(20), "the dropped file to land")  # fmt: skip
+    await wait_until(
+        lambda: landed.exists() and landed.stat().st_size == len(blob),
+        scaled(20),
+        "the dropped file to land",
+    )
     assert landed.read_bytes() == blob
     info = landed.stat()
     assert info.st_uid == home.stat().st_uid and stat.S_IMODE(info.st_mode) & 0o022 == 0

@@ -249,9 +249,13 @@ async def test_num_lock_is_aligned_on_the_host_screen_and_stop_reaches_the_viewe
 
     # She stops it herself: her key press holds the desktop, so her agent could not.
     await local.stack.action(
-        "desktop_stop_confirm", person=True, relay=local.stack.relay_id, kind="local",
-        slot="main", desktop_session_id=session,
-    )  # fmt: skip
+        "desktop_stop_confirm",
+        person=True,
+        relay=local.stack.relay_id,
+        kind="local",
+        slot="main",
+        desktop_session_id=session,
+    )
     await viewer.wait_for_function(
         "() => document.body.dataset.state === 'stopped'", timeout=scaled(10) * 1000
     )

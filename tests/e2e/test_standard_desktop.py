@@ -97,15 +97,18 @@ async def post(stack: ViewerStack, name: str, **args: Any) -> tuple[int, Any]:
 
 
 def _x_env(display: str) -> dict[str, str]:
-    return {"PATH": os.environ["PATH"], "DISPLAY": display,
-            "XAUTHORITY": os.environ["XAUTHORITY"]}  # fmt: skip
+    return {"PATH": os.environ["PATH"], "DISPLAY": display, "XAUTHORITY": os.environ["XAUTHORITY"]}
 
 
 def window_titles(display: str) -> list[str]:
     done = subprocess.run(
-        ["wmctrl", "-l"], env=_x_env(display), capture_output=True, text=True,
-        timeout=scaled(10), check=False,
-    )  # fmt: skip
+        ["wmctrl", "-l"],
+        env=_x_env(display),
+        capture_output=True,
+        text=True,
+        timeout=scaled(10),
+        check=False,
+    )
     return [line.split(None, 3)[-1] for line in done.stdout.splitlines()]
 
 
@@ -147,14 +150,31 @@ async def wait_for_browser_painted(stack: ViewerStack, desktop: Desktop) -> None
 
 async def open_in_browser(desktop: Desktop, url: str, title: str) -> None:
     """Type ``url`` into Chromium's address bar until a window titled ``title`` shows."""
-    xdotool = ["xdotool", "search", "--onlyvisible", "--class", "chromium", "windowactivate",
-               "--sync", "key", "--clearmodifiers", "ctrl+l", "type", "--delay", "5",
-               f"{url}\n"]  # fmt: skip
+    xdotool = [
+        "xdotool",
+        "search",
+        "--onlyvisible",
+        "--class",
+        "chromium",
+        "windowactivate",
+        "--sync",
+        "key",
+        "--clearmodifiers",
+        "ctrl+l",
+        "type",
+        "--delay",
+        "5",
+        f"{url}\n",
+    ]
     for attempt in range(3):
         await asyncio.to_thread(
-            subprocess.run, xdotool, env=_x_env(desktop.display), capture_output=True,
-            timeout=scaled(20), check=False,
-        )  # fmt: skip
+            subprocess.run,
+            xdotool,
+            env=_x_env(desktop.display),
+            capture_output=True,
+            timeout=scaled(20),
+            check=False,
+        )
         try:
             await wait_for_window(desktop, title, 10)
             return
@@ -267,9 +287,12 @@ async def test_desktop_apps_and_the_chat_list_the_launchable_apps(
     assert answer["desktop_session_id"] == standard.desktop_session_id
     assert [app["id"] for app in answer["launchable"]] == LAUNCHABLE
     assert answer["launchable"][0] == {
-        "id": "chromium", "name": "Chromium", "icon": "chromium",
-        "desktop_entry": "relaydesk-chromium.desktop", "accessible": True,
-    }  # fmt: skip
+        "id": "chromium",
+        "name": "Chromium",
+        "icon": "chromium",
+        "desktop_entry": "relaydesk-chromium.desktop",
+        "accessible": True,
+    }
     terminal = next(app for app in answer["launchable"] if app["id"] == "xterm")
     assert terminal["accessible"] is False
     # the running apps come from the desktop's accessibility bus
@@ -282,8 +305,12 @@ async def test_desktop_apps_and_the_chat_list_the_launchable_apps(
         response = await client.post(url, json={"text": "/desktop apps"}, headers=headers)
     assert response.status_code == 201, response.text
     reply = response.json()["reply"]
-    for name in ("Chromium (chromium)", "Files (pcmanfm)", "Text Editor (mousepad)",
-                 "Terminal (xterm)"):  # fmt: skip
+    for name in (
+        "Chromium (chromium)",
+        "Files (pcmanfm)",
+        "Text Editor (mousepad)",
+        "Terminal (xterm)",
+    ):
         assert name in reply["text"], reply["text"]
     assert [app["id"] for app in reply["payload"]["launchable"]] == LAUNCHABLE
 

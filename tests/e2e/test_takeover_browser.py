@@ -59,8 +59,9 @@ class Agent:
         status, shot_ = await self.screen(action="screenshot", format="jpeg")
         assert status == 200, shot_
         x, y = POINT
-        return await self.screen(action="click", x=x, y=y,
-                                 expected_screen_revision=shot_["screen_revision"])  # fmt: skip
+        return await self.screen(
+            action="click", x=x, y=y, expected_screen_revision=shot_["screen_revision"]
+        )
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -112,8 +113,9 @@ async def wait_for_control(page: Page, text: str, within_s: float = 5) -> None:
     try:
         await page.wait_for_function(
             "t => document.getElementById('control-text').textContent.startsWith(t)",
-            arg=text, timeout=scaled(within_s) * 1000,
-        )  # fmt: skip
+            arg=text,
+            timeout=scaled(within_s) * 1000,
+        )
     except PlaywrightTimeout:
         shown = await page.locator("#control-text").inner_text()
         raise AssertionError(f"the bar says {shown!r}, not {text!r}") from None
@@ -124,9 +126,13 @@ def kinds(events: list[dict[str, Any]]) -> list[str]:
 
 
 async def test_typing_in_the_viewer_refuses_the_agent_until_idle(
-    stack: ViewerStack, desktop: Desktop, context: BrowserContext, agent: Agent,
-    recorder: XRecorder, artifacts_dir: Path,
-) -> None:  # fmt: skip
+    stack: ViewerStack,
+    desktop: Desktop,
+    context: BrowserContext,
+    agent: Agent,
+    recorder: XRecorder,
+    artifacts_dir: Path,
+) -> None:
     page = await open_viewer(context, stack, desktop)
     await asyncio.to_thread(recorder.drain)
     await page.focus("#screen canvas")
@@ -155,9 +161,13 @@ async def test_typing_in_the_viewer_refuses_the_agent_until_idle(
 
 
 async def test_take_control_holds_past_the_idle_time_until_hand_back(
-    stack: ViewerStack, desktop: Desktop, context: BrowserContext, agent: Agent,
-    recorder: XRecorder, artifacts_dir: Path,
-) -> None:  # fmt: skip
+    stack: ViewerStack,
+    desktop: Desktop,
+    context: BrowserContext,
+    agent: Agent,
+    recorder: XRecorder,
+    artifacts_dir: Path,
+) -> None:
     page = await open_viewer(context, stack, desktop)
     status, clicked = await agent.click()  # the agent is at work
     assert status == 200, clicked
@@ -180,9 +190,12 @@ async def test_take_control_holds_past_the_idle_time_until_hand_back(
 
 
 async def test_the_control_state_reaches_a_second_viewer_and_the_dock_within_a_second(
-    stack: ViewerStack, desktop: Desktop, context: BrowserContext, agent: Agent,
+    stack: ViewerStack,
+    desktop: Desktop,
+    context: BrowserContext,
+    agent: Agent,
     artifacts_dir: Path,
-) -> None:  # fmt: skip
+) -> None:
     first = await open_viewer(context, stack, desktop)
     second = await open_viewer(context, stack, desktop)
     chat = await context.new_page()
@@ -196,24 +209,29 @@ async def test_the_control_state_reaches_a_second_viewer_and_the_dock_within_a_s
     await wait_for_control(second, "Agent bot is in control", within_s=1)
     await chat.wait_for_function(
         "sid => document.querySelector(`tr[data-session='${sid}']`).dataset.control === 'agent'",
-        arg=desktop.desktop_session_id, timeout=scaled(1) * 1000,
-    )  # fmt: skip
+        arg=desktop.desktop_session_id,
+        timeout=scaled(1) * 1000,
+    )
     await first.focus("#screen canvas")
     await first.keyboard.press("x")
     await wait_for_control(second, "You are in control", within_s=1)  # the same person
     await chat.wait_for_function(
         "sid => document.querySelector(`tr[data-session='${sid}']`).dataset.control === 'person'",
-        arg=desktop.desktop_session_id, timeout=scaled(1) * 1000,
-    )  # fmt: skip
+        arg=desktop.desktop_session_id,
+        timeout=scaled(1) * 1000,
+    )
     assert "alice" in await row.locator("td.control").inner_text()
     await shot(chat, artifacts_dir, "dock")
     await shot(second, artifacts_dir, "second-viewer")
 
 
 async def test_stop_on_the_dock_ends_the_agent_run_and_refuses_a_regrant_for_the_cooldown(
-    stack: ViewerStack, desktop: Desktop, context: BrowserContext, agent: Agent,
+    stack: ViewerStack,
+    desktop: Desktop,
+    context: BrowserContext,
+    agent: Agent,
     artifacts_dir: Path,
-) -> None:  # fmt: skip
+) -> None:
     parts = stack.app.state.parts
     key = DesktopKey(stack.relay_id, desktop.desktop_session_id)
     await wait_until(lambda: _idle(parts, key), IDLE_S + 5, "nobody in control")
@@ -231,8 +249,9 @@ async def test_stop_on_the_dock_ends_the_agent_run_and_refuses_a_regrant_for_the
 
     loop = asyncio.create_task(agent_loop())
     await wait_until(lambda: parts.control.inflight.count(key) == 1, 20, "a request in flight")
-    stop = chat.locator(f"tr[data-session='{desktop.desktop_session_id}'] button",
-                        has_text="Stop agent")  # fmt: skip
+    stop = chat.locator(
+        f"tr[data-session='{desktop.desktop_session_id}'] button", has_text="Stop agent"
+    )
     await stop.click()
     await asyncio.wait_for(loop, scaled(10))
     status, ended = answers[-1]
@@ -260,9 +279,13 @@ async def _idle(parts: Any, key: DesktopKey) -> bool:
 
 
 async def test_a_view_only_viewer_sends_nothing_and_takes_nothing(
-    stack: ViewerStack, desktop: Desktop, context: BrowserContext, agent: Agent,
-    recorder: XRecorder, artifacts_dir: Path,
-) -> None:  # fmt: skip
+    stack: ViewerStack,
+    desktop: Desktop,
+    context: BrowserContext,
+    agent: Agent,
+    recorder: XRecorder,
+    artifacts_dir: Path,
+) -> None:
     parts = stack.app.state.parts
     key = DesktopKey(stack.relay_id, desktop.desktop_session_id)
     await wait_until(lambda: _idle(parts, key), IDLE_S + 5, "nobody in control")

@@ -122,9 +122,14 @@ def _env(desktop: Desktop) -> dict[str, str]:
 async def remote_clipboard(desktop: Desktop) -> str | None:
     """The desktop's CLIPBOARD text, or None while nobody owns it."""
     process = await asyncio.create_subprocess_exec(
-        "xclip", "-o", "-selection", "clipboard", env=_env(desktop),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+        "xclip",
+        "-o",
+        "-selection",
+        "clipboard",
+        env=_env(desktop),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     try:
         out, _ = await asyncio.wait_for(process.communicate(), scaled(5))
     finally:
@@ -193,9 +198,12 @@ async def test_remote_copy_reaches_the_browser_clipboard(
     text = f"remote copy {uuid.uuid4().hex[:8]}"
     # -quiet keeps xclip in the foreground as the selection owner, so it is ours to stop.
     owner = subprocess.Popen(
-        ["xclip", "-quiet", "-selection", "clipboard", "-i"], env=_env(desktop),
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        ["xclip", "-quiet", "-selection", "clipboard", "-i"],
+        env=_env(desktop),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert owner.stdin is not None
         owner.stdin.write(text.encode())

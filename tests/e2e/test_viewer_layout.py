@@ -80,9 +80,11 @@ async def open_at(
 
 def inside(box: dict[str, Any], viewport: ViewportSize) -> bool:
     return bool(
-        box["left"] >= 0 and box["top"] >= 0
-        and box["right"] <= viewport["width"] and box["bottom"] <= viewport["height"]
-    )  # fmt: skip
+        box["left"] >= 0
+        and box["top"] >= 0
+        and box["right"] <= viewport["width"]
+        and box["bottom"] <= viewport["height"]
+    )
 
 
 async def check_label(page: Page, selector: str, viewport: ViewportSize, words: str) -> None:
@@ -118,11 +120,15 @@ async def test_every_panel_and_label_fits_and_reads(
     await page.screenshot(path=artifacts_dir / f"{size}-bar-agent.png")
 
     for button, panel in PANELS.items():
-        opener = page.locator("#control") if button == "control" else (
-            page.get_by_role("toolbar", name="Viewer controls").get_by_role(
-                "button", name=button, exact=True
+        opener = (
+            page.locator("#control")
+            if button == "control"
+            else (
+                page.get_by_role("toolbar", name="Viewer controls").get_by_role(
+                    "button", name=button, exact=True
+                )
             )
-        )  # fmt: skip
+        )
         await opener.click()
         await page.locator(panel).wait_for(state="visible")
         name = panel.lstrip("#")

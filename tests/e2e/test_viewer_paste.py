@@ -53,9 +53,11 @@ class Editor:
         self.state = state
         env = {**os.environ, "DISPLAY": desktop.display, "NO_AT_BRIDGE": "1"}
         self.process = subprocess.Popen(
-            [SYSTEM_PYTHON, str(TEXT_APP), str(state)], env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [SYSTEM_PYTHON, str(TEXT_APP), str(state)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def read(self) -> dict[str, Any]:
         try:
@@ -163,9 +165,12 @@ async def test_the_clipboard_endpoint_answers_a_persons_viewer_only(
     async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(10)) as client:
         await client.get(f"/vnc/{sid}/{person}/clipboard")  # the relay's xclip is ready
         subprocess.run(
-            ["xclip", "-selection", "clipboard", "-i"], input=b"OOO-15", check=True,
-            env={**os.environ, "DISPLAY": desktop.display}, timeout=scaled(5),
-        )  # fmt: skip
+            ["xclip", "-selection", "clipboard", "-i"],
+            input=b"OOO-15",
+            check=True,
+            env={**os.environ, "DISPLAY": desktop.display},
+            timeout=scaled(5),
+        )
         answer = await client.get(f"/vnc/{sid}/{person}/clipboard")
         assert answer.status_code == 200, answer.text
         assert answer.headers["cache-control"] == "no-store"

@@ -89,8 +89,15 @@ async def test_the_toolbar_offers_what_a_noVNC_viewer_offers(
     bar = page.get_by_role("toolbar", name="Viewer controls")
     back = bar.get_by_role("link", name="Back to the chat")
     assert (await back.get_attribute("href")) == f"/#/c/{stack.seed.conversation_id}"
-    for name in ("Special keys", "Clipboard", "Pan and zoom", "Desktop audio",
-                 "Display settings", "Full screen", "Disconnect"):  # fmt: skip
+    for name in (
+        "Special keys",
+        "Clipboard",
+        "Pan and zoom",
+        "Desktop audio",
+        "Display settings",
+        "Full screen",
+        "Disconnect",
+    ):
         await expect(bar.get_by_role("button", name=name, exact=True)).to_be_visible()
     # The on-screen keyboard is for touch screens only.
     await expect(bar.get_by_role("button", name="On-screen keyboard")).to_be_hidden()
@@ -130,9 +137,12 @@ async def _css_width_below(page: Page, width: int) -> bool:
 
 
 async def test_special_keys_and_the_clipboard_panel_reach_the_desktop(
-    browser: Browser, stack: ViewerStack, desktop: Desktop, recorder: XRecorder,
+    browser: Browser,
+    stack: ViewerStack,
+    desktop: Desktop,
+    recorder: XRecorder,
     artifacts_dir: Path,
-) -> None:  # fmt: skip
+) -> None:
     context = await new_context(browser, stack, phone=False)
     page = await open_viewer(context, stack, desktop)
     await asyncio.to_thread(recorder.drain)
@@ -176,8 +186,10 @@ async def test_disconnect_leaves_the_desktop_running_and_reconnect_returns(
     assert stack.viewers(desktop.desktop_session_id) == 0
     await page.screenshot(path=artifacts_dir / "01-disconnected.png")
     rows = (await stack.action("desktop_list_active"))["desktops"]
-    assert any(r["desktop_session_id"] == desktop.desktop_session_id and r["state"] == "running"
-               for r in rows)  # fmt: skip
+    assert any(
+        r["desktop_session_id"] == desktop.desktop_session_id and r["state"] == "running"
+        for r in rows
+    )
     await page.get_by_role("button", name="Reconnect").click()
     await page.wait_for_function("() => document.body.dataset.state === 'connected'")
     await expect(overlay).to_be_hidden()
@@ -189,9 +201,12 @@ async def _viewers_are(stack: ViewerStack, desktop: Desktop, count: int) -> bool
 
 
 async def test_phone_toolbar_is_compact_and_pinch_zooms_and_pans(
-    browser: Browser, stack: ViewerStack, desktop: Desktop, recorder: XRecorder,
+    browser: Browser,
+    stack: ViewerStack,
+    desktop: Desktop,
+    recorder: XRecorder,
     artifacts_dir: Path,
-) -> None:  # fmt: skip
+) -> None:
     context = await new_context(browser, stack, phone=True)
     page = await open_viewer(context, stack, desktop)
     # Two rows of 40 px targets at most: where and who (Chat, status, control), then the tools.
@@ -253,6 +268,7 @@ async def drag(cdp: Any, source: tuple[int, int], target: tuple[int, int], steps
     await touch(cdp, "touchStart", [{"x": x0, "y": y0, "id": 0}])
     for step in range(1, steps + 1):
         share = step / steps
-        await touch(cdp, "touchMove", [{"x": x0 + (x1 - x0) * share, "y": y0 + (y1 - y0) * share,
-                                        "id": 0}])  # fmt: skip
+        await touch(
+            cdp, "touchMove", [{"x": x0 + (x1 - x0) * share, "y": y0 + (y1 - y0) * share, "id": 0}]
+        )
     await touch(cdp, "touchEnd", [])

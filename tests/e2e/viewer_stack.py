@@ -151,9 +151,13 @@ class ViewerStack:
         status = await self.relays.request(self.relay_id, "desktop.status", {}, 10.0)
         ports = next(d for d in status["desktops"] if d["desktop_session_id"] == sid)
         desktop = Desktop(
-            sid, slot, ports["display"], ports["vnc_port"], ports["websockify_port"],
+            sid,
+            slot,
+            ports["display"],
+            ports["vnc_port"],
+            ports["websockify_port"],
             row["viewer_url"],
-        )  # fmt: skip
+        )
         self.desktops.append(desktop)
         if paint:
             await asyncio.to_thread(paint_root, desktop.display)
@@ -163,10 +167,13 @@ class ViewerStack:
         """``desktop_stop_confirm`` through the server (compare-and-stop), by a person (the
         tests' people type into the desktop, and an agent may not stop it from under them)."""
         answer = await self.action(
-            "desktop_stop_confirm", person=True, relay=self.relay_id, kind="virtual",
+            "desktop_stop_confirm",
+            person=True,
+            relay=self.relay_id,
+            kind="virtual",
             slot=desktop.slot,
             desktop_session_id=desktop.desktop_session_id,
-        )  # fmt: skip
+        )
         assert answer.get("result", answer)["stopped"], answer
 
     def start_relay(self) -> ManagedProcess:

@@ -84,8 +84,9 @@ async def running_helper(config: HelperSettings) -> AsyncIterator[Helper]:
     await site.start()
     try:
         async with aiohttp.ClientSession() as http:
-            yield Helper(f"http://{config.host}:{config.port}", app[DESKTOPS_KEY], http,
-                         config.display)  # fmt: skip
+            yield Helper(
+                f"http://{config.host}:{config.port}", app[DESKTOPS_KEY], http, config.display
+            )
     finally:
         await runner.cleanup()  # stops the desktop it started
 

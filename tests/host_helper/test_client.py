@@ -26,9 +26,12 @@ def run_helper_cli(**env: str) -> subprocess.CompletedProcess[str]:
     """``relaydesk host-helper`` with only ``env`` (and a PATH), expected to refuse at once."""
     return subprocess.run(
         relaydesk_argv("host-helper", "--port", str(free_port())),
-        env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True,
-        timeout=scaled(30), check=False,
-    )  # fmt: skip
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=scaled(30),
+        check=False,
+    )
 
 
 def test_the_helper_refuses_to_start_without_a_token() -> None:
@@ -104,9 +107,11 @@ async def test_concurrent_starts_from_two_relay_connections_make_one_desktop(
     relays = [LocalDesktop(HostHelperClient(helper.url, TOKEN)) for _ in range(2)]
     try:
         rows = await asyncio.gather(
-            *(relay.start({"kind": "local", "started_by": f"relay-{index % 2}"})
-              for index, relay in enumerate(relays * 5))
-        )  # fmt: skip
+            *(
+                relay.start({"kind": "local", "started_by": f"relay-{index % 2}"})
+                for index, relay in enumerate(relays * 5)
+            )
+        )
         assert len({row["desktop_session_id"] for row in rows}) == 1
         assert [row["already_running"] for row in rows].count(False) == 1
         assert helper.desktops.spawned == 1
@@ -161,8 +166,12 @@ async def test_keyboard_state_of_a_local_session_reads_the_host_display(helper: 
         session = (await local.start({"kind": "local"}))["desktop_session_id"]
         before = await asyncio.to_thread(host_num_lock, helper.display)
         state = await keyboard_state(session)
-        assert state == {"num_lock": before, "caps_lock": False, "scroll_lock": False,
-                         "source": "led_mask"}  # fmt: skip
+        assert state == {
+            "num_lock": before,
+            "caps_lock": False,
+            "scroll_lock": False,
+            "source": "led_mask",
+        }
         for flipped in (not before, before):
             await handlers.screen("key", {"kind": "local", "keys": "Num_Lock"})
             await wait_until(lambda f=flipped: num_lock_is(f), 5, f"the NumLock LED {flipped}")

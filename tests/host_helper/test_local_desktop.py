@@ -44,8 +44,12 @@ async def test_requests_without_the_token_are_refused_and_logged_without_it(
     helper: Helper, headers: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    calls = [("POST", "/v1/local/start"), ("GET", "/v1/local/status"),
-             ("GET", "/v1/local/connect?port=1"), ("POST", "/v1/screen/click")]  # fmt: skip
+    calls = [
+        ("POST", "/v1/local/start"),
+        ("GET", "/v1/local/status"),
+        ("GET", "/v1/local/connect?port=1"),
+        ("POST", "/v1/screen/click"),
+    ]
     for method, path in calls:
         async with helper.http.request(method, f"{helper.url}{path}", headers=headers) as resp:
             assert resp.status == 401

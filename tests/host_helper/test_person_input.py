@@ -80,9 +80,15 @@ async def _watching(helper: Helper) -> bool:
 
 @pytest.mark.parametrize(
     ("query", "field"),
-    [("after=-1", "after"), ("after=1.5", "after"), ("after=x", "after"),
-     ("wait=100", "wait"), ("wait=-1", "wait"), ("wait=nan", "wait")],
-)  # fmt: skip
+    [
+        ("after=-1", "after"),
+        ("after=1.5", "after"),
+        ("after=x", "after"),
+        ("wait=100", "wait"),
+        ("wait=-1", "wait"),
+        ("wait=nan", "wait"),
+    ],
+)
 async def test_bad_polls_are_refused_naming_the_field(
     helper: Helper, query: str, field: str
 ) -> None:
@@ -101,8 +107,10 @@ async def test_a_person_at_the_real_screen_takes_over_from_the_agent(
         inprocess_server(seed, takeover_idle_s=30.0) as (app, url),
         httpx.AsyncClient(base_url=url, timeout=scaled(30)) as client,
     ):
-        env = {"RELAYDESK_HOST_HELPER": f"http://127.0.0.1:{helper_port}",
-               "RELAYDESK_HOST_HELPER_TOKEN": TOKEN}  # fmt: skip
+        env = {
+            "RELAYDESK_HOST_HELPER": f"http://127.0.0.1:{helper_port}",
+            "RELAYDESK_HOST_HELPER_TOKEN": TOKEN,
+        }
         start_relay(process_factory, seed, url, env=env)
         relay_id = RelayId(seed.relay["relay_id"])
         await wait_until(lambda: app.state.parts.relays.is_connected(relay_id), 20, "the relay")
@@ -110,14 +118,19 @@ async def test_a_person_at_the_real_screen_takes_over_from_the_agent(
         async def act(name: str, **body: Any) -> tuple[int, Any]:
             payload = {"conversation_id": seed.conversation_id, **body}
             headers = {"Authorization": f"Bearer {seed.api_token}"}
-            response = await client.post(f"/api/v1/actions/{name}", json=payload,
-                                         headers=headers)  # fmt: skip
+            response = await client.post(f"/api/v1/actions/{name}", json=payload, headers=headers)
             return response.status_code, response.json()
 
         async def click() -> tuple[int, Any]:
             _, shot = await act("screen", action="screenshot", local=True)
-            return await act("screen", action="click", local=True, x=40, y=30,
-                             expected_screen_revision=shot["screen_revision"])  # fmt: skip
+            return await act(
+                "screen",
+                action="click",
+                local=True,
+                x=40,
+                y=30,
+                expected_screen_revision=shot["screen_revision"],
+            )
 
         status, started = await act("desktop_start", kind="local")
         assert status == 200, started

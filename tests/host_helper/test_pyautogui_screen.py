@@ -44,8 +44,9 @@ class Helper:
 
     async def call(self, action: str, body: dict[str, Any]) -> tuple[int, Any]:
         headers = {"Authorization": f"Bearer {TOKEN}"}
-        async with self.http.post(f"{self.url}/v1/screen/{action}", json=body,
-                                  headers=headers) as resp:  # fmt: skip
+        async with self.http.post(
+            f"{self.url}/v1/screen/{action}", json=body, headers=headers
+        ) as resp:
             return resp.status, await resp.json()
 
 
@@ -54,11 +55,19 @@ async def helper(
     host_screen: XvfbServer, recorder: XRecorder, process_factory: ProcessFactory
 ) -> AsyncIterator[Helper]:
     port = free_port()
-    argv = relaydesk_argv("host-helper", "--port", str(port), "--display", host_screen.display,
-                          "--input-backend", "pyautogui")  # fmt: skip
+    argv = relaydesk_argv(
+        "host-helper",
+        "--port",
+        str(port),
+        "--display",
+        host_screen.display,
+        "--input-backend",
+        "pyautogui",
+    )
     # No DISPLAY of our own: the helper must point pyautogui at --display itself.
-    process_factory(argv, name="host-helper", env={"RELAYDESK_HOST_HELPER_TOKEN": TOKEN,
-                                                   "DISPLAY": ""})  # fmt: skip
+    process_factory(
+        argv, name="host-helper", env={"RELAYDESK_HOST_HELPER_TOKEN": TOKEN, "DISPLAY": ""}
+    )
     async with aiohttp.ClientSession() as http:
         running = Helper(f"http://127.0.0.1:{port}", http)
 
@@ -200,8 +209,15 @@ async def test_a_display_pyautogui_cannot_open_is_unavailable(
     process_factory: ProcessFactory,
 ) -> None:
     port = free_port()
-    argv = relaydesk_argv("host-helper", "--port", str(port), "--display", ":0.nothing-here",
-                          "--input-backend", "pyautogui")  # fmt: skip
+    argv = relaydesk_argv(
+        "host-helper",
+        "--port",
+        str(port),
+        "--display",
+        ":0.nothing-here",
+        "--input-backend",
+        "pyautogui",
+    )
     process_factory(argv, name="host-helper", env={"RELAYDESK_HOST_HELPER_TOKEN": TOKEN})
     async with aiohttp.ClientSession() as http:
         helper = Helper(f"http://127.0.0.1:{port}", http)

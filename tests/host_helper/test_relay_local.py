@@ -105,8 +105,12 @@ async def test_local_desktop_through_relay_and_server(
         assert [r["desktop_session_id"] for r in await local_rows(app, relay_id)] == [session]
         # keyboard.state of the local session: the host display's LEDs, through the helper
         state = await request(app, relay_id, "keyboard.state", {"desktop_session_id": session})
-        assert state == {"num_lock": False, "caps_lock": False, "scroll_lock": False,
-                         "source": "led_mask"}  # fmt: skip
+        assert state == {
+            "num_lock": False,
+            "caps_lock": False,
+            "scroll_lock": False,
+            "source": "led_mask",
+        }
         await app.state.parts.inventory.probe(relay_id)
         stored = await app.state.parts.inventory.row(relay_id, session)
         assert (stored.kind, stored.state) == ("local", "running")

@@ -44,16 +44,18 @@ async def test_guarded_click_lands_and_a_stale_one_is_refused(
     pixels = pixels_of(shot)
     guard = guard_for(pixels, (200, 150))
 
-    status, body = await helper.call("POST", "/v1/screen/click", {"x": 200, "y": 150,
-                                                                  "guard": guard})  # fmt: skip
+    status, body = await helper.call(
+        "POST", "/v1/screen/click", {"x": 200, "y": 150, "guard": guard}
+    )
     assert status == 200, body
     assert body["guard"]["checked"] is True and body["guard"]["stale"] is False
     presses = await drained(recorder, "ButtonPress")
     assert [(e["x"], e["y"], e["button"]) for e in presses] == [(200, 150, 1)]
 
     await asyncio.to_thread(recorder.paint, 150, 110, 100, 80, 0xFF0000)
-    status, body = await helper.call("POST", "/v1/screen/click", {"x": 200, "y": 150,
-                                                                  "guard": guard})  # fmt: skip
+    status, body = await helper.call(
+        "POST", "/v1/screen/click", {"x": 200, "y": 150, "guard": guard}
+    )
     assert (status, body["error"]["code"]) == (409, "stale_screen")
     assert body["error"]["details"]["difference"] > body["error"]["details"]["threshold"]
     events = await asyncio.to_thread(recorder.drain)
@@ -126,9 +128,14 @@ async def test_guarded_drag_runs_from_start_to_end_and_a_stale_start_is_refused(
 
 @pytest.mark.parametrize(
     ("change", "field"),
-    [({"to_x": 800}, "to_x"), ({"to_y": -1}, "to_y"), ({"to_x": "9"}, "to_x"),
-     ({"x": 800}, "x"), ({"button": "fourth"}, "button")],
-)  # fmt: skip
+    [
+        ({"to_x": 800}, "to_x"),
+        ({"to_y": -1}, "to_y"),
+        ({"to_x": "9"}, "to_x"),
+        ({"x": 800}, "x"),
+        ({"button": "fourth"}, "button"),
+    ],
+)
 async def test_a_bad_drag_sends_no_input(
     helper: Helper, recorder: XRecorder, change: dict[str, Any], field: str
 ) -> None:

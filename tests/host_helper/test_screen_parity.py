@@ -30,12 +30,17 @@ service = screen_service()
 
 
 def keys_of(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    return [(e["type"], e["keysym"], e["state"], e["char"]) for e in events
-            if e["type"] in ("KeyPress", "KeyRelease")]  # fmt: skip
+    return [
+        (e["type"], e["keysym"], e["state"], e["char"])
+        for e in events
+        if e["type"] in ("KeyPress", "KeyRelease")
+    ]
 
 
-@pytest.mark.parametrize(("action", "args"), [("key", {"keys": k}) for k in KEYS]
-                         + [("type", {"text": t}) for t in TEXTS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("action", "args"),
+    [("key", {"keys": k}) for k in KEYS] + [("type", {"text": t}) for t in TEXTS],
+)
 async def test_keys_land_the_same_on_a_virtual_desktop_and_on_the_host_screen(
     helper: Helper,
     recorder: XRecorder,

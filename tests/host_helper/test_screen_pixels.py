@@ -57,8 +57,10 @@ async def test_the_helper_zooms_and_draws_grids_like_a_virtual_desktop(
     outside = {"region": {"x": 700, "y": 0, "width": 200, "height": 10}}
     status, body = await helper.call("POST", "/v1/screen/zoom", outside)
     assert (status, body["error"]["code"], body["error"]["details"]["field"]) == (
-        400, "invalid_args", "region"
-    )  # fmt: skip
+        400,
+        "invalid_args",
+        "region",
+    )
 
 
 async def test_pixels_improved_on_the_real_screen_through_relay_and_server(
@@ -70,8 +72,10 @@ async def test_pixels_improved_on_the_real_screen_through_relay_and_server(
     helper = start_helper(process_factory, host_screen.display, helper_port)
     await helper.wait_for_port_async(helper_port, 20)
     async with inprocess_server(seed) as (app, url):
-        helper_env = {"RELAYDESK_HOST_HELPER": f"http://127.0.0.1:{helper_port}",
-                      "RELAYDESK_HOST_HELPER_TOKEN": TOKEN}  # fmt: skip
+        helper_env = {
+            "RELAYDESK_HOST_HELPER": f"http://127.0.0.1:{helper_port}",
+            "RELAYDESK_HOST_HELPER_TOKEN": TOKEN,
+        }
         start_relay(process_factory, seed, url, env=helper_env)
         await wait_until(lambda: app.state.parts.relays.is_connected(relay_id), 20, "the relay")
         await request(app, relay_id, "desktop.start", {"kind": "local"})
@@ -89,9 +93,15 @@ async def _drive(client: httpx.AsyncClient, seed: Any, recorder: XRecorder) -> N
     status, shot = await screen(client, seed, action="screenshot")
     assert status == 200 and shot["source"] == "vision", shot
     # normalized: 500/1000 of 800 x 600 is (400, 300)
-    status, body = await screen(client, seed, action="click", x=500, y=500,
-                                coordinates="normalized",
-                                expected_screen_revision=shot["screen_revision"])  # fmt: skip
+    status, body = await screen(
+        client,
+        seed,
+        action="click",
+        x=500,
+        y=500,
+        coordinates="normalized",
+        expected_screen_revision=shot["screen_revision"],
+    )
     assert status == 200, body
     assert await presses() == [(400, 300)]
 
@@ -99,12 +109,20 @@ async def _drive(client: httpx.AsyncClient, seed: Any, recorder: XRecorder) -> N
     assert status == 200 and (zoom["width"], zoom["height"]) == (360, 270), zoom
     revision = zoom["screen_revision"]
     # zoom pixel (31, 46) shows screen pixel (310, 215)
-    status, body = await screen(client, seed, action="click", x=31, y=46, coordinates="zoom",
-                                expected_screen_revision=revision)  # fmt: skip
+    status, body = await screen(
+        client,
+        seed,
+        action="click",
+        x=31,
+        y=46,
+        coordinates="zoom",
+        expected_screen_revision=revision,
+    )
     assert status == 200, body
     assert await presses() == [(310, 215)]
     await asyncio.to_thread(recorder.paint, 300, 200, 40, 40, 0xFFFFFF)
-    status, body = await screen(client, seed, action="click", x=310, y=215,
-                                expected_screen_revision=revision)  # fmt: skip
+    status, body = await screen(
+        client, seed, action="click", x=310, y=215, expected_screen_revision=revision
+    )
     assert (status, body["error"]["code"]) == (409, "stale_screen"), body
     assert await presses() == []

@@ -82,8 +82,12 @@ async def test_observe_lists_the_forms_controls_by_name(stack):
     seen = await stack.ok("desktop_observe", window="relaydesk form")
     text = seen["text"]
     assert seen["source"] == "a11y"
-    for expected in ('push_button "Save"', 'check_box "Remember me"', 'push_button "Open details"',
-                     'text "Name"'):  # fmt: skip
+    for expected in (
+        'push_button "Save"',
+        'check_box "Remember me"',
+        'push_button "Open details"',
+        'text "Name"',
+    ):
         assert expected in text, text
     line = next(li for li in text.splitlines() if 'push_button "Save"' in li)
     ref = line.split()[0]
@@ -99,8 +103,11 @@ async def test_observe_of_the_widget_factory_is_compact_and_complete(stack):
     assert everything["nodes"] > seen["nodes"]
     # every showing control of the full view is in the compact one
     controls = ("push_button", "check_box", "radio_button", "toggle_button", "spin_button")
-    full = {li.strip().split(" ", 1)[1] for li in everything["text"].splitlines()
-            if li.split()[1] in controls}  # fmt: skip
+    full = {
+        li.strip().split(" ", 1)[1]
+        for li in everything["text"].splitlines()
+        if li.split()[1] in controls
+    }
     compact = {li.strip().split(" ", 1)[1] for li in seen["text"].splitlines()}
     assert full and full <= compact
 
@@ -163,13 +170,19 @@ async def test_click_on_a_check_box_changes_its_state(stack):
 async def test_wait_and_a_ref_to_a_closed_window(stack):
     opener = await _find_one(stack, 'push_button[name="Open details"]')
     await stack.ok("desktop_click", ref=opener["ref"])
-    waited = await stack.ok("desktop_wait", selector='push_button[name="Close"]',
-                            app="a11y_app.py", timeout_ms=10000)  # fmt: skip
+    waited = await stack.ok(
+        "desktop_wait", selector='push_button[name="Close"]', app="a11y_app.py", timeout_ms=10000
+    )
     assert waited["satisfied"] is True
     close = waited["matches"][0]
     await stack.ok("desktop_click", ref=close["ref"])
-    gone = await stack.ok("desktop_wait", selector='push_button[name="Close"]',
-                          app="a11y_app.py", condition="gone", timeout_ms=10000)  # fmt: skip
+    gone = await stack.ok(
+        "desktop_wait",
+        selector='push_button[name="Close"]',
+        app="a11y_app.py",
+        condition="gone",
+        timeout_ms=10000,
+    )
     assert gone["satisfied"] is True
     assert stack.state()["details_open"] is False
     status, body = await stack.act("desktop_click", ref=close["ref"])
@@ -250,8 +263,11 @@ async def test_a_stopped_app_times_out_within_the_bound_while_others_answer(stac
 async def test_a_read_only_app_is_observed_but_not_acted_on(stack):
     factory = await _wait_app(stack, "gtk3-widget-factory")
     assert factory["policy"] == "read_only" and "read-only" in factory["reason"]
-    button = (await stack.ok("desktop_find", selector='radio_button[name="Page 2"]',
-                             app="gtk3-widget-factory"))["matches"][0]  # fmt: skip
+    button = (
+        await stack.ok(
+            "desktop_find", selector='radio_button[name="Page 2"]', app="gtk3-widget-factory"
+        )
+    )["matches"][0]
     status, body = await stack.act("desktop_click", ref=button["ref"])
     _error(status, body, "policy_denied", 403)
     read = await stack.ok("desktop_read", ref=button["ref"])
@@ -267,8 +283,7 @@ async def test_keys_go_physically_to_the_element_and_can_be_refused(stack):
     assert pressed["method"] == "physical" and set(pressed["at"]) == {"x", "y"}
     read = await stack.ok("desktop_read", ref=name["ref"])
     assert read["text"] == "ab"
-    status, body = await stack.act("desktop_key", ref=name["ref"], keys="BackSpace",
-                                   physical=False)  # fmt: skip
+    status, body = await stack.act("desktop_key", ref=name["ref"], keys="BackSpace", physical=False)
     _error(status, body, "policy_denied", 403)
     assert (await stack.ok("desktop_read", ref=name["ref"]))["text"] == "ab"
 
@@ -338,8 +353,11 @@ async def test_the_accessibility_bus_dying_is_reported_and_the_desktop_keeps_run
         record = next(d for d in state["desktops"] if d["desktop_session_id"] == session)
         bus = next(p for p in record["processes"] if p["name"] == "a11y-bus")
         os.killpg(bus["pid"], signal.SIGKILL)  # the launcher and the bus daemon it started
-        await wait_until(lambda: "accessibility bus exited" in stack.relay_log.log_tail(),
-                         scaled(20), "the watchdog's report")  # fmt: skip
+        await wait_until(
+            lambda: "accessibility bus exited" in stack.relay_log.log_tail(),
+            scaled(20),
+            "the watchdog's report",
+        )
         # The tools answer again at once: at most one call says the bus went away, then a new
         # worker finds the bus the session's D-Bus starts again. (Apps that were connected to
         # the old bus do not reconnect: GTK 3 does not.)

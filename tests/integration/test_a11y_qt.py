@@ -82,8 +82,13 @@ async def test_observe_lists_the_forms_controls_by_name_and_role(stack):
     seen = await stack.ok("desktop_observe", window=WINDOW, format="both")
     text = seen["text"]
     assert seen["source"] == "a11y" and seen["window"] == WINDOW
-    for expected in ('filler "relaydesk qt form"', 'text "Name"', 'check_box "Remember me"',
-                     'push_button "Save"', 'label "Not saved"'):  # fmt: skip
+    for expected in (
+        'filler "relaydesk qt form"',
+        'text "Name"',
+        'check_box "Remember me"',
+        'push_button "Save"',
+        'label "Not saved"',
+    ):
         assert expected in text, text
     # Qt lists manage their items: the list is shown with its item count, not its items.
     line = next(li for li in text.splitlines() if 'list "Colours"' in li)
@@ -132,8 +137,9 @@ async def test_click_on_the_check_box_toggles_it(stack):
 
 
 async def test_keys_reach_a_qt_field_whose_window_is_not_the_active_one(stack):
-    gtk_entry = (await stack.ok("desktop_find", selector='text[name="Name"]',
-                                app="a11y_app.py"))["matches"][0]  # fmt: skip
+    gtk_entry = (await stack.ok("desktop_find", selector='text[name="Name"]', app="a11y_app.py"))[
+        "matches"
+    ][0]
     await stack.ok("desktop_type", ref=gtk_entry["ref"], text="gtk")
     # GTK activates its window when one of its widgets takes the focus.
     await stack.ok("desktop_focus", ref=gtk_entry["ref"])

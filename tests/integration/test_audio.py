@@ -214,9 +214,7 @@ async def test_a_dying_sound_server_is_reported_and_the_picture_goes_on(
 
     await wait_until(reported, 10, "the watchdog to report audio_failed")
     await wait_until(lambda: "lost its sound server" in stack.relay.log_text(), 5, "the event")
-    inventory = await stack.app.state.parts.inventory.row(
-        stack.relay_id, dies.desktop_session_id
-    )
+    inventory = await stack.app.state.parts.inventory.row(stack.relay_id, dies.desktop_session_id)
     assert inventory.state == "running"
     async with RFBClient(await WebSocketTransport.connect(stack.socket_url(dies))) as client:
         await asyncio.wait_for(client.handshake(), scaled(10))  # video continues

@@ -40,17 +40,20 @@ class Doors:
     def base(self, door: str, slot: str = "main") -> str:
         return f"{self.root}/{door}/relay-1/virtual/{slot}"
 
-    async def request(self, method: str, url: str, token: str | None = None,
-                      **kwargs: Any) -> httpx.Response:  # fmt: skip
+    async def request(
+        self, method: str, url: str, token: str | None = None, **kwargs: Any
+    ) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token or self.seed.api_token}"}
         async with httpx.AsyncClient(timeout=scaled(60)) as http:
             return await http.request(method, url, headers=headers, **kwargs)
 
-    async def claude(self, slot: str = "main", display: str | None = None,
-                     **tool_input: Any) -> dict[str, Any]:  # fmt: skip
+    async def claude(
+        self, slot: str = "main", display: str | None = None, **tool_input: Any
+    ) -> dict[str, Any]:
         params = {"display": display} if display else {}
-        response = await self.request("POST", self.base("anthropic", slot), json=tool_input,
-                                      params=params)  # fmt: skip
+        response = await self.request(
+            "POST", self.base("anthropic", slot), json=tool_input, params=params
+        )
         assert response.status_code == 200, response.text
         return dict(response.json())
 
@@ -102,17 +105,26 @@ async def test_the_tool_definition_declares_the_scaled_display(doors):
         assert response.status_code == 200, response.text
         width, height = default_size(size)
         assert response.json() == {
-            "type": "computer_20251124", "name": "computer", "display_width_px": width,
-            "display_height_px": height, "enable_zoom": True,
-        }  # fmt: skip
+            "type": "computer_20251124",
+            "name": "computer",
+            "display_width_px": width,
+            "display_height_px": height,
+            "enable_zoom": True,
+        }
         assert response.headers["x-anthropic-beta"] == "computer-use-2025-11-24"
         assert width * height <= 1_150_000 and max(width, height) <= 1568
         assert abs(width / height - size[0] / size[1]) < 0.01
     older = await doors.request(
-        "GET", f"{doors.base('anthropic')}/tool", params={"version": "computer_20250124",
-                                                          "display": "1024x576"})  # fmt: skip
-    assert older.json() == {"type": "computer_20250124", "name": "computer",
-                            "display_width_px": 1024, "display_height_px": 576}  # fmt: skip
+        "GET",
+        f"{doors.base('anthropic')}/tool",
+        params={"version": "computer_20250124", "display": "1024x576"},
+    )
+    assert older.json() == {
+        "type": "computer_20250124",
+        "name": "computer",
+        "display_width_px": 1024,
+        "display_height_px": 576,
+    }
 
 
 # -- Anthropic: screenshots and the guard ------------------------------------------------------
@@ -174,8 +186,15 @@ async def test_points_map_to_exact_screen_pixels(doors, slot):
     display = Display(size, default_size(size))
     recorder = _recorder(doors, slot)
     width, height = display.shown
-    points = [(0, 0), (width - 1, height - 1), (width // 2, height // 2), (1, height - 2),
-              (width - 2, 1), (333, 211), (width // 3, (2 * height) // 3)]  # fmt: skip
+    points = [
+        (0, 0),
+        (width - 1, height - 1),
+        (width // 2, height // 2),
+        (1, height - 2),
+        (width - 2, 1),
+        (333, 211),
+        (width // 3, (2 * height) // 3),
+    ]
     for x, y in points:
         await doors.claude(slot, action="screenshot")
         result = await doors.claude(slot, action="left_click", coordinate=[x, y])
@@ -192,8 +211,12 @@ async def test_points_map_to_exact_screen_pixels(doors, slot):
 
 async def test_clicks_press_the_documented_buttons(doors):
     recorder = _recorder(doors)
-    for action, expected in (("right_click", [3]), ("middle_click", [2]),
-                             ("double_click", [1, 1]), ("triple_click", [1, 1, 1])):  # fmt: skip
+    for action, expected in (
+        ("right_click", [3]),
+        ("middle_click", [2]),
+        ("double_click", [1, 1]),
+        ("triple_click", [1, 1, 1]),
+    ):
         await doors.claude(action="screenshot")
         result = await doors.claude(action=action, coordinate=[200, 150])
         assert result["is_error"] is False, result
@@ -205,8 +228,11 @@ async def test_a_click_with_text_holds_the_modifier(doors):
     await doors.claude(action="screenshot")
     await doors.claude(action="left_click", coordinate=[210, 160], text="shift")
     events = recorder.drain()
-    kinds = [(ev["type"], ev.get("keysym") or ev.get("button")) for ev in events
-             if ev["type"] in ("KeyPress", "KeyRelease", "ButtonPress")]  # fmt: skip
+    kinds = [
+        (ev["type"], ev.get("keysym") or ev.get("button"))
+        for ev in events
+        if ev["type"] in ("KeyPress", "KeyRelease", "ButtonPress")
+    ]
     assert kinds == [("KeyPress", SHIFT_KEYSYM), ("ButtonPress", 1), ("KeyRelease", SHIFT_KEYSYM)]
     press = next(ev for ev in events if ev["type"] == "ButtonPress")
     assert press["state"] & 1  # ShiftMask
@@ -223,8 +249,9 @@ async def test_down_up_and_drag_press_and_release_where_asked(doors):
     assert _presses(events) == [(1, 100, 100)]
     assert _presses(events, "ButtonRelease") == [(1, 140, 120)]
     await doors.claude(action="screenshot")
-    result = await doors.claude(action="left_click_drag", start_coordinate=[50, 60],
-                                coordinate=[250, 260])  # fmt: skip
+    result = await doors.claude(
+        action="left_click_drag", start_coordinate=[50, 60], coordinate=[250, 260]
+    )
     assert result["is_error"] is False, result
     events = recorder.drain()
     assert _presses(events) == [(1, 50, 60)]
@@ -233,8 +260,9 @@ async def test_down_up_and_drag_press_and_release_where_asked(doors):
 
 async def test_scroll_turns_the_wheel_at_the_point(doors):
     recorder = _recorder(doors)
-    await doors.claude(action="scroll", coordinate=[300, 300], scroll_direction="down",
-                       scroll_amount=3)  # fmt: skip
+    await doors.claude(
+        action="scroll", coordinate=[300, 300], scroll_direction="down", scroll_amount=3
+    )
     await doors.claude(action="scroll", scroll_direction="left", scroll_amount=1)
     assert _presses(recorder.drain()) == [(5, 300, 300)] * 3 + [(6, 300, 300)]
 
@@ -248,8 +276,11 @@ async def test_keys_and_text_reach_the_desktop(doors):
     presses = [ev["keysym"] for ev in recorder.drain() if ev["type"] == "KeyPress"]
     assert presses == [0xFFE3, ord("a"), 0xFF0D]
     await doors.claude(action="hold_key", text="shift", duration=0.3)
-    events = [(ev["type"], ev["keysym"]) for ev in recorder.drain()
-              if ev["type"] in ("KeyPress", "KeyRelease")]  # fmt: skip
+    events = [
+        (ev["type"], ev["keysym"])
+        for ev in recorder.drain()
+        if ev["type"] in ("KeyPress", "KeyRelease")
+    ]
     assert events[0] == ("KeyPress", SHIFT_KEYSYM) and events[-1] == ("KeyRelease", SHIFT_KEYSYM)
 
 
@@ -280,8 +311,9 @@ async def test_wait_and_zoom_answer_images(doors):
         ({"action": "left_click", "text": "banana"}, "text", "not a modifier"),
     ],
 )
-async def test_bad_tool_input_is_400_naming_the_field_in_both_shapes(doors, tool_input, field,
-                                                                     words):  # fmt: skip
+async def test_bad_tool_input_is_400_naming_the_field_in_both_shapes(
+    doors, tool_input, field, words
+):
     await doors.claude(action="screenshot")
     response = await doors.request("POST", doors.base("anthropic"), json=tool_input)
     assert response.status_code == 400, response.text
@@ -296,10 +328,19 @@ async def test_bad_tool_input_is_400_naming_the_field_in_both_shapes(doors, tool
 async def test_openai_tool_definition_and_a_screenshot_item(doors):
     tool = (await doors.request("GET", f"{doors.base('openai', 'wide')}/tool")).json()
     shown = default_size(SIZES["wide"])
-    assert tool == {"type": "computer_use_preview", "display_width": shown[0],
-                    "display_height": shown[1], "environment": "linux"}  # fmt: skip
-    item = await doors.gpt("wide", type="computer_call", call_id="call_1",
-                           action={"type": "screenshot"}, pending_safety_checks=[])  # fmt: skip
+    assert tool == {
+        "type": "computer_use_preview",
+        "display_width": shown[0],
+        "display_height": shown[1],
+        "environment": "linux",
+    }
+    item = await doors.gpt(
+        "wide",
+        type="computer_call",
+        call_id="call_1",
+        action={"type": "screenshot"},
+        pending_safety_checks=[],
+    )
     assert item["type"] == "computer_call_output" and item["call_id"] == "call_1"
     assert item["output"]["type"] == "computer_screenshot"
     url = item["output"]["image_url"]
@@ -325,11 +366,14 @@ async def test_openai_actions_reach_the_desktop_mapped_from_the_display(doors):
     events = recorder.drain()
     assert _presses(events) == [(1, *display.to_screen(10, 10))]
     assert _presses(events, "ButtonRelease") == [(1, *display.to_screen(120, 90))]
-    await doors.gpt("big", actions=[
-        {"type": "scroll", "x": 400, "y": 300, "scroll_x": 0, "scroll_y": 200},
-        {"type": "keypress", "keys": ["CTRL", "A"]},
-        {"type": "type", "text": "héllo"},
-    ])  # fmt: skip
+    await doors.gpt(
+        "big",
+        actions=[
+            {"type": "scroll", "x": 400, "y": 300, "scroll_x": 0, "scroll_y": 200},
+            {"type": "keypress", "keys": ["CTRL", "A"]},
+            {"type": "type", "text": "héllo"},
+        ],
+    )
     events = recorder.drain()
     assert _presses(events) == [(5, *display.to_screen(400, 300))] * 2
     keys = [ev["keysym"] for ev in events if ev["type"] == "KeyPress"]
@@ -341,8 +385,12 @@ async def test_openai_pending_safety_checks_run_nothing(doors):
     recorder = _recorder(doors)
     await doors.gpt(action={"type": "screenshot"})
     check = {"id": "sc_1", "code": "malicious_instructions", "message": "careful"}
-    item = await doors.gpt(type="computer_call", call_id="c2", pending_safety_checks=[check],
-                           action={"type": "click", "button": "left", "x": 5, "y": 5})  # fmt: skip
+    item = await doors.gpt(
+        type="computer_call",
+        call_id="c2",
+        pending_safety_checks=[check],
+        action={"type": "click", "button": "left", "x": 5, "y": 5},
+    )
     assert item["is_error"] is True and "safety checks" in item["message"]
     assert _presses(recorder.drain()) == []
 
@@ -368,8 +416,13 @@ async def test_openai_bad_input_is_400_naming_the_field(doors, item, field):
 async def test_a_whole_tool_use_block_and_a_toolset_block_are_taken_as_they_come(doors):
     recorder = _recorder(doors)
     await doors.claude(type="tool_use", id="t1", name="computer", input={"action": "screenshot"})
-    block = {"type": "tool_use", "id": "t2", "name": "right_click", "toolset_name": "computer",
-             "input": {"coordinate": [222, 111]}}  # fmt: skip
+    block = {
+        "type": "tool_use",
+        "id": "t2",
+        "name": "right_click",
+        "toolset_name": "computer",
+        "input": {"coordinate": [222, 111]},
+    }
     result = await doors.claude(**block)
     assert result["is_error"] is False, result
     assert _presses(recorder.drain()) == [(3, 222, 111)]
@@ -387,10 +440,12 @@ async def test_the_effect_verdict_reaches_the_model(doors):
 async def test_openai_click_holds_its_keys_and_the_computer_tool_is_offered(doors):
     recorder = _recorder(doors)
     await doors.gpt(action={"type": "screenshot"})
-    await doors.gpt(action={"type": "click", "button": "left", "x": 90, "y": 90,
-                            "keys": ["SHIFT"]})  # fmt: skip
-    events = [(e["type"], e.get("keysym") or e.get("button")) for e in recorder.drain()
-              if e["type"] in ("KeyPress", "KeyRelease", "ButtonPress")]  # fmt: skip
+    await doors.gpt(action={"type": "click", "button": "left", "x": 90, "y": 90, "keys": ["SHIFT"]})
+    events = [
+        (e["type"], e.get("keysym") or e.get("button"))
+        for e in recorder.drain()
+        if e["type"] in ("KeyPress", "KeyRelease", "ButtonPress")
+    ]
     assert events == [("KeyPress", SHIFT_KEYSYM), ("ButtonPress", 1), ("KeyRelease", SHIFT_KEYSYM)]
     tool = await doors.request("GET", f"{doors.base('openai')}/tool", params={"type": "computer"})
     assert tool.json() == {"type": "computer"}

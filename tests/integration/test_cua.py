@@ -44,8 +44,9 @@ class CuaStack:
         self.second = desktop
         self.base = f"{url}/api/v1/conversations/{seed.conversation_id}/cua/relay-1/virtual/main"
 
-    async def post(self, name: str, token: str | None = None, base: str | None = None,
-                   **params: Any) -> httpx.Response:  # fmt: skip
+    async def post(
+        self, name: str, token: str | None = None, base: str | None = None, **params: Any
+    ) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token or self.seed.api_token}"}
         body = {"command": name, "params": params}
         async with httpx.AsyncClient(timeout=scaled(30)) as http:
@@ -280,8 +281,10 @@ async def test_unknown_commands_and_bad_input(stack):
     assert missing == {"success": False, "error": "invalid_args: text: required"} or (
         missing["success"] is False and "text" in missing["error"]
     )
-    headers = {"Authorization": f"Bearer {stack.seed.api_token}",
-               "Content-Type": "application/json"}  # fmt: skip
+    headers = {
+        "Authorization": f"Bearer {stack.seed.api_token}",
+        "Content-Type": "application/json",
+    }
     broken = await stack.raw(b'{"command": ', headers)
     assert broken.status_code == 400 and broken.json()["ok"] is False
     no_command = await stack.raw(b'{"params": {}}', headers)
@@ -342,8 +345,10 @@ async def test_replies_have_the_keys_and_types_of_cuas_own_server(stack):
             assert theirs["success"] is True, (command, theirs)
             assert ours["success"] is True, (command, ours)
             assert shape(ours) == shape(theirs) or _same_version_shape(command, ours, theirs), (
-                command, shape(ours), shape(theirs)
-            )  # fmt: skip
+                command,
+                shape(ours),
+                shape(theirs),
+            )
     finally:
         oracle.stop()
         await stack.cmd("mouse_up")

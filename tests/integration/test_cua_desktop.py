@@ -47,8 +47,9 @@ def _base(stack: A11yStack) -> str:
 async def _cmd(stack: A11yStack, name: str, **params: Any) -> dict[str, Any]:
     headers = {"X-API-Key": stack.seed.api_token}
     async with httpx.AsyncClient(timeout=scaled(60)) as http:
-        response = await http.post(f"{_base(stack)}/cmd", headers=headers,
-                                   json={"command": name, "params": params})  # fmt: skip
+        response = await http.post(
+            f"{_base(stack)}/cmd", headers=headers, json={"command": name, "params": params}
+        )
     assert response.status_code == 200, response.text
     return parse_data_line(response.text)
 
@@ -118,8 +119,9 @@ async def test_windows_are_listed_named_and_moved(stack):
     assert isinstance(window_id, int)
     name = (await _ok(stack, "get_window_name", window_id=window_id))["name"]
     assert name == WINDOW == _x_window_name(stack.display, window_id)
-    assert window_id in (await _ok(stack, "get_application_windows", app="relaydesk form"))[
-        "windows"]  # fmt: skip
+    assert (
+        window_id in (await _ok(stack, "get_application_windows", app="relaydesk form"))["windows"]
+    )
     await _ok(stack, "set_window_position", window_id=window_id, x=150, y=120)
     await _ok(stack, "set_window_size", window_id=window_id, width=520, height=400)
 
@@ -149,20 +151,41 @@ async def test_the_cua_example_clicks_a_check_box_and_reads_the_tree(stack, tmp_
     token = tmp_path / "token"
     token.write_text(stack.seed.api_token)
     shot = tmp_path / "shot.png"
-    args = [str(require_cua_venv()), str(EXAMPLE), "--server", stack.url,
-            "--conversation", stack.seed.conversation_id, "--relay", "relay-1",
-            "--token-file", str(token), "--screenshot", str(shot),
-            "--click", f"{x},{y}"]  # fmt: skip
+    args = [
+        str(require_cua_venv()),
+        str(EXAMPLE),
+        "--server",
+        stack.url,
+        "--conversation",
+        stack.seed.conversation_id,
+        "--relay",
+        "relay-1",
+        "--token-file",
+        str(token),
+        "--screenshot",
+        str(shot),
+        "--click",
+        f"{x},{y}",
+    ]
     done = await asyncio.to_thread(
-        subprocess.run, args, env={**os.environ, **QUIET}, stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=scaled(120), check=False,
-    )  # fmt: skip
+        subprocess.run,
+        args,
+        env={**os.environ, **QUIET},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     steps = [line.split()[0] for line in done.stdout.splitlines()]
     assert steps == ["ready", "screen", "screenshot", "click", "a11y"], done.stdout
     assert shot.read_bytes().startswith(b"\x89PNG")
-    await wait_until(lambda: stack.state()["remember"] is (not remember), scaled(10),
-                     "the guarded click to toggle the check box")  # fmt: skip
+    await wait_until(
+        lambda: stack.state()["remember"] is (not remember),
+        scaled(10),
+        "the guarded click to toggle the check box",
+    )
 
 
 async def test_shell_commands_are_off_unless_the_relay_opts_in(stack):
@@ -193,8 +216,11 @@ async def test_the_cua_examples_help_describes_conversation_ids_as_they_are() ->
 
 def _home(stack: A11yStack) -> Path:
     state = stack.seed.data_dir / "relay-state" / "desktops.json"
-    (desktop,) = [d for d in json.loads(state.read_text(encoding="utf-8"))["desktops"]
-                  if d["desktop_session_id"] == stack.session_id]  # fmt: skip
+    (desktop,) = [
+        d
+        for d in json.loads(state.read_text(encoding="utf-8"))["desktops"]
+        if d["desktop_session_id"] == stack.session_id
+    ]
     return Path(desktop["home"])
 
 

@@ -46,9 +46,14 @@ needs_root = pytest.mark.skipif(
 def run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8"}
     return subprocess.run(
-        argv, env=base | (env or {}), capture_output=True, text=True,
-        timeout=scaled(30), check=False, cwd="/",
-    )  # fmt: skip
+        argv,
+        env=base | (env or {}),
+        capture_output=True,
+        text=True,
+        timeout=scaled(30),
+        check=False,
+        cwd="/",
+    )
 
 
 def as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -85,9 +90,13 @@ async def desktop(open_base: Path) -> AsyncIterator[tuple[ProcessDesktops, Relay
     (state / "desktop-logs" / "old.log").write_text("earlier run\n")
     (state / "desktop-logs" / "old.log").chmod(0o644)
     config = DesktopSettings(
-        state_dir=state, apps=(), window_manager=(), default_profile="minimal",
-        start_timeout_s=scaled(15), probe_timeout_s=scaled(3),
-    )  # fmt: skip
+        state_dir=state,
+        apps=(),
+        window_manager=(),
+        default_profile="minimal",
+        start_timeout_s=scaled(15),
+        probe_timeout_s=scaled(3),
+    )
     manager = process_desktops(config)
     row = await manager.start(kind="virtual", slot="access")
     try:
@@ -136,9 +145,15 @@ async def test_another_local_user_reaches_nothing_of_a_desktop(
     assert len(await server_init_with(row["vnc_port"], secret)) == 24
 
     private = config.run_dir / row["desktop_session_id"]
-    paths = [config.state_dir, config.state_file, config.log_dir / "virtual-access.log",
-             config.log_dir / "old.log", private / "Xauthority", private / "vncpasswd",
-             config.authority_file]  # fmt: skip
+    paths = [
+        config.state_dir,
+        config.state_file,
+        config.log_dir / "virtual-access.log",
+        config.log_dir / "old.log",
+        private / "Xauthority",
+        private / "vncpasswd",
+        config.authority_file,
+    ]
     assert all(path.exists() for path in paths)
     assert intrude("read", *map(str, paths)) == dict.fromkeys(map(str, paths), "denied")
 
@@ -169,10 +184,22 @@ async def test_vnc_auth_response_against_real_x11vnc(tmp_path: Path) -> None:
     with private_xvfb(320, 200) as xvfb:
         port = free_port()
         x11vnc = subprocess.Popen(
-            ["x11vnc", "-display", xvfb.display, "-rfbauth", str(passwd), "-localhost",
-             "-forever", "-shared", "-quiet", "-rfbport", str(port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                "x11vnc",
+                "-display",
+                xvfb.display,
+                "-rfbauth",
+                str(passwd),
+                "-localhost",
+                "-forever",
+                "-shared",
+                "-quiet",
+                "-rfbport",
+                str(port),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             await _until_listening(port)
             header = await server_init_with(port, secret)

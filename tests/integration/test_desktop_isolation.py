@@ -65,10 +65,16 @@ class Desk:
         user = self.user()
         record = self.record()
         done = subprocess.run(
-            ["/bin/sh", "-c", script], env=record["session_env"] | (env or {}),
-            cwd=record["home"], user=user.pw_uid, group=user.pw_gid, extra_groups=[],
-            capture_output=True, timeout=scaled(20), check=False,
-        )  # fmt: skip
+            ["/bin/sh", "-c", script],
+            env=record["session_env"] | (env or {}),
+            cwd=record["home"],
+            user=user.pw_uid,
+            group=user.pw_gid,
+            extra_groups=[],
+            capture_output=True,
+            timeout=scaled(20),
+            check=False,
+        )
         return done.stdout.decode(errors="replace")
 
 
@@ -97,22 +103,45 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
     bob = Desk("relay-b", second["relay_id"], root / "data" / "relay-b-state")
     async with inprocess_server(seed) as (app, url):
         relays = [
-            start_relay(tracker.start, seed, url, name="relay-a", env={"DISPLAY": ""},
-                        extra_args=("--stop-desktops-on-exit",)),
-            start_relay(tracker.start, seed, url, second["token"], name="relay-b", env={
-                "DISPLAY": "", "RELAYDESK_STATE_DIR": str(bob.state_dir),
-                "RELAYDESK_DESKTOP_APPS": SURVIVOR, "RELAYDESK_DESKTOP_ALLOWED_APPS": SURVIVOR,
-            }, extra_args=("--stop-desktops-on-exit",)),
-        ]  # fmt: skip
+            start_relay(
+                tracker.start,
+                seed,
+                url,
+                name="relay-a",
+                env={"DISPLAY": ""},
+                extra_args=("--stop-desktops-on-exit",),
+            ),
+            start_relay(
+                tracker.start,
+                seed,
+                url,
+                second["token"],
+                name="relay-b",
+                env={
+                    "DISPLAY": "",
+                    "RELAYDESK_STATE_DIR": str(bob.state_dir),
+                    "RELAYDESK_DESKTOP_APPS": SURVIVOR,
+                    "RELAYDESK_DESKTOP_ALLOWED_APPS": SURVIVOR,
+                },
+                extra_args=("--stop-desktops-on-exit",),
+            ),
+        ]
         try:
             hub = app.state.parts.relays
             await wait_until(
                 lambda: all(hub.is_connected(RelayId(d.relay_id)) for d in (alice, bob)),
-                20, "both relays to connect",
-            )  # fmt: skip
+                20,
+                "both relays to connect",
+            )
             for desk in (alice, bob):
-                started = await _act(url, seed, "desktop_start", relay=desk.relay,
-                                     geometry="1024x768", profile="minimal")  # fmt: skip
+                started = await _act(
+                    url,
+                    seed,
+                    "desktop_start",
+                    relay=desk.relay,
+                    geometry="1024x768",
+                    profile="minimal",
+                )
                 desk.session_id = started["desktop"]["desktop_session_id"]
                 desk.display = started["desktop"]["display"]
             yield Stack(url, tracker, seed, alice, bob, relays[1])
@@ -193,9 +222,14 @@ async def test_a_relay_naming_another_relays_desktop_user_refuses_to_start(
     name = stack.alice.user().pw_name
     third = await add_relay(stack.seed, "relay-c")
     state_dir = stack.seed.data_dir / "relay-c-state"
-    relay = start_relay(stack.tracker.start, stack.seed, stack.url, third["token"],
-                        name="relay-c", env={"DISPLAY": "", "RELAYDESK_DESKTOP_USER": name,
-                                             "RELAYDESK_STATE_DIR": str(state_dir)})  # fmt: skip
+    relay = start_relay(
+        stack.tracker.start,
+        stack.seed,
+        stack.url,
+        third["token"],
+        name="relay-c",
+        env={"DISPLAY": "", "RELAYDESK_DESKTOP_USER": name, "RELAYDESK_STATE_DIR": str(state_dir)},
+    )
     await wait_until(lambda: not relay.is_alive(), 30, "the third relay to refuse to start")
     await asyncio.sleep(0)
     assert relay.returncode == 2, relay.log_tail()
@@ -204,8 +238,11 @@ async def test_a_relay_naming_another_relays_desktop_user_refuses_to_start(
 
 def _survivors() -> list[psutil.Process]:
     words = SURVIVOR.split()[1:]
-    return [p for p in psutil.process_iter(["cmdline", "status"])
-            if p.info["cmdline"] == words and p.info["status"] != psutil.STATUS_ZOMBIE]  # fmt: skip
+    return [
+        p
+        for p in psutil.process_iter(["cmdline", "status"])
+        if p.info["cmdline"] == words and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
 
 
 async def test_nothing_of_a_relays_desktop_user_outlives_the_relay(stack: Stack) -> None:
@@ -214,8 +251,11 @@ async def test_nothing_of_a_relays_desktop_user_outlives_the_relay(stack: Stack)
     await wait_until(_survivors, 10, "relay B's setsid program to run")
     assert all(p.uids().real == uid for p in _survivors())
     stack.bob_relay.terminate(timeout=scaled(30))
-    left = [p for p in psutil.process_iter(["uids", "status"])
-            if p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE]  # fmt: skip
+    left = [
+        p
+        for p in psutil.process_iter(["uids", "status"])
+        if p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
     for proc in left:
         proc.kill()
     assert not left, f"processes of relay B's desktop user outlived it: {left}"

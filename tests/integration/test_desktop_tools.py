@@ -109,24 +109,44 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
     apps = f"xterm -T {TERM},xterm -T {OTHER}"
     async with inprocess_server(seed) as (app, url):
         relays = [
-            start_relay(tracker.start, seed, url, name="relay1", env={
-                "RELAYDESK_DESKTOP_APPS": apps, "DISPLAY": "",
-            }, extra_args=("--stop-desktops-on-exit",)),
-            start_relay(tracker.start, seed, url, second["token"], name="relay2", env={
-                "RELAYDESK_DESKTOP_APPS": ",", "DISPLAY": "", "RELAYDESK_CUA_SHELL": "1",
-                "RELAYDESK_STATE_DIR": str(shell.state_dir),
-            }, extra_args=("--stop-desktops-on-exit",)),
-        ]  # fmt: skip
+            start_relay(
+                tracker.start,
+                seed,
+                url,
+                name="relay1",
+                env={
+                    "RELAYDESK_DESKTOP_APPS": apps,
+                    "DISPLAY": "",
+                },
+                extra_args=("--stop-desktops-on-exit",),
+            ),
+            start_relay(
+                tracker.start,
+                seed,
+                url,
+                second["token"],
+                name="relay2",
+                env={
+                    "RELAYDESK_DESKTOP_APPS": ",",
+                    "DISPLAY": "",
+                    "RELAYDESK_CUA_SHELL": "1",
+                    "RELAYDESK_STATE_DIR": str(shell.state_dir),
+                },
+                extra_args=("--stop-desktops-on-exit",),
+            ),
+        ]
         try:
             hub = app.state.parts.relays
             await wait_until(
                 lambda: all(hub.is_connected(RelayId(d.relay_id)) for d in (plain, shell)),
-                20, "both relays to connect",
-            )  # fmt: skip
+                20,
+                "both relays to connect",
+            )
             stack = Stack(app, url, seed, plain, shell)
             for desk in (plain, shell):
-                started = await stack.ok("desktop_start", desk, geometry="1280x800",
-                                         profile="minimal")  # fmt: skip
+                started = await stack.ok(
+                    "desktop_start", desk, geometry="1280x800", profile="minimal"
+                )
                 desk.session_id = started["desktop"]["desktop_session_id"]
                 desk.display = started["desktop"]["display"]
             yield stack
@@ -165,9 +185,14 @@ def _x_view(display_name: str, window_id: int) -> dict[str, Any]:
             size = window.get_geometry()
             origin = root.translate_coords(window, 0, 0)
             states = ints(window, "_NET_WM_STATE", Xatom.ATOM)
-            view |= {"x": origin.x, "y": origin.y, "width": size.width, "height": size.height,
-                     "title": window.get_wm_name(),
-                     "states": {conn.get_atom_name(a) for a in states}}  # fmt: skip
+            view |= {
+                "x": origin.x,
+                "y": origin.y,
+                "width": size.width,
+                "height": size.height,
+                "title": window.get_wm_name(),
+                "states": {conn.get_atom_name(a) for a in states},
+            }
         return view
     finally:
         conn.close()
@@ -184,15 +209,26 @@ def _as_desktop_user(desk: Desk, argv: list[str]) -> subprocess.CompletedProcess
     ids: dict[str, Any] = {}
     if os.geteuid() == 0:
         ids = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
-    return subprocess.run(argv, env=record["session_env"], cwd=record["home"],
-                          capture_output=True, timeout=scaled(10), check=False, **ids)  # fmt: skip
+    return subprocess.run(
+        argv,
+        env=record["session_env"],
+        cwd=record["home"],
+        capture_output=True,
+        timeout=scaled(10),
+        check=False,
+        **ids,
+    )
 
 
 def _xclips(desk: Desk) -> list[psutil.Process]:
     """The live xclip processes serving the desktop's display."""
-    return [p for p in psutil.process_iter(["name", "environ", "status"])
-            if p.info["name"] == "xclip" and p.info["status"] != psutil.STATUS_ZOMBIE
-            and (p.info["environ"] or {}).get("DISPLAY") == desk.display]  # fmt: skip
+    return [
+        p
+        for p in psutil.process_iter(["name", "environ", "status"])
+        if p.info["name"] == "xclip"
+        and p.info["status"] != psutil.STATUS_ZOMBIE
+        and (p.info["environ"] or {}).get("DISPLAY") == desk.display
+    ]
 
 
 def _error(body: dict[str, Any], status: int, got: int, code: str) -> dict[str, Any]:
@@ -213,8 +249,18 @@ async def test_windows_are_listed_with_the_x_servers_geometry(stack):
     listed = await stack.ok("desktop_windows", stack.plain)
     assert listed["desktop_session_id"] == stack.plain.session_id
     window = next(w for w in listed["windows"] if w["name"] == TERM)
-    assert set(window) == {"id", "name", "pid", "app", "x", "y", "width", "height", "active",
-                           "minimized"}  # fmt: skip
+    assert set(window) == {
+        "id",
+        "name",
+        "pid",
+        "app",
+        "x",
+        "y",
+        "width",
+        "height",
+        "active",
+        "minimized",
+    }
     assert window["app"] == "xterm" and isinstance(window["pid"], int)
     assert psutil.Process(window["pid"]).name() == "xterm"
     seen = await _x(stack, window["id"])
@@ -227,14 +273,21 @@ async def test_windows_are_listed_with_the_x_servers_geometry(stack):
 
 async def test_move_and_resize_show_in_the_x_server(stack):
     window_id = await stack.window_id(OTHER)
-    moved = await stack.ok("desktop_window", stack.plain, window_id=window_id, op="move",
-                           x=120, y=140)  # fmt: skip
-    assert moved == {"ok": True, "desktop_session_id": stack.plain.session_id,
-                     "window_id": window_id, "op": "move", "done": True}  # fmt: skip
+    moved = await stack.ok(
+        "desktop_window", stack.plain, window_id=window_id, op="move", x=120, y=140
+    )
+    assert moved == {
+        "ok": True,
+        "desktop_session_id": stack.plain.session_id,
+        "window_id": window_id,
+        "op": "move",
+        "done": True,
+    }
     seen = await _x(stack, window_id)
     assert (seen["x"], seen["y"]) == (120, 140), seen
-    await stack.ok("desktop_window", stack.plain, window_id=window_id, op="resize",
-                   width=500, height=300)  # fmt: skip
+    await stack.ok(
+        "desktop_window", stack.plain, window_id=window_id, op="resize", width=500, height=300
+    )
     seen = await _x(stack, window_id)
     # xterm sizes itself in whole character cells: a few pixels under what was asked
     assert 470 <= seen["width"] <= 500 and 270 <= seen["height"] <= 300, seen
@@ -242,8 +295,11 @@ async def test_move_and_resize_show_in_the_x_server(stack):
     listed = await stack.ok("desktop_windows", stack.plain)
     window = next(w for w in listed["windows"] if w["id"] == window_id)
     assert (window["x"], window["y"], window["width"], window["height"]) == (
-        seen["x"], seen["y"], seen["width"], seen["height"]
-    )  # fmt: skip
+        seen["x"],
+        seen["y"],
+        seen["width"],
+        seen["height"],
+    )
 
 
 async def test_maximize_minimize_and_activate_show_in_the_x_server(stack):
@@ -367,8 +423,12 @@ async def test_a_command_runs_as_the_desktops_user_in_its_session(stack):
     ran = await stack.ok("desktop_shell", stack.shell, command=command)
     user = stack.shell.user()
     record = stack.shell.record()
-    assert ran["stdout"].splitlines() == [user.pw_name, record["home"], stack.shell.display,
-                                          record["home"]]  # fmt: skip
+    assert ran["stdout"].splitlines() == [
+        user.pw_name,
+        record["home"],
+        stack.shell.display,
+        record["home"],
+    ]
     assert (ran["stderr"], ran["returncode"], ran["timed_out"], ran["truncated"]) == (
         "oops\n",
         3,
@@ -380,8 +440,9 @@ async def test_a_command_runs_as_the_desktops_user_in_its_session(stack):
 
 
 async def test_a_commands_stdin_is_closed(stack):
-    ran = await stack.ok("desktop_shell", stack.shell, command="cat; readlink /proc/self/fd/0",
-                         timeout_s=10)  # fmt: skip
+    ran = await stack.ok(
+        "desktop_shell", stack.shell, command="cat; readlink /proc/self/fd/0", timeout_s=10
+    )
     assert (ran["stdout"], ran["returncode"], ran["timed_out"]) == ("/dev/null\n", 0, False)
 
 
@@ -467,8 +528,9 @@ async def test_file_commands_have_the_desktop_users_permissions(stack):
         secret.write(b"root only")
     try:
         os.chmod(secret.name, 0o600)
-        status, body = await stack.act("desktop_file", stack.shell, op="read_text",
-                                       path=secret.name)  # fmt: skip
+        status, body = await stack.act(
+            "desktop_file", stack.shell, op="read_text", path=secret.name
+        )
         _error(body, 403, status, "forbidden")
         ran = await stack.ok("desktop_shell", stack.shell, command=f"cat {secret.name}")
         assert ran["returncode"] != 0 and "root only" not in ran["stdout"]
@@ -519,8 +581,9 @@ async def test_a_read_member_may_neither_read_nor_change_the_desktop(stack):
         "desktop_file": {"op": "exists", "path": "x"},
     }
     for name, args in refused.items():
-        status, body = await stack.act(name, stack.shell if "file" in name or "shell" in name
-                                       else stack.plain, token, **args)  # fmt: skip
+        status, body = await stack.act(
+            name, stack.shell if "file" in name or "shell" in name else stack.plain, token, **args
+        )
         _error(body, 403, status, "forbidden")
     assert (await _x(stack, window_id))["states"].isdisjoint({"_NET_WM_STATE_HIDDEN"})
 
@@ -537,9 +600,18 @@ async def test_what_the_tools_started_stops_with_the_desktop(stack):
     assert servers and psutil.pid_exists(background)
     clipboard = [p.pid for p in _xclips(desk)]
     assert clipboard
-    await stack.ok("desktop_stop_confirm", desk, kind="virtual", slot="main",
-                   desktop_session_id=desk.session_id)  # fmt: skip
+    await stack.ok(
+        "desktop_stop_confirm",
+        desk,
+        kind="virtual",
+        slot="main",
+        desktop_session_id=desk.session_id,
+    )
     for pid in [background, *clipboard]:
-        await wait_until(lambda pid=pid: not psutil.pid_exists(pid) or
-                         psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
-                         10, f"process {pid} to stop with its desktop")  # fmt: skip
+        await wait_until(
+            lambda pid=pid: (
+                not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            ),
+            10,
+            f"process {pid} to stop with its desktop",
+        )

@@ -76,8 +76,12 @@ async def _editor(desk: Desk, path: Path) -> tuple[subprocess.Popen[bytes], list
     path.write_text("", encoding="utf-8")
     env = {**os.environ, "DISPLAY": desk.display, "NO_AT_BRIDGE": "1"}
     before = set(_shown_windows(desk.display))
-    editor = subprocess.Popen(["mousepad", "--disable-server", str(path)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    editor = subprocess.Popen(
+        ["mousepad", "--disable-server", str(path)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
     def new_window() -> tuple[int, int, int, int] | None:
         fresh = [b for w, b in _shown_windows(desk.display).items() if w not in before]
@@ -102,9 +106,16 @@ def _model(answers: list[dict[str, Any]], sent: list[dict[str, Any]]) -> Callabl
 
 
 def _message(n: int, content: list[dict[str, Any]], stop: str = "tool_use") -> dict[str, Any]:
-    return {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": "claude-sonnet-5-5",
-            "content": content, "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": 1, "output_tokens": 1}}  # fmt: skip
+    return {
+        "id": f"msg_{n}",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-5-5",
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
 
 
 def _use(n: int, **tool_input: Any) -> list[dict[str, Any]]:
@@ -122,11 +133,12 @@ async def test_the_anthropic_example_types_into_the_editor_and_saves(desk, tmp_p
         _message(5, [{"type": "text", "text": "Saved."}], "end_turn"),
     ]
     sent: list[dict[str, Any]] = []
-    client = anthropic.Anthropic(api_key="test", base_url="http://model.invalid",
-                                 http_client=httpx2.Client(transport=httpx2.MockTransport(
-                                     _model(answers, sent))))  # fmt: skip
-    door = anthropic_agent.Door(desk.url, desk.seed.conversation_id, "relay-1",
-                                desk.seed.api_token)  # fmt: skip
+    client = anthropic.Anthropic(
+        api_key="test",
+        base_url="http://model.invalid",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(_model(answers, sent))),
+    )
+    door = anthropic_agent.Door(desk.url, desk.seed.conversation_id, "relay-1", desk.seed.api_token)
     try:
         said = await asyncio.to_thread(anthropic_agent.run, client, door, "write and save")
         assert said == "Saved."
@@ -135,9 +147,13 @@ async def test_the_anthropic_example_types_into_the_editor_and_saves(desk, tmp_p
     finally:
         editor.terminate()
         editor.wait(timeout=scaled(10))
-    assert sent[0]["tools"][0] == {"type": "computer_20251124", "name": "computer",
-                                   "display_width_px": 1280, "display_height_px": 800,
-                                   "enable_zoom": True}  # fmt: skip
+    assert sent[0]["tools"][0] == {
+        "type": "computer_20251124",
+        "name": "computer",
+        "display_width_px": 1280,
+        "display_height_px": 800,
+        "enable_zoom": True,
+    }
     results = [m["content"][0] for m in sent[1]["messages"] if m["role"] == "user"][1:]
     shot = results[0]["content"][0]
     assert shot["type"] == "image" and shot["source"]["media_type"] == "image/png"
@@ -147,22 +163,39 @@ async def test_the_anthropic_example_types_into_the_editor_and_saves(desk, tmp_p
 
 
 def _response(n: int, output: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"id": f"resp_{n}", "object": "response", "created_at": 0, "status": "completed",
-            "model": "computer-use-preview", "output": output, "parallel_tool_calls": False,
-            "tool_choice": "auto", "tools": []}  # fmt: skip
+    return {
+        "id": f"resp_{n}",
+        "object": "response",
+        "created_at": 0,
+        "status": "completed",
+        "model": "computer-use-preview",
+        "output": output,
+        "parallel_tool_calls": False,
+        "tool_choice": "auto",
+        "tools": [],
+    }
 
 
 def _call(n: int, action: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"type": "computer_call", "id": f"cu_{n}", "call_id": f"call_{n}", "action": action,
-             "pending_safety_checks": [], "status": "completed"}]  # fmt: skip
+    return [
+        {
+            "type": "computer_call",
+            "id": f"cu_{n}",
+            "call_id": f"call_{n}",
+            "action": action,
+            "pending_safety_checks": [],
+            "status": "completed",
+        }
+    ]
 
 
 async def test_the_openai_example_types_into_the_editor_and_saves(desk, tmp_path):
     note = tmp_path / "gpt.txt"
     editor, text_point = await _editor(desk, note)
     words = [{"type": "output_text", "text": "Saved.", "annotations": []}]
-    done = [{"type": "message", "id": "m", "role": "assistant", "status": "completed",
-             "content": words}]  # fmt: skip
+    done = [
+        {"type": "message", "id": "m", "role": "assistant", "status": "completed", "content": words}
+    ]
     answers = [
         _response(1, _call(1, {"type": "screenshot"})),
         _response(
@@ -173,9 +206,11 @@ async def test_the_openai_example_types_into_the_editor_and_saves(desk, tmp_path
         _response(5, done),
     ]
     sent: list[dict[str, Any]] = []
-    client = openai.OpenAI(api_key="test", base_url="http://model.invalid/v1",
-                           http_client=httpx2.Client(transport=httpx2.MockTransport(
-                               _model(answers, sent))))  # fmt: skip
+    client = openai.OpenAI(
+        api_key="test",
+        base_url="http://model.invalid/v1",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(_model(answers, sent))),
+    )
     door = openai_agent.Door(desk.url, desk.seed.conversation_id, "relay-1", desk.seed.api_token)
     try:
         said = await asyncio.to_thread(openai_agent.run, client, door, "write and save")
@@ -185,8 +220,12 @@ async def test_the_openai_example_types_into_the_editor_and_saves(desk, tmp_path
     finally:
         editor.terminate()
         editor.wait(timeout=scaled(10))
-    assert sent[0]["tools"][0] == {"type": "computer_use_preview", "display_width": 1280,
-                                   "display_height": 800, "environment": "linux"}  # fmt: skip
+    assert sent[0]["tools"][0] == {
+        "type": "computer_use_preview",
+        "display_width": 1280,
+        "display_height": 800,
+        "environment": "linux",
+    }
     first = sent[1]["input"][0]
     assert first["type"] == "computer_call_output" and first["call_id"] == "call_1"
     assert first["output"]["image_url"].startswith("data:image/png;base64,")

@@ -53,9 +53,16 @@ async def _run(*args: str, token: str | None = None) -> subprocess.CompletedProc
     env = {k: v for k, v in os.environ.items() if k not in OWN_SETTINGS}
     env |= {"RELAYDESK_API_TOKEN": token} if token else {}
     return await asyncio.to_thread(
-        subprocess.run, [sys.executable, str(EXAMPLE), *args], env=env, stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=scaled(120), check=False, cwd=REPO_ROOT,
-    )  # fmt: skip
+        subprocess.run,
+        [sys.executable, str(EXAMPLE), *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
+        check=False,
+        cwd=REPO_ROOT,
+    )
 
 
 def _where(stack: A11yStack) -> list[str]:
@@ -80,15 +87,31 @@ async def test_it_clicks_on_the_screenshot_then_types_and_saves_by_ref(stack, tm
     token_file.write_text(stack.seed.api_token + "\n", encoding="utf-8")
     shot = tmp_path / "screen.png"
     done = await _run(
-        *_where(stack), "--token-file", str(token_file), "--screenshot", str(shot),
-        "--click", checkbox, "--find", 'text[name="Name"]', "--type", TEXT,
-        "--submit", 'button[name="Save"]',
-    )  # fmt: skip
+        *_where(stack),
+        "--token-file",
+        str(token_file),
+        "--screenshot",
+        str(shot),
+        "--click",
+        checkbox,
+        "--find",
+        'text[name="Name"]',
+        "--type",
+        TEXT,
+        "--submit",
+        'button[name="Save"]',
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert _steps(done.stdout) == [
-        "desktop_list_active", "screen screenshot", "screen click", "desktop_observe",
-        "desktop_find", "desktop_type", "desktop_find", "desktop_click",
-    ], done.stdout  # fmt: skip
+        "desktop_list_active",
+        "screen screenshot",
+        "screen click",
+        "desktop_observe",
+        "desktop_find",
+        "desktop_type",
+        "desktop_find",
+        "desktop_click",
+    ], done.stdout
     assert f"running: {stack.session_id}" in done.stdout
     assert f"{WIDTH}x{HEIGHT} png" in done.stdout and Image.open(shot).size == (WIDTH, HEIGHT)
     assert "'relaydesk form' of a11y_app.py" in done.stdout
@@ -129,8 +152,15 @@ STALE = {
     "0.06); take a new screenshot and choose again",
     "hint": "take a new screenshot",
 }
-ROW = {"relay_id": "r1", "relay_name": "relay-1", "desktop_session_id": "s1", "kind": "virtual",
-       "slot": "main", "state": "running", "geometry": "640x480"}  # fmt: skip
+ROW = {
+    "relay_id": "r1",
+    "relay_name": "relay-1",
+    "desktop_session_id": "s1",
+    "kind": "virtual",
+    "slot": "main",
+    "state": "running",
+    "geometry": "640x480",
+}
 
 
 @contextlib.contextmanager
@@ -182,8 +212,11 @@ async def test_a_stale_screen_is_looked_at_again_once():
         done = await _run("--server", url, "--conversation", "c1", token="rdk_x")
     assert done.returncode == 0, done.stdout + done.stderr
     assert [(b["action"], b.get("expected_screen_revision")) for b in screen] == [
-        ("screenshot", None), ("click", "sr1.shot1"), ("screenshot", None), ("click", "sr1.shot3"),
-    ]  # fmt: skip
+        ("screenshot", None),
+        ("click", "sr1.shot1"),
+        ("screenshot", None),
+        ("click", "sr1.shot3"),
+    ]
     assert "(320, 240) refused: stale_screen" in done.stdout
     assert all(b["desktop_session_id"] == "s1" for b in screen), "every call names the desktop"
 

@@ -70,8 +70,13 @@ async def stack(tmp_path: Path, process_factory: ProcessFactory) -> AsyncIterato
         yield stack
         stack.proxy.fault = Fault()
         for row in await app.state.parts.inventory.live_rows(stack.relay_id):
-            await stack.call("desktop_stop_confirm", relay="relay-1", kind=row.kind,
-                             slot=row.slot, desktop_session_id=row.desktop_session_id)  # fmt: skip
+            await stack.call(
+                "desktop_stop_confirm",
+                relay="relay-1",
+                kind=row.kind,
+                slot=row.slot,
+                desktop_session_id=row.desktop_session_id,
+            )
 
 
 async def _start(stack: Stack) -> str:
@@ -148,12 +153,22 @@ async def test_a_fault_between_relay_and_server_stops_nothing_and_heals(
 
     await wait_until(stack.connected, 30, "the relay to reconnect after the fault")
     await _eventually(lambda: _running_session(stack), session, "the same session running")
-    status, body = await stack.call("desktop_stop_confirm", relay="relay-1", kind="virtual",
-                                    slot="main", desktop_session_id=STALE_SESSION)  # fmt: skip
+    status, body = await stack.call(
+        "desktop_stop_confirm",
+        relay="relay-1",
+        kind="virtual",
+        slot="main",
+        desktop_session_id=STALE_SESSION,
+    )
     assert status == 409 and body["error"]["code"] == "session_conflict", body
     assert await _running_session(stack) == session
-    status, body = await stack.call("desktop_stop_confirm", relay="relay-1", kind="virtual",
-                                    slot="main", desktop_session_id=session)  # fmt: skip
+    status, body = await stack.call(
+        "desktop_stop_confirm",
+        relay="relay-1",
+        kind="virtual",
+        slot="main",
+        desktop_session_id=session,
+    )
     assert status == 200, body
     assert await _running_session(stack) is None
 

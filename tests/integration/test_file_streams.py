@@ -55,18 +55,31 @@ class Files:
     def home(self) -> Path:
         state = self.stack.seed.data_dir / "relay-state" / "desktops.json"
         data = json.loads(state.read_text(encoding="utf-8"))
-        (found,) = [d for d in data["desktops"]
-                    if d["desktop_session_id"] == self.desktop.desktop_session_id]  # fmt: skip
+        (found,) = [
+            d
+            for d in data["desktops"]
+            if d["desktop_session_id"] == self.desktop.desktop_session_id
+        ]
         return Path(found["home"])
 
-    async def upload(self, path: str, content: Any, length: int | None = None,
-                     token: str | None = None, **query: Any) -> httpx.Response:  # fmt: skip
+    async def upload(
+        self,
+        path: str,
+        content: Any,
+        length: int | None = None,
+        token: str | None = None,
+        **query: Any,
+    ) -> httpx.Response:
         headers = self.headers(token)
         if length is not None:
             headers["Content-Length"] = str(length)
         async with httpx.AsyncClient(timeout=scaled(300)) as client:
-            return await client.post(f"{self.base}/upload", params={"path": path, **query},
-                                     content=content, headers=headers)  # fmt: skip
+            return await client.post(
+                f"{self.base}/upload",
+                params={"path": path, **query},
+                content=content,
+                headers=headers,
+            )
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -145,8 +158,9 @@ async def test_a_large_file_goes_up_and_down_identical_with_flat_memory(files: F
     digest = hashlib.sha256()
     async with Peak(pids) as down, httpx.AsyncClient(timeout=scaled(300)) as client:
         params = {"path": "~/Downloads/big.bin"}
-        async with client.stream("GET", f"{files.base}/download", params=params,
-                                 headers=files.headers()) as response:  # fmt: skip
+        async with client.stream(
+            "GET", f"{files.base}/download", params=params, headers=files.headers()
+        ) as response:
             assert response.status_code == 200
             assert response.headers["content-length"] == str(size)
             async for piece in response.aiter_bytes():
@@ -164,8 +178,11 @@ async def test_a_cut_upload_resumes_from_what_arrived(files: Files) -> None:
     with pytest.raises(ConnectionAbortedError):
         await files.upload("Downloads/resumed.bin", _pieces(0, total, cut_at=20), total * PIECE)
     async with httpx.AsyncClient(timeout=scaled(60)) as client:
-        held = await client.get(f"{files.base}/upload", params={"path": "Downloads/resumed.bin"},
-                                headers=files.headers())  # fmt: skip
+        held = await client.get(
+            f"{files.base}/upload",
+            params={"path": "Downloads/resumed.bin"},
+            headers=files.headers(),
+        )
     assert held.status_code == 200, held.text
     offset = int(held.json()["offset"])
     assert 0 < offset <= 20 * PIECE, offset
@@ -179,8 +196,9 @@ async def test_a_cut_upload_resumes_from_what_arrived(files: Files) -> None:
         async for piece in _pieces(offset // PIECE + 1, total):
             yield piece
 
-    done = await files.upload("Downloads/resumed.bin", rest(), total * PIECE - offset,
-                              offset=offset)  # fmt: skip
+    done = await files.upload(
+        "Downloads/resumed.bin", rest(), total * PIECE - offset, offset=offset
+    )
     assert done.status_code == 200, done.text
     on_disk = files.home() / "Downloads" / "resumed.bin"
     with on_disk.open("rb") as handle:
@@ -208,10 +226,13 @@ async def test_escapes_are_refused_and_nothing_moves(files: Files) -> None:
     try:
         async with httpx.AsyncClient(timeout=scaled(60)) as client:
             for path in ("/etc/passwd", "../x", "passwd"):
-                got = await client.get(f"{files.base}/download", params={"path": path},
-                                       headers=files.headers())  # fmt: skip
+                got = await client.get(
+                    f"{files.base}/download", params={"path": path}, headers=files.headers()
+                )
                 assert (got.status_code, got.json()["error"]["code"]) == (
-                    403, "path_outside_home"), (path, got.text)  # fmt: skip
+                    403,
+                    "path_outside_home",
+                ), (path, got.text)
         for path in ("../escape.txt", "/tmp/escape.txt", "passwd"):
             got = await files.upload(path, b"owned", 5, exists="replace")
             assert (got.status_code, got.json()["error"]["code"]) == (403, "path_outside_home")
@@ -225,8 +246,11 @@ async def test_escapes_are_refused_and_nothing_moves(files: Files) -> None:
 async def test_a_read_member_downloads_but_never_uploads(files: Files) -> None:
     await files.upload("shared.txt", b"for all", 7)
     async with httpx.AsyncClient(timeout=scaled(60)) as client:
-        got = await client.get(f"{files.base}/download", params={"path": "shared.txt"},
-                               headers=files.headers(files.reader))  # fmt: skip
+        got = await client.get(
+            f"{files.base}/download",
+            params={"path": "shared.txt"},
+            headers=files.headers(files.reader),
+        )
     assert (got.status_code, got.content) == (200, b"for all")
     refused = await files.upload("shared.txt", b"mine", 4, token=files.reader, exists="replace")
     assert (refused.status_code, refused.json()["error"]["code"]) == (403, "forbidden")
@@ -234,8 +258,11 @@ async def test_a_read_member_downloads_but_never_uploads(files: Files) -> None:
     # Hidden files (where apps keep keys and sessions) are not a read member's to download.
     await files.upload(".keys/secret", b"the key", 7)
     async with httpx.AsyncClient(timeout=scaled(60)) as client:
-        hidden = await client.get(f"{files.base}/download", params={"path": ".keys/secret"},
-                                  headers=files.headers(files.reader))  # fmt: skip
+        hidden = await client.get(
+            f"{files.base}/download",
+            params={"path": ".keys/secret"},
+            headers=files.headers(files.reader),
+        )
     assert (hidden.status_code, hidden.json()["error"]["code"]) == (403, "forbidden")
     assert b"the key" not in hidden.content
 
@@ -266,8 +293,13 @@ async def test_bad_input_names_the_field(
 ) -> None:
     url = f"{files.base}/{'download' if method == 'GET' else 'upload'}"
     async with httpx.AsyncClient(timeout=scaled(60)) as client:
-        got = await client.request(method, url, params=query, headers=files.headers(),
-                                   content=b"x" if method == "POST" else None)  # fmt: skip
+        got = await client.request(
+            method,
+            url,
+            params=query,
+            headers=files.headers(),
+            content=b"x" if method == "POST" else None,
+        )
     assert got.status_code == status, got.text
     assert got.json()["error"]["code"] == "invalid_args", got.text
     assert field in got.text
@@ -286,12 +318,22 @@ async def test_an_upload_without_its_length_is_refused(files: Files) -> None:
 
 
 async def _cli(files: Files, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RELAYDESK_API_TOKEN": files.stack.seed.api_token,
-           "RELAYDESK_SERVER_URL": files.stack.url,
-           "RELAYDESK_CONVERSATION_ID": files.stack.seed.conversation_id}  # fmt: skip
+    env = {
+        **os.environ,
+        "RELAYDESK_API_TOKEN": files.stack.seed.api_token,
+        "RELAYDESK_SERVER_URL": files.stack.url,
+        "RELAYDESK_CONVERSATION_ID": files.stack.seed.conversation_id,
+    }
     argv = [sys.executable, "-m", "relaydesk", "files", *args]
-    return await asyncio.to_thread(subprocess.run, argv, env=env, capture_output=True,
-                                   text=True, timeout=scaled(120), check=False)  # fmt: skip
+    return await asyncio.to_thread(
+        subprocess.run,
+        argv,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
+        check=False,
+    )
 
 
 async def test_the_cli_puts_lists_and_gets_with_a_progress_bar(

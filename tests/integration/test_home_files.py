@@ -45,8 +45,9 @@ class Homes:
     def home(self, desktop: Desktop) -> Path:
         state = self.stack.seed.data_dir / "relay-state" / "desktops.json"
         data = json.loads(state.read_text(encoding="utf-8"))
-        (found,) = [d for d in data["desktops"]
-                    if d["desktop_session_id"] == desktop.desktop_session_id]  # fmt: skip
+        (found,) = [
+            d for d in data["desktops"] if d["desktop_session_id"] == desktop.desktop_session_id
+        ]
         return Path(found["home"])
 
     async def act(
@@ -69,8 +70,14 @@ class Homes:
         status, body = await self.act(name, desktop, **args)
         assert status != 200 and body["ok"] is False, (name, body)
         code = str(body["error"]["code"])
-        expected = {OUTSIDE: 403, "file_too_large": 413, "invalid_args": 400,
-                    "takeover_active": 423, "forbidden": 403, "not_found": 404}  # fmt: skip
+        expected = {
+            OUTSIDE: 403,
+            "file_too_large": 413,
+            "invalid_args": 400,
+            "takeover_active": 423,
+            "forbidden": 403,
+            "not_found": 404,
+        }
         assert status == expected.get(code, status), (name, body)
         return code
 
@@ -95,8 +102,9 @@ def _digest(path: Path) -> tuple[str, float]:
 async def test_an_agent_writes_lists_reads_and_deletes_as_the_desktops_user(homes: Homes) -> None:
     home = homes.home(homes.main)
     owner = home.stat().st_uid
-    written = await homes.ok("desktop_file_write", path="Downloads/report.txt",
-                             content="héllo\nwörld\n")  # fmt: skip
+    written = await homes.ok(
+        "desktop_file_write", path="Downloads/report.txt", content="héllo\nwörld\n"
+    )
     assert (written["path"], written["size"]) == ("Downloads/report.txt", 14)
     on_disk = home / "Downloads" / "report.txt"
     assert on_disk.read_text(encoding="utf-8") == "héllo\nwörld\n"
@@ -113,11 +121,16 @@ async def test_an_agent_writes_lists_reads_and_deletes_as_the_desktops_user(home
     assert (whole["content"], whole["size"], whole["eof"]) == ("héllo\nwörld\n", 14, True)
 
     blob = bytes(range(256)) * 4
-    await homes.ok("desktop_file_write", path="bin/blob", encoding="base64",
-                   content=base64.b64encode(blob).decode())  # fmt: skip
+    await homes.ok(
+        "desktop_file_write",
+        path="bin/blob",
+        encoding="base64",
+        content=base64.b64encode(blob).decode(),
+    )
     assert (home / "bin" / "blob").read_bytes() == blob
-    part = await homes.ok("desktop_file_read", path="bin/blob", offset=100, length=50,
-                          encoding="base64")  # fmt: skip
+    part = await homes.ok(
+        "desktop_file_read", path="bin/blob", offset=100, length=50, encoding="base64"
+    )
     assert base64.b64decode(part["content_b64"]) == blob[100:150] and part["eof"] is False
     assert await homes.refused("desktop_file_read", path="bin/blob") == "action_failed"  # not UTF-8
 
@@ -143,9 +156,15 @@ async def test_the_audit_names_the_file_by_a_hash(homes: Homes) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["../escape.txt", "Downloads/../../escape.txt", "/etc/passwd", "/tmp/escape.txt",
-             "~root/escape.txt"],
-)  # fmt: skip
+    "path",
+    [
+        "../escape.txt",
+        "Downloads/../../escape.txt",
+        "/etc/passwd",
+        "/tmp/escape.txt",
+        "~root/escape.txt",
+    ],
+)
 async def test_paths_that_leave_the_home_are_refused(homes: Homes, path: str) -> None:
     home = homes.home(homes.main)
     before = _digest(Path("/etc/passwd"))
@@ -169,8 +188,10 @@ async def test_symbolic_links_are_never_followed(homes: Homes) -> None:
         assert await homes.refused("desktop_file_write", path="passwd/x", content="x") == OUTSIDE
         assert await homes.refused("desktop_file_read", path="neighbour/private.txt") == OUTSIDE
         assert await homes.refused("desktop_files_list", path="neighbour") == OUTSIDE
-        assert await homes.refused("desktop_file_write", path="neighbour/new.txt",
-                                   content="x") == OUTSIDE  # fmt: skip
+        assert (
+            await homes.refused("desktop_file_write", path="neighbour/new.txt", content="x")
+            == OUTSIDE
+        )
         assert await homes.refused("desktop_file_delete", path="neighbour/private.txt") == OUTSIDE
         # nor is a link replaced: it is refused as a name, whatever it points to
         assert await homes.refused("desktop_file_write", path="passwd", content="x") == OUTSIDE
@@ -220,10 +241,12 @@ async def test_a_file_larger_than_the_limit_is_refused(homes: Homes) -> None:
     ("name", "args", "field"),
     [
         ("desktop_file_write", {"path": "a.txt"}, "content"),
-        ("desktop_file_write", {"path": "a.txt", "content": "%%", "encoding": "base64"},
-         "content"),
-        ("desktop_file_write", {"path": "a.txt", "content": "x", "encoding": "latin-1"},
-         "encoding"),
+        ("desktop_file_write", {"path": "a.txt", "content": "%%", "encoding": "base64"}, "content"),
+        (
+            "desktop_file_write",
+            {"path": "a.txt", "content": "x", "encoding": "latin-1"},
+            "encoding",
+        ),
         ("desktop_file_read", {"path": "a.txt", "offset": -1}, "offset"),
         ("desktop_file_read", {"path": "a.txt", "length": 0}, "length"),
         ("desktop_file_read", {"path": ""}, "path"),
@@ -232,7 +255,7 @@ async def test_a_file_larger_than_the_limit_is_refused(homes: Homes) -> None:
         ("desktop_file_delete", {"path": "a.txt", "mode": 1}, "mode"),
         ("desktop_files_list", {"path": 7}, "path"),
     ],
-)  # fmt: skip
+)
 async def test_bad_arguments_name_the_field(
     homes: Homes, name: str, args: dict[str, Any], field: str
 ) -> None:
@@ -267,8 +290,10 @@ async def test_a_persons_takeover_and_stop_refuse_an_agents_write(homes: Homes) 
     await homes.ok("desktop_file_write", path="held.txt", content="before")
     await stack.action("desktop_take_control", person=True, slot="main")
     try:
-        assert await homes.refused("desktop_file_write", path="held.txt",
-                                   content="during") == "takeover_active"  # fmt: skip
+        assert (
+            await homes.refused("desktop_file_write", path="held.txt", content="during")
+            == "takeover_active"
+        )
         assert await homes.refused("desktop_file_delete", path="held.txt") == "takeover_active"
         # looking is not acting: a read still answers
         assert (await homes.ok("desktop_file_read", path="held.txt"))["content"] == "before"

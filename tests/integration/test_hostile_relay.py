@@ -167,15 +167,24 @@ async def test_claiming_and_stopping_a_victims_session_id_touches_only_its_own_r
         async with open_viewer(stack.socket_url(victim)):
             pass
         # The hostile relay reports "its" session stopped.
-        data = {"desktop_session_id": victim.desktop_session_id, "state": "stopped",
-                "kind": "virtual", "slot": "main", "reason": "hostile"}  # fmt: skip
+        data = {
+            "desktop_session_id": victim.desktop_session_id,
+            "state": "stopped",
+            "kind": "virtual",
+            "slot": "main",
+            "reason": "hostile",
+        }
         await hostile.event("desktop.changed", data)
         await wait_until(
-            lambda: _row_state_is(stack.app.state.parts.inventory, hostile.relay_id,
-                                  victim.desktop_session_id, "stopped"),
+            lambda: _row_state_is(
+                stack.app.state.parts.inventory,
+                hostile.relay_id,
+                victim.desktop_session_id,
+                "stopped",
+            ),
             5,
             "the hostile relay's row to record its own claim",
-        )  # fmt: skip
+        )
         assert await victim_row_state(stack, victim) == "running"
         # The victim's viewer was not closed (no 4410) and still gets frames.
         await watching.request_update(incremental=False)
@@ -230,9 +239,7 @@ async def claimed(stack: ViewerStack, hostile: HostileRelay, victim: Desktop) ->
     """Wait until the hostile relay's claim is recorded — as a row of its own."""
 
     async def recorded() -> bool:
-        row = await stack.app.state.parts.inventory.row(
-            hostile.relay_id, victim.desktop_session_id
-        )
+        row = await stack.app.state.parts.inventory.row(hostile.relay_id, victim.desktop_session_id)
         return row is not None
 
     await wait_until(recorded, 5, "the hostile relay's own row")

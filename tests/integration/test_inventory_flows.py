@@ -129,8 +129,13 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
 async def _stop_everything(stack: Stack) -> None:
     """Leave no desktop behind: compare-and-stop every live row (relays may have restarted)."""
     for row in await stack.app.state.parts.inventory.live_rows(stack.relay_id):
-        await stack.call("desktop_stop_confirm", relay="relay-1", kind=row.kind, slot=row.slot,
-                         desktop_session_id=row.desktop_session_id)  # fmt: skip
+        await stack.call(
+            "desktop_stop_confirm",
+            relay="relay-1",
+            kind=row.kind,
+            slot=row.slot,
+            desktop_session_id=row.desktop_session_id,
+        )
 
 
 async def _running_main(stack: Stack) -> dict[str, Any]:
@@ -190,8 +195,12 @@ async def test_a_stale_confirmation_never_stops_the_newer_session(stack: Stack) 
     assert status == 200
     current = body["desktop"]["desktop_session_id"]
     for round_no in range(20):
-        stale = {"relay": "relay-1", "kind": "virtual", "slot": "race",
-                 "desktop_session_id": current}  # fmt: skip
+        stale = {
+            "relay": "relay-1",
+            "kind": "virtual",
+            "slot": "race",
+            "desktop_session_id": current,
+        }
         # someone else stops A and starts B in the same slot, with real timing jitter
         status, _ = await stack.call("desktop_stop_confirm", role="write", **stale)
         assert status == 200
@@ -247,9 +256,12 @@ async def test_role_matrix_for_every_action(stack: Stack) -> None:
         "desktop_status": {},
         "desktop_attach": {"slot": "main"},
         "desktop_stop_request": {"slot": "main"},
-        "desktop_stop_confirm": {"relay": "relay-1", "slot": "main",
-                                 "desktop_session_id": BOGUS_SESSION},
-    }  # fmt: skip
+        "desktop_stop_confirm": {
+            "relay": "relay-1",
+            "slot": "main",
+            "desktop_session_id": BOGUS_SESSION,
+        },
+    }
     outcomes = {}
     for action in ACTIONS:
         for role in ROLES:
@@ -266,9 +278,14 @@ async def test_role_matrix_for_every_action(stack: Stack) -> None:
 
 
 async def test_missing_conversation_id_is_400_on_every_action(stack: Stack) -> None:
-    names = [a["name"] for a in (await stack.client.get(
-        "/api/v1/actions", headers={"Authorization": f"Bearer {stack.tokens['read']}"}
-    )).json()["actions"]]  # fmt: skip
+    names = [
+        a["name"]
+        for a in (
+            await stack.client.get(
+                "/api/v1/actions", headers={"Authorization": f"Bearer {stack.tokens['read']}"}
+            )
+        ).json()["actions"]
+    ]
     assert set(ACTIONS) <= set(names)
     for name in names:
         response = await stack.client.post(
@@ -319,16 +336,19 @@ async def test_bad_input_gets_structured_errors_and_changes_nothing(stack: Stack
         headers = {"Authorization": f"Bearer {stack.tokens['owner']}"}
         if isinstance(body, bytes):
             json_type = {**headers, "Content-Type": "application/json"}
-            response = await stack.client.post(f"/api/v1/actions/{name}", content=body,
-                                               headers=json_type)  # fmt: skip
+            response = await stack.client.post(
+                f"/api/v1/actions/{name}", content=body, headers=json_type
+            )
         else:
             body = {"conversation_id": stack.seed.conversation_id, **body}
-            response = await stack.client.post(f"/api/v1/actions/{name}", json=body,
-                                               headers=headers)  # fmt: skip
+            response = await stack.client.post(
+                f"/api/v1/actions/{name}", json=body, headers=headers
+            )
         reply = response.json()
         assert response.status_code == status, (name, body, reply)
-        audited += name != "desktop_nope" and name.startswith(("desktop_start", "desktop_attach",
-                                                                "desktop_stop"))  # fmt: skip
+        audited += name != "desktop_nope" and name.startswith(
+            ("desktop_start", "desktop_attach", "desktop_stop")
+        )
         if status == 200:
             assert reply["was_running"] is False
             continue
@@ -338,9 +358,7 @@ async def test_bad_input_gets_structured_errors_and_changes_nothing(stack: Stack
             assert reply["error"]["field"] == field_name
         if name == "desktop_nope":
             assert "desktop_start" in reply["error"]["actions"]
-    huge = (
-        b'{"conversation_id": "' + b"x" * (stack.app.state.parts.settings.max_body_bytes) + b'"}'
-    )
+    huge = b'{"conversation_id": "' + b"x" * (stack.app.state.parts.settings.max_body_bytes) + b'"}'
     response = await stack.client.post(
         "/api/v1/actions/desktop_start",
         content=huge,

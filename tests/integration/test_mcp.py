@@ -81,10 +81,17 @@ async def over_stdio(
 ) -> AsyncIterator[Client]:
     params = params or StdioServerParameters(
         command=sys.executable,
-        args=["-m", "relaydesk", "mcp", "--server", stack.url,
-              "--conversation", stack.seed.conversation_id],
+        args=[
+            "-m",
+            "relaydesk",
+            "mcp",
+            "--server",
+            stack.url,
+            "--conversation",
+            stack.seed.conversation_id,
+        ],
         env={**os.environ, "RELAYDESK_API_TOKEN": stack.seed.api_token},
-    )  # fmt: skip
+    )
     async with Client(params, read_timeout_seconds=scaled(60)) as client:
         yield client
 
@@ -116,8 +123,11 @@ def tool_error(result: types.CallToolResult, code: str) -> dict[str, Any]:
 
 
 async def _save_button(client: Client) -> dict[str, Any]:
-    found = ok(await client.call_tool("desktop_find", {"selector": 'push_button[name="Save"]',
-                                                       "window": "relaydesk form"}))  # fmt: skip
+    found = ok(
+        await client.call_tool(
+            "desktop_find", {"selector": 'push_button[name="Save"]', "window": "relaydesk form"}
+        )
+    )
     assert found["count"] == 1, found
     match: dict[str, Any] = found["matches"][0]
     return match
@@ -171,8 +181,9 @@ async def test_a_screenshot_is_image_content_of_the_desktops_size(stack, transpo
 async def test_a_zoom_is_image_content_of_the_zoomed_size(stack):
     region = {"x": 40, "y": 40, "width": 200, "height": 100}
     async with over_http(stack) as client:
-        result = await client.call_tool("screen", {"action": "zoom", "region": region,
-                                                   "scale": 2, "format": "jpeg"})  # fmt: skip
+        result = await client.call_tool(
+            "screen", {"action": "zoom", "region": region, "scale": 2, "format": "jpeg"}
+        )
     info = ok(result)
     (image,) = [c for c in result.content if isinstance(c, types.ImageContent)]
     picture = Image.open(io.BytesIO(base64.b64decode(image.data)))
@@ -187,13 +198,19 @@ async def test_a_guarded_click_presses_the_button_seen_on_the_screenshot(stack, 
     async with desk(stack, transport) as client:
         x, y, width, height = (await _save_button(client))["bounds"]
         shot = ok(await client.call_tool("screen", {"action": "screenshot"}))
-        unguarded = await client.call_tool("screen", {"action": "click", "x": x + width // 2,
-                                                      "y": y + height // 2})  # fmt: skip
+        unguarded = await client.call_tool(
+            "screen", {"action": "click", "x": x + width // 2, "y": y + height // 2}
+        )
         tool_error(unguarded, "missing_screen_revision")
-        clicked = await client.call_tool("screen", {
-            "action": "click", "x": x + width // 2, "y": y + height // 2,
-            "expected_screen_revision": shot["screen_revision"],
-        })  # fmt: skip
+        clicked = await client.call_tool(
+            "screen",
+            {
+                "action": "click",
+                "x": x + width // 2,
+                "y": y + height // 2,
+                "expected_screen_revision": shot["screen_revision"],
+            },
+        )
     assert ok(clicked)["guard"]["checked"] is True
     await wait_until(lambda: stack.state()["clicks"] == before + 1, scaled(10), "the Save click")
 
@@ -283,8 +300,10 @@ async def test_another_conversation_is_refused_like_a_missing_one(stack):
     finally:
         await store.close()
     ping = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-    headers = {"Accept": "application/json, text/event-stream",
-               "Authorization": f"Bearer {stack.seed.api_token}"}  # fmt: skip
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {stack.seed.api_token}",
+    }
     async with httpx.AsyncClient(timeout=scaled(30)) as http:
         answers = [
             await http.post(_endpoint(stack, conversation), json=ping, headers=headers)
@@ -314,8 +333,16 @@ async def test_a_read_member_neither_observes_nor_acts(stack):
 
 
 async def test_the_stdio_command_says_why_the_server_refused(stack):
-    command = [sys.executable, "-m", "relaydesk", "mcp", "--server", stack.url,
-               "--conversation", stack.seed.conversation_id]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "relaydesk",
+        "mcp",
+        "--server",
+        stack.url,
+        "--conversation",
+        stack.seed.conversation_id,
+    ]
     refused = await _run(command, {**os.environ, "RELAYDESK_API_TOKEN": "rdk_wrong"})
     assert refused.returncode == 1 and refused.stdout == ""
     assert "401 unauthorized: invalid or revoked token" in refused.stderr
@@ -329,9 +356,11 @@ async def test_the_stdio_command_says_why_the_server_refused(stack):
 
 def _client_configuration(stack: A11yStack) -> dict[str, Any]:
     text = (EXAMPLES / "mcp_client.json").read_text(encoding="utf-8")
-    text = (text.replace("http://127.0.0.1:8400", stack.url)
-            .replace("CONVERSATION_ID", stack.seed.conversation_id)
-            .replace("rdk_YOUR_API_TOKEN", stack.seed.api_token))  # fmt: skip
+    text = (
+        text.replace("http://127.0.0.1:8400", stack.url)
+        .replace("CONVERSATION_ID", stack.seed.conversation_id)
+        .replace("rdk_YOUR_API_TOKEN", stack.seed.api_token)
+    )
     servers: dict[str, Any] = json.loads(text)["mcpServers"]
     return servers
 
@@ -341,8 +370,9 @@ async def test_the_client_configuration_example_connects_both_ways(stack):
     stdio, http = servers["relaydesk"], servers["relaydesk-http"]
     command = shutil.which(stdio["command"], path=str(Path(sys.executable).parent))
     assert command, "the relaydesk command is installed beside this interpreter"
-    params = StdioServerParameters(command=command, args=stdio["args"],
-                                   env={**os.environ, **stdio["env"]})  # fmt: skip
+    params = StdioServerParameters(
+        command=command, args=stdio["args"], env={**os.environ, **stdio["env"]}
+    )
     async with over_stdio(stack, params) as client:
         from_stdio = {tool.name for tool in (await client.list_tools()).tools}
     assert http["type"] == "http"
@@ -356,8 +386,12 @@ async def test_the_client_configuration_example_connects_both_ways(stack):
 
 async def test_the_agent_example_runs(stack, tmp_path):
     out = tmp_path / "screen.png"
-    env = {**os.environ, "RELAYDESK_URL": stack.url, "RELAYDESK_API_TOKEN": stack.seed.api_token,
-           "RELAYDESK_CONVERSATION_ID": stack.seed.conversation_id}  # fmt: skip
+    env = {
+        **os.environ,
+        "RELAYDESK_URL": stack.url,
+        "RELAYDESK_API_TOKEN": stack.seed.api_token,
+        "RELAYDESK_CONVERSATION_ID": stack.seed.conversation_id,
+    }
     process = await _run([sys.executable, str(EXAMPLES / "mcp_agent.py"), "--out", str(out)], env)
     assert process.returncode == 0, process.stdout + process.stderr
     assert "tools:" in process.stdout and "screen" in process.stdout
@@ -369,6 +403,13 @@ async def test_the_agent_example_runs(stack, tmp_path):
 async def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The command's outcome, run off the event loop (the server under test shares it)."""
     return await asyncio.to_thread(
-        subprocess.run, command, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-        text=True, timeout=scaled(120), check=False, cwd=REPO_ROOT,
-    )  # fmt: skip
+        subprocess.run,
+        command,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
+        check=False,
+        cwd=REPO_ROOT,
+    )

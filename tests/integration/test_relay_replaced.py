@@ -34,8 +34,9 @@ def _alive(pids: list[int]) -> list[int]:
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
 
 
-def _relay(factory: ProcessFactory, seed: Seed, url: str, name: str, state: Path,
-           *args: str) -> ManagedProcess:  # fmt: skip
+def _relay(
+    factory: ProcessFactory, seed: Seed, url: str, name: str, state: Path, *args: str
+) -> ManagedProcess:
     env = {**QUICK_DESKTOPS, "RELAYDESK_STATE_DIR": str(state)}
     return start_relay(factory, seed, url, name=name, env=env, extra_args=args)
 

@@ -113,11 +113,24 @@ async def test_a_normalized_click_lands_on_the_pixel_of_its_pixel_equivalent(sta
     revision = shot["screen_revision"]
     for nx, ny in NORMALIZED:
         expected = (_expected(nx, desktop.width), _expected(ny, desktop.height))
-        clicked = await _ok(stack, action="click", x=nx, y=ny, coordinates="normalized",
-                            expected_screen_revision=revision, **session)  # fmt: skip
+        clicked = await _ok(
+            stack,
+            action="click",
+            x=nx,
+            y=ny,
+            coordinates="normalized",
+            expected_screen_revision=revision,
+            **session,
+        )
         assert (clicked["x"], clicked["y"]) == expected
-        await _ok(stack, action="click", x=expected[0], y=expected[1],
-                  expected_screen_revision=revision, **session)  # fmt: skip
+        await _ok(
+            stack,
+            action="click",
+            x=expected[0],
+            y=expected[1],
+            expected_screen_revision=revision,
+            **session,
+        )
         assert _presses(desktop.recorder.drain()) == [expected, expected]
 
 
@@ -155,8 +168,14 @@ async def test_a_zoom_is_the_region_of_a_screenshot_at_the_size_asked(stack, mai
 async def test_a_click_chosen_on_a_zoom_is_refused_when_the_zoomed_region_changed(stack, main):
     zoom = await _ok(stack, action="zoom", region=REGION, scale=2)
     main.recorder.paint(650, 330, 60, 40, 0xFFFFFF)  # inside the zoom, around the point
-    error = await _refused(stack, "stale_screen", action="click", x=680, y=350,
-                           expected_screen_revision=zoom["screen_revision"])  # fmt: skip
+    error = await _refused(
+        stack,
+        "stale_screen",
+        action="click",
+        x=680,
+        y=350,
+        expected_screen_revision=zoom["screen_revision"],
+    )
     assert error["difference"] > error["threshold"]
     assert error["screen_revision"] == zoom["screen_revision"]
     assert main.recorder.drain() == []
@@ -167,21 +186,34 @@ async def test_a_click_chosen_on_a_zoom_ignores_changes_outside_the_zoom(stack, 
     # Right beside the zoom, within the 128x96 crop a screenshot's guard would compare.
     main.recorder.paint(REGION["x"] - 40, 330, 40, 60, 0x000000)
     main.recorder.paint(REGION["x"] + REGION["width"], 330, 30, 60, 0xFFFFFF)
-    clicked = await _ok(stack, action="click", x=610, y=350,
-                        expected_screen_revision=zoom["screen_revision"])  # fmt: skip
+    clicked = await _ok(
+        stack, action="click", x=610, y=350, expected_screen_revision=zoom["screen_revision"]
+    )
     assert clicked["guard"]["checked"] is True
     assert _presses(main.recorder.drain()) == [(610, 350)]
     # in the zoom image's own pixels: zoom pixel (21, 101) shows screen pixel (610, 350)
-    await _ok(stack, action="double_click", x=21, y=101, coordinates="zoom",
-              expected_screen_revision=zoom["screen_revision"])  # fmt: skip
+    await _ok(
+        stack,
+        action="double_click",
+        x=21,
+        y=101,
+        coordinates="zoom",
+        expected_screen_revision=zoom["screen_revision"],
+    )
     assert _presses(main.recorder.drain()) == [(610, 350), (610, 350)]
 
 
 async def test_a_screen_pixel_outside_the_zoom_is_refused_with_a_zoom_revision(stack, main):
     zoom = await _ok(stack, action="zoom", region=REGION, scale=2)
     # zoom image pixels sent as screen pixels: outside the zoomed region
-    error = await _refused(stack, "invalid_args", action="click", x=40, y=60,
-                           expected_screen_revision=zoom["screen_revision"])  # fmt: skip
+    error = await _refused(
+        stack,
+        "invalid_args",
+        action="click",
+        x=40,
+        y=60,
+        expected_screen_revision=zoom["screen_revision"],
+    )
     assert error["field"] == "x" and "zoomed region" in error["message"]
     assert main.recorder.drain() == []
 
@@ -204,8 +236,9 @@ async def test_a_grid_is_only_an_overlay_and_the_guard_compares_the_real_screen(
     overlay |= (ys < LABEL_STRIP[0]) | (xs < LABEL_STRIP[1])
     assert changed[LABEL_STRIP[0] :, 700].all() and overlay.all()
     # A click on a drawn line: the screen there never had the line, and the guard agrees.
-    clicked = await _ok(stack, action="click", x=700, y=400,
-                        expected_screen_revision=shot["screen_revision"])  # fmt: skip
+    clicked = await _ok(
+        stack, action="click", x=700, y=400, expected_screen_revision=shot["screen_revision"]
+    )
     assert clicked["guard"]["difference"] == 0.0
     assert _presses(main.recorder.drain()) == [(700, 400)]
 
@@ -213,16 +246,23 @@ async def test_a_grid_is_only_an_overlay_and_the_guard_compares_the_real_screen(
 async def test_a_normalized_grid_on_a_zoom_labels_what_a_click_would_use(stack, main):
     # the region in normalized coordinates too: REGION's pixels exactly
     region = {"x": 468.75, "y": 375, "width": 156.25, "height": 150}
-    zoom = await _ok(stack, action="zoom", region=region, scale=4, grid=True,
-                     coordinates="normalized")  # fmt: skip
+    zoom = await _ok(
+        stack, action="zoom", region=region, scale=4, grid=True, coordinates="normalized"
+    )
     assert zoom["region"] == REGION and zoom["grid"]["coordinates"] == "normalized"
     step = zoom["grid"]["step"]
     grid = grid_for(Frame.normalized(CropRect(0, 0, *MAIN)), CropRect(**REGION), (800, 480))
     assert grid.step == step and grid.columns
     line = grid.columns[0]
     # a click at a line's label lands on the screen pixel that line shows
-    await _ok(stack, action="click", x=line.label, y=450, coordinates="normalized",
-              expected_screen_revision=zoom["screen_revision"])  # fmt: skip
+    await _ok(
+        stack,
+        action="click",
+        x=line.label,
+        y=450,
+        coordinates="normalized",
+        expected_screen_revision=zoom["screen_revision"],
+    )
     [(x, _)] = _presses(main.recorder.drain())
     assert REGION["x"] + line.position // 4 == x
 
@@ -234,26 +274,56 @@ async def test_a_normalized_grid_on_a_zoom_labels_what_a_click_would_use(stack, 
     ("body", "field"),
     [
         ({"action": "move", "x": 1001, "y": 5, "coordinates": "normalized"}, "x"),
-        ({"action": "zoom", "region": {"x": 1200, "y": 0, "width": 100, "height": 50}},
-         "region"),
-        ({"action": "zoom", "region": {"x": 0, "y": 780, "width": 100, "height": 50}},
-         "region"),
-        ({"action": "zoom", "region": {"x": 0, "y": 0, "width": 0, "height": 50}},
-         "region.width"),
-        ({"action": "zoom", "region": {"x": 0, "y": 0, "width": 50, "height": 50},
-          "scale": 5}, "scale"),
-        ({"action": "zoom", "region": {"x": 0, "y": 0, "width": 50, "height": 50},
-          "scale": 0.5}, "scale"),
-        ({"action": "zoom", "region": {"x": 0, "y": 0, "width": 1280, "height": 800},
-          "scale": 4}, "scale"),
-        ({"action": "move", "x": 5, "y": 5, "coordinates": "normalized",
-          "relative_to": {"x": 0, "y": 0, "width": 100}}, "relative_to.height"),
-        ({"action": "move", "x": 5, "y": 5, "coordinates": "normalized",
-          "relative_to": {"x": 0, "y": 0, "width": 0, "height": 10}}, "relative_to.width"),
-        ({"action": "move", "x": 5, "y": 5, "relative_to": {"x": 0, "y": 0, "width": 9,
-                                                             "height": 10}}, "relative_to"),
+        ({"action": "zoom", "region": {"x": 1200, "y": 0, "width": 100, "height": 50}}, "region"),
+        ({"action": "zoom", "region": {"x": 0, "y": 780, "width": 100, "height": 50}}, "region"),
+        ({"action": "zoom", "region": {"x": 0, "y": 0, "width": 0, "height": 50}}, "region.width"),
+        (
+            {"action": "zoom", "region": {"x": 0, "y": 0, "width": 50, "height": 50}, "scale": 5},
+            "scale",
+        ),
+        (
+            {"action": "zoom", "region": {"x": 0, "y": 0, "width": 50, "height": 50}, "scale": 0.5},
+            "scale",
+        ),
+        (
+            {
+                "action": "zoom",
+                "region": {"x": 0, "y": 0, "width": 1280, "height": 800},
+                "scale": 4,
+            },
+            "scale",
+        ),
+        (
+            {
+                "action": "move",
+                "x": 5,
+                "y": 5,
+                "coordinates": "normalized",
+                "relative_to": {"x": 0, "y": 0, "width": 100},
+            },
+            "relative_to.height",
+        ),
+        (
+            {
+                "action": "move",
+                "x": 5,
+                "y": 5,
+                "coordinates": "normalized",
+                "relative_to": {"x": 0, "y": 0, "width": 0, "height": 10},
+            },
+            "relative_to.width",
+        ),
+        (
+            {
+                "action": "move",
+                "x": 5,
+                "y": 5,
+                "relative_to": {"x": 0, "y": 0, "width": 9, "height": 10},
+            },
+            "relative_to",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_bad_input_is_a_400_naming_the_field(stack, main, body, field):
     error = await _refused(stack, "invalid_args", **body)
     assert error["field"] == field, error

@@ -360,8 +360,11 @@ async def test_mouse_down_move_and_mouse_up_drag_with_the_button_held(stack, mai
     kinds = [ev["type"] for ev in events]
     assert (_presses(events), _of(events, "ButtonRelease")) == ([(200, 200, 1)], [(400, 300, 1)])
     held = events[kinds.index("ButtonPress") : kinds.index("ButtonRelease")]
-    moves = [(ev["x"], ev["y"], ev["state"] & X.Button1Mask) for ev in held
-             if ev["type"] == "MotionNotify"]  # fmt: skip
+    moves = [
+        (ev["x"], ev["y"], ev["state"] & X.Button1Mask)
+        for ev in held
+        if ev["type"] == "MotionNotify"
+    ]
     assert [(x, y) for x, y, _ in moves] == [(240, 220), (300, 250), (360, 280), (400, 300)]
     assert all(mask for _, _, mask in moves)
 
@@ -397,9 +400,13 @@ async def test_a_stale_mouse_down_sends_nothing(stack, main):
 
 
 async def test_key_down_shift_holds_it_for_the_keys_in_between(stack, main):
-    for body in ({"action": "key_down", "key": "shift"}, {"action": "key", "key": "a"},
-                 {"action": "type", "text": "b"}, {"action": "key_up", "key": "shift"},
-                 {"action": "key", "key": "a"}):  # fmt: skip
+    for body in (
+        {"action": "key_down", "key": "shift"},
+        {"action": "key", "key": "a"},
+        {"action": "type", "text": "b"},
+        {"action": "key_up", "key": "shift"},
+        {"action": "key", "key": "a"},
+    ):
         status, result = await stack.screen(**body)
         assert status == 200, result
     events = main.recorder.drain()
@@ -431,12 +438,16 @@ async def test_held_input_waits_while_a_person_is_in_control(stack, main):
     await control("desktop_take_control")
     try:
         for action in (
-            {"action": "mouse_down", "x": 10, "y": 10,
-             "expected_screen_revision": shot["screen_revision"]},
+            {
+                "action": "mouse_down",
+                "x": 10,
+                "y": 10,
+                "expected_screen_revision": shot["screen_revision"],
+            },
             {"action": "mouse_up"},
             {"action": "key_down", "key": "ctrl"},
             {"action": "key_up", "key": "ctrl"},
-        ):  # fmt: skip
+        ):
             status, result = await stack.screen(**action)
             _error(status, result, "takeover_active", 423)
     finally:

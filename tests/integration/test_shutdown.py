@@ -57,8 +57,9 @@ async def test_sigterm_ends_every_event_stream_with_a_farewell_and_its_final_chu
         assert "retry: 1000" in farewell
         data = next(line for line in farewell if line.startswith("data: "))
         assert json.loads(data.removeprefix("data: ")) == {
-            "reason": "server shutting down", "retry_ms": 1000,
-        }  # fmt: skip
+            "reason": "server shutting down",
+            "retry_ms": 1000,
+        }
     assert "without completing response" not in server.process.log_text()
 
 

@@ -123,7 +123,11 @@ def test_a_call_that_gets_no_reply_times_out_alone(bus):
     replies = conn.exchange([request(str(i)) for i in range(4)], 0.3)
     elapsed = time.monotonic() - started
     assert [r.values if r is not None else None for r in replies] == [
-        ("0!",), ("1!",), None, ("3!",)]  # fmt: skip
+        ("0!",),
+        ("1!",),
+        None,
+        ("3!",),
+    ]
     assert 0.25 <= elapsed < 2.0
     # the connection is still good
     assert conn.exchange([request("again")], 1.0)[0].values == ("again!",)
@@ -134,8 +138,9 @@ def test_errors_signals_and_late_replies_are_told_apart(bus):
         signal = bytearray(message("s", ("hi",), reply_to=0))
         signal[1] = 4  # a signal: no reply to anything
         late = message("s", ("late",), reply_to=9999)
-        error = message("s", ("gone",), reply_to=call.serial,
-                        error="org.freedesktop.DBus.Error.UnknownObject")  # fmt: skip
+        error = message(
+            "s", ("gone",), reply_to=call.serial, error="org.freedesktop.DBus.Error.UnknownObject"
+        )
         return [bytes(signal), late, error]
 
     _fake, conn = bus(noisy)

@@ -88,9 +88,13 @@ def split(sig: str) -> list[str]:
 
 
 def message(
-    sig: str, values: tuple[Any, ...], little: bool = True, reply_to: int = 3,
-    error: str | None = None, serial: int = 7,
-) -> bytes:  # fmt: skip
+    sig: str,
+    values: tuple[Any, ...],
+    little: bool = True,
+    reply_to: int = 3,
+    error: str | None = None,
+    serial: int = 7,
+) -> bytes:
     """A method-return (or, with ``error``, error) message with ``values`` of ``sig``."""
     body = Writer(little)
     for t, v in zip(split(sig), values, strict=True):
@@ -119,11 +123,21 @@ def message(
 CACHE_ITEM = "a((so)(so)(so)iiassusau)"
 names = st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=12)
 ref = st.tuples(names, names)
-items = st.lists(st.tuples(ref, ref, ref, st.integers(-(2**31), 2**31 - 1),
-                           st.integers(-(2**31), 2**31 - 1), st.lists(names, max_size=4), names,
-                           st.integers(0, 2**32 - 1), names,
-                           st.lists(st.integers(0, 2**32 - 1), max_size=2)),
-                 max_size=20)  # fmt: skip
+items = st.lists(
+    st.tuples(
+        ref,
+        ref,
+        ref,
+        st.integers(-(2**31), 2**31 - 1),
+        st.integers(-(2**31), 2**31 - 1),
+        st.lists(names, max_size=4),
+        names,
+        st.integers(0, 2**32 - 1),
+        names,
+        st.lists(st.integers(0, 2**32 - 1), max_size=2),
+    ),
+    max_size=20,
+)
 
 
 @settings(max_examples=examples(60), deadline=None)
@@ -148,8 +162,10 @@ def test_garbage_is_a_wire_error_never_a_crash(blob):
 
 
 def test_a_truncated_reply_is_a_wire_error():
-    blob = message(CACHE_ITEM, ([((":1.0", "/a"), (":1.0", "/b"), (":1.0", "/c"), 0, 1,
-                                  ["x"], "n", 43, "d", [1, 0])],))  # fmt: skip
+    blob = message(
+        CACHE_ITEM,
+        ([((":1.0", "/a"), (":1.0", "/b"), (":1.0", "/c"), 0, 1, ["x"], "n", 43, "d", [1, 0])],),
+    )
     with pytest.raises(WireError):
         read_body(blob[:-9])
 
@@ -184,30 +200,44 @@ def test_a_variant_of_several_types_is_refused():
 
 
 def test_an_error_reply_names_the_error_and_the_call_it_answers():
-    read = read_message(message("s", ("no such object",), reply_to=41,
-                                error="org.freedesktop.DBus.Error.UnknownObject"))  # fmt: skip
+    read = read_message(
+        message(
+            "s", ("no such object",), reply_to=41, error="org.freedesktop.DBus.Error.UnknownObject"
+        )
+    )
     assert (read.kind, read.reply_serial, read.error_name) == (
-        ERROR, 41, "org.freedesktop.DBus.Error.UnknownObject")  # fmt: skip
+        ERROR,
+        41,
+        "org.freedesktop.DBus.Error.UnknownObject",
+    )
     assert read.values == ("no such object",)
 
 
 arguments = st.one_of(
     st.tuples(st.just("u"), st.tuples(st.integers(0, 2**32 - 1))),
     st.tuples(st.just("ss"), st.tuples(names, names)),
-    st.tuples(st.just("ii"), st.tuples(st.integers(-(2**31), 2**31 - 1),
-                                       st.integers(-(2**31), 2**31 - 1))),
+    st.tuples(
+        st.just("ii"), st.tuples(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**31), 2**31 - 1))
+    ),
     st.tuples(st.just("isi"), st.tuples(st.integers(0, 99), names, st.integers(0, 99))),
     st.tuples(st.just("sas"), st.tuples(names, st.lists(names, max_size=4))),
     st.tuples(st.just(""), st.just(())),
-)  # fmt: skip
+)
 
 
 @settings(max_examples=examples(80), deadline=None)
 @given(arguments, st.integers(1, 2**32 - 1), names, names)
 def test_a_written_call_reads_back_exactly(args, serial, member, path):
     signature, values = args
-    blob = method_call(serial, ":1.5", "/" + path.replace("/", ""), "org.a11y.atspi.Text",
-                       member or "M", signature, values)  # fmt: skip
+    blob = method_call(
+        serial,
+        ":1.5",
+        "/" + path.replace("/", ""),
+        "org.a11y.atspi.Text",
+        member or "M",
+        signature,
+        values,
+    )
     assert message_length(blob) == len(blob)
     read = read_message(blob)
     assert (read.kind, read.serial, read.signature) == (METHOD_CALL, serial, signature)

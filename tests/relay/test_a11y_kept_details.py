@@ -14,16 +14,32 @@ BUS = ":1.9"
 
 
 def node(path: str, parent: str | None, *kids: str) -> Node:
-    return Node(BUS, path, (BUS, parent) if parent else None, 0, len(kids), frozenset(),
-                path, "panel", "", frozenset({"showing"}),
-                [(BUS, k) for k in kids], True)  # fmt: skip
+    return Node(
+        BUS,
+        path,
+        (BUS, parent) if parent else None,
+        0,
+        len(kids),
+        frozenset(),
+        path,
+        "panel",
+        "",
+        frozenset({"showing"}),
+        [(BUS, k) for k in kids],
+        True,
+    )
 
 
 def tree() -> Tree:
     """root ─ window ─ box ─ spinner, button; window ─ entry"""
-    nodes = [node("root", None, "window"), node("window", "root", "box", "entry"),
-             node("box", "window", "spinner", "button"), node("spinner", "box"),
-             node("button", "box"), node("entry", "window")]  # fmt: skip
+    nodes = [
+        node("root", None, "window"),
+        node("window", "root", "box", "entry"),
+        node("box", "window", "spinner", "button"),
+        node("spinner", "box"),
+        node("button", "box"),
+        node("entry", "window"),
+    ]
     t = Tree(BUS, {n.key: n for n in nodes}, (BUS, "root"))
     t.details = {n.key: ([0, 0, 1, 1], None) for n in nodes}
     return t

@@ -99,12 +99,15 @@ def test_flags_win_and_defaults_fill_the_rest() -> None:
         ({"RELAYDESK_RELAY_TOKEN": "rdr_x"}, "--server"),
         ({"RELAYDESK_SERVER_URL": "http://h:1"}, "no relay token"),
         (
-            {"RELAYDESK_SERVER_URL": "http://h:1", "RELAYDESK_RELAY_TOKEN": "rdr_x",
-             "RELAYDESK_RELAY_BACKOFF_MAX_S": "soon"},
+            {
+                "RELAYDESK_SERVER_URL": "http://h:1",
+                "RELAYDESK_RELAY_TOKEN": "rdr_x",
+                "RELAYDESK_RELAY_BACKOFF_MAX_S": "soon",
+            },
             "RELAYDESK_RELAY_BACKOFF_MAX_S",
         ),
     ],
-)  # fmt: skip
+)
 def test_a_configuration_that_cannot_work_says_why(environ: dict[str, str], problem: str) -> None:
     with pytest.raises(RelayConfigError, match=problem):
         RelaySettings.from_env(None, None, environ=environ)

@@ -151,9 +151,10 @@ async def test_the_host_helpers_own_setting_holds_whatever_the_relay_sends(
 async def test_a_bad_header_is_refused_naming_it(helper: Helper) -> None:
     for bad in ("secretapp", "[1]", '{"a": 1}', "[" + ",".join(['"a"'] * 300) + "]"):
         async with helper.http.post(
-            f"{helper.url}/v1/screen/screenshot", json={},
+            f"{helper.url}/v1/screen/screenshot",
+            json={},
             headers={**helper.headers, DENY_APPS_HEADER: bad},
-        ) as resp:  # fmt: skip
+        ) as resp:
             body = await resp.json()
         assert resp.status == 400, body
         assert DENY_APPS_HEADER in str(body)

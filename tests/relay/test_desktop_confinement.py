@@ -80,8 +80,9 @@ async def test_a_setsid_program_dies_with_its_desktops_stop(light_config: Deskto
     manager = process_desktops(_config(light_config, app))
     try:
         row = await _started_survivor(manager, marker)
-        await manager.stop(kind="virtual", slot="main",
-                           desktop_session_id=row["desktop_session_id"])  # fmt: skip
+        await manager.stop(
+            kind="virtual", slot="main", desktop_session_id=row["desktop_session_id"]
+        )
         assert not _sleepers(marker), "a setsid program outlived desktop_stop"
     finally:
         await manager.close(stop_desktops=True)
@@ -96,8 +97,9 @@ async def test_a_setsid_program_dies_with_the_stop_before_a_reset_of_home(
     manager = process_desktops(_config(light_config, app))
     try:
         row = await _started_survivor(manager, marker, slot="kept", persist_home=True)
-        await manager.stop(kind="virtual", slot="kept",
-                           desktop_session_id=row["desktop_session_id"])  # fmt: skip
+        await manager.stop(
+            kind="virtual", slot="kept", desktop_session_id=row["desktop_session_id"]
+        )
         await manager.launcher.reset_home("kept")
         assert not _sleepers(marker), "a setsid program outlived desktop_reset_home"
     finally:
@@ -142,8 +144,9 @@ async def test_an_adopted_desktop_keeps_its_cgroup_and_an_orphan_dies_whole(
             assert adopted["desktop_session_id"] == row["desktop_session_id"]
             assert not _sleepers(orphan), "a desktop that was not re-adopted left a survivor"
             assert _sleepers(kept), "an adopted desktop lost a program"
-            await second.stop(kind="virtual", slot="kept",
-                              desktop_session_id=row["desktop_session_id"])  # fmt: skip
+            await second.stop(
+                kind="virtual", slot="kept", desktop_session_id=row["desktop_session_id"]
+            )
             assert not _sleepers(kept), "an adopted desktop's setsid program outlived its stop"
         finally:
             await second.close(stop_desktops=True)
@@ -179,12 +182,14 @@ async def test_nothing_of_the_desktop_user_runs_once_no_desktop_does(
         row = await manager.start()
         user = await manager.desktop_user()
         assert user is not None
-        stray = subprocess.Popen(["sleep", "600"], user=user.uid, group=user.gid,
-                                 extra_groups=[], start_new_session=True)  # fmt: skip
+        stray = subprocess.Popen(
+            ["sleep", "600"], user=user.uid, group=user.gid, extra_groups=[], start_new_session=True
+        )
         await asyncio.sleep(0.2)
         assert stray.poll() is None
-        await manager.stop(kind="virtual", slot="main",
-                           desktop_session_id=row["desktop_session_id"])  # fmt: skip
+        await manager.stop(
+            kind="virtual", slot="main", desktop_session_id=row["desktop_session_id"]
+        )
         await wait_until(lambda: stray.poll() is not None, 5, "the stray program to die")
     finally:
         await manager.close(stop_desktops=True)
@@ -207,8 +212,15 @@ def pulse_settings() -> Iterator[AudioSettings]:
 
 
 def _as_user(user: DesktopUser, argv: list[str]) -> None:
-    subprocess.run(argv, user=user.uid, group=user.gid, extra_groups=[], check=True,
-                   capture_output=True, timeout=scaled(10))  # fmt: skip
+    subprocess.run(
+        argv,
+        user=user.uid,
+        group=user.gid,
+        extra_groups=[],
+        check=True,
+        capture_output=True,
+        timeout=scaled(10),
+    )
 
 
 class _Planting(PulseAudioStarter):
@@ -241,14 +253,18 @@ async def test_a_link_planted_in_the_sound_directory_is_never_written_through(
         for _ in range(2):  # the first and the second start
             row = await manager.start(audio=True)
             assert row["audio"] is True, row
-            await manager.stop(kind="virtual", slot="main",
-                               desktop_session_id=row["desktop_session_id"])  # fmt: skip
+            await manager.stop(
+                kind="virtual", slot="main", desktop_session_id=row["desktop_session_id"]
+            )
     finally:
         await manager.close(stop_desktops=True)
     assert target.read_bytes() == b"root's own file\n"
     after = target.stat()
     assert (after.st_uid, after.st_mode, after.st_size) == (
-        before.st_uid, before.st_mode, before.st_size)  # fmt: skip
+        before.st_uid,
+        before.st_mode,
+        before.st_size,
+    )
 
 
 # -- homes --------------------------------------------------------------------------------
@@ -270,8 +286,9 @@ async def test_the_session_has_a_private_tmpdir_gone_with_its_desktop(
         for parent in (tmpdir.parent, tmpdir.parent.parent):
             assert parent.lstat().st_uid == os.geteuid(), parent
             assert parent.lstat().st_mode & 0o777 in (0o700, 0o711), parent
-        await manager.stop(kind="virtual", slot="main",
-                           desktop_session_id=row["desktop_session_id"])  # fmt: skip
+        await manager.stop(
+            kind="virtual", slot="main", desktop_session_id=row["desktop_session_id"]
+        )
         assert not tmpdir.exists()
     finally:
         await manager.close(stop_desktops=True)
@@ -294,8 +311,11 @@ async def test_a_home_that_outgrows_its_limit_stops_its_desktop_with_the_reason(
         assert desktop is not None and desktop.home is not None
         big = Path(desktop.session_env["TMPDIR"]) / "big"
         big.write_bytes(b"\0" * (2 * 2**20))
-        await wait_until(lambda: [e for e in recorded if e.get("state") == "failed"], 10,
-                         "the desktop to be stopped")  # fmt: skip
+        await wait_until(
+            lambda: [e for e in recorded if e.get("state") == "failed"],
+            10,
+            "the desktop to be stopped",
+        )
         assert manager.live(row["desktop_session_id"]) is None
         [failed] = [e for e in recorded if e.get("state") == "failed"]
         assert "more than 1 MB" in str(failed["reason"]), failed
@@ -318,20 +338,25 @@ async def test_a_kept_home_stays_out_of_reach_of_the_next_holder_of_its_account(
         assert desktop is not None and desktop.home is not None
         home = Path(desktop.home)
         _as_user(owner, ["sh", "-c", f"echo alice-secret > {home}/notes.txt"])
-        await first.stop(kind="virtual", slot="kept",
-                         desktop_session_id=row["desktop_session_id"])  # fmt: skip
+        await first.stop(kind="virtual", slot="kept", desktop_session_id=row["desktop_session_id"])
     finally:
         await first.close(stop_desktops=True)
     # The account goes to another relay, whose desktops now run as it.
-    other = process_desktops(dataclasses.replace(
-        light_config, state_dir=tmp_path / "other", desktop_user=owner.name))  # fmt: skip
+    other = process_desktops(
+        dataclasses.replace(light_config, state_dir=tmp_path / "other", desktop_user=owner.name)
+    )
     try:
         assert await other.desktop_user() == owner
         for argv in (["cat", str(home / "notes.txt")], ["ls", str(home)]):
             denied = subprocess.run(
-                argv, user=owner.uid, group=owner.gid, extra_groups=[], capture_output=True,
-                timeout=scaled(10), check=False,
-            )  # fmt: skip
+                argv,
+                user=owner.uid,
+                group=owner.gid,
+                extra_groups=[],
+                capture_output=True,
+                timeout=scaled(10),
+                check=False,
+            )
             assert denied.returncode != 0 and b"alice-secret" not in denied.stdout, argv
         # An account nobody holds, while ``other`` holds the first one.
         lease = lease_from_pool(tmp_path / "elsewhere", light_config.desktop_user_pool)
@@ -359,8 +384,12 @@ def test_relays_key_their_state_directories(tmp_path: Path) -> None:
 
 def test_a_proc_that_hides_other_users_processes_is_detected(tmp_path: Path) -> None:
     mounts = tmp_path / "mounts"
-    for options, hidden in (("rw,relatime", False), ("rw,hidepid=invisible", True),
-                            ("rw,nosuid,hidepid=2", True), ("rw,hidepid=1", False)):  # fmt: skip
+    for options, hidden in (
+        ("rw,relatime", False),
+        ("rw,hidepid=invisible", True),
+        ("rw,nosuid,hidepid=2", True),
+        ("rw,hidepid=1", False),
+    ):
         mounts.write_text(f"sysfs /sys sysfs rw 0 0\nproc /proc proc {options} 0 0\n")
         assert proc_hides_processes(mounts) is hidden, options
     assert proc_hides_processes(tmp_path / "missing") is False
@@ -395,15 +424,18 @@ async def test_the_last_virtual_desktop_leaves_running_containers_of_the_account
         user = await containers.desktop_user()
         assert user is not None and user == await manager.desktop_user()
         containers.mark_busy(True)
-        running = subprocess.Popen(["sleep", "600"], user=user.uid, group=user.gid,
-                                   extra_groups=[], start_new_session=True)  # fmt: skip
-        await manager.stop(kind="virtual", slot="main",
-                           desktop_session_id=row["desktop_session_id"])  # fmt: skip
+        running = subprocess.Popen(
+            ["sleep", "600"], user=user.uid, group=user.gid, extra_groups=[], start_new_session=True
+        )
+        await manager.stop(
+            kind="virtual", slot="main", desktop_session_id=row["desktop_session_id"]
+        )
         assert running.poll() is None, "a container's process was killed"
         containers.mark_busy(False)
         row = await manager.start()
-        await manager.stop(kind="virtual", slot="main",
-                           desktop_session_id=row["desktop_session_id"])  # fmt: skip
+        await manager.stop(
+            kind="virtual", slot="main", desktop_session_id=row["desktop_session_id"]
+        )
         await wait_until(lambda: running.poll() is not None, 5, "the account's processes to die")
     finally:
         containers.release()
@@ -434,8 +466,9 @@ def test_an_account_is_shared_by_the_same_relay_only(tmp_path: Path) -> None:
     lease.release()
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, name, str(tmp_path / "relay")],
-        stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
         with pytest.raises(OpError) as refused:

@@ -121,8 +121,10 @@ async def _kill_mid_start(config: DesktopSettings) -> dict[str, Any]:
         half_done = {"Xvfb", "websockify"}
         await wait_until(
             lambda: any(half_done <= _names(r) for r in _starting_records(config)),
-            20, "the start to record its first children", interval=0.005,
-        )  # fmt: skip
+            20,
+            "the start to record its first children",
+            interval=0.005,
+        )
     finally:
         os.killpg(relay.pid, signal.SIGKILL)
         relay.wait()
@@ -153,8 +155,11 @@ async def test_a_child_spawned_but_not_yet_recorded_never_runs_without_its_relay
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     relay = subprocess.Popen(
         [sys.executable, "-c", _STUCK_RECORDING, str(light_config.state_dir)],
-        env=env, start_new_session=True, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert relay.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(relay.stdout.readline), scaled(30))
@@ -216,8 +221,9 @@ async def test_a_stop_cut_short_by_its_caller_still_runs_to_its_end(
         stop = asyncio.create_task(
             manager.stop(kind="virtual", slot="main", desktop_session_id=session)
         )
-        await wait_until(lambda: manager.live(session) is None, 10, "the stop to begin",
-                         interval=0.001)  # fmt: skip
+        await wait_until(
+            lambda: manager.live(session) is None, 10, "the stop to begin", interval=0.001
+        )
         stop.cancel()
         with pytest.raises(asyncio.CancelledError):
             await stop
@@ -320,8 +326,9 @@ async def test_a_stopped_desktop_leaves_no_sound_directory(
         assert row["audio"] is True
         directory = runtime_dir(int((row["display"] or "")[1:]), settings.runtime_root)
         assert directory.is_dir()
-        await manager.stop(kind="virtual", slot="main",
-                           desktop_session_id=row["desktop_session_id"])  # fmt: skip
+        await manager.stop(
+            kind="virtual", slot="main", desktop_session_id=row["desktop_session_id"]
+        )
         assert not directory.exists()
     finally:
         await manager.close(stop_desktops=True)
@@ -335,8 +342,10 @@ async def test_another_relay_starting_or_a_desktop_stopping_keeps_a_live_sound_s
     # away (apps and captures then get "Connection refused").
     root = pulse_settings.runtime_root
     manager = process_desktops(light_config, audio=PulseAudioStarter(pulse_settings))
-    other = process_desktops(dataclasses.replace(light_config, state_dir=tmp_path / "other"),
-                           audio=PulseAudioStarter(pulse_settings))  # fmt: skip
+    other = process_desktops(
+        dataclasses.replace(light_config, state_dir=tmp_path / "other"),
+        audio=PulseAudioStarter(pulse_settings),
+    )
     try:
         playing = await manager.start(audio=True)
         stopping = await manager.start(slot="second", audio=True)
@@ -347,8 +356,9 @@ async def test_another_relay_starting_or_a_desktop_stopping_keeps_a_live_sound_s
         await other.adopt()
         await _sound_server_answers(sound)
         assert not runtime_dir(dead, root).exists(), "a stale sound directory is still removed"
-        await manager.stop(kind="virtual", slot="second",
-                           desktop_session_id=stopping["desktop_session_id"])  # fmt: skip
+        await manager.stop(
+            kind="virtual", slot="second", desktop_session_id=stopping["desktop_session_id"]
+        )
         await _sound_server_answers(sound)
     finally:
         await other.close(stop_desktops=False)

@@ -30,8 +30,9 @@ async def test_reads_answer_during_a_start_of_another_slot(manager: ProcessDeskt
     main = await manager.start()
     starting = asyncio.create_task(manager.start(slot="second"))
     try:
-        await wait_until(lambda: _recorded_starts(manager), 10, "the second start to begin",
-                         interval=0.001)  # fmt: skip
+        await wait_until(
+            lambda: _recorded_starts(manager), 10, "the second start to begin", interval=0.001
+        )
         # Neither read awaits the lock: both answer before the start can have ended.
         assert [r["desktop_session_id"] for r in await manager.status()] == [
             main["desktop_session_id"]

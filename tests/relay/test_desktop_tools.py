@@ -47,8 +47,11 @@ def test_a_bad_shell_setting_stops_the_relay_with_a_message() -> None:
     env = {"RELAYDESK_CUA_SHELL": "maybe", "RELAYDESK_RELAY_TOKEN": "t"}
     with pytest.raises(RelayConfigError, match="RELAYDESK_CUA_SHELL"):
         RelaySettings.from_env("http://127.0.0.1:1", None, environ=env)
-    settings = RelaySettings.from_env("http://127.0.0.1:1", None, environ={
-        "RELAYDESK_CUA_SHELL": "1", "RELAYDESK_RELAY_TOKEN": "t"})  # fmt: skip
+    settings = RelaySettings.from_env(
+        "http://127.0.0.1:1",
+        None,
+        environ={"RELAYDESK_CUA_SHELL": "1", "RELAYDESK_RELAY_TOKEN": "t"},
+    )
     assert settings.tools.cua_shell is True
 
 
@@ -74,8 +77,15 @@ async def test_a_desktop_the_relay_does_not_run_has_no_tools() -> None:
         kind = "local"
 
     with pytest.raises(OpError) as info:
-        await session_of(LocalBackend(), {"desktop_session_id": "s", "kind": "local",  # type: ignore[arg-type]
-                                           "slot": "main", "state": "running"})  # fmt: skip
+        await session_of(
+            LocalBackend(),  # type: ignore[arg-type]
+            {
+                "desktop_session_id": "s",
+                "kind": "local",
+                "slot": "main",
+                "state": "running",
+            },
+        )
     assert info.value.code is ErrorCode.UNAVAILABLE
     assert info.value.message.startswith("local desktops have no window")
 
@@ -99,8 +109,13 @@ def _session(tmp_path: Path, joined: list[ChildProcess] | None = None) -> Deskto
 async def test_a_command_runs_in_the_home_with_closed_stdin(tmp_path: Path) -> None:
     joined: list[ChildProcess] = []
     session = _session(tmp_path, joined)
-    done = await run_in_desktop(session, "shell", ["/bin/sh", "-c", "pwd; cat; echo e >&2; exit 4"],
-                                timeout_s=scaled(10), cap=1024)  # fmt: skip
+    done = await run_in_desktop(
+        session,
+        "shell",
+        ["/bin/sh", "-c", "pwd; cat; echo e >&2; exit 4"],
+        timeout_s=scaled(10),
+        cap=1024,
+    )
     assert (done.stdout.text(), done.stderr.text()) == (f"{tmp_path}\n", "e\n")
     assert (done.returncode, done.timed_out, done.truncated) == (4, False, False)
     assert len(joined) == 1 and session.processes.children == []  # tracked, then dropped
@@ -108,23 +123,32 @@ async def test_a_command_runs_in_the_home_with_closed_stdin(tmp_path: Path) -> N
 
 async def test_input_bytes_reach_the_command(tmp_path: Path) -> None:
     data = os.urandom(300_000)
-    done = await run_in_desktop(_session(tmp_path), "f", ["/bin/cat"], timeout_s=scaled(10),
-                                cap=len(data), stdin=data)  # fmt: skip
+    done = await run_in_desktop(
+        _session(tmp_path), "f", ["/bin/cat"], timeout_s=scaled(10), cap=len(data), stdin=data
+    )
     assert bytes(done.stdout.data) == data and not done.truncated
 
 
 async def test_output_past_the_cap_is_dropped_and_said(tmp_path: Path) -> None:
-    done = await run_in_desktop(_session(tmp_path), "shell",
-                                ["/bin/sh", "-c", "head -c 100000 /dev/zero"],
-                                timeout_s=scaled(10), cap=1000)  # fmt: skip
+    done = await run_in_desktop(
+        _session(tmp_path),
+        "shell",
+        ["/bin/sh", "-c", "head -c 100000 /dev/zero"],
+        timeout_s=scaled(10),
+        cap=1000,
+    )
     assert len(done.stdout.data) == 1000 and done.truncated and done.returncode == 0
 
 
 async def test_the_time_limit_kills_the_whole_group(tmp_path: Path) -> None:
     started = time.monotonic()
-    done = await run_in_desktop(_session(tmp_path), "shell",
-                                ["/bin/sh", "-c", "sleep 30 & echo $!; sleep 31"],
-                                timeout_s=0.5, cap=1000)  # fmt: skip
+    done = await run_in_desktop(
+        _session(tmp_path),
+        "shell",
+        ["/bin/sh", "-c", "sleep 30 & echo $!; sleep 31"],
+        timeout_s=0.5,
+        cap=1000,
+    )
     assert time.monotonic() - started < scaled(5)
     assert (done.returncode, done.timed_out) == (None, True)
     background = int(done.stdout.text().split()[0])
@@ -137,8 +161,9 @@ async def test_the_time_limit_kills_the_whole_group(tmp_path: Path) -> None:
 async def test_a_background_job_does_not_hold_the_answer(tmp_path: Path) -> None:
     session = _session(tmp_path)
     started = time.monotonic()
-    done = await run_in_desktop(session, "shell", ["/bin/sh", "-c", "sleep 30 & echo $!"],
-                                timeout_s=scaled(10), cap=1000)  # fmt: skip
+    done = await run_in_desktop(
+        session, "shell", ["/bin/sh", "-c", "sleep 30 & echo $!"], timeout_s=scaled(10), cap=1000
+    )
     assert time.monotonic() - started < scaled(3)
     assert (done.returncode, done.timed_out) == (0, False)
     background = int(done.stdout.text().split()[0])
@@ -150,8 +175,9 @@ async def test_a_background_job_does_not_hold_the_answer(tmp_path: Path) -> None
 
 async def test_a_cancelled_command_is_killed(tmp_path: Path) -> None:
     session = _session(tmp_path)
-    task = asyncio.create_task(run_in_desktop(session, "shell", ["/bin/sleep", "30"],
-                                              timeout_s=30, cap=10))  # fmt: skip
+    task = asyncio.create_task(
+        run_in_desktop(session, "shell", ["/bin/sleep", "30"], timeout_s=30, cap=10)
+    )
     while not session.processes.children:
         await asyncio.sleep(0.01)
     (child,) = session.processes.children
@@ -163,8 +189,9 @@ async def test_a_cancelled_command_is_killed(tmp_path: Path) -> None:
 
 async def test_a_program_that_cannot_start_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(OpError) as info:
-        await run_in_desktop(_session(tmp_path), "x", [str(tmp_path / "missing")],
-                             timeout_s=1, cap=10)  # fmt: skip
+        await run_in_desktop(
+            _session(tmp_path), "x", [str(tmp_path / "missing")], timeout_s=1, cap=10
+        )
     assert info.value.code is ErrorCode.UNAVAILABLE
 
 

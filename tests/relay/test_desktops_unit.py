@@ -203,10 +203,18 @@ async def test_state_file_round_trip_and_corruption(tmp_path: Path) -> None:
     child = ChildProcess.spawn("sleeper", ["sleep", "30"], env={}, essential=True)
     desktop = Desktop(
         desktop_session_id="a" * 32,  # type: ignore[arg-type]
-        kind="virtual", slot="main", geometry="1280x800", depth=24, display=9,
-        started_at="2026-01-01T00:00:00.000Z", started_by=None, websockify_port=1,
-        vnc_port=2, audio=False, processes=DesktopProcesses([child]),
-    )  # fmt: skip
+        kind="virtual",
+        slot="main",
+        geometry="1280x800",
+        depth=24,
+        display=9,
+        started_at="2026-01-01T00:00:00.000Z",
+        started_by=None,
+        websockify_port=1,
+        vnc_port=2,
+        audio=False,
+        processes=DesktopProcesses([child]),
+    )
     state = StateFile(tmp_path / "desktops.json")
     state.save([desktop])
     assert oct(state.path.stat().st_mode & 0o777) == "0o600"
@@ -235,8 +243,9 @@ async def test_pid_reuse_is_not_mistaken_for_our_process() -> None:
 async def test_children_start_in_the_home_directory(tmp_path: Path) -> None:
     assert working_directory({"HOME": str(tmp_path / "gone")}) == "/"
     assert working_directory({}) == "/"
-    child = ChildProcess.spawn("sleeper", ["sleep", "30"], env={"HOME": str(tmp_path)},
-                               essential=True)  # fmt: skip
+    child = ChildProcess.spawn(
+        "sleeper", ["sleep", "30"], env={"HOME": str(tmp_path)}, essential=True
+    )
     try:
         assert os.readlink(f"/proc/{child.pid}/cwd") == str(tmp_path)
     finally:

@@ -36,11 +36,20 @@ SESSION = DesktopSessionId("ab" * 16)
 
 def _desktop(run_dir: Path, display: int = 123) -> ContainerDesktop:
     return ContainerDesktop(
-        desktop_session_id=SESSION, slot="main", geometry="1280x800", depth=24,
-        display=display, started_at="2026-01-01T00:00:00.000Z", started_by="alice",
-        run_dir=run_dir, container_id="c" * 64, init_pid=4242, init_started=1.5,
-        credentials=DesktopCredentials.new(), audio=True,
-    )  # fmt: skip
+        desktop_session_id=SESSION,
+        slot="main",
+        geometry="1280x800",
+        depth=24,
+        display=display,
+        started_at="2026-01-01T00:00:00.000Z",
+        started_by="alice",
+        run_dir=run_dir,
+        container_id="c" * 64,
+        init_pid=4242,
+        init_started=1.5,
+        credentials=DesktopCredentials.new(),
+        audio=True,
+    )
 
 
 def test_settings_default_to_no_network_and_limits() -> None:
@@ -48,11 +57,15 @@ def test_settings_default_to_no_network_and_limits() -> None:
     assert settings.enabled and settings.network == "none"
     assert (settings.cpus, settings.memory_bytes) == (1.0, 1024**3)
     assert settings.image == "relaydesk/desktop:dev"
-    custom = DockerDesktopSettings.from_env({
-        "RELAYDESK_DOCKER_DESKTOPS": "off", "RELAYDESK_DOCKER_DESKTOP_CPUS": "0.5",
-        "RELAYDESK_DOCKER_DESKTOP_MEMORY": "512m", NETWORK_ENV: "bridge",
-        "DOCKER_HOST": "unix:///run/user/1000/docker.sock",
-    })  # fmt: skip
+    custom = DockerDesktopSettings.from_env(
+        {
+            "RELAYDESK_DOCKER_DESKTOPS": "off",
+            "RELAYDESK_DOCKER_DESKTOP_CPUS": "0.5",
+            "RELAYDESK_DOCKER_DESKTOP_MEMORY": "512m",
+            NETWORK_ENV: "bridge",
+            "DOCKER_HOST": "unix:///run/user/1000/docker.sock",
+        }
+    )
     assert not custom.enabled and custom.cpus == 0.5 and custom.network == "bridge"
     assert custom.memory_bytes == 512 * 1024**2
     assert custom.socket == Path("/run/user/1000/docker.sock")
@@ -89,11 +102,19 @@ def test_the_container_is_unprivileged_offline_limited_and_sees_only_its_directo
 ) -> None:
     run_dir = tmp_path / "d"
     spec = ContainerSpec(
-        session_id=SESSION, slot="main", relay_key="k" * 12, run_dir=run_dir, display=101,
-        geometry="1280x800", depth=24, audio=False,
-        programs=(("openbox", "--sm-disable"), ("xterm",)), x11vnc_flags=("-wait", "2"),
-        orphan_timeout_s=600, user=None,
-    )  # fmt: skip
+        session_id=SESSION,
+        slot="main",
+        relay_key="k" * 12,
+        run_dir=run_dir,
+        display=101,
+        geometry="1280x800",
+        depth=24,
+        audio=False,
+        programs=(("openbox", "--sm-disable"), ("xterm",)),
+        x11vnc_flags=("-wait", "2"),
+        orphan_timeout_s=600,
+        user=None,
+    )
     config = spec.config(DockerDesktopSettings(cpus=1.5, memory_bytes=256 * 1024**2))
     host = config["HostConfig"]
     assert config["User"] == f"{os.getuid()}:{os.getgid()}"
@@ -200,10 +221,12 @@ async def test_without_a_daemon_a_start_is_unavailable_and_says_why(tmp_path: Pa
         await desktops.start(profile="standard")
     assert refused.value.details == {"field": "profile"}
     assert await desktops.stop(slot="main", desktop_session_id=SESSION) == {
-        "stopped": False, "was_running": False,
-    }  # fmt: skip
+        "stopped": False,
+        "was_running": False,
+    }
     await desktops.close(stop_desktops=True)
     assert not (tmp_path / "state" / "docker-desktops.json").exists()
-    off = ContainerLauncher(config, DockerDesktopSettings(enabled=False),
-                            authority=RelayAuthority(tmp_path / "xa"))  # fmt: skip
+    off = ContainerLauncher(
+        config, DockerDesktopSettings(enabled=False), authority=RelayAuthority(tmp_path / "xa")
+    )
     assert "turned off" in (await off.probe() or "")

@@ -37,9 +37,18 @@ def test_paths_in_the_home_become_names_below_it(path: str, names: list[str]) ->
 
 
 @pytest.mark.parametrize(
-    "path", ["..", "a/../../b", "a/..", "/home/desktop2/x", "/home/desk2", "/etc/passwd",
-             "~root", "~other/x"],
-)  # fmt: skip
+    "path",
+    [
+        "..",
+        "a/../../b",
+        "a/..",
+        "/home/desktop2/x",
+        "/home/desk2",
+        "/etc/passwd",
+        "~root",
+        "~other/x",
+    ],
+)
 def test_paths_that_leave_the_home_are_refused_before_anything_opens(path: str) -> None:
     with pytest.raises(OSError, match="refused: ") as refused:
         home_child.names(path, HOME)

@@ -62,9 +62,14 @@ def test_chromium_finds_its_profile_directory_already_past_first_run(tmp_path: P
     assert f"--user-data-dir={profile_dir}" in argv
     assert (profile_dir / "First Run").is_file()
     assert "--no-sandbox" not in argv
-    for flag in ("--no-first-run", "--disable-background-networking", "--disable-sync",
-                 "--disable-component-update", "--password-store=basic",
-                 "--no-default-browser-check"):  # fmt: skip
+    for flag in (
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-sync",
+        "--disable-component-update",
+        "--password-store=basic",
+        "--no-default-browser-check",
+    ):
         assert flag in argv
     assert STANDARD.start[0] == "chromium"  # spawned first: it takes longest to show
 

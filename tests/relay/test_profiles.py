@@ -34,9 +34,12 @@ RELAY_PROGRAMS = ("Xvfb", "x11vnc")
 
 def _config(tmp: Path, **extra: Any) -> DesktopSettings:
     return DesktopSettings(
-        state_dir=tmp / "state", watchdog_interval_s=1.0,
-        start_timeout_s=scaled(20), probe_timeout_s=scaled(3), **extra,
-    )  # fmt: skip
+        state_dir=tmp / "state",
+        watchdog_interval_s=1.0,
+        start_timeout_s=scaled(20),
+        probe_timeout_s=scaled(3),
+        **extra,
+    )
 
 
 def _x_env(config: DesktopSettings, display: str) -> dict[str, str]:
@@ -46,9 +49,13 @@ def _x_env(config: DesktopSettings, display: str) -> dict[str, str]:
 
 def window_titles(config: DesktopSettings, display: str) -> list[str]:
     done = subprocess.run(
-        ["wmctrl", "-l"], env=_x_env(config, display), capture_output=True, text=True,
-        timeout=scaled(10), check=False,
-    )  # fmt: skip
+        ["wmctrl", "-l"],
+        env=_x_env(config, display),
+        capture_output=True,
+        text=True,
+        timeout=scaled(10),
+        check=False,
+    )
     return [line.split(None, 3)[-1] for line in done.stdout.splitlines()]
 
 
@@ -128,8 +135,12 @@ async def test_session_runs_as_the_desktop_user_and_the_relay_keeps_its_own(
     other = config.run_dir / "other-desktop"
     other.mkdir(mode=0o700, exist_ok=True)
     (other / "Xauthority").write_bytes(b"secret")
-    for path in (config.state_file, config.authority_file, other / "Xauthority",
-                 config.run_dir / row["desktop_session_id"] / "vncpasswd"):  # fmt: skip
+    for path in (
+        config.state_file,
+        config.authority_file,
+        other / "Xauthority",
+        config.run_dir / row["desktop_session_id"] / "vncpasswd",
+    ):
         denied = subprocess.run([*as_user, "cat", str(path)], capture_output=True, timeout=10)
         assert denied.returncode != 0 and b"Permission denied" in denied.stderr, path
     listing = subprocess.run([*as_user, "ls", str(config.state_dir)], capture_output=True)

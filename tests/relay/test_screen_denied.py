@@ -60,9 +60,16 @@ class Client:
     ) -> Any:
         x, y, w, h = rect
         window = self.screen.root.create_window(
-            x, y, w, h, 0, self.screen.root_depth, background_pixel=color, event_mask=EVENTS,
+            x,
+            y,
+            w,
+            h,
+            0,
+            self.screen.root_depth,
+            background_pixel=color,
+            event_mask=EVENTS,
             **extra,
-        )  # fmt: skip
+        )
         if wm_class is not None:
             window.set_wm_class(wm_class, wm_class.title())
         window.map()
@@ -94,8 +101,10 @@ def desk() -> Iterator[dict[str, Any]]:
         }
         other = subprocess.Popen(
             [sys.executable, "-c", OTHER_PROCESS, server.display],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert other.stdout is not None and other.stdout.readline().strip() == "ready"
             yield parts
@@ -209,8 +218,11 @@ async def test_keys_are_refused_while_the_denied_window_has_the_focus(service, d
     secret, plain = desk["secret"], desk["plain"]
     secret.conn.set_input_focus(desk["denied"], X.RevertToParent, X.CurrentTime)
     secret.events()
-    for action, args in (("type", {"text": "hunter2"}), ("key", {"keys": "Return"}),
-                         ("key_down", {"keys": "a"})):  # fmt: skip
+    for action, args in (
+        ("type", {"text": "hunter2"}),
+        ("key", {"keys": "Return"}),
+        ("key_down", {"keys": "a"}),
+    ):
         with pytest.raises(OpError) as err:
             await service.run(display, action, args)
         _refused(err)

@@ -36,8 +36,10 @@ def app(xvfb: XvfbServer) -> Iterator[subprocess.Popen[str]]:
     env = {**os.environ, "DISPLAY": xvfb.display}
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.support.effect_app", *map(str, ORIGIN)],
-        env=env, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert process.stdout is not None and process.stdout.readline().strip() == "ready"
         yield process

@@ -58,9 +58,16 @@ def test_unknown_key_is_named():
 
 @pytest.mark.parametrize(
     ("char", "keysym"),
-    [("a", XK.XK_a), ("A", XK.XK_A), ("\n", XK.XK_Return), ("\t", XK.XK_Tab), ("é", 0xE9),
-     ("☃", 0x1002603), ("€", 0x10020AC)],
-)  # fmt: skip
+    [
+        ("a", XK.XK_a),
+        ("A", XK.XK_A),
+        ("\n", XK.XK_Return),
+        ("\t", XK.XK_Tab),
+        ("é", 0xE9),
+        ("☃", 0x1002603),
+        ("€", 0x10020AC),
+    ],
+)
 def test_char_to_keysym(char, keysym):
     assert char_to_keysym(char) == keysym
 
@@ -135,10 +142,18 @@ def test_backend_table():
 
 @pytest.mark.parametrize(
     ("chord", "names"),
-    [("pgup", ["pageup"]), ("rctrl", ["ctrlright"]), ("XF86AudioMute", ["volumemute"]),
-     ("super+e", ["win", "e"]), ("ctrl+shift+t", ["ctrl", "shift", "t"]), ("ctrl++", ["ctrl", "+"]),
-     ("alt+F4", ["alt", "f4"]), ("KP_7", ["num7"]), ("Return", ["enter"])],
-)  # fmt: skip
+    [
+        ("pgup", ["pageup"]),
+        ("rctrl", ["ctrlright"]),
+        ("XF86AudioMute", ["volumemute"]),
+        ("super+e", ["win", "e"]),
+        ("ctrl+shift+t", ["ctrl", "shift", "t"]),
+        ("ctrl++", ["ctrl", "+"]),
+        ("alt+F4", ["alt", "f4"]),
+        ("KP_7", ["num7"]),
+        ("Return", ["enter"]),
+    ],
+)
 def test_pyautogui_names_come_from_the_one_keys_table(chord, names):
     parsed = parse_chord(chord)
     assert [pyautogui_name(k) for k in (*parsed.modifiers, parsed.key)] == names

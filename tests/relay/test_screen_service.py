@@ -212,9 +212,16 @@ def _send_fake_root_resize(disp: str, width: int, height: int) -> None:
     try:
         root = conn.screen().root
         fake = event.ConfigureNotify(
-            event=root, window=root, above_sibling=X.NONE, x=0, y=0,
-            width=width, height=height, border_width=0, override=0,
-        )  # fmt: skip
+            event=root,
+            window=root,
+            above_sibling=X.NONE,
+            x=0,
+            y=0,
+            width=width,
+            height=height,
+            border_width=0,
+            override=0,
+        )
         root.send_event(fake, event_mask=X.StructureNotifyMask)
         conn.sync()
     finally:
@@ -332,8 +339,12 @@ def _x_state(disp: str) -> tuple[int, set[int]]:
     try:
         mask = int(conn.screen().root.query_pointer().mask)
         keymap = conn.query_keymap()
-        down = {byte * 8 + bit for byte, bits in enumerate(keymap) for bit in range(8)
-                if bits & (1 << bit)}  # fmt: skip
+        down = {
+            byte * 8 + bit
+            for byte, bits in enumerate(keymap)
+            for bit in range(8)
+            if bits & (1 << bit)
+        }
         return mask, down
     finally:
         conn.close()
@@ -380,8 +391,10 @@ async def test_mouse_down_move_mouse_up_drags_with_the_button_held(xvfb, recorde
     press, release = kinds.index("ButtonPress"), kinds.index("ButtonRelease")
     assert (events[press]["x"], events[press]["y"], events[press]["button"]) == (100, 100, 3)
     assert (events[release]["x"], events[release]["y"], events[release]["button"]) == (
-        320, 210, 3,
-    )  # fmt: skip
+        320,
+        210,
+        3,
+    )
     held = [ev for ev in events[press:release] if ev["type"] == "MotionNotify"]
     assert [(ev["x"], ev["y"]) for ev in held] == [(150, 130), (220, 170), (300, 200), (320, 210)]
     assert all(ev["state"] & X.Button3Mask for ev in held)
@@ -401,8 +414,9 @@ async def test_mouse_down_without_a_point_presses_where_the_pointer_is(xvfb, rec
     await service.run(xvfb.display, "mouse_up", {})
     events = _kinds(recorder.drain(), "ButtonPress", "ButtonRelease", "MotionNotify")
     assert [(ev["type"], ev["x"], ev["y"]) for ev in events] == [
-        ("ButtonPress", 250, 260), ("ButtonRelease", 250, 260),
-    ]  # fmt: skip
+        ("ButtonPress", 250, 260),
+        ("ButtonRelease", 250, 260),
+    ]
 
 
 async def test_a_stale_mouse_down_sends_nothing(xvfb, recorder, service):
@@ -425,8 +439,11 @@ async def test_key_down_shift_holds_it_across_actions(xvfb, recorder, service):
     events = _kinds(recorder.drain(), "KeyPress", "KeyRelease")
     shift = [(ev["type"], ev["keysym"]) for ev in events if ev["keysym"] == XK.XK_Shift_L]
     assert shift == [("KeyPress", XK.XK_Shift_L), ("KeyRelease", XK.XK_Shift_L)]
-    typed = [(ev["char"], bool(ev["state"] & X.ShiftMask)) for ev in events
-             if ev["type"] == "KeyPress" and ev["keysym"] != XK.XK_Shift_L]  # fmt: skip
+    typed = [
+        (ev["char"], bool(ev["state"] & X.ShiftMask))
+        for ev in events
+        if ev["type"] == "KeyPress" and ev["keysym"] != XK.XK_Shift_L
+    ]
     assert typed == [("A", True), ("B", True), ("c", False)]
     assert _keycode(xvfb.display, XK.XK_Shift_L) not in _x_state(xvfb.display)[1]
 
@@ -461,8 +478,10 @@ HELD_RELEASES = {("KeyRelease", XK.XK_Control_L), ("KeyRelease", 0x1002603), ("B
 
 
 def _releases(events: list[dict[str, object]]) -> list[tuple[str, object]]:
-    return [(str(ev["type"]), ev["keysym"] if ev["type"] == "KeyRelease" else ev["button"])
-            for ev in _kinds(events, "KeyRelease", "ButtonRelease")]  # fmt: skip
+    return [
+        (str(ev["type"]), ev["keysym"] if ev["type"] == "KeyRelease" else ev["button"])
+        for ev in _kinds(events, "KeyRelease", "ButtonRelease")
+    ]
 
 
 async def test_held_keys_and_buttons_are_released_when_the_display_is_released(
@@ -521,8 +540,9 @@ async def test_the_pyautogui_backend_holds_and_releases_alike(xvfb, recorder):
         events = recorder.drain()
         buttons = _kinds(events, "ButtonPress", "ButtonRelease")
         assert [(ev["type"], ev["x"], ev["y"]) for ev in buttons] == [
-            ("ButtonPress", 300, 200), ("ButtonRelease", 340, 220),
-        ]  # fmt: skip
+            ("ButtonPress", 300, 200),
+            ("ButtonRelease", 340, 220),
+        ]
         assert [ev["char"] for ev in _kinds(events, "KeyPress") if ev["char"]] == ["A"]
         with pytest.raises(OpError) as info:  # a key pyautogui has no name for
             await svc.run(xvfb.display, "key_down", {"keys": "XF86AudioMicMute"})
@@ -534,7 +554,8 @@ async def test_the_pyautogui_backend_holds_and_releases_alike(xvfb, recorder):
     finally:
         await svc.aclose()
     assert set(_releases(recorder.drain())) == {
-        ("KeyRelease", XK.XK_Control_L), ("ButtonRelease", 1),
-    }  # fmt: skip
+        ("KeyRelease", XK.XK_Control_L),
+        ("ButtonRelease", 1),
+    }
     mask, down = _x_state(xvfb.display)
     assert down == set() and not mask & X.Button1Mask

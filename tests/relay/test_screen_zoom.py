@@ -104,8 +104,9 @@ async def test_a_fractional_scale_is_smooth_and_sized_as_documented(
     xvfb: XvfbServer, service: ScreenService
 ) -> None:
     region = {"x": 0, "y": 0, "width": 333, "height": 201}
-    answer = await service.answer(xvfb.display, "zoom", {"region": region, "scale": 2.5,
-                                                          "format": "jpeg"})  # fmt: skip
+    answer = await service.answer(
+        xvfb.display, "zoom", {"region": region, "scale": 2.5, "format": "jpeg"}
+    )
     assert (answer["width"], answer["height"], answer["format"]) == (833, 503, "jpeg")
     assert decoded(answer["image"]).shape == (503, 833, 3)
 
@@ -120,8 +121,12 @@ async def test_a_screenshot_grid_is_only_an_overlay(
     grid = grid_for(Frame.pixels(), CropRect(0, 0, WIDTH, HEIGHT), (WIDTH, HEIGHT))
     columns = {line.position for line in grid.columns}
     assert columns == set(range(0, WIDTH, 100))
-    overlay_only(decoded(plain["image"]), decoded(drawn["image"]),
-                 columns, {line.position for line in grid.rows})  # fmt: skip
+    overlay_only(
+        decoded(plain["image"]),
+        decoded(drawn["image"]),
+        columns,
+        {line.position for line in grid.rows},
+    )
     # the capture beside the image is the screen as it is
     assert "png" in drawn["capture"]
     kept = Base64BandedPng.from_wire(drawn["capture"])
@@ -141,8 +146,12 @@ async def test_a_zoom_grid_is_labelled_in_normalized_coordinates_of_its_frame(
     frame = Frame.normalized(CropRect(0, 0, WIDTH, HEIGHT))
     grid = grid_for(frame, CropRect(**REGION), (640, 480))
     assert grid.step == drawn["grid"]["step"]
-    overlay_only(plain, decoded(drawn["image"]), {line.position for line in grid.columns},
-                 {line.position for line in grid.rows})  # fmt: skip
+    overlay_only(
+        plain,
+        decoded(drawn["image"]),
+        {line.position for line in grid.columns},
+        {line.position for line in grid.rows},
+    )
 
 
 @pytest.mark.parametrize(

@@ -35,9 +35,10 @@ def _marker() -> str:
 
 def _sleepers(marker: str) -> list[psutil.Process]:
     return [
-        proc for proc in psutil.process_iter(["cmdline", "status"])
+        proc
+        for proc in psutil.process_iter(["cmdline", "status"])
         if proc.info["cmdline"] == ["sleep", marker] and proc.info["status"] != "zombie"
-    ]  # fmt: skip
+    ]
 
 
 def _cgroup_of(pid: int) -> str:
@@ -56,10 +57,14 @@ async def manager(light_config: DesktopSettings) -> AsyncIterator[ProcessDesktop
 async def _shell_setsid(tools: DesktopTools, backend: VirtualBackend, row: RelayRow) -> int:
     """Start ``setsid sleep <marker>`` through the shell tool; its pid, once it runs."""
     marker = _marker()
-    done = await tools.shell(backend, row, {
-        "desktop_session_id": row["desktop_session_id"],
-        "command": f"setsid sleep {marker} </dev/null >/dev/null 2>&1 & echo started",
-    })  # fmt: skip
+    done = await tools.shell(
+        backend,
+        row,
+        {
+            "desktop_session_id": row["desktop_session_id"],
+            "command": f"setsid sleep {marker} </dev/null >/dev/null 2>&1 & echo started",
+        },
+    )
     assert done["stdout"] == "started\n", done
     await wait_until(lambda: _sleepers(marker), 10, "the setsid program to run")
     [proc] = _sleepers(marker)
@@ -81,8 +86,9 @@ async def test_a_setsid_program_from_the_shell_tool_dies_with_its_desktop_only(
     try:
         assert _cgroup_of(escaped).endswith("/" + doomed["desktop_session_id"])
         assert _cgroup_of(survivor).endswith("/" + kept["desktop_session_id"])
-        await manager.stop(kind="virtual", slot="doomed",
-                           desktop_session_id=doomed["desktop_session_id"])  # fmt: skip
+        await manager.stop(
+            kind="virtual", slot="doomed", desktop_session_id=doomed["desktop_session_id"]
+        )
         assert not psutil.pid_exists(escaped) or psutil.Process(escaped).status() == "zombie", (
             "a setsid program started by the shell tool outlived its desktop's stop"
         )

@@ -122,8 +122,11 @@ async def test_a_viewer_that_stopped_reading_never_fails_the_desktop(
 ) -> None:
     """x11vnc serves nobody for up to 20 s while a viewer's socket is full (docs/desktops.md,
     "Watchdog"): with the default rounds and timings the desktop outlives that."""
-    config = dataclasses.replace(light_config, watchdog_interval_s=Config.watchdog_interval_s,
-                                 probe_timeout_s=Config.probe_timeout_s)  # fmt: skip
+    config = dataclasses.replace(
+        light_config,
+        watchdog_interval_s=Config.watchdog_interval_s,
+        probe_timeout_s=Config.probe_timeout_s,
+    )
     manager = process_desktops(config, on_change=events)
     try:
         row = await manager.start(geometry="1280x800")

@@ -55,11 +55,15 @@ class Cli:
 async def admin_cli(seed: Seed, *args: str) -> Cli:
     """``relaydesk admin ARGS`` on the seed's database, as a separate process."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaydesk", "admin", *args,
+        sys.executable,
+        "-m",
+        "relaydesk",
+        "admin",
+        *args,
         env={**os.environ, **seed.env()},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    )
     out, err = await asyncio.wait_for(process.communicate(), scaled(60))
     assert process.returncode is not None
     return Cli(process.returncode, out.decode(), err.decode())

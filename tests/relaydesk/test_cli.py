@@ -29,12 +29,15 @@ class Cli:
 
 async def relaydesk(env: dict[str, str], *args: str, stdin: str = "") -> Cli:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relaydesk", *args,
+        sys.executable,
+        "-m",
+        "relaydesk",
+        *args,
         env={**os.environ, **env},
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    )
     out, err = await asyncio.wait_for(process.communicate(stdin.encode()), scaled(60))
     assert process.returncode is not None
     return Cli(process.returncode, out.decode(), err.decode())
@@ -90,8 +93,14 @@ async def test_login_link_and_set_password_let_a_user_back_in(seed: Seed) -> Non
             again = await client.post(link, follow_redirects=False)
             assert not again.cookies, "a login link works once"
 
-        cli = await relaydesk(seed.env(), "admin", "set-password", "alice", "--password-stdin",
-                              stdin="correct horse battery staple\n")  # fmt: skip
+        cli = await relaydesk(
+            seed.env(),
+            "admin",
+            "set-password",
+            "alice",
+            "--password-stdin",
+            stdin="correct horse battery staple\n",
+        )
         assert cli.returncode == 0, cli.stderr
         async with httpx.AsyncClient(base_url=url, timeout=scaled(10)) as client:
             login = await client.post(
@@ -121,8 +130,9 @@ async def test_desktops_list_and_stop_go_through_the_api(seed: Seed, tmp_path: P
         base = ("--server", url, "--token-file", str(token))
         empty = await relaydesk(env, "desktops", "list", *base)
         assert (empty.returncode, empty.stdout.strip()) == (
-            0, "no desktops running in this conversation"
-        ), empty.stderr  # fmt: skip
+            0,
+            "no desktops running in this conversation",
+        ), empty.stderr
 
         row = _row(seed, "ds_" + "a" * 30)
         await app.state.parts.inventory.record_started(RelayId(seed.relay["relay_id"]), row)
@@ -146,9 +156,13 @@ async def test_desktops_list_and_stop_go_through_the_api(seed: Seed, tmp_path: P
 
 def _row(seed: Seed, session_id: str) -> dict[str, Any]:
     return {
-        "desktop_session_id": session_id, "kind": "virtual", "slot": "main",
-        "state": "running", "started_at": "2026-01-01T00:00:00Z", "started_by": "alice",
-    }  # fmt: skip
+        "desktop_session_id": session_id,
+        "kind": "virtual",
+        "slot": "main",
+        "state": "running",
+        "started_at": "2026-01-01T00:00:00Z",
+        "started_by": "alice",
+    }
 
 
 async def test_desktops_without_a_token_is_bad_usage(seed: Seed) -> None:
@@ -161,8 +175,13 @@ async def test_desktops_without_a_token_is_bad_usage(seed: Seed) -> None:
 async def test_mcp_help_explains_the_command_and_the_client_configuration() -> None:
     cli = await relaydesk({}, "mcp", "--help")
     assert cli.returncode == 0
-    for words in ("stdin/stdout", "--conversation", "RELAYDESK_API_TOKEN", "mcpServers",
-                  "/api/v1/conversations/ID/mcp"):  # fmt: skip
+    for words in (
+        "stdin/stdout",
+        "--conversation",
+        "RELAYDESK_API_TOKEN",
+        "mcpServers",
+        "/api/v1/conversations/ID/mcp",
+    ):
         assert words in cli.stdout, words
     listed = await relaydesk({}, "--help")
     assert "mcp" in listed.stdout

@@ -62,8 +62,11 @@ asyncio.run(main(sys.argv[1]))
 def test_the_mcp_sdk_and_cluster_clients_load_when_used(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", _SERVE.format(loaded=LOADED_ON_USE), str(tmp_path / "data")],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=scaled(90),
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=scaled(90),
+    )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["ready"] == 200

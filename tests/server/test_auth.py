@@ -304,12 +304,15 @@ def test_no_secret_reaches_the_logs(web: Harness, caplog: pytest.LogCaptureFixtu
 def test_login_checks_origin_and_type_itself(web: Harness) -> None:
     """In any app (no boundary middleware): a cross-site form cannot sign a browser in."""
     body = b'{"username": "alice", "password": "' + PASSWORD.encode() + b'"}'
-    cross = web.client.post("/api/v1/login", content=body,
-                            headers={"Content-Type": "application/json",
-                                     "Origin": "https://evil.example"})  # fmt: skip
+    cross = web.client.post(
+        "/api/v1/login",
+        content=body,
+        headers={"Content-Type": "application/json", "Origin": "https://evil.example"},
+    )
     assert cross.status_code == 403 and "set-cookie" not in cross.headers
     form = web.client.post("/api/v1/login", content=body, headers={"Content-Type": "text/plain"})
     assert form.status_code == 415 and "set-cookie" not in form.headers
-    big = web.client.post("/api/v1/login", content=b" " * 100_000,
-                          headers={"Content-Type": "application/json"})  # fmt: skip
+    big = web.client.post(
+        "/api/v1/login", content=b" " * 100_000, headers={"Content-Type": "application/json"}
+    )
     assert big.status_code == 413

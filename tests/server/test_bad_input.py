@@ -475,9 +475,20 @@ def test_one_stream_over_the_cap_is_429_naming_it(live: Live) -> None:
 # -- the computer-use doors: tool calls as a model might garble them ------------------------------
 
 TOOL_FIELDS = st.sampled_from(
-    ["action", "coordinate", "start_coordinate", "text", "scroll_direction", "scroll_amount",
-     "duration", "region", "actions", "call_id", "pending_safety_checks"]
-)  # fmt: skip
+    [
+        "action",
+        "coordinate",
+        "start_coordinate",
+        "text",
+        "scroll_direction",
+        "scroll_amount",
+        "duration",
+        "region",
+        "actions",
+        "call_id",
+        "pending_safety_checks",
+    ]
+)
 OPENAI_FIELDS = st.sampled_from(["type", "x", "y", "button", "keys", "path", "text", "scroll_y"])
 
 
@@ -503,12 +514,18 @@ def test_the_computer_use_doors_answer_garbled_tool_calls_clearly(live: Live, do
     url = _door_url(live, door)
     headers = {**live.auth("bearer"), "Content-Type": "application/json"}
 
-    @settings(max_examples=60, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+    @settings(
+        max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    )
     @given(body=tool_calls(door))
     def check(body: dict[str, Any]) -> None:
-        request = {"method": "POST", "url": url, "params": {}, "headers": headers,
-                   "content": httpx_json(body)}  # fmt: skip
+        request = {
+            "method": "POST",
+            "url": url,
+            "params": {},
+            "headers": headers,
+            "content": httpx_json(body),
+        }
         assert_clear_answer(live, request, len(live.errors.records))
 
     check()
@@ -520,12 +537,16 @@ def test_the_computer_use_doors_answer_garbled_tool_calls_clearly(live: Live, do
         ("anthropic", {"action": "screenshoot"}, "action", "Did you mean: screenshot"),
         ("anthropic", {"action": 3}, "action", "required"),
         ("anthropic", {}, "action", "required"),
-        ("openai", {"action": {"type": "doubleclick", "x": 1, "y": 1}}, "action.type",
-         "Did you mean: double_click"),
+        (
+            "openai",
+            {"action": {"type": "doubleclick", "x": 1, "y": 1}},
+            "action.type",
+            "Did you mean: double_click",
+        ),
         ("openai", {"actions": "click"}, "actions", "list"),
         ("openai", {"action": {"type": "wait"}, "call_id": 7}, "call_id", "string"),
     ],
-)  # fmt: skip
+)
 def test_computer_use_tool_calls_that_fit_no_action_are_400_naming_the_field(
     live: Live, door: str, body: dict[str, Any], field: str, words: str
 ) -> None:

@@ -75,9 +75,17 @@ class FakeActions:
 
 
 def _row(session: str, relay: str = "relay-1", state: str = "running") -> dict[str, Any]:
-    return {"relay_id": "r1", "relay_name": relay, "desktop_session_id": session,
-            "kind": "virtual", "slot": "main", "state": state, "started_by": "alice",
-            "started_at": "2025-01-01T00:00:00+00:00", "can_stop": True}  # fmt: skip
+    return {
+        "relay_id": "r1",
+        "relay_name": relay,
+        "desktop_session_id": session,
+        "kind": "virtual",
+        "slot": "main",
+        "state": state,
+        "started_by": "alice",
+        "started_at": "2025-01-01T00:00:00+00:00",
+        "can_stop": True,
+    }
 
 
 @dataclass
@@ -195,8 +203,9 @@ async def test_a_message_is_stored_published_and_paged(env: Env) -> None:
     assert [m["text"] for m in page["messages"]] == ["hello 3", "hello 4"]
     assert page["has_more"] is True
     before = page["messages"][0]["id"]
-    older = await env.client.get(env.messages_url() + f"?before={before}&limit=10",
-                                 headers=env.auth())  # fmt: skip
+    older = await env.client.get(
+        env.messages_url() + f"?before={before}&limit=10", headers=env.auth()
+    )
     assert [m["text"] for m in older.json()["messages"]] == ["hello 0", "hello 1", "hello 2"]
     assert older.json()["messages"][0]["author"]["username"] == "alice"
 
@@ -394,9 +403,19 @@ async def test_action_errors_are_reported_as_results(env: Env) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["/desktop lsit", "/desktop nope-relay", "/desktop list", "/desktop status", "/desktop stop",
-     "/desktop attach", "/desktop close", "/desktop help", "/dekstop", "/desktop list extra"],
-)  # fmt: skip
+    [
+        "/desktop lsit",
+        "/desktop nope-relay",
+        "/desktop list",
+        "/desktop status",
+        "/desktop stop",
+        "/desktop attach",
+        "/desktop close",
+        "/desktop help",
+        "/dekstop",
+        "/desktop list extra",
+    ],
+)
 async def test_every_reply_is_a_sentence(env: Env, text: str) -> None:
     reply = (await env.post(text)).json()["reply"]["text"]
     assert reply[:1].isupper() or reply.startswith("/"), reply
@@ -454,16 +473,24 @@ async def test_a_transcript_read_later_tells_how_each_desktop_ended(env: Env) ->
     await env.post("/desktop")
     inventory = FakeInventory()
     inventory.rows[("r1", "new-session-0001")] = DesktopRow(
-        relay_id="r1", desktop_session_id="new-session-0001", kind="virtual", slot="main",
-        state="stopped", started_at="2025-01-01T00:00:00+00:00", started_by="alice",
-        updated_at="2025-01-01T00:05:00+00:00", reason="stopped by bob",
-    )  # fmt: skip
+        relay_id="r1",
+        desktop_session_id="new-session-0001",
+        kind="virtual",
+        slot="main",
+        state="stopped",
+        started_at="2025-01-01T00:00:00+00:00",
+        started_by="alice",
+        updated_at="2025-01-01T00:05:00+00:00",
+        reason="stopped by bob",
+    )
     env.chat.inventory = inventory
     stored = (await env.client.get(env.messages_url(), headers=env.auth())).json()["messages"]
     assert "desktop_now" not in stored[0]
     assert stored[1]["desktop_now"] == {
-        "state": "stopped", "reason": "stopped by bob", "updated_at": "2025-01-01T00:05:00+00:00"
-    }  # fmt: skip
+        "state": "stopped",
+        "reason": "stopped by bob",
+        "updated_at": "2025-01-01T00:05:00+00:00",
+    }
 
 
 # -- web app ----------------------------------------------------------------------------------
@@ -511,8 +538,13 @@ async def test_keyboard_state_is_capability_protected_and_never_cached(env: Env)
     response = await env.client.get(f"/vnc/sess-1/{token}/keyboard-state")
     assert response.status_code == 200
     assert response.headers["cache-control"] == "no-store"
-    assert response.json() == {"ok": True, "known": True, "num_lock": False,
-                               "caps_lock": False, "scroll_lock": False}  # fmt: skip
+    assert response.json() == {
+        "ok": True,
+        "known": True,
+        "num_lock": False,
+        "caps_lock": False,
+        "scroll_lock": False,
+    }
     assert env.hub.requests == [
         (env.seed.relay["relay_id"], "keyboard.state", {"desktop_session_id": "sess-1"})
     ]

@@ -53,8 +53,10 @@ async def _people(seed: Seed) -> dict[str, str]:
         await store.add_member(seed.conversation_id, (await _user(store, "reader")), "read")
         await store.add_member(seed.conversation_id, (await _user(store, "bot")), "write")
         await admin.create_conversation(store, "Other", ["outsider:owner"])
-        return {name: (await admin.create_token(store, name))["token"]
-                for name in ("reader", "outsider", "bot")}  # fmt: skip
+        return {
+            name: (await admin.create_token(store, name))["token"]
+            for name in ("reader", "outsider", "bot")
+        }
     finally:
         await store.close()
 
@@ -70,8 +72,12 @@ async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
     seed = await seed_database(tmp_path / "data")
     tokens = await _people(seed)
-    settings = {"redis_url": url, "cluster_secret": "test-cluster-secret" if url else "",
-                "takeover_idle_s": IDLE_S, "agent_regrant_cooldown_s": COOLDOWN_S}  # fmt: skip
+    settings = {
+        "redis_url": url,
+        "cluster_secret": "test-cluster-secret" if url else "",
+        "takeover_idle_s": IDLE_S,
+        "agent_regrant_cooldown_s": COOLDOWN_S,
+    }
     async with (
         inprocess_server(seed, **settings) as (app, base),
         httpx.AsyncClient(base_url=base, timeout=10) as client,
@@ -143,8 +149,13 @@ async def test_take_control_and_hand_back_through_the_actions(server: Any) -> No
     assert (status, body["control"]["state"]) == (200, "idle")
     status, body = await _action(client, person, "desktop_take_control", cid)
     assert status == 200, body
-    assert body["control"] == {"state": "person", "name": "alice", "held": True, "until": None,
-                               "agent": None}  # fmt: skip
+    assert body["control"] == {
+        "state": "person",
+        "name": "alice",
+        "held": True,
+        "until": None,
+        "agent": None,
+    }
     assert await _agent_acts(app, seed) == "takeover_active"
     await asyncio.sleep(IDLE_S * 1.5)  # past the idle time: the hold is not input, it stays
     assert await _agent_acts(app, seed) == "takeover_active"
@@ -229,8 +240,10 @@ async def test_stop_with_no_agent_says_so(server: Any) -> None:
 async def test_control_changes_reach_the_dock_and_a_viewer_over_sse(server: Any) -> None:
     app, client, seed, _ = server
     sid = SESSION
-    token = mint(app.state.parts.settings.secret_key, grant_for(
-        seed.user["user_id"], seed.conversation_id, seed.relay["relay_id"], sid, 600))  # fmt: skip
+    token = mint(
+        app.state.parts.settings.secret_key,
+        grant_for(seed.user["user_id"], seed.conversation_id, seed.relay["relay_id"], sid, 600),
+    )
     dock_url = f"/api/v1/events?conversation_id={seed.conversation_id}"
     async with (
         open_sse(client, dock_url, _auth(seed.api_token)) as dock,
@@ -249,14 +262,20 @@ async def test_control_changes_reach_the_dock_and_a_viewer_over_sse(server: Any)
         for event in (changed, seen):
             assert event.data["desktop_session_id"] == sid
             assert (event.data["control"]["state"], event.data["control"]["name"]) == (
-                "person", "alice")  # fmt: skip
+                "person",
+                "alice",
+            )
         await _action(client, person, "desktop_hand_back", seed.conversation_id)
         assert await _agent_acts(app, seed) == "ok"
         action = await _next_of(viewer, "agent_action")
-        assert (action.data["agent"], action.data["action"], action.data["x"]) == ("bot", "click",
-                                                                                 10)  # fmt: skip
-    status, listed = await _action(client, seed.api_token, "desktop_list_active",
-                                   seed.conversation_id)  # fmt: skip
+        assert (action.data["agent"], action.data["action"], action.data["x"]) == (
+            "bot",
+            "click",
+            10,
+        )
+    status, listed = await _action(
+        client, seed.api_token, "desktop_list_active", seed.conversation_id
+    )
     assert status == 200
     assert listed["desktops"][0]["control"]["state"] == "agent"
 
@@ -270,17 +289,22 @@ async def _next_of(stream: Any, name: str) -> Any:
 async def test_the_viewer_feed_needs_a_valid_capability(server: Any) -> None:
     app, client, seed, _ = server
     secret = app.state.parts.settings.secret_key
-    forged = mint("another-key", grant_for(seed.user["user_id"], seed.conversation_id,
-                                           seed.relay["relay_id"], SESSION, 600))  # fmt: skip
+    forged = mint(
+        "another-key",
+        grant_for(seed.user["user_id"], seed.conversation_id, seed.relay["relay_id"], SESSION, 600),
+    )
     response = await client.get(f"/vnc/{SESSION}/{forged}/control")
     assert (response.status_code, response.json()["error"]["code"]) == (403, "forbidden")
-    expired = mint(secret, grant_for(seed.user["user_id"], seed.conversation_id,
-                                     seed.relay["relay_id"], SESSION, -10))  # fmt: skip
+    expired = mint(
+        secret,
+        grant_for(seed.user["user_id"], seed.conversation_id, seed.relay["relay_id"], SESSION, -10),
+    )
     assert (await client.get(f"/vnc/{SESSION}/{expired}/control")).status_code == 401
     store = app.state.parts.store
     reader = await _user(store, "reader")
-    read_only = mint(secret, grant_for(reader, seed.conversation_id, seed.relay["relay_id"],
-                                       SESSION, 600))  # fmt: skip
+    read_only = mint(
+        secret, grant_for(reader, seed.conversation_id, seed.relay["relay_id"], SESSION, 600)
+    )
     assert (await client.get(f"/vnc/{SESSION}/{read_only}/control")).status_code == 403
 
 
@@ -300,15 +324,34 @@ async def test_bad_input_gets_a_clear_refusal(server: Any) -> None:
         (person, "desktop_take_control", cid, {"slot": "Bad Slot"}, 400, "invalid_args", "slot"),
         (person, "desktop_hand_back", cid, {"kind": "tank"}, 400, "invalid_args", "kind"),
         (seed.api_token, "desktop_control", cid, {"extra": 1}, 400, "invalid_args", "extra"),
-        (person, "desktop_take_control", cid, {"desktop_session_id": "d" * 32}, 409,
-         "not_running", None),
+        (
+            person,
+            "desktop_take_control",
+            cid,
+            {"desktop_session_id": "d" * 32},
+            409,
+            "not_running",
+            None,
+        ),
         (seed.api_token, "desktop_control", cid, {"slot": "other"}, 409, "not_running", None),
-    ]  # fmt: skip
-    other = (await app.state.parts.store.list_conversations_for(
-        await _user(app.state.parts.store, "outsider")))[0].conversation_id  # fmt: skip
+    ]
+    other = (
+        await app.state.parts.store.list_conversations_for(
+            await _user(app.state.parts.store, "outsider")
+        )
+    )[0].conversation_id
     # An API token is an agent: take, hand back and Stop are refused before anything else.
-    cases.append((tokens["outsider"], "desktop_take_control", other,
-                  {"relay": seed.relay["name"]}, 403, "forbidden", None))  # fmt: skip
+    cases.append(
+        (
+            tokens["outsider"],
+            "desktop_take_control",
+            other,
+            {"relay": seed.relay["name"]},
+            403,
+            "forbidden",
+            None,
+        )
+    )
     for caller, name, conversation, args, status, code, field in cases:
         got, body = await _action(client, caller, name, conversation, **args)
         assert (got, body["error"]["code"]) == (status, code), (name, args, body)
@@ -322,8 +365,9 @@ async def test_a_stopped_desktop_refuses_take_hand_back_and_stop(server: Any) ->
     await app.state.parts.inventory.record_ended(relay, SESSION, "stopped", "stopped by alice")
     person = await _as_person(client, seed)
     for name in ("desktop_take_control", "desktop_hand_back", "agent_stop", "desktop_control"):
-        status, body = await _action(client, person, name, seed.conversation_id,
-                                     desktop_session_id=SESSION)  # fmt: skip
+        status, body = await _action(
+            client, person, name, seed.conversation_id, desktop_session_id=SESSION
+        )
         assert (status, body["error"]["code"]) == (409, "not_running"), (name, body)
     # the ended desktop left no control state behind
     assert (await app.state.parts.control.state(DesktopKey(relay, SESSION)))["state"] == "idle"
@@ -336,8 +380,12 @@ async def test_two_replicas_share_control_through_redis(
 ) -> None:
     seed = await seed_database(tmp_path / "data")
     await _people(seed)
-    settings = {"redis_url": redis_url, "cluster_secret": "test-cluster-secret",
-                "takeover_idle_s": 30.0, "agent_regrant_cooldown_s": COOLDOWN_S}  # fmt: skip
+    settings = {
+        "redis_url": redis_url,
+        "cluster_secret": "test-cluster-secret",
+        "takeover_idle_s": 30.0,
+        "agent_regrant_cooldown_s": COOLDOWN_S,
+    }
     async with (
         inprocess_server(seed, **settings) as (one, _),
         inprocess_server(seed, **settings) as (two, _),
@@ -392,7 +440,9 @@ async def test_chat_commands_take_hand_back_and_stop_the_agent(server: Any) -> N
     assert (await app.state.parts.control.state(key))["state"] == "idle"
     reply = await _say(client, seed, person, "/desktop stop-agent")
     assert (reply["payload"]["outcome"], reply["text"]) == (
-        "no_agent", "No agent is acting on the desktop on relay-1.")  # fmt: skip
+        "no_agent",
+        "No agent is acting on the desktop on relay-1.",
+    )
     assert await _agent_acts(app, seed) == "ok"
     reply = await _say(client, seed, person, "/desktop stop-agent")
     assert reply["payload"]["outcome"] == "agent_stopped"
@@ -423,7 +473,10 @@ async def test_a_spent_grant_expires_and_a_new_one_is_minted(tmp_path: Path) -> 
         assert [await _agent_acts(app, seed) for _ in range(3)] == ["ok", "ok", "ok"]
         rows = [r for r in await app.state.parts.store.list_audit() if r.op == "agent.grant"]
         assert [(r.outcome, r.reason) for r in rows] == [
-            ("created", None), ("expired", "budget"), ("created", None)]  # fmt: skip
+            ("created", None),
+            ("expired", "budget"),
+            ("created", None),
+        ]
         assert rows[0].details is not None and rows[0].details["budget"] == 2
 
 

@@ -57,8 +57,13 @@ def test_an_untouched_desktop_is_idle_and_the_first_agent_input_mints_a_grant() 
     record, outcome = admit(empty, BOT, T0, POLICY)
     assert isinstance(outcome, Admitted) and outcome.created
     assert (outcome.grant.scope, outcome.grant.actions, outcome.grant.budget) == ("desktop", 1, 3)
-    assert view(record, T0, 5) == {"state": "agent", "name": "bot", "held": False, "until": None,
-                                   "agent": "bot"}  # fmt: skip
+    assert view(record, T0, 5) == {
+        "state": "agent",
+        "name": "bot",
+        "held": False,
+        "until": None,
+        "agent": "bot",
+    }
     record, again = admit(record, BOT, T0 + 1, POLICY)
     assert isinstance(again, Admitted) and not again.created and again.grant.actions == 2
 

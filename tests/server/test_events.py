@@ -31,8 +31,13 @@ BUSES = ["memory", pytest.param("redis", marks=pytest.mark.redis)]
 
 
 def _row(session: str, slot: str = "main") -> dict[str, Any]:
-    return {"desktop_session_id": session, "kind": "virtual", "slot": slot,
-            "started_at": "2026-01-01T00:00:00Z", "display": ":1"}  # fmt: skip
+    return {
+        "desktop_session_id": session,
+        "kind": "virtual",
+        "slot": slot,
+        "started_at": "2026-01-01T00:00:00Z",
+        "display": ":1",
+    }
 
 
 async def _other_conversation(seed: Seed) -> tuple[str, str]:

@@ -119,8 +119,15 @@ def test_an_answer_is_json_text() -> None:
 
 
 def test_a_picture_is_image_content_and_leaves_the_text() -> None:
-    answer = {"ok": True, "width": 1280, "height": 800, "format": "png", "image": PNG,
-              "screen_revision": "sr1.x", "source": "vision"}  # fmt: skip
+    answer = {
+        "ok": True,
+        "width": 1280,
+        "height": 800,
+        "format": "png",
+        "image": PNG,
+        "screen_revision": "sr1.x",
+        "source": "vision",
+    }
     result = tools.tool_result(200, answer)
     text, image = result.content
     assert isinstance(image, types.ImageContent)
@@ -130,8 +137,14 @@ def test_a_picture_is_image_content_and_leaves_the_text() -> None:
 
 
 def test_a_preview_is_a_second_image() -> None:
-    answer = {"ok": True, "format": "jpeg", "image": PNG, "width": 1280, "height": 800,
-              "preview": {"width": 320, "height": 200, "image": SMALL}}  # fmt: skip
+    answer = {
+        "ok": True,
+        "format": "jpeg",
+        "image": PNG,
+        "width": 1280,
+        "height": 800,
+        "preview": {"width": 320, "height": 200, "image": SMALL},
+    }
     result = tools.tool_result(200, answer)
     _, full, preview = result.content
     assert isinstance(full, types.ImageContent) and isinstance(preview, types.ImageContent)
@@ -153,8 +166,10 @@ def test_only_known_pictures_become_images(answer: dict[str, Any]) -> None:
 
 
 def test_an_error_answer_is_a_tool_error_with_the_one_error_body() -> None:
-    body = {"ok": False, "error": {"code": "stale_ref", "message": "gone",
-                                   "suggestion": "observe again"}}  # fmt: skip
+    body = {
+        "ok": False,
+        "error": {"code": "stale_ref", "message": "gone", "suggestion": "observe again"},
+    }
     result = tools.tool_result(409, body)
     assert result.is_error and _text(result) == body
 

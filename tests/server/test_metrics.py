@@ -105,15 +105,22 @@ async def test_the_figures_follow_what_happens(server) -> None:
     scrape = {"Authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(base_url=base, timeout=10) as http:
         before = _samples((await http.get("/metrics", headers=scrape)).text)
-        await parts.inventory.record_started(relay_id, {
-            "desktop_session_id": "ds-metrics", "kind": "virtual", "slot": "main",
-            "started_at": "2026-01-01T00:00:00Z", "display": ":1",
-        })  # fmt: skip
+        await parts.inventory.record_started(
+            relay_id,
+            {
+                "desktop_session_id": "ds-metrics",
+                "kind": "virtual",
+                "slot": "main",
+                "started_at": "2026-01-01T00:00:00Z",
+                "display": ":1",
+            },
+        )
         for _ in range(3):
             listed = await http.post(
                 "/api/v1/actions/desktop_list_active",
-                json={"conversation_id": seed.conversation_id}, headers=headers,
-            )  # fmt: skip
+                json={"conversation_id": seed.conversation_id},
+                headers=headers,
+            )
             assert listed.status_code == 200
         url = f"/api/v1/events?conversation_id={seed.conversation_id}"
         async with open_sse(http, url, headers):

@@ -91,9 +91,14 @@ async def test_every_route_of_the_app_is_described_with_its_auth(served) -> None
     assert undocumented(app.routes) == []
     document = await _document(url)
     paths = document["paths"]
-    expected = ("/api/v1/conversations/{conversation_id}/messages", "/api/v1/events",
-                "/vnc/{desktop_session_id}/{token}/", "/vnc/{sid}/{token}/keyboard-state",
-                "/vnc/{desktop_session_id}/{token}/websockify", "/api/v1/openapi.json")  # fmt: skip
+    expected = (
+        "/api/v1/conversations/{conversation_id}/messages",
+        "/api/v1/events",
+        "/vnc/{desktop_session_id}/{token}/",
+        "/vnc/{sid}/{token}/keyboard-state",
+        "/vnc/{desktop_session_id}/{token}/websockify",
+        "/api/v1/openapi.json",
+    )
     for path in expected:
         assert path in paths, path
     assert paths["/api/v1/conversations/{conversation_id}/mcp"]["post"]["security"] == [

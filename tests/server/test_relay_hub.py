@@ -140,5 +140,7 @@ async def test_tokens_are_rechecked_all_at_once_and_revoked_ones_closed() -> Non
     await hub.recheck_tokens()
     assert store.most_at_once == len(links)  # one batch for the store, not one query each
     assert {name: link.close_codes for name, link in links.items()} == {
-        "relay-1": [], "relay-2": [CloseCode.RELAY_REVOKED], "relay-3": [],
-    }  # fmt: skip
+        "relay-1": [],
+        "relay-2": [CloseCode.RELAY_REVOKED],
+        "relay-3": [],
+    }

@@ -82,8 +82,11 @@ async def test_a_guarded_click_on_another_replicas_screenshot_runs_there(cluster
     assert [issuer for issuer, _ in b_peers.sent] == ["a"]
     op, args = relay.requests[-1]
     assert op == "screen.click" and args["guard"]["rect"] == {
-        "x": 36, "y": 2, "width": 128, "height": 96,
-    }  # fmt: skip
+        "x": 36,
+        "y": 2,
+        "width": 128,
+        "height": 96,
+    }
     # audited once, by the replica that ran it; timed once, where it came in
     assert [row["op"] for row in a_audit.rows] == ["screen.screenshot", "screen.click"]
     assert a_audit.rows[-1]["outcome"] == "ok" and b_audit.rows == []
@@ -96,8 +99,13 @@ async def test_a_zoom_revision_is_read_where_it_was_issued(cluster, relay):
     kept = a.revisions.lookup(shot["screen_revision"], "relay-1", None)
     view = View((WIDTH, HEIGHT), CropRect(100, 50, 40, 40), (80, 80), zoom=True)
     zoom = a.revisions.keep(kept.revision.binding, kept.capture, view)
-    body = {"action": "move", "coordinates": "zoom", "x": 40, "y": 20,
-            "expected_screen_revision": zoom}  # fmt: skip
+    body = {
+        "action": "move",
+        "coordinates": "zoom",
+        "x": 40,
+        "y": 20,
+        "expected_screen_revision": zoom,
+    }
     await b.run(CALLER, body)
     assert b_peers.sent[-1][0] == "a"
     op, args = relay.requests[-1]
@@ -128,8 +136,9 @@ async def test_a_gone_issuer_is_an_expired_revision_and_sends_nothing(cluster, r
     assert "take a new one" in info.value.message
     assert len(relay.requests) == sent
     assert (b_audit.rows[-1]["op"], b_audit.rows[-1]["reason"]) == (
-        "screen.click", "revision_expired",
-    )  # fmt: skip
+        "screen.click",
+        "revision_expired",
+    )
 
 
 async def test_calls_that_need_no_other_capture_stay_here(cluster, relay):

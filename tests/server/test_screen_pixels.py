@@ -67,15 +67,26 @@ class FakeRelay:
             return {**self.answers[op], **where}
         if op == "screen.screenshot":
             capture, text = _png(_screen())
-            return {"width": WIDTH, "height": HEIGHT, "format": "png", "image": text,
-                    "capture": capture.to_wire(with_png=False), **where}  # fmt: skip
+            return {
+                "width": WIDTH,
+                "height": HEIGHT,
+                "format": "png",
+                "image": text,
+                "capture": capture.to_wire(with_png=False),
+                **where,
+            }
         if op == "screen.zoom":
             return self._zoom(args) | where
         if op == "screen.screen_size":
             return {"width": WIDTH, "height": HEIGHT, **where}
         if op == "screen.keyboard_state":
-            return {"num_lock": True, "caps_lock": False, "scroll_lock": False,
-                    "source": "led_mask", **where}  # fmt: skip
+            return {
+                "num_lock": True,
+                "caps_lock": False,
+                "scroll_lock": False,
+                "source": "led_mask",
+                **where,
+            }
         return {"ok_from_relay": op, **where}
 
     def _zoom(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -85,10 +96,17 @@ class FakeRelay:
         scale = int(args.get("scale", 1))
         shown = pixels.repeat(scale, axis=0).repeat(scale, axis=1)
         image = text if scale == 1 else _png(shown)[1]
-        return {"width": r["width"] * scale, "height": r["height"] * scale, "format": "png",
-                "image": image, "coordinates": "zoom", "region": r, "scale": scale,
-                "screen": {"width": WIDTH, "height": HEIGHT},
-                "capture": capture.to_wire(with_png=scale != 1)}  # fmt: skip
+        return {
+            "width": r["width"] * scale,
+            "height": r["height"] * scale,
+            "format": "png",
+            "image": image,
+            "coordinates": "zoom",
+            "region": r,
+            "scale": scale,
+            "screen": {"width": WIDTH, "height": HEIGHT},
+            "capture": capture.to_wire(with_png=scale != 1),
+        }
 
 
 class FakeAudit:
@@ -127,14 +145,22 @@ async def _refused(tool: ScreenTool, body: dict[str, Any], code: ErrorCode) -> d
 async def test_a_normalized_click_is_converted_once_and_guarded_at_that_pixel(tool, relay, audit):
     shot = await tool.run(CALLER, {"action": "screenshot"})
     revision = shot["screen_revision"]
-    await tool.run(CALLER, {"action": "click", "x": 100, "y": 100, "expected_screen_revision":
-                            revision})  # fmt: skip
+    await tool.run(
+        CALLER, {"action": "click", "x": 100, "y": 100, "expected_screen_revision": revision}
+    )
     by_pixels = relay.requests[-1][1]
     sent = len(relay.requests)
     # 250/1000 of 400 = 100, 400/1000 of 250 = 100: the same pixel, the same guard
-    result = await tool.run(CALLER, {"action": "click", "x": 250, "y": 400,
-                                     "coordinates": "normalized",
-                                     "expected_screen_revision": revision})  # fmt: skip
+    result = await tool.run(
+        CALLER,
+        {
+            "action": "click",
+            "x": 250,
+            "y": 400,
+            "coordinates": "normalized",
+            "expected_screen_revision": revision,
+        },
+    )
     assert len(relay.requests) == sent + 1  # the size came from the revision: no extra call
     op, args = relay.requests[-1]
     assert op == "screen.click" and args == by_pixels
@@ -151,8 +177,13 @@ async def test_a_normalized_move_without_a_revision_asks_the_screen_size(tool, r
 
 
 async def test_relative_to_spans_its_region_and_needs_no_screen_size(tool, relay):
-    body = {"action": "scroll", "x": 500, "y": 500, "coordinates": "normalized",
-            "relative_to": {"x": 100, "y": 50, "width": 200, "height": 100}}  # fmt: skip
+    body = {
+        "action": "scroll",
+        "x": 500,
+        "y": 500,
+        "coordinates": "normalized",
+        "relative_to": {"x": 100, "y": 50, "width": 200, "height": 100},
+    }
     await tool.run(CALLER, body)
     assert [op for op, _ in relay.requests] == ["screen.scroll"]
     args = relay.requests[-1][1]
@@ -161,9 +192,16 @@ async def test_relative_to_spans_its_region_and_needs_no_screen_size(tool, relay
 
 async def test_a_normalized_drag_converts_both_ends(tool, relay):
     shot = await tool.run(CALLER, {"action": "screenshot"})
-    await tool.run(CALLER, {"action": "drag", "from": {"x": 0, "y": 0}, "to": [1000, 500],
-                            "coordinates": "normalized",
-                            "expected_screen_revision": shot["screen_revision"]})  # fmt: skip
+    await tool.run(
+        CALLER,
+        {
+            "action": "drag",
+            "from": {"x": 0, "y": 0},
+            "to": [1000, 500],
+            "coordinates": "normalized",
+            "expected_screen_revision": shot["screen_revision"],
+        },
+    )
     args = relay.requests[-1][1]
     assert (args["x"], args["y"], args["to_x"], args["to_y"]) == (0, 0, WIDTH - 1, 125)
 
@@ -172,13 +210,21 @@ async def test_a_normalized_drag_converts_both_ends(tool, relay):
 
 
 async def test_a_zoom_keeps_its_region_under_its_own_revision(tool, relay):
-    body = {"action": "zoom", "region": {"x": 200, "y": 100, "width": 100, "height": 50},
-            "scale": 2, "grid": True}  # fmt: skip
+    body = {
+        "action": "zoom",
+        "region": {"x": 200, "y": 100, "width": 100, "height": 50},
+        "scale": 2,
+        "grid": True,
+    }
     zoom = await tool.run(CALLER, body)
     op, args = relay.requests[-1]
     assert op == "screen.zoom"
-    assert args == {"format": "png", "scale": 2, "grid": {"coordinates": "pixels"},
-                    "region": {"x": 200, "y": 100, "width": 100, "height": 50}}  # fmt: skip
+    assert args == {
+        "format": "png",
+        "scale": 2,
+        "grid": {"coordinates": "pixels"},
+        "region": {"x": 200, "y": 100, "width": 100, "height": 50},
+    }
     assert (zoom["width"], zoom["height"], zoom["source"]) == (200, 100, "vision")
     assert "capture" not in zoom and "display" not in zoom
     kept = tool.revisions.lookup(zoom["screen_revision"], "relay-1", SESSION)
@@ -197,43 +243,74 @@ async def test_a_normalized_zoom_region_covers_every_pixel_it_touches(tool, rela
 async def test_a_click_on_a_zoom_is_guarded_against_the_zoomed_region(tool, relay):
     zoom = await tool.run(CALLER, {"action": "zoom", "scale": 2, "region": ZOOMED})
     revision = zoom["screen_revision"]
-    await tool.run(CALLER, {"action": "click", "x": 210, "y": 140,
-                            "expected_screen_revision": revision})  # fmt: skip
+    await tool.run(
+        CALLER, {"action": "click", "x": 210, "y": 140, "expected_screen_revision": revision}
+    )
     args = relay.requests[-1][1]
     # the default 128x96 crop around the point, cut to the zoomed region, on the screen
     assert args["guard"]["rect"] == {"x": 200, "y": 100, "width": 74, "height": 50}
     assert np.array_equal(decode_crop(args["guard"]["crop"]), _screen()[100:150, 200:274])
     # the same point in the zoom image's own pixels: (210-200)*2, (140-100)*2
-    await tool.run(CALLER, {"action": "click", "x": 20, "y": 80, "coordinates": "zoom",
-                            "expected_screen_revision": revision})  # fmt: skip
+    await tool.run(
+        CALLER,
+        {
+            "action": "click",
+            "x": 20,
+            "y": 80,
+            "coordinates": "zoom",
+            "expected_screen_revision": revision,
+        },
+    )
     assert relay.requests[-1][1] == args
 
 
 async def test_a_point_outside_the_zoom_is_refused_before_the_relay(tool, relay):
     zoom = await tool.run(CALLER, {"action": "zoom", "region": ZOOMED})
     sent = len(relay.requests)
-    details = await _refused(tool, {"action": "click", "x": 20, "y": 120,
-                                    "expected_screen_revision": zoom["screen_revision"]},
-                             ErrorCode.INVALID_ARGS)  # fmt: skip
+    details = await _refused(
+        tool,
+        {"action": "click", "x": 20, "y": 120, "expected_screen_revision": zoom["screen_revision"]},
+        ErrorCode.INVALID_ARGS,
+    )
     assert details["field"] == "x"
-    details = await _refused(tool, {"action": "click", "x": 100, "y": 80, "coordinates": "zoom",
-                                    "expected_screen_revision": zoom["screen_revision"]},
-                             ErrorCode.INVALID_ARGS)  # fmt: skip
+    details = await _refused(
+        tool,
+        {
+            "action": "click",
+            "x": 100,
+            "y": 80,
+            "coordinates": "zoom",
+            "expected_screen_revision": zoom["screen_revision"],
+        },
+        ErrorCode.INVALID_ARGS,
+    )
     assert details["field"] == "x"  # zoom pixels run 0..99 here
     assert len(relay.requests) == sent
 
 
 async def test_zoom_coordinates_need_a_zooms_revision(tool, relay):
     shot = await tool.run(CALLER, {"action": "screenshot"})
-    details = await _refused(tool, {"action": "move", "x": 1, "y": 1, "coordinates": "zoom"},
-                             ErrorCode.INVALID_ARGS)  # fmt: skip
+    details = await _refused(
+        tool, {"action": "move", "x": 1, "y": 1, "coordinates": "zoom"}, ErrorCode.INVALID_ARGS
+    )
     assert details["field"] == "expected_screen_revision"
-    details = await _refused(tool, {"action": "click", "x": 1, "y": 1, "coordinates": "zoom",
-                                    "expected_screen_revision": shot["screen_revision"]},
-                             ErrorCode.INVALID_ARGS)  # fmt: skip
+    details = await _refused(
+        tool,
+        {
+            "action": "click",
+            "x": 1,
+            "y": 1,
+            "coordinates": "zoom",
+            "expected_screen_revision": shot["screen_revision"],
+        },
+        ErrorCode.INVALID_ARGS,
+    )
     assert details["field"] == "coordinates"
-    await _refused(tool, {"action": "click", "x": 1, "y": 1, "coordinates": "zoom"},
-                   ErrorCode.MISSING_SCREEN_REVISION)  # fmt: skip
+    await _refused(
+        tool,
+        {"action": "click", "x": 1, "y": 1, "coordinates": "zoom"},
+        ErrorCode.MISSING_SCREEN_REVISION,
+    )
 
 
 async def test_a_relay_zoom_of_another_size_is_a_protocol_error(tool, relay):
@@ -258,21 +335,47 @@ async def test_a_relay_zoom_of_another_size_is_a_protocol_error(tool, relay):
         ({"action": "zoom", "region": [0, 0, 5, 5], "scale": 4.5}, "scale"),
         ({"action": "zoom", "region": [0, 0, 5, 5], "scale": 0.5}, "scale"),
         ({"action": "zoom", "region": [0, 0, 1500, 1100], "scale": 4}, "scale"),
-        ({"action": "zoom", "region": [900, 0, 200, 5], "coordinates": "normalized"},
-         "region.width"),
+        (
+            {"action": "zoom", "region": [900, 0, 200, 5], "coordinates": "normalized"},
+            "region.width",
+        ),
         ({"action": "zoom", "region": {"x": 0, "y": 0}}, "region"),
         ({"action": "zoom", "region": [0, 0, 5, 5], "coordinates": "zoom"}, "coordinates"),
         ({"action": "screenshot", "grid": "yes"}, "grid"),
         ({"action": "move", "x": 1, "y": 1, "relative_to": [0, 0, 5, 5]}, "relative_to"),
-        ({"action": "move", "x": 1, "y": 1, "coordinates": "normalized",
-          "relative_to": {"x": 0, "y": 0, "width": 5}}, "relative_to"),
-        ({"action": "move", "x": 1, "y": 1, "coordinates": "normalized",
-          "relative_to": [0, 0, 0, 5]}, "relative_to.width"),
-        ({"action": "move", "x": 1, "y": 1, "coordinates": "normalized",
-          "relative_to": [0, 0, 5.5, 5]}, "relative_to.width"),
+        (
+            {
+                "action": "move",
+                "x": 1,
+                "y": 1,
+                "coordinates": "normalized",
+                "relative_to": {"x": 0, "y": 0, "width": 5},
+            },
+            "relative_to",
+        ),
+        (
+            {
+                "action": "move",
+                "x": 1,
+                "y": 1,
+                "coordinates": "normalized",
+                "relative_to": [0, 0, 0, 5],
+            },
+            "relative_to.width",
+        ),
+        (
+            {
+                "action": "move",
+                "x": 1,
+                "y": 1,
+                "coordinates": "normalized",
+                "relative_to": [0, 0, 5.5, 5],
+            },
+            "relative_to.width",
+        ),
         ({"action": "move", "x": 1, "y": 1, "coordinates": "degrees"}, "coordinates"),
     ],
-)  # fmt: skip
+)
 async def test_bad_input_is_refused_naming_the_field(tool, relay, body, field):
     details = await _refused(tool, body, ErrorCode.INVALID_ARGS)
     assert details["field"] == field
@@ -283,8 +386,10 @@ async def test_bad_input_is_refused_naming_the_field(tool, relay, body, field):
 
 
 async def test_every_answer_is_marked_as_vision(tool):
-    answers = [await tool.run(CALLER, {"action": action}) for action in
-               ("screenshot", "screen_size", "mouse_position", "keyboard_state")]  # fmt: skip
+    answers = [
+        await tool.run(CALLER, {"action": action})
+        for action in ("screenshot", "screen_size", "mouse_position", "keyboard_state")
+    ]
     answers.append(await tool.run(CALLER, {"action": "type", "text": "x"}))
     assert all(answer["source"] == "vision" for answer in answers)
     # keyboard_state's own source (how the locks were read) keeps its own name
@@ -304,15 +409,25 @@ def test_the_schema_offers_the_new_fields_to_an_agent() -> None:
 
 # -- fuzz ----------------------------------------------------------------------------------------
 
-_NUMBERS = st.one_of(st.integers(-70_000, 70_000), st.floats(allow_nan=True, allow_infinity=True),
-                     st.sampled_from([0, 1, 999, 1000, 1001, 0.5, -0.0]))  # fmt: skip
+_NUMBERS = st.one_of(
+    st.integers(-70_000, 70_000),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, 1, 999, 1000, 1001, 0.5, -0.0]),
+)
 _VALUES = st.recursive(
-    st.one_of(st.none(), st.booleans(), _NUMBERS, st.text(max_size=8),
-              st.sampled_from(["pixels", "normalized", "zoom", "zoom", "screenshot", "click"])),
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(
-        st.sampled_from(["x", "y", "width", "height", "z"]), inner, max_size=5),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        _NUMBERS,
+        st.text(max_size=8),
+        st.sampled_from(["pixels", "normalized", "zoom", "zoom", "screenshot", "click"]),
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.dictionaries(st.sampled_from(["x", "y", "width", "height", "z"]), inner, max_size=5)
+    ),
     max_leaves=12,
-)  # fmt: skip
+)
 _BODIES = st.dictionaries(st.sampled_from([*sorted(FIELDS), "bogus"]), _VALUES, max_size=8)
 _FRAMES = (
     Frame.pixels(),

@@ -181,8 +181,13 @@ async def test_a_stale_region_after_the_crop_is_stale_for_the_caller(tool, relay
 async def test_a_real_stale_answer_to_the_digest_is_not_retried(tool, relay):
     relay.announced = frozenset({DIGEST_CAPABILITY})
     shot = await tool.run(CALLER, {"action": "screenshot"})
-    relay.errors = [OpError(ErrorCode.STALE_SCREEN, "the screen size changed",
-                            {"difference": 1.0, "threshold": 0.06})]  # fmt: skip
+    relay.errors = [
+        OpError(
+            ErrorCode.STALE_SCREEN,
+            "the screen size changed",
+            {"difference": 1.0, "threshold": 0.06},
+        )
+    ]
     with pytest.raises(OpError) as caught:
         await tool.run(CALLER, _click_body(shot["screen_revision"]))
     assert caught.value.code is ErrorCode.STALE_SCREEN
@@ -353,8 +358,14 @@ async def test_mouse_down_at_a_point_is_guarded_like_a_click(tool, relay, audit)
         await tool.run(CALLER, {"action": "mouse_down", "x": 100, "y": 50})
     assert info.value.code is ErrorCode.MISSING_SCREEN_REVISION
     bbox = [90, 40, 30, 20]
-    body = {"action": "mouse_down", "x": 100, "y": 50, "button": "right",
-            "target_bbox": bbox, "expected_screen_revision": revision}  # fmt: skip
+    body = {
+        "action": "mouse_down",
+        "x": 100,
+        "y": 50,
+        "button": "right",
+        "target_bbox": bbox,
+        "expected_screen_revision": revision,
+    }
     await tool.run(CALLER, body)
     op, args = relay.requests[-1]
     assert op == "screen.mouse_down"
@@ -399,11 +410,13 @@ async def test_mouse_down_without_a_point_outside_a_zoom_is_refused(tool, relay)
 async def test_mouse_up_and_keys_are_unguarded_input(tool, relay, audit):
     for body, args in (
         ({"action": "mouse_up"}, {"button": "left"}),
-        ({"action": "mouse_up", "x": 7, "y": 8, "button": "middle"},
-         {"button": "middle", "x": 7, "y": 8}),
+        (
+            {"action": "mouse_up", "x": 7, "y": 8, "button": "middle"},
+            {"button": "middle", "x": 7, "y": 8},
+        ),
         ({"action": "key_down", "key": "shift"}, {"keys": "shift"}),
         ({"action": "key_up", "key": "shift"}, {"keys": "shift"}),
-    ):  # fmt: skip
+    ):
         await tool.run(CALLER, body)
         assert relay.requests[-1] == (f"screen.{body['action']}", args)
         assert audit.rows[-1]["details"]["guarded"] is False

@@ -140,21 +140,56 @@ def test_describe_round_trips(text: str, command: Command) -> None:
 
 def test_help_covers_every_command() -> None:
     usages = [usage for usage, _ in help_lines()]
-    words = ("docker", "local", "close", "list", "status", "attach", "stop", "help", "take",
-             "hand-back", "stop-agent")  # fmt: skip
+    words = (
+        "docker",
+        "local",
+        "close",
+        "list",
+        "status",
+        "attach",
+        "stop",
+        "help",
+        "take",
+        "hand-back",
+        "stop-agent",
+    )
     for word in words:
         assert any(usage.startswith(f"/desktop {word}") for usage in usages)
     assert help_lines("stop") == [("/desktop stop [relay]", help_lines("stop")[0][1])]
 
 
 COMMAND_TYPES = (
-    OpenDesktop, CloseViewer, ListDesktops, DesktopStatus, AttachDesktop, StopDesktop, Help,
+    OpenDesktop,
+    CloseViewer,
+    ListDesktops,
+    DesktopStatus,
+    AttachDesktop,
+    StopDesktop,
+    Help,
     ControlDesktop,
-)  # fmt: skip
+)
 WORDS = st.sampled_from(
-    ["/desktop", "docker", "local", "list", "status", "attach", "stop", "close", "help",
-     "relay-1", "<b>", "\u200b", "", "/", "x" * 70, "take", "hand-back", "stop-agent"]
-)  # fmt: skip
+    [
+        "/desktop",
+        "docker",
+        "local",
+        "list",
+        "status",
+        "attach",
+        "stop",
+        "close",
+        "help",
+        "relay-1",
+        "<b>",
+        "\u200b",
+        "",
+        "/",
+        "x" * 70,
+        "take",
+        "hand-back",
+        "stop-agent",
+    ]
+)
 
 
 @settings(max_examples=examples(400), deadline=None)

@@ -226,10 +226,12 @@ async def test_concurrent_presence_and_relay_logins_are_coalesced(store: Store) 
     await store.revoke_relay(relays[0]["relay_id"])
     assert await store.authenticate_relay(relays[0]["token"]) is None
     await asyncio.gather(
-        *(store.set_relay_presence(r["relay_id"], connected=True, relay_version="1")
-          for r in relays),
+        *(
+            store.set_relay_presence(r["relay_id"], connected=True, relay_version="1")
+            for r in relays
+        ),
         store.set_relay_presence(relays[1]["relay_id"], connected=False),
-    )  # fmt: skip
+    )
     listed = {r.relay_id: r for r in await store.list_relays()}
     assert listed[relays[1]["relay_id"]].connected is False  # the later update wins
     assert all(listed[r["relay_id"]].connected for r in relays[2:])

@@ -100,14 +100,23 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     """The protocol under uvicorn, on its own thread and loop: the standard one, and uvloop, the
     server's (which reads into a buffered protocol under other conditions than asyncio)."""
     app = Starlette(
-        routes=[WebSocketRoute("/echo", echo(delay_s=0.002)), WebSocketRoute("/stream", stream),
-                WebSocketRoute("/kind", echo(say_kind=True))]
-    )  # fmt: skip
+        routes=[
+            WebSocketRoute("/echo", echo(delay_s=0.002)),
+            WebSocketRoute("/stream", stream),
+            WebSocketRoute("/kind", echo(say_kind=True)),
+        ]
+    )
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, ws=StreamingWebSocketProtocol,
-        ws_per_message_deflate=False, ws_max_size=MAX_SIZE, log_config=None, lifespan="off",
-    )  # fmt: skip
+        app,
+        host="127.0.0.1",
+        port=port,
+        ws=StreamingWebSocketProtocol,
+        ws_per_message_deflate=False,
+        ws_max_size=MAX_SIZE,
+        log_config=None,
+        lifespan="off",
+    )
     server = uvicorn.Server(config)
     factory = uvloop.new_event_loop if request.param == "uvloop" else asyncio.new_event_loop
 
@@ -161,15 +170,17 @@ async def test_connections_share_one_read_buffer_and_interleave_whole(served: Se
     async with contextlib.AsyncExitStack() as stack:
         session = await stack.enter_async_context(aiohttp.ClientSession())
         sockets = [
-            await stack.enter_async_context(session.ws_connect(f"{served.url}/echo",
-                                                               max_msg_size=0))
+            await stack.enter_async_context(
+                session.ws_connect(f"{served.url}/echo", max_msg_size=0)
+            )
             for _ in range(8)
-        ]  # fmt: skip
+        ]
         await asyncio.gather(*(exchange(ws, n) for n, ws in enumerate(sockets)))
         protocols = [
-            p for p in served.server.server_state.connections
+            p
+            for p in served.server.server_state.connections
             if isinstance(p, StreamingWebSocketProtocol)
-        ]  # fmt: skip
+        ]
         assert len(protocols) == len(sockets)
         assert len({id(p.get_buffer(-1).obj) for p in protocols}) == 1
 
@@ -211,8 +222,9 @@ async def test_invalid_utf8_text_still_closes_with_1007(server_url: str) -> None
 # -- frames written byte by byte, the way a client of any library might split them ------------
 
 
-def client_frame(opcode: int, payload: bytes, *, fin: bool = True, rsv: int = 0,
-                 masked: bool = True) -> bytes:  # fmt: skip
+def client_frame(
+    opcode: int, payload: bytes, *, fin: bool = True, rsv: int = 0, masked: bool = True
+) -> bytes:
     """One client frame (RFC 6455 §5.2), masked with a random key unless ``masked`` is False."""
     first = (0x80 if fin else 0) | rsv | opcode
     mask_bit = 0x80 if masked else 0
@@ -379,11 +391,13 @@ async def test_a_large_frame_over_the_size_limit_closes_with_1009(raw: RawClient
         (header_of(client_frame(0x2, b"x" * BIG, masked=False)), "a frame without a mask"),
         # Refused once the frame is in.
         (client_frame(0x2, b"x" * BIG, rsv=0x40), "a reserved bit without an extension"),
-        (client_frame(0x2, b"x" * 10, fin=False) + client_frame(0x2, b"y" * BIG),
-         "a new message inside a fragmented one"),
+        (
+            client_frame(0x2, b"x" * 10, fin=False) + client_frame(0x2, b"y" * BIG),
+            "a new message inside a fragmented one",
+        ),
         (client_frame(0x0, b"x" * BIG), "a continuation without a message"),
     ],
-)  # fmt: skip
+)
 async def test_large_malformed_frames_are_refused_as_before(
     raw: RawClient, frame: bytes, why: str
 ) -> None:
@@ -401,9 +415,15 @@ async def test_a_peer_gone_in_the_middle_of_a_streamed_frame_leaves_nothing_open
     frame = client_frame(0x2, os.urandom(BIG * 8))
     client.writer.write(frame[: len(frame) // 2])  # half a frame, then the peer is gone
     await client.writer.drain()
-    await wait_until(lambda: any(getattr(p, "_filled", 0) for p in state.connections), 5,
-                     "the server to be in the middle of the frame")  # fmt: skip
+    await wait_until(
+        lambda: any(getattr(p, "_filled", 0) for p in state.connections),
+        5,
+        "the server to be in the middle of the frame",
+    )
     assert len(state.connections) == 1
     client.writer.transport.abort()
-    await wait_until(lambda: not state.connections and not state.tasks, 5,
-                     "the server to drop the connection and end its application task")  # fmt: skip
+    await wait_until(
+        lambda: not state.connections and not state.tasks,
+        5,
+        "the server to drop the connection and end its application task",
+    )

@@ -114,12 +114,20 @@ def x_window_geometry(display_name: str, title: str) -> tuple[int, int, int, int
 
 def chromium_app(shared: Path, name: str, *flags: str, page: str = "a11y_page.html") -> str:
     """A Chromium command line on a test page, with its own profile under ``shared``."""
-    return " ".join([
-        "chromium", f"--user-data-dir={shared / name}", "--no-first-run",
-        "--no-default-browser-check", "--password-store=basic", "--disable-gpu",
-        "--disable-background-networking", "--disable-component-update", *flags,
-        f"file://{shared / page}",
-    ])  # fmt: skip
+    return " ".join(
+        [
+            "chromium",
+            f"--user-data-dir={shared / name}",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--password-store=basic",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            *flags,
+            f"file://{shared / page}",
+        ]
+    )
 
 
 @contextlib.asynccontextmanager
@@ -147,9 +155,10 @@ async def a11y_stack(
             relay_id = seed.relay["relay_id"]
             try:
                 await wait_until(
-                    lambda: app.state.parts.relays.is_connected(RelayId(relay_id)), 20,
+                    lambda: app.state.parts.relays.is_connected(RelayId(relay_id)),
+                    20,
                     "the relay to connect",
-                )  # fmt: skip
+                )
                 stack = A11yStack(app, url, seed, relay_id, "", "", shared, relay)
                 started = await stack.ok("desktop_start", geometry="1280x800", profile=profile)
                 stack.session_id = started["desktop"]["desktop_session_id"]

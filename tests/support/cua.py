@@ -48,9 +48,13 @@ class CuaClient:
         env = {**os.environ, **QUIET, "RELAYDESK_API_TOKEN": token}
         self.process = subprocess.Popen(
             [str(require_cua_venv()), str(DRIVER), base_url, mode],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=env, start_new_session=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         self._lines: queue.Queue[str] = queue.Queue()
         self._stderr: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -137,11 +141,23 @@ class CuaServer:
         # Its output goes to a file, never a pipe nobody reads (a full pipe would stall it).
         self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - open until stop()
         self.process = subprocess.Popen(
-            [str(require_cua_venv()), "-m", "computer_server", "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning"],
-            stdout=self._log, stderr=subprocess.STDOUT, text=True, env=env,
+            [
+                str(require_cua_venv()),
+                "-m",
+                "computer_server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
             start_new_session=True,
-        )  # fmt: skip
+        )
         deadline = time.monotonic() + scaled(60)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -163,8 +179,9 @@ class CuaServer:
         return self._log.read()[-2000:]
 
     def cmd(self, command: str, **params: Any) -> dict[str, Any]:
-        response = httpx.post(f"{self.url}/cmd", json={"command": command, "params": params},
-                              timeout=scaled(30))  # fmt: skip
+        response = httpx.post(
+            f"{self.url}/cmd", json={"command": command, "params": params}, timeout=scaled(30)
+        )
         return parse_data_line(response.text)
 
     def stop(self) -> None:

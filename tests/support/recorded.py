@@ -50,8 +50,9 @@ async def recorded_desktops(
         try:
             connected = app.state.parts.relays.is_connected
             await wait_until(lambda: connected(RelayId(relay_id)), 20, "the relay to connect")
-            desktops = {slot: await start_desktop(app, relay_id, slot, size)
-                        for slot, size in sizes.items()}  # fmt: skip
+            desktops = {
+                slot: await start_desktop(app, relay_id, slot, size) for slot, size in sizes.items()
+            }
             yield app, url, seed, relay_id, desktops
             for desktop in desktops.values():
                 if not desktop.stopped:

@@ -57,9 +57,12 @@ class RedisServer:
         argv = [binary, str(self._config()), *where, "--save", "", "--appendonly", "no"]
         with (self.root / "redis.log").open("wb") as log:
             self.process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 process_group=0,
-            )  # fmt: skip
+            )
         deadline = time.monotonic() + scaled(START_TIMEOUT_S)
         while not self._answers_ping():
             if self.process.poll() is not None or time.monotonic() > deadline:

@@ -48,16 +48,27 @@ def _char_of(disp: display.Display, keysym: int) -> str | None:
 def _key_record(disp: display.Display, ev: Any) -> dict[str, Any]:
     index = 1 if ev.state & X.ShiftMask else 0
     keysym = disp.keycode_to_keysym(ev.detail, index) or disp.keycode_to_keysym(ev.detail, 0)
-    return {"keycode": ev.detail, "keysym": keysym, "state": ev.state,
-            "char": _char_of(disp, keysym), "x": ev.root_x, "y": ev.root_y}  # fmt: skip
+    return {
+        "keycode": ev.detail,
+        "keysym": keysym,
+        "state": ev.state,
+        "char": _char_of(disp, keysym),
+        "x": ev.root_x,
+        "y": ev.root_y,
+    }
 
 
 def _pointer_record(ev: Any) -> dict[str, Any]:
     return {"button": ev.detail, "x": ev.root_x, "y": ev.root_y, "state": ev.state}
 
 
-_NAMES = {X.KeyPress: "KeyPress", X.KeyRelease: "KeyRelease", X.ButtonPress: "ButtonPress",
-          X.ButtonRelease: "ButtonRelease", X.MotionNotify: "MotionNotify"}  # fmt: skip
+_NAMES = {
+    X.KeyPress: "KeyPress",
+    X.KeyRelease: "KeyRelease",
+    X.ButtonPress: "ButtonPress",
+    X.ButtonRelease: "ButtonRelease",
+    X.MotionNotify: "MotionNotify",
+}
 
 
 def record(display_name: str, width: int | None, height: int | None) -> None:
@@ -66,12 +77,25 @@ def record(display_name: str, width: int | None, height: int | None) -> None:
     screen = disp.screen()
     sentinel = disp.intern_atom(SENTINEL_ATOM)
     window = screen.root.create_window(
-        0, 0, width or screen.width_in_pixels, height or screen.height_in_pixels, 0,
-        screen.root_depth, X.InputOutput, X.CopyFromParent, background_pixel=BACKGROUND,
+        0,
+        0,
+        width or screen.width_in_pixels,
+        height or screen.height_in_pixels,
+        0,
+        screen.root_depth,
+        X.InputOutput,
+        X.CopyFromParent,
+        background_pixel=BACKGROUND,
         override_redirect=True,
-        event_mask=(X.ButtonPressMask | X.ButtonReleaseMask | X.KeyPressMask
-                    | X.KeyReleaseMask | X.PointerMotionMask | X.StructureNotifyMask),
-    )  # fmt: skip
+        event_mask=(
+            X.ButtonPressMask
+            | X.ButtonReleaseMask
+            | X.KeyPressMask
+            | X.KeyReleaseMask
+            | X.PointerMotionMask
+            | X.StructureNotifyMask
+        ),
+    )
     window.map()
     while True:
         ev = disp.next_event()
@@ -99,8 +123,10 @@ class XRecorder:
         script = str(Path(__file__).resolve())
         self.process = subprocess.Popen(
             [sys.executable, script, "--display", display_name],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         self._lines: queue.Queue[str] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

@@ -73,9 +73,18 @@ def start_xvfb(width: int = 1280, height: int = 800, depth: int = 24) -> XvfbSer
     """Start Xvfb on a free display; return once the server has announced readiness."""
     read_fd, write_fd = os.pipe()
     cmd = [
-        "Xvfb", "-displayfd", str(write_fd), "-screen", "0", f"{width}x{height}x{depth}",
-        "-nolisten", "tcp", "-noreset", "+extension", "XTEST",
-    ]  # fmt: skip
+        "Xvfb",
+        "-displayfd",
+        str(write_fd),
+        "-screen",
+        "0",
+        f"{width}x{height}x{depth}",
+        "-nolisten",
+        "tcp",
+        "-noreset",
+        "+extension",
+        "XTEST",
+    ]
     proc = subprocess.Popen(
         cmd, pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -532,11 +532,44 @@ def test_any_text_parses_or_raises_selector_error(text: str) -> None:
 
 TOKENS = st.sampled_from(
     [
-        "push_button", "button", "entry", "Frame", "*", '"Save"', "'x'", '"', "'", "\\", "[", "]",
-        "name", "value", "role", "colour", "nth", "=", "^=", "~=", "!=", "0", "-1", "99", ":",
-        "visible", "hover", ">", " ", "\t", ",", "#", "-", "\x00", "\ud800", "é",
+        "push_button",
+        "button",
+        "entry",
+        "Frame",
+        "*",
+        '"Save"',
+        "'x'",
+        '"',
+        "'",
+        "\\",
+        "[",
+        "]",
+        "name",
+        "value",
+        "role",
+        "colour",
+        "nth",
+        "=",
+        "^=",
+        "~=",
+        "!=",
+        "0",
+        "-1",
+        "99",
+        ":",
+        "visible",
+        "hover",
+        ">",
+        " ",
+        "\t",
+        ",",
+        "#",
+        "-",
+        "\x00",
+        "\ud800",
+        "é",
     ]
-)  # fmt: skip
+)
 
 
 @FUZZ

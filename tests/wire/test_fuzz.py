@@ -248,9 +248,23 @@ json_values = st.recursive(
     max_leaves=4,
 )
 FIELDS = [
-    "protocol", "relay_version", "capabilities", "desktops", "relay_id", "heartbeat_s",
-    "max_frame", "id", "op", "args", "timeout_ms", "ok", "result", "error", "name", "data",
-]  # fmt: skip
+    "protocol",
+    "relay_version",
+    "capabilities",
+    "desktops",
+    "relay_id",
+    "heartbeat_s",
+    "max_frame",
+    "id",
+    "op",
+    "args",
+    "timeout_ms",
+    "ok",
+    "result",
+    "error",
+    "name",
+    "data",
+]
 field_values = (
     json_values
     | st.sampled_from(["s1", "r1", "s7", "r7", "ping", "desktop.start", "", "x" * 65])

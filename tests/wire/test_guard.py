@@ -265,16 +265,26 @@ def test_one_changed_pixel_asks_for_the_crop_which_then_lets_it_pass():
 @pytest.mark.parametrize(
     ("value", "field"),
     [
-        ({"digest": "b2b128:" + "0" * 31, "rect": {"x": 0, "y": 0, "width": 1, "height": 1}},
-         "guard.digest"),
-        ({"digest": "sha1:" + "0" * 32, "rect": {"x": 0, "y": 0, "width": 1, "height": 1}},
-         "guard.digest"),
+        (
+            {"digest": "b2b128:" + "0" * 31, "rect": {"x": 0, "y": 0, "width": 1, "height": 1}},
+            "guard.digest",
+        ),
+        (
+            {"digest": "sha1:" + "0" * 32, "rect": {"x": 0, "y": 0, "width": 1, "height": 1}},
+            "guard.digest",
+        ),
         ({"digest": 7, "rect": {"x": 0, "y": 0, "width": 1, "height": 1}}, "guard.digest"),
-        ({"digest": "b2b128:" + "0" * 32, "crop": encode_crop(np.zeros((1, 1, 3), np.uint8)),
-          "rect": {"x": 0, "y": 0, "width": 1, "height": 1}}, "guard"),
+        (
+            {
+                "digest": "b2b128:" + "0" * 32,
+                "crop": encode_crop(np.zeros((1, 1, 3), np.uint8)),
+                "rect": {"x": 0, "y": 0, "width": 1, "height": 1},
+            },
+            "guard",
+        ),
         ({"digest": "b2b128:" + "0" * 32}, "guard.rect"),
     ],
-)  # fmt: skip
+)
 def test_a_malformed_digest_guard_names_its_field(value, field):
     with pytest.raises(InvalidArgs) as info:
         guard.Guard.from_wire(value)

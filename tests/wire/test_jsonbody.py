@@ -40,8 +40,12 @@ def test_malformed_bodies_name_their_field(raw: bytes, field: str) -> None:
 
 def test_sane_bodies_pass_unchanged() -> None:
     raw = b'{"text": "h\\u00e9 \\ud83d\\ude00", "n": 1234567890123456789, "f": 1.5, "l": [[1]]}'
-    assert parse_json_object(raw) == {"text": "hé 😀", "n": 1234567890123456789, "f": 1.5,
-                                      "l": [[1]]}  # fmt: skip
+    assert parse_json_object(raw) == {
+        "text": "hé 😀",
+        "n": 1234567890123456789,
+        "f": 1.5,
+        "l": [[1]],
+    }
     assert parse_json_object(b"  ", empty_ok=True) == {}
     with pytest.raises(InvalidInput):
         parse_json_object(b"[1]")

@@ -34,8 +34,9 @@ def set_pixel_format() -> bytes:
 
 
 def set_encodings(*encodings: int) -> bytes:
-    return struct.pack(">BBH", 2, 0, len(encodings)) + struct.pack(f">{len(encodings)}i",
-                                                                   *encodings)  # fmt: skip
+    return struct.pack(">BBH", 2, 0, len(encodings)) + struct.pack(
+        f">{len(encodings)}i", *encodings
+    )
 
 
 def update_request(incremental: bool = True) -> bytes:
@@ -89,10 +90,19 @@ def qemu_audio(operation: int) -> bytes:
     return head + (struct.pack(">BBI", 3, 2, 48000) if operation == 2 else b"")
 
 
-QUIET = [set_pixel_format(), set_encodings(7, -223, -224), update_request(), continuous_updates(),
-         fence(), xvp(), desktop_size(2), qemu_audio(0), qemu_audio(2),
-         extended_clipboard(0x1F000001, struct.pack(">I", 1024)),  # caps (as noVNC sends)
-         extended_clipboard(0x08000000 | 1)]  # notify  # fmt: skip
+QUIET = [
+    set_pixel_format(),
+    set_encodings(7, -223, -224),
+    update_request(),
+    continuous_updates(),
+    fence(),
+    xvp(),
+    desktop_size(2),
+    qemu_audio(0),
+    qemu_audio(2),
+    extended_clipboard(0x1F000001, struct.pack(">I", 1024)),  # caps (as noVNC sends)
+    extended_clipboard(0x08000000 | 1),
+]  # notify
 INPUT = [
     (key_event(), ClientInput.KEY),
     (key_event(down=False), ClientInput.KEY),

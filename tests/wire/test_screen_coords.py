@@ -93,9 +93,13 @@ def test_a_normalized_box_covers_every_pixel_it_touches() -> None:
 
 @pytest.mark.parametrize(
     ("box", "field"),
-    [((0, 0, 0, 10), "region.width"), ((900, 0, 200, 10), "region.width"),
-     ((0, 0, 10, -1), "region.height"), ((1001, 0, 1, 1), "region.x")],
-)  # fmt: skip
+    [
+        ((0, 0, 0, 10), "region.width"),
+        ((900, 0, 200, 10), "region.width"),
+        ((0, 0, 10, -1), "region.height"),
+        ((1001, 0, 1, 1), "region.x"),
+    ],
+)
 def test_bad_normalized_boxes_name_the_field(box: tuple[int, ...], field: str) -> None:
     with pytest.raises(InvalidArgs) as error:
         WHOLE.box(box, "region")  # type: ignore[arg-type]
@@ -129,9 +133,13 @@ def test_the_image_pixel_showing_a_screen_pixel_maps_back_to_it(
 
 @pytest.mark.parametrize(
     ("size", "scale", "out"),
-    [((320, 200), 1, (320, 200)), ((320, 200), 2, (640, 400)), ((333, 201), 2.5, (833, 503)),
-     ((1, 1), 4, (4, 4))],
-)  # fmt: skip
+    [
+        ((320, 200), 1, (320, 200)),
+        ((320, 200), 2, (640, 400)),
+        ((333, 201), 2.5, (833, 503)),
+        ((1, 1), 4, (4, 4)),
+    ],
+)
 def test_zoom_sizes_round_half_up(
     size: tuple[int, int], scale: float, out: tuple[int, int]
 ) -> None:
@@ -161,8 +169,10 @@ def test_a_screenshot_grid_in_pixels_labels_every_100_pixels() -> None:
     grid = grid_for(Frame.pixels(), SCREEN, (1280, 800))
     assert grid.step == 100 and grid.coordinates == "pixels"
     assert [(line.position, line.label) for line in grid.columns[:3]] == [
-        (0, 0), (100, 100), (200, 200)
-    ]  # fmt: skip
+        (0, 0),
+        (100, 100),
+        (200, 200),
+    ]
     assert len(grid.columns) == 13 and len(grid.rows) == 8
 
 
@@ -175,9 +185,13 @@ def test_a_normalized_line_is_drawn_where_a_click_at_its_label_lands() -> None:
 
 
 @given(
-    st.integers(0, 1000), st.integers(0, 600), st.integers(8, 700), st.integers(8, 500),
-    st.sampled_from([1, 2, 3, 4]), st.booleans(),
-)  # fmt: skip
+    st.integers(0, 1000),
+    st.integers(0, 600),
+    st.integers(8, 700),
+    st.integers(8, 500),
+    st.sampled_from([1, 2, 3, 4]),
+    st.booleans(),
+)
 def test_zoom_grid_lines_are_spaced_and_labels_map_back_to_their_pixel(
     x: int, y: int, width: int, height: int, scale: int, normalized: bool
 ) -> None:

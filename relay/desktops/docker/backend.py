@@ -151,7 +151,7 @@ class DockerBackend:
                 "this relay's host has no Python with the GObject bindings the accessibility "
                 "tools need (Debian: python3-gi; scripts/install installs it)",
                 {"suggestion": "use the screen tool (screenshot, then a guarded click)"},
-            )  # fmt: skip
+            )
         user = await self.desktops.desktop_user()
 
         def spec() -> WorkerSpec:

@@ -103,8 +103,10 @@ def parse_memory(raw: str) -> int:
 def check_network(name: str) -> str:
     """A Docker network a desktop may join: ``none`` (the default) or a named network."""
     if name in _REFUSED_NETWORKS or name.startswith(_REFUSED_PREFIXES):
-        raise InvalidArgs(NETWORK_ENV, f"{name!r} would share a network namespace; use none, "
-                                       "bridge or a network of your own")  # fmt: skip
+        raise InvalidArgs(
+            NETWORK_ENV,
+            f"{name!r} would share a network namespace; use none, bridge or a network of your own",
+        )
     return name
 
 

@@ -173,10 +173,11 @@ class ContainerDesktop:
                 bytes.fromhex(str(record["x_cookie"])), bytes.fromhex(str(record["vnc_secret"]))
             ),
             audio=bool(record.get("audio", False)),
-            audio_reason=None if record.get("audio_reason") is None
+            audio_reason=None
+            if record.get("audio_reason") is None
             else str(record["audio_reason"]),
             adopted=True,
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -191,13 +192,19 @@ class StartingContainer:
     desktop: ContainerDesktop | None = field(default=None, compare=False)
 
     def to_record(self) -> dict[str, Any]:
-        return {"desktop_session_id": self.desktop_session_id, "slot": self.slot,
-                "run_dir": str(self.run_dir)}  # fmt: skip
+        return {
+            "desktop_session_id": self.desktop_session_id,
+            "slot": self.slot,
+            "run_dir": str(self.run_dir),
+        }
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> StartingContainer:
-        return cls(DesktopSessionId(str(record["desktop_session_id"])), str(record["slot"]),
-                   Path(str(record["run_dir"])))  # fmt: skip
+        return cls(
+            DesktopSessionId(str(record["desktop_session_id"])),
+            str(record["slot"]),
+            Path(str(record["run_dir"])),
+        )
 
     @classmethod
     def of(cls, desktop: ContainerDesktop) -> StartingContainer:
@@ -210,8 +217,10 @@ class StartingContainer:
 def check_socket_paths(run_dir: Path) -> None:
     """``OSError`` when the directory is too deep for the desktop's unix sockets."""
     if len(str(run_dir / _LONGEST_SOCKET).encode()) > SOCKET_PATH_MAX:
-        raise OSError("the desktop directory's path is too long for unix sockets "
-                      "(RELAYDESK_DOCKER_DESKTOP_DIR names a shorter one)")  # fmt: skip
+        raise OSError(
+            "the desktop directory's path is too long for unix sockets "
+            "(RELAYDESK_DOCKER_DESKTOP_DIR names a shorter one)"
+        )
 
 
 def prepare_run_dir(
@@ -271,8 +280,12 @@ class ContainerSpec:
     user: DesktopUser | None
 
     def labels(self) -> dict[str, str]:
-        return {LABEL_DESKTOP: "1", LABEL_RELAY: self.relay_key,
-                LABEL_SESSION: self.session_id, LABEL_SLOT: self.slot}  # fmt: skip
+        return {
+            LABEL_DESKTOP: "1",
+            LABEL_RELAY: self.relay_key,
+            LABEL_SESSION: self.session_id,
+            LABEL_SLOT: self.slot,
+        }
 
     def env(self) -> list[str]:
         return [
@@ -315,5 +328,11 @@ class ContainerSpec:
             "IpcMode": "private",
             "AutoRemove": True,
         }
-        return {"Image": settings.image, "User": f"{uid}:{gid}", "Env": self.env(),
-                "Cmd": self.command(), "Labels": self.labels(), "HostConfig": host}  # fmt: skip
+        return {
+            "Image": settings.image,
+            "User": f"{uid}:{gid}",
+            "Env": self.env(),
+            "Cmd": self.command(),
+            "Labels": self.labels(),
+            "HostConfig": host,
+        }

@@ -72,9 +72,10 @@ class HostDisplay:
 
     def _taken(self) -> bool:
         return (
-            os.path.lexists(self.lock) or os.path.lexists(self.link)
+            os.path.lexists(self.lock)
+            or os.path.lexists(self.link)
             or x_display_alive(self.number, self.tmp)
-        )  # fmt: skip
+        )
 
     def _lock_for(self, pid: int) -> bool:
         """Create the lock naming ``pid``; False when another process created it first."""

@@ -57,9 +57,13 @@ class DockerEngine:
         return self._session
 
     async def _call(
-        self, method: str, path: str, *, params: dict[str, str] | None = None,
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
         body: dict[str, Any] | None = None,
-    ) -> tuple[int, Any]:  # fmt: skip
+    ) -> tuple[int, Any]:
         """``(status, decoded JSON body or None)``; ``DockerEngineError(0, …)`` when the daemon
         cannot be reached."""
         url = f"http://docker/{API_VERSION}{path}"
@@ -74,9 +78,14 @@ class DockerEngine:
             return resp.status, None
 
     async def _ok(
-        self, method: str, path: str, *, params: dict[str, str] | None = None,
-        body: dict[str, Any] | None = None, also: tuple[int, ...] = (),
-    ) -> Any:  # fmt: skip
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        body: dict[str, Any] | None = None,
+        also: tuple[int, ...] = (),
+    ) -> Any:
         status, data = await self._call(method, path, params=params, body=body)
         if status >= 300 and status not in also:
             message = data.get("message") if isinstance(data, dict) else None
@@ -117,8 +126,12 @@ class DockerEngine:
     async def remove(self, container_id: str) -> None:
         """Kill and remove (idempotent: a container that is gone, or already being removed by
         the daemon's auto-remove, is fine)."""
-        await self._ok("DELETE", f"/containers/{container_id}", params={"force": "1", "v": "1"},
-                       also=(NOT_FOUND, CONFLICT))  # fmt: skip
+        await self._ok(
+            "DELETE",
+            f"/containers/{container_id}",
+            params={"force": "1", "v": "1"},
+            also=(NOT_FOUND, CONFLICT),
+        )
 
     async def labelled(self, labels: dict[str, str]) -> list[dict[str, Any]]:
         """Every container (running or not) carrying all of ``labels``."""

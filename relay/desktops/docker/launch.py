@@ -91,8 +91,11 @@ async def health(desktop: ContainerDesktop, timeout_s: float, retry: bool = Fals
     if not desktop.alive():
         return ProbeResult(ok=False, reason="container exited", checks={"container": False})
     if not await asyncio.to_thread(sockets_intact, desktop):
-        return ProbeResult(ok=False, reason="the desktop's sockets were replaced",
-                           checks={"container": True, "sockets": False})  # fmt: skip
+        return ProbeResult(
+            ok=False,
+            reason="the desktop's sockets were replaced",
+            checks={"container": True, "sockets": False},
+        )
     failure = await _banner_failure(desktop, timeout_s)
     if failure is not None and retry and desktop.alive():
         failure = await _banner_failure(desktop, timeout_s)
@@ -138,9 +141,12 @@ class ContainerRunner:
         self.sound_root = sound_root
 
     async def launch(
-        self, req: StartRequest, session_id: DesktopSessionId, run_dir: Path,
+        self,
+        req: StartRequest,
+        session_id: DesktopSessionId,
+        run_dir: Path,
         user: DesktopUser | None,
-    ) -> ContainerDesktop:  # fmt: skip
+    ) -> ContainerDesktop:
         """Start one desktop; ``OpError(START_FAILED)`` (everything removed) when it does not
         come up within the start timeout."""
         began = time.monotonic()
@@ -153,19 +159,31 @@ class ContainerRunner:
             tail = await asyncio.to_thread(log_tail, run_dir) if failed else ""
             await asyncio.shield(self._abandon(made))
             if failed:
-                logger.warning("docker desktop %s did not start: %s; its session said:\n%s",
-                               req.slot, err, tail)  # fmt: skip
+                logger.warning(
+                    "docker desktop %s did not start: %s; its session said:\n%s",
+                    req.slot,
+                    err,
+                    tail,
+                )
                 message = f"the desktop's container did not start: {err}"
                 raise OpError(ErrorCode.START_FAILED, message) from err
             raise
-        logger.info("docker desktop slot=%s display=:%d ready in %.2f s", req.slot,
-                    desktop.display, time.monotonic() - began)  # fmt: skip
+        logger.info(
+            "docker desktop slot=%s display=:%d ready in %.2f s",
+            req.slot,
+            desktop.display,
+            time.monotonic() - began,
+        )
         return desktop
 
     async def _launch(
-        self, req: StartRequest, session_id: DesktopSessionId, user: DesktopUser | None,
-        made: _Made, deadline: float,
-    ) -> ContainerDesktop:  # fmt: skip
+        self,
+        req: StartRequest,
+        session_id: DesktopSessionId,
+        user: DesktopUser | None,
+        made: _Made,
+        deadline: float,
+    ) -> ContainerDesktop:
         credentials = DesktopCredentials.new()
         await asyncio.to_thread(prepare_run_dir, made.run_dir, user, credentials)
         made.display = await asyncio.to_thread(HostDisplay.claim, made.run_dir / X11_DIR)
@@ -179,11 +197,19 @@ class ContainerRunner:
         made.init_pid = pid
         await asyncio.to_thread(made.display.hand_to, pid)
         desktop = ContainerDesktop(
-            desktop_session_id=session_id, slot=req.slot, geometry=req.geometry,
-            depth=req.depth, display=made.display.number, started_at=now_iso(),
-            started_by=req.started_by, run_dir=made.run_dir, container_id=made.container_id,
-            init_pid=pid, init_started=started, credentials=credentials,
-        )  # fmt: skip
+            desktop_session_id=session_id,
+            slot=req.slot,
+            geometry=req.geometry,
+            depth=req.depth,
+            display=made.display.number,
+            started_at=now_iso(),
+            started_by=req.started_by,
+            run_dir=made.run_dir,
+            container_id=made.container_id,
+            init_pid=pid,
+            init_started=started,
+            credentials=credentials,
+        )
         timeout = self.config.probe_timeout_s
 
         async def banner() -> None:
@@ -195,18 +221,29 @@ class ContainerRunner:
         return desktop
 
     def _spec(
-        self, req: StartRequest, session_id: str, made: _Made, user: DesktopUser | None,
+        self,
+        req: StartRequest,
+        session_id: str,
+        made: _Made,
+        user: DesktopUser | None,
         sound: bool,
-    ) -> ContainerSpec:  # fmt: skip
+    ) -> ContainerSpec:
         assert made.display is not None
         wm = (self.config.window_manager,) if self.config.window_manager else ()
         return ContainerSpec(
-            session_id=session_id, slot=req.slot, relay_key=self.relay_key,
-            run_dir=made.run_dir, display=made.display.number, geometry=req.geometry,
-            depth=req.depth, audio=sound, programs=(*wm, *req.apps),
+            session_id=session_id,
+            slot=req.slot,
+            relay_key=self.relay_key,
+            run_dir=made.run_dir,
+            display=made.display.number,
+            geometry=req.geometry,
+            depth=req.depth,
+            audio=sound,
+            programs=(*wm, *req.apps),
             x11vnc_flags=self.config.x11vnc_flags,
-            orphan_timeout_s=self.config.orphan_timeout_s, user=user,
-        )  # fmt: skip
+            orphan_timeout_s=self.config.orphan_timeout_s,
+            user=user,
+        )
 
     async def _init_process(self, container_id: str) -> tuple[int, float]:
         """The running container's init process on this host: pid and start time. The relay
@@ -233,20 +270,22 @@ class ContainerRunner:
         try:
             await poll_until_ready(
                 lambda: accepts(desktop.pulse_dir / "native", self.config.probe_timeout_s),
-                time.monotonic() + SOUND_WAIT_S, "pulseaudio", desktop.alive,
-            )  # fmt: skip
+                time.monotonic() + SOUND_WAIT_S,
+                "pulseaudio",
+                desktop.alive,
+            )
         except ProbeFailed as err:
             logger.warning("docker desktop %s: no sound: %s", desktop.slot, err)
             return REASON_NOT_STARTED
-        await asyncio.to_thread(link_sound, self.sound_root, desktop.display, desktop.pulse_dir,
-                                os.geteuid() == 0)  # fmt: skip
+        await asyncio.to_thread(
+            link_sound, self.sound_root, desktop.display, desktop.pulse_dir, os.geteuid() == 0
+        )
         return None
 
     async def remove(self, desktop: ContainerDesktop) -> bool:
         """Kill and remove the container, then free its display and directory; whether the
         container is gone."""
-        made = _Made(desktop.run_dir, desktop.host_display, desktop.container_id,
-                     desktop.init_pid)  # fmt: skip
+        made = _Made(desktop.run_dir, desktop.host_display, desktop.container_id, desktop.init_pid)
         return await self._abandon(made)
 
     async def remove_named(self, session_id: str, run_dir: Path) -> None:
@@ -261,8 +300,9 @@ class ContainerRunner:
             pids = (os.getpid(), *((made.init_pid,) if made.init_pid else ()))
             await asyncio.to_thread(made.display.release, made.run_dir / X11_DIR, pids)
             if self.sound_root is not None:
-                await asyncio.to_thread(unlink_sound, self.sound_root, made.display.number,
-                                        made.run_dir / "pulse")  # fmt: skip
+                await asyncio.to_thread(
+                    unlink_sound, self.sound_root, made.display.number, made.run_dir / "pulse"
+                )
         await asyncio.to_thread(shutil.rmtree, made.run_dir, True)
         return gone
 

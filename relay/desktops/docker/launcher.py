@@ -102,13 +102,17 @@ class ContainerLauncher:
         if not await asyncio.to_thread(self.engine.socket.exists):
             return NO_DAEMON
         if not await asyncio.to_thread(os.access, self.engine.socket, os.R_OK | os.W_OK):
-            return ("this relay may not use the Docker daemon's socket (its user is not in the "
-                    "docker group, which is as powerful as root)")  # fmt: skip
+            return (
+                "this relay may not use the Docker daemon's socket (its user is not in the "
+                "docker group, which is as powerful as root)"
+            )
         try:
             await self.engine.version()
             if not await self.engine.has_image(self.settings.image):
-                return (f"this relay's Docker has no desktop image {self.settings.image} "
-                        "(scripts/docker-build desktop builds it)")  # fmt: skip
+                return (
+                    f"this relay's Docker has no desktop image {self.settings.image} "
+                    "(scripts/docker-build desktop builds it)"
+                )
         except DockerEngineError as err:
             logger.info("docker desktops unavailable: %s", err)
             return NO_DAEMON
@@ -122,11 +126,18 @@ class ContainerLauncher:
     def request(self, options: StartOptions) -> StartRequest:
         audio = self._audio_default if options.audio is None else options.audio
         req = parse_start(
-            kind="virtual", slot=options.slot, geometry=options.geometry, depth=options.depth,
-            audio=audio, started_by=options.started_by, apps=options.apps,
-            default_apps=self.config.apps, allowed_apps=frozenset(self.config.allowed_apps),
-            profile=options.profile, persist_home=options.persist_home,
-        )  # fmt: skip
+            kind="virtual",
+            slot=options.slot,
+            geometry=options.geometry,
+            depth=options.depth,
+            audio=audio,
+            started_by=options.started_by,
+            apps=options.apps,
+            default_apps=self.config.apps,
+            allowed_apps=frozenset(self.config.allowed_apps),
+            profile=options.profile,
+            persist_home=options.persist_home,
+        )
         if req.profile not in (None, MINIMAL):
             raise OpError(
                 ErrorCode.UNAVAILABLE,
@@ -256,8 +267,7 @@ class ContainerLauncher:
 
     def _runner(self) -> ContainerRunner:
         assert self.engine is not None
-        return ContainerRunner(self.config, self.settings, self.engine, self.key,
-                               self._sound_root)  # fmt: skip
+        return ContainerRunner(self.config, self.settings, self.engine, self.key, self._sound_root)
 
     async def _remove_strays(self, engine: DockerEngine, keep: set[str]) -> None:
         try:
@@ -279,11 +289,12 @@ def _still_ours(info: dict[str, Any] | None, desktop: ContainerDesktop, key: str
     labels = (info.get("Config") or {}).get("Labels") or {}
     state = info.get("State") or {}
     return (
-        bool(state.get("Running")) and state.get("Pid") == desktop.init_pid
+        bool(state.get("Running"))
+        and state.get("Pid") == desktop.init_pid
         and labels.get(LABEL_RELAY) == key
         and labels.get(LABEL_SESSION) == desktop.desktop_session_id
         and desktop.alive()
-    )  # fmt: skip
+    )
 
 
 def _reclaim_display(desktop: ContainerDesktop) -> None:

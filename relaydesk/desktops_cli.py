@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -156,7 +157,9 @@ def _is_target(row: DesktopRow, args: argparse.Namespace) -> bool:
     return relay and (row.get("kind"), row.get("slot")) == (args.kind, args.slot)
 
 
-def _run(call: Any, args: argparse.Namespace) -> int:
+def run_api(call: Any, args: argparse.Namespace, render: Callable[[Any], str]) -> int:
+    """Run ``call(client, args)`` against the server; print its result (``--json``, or
+    ``render``); exit 2 on bad usage, 1 with a one-line reason when it cannot be done."""
     import httpx
 
     from relaydesk.client import ApiError, RelaydeskClient
@@ -173,8 +176,12 @@ def _run(call: Any, args: argparse.Namespace) -> int:
     except httpx.HTTPError as err:
         print(f"relaydesk: cannot reach the server at {server_url(args)}: {err}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(result, default=str))
-    else:
-        print(tables.render("desktops", None, result))
+    except OSError as err:  # a local file (relaydesk files)
+        print(f"relaydesk: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, default=str) if args.json else render(result))
     return 0
+
+
+def _run(call: Any, args: argparse.Namespace) -> int:
+    return run_api(call, args, lambda result: tables.render("desktops", None, result))

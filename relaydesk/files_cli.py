@@ -10,7 +10,6 @@ refused or failed (the message says why), 2 bad usage.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -19,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
-from relaydesk.desktops_cli import UsageError, api_token, server_url
+from relaydesk.desktops_cli import UsageError, run_api
 
 if TYPE_CHECKING:
     from relaydesk.client import RelaydeskClient
@@ -234,27 +233,11 @@ def _table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _render(call: Any) -> Any:
+    if call is _ls:
+        return _table
+    return lambda result: f"{result.get('path')} ({result.get('size')} bytes)"
+
+
 def _run(call: Any, args: argparse.Namespace) -> int:
-    import httpx
-
-    from relaydesk.client import ApiError, RelaydeskClient
-
-    try:
-        with RelaydeskClient(server_url(args), api_token(args)) as client:
-            result = call(client, args)
-    except UsageError as err:
-        print(f"relaydesk: {err}", file=sys.stderr)
-        return 2
-    except ApiError as err:
-        print(f"relaydesk: {err.message} ({err.status} {err.code})", file=sys.stderr)
-        return 1
-    except (httpx.HTTPError, OSError) as err:
-        print(f"relaydesk: {err}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(result, default=str))
-    elif call is _ls:
-        print(_table(result))
-    else:
-        print(f"{result.get('path')} ({result.get('size')} bytes)")
-    return 0
+    return run_api(call, args, _render(call))

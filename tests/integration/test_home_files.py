@@ -284,6 +284,22 @@ async def test_a_read_member_lists_and_reads_but_never_writes(homes: Homes) -> N
     assert (home / "shared.txt").read_text(encoding="utf-8") == "for everyone"
 
 
+async def test_a_read_member_never_reads_hidden_files(homes: Homes) -> None:
+    await homes.ok("desktop_file_write", path=".secrets/token.txt", content="the key")
+    status, listed = await homes.act("desktop_files_list", token=homes.reader, path="~")
+    assert status == 200
+    assert not [e["name"] for e in listed["entries"] if e["name"].startswith(".")], listed
+    for path in (".secrets/token.txt", "~/.secrets/token.txt"):
+        status, body = await homes.act("desktop_file_read", token=homes.reader, path=path)
+        assert (status, body["error"]["code"]) == (403, "forbidden"), body
+        assert body["error"]["field"] == "path" and "the key" not in str(body)
+    status, body = await homes.act("desktop_files_list", token=homes.reader, path=".secrets")
+    assert (status, body["error"]["code"]) == (403, "forbidden"), body
+    # A writer (the owner of the desktop's work) still sees and reads them.
+    status, listed = await homes.act("desktop_files_list", path="~")
+    assert status == 200 and ".secrets" in {e["name"] for e in listed["entries"]}
+
+
 async def test_a_persons_takeover_and_stop_refuse_an_agents_write(homes: Homes) -> None:
     home = homes.home(homes.main)
     stack = homes.stack
@@ -305,19 +321,3 @@ async def test_a_persons_takeover_and_stop_refuse_an_agents_write(homes: Homes) 
     status, body = await homes.act("desktop_file_write", path="held.txt", content="stopped")
     assert (status, body["error"]["code"]) == (409, "stopped_by_user"), body
     assert (home / "held.txt").read_text(encoding="utf-8") == "after"
-
-
-async def test_a_read_member_never_reads_hidden_files(homes: Homes) -> None:
-    await homes.ok("desktop_file_write", path=".secrets/token.txt", content="the key")
-    status, listed = await homes.act("desktop_files_list", token=homes.reader, path="~")
-    assert status == 200
-    assert not [e["name"] for e in listed["entries"] if e["name"].startswith(".")], listed
-    for path in (".secrets/token.txt", "~/.secrets/token.txt"):
-        status, body = await homes.act("desktop_file_read", token=homes.reader, path=path)
-        assert (status, body["error"]["code"]) == (403, "forbidden"), body
-        assert body["error"]["field"] == "path" and "the key" not in str(body)
-    status, body = await homes.act("desktop_files_list", token=homes.reader, path=".secrets")
-    assert (status, body["error"]["code"]) == (403, "forbidden"), body
-    # A writer (the owner of the desktop's work) still sees and reads them.
-    status, listed = await homes.act("desktop_files_list", path="~")
-    assert status == 200 and ".secrets" in {e["name"] for e in listed["entries"]}

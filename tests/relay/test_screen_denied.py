@@ -23,6 +23,7 @@ from Xlib import display as xdisplay
 from relay.policy import DeniedApps
 from relay.screen.service import ScreenService
 from tests.support.processes import scaled
+from tests.support.stack import wait_until
 from tests.support.xvfb import XvfbServer, private_xvfb
 from wire.errors import ErrorCode, OpError
 from wire.guard import crop_digest, crop_rect, cut
@@ -179,7 +180,19 @@ async def test_a_window_mapped_or_moved_since_the_last_look_is_seen_at_once(serv
         assert (pixels[200:250, 370:400] == (0, 0, 255)).all()
     finally:
         late.conn.close()
+    # The X server destroys a closed client's windows after the close reaches it: wait until
+    # it has (a probe, not a sleep), then the allowed window shows again.
+    await wait_until(lambda: not _has_child(desk["server"], window.id), scaled(5), "the close")
     assert (await _screen(service, desk))[160:250, 260:360].any()
+
+
+def _has_child(server: XvfbServer, window_id: int) -> bool:
+    """Whether the root of ``server`` still has the window ``window_id``."""
+    probe = xdisplay.Display(server.display)
+    try:
+        return window_id in {w.id for w in probe.screen().root.query_tree().children}
+    finally:
+        probe.close()
 
 
 @pytest.mark.parametrize(

@@ -543,7 +543,7 @@ async def test_revoking_a_token_on_one_replica_takes_effect_on_the_others_at_onc
     print(f"revocation seen after (s): {refused}")
     assert set(refused) == {b, c}
     # Told, not timed out: well before the read cache would have forgotten the token by
-    # itself (READ_CACHE_TTL_S); the time it took is printed (8–32 ms on a quiet host).
+    # itself (READ_CACHE_TTL_S); the time it took is printed (8 to 32 ms on a quiet host).
     assert max(refused.values()) < READ_CACHE_TTL_S / 4, refused
 
 

@@ -15,9 +15,10 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from relay.a11y.client import A11yWorker, WorkerSpec, a11y_python
+from relay.a11y.client import A11yWorker, WorkerSpec
 from relay.a11y.settings import A11ySettings
 from relay.channels import ByteStream
+from relay.desktops.a11y_workers import DesktopA11yWorkers
 from relay.desktops.process import ChildProcess, pid_create_time
 from relay.desktops.processes import ProcessDesktops
 from relay.desktops.screens import DesktopScreens, SharedScreenService
@@ -63,8 +64,7 @@ class VirtualBackend:
         self.desktops = desktops
         self.processes = desktops.launcher
         self.a11y = a11y or A11ySettings()
-        self._a11y_workers: dict[str, A11yWorker] = {}
-        self._a11y_python: str | bool | None = False  # False: not looked for yet
+        self._a11y_workers = DesktopA11yWorkers(self.a11y)
         # A service, or what hands out the relay's shared one; None: the first screen action
         # creates one, which this backend then closes.
         self._owned_screen: SharedScreenService | None = None
@@ -156,16 +156,7 @@ class VirtualBackend:
         worker = self._a11y_workers.get(session_id)
         if worker is not None:
             return worker
-        if self._a11y_python is False:
-            self._a11y_python = await asyncio.to_thread(a11y_python, self.a11y.python)
-        python = self._a11y_python
-        if not isinstance(python, str):
-            raise OpError(
-                ErrorCode.A11Y_UNAVAILABLE,
-                "this relay's host has no Python with the GObject bindings the accessibility "
-                "tools need (Debian: python3-gi; scripts/install installs it)",
-                {"suggestion": "use the screen tool (screenshot, then a guarded click)"},
-            )
+        python = await self._a11y_workers.python()
         user = await self.desktops.desktop_user()
 
         def spec() -> WorkerSpec:
@@ -183,14 +174,11 @@ class VirtualBackend:
             if not await self.processes.add_process(session_id, child):
                 child.kill()
 
-        worker = A11yWorker(f"desktop {row.get('slot', '?')}", spec, joined)
-        self._a11y_workers[session_id] = worker
-        return worker
+        return self._a11y_workers.add(session_id, f"desktop {row.get('slot', '?')}", spec, joined)
 
     async def _release_gone(self, live: set[str]) -> None:
         """Close screen connections of displays whose desktops are gone."""
-        for session_id in [s for s in self._a11y_workers if not self.desktops.holds(s)]:
-            await self._a11y_workers.pop(session_id).aclose()
+        await self._a11y_workers.release_gone(self.desktops.holds)
         await self._screens.release_gone(live)
 
     # -- profiles and homes ------------------------------------------------------------------
@@ -211,8 +199,6 @@ class VirtualBackend:
 
     async def aclose(self) -> None:
         """Release the display connections this backend opened (if it owns its service)."""
-        for worker in self._a11y_workers.values():
-            await worker.aclose()
-        self._a11y_workers.clear()
+        await self._a11y_workers.aclose()
         if self._owned_screen is not None:
             await self._owned_screen.aclose()

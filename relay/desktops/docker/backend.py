@@ -16,10 +16,11 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from relay.a11y.client import A11yWorker, WorkerSpec, a11y_python
+from relay.a11y.client import A11yWorker, WorkerSpec
 from relay.a11y.settings import A11ySettings
 from relay.backend import not_offered
 from relay.channels import ByteStream
+from relay.desktops.a11y_workers import DesktopA11yWorkers
 from relay.desktops.docker.launcher import ContainerDesktops
 from relay.desktops.screens import DesktopScreens
 from relay.vnc_target import VncTarget
@@ -63,8 +64,7 @@ class DockerBackend:
     ) -> None:
         self.desktops = desktops
         self.a11y = a11y or A11ySettings()
-        self._a11y_workers: dict[str, A11yWorker] = {}
-        self._a11y_python: str | bool | None = False  # False: not looked for yet
+        self._a11y_workers = DesktopA11yWorkers(self.a11y)
         # The relay's screen service, shared with its other backends (made on first use).
         self._screens = DesktopScreens(screen, lambda session: desktops.live(session) is not None)
 
@@ -142,16 +142,7 @@ class DockerBackend:
         worker = self._a11y_workers.get(session_id)
         if worker is not None:
             return worker
-        if self._a11y_python is False:
-            self._a11y_python = await asyncio.to_thread(a11y_python, self.a11y.python)
-        python = self._a11y_python
-        if not isinstance(python, str):
-            raise OpError(
-                ErrorCode.A11Y_UNAVAILABLE,
-                "this relay's host has no Python with the GObject bindings the accessibility "
-                "tools need (Debian: python3-gi; scripts/install installs it)",
-                {"suggestion": "use the screen tool (screenshot, then a guarded click)"},
-            )
+        python = await self._a11y_workers.python()
         user = await self.desktops.desktop_user()
 
         def spec() -> WorkerSpec:
@@ -162,14 +153,11 @@ class DockerBackend:
             env = inherited | desktop.session_env() | self.a11y.worker_env()
             return WorkerSpec(python, env, user, None)
 
-        worker = A11yWorker(f"docker desktop {row.get('slot', '?')}", spec)
-        self._a11y_workers[session_id] = worker
-        return worker
+        return self._a11y_workers.add(session_id, f"docker desktop {row.get('slot', '?')}", spec)
 
     async def _release_gone(self) -> None:
         """Close the screen connections and accessibility workers of desktops that are gone."""
-        for session_id in [s for s in self._a11y_workers if self.desktops.live(s) is None]:
-            await self._a11y_workers.pop(session_id).aclose()
+        await self._a11y_workers.release_gone(lambda s: self.desktops.live(s) is not None)
         await self._screens.release_gone(self.desktops.displays())
 
     # -- what containers do not offer ------------------------------------------------------------
@@ -190,6 +178,4 @@ class DockerBackend:
 
     async def aclose(self) -> None:
         """Stop the accessibility workers (the screen service belongs to the relay)."""
-        for worker in self._a11y_workers.values():
-            await worker.aclose()
-        self._a11y_workers.clear()
+        await self._a11y_workers.aclose()

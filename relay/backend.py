@@ -22,6 +22,7 @@ from wire.ops import (
     DesktopAppsResult,
     DesktopKind,
     DesktopLaunchResult,
+    DesktopPauseArgs,
     DesktopResetHomeResult,
     DesktopStartArgs,
     DesktopStartResult,
@@ -55,6 +56,11 @@ class DesktopBackend(Protocol):
 
     async def stop(self, args: DesktopStopArgs) -> DesktopStopResult:
         """Compare-and-stop (``docs/protocol.md``)."""
+        ...
+
+    async def pause(self, args: DesktopPauseArgs, paused: bool) -> RelayRow:
+        """Freeze (``paused``) or thaw the exact desktop (docs/desktops.md, "Pause and
+        resume"); ``unavailable`` where the kind has no pause."""
         ...
 
     async def rows(self) -> list[RelayRow]:
@@ -127,10 +133,23 @@ def check_revision_target(target: RevisionTarget | None, row: RelayRow) -> None:
         )
 
 
+def unpaused(row: RelayRow) -> RelayRow:
+    """``row``, unless its desktop is paused: nothing may wait on its frozen processes (its X
+    server, its accessibility bus), so every action on it answers ``paused`` at once."""
+    if row["state"] == "paused":
+        raise OpError(
+            ErrorCode.PAUSED,
+            "this desktop is paused; resume it first (desktop_resume)",
+            {"desktop_session_id": row["desktop_session_id"]},
+        )
+    return row
+
+
 def require_row(row: RelayRow | None, desktop_session_id: str | None, kind: str) -> RelayRow:
-    """``row`` if there is one, else ``not_running`` saying which desktop is not."""
+    """``row`` if there is one and it is not paused, else ``not_running`` saying which desktop
+    is not (or ``paused``)."""
     if row is not None:
-        return row
+        return unpaused(row)
     if desktop_session_id is None:
         raise OpError(
             ErrorCode.NOT_RUNNING,

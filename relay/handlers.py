@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from relay.a11y.service import A11yService
 from relay.a11y.settings import A11ySettings
-from relay.backend import DEFAULT_SLOT, DesktopBackend, check_revision_target, require_row
+from relay.backend import (
+    DEFAULT_SLOT,
+    DesktopBackend,
+    check_revision_target,
+    require_row,
+    unpaused,
+)
 from relay.channels import StreamChannel, TargetEnd
 from relay.desktop_tools.home_files import HomeFileSettings, home_file
 from relay.desktop_tools.home_stream import open_file_channel
@@ -93,6 +99,8 @@ class Handlers:
                 _entry(ops.DESKTOP_STATUS, self._desktop_status),
                 _entry(ops.DESKTOP_HOLDS, self._desktop_holds),
                 _entry(ops.DESKTOP_STOP, self._desktop_stop),
+                _entry(ops.DESKTOP_PAUSE, self._desktop_pause),
+                _entry(ops.DESKTOP_RESUME, self._desktop_resume),
                 _entry(ops.DESKTOP_PROFILES, self._desktop_profiles),
                 _entry(ops.DESKTOP_APPS, self._desktop_apps),
                 _entry(ops.DESKTOP_LAUNCH, self._desktop_launch),
@@ -159,12 +167,13 @@ class Handlers:
         return None
 
     async def _located(self, desktop_session_id: str) -> tuple[DesktopBackend, ops.RelayRow]:
-        """The backend and row of a session this relay runs, else ``not_running``."""
+        """The backend and row of a session this relay runs, else ``not_running`` (``paused``
+        while it is paused)."""
         backend = await self._holder(desktop_session_id)
         row = await backend.find(desktop_session_id, DEFAULT_SLOT) if backend else None
         if backend is None or row is None:
             raise OpError(ErrorCode.NOT_RUNNING, "no running desktop has this session id")
-        return backend, row
+        return backend, unpaused(row)
 
     async def _targeted(self, args: ops.DesktopTargetArgs) -> DesktopBackend:
         """The backend of ``desktop_session_id``, else of ``kind`` (default ``virtual``)."""
@@ -203,6 +212,14 @@ class Handlers:
     ) -> ops.DesktopStopResult:
         return await self._of_kind(args.get("kind", "virtual")).stop(args)
 
+    async def _desktop_pause(self, link: ServerLink, args: ops.DesktopPauseArgs) -> ops.RelayRow:
+        """Freeze every process of the exact desktop (docs/desktops.md, "Pause and resume")."""
+        return await self._of_kind(args.get("kind", "virtual")).pause(args, True)
+
+    async def _desktop_resume(self, link: ServerLink, args: ops.DesktopPauseArgs) -> ops.RelayRow:
+        """Thaw the exact paused desktop."""
+        return await self._of_kind(args.get("kind", "virtual")).pause(args, False)
+
     async def _desktop_profiles(
         self, link: ServerLink, args: ops.Empty
     ) -> ops.DesktopProfilesResult:
@@ -222,6 +239,7 @@ class Handlers:
         """Start one launchable app (by id) in the desktop."""
         backend = await self._targeted(args)
         slot = args.get("slot", DEFAULT_SLOT)
+        require_row(await backend.find(args.get("desktop_session_id"), slot), None, backend.kind)
         result = await backend.launch(args.get("desktop_session_id"), slot, args["app"])
         wait_s = args.get("wait_s", 0.0)
         pid = result.get("pid")

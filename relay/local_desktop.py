@@ -36,6 +36,7 @@ from wire.ops import (
     DesktopAppsResult,
     DesktopKind,
     DesktopLaunchResult,
+    DesktopPauseArgs,
     DesktopResetHomeResult,
     DesktopStartArgs,
     DesktopStartResult,
@@ -243,6 +244,10 @@ class LocalDesktop:
         if result.get("stopped"):
             self._last = None
         return cast(DesktopStopResult, result)
+
+    async def pause(self, args: DesktopPauseArgs, paused: bool) -> RelayRow:
+        """The real screen is a person's session: the relay never freezes it."""
+        raise not_offered(self.kind, "pause (a host's real screen is never frozen)")
 
     async def rows(self) -> list[RelayRow]:
         """The local row; the last known one as ``unknown`` while the helper is unreachable."""

@@ -48,6 +48,9 @@ class ErrorCode(StrEnum):
     FORBIDDEN = "forbidden"
     SESSION_CONFLICT = "session_conflict"
     NOT_RUNNING = "not_running"
+    # pause and resume (docs/desktops.md, "Pause and resume")
+    PAUSED = "paused"
+    NOT_PAUSED = "not_paused"
     LIMIT_REACHED = "limit_reached"
     UNAVAILABLE = "unavailable"
     START_FAILED = "start_failed"
@@ -98,6 +101,7 @@ class CloseCode(IntEnum):
     VIEWER_FORBIDDEN = 4403
     RELAY_UNREACHABLE = 4502
     DESKTOP_STOPPED = 4410
+    DESKTOP_PAUSED = 4423  # the page waits for the desktop to be resumed
     AUDIO_UNAVAILABLE = 4415  # the desktop has no sound (never had, or its sound server died)
 
 
@@ -117,6 +121,8 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.DUPLICATE_REQUEST: 409,
         ErrorCode.SESSION_CONFLICT: 409,
         ErrorCode.NOT_RUNNING: 409,
+        ErrorCode.PAUSED: 409,
+        ErrorCode.NOT_PAUSED: 409,
         ErrorCode.BUSY: 409,
         ErrorCode.LIMIT_REACHED: 409,
         ErrorCode.STALE_SCREEN: 409,

@@ -26,7 +26,7 @@ from wire.screen_actions import SCREEN_ACTIONS, ScreenAction
 from wire.screen_args import ImageFormat, ScrollDirection
 
 DesktopKind = Literal["virtual", "local", "docker"]
-DesktopState = Literal["starting", "running", "stopping", "stopped", "failed", "unknown"]
+DesktopState = Literal["starting", "running", "paused", "stopping", "stopped", "failed", "unknown"]
 DESKTOP_KINDS: Final[tuple[DesktopKind, ...]] = get_args(DesktopKind)
 DESKTOP_STATES: Final[tuple[DesktopState, ...]] = get_args(DesktopState)
 ChannelType = Literal["vnc", "audio", "file"]
@@ -99,6 +99,14 @@ class DesktopHoldsResult(TypedDict):
 
 
 class DesktopStopArgs(TypedDict):
+    desktop_session_id: str
+    kind: NotRequired[DesktopKind]
+    slot: NotRequired[str]
+
+
+class DesktopPauseArgs(TypedDict):
+    """``desktop.pause`` / ``desktop.resume``: the exact desktop, like a compare-and-stop."""
+
     desktop_session_id: str
     kind: NotRequired[DesktopKind]
     slot: NotRequired[str]
@@ -530,6 +538,8 @@ DESKTOP_START: Final = OpSpec("desktop.start", DesktopStartArgs, DesktopStartRes
 DESKTOP_STATUS: Final = OpSpec("desktop.status", Empty, DesktopStatusResult)
 DESKTOP_HOLDS: Final = OpSpec("desktop.holds", SessionArgs, DesktopHoldsResult)
 DESKTOP_STOP: Final = OpSpec("desktop.stop", DesktopStopArgs, DesktopStopResult)
+DESKTOP_PAUSE: Final = OpSpec("desktop.pause", DesktopPauseArgs, RelayRow)
+DESKTOP_RESUME: Final = OpSpec("desktop.resume", DesktopPauseArgs, RelayRow)
 DESKTOP_PROFILES: Final = OpSpec("desktop.profiles", Empty, DesktopProfilesResult)
 DESKTOP_APPS: Final = OpSpec("desktop.apps", DesktopTargetArgs, DesktopAppsResult)
 DESKTOP_LAUNCH: Final = OpSpec("desktop.launch", DesktopLaunchArgs, DesktopLaunchResult)
@@ -564,6 +574,8 @@ _ALL: tuple[OpSpec[Any, Any], ...] = (
     DESKTOP_STATUS,
     DESKTOP_HOLDS,
     DESKTOP_STOP,
+    DESKTOP_PAUSE,
+    DESKTOP_RESUME,
     DESKTOP_PROFILES,
     DESKTOP_APPS,
     DESKTOP_LAUNCH,

@@ -28,6 +28,7 @@ from wire.ops import (
     DesktopAppsResult,
     DesktopKind,
     DesktopLaunchResult,
+    DesktopPauseArgs,
     DesktopResetHomeResult,
     DesktopStartArgs,
     DesktopStartResult,
@@ -96,6 +97,14 @@ class VirtualBackend:
 
     async def stop(self, args: DesktopStopArgs) -> DesktopStopResult:
         return await self._runnable().stop(
+            kind=args.get("kind", self.kind),
+            slot=args.get("slot", "main"),
+            desktop_session_id=args["desktop_session_id"],
+        )
+
+    async def pause(self, args: DesktopPauseArgs, paused: bool) -> RelayRow:
+        change = self._runnable().pause if paused else self._runnable().resume
+        return await change(
             kind=args.get("kind", self.kind),
             slot=args.get("slot", "main"),
             desktop_session_id=args["desktop_session_id"],

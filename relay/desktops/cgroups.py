@@ -6,7 +6,9 @@ it, and every process it forks starts in it. Each desktop of a root relay gets
 ``<cgroup2>/relaydesk/<relay key>/<desktop_session_id>``; every child joins it while it is
 still *held* (``ChildProcess.spawn(held=True)``: a shell blocked in a builtin ``read``, which
 forks nothing), moved by the relay, before its program may start. A stop writes
-``cgroup.kill`` (SIGKILL to every process in it, atomic against forks) and removes it.
+``cgroup.kill`` (SIGKILL to every process in it, atomic against forks) and removes it. A pause
+writes ``cgroup.freeze`` (every process in it, the browser's helpers too, stops being
+scheduled; docs/desktops.md, "Pause and resume").
 
 This module is also run by the orphan guard, so it imports nothing of the relay's.
 """
@@ -26,6 +28,7 @@ logger = logging.getLogger(__name__)
 _MOUNTS: Final = Path("/proc/mounts")
 _PARENT: Final = "relaydesk"
 _KILL_WAIT_S: Final = 3.0
+_FREEZE_WAIT_S: Final = 5.0
 _POLL_S: Final = 0.01
 
 
@@ -96,6 +99,54 @@ def populated(cgroup: Path) -> bool:
     except OSError:
         return False
     return "populated 1" in text
+
+
+def freeze(cgroup: Path, frozen: bool, timeout_s: float = _FREEZE_WAIT_S) -> bool:
+    """Freeze (``frozen``) or thaw every process of ``cgroup`` (blocking): write
+    ``cgroup.freeze`` and wait until ``cgroup.events`` says ``frozen 1`` (or ``frozen 0``).
+    False when the cgroup has no freezer or did not get there in ``timeout_s``."""
+    try:
+        (cgroup / "cgroup.freeze").write_text("1" if frozen else "0", encoding="ascii")
+    except OSError as err:
+        logger.warning("cgroup %s not %s: %s", cgroup.name, "frozen" if frozen else "thawed", err)
+        return False
+    want = f"frozen {int(frozen)}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if want in _events(cgroup):
+            return True
+        time.sleep(_POLL_S)
+    return want in _events(cgroup)
+
+
+def is_frozen(cgroup: Path) -> bool:
+    """Whether ``cgroup`` is asked to be frozen (``cgroup.freeze`` reads 1): what a restarted
+    relay reads to re-adopt a paused desktop paused."""
+    try:
+        return (cgroup / "cgroup.freeze").read_text(encoding="ascii").strip() == "1"
+    except OSError:
+        return False
+
+
+def cpu_usec(cgroup: Path) -> int | None:
+    """CPU time used by every process that ever ran in ``cgroup`` (``cpu.stat``
+    ``usage_usec``), None when it cannot be read."""
+    try:
+        text = (cgroup / "cpu.stat").read_text(encoding="ascii")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "usage_usec":
+            return int(value)
+    return None
+
+
+def _events(cgroup: Path) -> str:
+    try:
+        return (cgroup / "cgroup.events").read_text(encoding="ascii")
+    except OSError:
+        return ""
 
 
 def kill(cgroup: Path, timeout_s: float = _KILL_WAIT_S) -> bool:

@@ -103,6 +103,13 @@ class Launcher(Protocol[D, S]):
     async def health(self, desktop: D, retry: bool = False) -> ProbeResult:
         """Probe the desktop end to end."""
 
+    async def freeze(self, desktop: D, frozen: bool) -> None:
+        """Freeze (``frozen``) or thaw every process of the desktop; ``unavailable`` where
+        this kind or host cannot (docs/desktops.md, "Pause and resume")."""
+
+    async def frozen(self, desktop: D) -> bool:
+        """Whether a recorded desktop was left frozen (a restarted relay re-adopts it paused)."""
+
     async def remove(self, desktop: D) -> bool:
         """Stop the desktop and remove what it made (it is no longer in the slots); whether
         nothing of it remains."""

@@ -27,7 +27,7 @@ from relay.desktops.state import StateFile
 from relay.desktops.user import DesktopUser
 from relay.desktops.validation import StartRequest, check_session_id, check_slot
 from relay.desktops.watchdog import ProbeStrikes, Watchdog
-from wire.errors import ErrorCode, OpError
+from wire.errors import ErrorCode, OpError, SessionConflict
 from wire.ids import DesktopSessionId
 from wire.ops import DesktopStartResult, DesktopStopResult, RelayRow
 
@@ -182,6 +182,58 @@ class Desktops(Generic[D, S, L]):
             await self._remove(current, "stopped")
             return {"stopped": True, "stopped_session_id": session_id}
 
+    async def pause(
+        self, *, slot: str, desktop_session_id: str, kind: str | None = None
+    ) -> RelayRow:
+        """Freeze every process of the slot's desktop, if it still holds ``desktop_session_id``
+        (docs/desktops.md, "Pause and resume")."""
+        return await self._set_paused(True, slot, desktop_session_id, kind)
+
+    async def resume(
+        self, *, slot: str, desktop_session_id: str, kind: str | None = None
+    ) -> RelayRow:
+        """Thaw the slot's paused desktop, if it still holds ``desktop_session_id``."""
+        return await self._set_paused(False, slot, desktop_session_id, kind)
+
+    async def _set_paused(
+        self, paused: bool, slot: str, desktop_session_id: str, kind: str | None
+    ) -> RelayRow:
+        if kind is not None:
+            self.launcher.check_kind(kind)
+        slot = check_slot(slot)
+        session_id = check_session_id(desktop_session_id)
+        events: list[RelayRow] = []
+        try:
+            async with self._lock:
+                desktop = await self._pausable(slot, session_id, paused, events)
+                await self.launcher.freeze(desktop, paused)
+                desktop.state = "paused" if paused else "running"
+                await self.slots.save()
+                logger.info("%s desktop slot=%s %s", self.launcher.kind, slot, desktop.state)
+                row: RelayRow = {**desktop.to_row(), "updated_at": now_iso()}
+                events.append(row)
+                return row
+        finally:
+            await self._emit(events)
+
+    async def _pausable(
+        self, slot: str, session_id: DesktopSessionId, paused: bool, events: list[RelayRow]
+    ) -> D:
+        """The slot's desktop of ``session_id`` that a pause (``paused``) or a resume may
+        change; else the refusal (caller holds the lock)."""
+        desktop = await self._running_in(slot, events)
+        if desktop is None:
+            raise OpError(
+                ErrorCode.NOT_RUNNING, f"no desktop runs in slot {slot!r}", {"field": "slot"}
+            )
+        if desktop.desktop_session_id != session_id:
+            raise SessionConflict(desktop.desktop_session_id)
+        if (desktop.state == "paused") == paused:
+            code = ErrorCode.PAUSED if paused else ErrorCode.NOT_PAUSED
+            state = "already paused" if paused else "not paused"
+            raise OpError(code, f"this desktop is {state}", {"field": "desktop_session_id"})
+        return desktop
+
     async def probe(self, slot: str) -> dict[str, Any]:
         """Probe one slot end to end (processes, then the kind's own chain)."""
         desktop = self._desktops.get(check_slot(slot))
@@ -263,6 +315,8 @@ class Desktops(Generic[D, S, L]):
         """The probe of a recorded desktop that may be kept (None: it may not)."""
         if not keep or not await self.launcher.adoptable(desktop):
             return None
+        if await self.launcher.frozen(desktop):
+            desktop.state = "paused"  # re-adopted paused; its probe checks processes only
         return await self._health(desktop, retry=True)
 
     def _keep(self, desktop: D, result: ProbeResult | None) -> bool:
@@ -341,7 +395,8 @@ class Desktops(Generic[D, S, L]):
         if failed:
             await self._fail_all(failed)
         gone = {id(desktop) for desktop, _ in failed}
-        survivors = [d for d in snapshot if id(d) not in gone]
+        # A paused desktop's sound server and the kind's own checks would meet frozen processes.
+        survivors = [d for d in snapshot if id(d) not in gone and d.state != "paused"]
         silent = await self.launcher.silent([d for d in survivors if d.audio])
         if silent:
             await self._sound_lost(silent)
@@ -418,6 +473,8 @@ class Desktops(Generic[D, S, L]):
         """Essential processes first (cheap), then the kind's end-to-end chain."""
         if reason := self.launcher.dead(desktop):
             return ProbeResult(ok=False, reason=reason, checks={"processes": False})
+        if desktop.state == "paused":  # its frozen chain cannot answer, nor should it
+            return ProbeResult(ok=True, checks={"processes": True, "paused": True})
         result = await self.launcher.health(desktop, retry)
         result.checks = {"processes": True, **result.checks}
         return result
@@ -461,6 +518,8 @@ class Desktops(Generic[D, S, L]):
 
     async def _removing(self, desktop: D, reason: str, save: bool) -> None:
         self._desktops.pop(desktop.slot, None)
+        if desktop.state == "paused":
+            await self._thaw(desktop)
         desktop.state = "stopping"
         clean = await self.launcher.remove(desktop)
         desktop.state = "stopped" if reason == "stopped" else "failed"
@@ -475,6 +534,14 @@ class Desktops(Generic[D, S, L]):
         )
         if save:
             await self.slots.save()
+
+    async def _thaw(self, desktop: D) -> None:
+        """A paused desktop being removed is thawed first, so its processes end as a running
+        desktop's do (a frozen one cannot act on SIGTERM); a failed thaw leaves the kill."""
+        try:
+            await self.launcher.freeze(desktop, False)
+        except OpError as err:
+            logger.warning("paused desktop slot=%s not thawed: %s", desktop.slot, err.message)
 
     async def _emit(self, events: list[RelayRow]) -> None:
         if self.on_change is None:

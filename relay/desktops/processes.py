@@ -155,6 +155,25 @@ class ProcessLauncher:
             result = await probe_chain(self.http, desktop.websockify_port, timeout)
         return result
 
+    async def freeze(self, desktop: Desktop, frozen: bool) -> None:
+        """The desktop's cgroup freezer: every process in it, however it was started."""
+        cgroup = self._teardown.cgroup_of(desktop.desktop_session_id)
+        if cgroup is None or not cgroup.is_dir():
+            raise OpError(
+                ErrorCode.UNAVAILABLE,
+                "this relay cannot pause desktops: they have no cgroup of their own (the relay "
+                "runs as root on a host with a writable cgroup2 hierarchy to give them one)",
+            )
+        if not await asyncio.to_thread(cgroups.freeze, cgroup, frozen):
+            if frozen:  # half frozen helps no one: back to running
+                await asyncio.to_thread(cgroups.freeze, cgroup, False)
+            verb = "paused" if frozen else "resumed"
+            raise OpError(ErrorCode.UNAVAILABLE, f"the desktop could not be {verb}")
+
+    async def frozen(self, desktop: Desktop) -> bool:
+        cgroup = self._teardown.cgroup_of(desktop.desktop_session_id)
+        return cgroup is not None and await asyncio.to_thread(cgroups.is_frozen, cgroup)
+
     async def remove(self, desktop: Desktop) -> bool:
         return await self._teardown.remove(desktop)
 

@@ -62,6 +62,13 @@ class Teardown:
         if cgroup is not None and cgroup.is_dir():
             cgroups.enter(cgroup, child.pid)
 
+    async def thaw(self, desktop_session_id: str) -> None:
+        """Thaw the desktop's cgroup if it was left frozen (a paused desktop an earlier relay
+        left), so its processes can act on the stop's SIGTERM."""
+        cgroup = self.cgroup_of(desktop_session_id)
+        if cgroup is not None and await asyncio.to_thread(cgroups.is_frozen, cgroup):
+            await asyncio.to_thread(cgroups.freeze, cgroup, False)
+
     async def kill_cgroup(self, desktop_session_id: str) -> bool:
         """Kill whatever is left in the desktop's cgroup and remove it (True: nothing left)."""
         cgroup = self.cgroup_of(desktop_session_id)
@@ -110,6 +117,7 @@ class Teardown:
             if ours or not await asyncio.to_thread(x_display_alive, display):
                 directory = runtime_dir(display, self.audio.runtime_root)
                 await asyncio.to_thread(shutil.rmtree, directory, True)
+        await self.thaw(starting.desktop_session_id)
         clean = await starting.processes.stop(self.config.stop_grace_s)
         clean = await self.kill_cgroup(starting.desktop_session_id) and clean
         await self.sweep_user(leaving=starting.desktop_session_id)

@@ -1,4 +1,5 @@
-"""The desktop actions: list, start, status, attach, stop-request and compare-and-stop.
+"""The desktop actions: list, start, status, attach, stop-request, compare-and-stop, pause and
+resume.
 
 Every handler resolves the relay in the caller's conversation first (``relay_not_found``
 otherwise), talks to the relay only through ``ActionContext.relay_call``, and records what the
@@ -149,15 +150,29 @@ async def running_row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow:
     # Every action on a desktop asks this: a running row read a moment ago serves (a desktop
     # that stopped since answers not_running from the relay). Anything else is read afresh.
     row = await _live_row(ctx, args, cached=True)
+    if row is not None and row.state == "paused":
+        raise _paused(ctx, row)  # at once: nothing may wait on a frozen desktop
     if row is None or row.state != "running":
         # Rows a disconnect left unknown are healed only when they are in the way (the
         # common case, a running row, costs one read fewer).
         await ctx.inventory.heal(relay.relay_id)
         row = await _live_row(ctx, args)
+    if row is not None and row.state == "paused":
+        raise _paused(ctx, row)
     if row is None or row.state != "running":
         raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
     ctx.desktop_session_id = row.desktop_session_id
     return row
+
+
+def _paused(ctx: ActionContext, row: DesktopRow) -> OpError:
+    """The answer to an action on a paused desktop (409 ``paused``)."""
+    ctx.desktop_session_id = row.desktop_session_id
+    return OpError(
+        ErrorCode.PAUSED,
+        "this desktop is paused; resume it first (desktop_resume)",
+        {"desktop_session_id": row.desktop_session_id},
+    )
 
 
 # -- handlers ------------------------------------------------------------------------------
@@ -227,7 +242,7 @@ async def attach(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     row = await _live_row(ctx, args)
     if row is not None and row.state == "unknown":
         raise OpError(ErrorCode.RELAY_UNREACHABLE, "the relay of this desktop is not connected")
-    if row is None or row.state != "running":
+    if row is None or row.state not in ("running", "paused"):
         raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
     if (refused := _viewer_refusal(ctx, row)) is not None:
         ctx.desktop_session_id = row.desktop_session_id
@@ -293,6 +308,41 @@ async def _compare_and_stop(
         body["desktop"] = row.to_dict()
     return body
 
+
+async def pause(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    return await _pause_or_resume(ctx, args, ops.DESKTOP_PAUSE)
+
+
+async def resume(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    return await _pause_or_resume(ctx, args, ops.DESKTOP_RESUME)
+
+
+async def _pause_or_resume(
+    ctx: ActionContext, args: dict[str, Any], op: ops.OpSpec[ops.DesktopPauseArgs, ops.RelayRow]
+) -> dict[str, Any]:
+    """Freeze or thaw the named desktop at its relay (compared by session id there, under its
+    lock), and record the row it answers. An agent passes the control gate like any input."""
+    await _tracked_relay(ctx, args)
+    observed = await _live_row(ctx, args)
+    if observed is None or observed.state not in ("running", "paused"):
+        field = "desktop_session_id" if "desktop_session_id" in args else "slot"
+        raise OpError(
+            ErrorCode.NOT_RUNNING, f"no running desktop has this {field}", {"field": field}
+        )
+    ctx.desktop_session_id = observed.desktop_session_id
+    request = ops.DesktopPauseArgs(
+        kind=observed.kind, slot=observed.slot, desktop_session_id=observed.desktop_session_id
+    )
+    async with agent_act(ctx, DesktopTarget.of_row(observed)):
+        result = await ctx.relay_call(op, request)
+    row = await ctx.inventory.record_started(ctx.relay_id, result)
+    ctx.outcome = row.state
+    return {"desktop": row.to_dict()}
+
+
+PAUSE_SCHEMA: Final = tool_schema(
+    {"relay": RELAY, "kind": KIND, "slot": SLOT, "desktop_session_id": SESSION_ID}
+)
 
 DESKTOP_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
@@ -401,5 +451,23 @@ DESKTOP_ACTIONS: Final[tuple[Action, ...]] = (
         "slot answers was_running false.",
         stop_confirm,
         audit_op="desktop.stop_confirm",
+    ),
+    Action(
+        "desktop_pause",
+        "write",
+        PAUSE_SCHEMA,
+        "Pause a running desktop: every process of it is frozen (no CPU), its windows, "
+        "clipboard and unsaved text kept. While paused, input and screen actions answer "
+        "paused (409) and viewers show it paused; desktop_resume brings it back.",
+        pause,
+        audit_op="desktop.pause",
+    ),
+    Action(
+        "desktop_resume",
+        "write",
+        PAUSE_SCHEMA,
+        "Resume a paused desktop exactly as it was paused; viewers reconnect on their own.",
+        resume,
+        audit_op="desktop.resume",
     ),
 )

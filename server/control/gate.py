@@ -211,11 +211,19 @@ async def resolve_target(
     """
     relay_id = ctx.relay_id
     for row in await ctx.store.visible_desktops(ctx.conversation_id):
-        if row.relay_id != relay_id or row.state != "running":
+        if row.relay_id != relay_id or row.state not in ("running", "paused"):
             continue
         if desktop_session_id is not None:
-            if row.desktop_session_id == desktop_session_id:
-                return DesktopTarget.of_row(row)
-        elif (row.kind, row.slot) == (kind, slot):
+            found = row.desktop_session_id == desktop_session_id
+        else:
+            found = (row.kind, row.slot) == (kind, slot)
+        if found and row.state == "paused":
+            # At once: input on a frozen desktop would wait for its resume.
+            raise OpError(
+                ErrorCode.PAUSED,
+                "this desktop is paused; resume it first (desktop_resume)",
+                {"desktop_session_id": row.desktop_session_id},
+            )
+        if found:
             return DesktopTarget.of_row(row)
     raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")

@@ -193,7 +193,8 @@ class InventoryStore(StoreBase):
 
     async def mark_relay_unknown(self, relay_id: str) -> list[DesktopRow]:
         """Turn the relay's live rows ``unknown``; returns the rows that changed."""
-        live = await self.desktops_for_relay(relay_id, ("starting", "running", "stopping"))
+        states = ("starting", "running", "paused", "stopping")
+        live = await self.desktops_for_relay(relay_id, states)
         now = self._now().isoformat()
         changed = [_replace_state(row, "unknown", "relay_disconnected", now) for row in live]
         await self.upsert_desktops(changed)

@@ -22,7 +22,9 @@ class ControlInfo(TypedDict):
     agent: str | None
 
 
-LIVE_STATES: frozenset[DesktopState] = frozenset({"starting", "running", "stopping", "unknown"})
+LIVE_STATES: frozenset[DesktopState] = frozenset(
+    {"starting", "running", "paused", "stopping", "unknown"}
+)
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class DesktopRow:
 
     @property
     def can_stop(self) -> bool:
-        return self.state in {"starting", "running", "unknown"}
+        return self.state in {"starting", "running", "paused", "unknown"}
 
     def to_dict(self) -> dict[str, Any]:
         # Plain attribute reads: ``asdict`` deep-copies and dominated listing 1,000 rows.

@@ -117,16 +117,16 @@ def row_from_relay(
 
 
 def _same_running(old: DesktopRow, new: DesktopRow) -> bool:
-    """``old`` already records ``new`` as running, started by the same user."""
-    return old.state == "running" and old.started_by == new.started_by
+    """``old`` already records ``new`` (running or paused), started by the same user."""
+    return old.state == new.state and old.started_by == new.started_by
 
 
 def reported_state(data: Mapping[str, Any]) -> DesktopState:
-    """A reported desktop runs, unless the relay itself cannot confirm it (``unknown``).
-
-    A relay reports its local desktop ``unknown`` while its host helper does not answer.
+    """A reported desktop runs, or is paused, unless the relay itself cannot confirm it
+    (``unknown``: a relay reports its local desktop so while its host helper does not answer).
     """
-    return "unknown" if data.get("state") == "unknown" else "running"
+    state = data.get("state")
+    return state if state == "unknown" or state == "paused" else "running"
 
 
 class Inventory:
@@ -303,10 +303,11 @@ class Inventory:
             return changed
 
     async def record_started(self, relay_id: RelayId, result: Mapping[str, Any]) -> DesktopRow:
-        """Store a ``desktop.start`` result; a different live row in that slot is replaced."""
+        """Store a ``desktop.start`` result (or a live row a pause or resume answered); a
+        different live row in that slot is replaced."""
         async with self._locks[relay_id]:
             now = self._now()
-            row = row_from_relay(relay_id, result, "running", now)
+            row = row_from_relay(relay_id, result, reported_state(result), now)
             old = await self.row(relay_id, row.desktop_session_id)
             if old is not None and old.state in TERMINAL_STATES:
                 return old  # the watchdog's failure overtook the start result
@@ -425,7 +426,7 @@ class Inventory:
                 ended = await self.record_ended(relay_id, session_id, state, reason)
                 if ended is None:
                     await self._record_unseen(relay_id, data, state)
-            elif state in ("running", "starting"):
+            elif state in ("running", "starting", "paused"):
                 await self.record_started(relay_id, data)
         except OpError as err:
             log.warning("relay %s: desktop.changed refused: %s", relay_id, err.message)

@@ -22,6 +22,7 @@ REASONS: dict[CloseCode, str] = {
     CloseCode.VIEWER_FORBIDDEN: "viewer access forbidden",
     CloseCode.RELAY_UNREACHABLE: "relay unreachable",
     CloseCode.DESKTOP_STOPPED: "desktop stopped",
+    CloseCode.DESKTOP_PAUSED: "desktop paused",
     CloseCode.AUDIO_UNAVAILABLE: "audio unavailable",
 }
 # The same refusals as error codes (an HTTP answer, a log line).
@@ -31,6 +32,7 @@ ERROR_CODES: dict[CloseCode, ErrorCode] = {
     CloseCode.VIEWER_FORBIDDEN: ErrorCode.FORBIDDEN,
     CloseCode.RELAY_UNREACHABLE: ErrorCode.RELAY_UNREACHABLE,
     CloseCode.DESKTOP_STOPPED: ErrorCode.NOT_RUNNING,
+    CloseCode.DESKTOP_PAUSED: ErrorCode.PAUSED,
     CloseCode.AUDIO_UNAVAILABLE: ErrorCode.UNAVAILABLE,
     CloseCode.INTERNAL_ERROR: ErrorCode.INTERNAL,
 }
@@ -84,6 +86,8 @@ def refusal_for_state(state: str) -> ViewerRefused | None:
         return None
     if state == "unknown":
         return ViewerRefused(CloseCode.RELAY_UNREACHABLE)
+    if state == "paused":  # its streams close; the page waits for the resume
+        return ViewerRefused(CloseCode.DESKTOP_PAUSED)
     return ViewerRefused(CloseCode.DESKTOP_STOPPED)
 
 

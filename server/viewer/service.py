@@ -253,4 +253,6 @@ def _refusal_for_error(err: OpError) -> ViewerRefused:
         return ViewerRefused(CloseCode.RELAY_UNREACHABLE)
     if err.code is ErrorCode.NOT_RUNNING:
         return ViewerRefused(CloseCode.DESKTOP_STOPPED)
+    if err.code is ErrorCode.PAUSED:
+        return ViewerRefused(CloseCode.DESKTOP_PAUSED)
     return ViewerRefused(CloseCode.INTERNAL_ERROR, err.message)

@@ -7,7 +7,7 @@
 import { action } from "./api.js";
 import { byId, el, formatTime, relayName, shortId, STATE_NOTES } from "./dom.js";
 
-const LIVE = new Set(["starting", "running", "stopping", "unknown"]);
+const LIVE = new Set(["starting", "running", "paused", "stopping", "unknown"]);
 
 // A row's control as a short text: "idle", "agent bot", "alice (holds it)".
 export function controlText(control) {
@@ -145,6 +145,12 @@ export class Dock {
       actions.append(el("button", { type: "button", "aria-label": `Open ${label}`,
         onclick: () => this.openDesktop(row) }, "Open"));
     }
+    if (state === "running" || state === "paused") {
+      const [name, text] = state === "running"
+        ? ["desktop_pause", "Pause"] : ["desktop_resume", "Resume"];
+      actions.append(el("button", { type: "button", "aria-label": `${text} ${label}`,
+        onclick: () => this.pauseOrResume(row, name, text) }, text));
+    }
     if (row.can_stop !== false) {
       actions.append(el("button", { type: "button", class: "danger", "aria-label": `Stop ${label}`,
         onclick: () => this.askStop(row) }, "Stop…"));
@@ -182,6 +188,18 @@ export class Dock {
 
   closeDialog() {
     if (this.dialog.open) this.dialog.close();
+  }
+
+  // Pause freezes the desktop (its viewers show it paused); Resume brings it back as it was.
+  async pauseOrResume(row, name, text) {
+    const { status, body } = await action(name, {
+      conversation_id: this.conversationId, relay: relayName(row),
+      desktop_session_id: row.desktop_session_id,
+    });
+    byId("dock-message").textContent = status === 200
+      ? `Desktop ${body.desktop.state}.`
+      : `${text}: ${body?.error?.message || `error ${status}`}`;
+    await this.refresh();
   }
 
   async confirmStop() {

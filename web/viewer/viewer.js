@@ -15,6 +15,7 @@ export const CLOSE = Object.freeze({
   VIEWER_FORBIDDEN: 4403,
   RELAY_UNREACHABLE: 4502,
   DESKTOP_STOPPED: 4410,
+  DESKTOP_PAUSED: 4423,
 });
 
 // code → [page state, overlay title, overlay text]; these end the page's attempts.
@@ -30,6 +31,9 @@ const FINAL = new Map([
 ]);
 
 const BACKOFF_FIRST_S = 0.5;
+// A paused desktop is asked again this often: the server answers from its inventory (the
+// frozen desktop is never touched), and the first attempt after a resume gets the picture.
+const PAUSED_RETRY_S = 1;
 const BACKOFF_MAX_S = 8;
 // Renew the capability this long before it expires (through desktop_attach).
 const REFRESH_AHEAD_S = 120;
@@ -171,7 +175,10 @@ class Viewer {
   connect() {
     this.timer = null;
     this.userDisconnected = false;
-    this.setState("connecting", this.attempt ? "Reconnecting…" : "Connecting…");
+    // A paused desktop's page keeps saying so while it asks again.
+    if (this.info.state !== "paused") {
+      this.setState("connecting", this.attempt ? "Reconnecting…" : "Connecting…");
+    }
     const socket = new WebSocket(this.url, ["binary"]);
     socket.addEventListener("close", (event) => this.closed(event));
     const rfb = new RFB(this.screen, socket, { shared: true });
@@ -181,6 +188,7 @@ class Viewer {
     const started = performance.now();
     rfb.addEventListener("connect", () => {
       this.attempt = 0;
+      document.getElementById("overlay").hidden = true;
       if (this.rfb === rfb) this.setState("loading", "Loading the picture…");
     });
     onFirstPicture(rfb, () => {
@@ -220,6 +228,13 @@ class Viewer {
     if (this.userDisconnected) return;
     if (event.code === CLOSE.VIEWER_EXPIRED && (await this.refresh())) {
       this.connect();
+      return;
+    }
+    if (event.code === CLOSE.DESKTOP_PAUSED) {
+      this.setState("paused", "Desktop paused");
+      this.showOverlay("Desktop paused",
+        "This desktop is paused: its programs are frozen as they were. The picture comes back by itself when it is resumed.");
+      this.timer = setTimeout(() => this.connect(), PAUSED_RETRY_S * 1000);
       return;
     }
     const final = FINAL.get(event.code);

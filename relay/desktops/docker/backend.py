@@ -29,6 +29,7 @@ from wire.ops import (
     DesktopAppsResult,
     DesktopKind,
     DesktopLaunchResult,
+    DesktopPauseArgs,
     DesktopResetHomeResult,
     DesktopStartArgs,
     DesktopStartResult,
@@ -88,6 +89,14 @@ class DockerBackend:
         )
         await self._release_gone()
         return result
+
+    async def pause(self, args: DesktopPauseArgs, paused: bool) -> RelayRow:
+        change = self.desktops.pause if paused else self.desktops.resume
+        return await change(
+            kind=args.get("kind", self.kind),
+            slot=args.get("slot", "main"),
+            desktop_session_id=args["desktop_session_id"],
+        )
 
     async def rows(self) -> list[RelayRow]:
         rows = await self.desktops.status()

@@ -118,6 +118,10 @@ class DockerEngine:
     async def start(self, container_id: str) -> None:
         await self._ok("POST", f"/containers/{container_id}/start", also=(NOT_MODIFIED,))
 
+    async def pause(self, container_id: str, paused: bool) -> None:
+        """Freeze (``paused``) or thaw every process of the container (the daemon's freezer)."""
+        await self._ok("POST", f"/containers/{container_id}/{'pause' if paused else 'unpause'}")
+
     async def inspect(self, container_id: str) -> dict[str, Any] | None:
         """The container's description, None when there is no such container."""
         data = await self._ok("GET", f"/containers/{container_id}/json", also=(NOT_FOUND,))

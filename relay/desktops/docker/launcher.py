@@ -172,6 +172,26 @@ class ContainerLauncher:
     async def health(self, desktop: ContainerDesktop, retry: bool = False) -> ProbeResult:
         return await health(desktop, self.config.probe_timeout_s, retry=retry)
 
+    async def freeze(self, desktop: ContainerDesktop, frozen: bool) -> None:
+        """The Engine API's pause and unpause of the desktop's container."""
+        if self.engine is None:
+            raise OpError(ErrorCode.UNAVAILABLE, NO_DAEMON)
+        try:
+            await self.engine.pause(desktop.container_id, frozen)
+        except DockerEngineError as err:
+            verb = "paused" if frozen else "resumed"
+            raise OpError(ErrorCode.UNAVAILABLE, f"the desktop could not be {verb}: {err}") from err
+
+    async def frozen(self, desktop: ContainerDesktop) -> bool:
+        if self.engine is None:
+            return False
+        try:
+            info = await self.engine.inspect(desktop.container_id)
+        except DockerEngineError:
+            return False
+        state = info.get("State") if info is not None else None
+        return isinstance(state, dict) and state.get("Paused") is True
+
     async def remove(self, desktop: ContainerDesktop) -> bool:
         if self.engine is None:
             return True

@@ -170,6 +170,11 @@ class ProcessLauncher:
             verb = "paused" if frozen else "resumed"
             raise OpError(ErrorCode.UNAVAILABLE, f"the desktop could not be {verb}")
 
+    def cgroup(self, desktop_session_id: str) -> Path | None:
+        """The cgroup of a desktop of this relay (None: the host gives desktops none)."""
+        cgroup = self._teardown.cgroup_of(desktop_session_id)
+        return cgroup if cgroup is not None and cgroup.is_dir() else None
+
     async def frozen(self, desktop: Desktop) -> bool:
         cgroup = self._teardown.cgroup_of(desktop.desktop_session_id)
         return cgroup is not None and await asyncio.to_thread(cgroups.is_frozen, cgroup)

@@ -6,7 +6,9 @@ credential that minted the capability, the holder's ``write`` role and the relay
 checked on opening and re-checked while it listens (a revocation ends it within 2 s with a last
 ``access_revoked`` event). It sends ``control`` with the state now, then every ``control``
 change and every ``agent_action`` on that desktop, from whichever replica they happen on (the
-desktop's topic on the event bus).
+desktop's topic on the event bus), and ``desktop_state`` (``{state}``) when the desktop is paused
+or runs again (docs/desktops.md, "Pause and resume"): the page shows the paused overlay and
+takes no input meanwhile; its stream stays open and the picture comes back with the resume.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from server.boundary.limits import TooManyStreams
 from server.control.model import DesktopKey
 from server.control.publish import CONTROL, control_event, desktop_topic
 from server.control.service import ControlService
-from server.db.rows import DesktopDirectory
+from server.db.rows import DesktopDirectory, DesktopRow
 from server.errors import error_response
 from server.events.bus import EventBus
 from server.events.routes import ACCESS_REVOKED
@@ -43,6 +45,9 @@ HEADERS: Final = {
     "Referrer-Policy": "no-referrer",
 }
 PING_S: Final = 15.0
+DESKTOP_STATE: Final = "desktop_state"
+# The states a viewer's page follows: paused (overlay, no input) and running again.
+FOLLOWED_STATES: Final = frozenset({"paused", "running"})
 
 
 @dataclass(frozen=True)
@@ -53,10 +58,17 @@ class ControlFeeds:
     control: ControlService
     inventory: DesktopDirectory
 
+    async def row_changed(self, row: DesktopRow) -> None:
+        """Inventory listener: a desktop paused or running again tells its viewers."""
+        if row.state in FOLLOWED_STATES:
+            key = DesktopKey(row.relay_id, row.desktop_session_id)
+            await self.bus.publish(desktop_topic(key), DESKTOP_STATE, {"state": row.state})
+
 
 async def _stream(
-    feeds: ControlFeeds, key: DesktopKey, watch: Watch, shutdown: anyio.Event
+    feeds: ControlFeeds, row: DesktopRow, watch: Watch, shutdown: anyio.Event
 ) -> AsyncIterator[ServerSentEvent | bytes]:
+    key = DesktopKey(row.relay_id, row.desktop_session_id)
     feed = await feeds.bus.open_feed(desktop_topic(key), None)
     watchers = [
         asyncio.create_task(_end_on(shutdown.wait, feed.stop)),
@@ -65,6 +77,8 @@ async def _stream(
     try:
         info = await feeds.control.state(key)
         yield ServerSentEvent(data=json.dumps(control_event(key, info)), event=CONTROL)
+        if row.state == "paused":
+            yield ServerSentEvent(data=json.dumps({"state": row.state}), event=DESKTOP_STATE)
         while not watch.revoked.is_set() and (event := await feed.next()) is not None:
             yield ServerSentEvent(data=event.data_json, event=event.event, id=event.id)
         if watch.revoked.is_set():
@@ -89,10 +103,9 @@ async def _feed(feeds: ControlFeeds, grant: ViewerGrant, sid: str, watch: Watch)
     row = await feeds.inventory.row(grant.relay_id, sid)
     if row is None:
         return error_response(OpError(ErrorCode.NOT_FOUND, "unknown desktop session"), HEADERS)
-    key = DesktopKey(row.relay_id, row.desktop_session_id)
     shutdown = anyio.Event()
     return EventSourceResponse(
-        _stream(feeds, key, watch, shutdown),
+        _stream(feeds, row, watch, shutdown),
         ping=PING_S,
         headers=HEADERS,
         send_timeout=30,
@@ -102,6 +115,8 @@ async def _feed(feeds: ControlFeeds, grant: ViewerGrant, sid: str, watch: Watch)
 
 
 def control_routes(feeds: ControlFeeds, viewers: ViewerStreams) -> list[BaseRoute]:
+    feeds.inventory.add_listener(feeds.row_changed)
+
     async def control_events(request: Request) -> Response:
         """The desktop's control feed for the holder of a viewer capability."""
         sid, token = request.path_params["sid"], request.path_params["token"]

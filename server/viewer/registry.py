@@ -64,7 +64,11 @@ class ViewerRegistry:
         return down, up
 
     async def row_changed(self, row: DesktopRow) -> None:
-        """Inventory listener: end the streams this change makes unviewable."""
+        """Inventory listener: end the streams this change makes unviewable. A paused
+        desktop's streams stay open (idle while it is frozen): its picture comes back with the
+        resume, and its pages take no input meanwhile (``desktop_state`` on their feed)."""
+        if row.state == "paused":
+            return
         refusal = refusal_for_state(row.state)
         if refusal is not None:
             self._end_session(desktop_key(row), refusal)

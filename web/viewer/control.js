@@ -69,12 +69,12 @@ class Control {
 
   attach(rfb) {
     this.rfb = rfb;
-    rfb.viewOnly = this.state.viewOnly;
+    rfb.viewOnly = this.state.viewOnly || this.viewer.paused;
   }
 
   setViewOnly(on) {
     this.state.viewOnly = on;
-    if (this.rfb) this.rfb.viewOnly = on;
+    if (this.rfb) this.rfb.viewOnly = on || this.viewer.paused;
     const url = new URL(window.location.href);
     if (on) url.searchParams.set("view_only", "1");
     else url.searchParams.delete("view_only");
@@ -92,6 +92,9 @@ class Control {
       this.show();
     });
     source.addEventListener("agent_action", (event) => this.acted(JSON.parse(event.data)));
+    // Paused or running again (docs/desktops.md, "Pause and resume").
+    source.addEventListener("desktop_state", (event) =>
+      this.viewer.desktopState(JSON.parse(event.data).state));
     source.addEventListener("error", () => {
       // A refused feed (an expired token) is closed for good: try again with the token then.
       if (source.readyState === EventSource.CLOSED && this.source === source) {

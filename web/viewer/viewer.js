@@ -34,6 +34,8 @@ const BACKOFF_FIRST_S = 0.5;
 // A paused desktop is asked again this often: the server answers from its inventory (the
 // frozen desktop is never touched), and the first attempt after a resume gets the picture.
 const PAUSED_RETRY_S = 1;
+const PAUSED = ["Desktop paused",
+  "This desktop is paused: its programs are frozen as they were. The picture comes back by itself when it is resumed."];
 const BACKOFF_MAX_S = 8;
 // Renew the capability this long before it expires (through desktop_attach).
 const REFRESH_AHEAD_S = 120;
@@ -133,6 +135,8 @@ class Viewer {
     this.info = { state: "connecting", connects: 0, lastClose: null, refreshes: 0,
       firstPictureMs: null };
     this.userDisconnected = false;
+    // Paused: the overlay says so and no input leaves this page (its stream stays open).
+    this.paused = false;
     window.relaydeskViewer = this.info;
     // Named after the session: the chat's "Open viewer" finds this tab instead of opening one.
     window.name = `relaydesk-viewer-${sid}`;
@@ -189,6 +193,8 @@ class Viewer {
     rfb.addEventListener("connect", () => {
       this.attempt = 0;
       document.getElementById("overlay").hidden = true;
+      this.paused = false;  // admitted: the desktop runs
+      rfb.viewOnly = this.control.state.viewOnly;
       if (this.rfb === rfb) this.setState("loading", "Loading the picture…");
     });
     onFirstPicture(rfb, () => {
@@ -231,9 +237,7 @@ class Viewer {
       return;
     }
     if (event.code === CLOSE.DESKTOP_PAUSED) {
-      this.setState("paused", "Desktop paused");
-      this.showOverlay("Desktop paused",
-        "This desktop is paused: its programs are frozen as they were. The picture comes back by itself when it is resumed.");
+      this.showPaused();
       this.timer = setTimeout(() => this.connect(), PAUSED_RETRY_S * 1000);
       return;
     }
@@ -254,6 +258,32 @@ class Viewer {
     );
     // Jitter keeps many viewers of one desktop from reconnecting in lockstep.
     this.timer = setTimeout(() => this.connect(), delay * (0.75 + Math.random() * 0.5) * 1000);
+  }
+
+  showPaused() {
+    this.paused = true;
+    this.setState("paused", PAUSED[0]);
+    this.showOverlay(...PAUSED);
+  }
+
+  // The control feed's desktop_state: paused, or running again.
+  desktopState(state) {
+    const paused = state === "paused";
+    if (paused === this.paused) return;
+    if (this.rfb) this.rfb.viewOnly = paused || this.control.state.viewOnly;
+    if (paused) {
+      this.showPaused();
+      return;
+    }
+    this.paused = false;
+    document.getElementById("overlay").hidden = true;
+    if (this.timer) {  // refused while paused: ask again now
+      clearTimeout(this.timer);
+      this.attempt = 0;
+      this.connect();
+    } else {
+      this.setState("connected", "Connected");
+    }
   }
 
   showOverlay(title, text, canReconnect = false) {

@@ -1,0 +1,174 @@
+"""Instant desktops: resume against a cold start, and what a paused desktop costs.
+
+* baseline, measured in the same run: a cold start → first frame (the RFB handshake through
+  websockify with the desktop's VNC secret, then a whole FramebufferUpdate), minimal profile;
+* ``resume`` → first frame: a desktop paused (its cgroup frozen) is resumed and a viewer
+  connects to it as the viewer page does after a resume, p50 over the rounds (target
+  <= 100 ms), and its ratio to the cold start;
+* a paused desktop's CPU over the window (target 0 ticks), while a program in it loops: the
+  cgroup's ``cpu.stat`` ``usage_usec`` and the sum of utime + stime of its processes from
+  ``/proc``; the same window running, for comparison.
+
+Needs a root relay on a host with a writable cgroup2 hierarchy (desktops get a cgroup only
+then). Run: ``.venv/bin/python -m benchmarks.bench_instant [--quick]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import parser
+from benchmarks.rfb import RFBClient
+from relay.desktops import DesktopSettings, ProcessDesktops, process_desktops
+from relay.desktops import cgroups as desktop_cgroups
+from wire.ops import RelayRow
+
+TARGET_RESUME_MS = 100.0
+# A program that uses all the CPU it is given (niced: the benchmark shares the machine).
+LOOP = 'nice -n 19 sh -c "while :; do :; done"'
+
+
+async def viewer(mgr: ProcessDesktops, row: RelayRow) -> RFBClient:
+    """A viewer as the relay's channel opens it: straight to x11vnc on loopback, with the
+    desktop's VNC secret."""
+    secret = mgr.launcher.vnc_secret(row["desktop_session_id"])
+    return await RFBClient.open_tcp(row["vnc_port"], secret=secret)
+
+
+async def whole_frame(client: RFBClient) -> None:
+    await client.request_update(incremental=False)
+    async with asyncio.timeout(10):
+        await client.read_update()
+
+
+async def first_frame(mgr: ProcessDesktops, row: RelayRow) -> None:
+    """What a new viewer waits for: the RFB handshake, then a whole frame."""
+    client = await viewer(mgr, row)
+    try:
+        await whole_frame(client)
+    finally:
+        await client.close()
+
+
+async def cold_starts(mgr: ProcessDesktops, count: int) -> list[float]:
+    """Start → first frame, ``count`` times (each desktop stopped after)."""
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        row = await mgr.start(slot="cold")
+        await first_frame(mgr, row)
+        times.append(time.perf_counter() - started)
+        await mgr.stop(slot="cold", desktop_session_id=row["desktop_session_id"])
+    return times
+
+
+async def resumes(mgr: ProcessDesktops, row: RelayRow, count: int) -> dict[str, list[float]]:
+    """``count`` rounds of: pause, resume → first frame of a new viewer; pause with a viewer
+    connected, resume → a whole frame on that viewer; and the resume op alone."""
+    session = row["desktop_session_id"]
+    times: dict[str, list[float]] = {"new": [], "kept": [], "op": []}
+    for _ in range(count):
+        await mgr.pause(slot="main", desktop_session_id=session)
+        await asyncio.sleep(0.2)
+        started = time.perf_counter()
+        resumed = await mgr.resume(slot="main", desktop_session_id=session)
+        times["op"].append(time.perf_counter() - started)
+        await first_frame(mgr, resumed)
+        times["new"].append(time.perf_counter() - started)
+        kept = await viewer(mgr, row)
+        try:
+            await whole_frame(kept)
+            await mgr.pause(slot="main", desktop_session_id=session)
+            await asyncio.sleep(0.2)
+            started = time.perf_counter()
+            await mgr.resume(slot="main", desktop_session_id=session)
+            await whole_frame(kept)
+            times["kept"].append(time.perf_counter() - started)
+        finally:
+            await kept.close()
+    return times
+
+
+def cpu(cgroup: Path) -> tuple[int, int]:
+    """(``usage_usec`` of the cgroup, utime + stime ticks of its processes from /proc)."""
+    ticks = 0
+    for pid in desktop_cgroups.pids(cgroup):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return desktop_cgroups.cpu_usec(cgroup) or 0, ticks
+
+
+async def cpu_over(cgroup: Path, window_s: float) -> tuple[int, int]:
+    """CPU used by the cgroup over ``window_s``: (µs, ticks)."""
+    usec, ticks = cpu(cgroup)
+    await asyncio.sleep(window_s)
+    usec_after, ticks_after = cpu(cgroup)
+    return usec_after - usec, ticks_after - ticks
+
+
+async def run(config: DesktopSettings, rounds: int, window_s: float) -> dict[str, object]:
+    mgr = process_desktops(config)
+    try:
+        cold = await cold_starts(mgr, rounds)
+        row = await mgr.start(slot="main")
+        cgroup = mgr.launcher.cgroup(row["desktop_session_id"])
+        if cgroup is None:
+            raise SystemExit("desktops have no cgroup here (run as root on cgroup2)")
+        await first_frame(mgr, row)
+        running = await cpu_over(cgroup, window_s)
+        resumed = await resumes(mgr, row, rounds)
+        await mgr.pause(slot="main", desktop_session_id=row["desktop_session_id"])
+        paused = await cpu_over(cgroup, window_s)
+        await mgr.resume(slot="main", desktop_session_id=row["desktop_session_id"])
+        return {"cold": cold, "resume": resumed, "running": running, "paused": paused}
+    finally:
+        await mgr.close(stop_desktops=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser(__doc__.splitlines()[0]).parse_args(argv)
+    if os.geteuid() != 0:
+        print("needs root: desktops get a cgroup (and a pause) only on a root relay")
+        return 1
+    rounds, window_s = (3, 3.0) if args.quick else (10, 30.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = DesktopSettings(state_dir=Path(tmp), default_profile="minimal")
+        config = dataclasses.replace(config, apps=(LOOP,), allowed_apps=(LOOP,))
+        result = asyncio.run(run(config, rounds, window_s))
+    cold = [t * 1000 for t in result["cold"]]  # type: ignore[attr-defined]
+    rounds_ms = {k: [t * 1000 for t in v] for k, v in result["resume"].items()}  # type: ignore[attr-defined]
+    resumed, kept, op = rounds_ms["new"], rounds_ms["kept"], rounds_ms["op"]
+    run_usec, run_ticks = result["running"]  # type: ignore[misc]
+    paused_usec, paused_ticks = result["paused"]  # type: ignore[misc]
+    c50, r50 = statistics.median(cold), statistics.median(resumed)
+    print(f"cold start → first frame (baseline), {rounds} starts: p50 {c50:.1f} ms")
+    print(
+        f"resume → first frame of a new viewer, {rounds} rounds: p50 {r50:.1f} ms"
+        f" (max {max(resumed):.1f}); ratio to cold start {r50 / c50:.3f};"
+        f" p50/target {r50 / TARGET_RESUME_MS:.2f} (target {TARGET_RESUME_MS:.0f} ms)"
+    )
+    k50, o50 = statistics.median(kept), statistics.median(op)
+    print(
+        f"resume → whole frame on a viewer kept connected: p50 {k50:.1f} ms; ratio to cold"
+        f" start {k50 / c50:.3f}; the resume op alone p50 {o50:.1f} ms"
+    )
+    print(
+        f"CPU over {window_s:.0f} s with a looping program: running {run_usec / 1e6:.2f} s"
+        f" ({run_ticks} ticks); paused {paused_usec} µs ({paused_ticks} ticks; target 0)"
+    )
+    return 0 if paused_ticks == 0 and paused_usec == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -117,7 +117,15 @@ async def cpu_over(cgroup: Path, window_s: float) -> tuple[int, int]:
     return usec_after - usec, ticks_after - ticks
 
 
-async def run(config: DesktopSettings, rounds: int, window_s: float) -> dict[str, object]:
+@dataclasses.dataclass
+class Measured:
+    cold: list[float]  # s, start → first frame
+    resume: dict[str, list[float]]  # s, per kind of round (``resumes``)
+    running: tuple[int, int]  # CPU over the window while running: (µs, ticks)
+    paused: tuple[int, int]  # the same while paused
+
+
+async def run(config: DesktopSettings, rounds: int, window_s: float) -> Measured:
     mgr = process_desktops(config)
     try:
         cold = await cold_starts(mgr, rounds)
@@ -131,7 +139,7 @@ async def run(config: DesktopSettings, rounds: int, window_s: float) -> dict[str
         await mgr.pause(slot="main", desktop_session_id=row["desktop_session_id"])
         paused = await cpu_over(cgroup, window_s)
         await mgr.resume(slot="main", desktop_session_id=row["desktop_session_id"])
-        return {"cold": cold, "resume": resumed, "running": running, "paused": paused}
+        return Measured(cold, resumed, running, paused)
     finally:
         await mgr.close(stop_desktops=True)
 
@@ -146,11 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         config = DesktopSettings(state_dir=Path(tmp), default_profile="minimal")
         config = dataclasses.replace(config, apps=(LOOP,), allowed_apps=(LOOP,))
         result = asyncio.run(run(config, rounds, window_s))
-    cold = [t * 1000 for t in result["cold"]]  # type: ignore[attr-defined]
-    rounds_ms = {k: [t * 1000 for t in v] for k, v in result["resume"].items()}  # type: ignore[attr-defined]
+    cold = [t * 1000 for t in result.cold]
+    rounds_ms = {k: [t * 1000 for t in v] for k, v in result.resume.items()}
     resumed, kept, op = rounds_ms["new"], rounds_ms["kept"], rounds_ms["op"]
-    run_usec, run_ticks = result["running"]  # type: ignore[misc]
-    paused_usec, paused_ticks = result["paused"]  # type: ignore[misc]
+    run_usec, run_ticks = result.running
+    paused_usec, paused_ticks = result.paused
     c50, r50 = statistics.median(cold), statistics.median(resumed)
     print(f"cold start → first frame (baseline), {rounds} starts: p50 {c50:.1f} ms")
     print(

@@ -23,6 +23,7 @@ from server.actions.control import CONTROL_ACTIONS
 from server.actions.desktop import DESKTOP_ACTIONS
 from server.actions.desktop_apps import DESKTOP_APP_ACTIONS
 from server.actions.desktop_files import HOME_FILE_ACTIONS
+from server.actions.desktop_fit import DESKTOP_FIT_ACTIONS
 from server.actions.desktop_tools import DESKTOP_TOOL_ACTIONS
 from server.actions.invoke import ActionRunner
 from server.actions.registry import ActionRegistry
@@ -65,6 +66,7 @@ PRUNE_INTERVAL_S: Final = 3600.0
 ACTIONS: Final = (
     DESKTOP_ACTIONS
     + DESKTOP_APP_ACTIONS
+    + DESKTOP_FIT_ACTIONS
     + A11Y_ACTIONS
     + CONTROL_ACTIONS
     + DESKTOP_TOOL_ACTIONS

@@ -140,6 +140,9 @@ class Launcher(Protocol[D, S]):
     def sound_lost(self, desktop: D) -> bool:
         """Whether a desktop with sound has visibly lost its sound server (cheap, no I/O)."""
 
+    def failed_programs(self, desktop: D) -> list[str]:
+        """The desktop's session programs that failed, in the order they did (cheap, no I/O)."""
+
     async def silent(self, desktops: Sequence[D]) -> list[D]:
         """Of desktops with sound, those whose sound server no longer answers (watchdog)."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 from relay.desktops.audio import REASON_FAILED
@@ -400,6 +400,7 @@ class Desktops(Generic[D, S, L]):
         silent = await self.launcher.silent([d for d in survivors if d.audio])
         if silent:
             await self._sound_lost(silent)
+        await self._note_failed_programs(survivors)
         still = [d for d in survivors if self._desktops.get(d.slot) is d]
         if reviewed := await self.launcher.review(still):
             await self._fail_all(reviewed)
@@ -486,6 +487,28 @@ class Desktops(Generic[D, S, L]):
             for desktop in silent:
                 if self._desktops.get(desktop.slot) is desktop and desktop.audio:
                     self._lose_sound(desktop, events)
+            if events:
+                await self.slots.save()
+        await self._emit(events)
+
+    async def _note_failed_programs(self, desktops: Sequence[D]) -> None:
+        """Watchdog: a session program that failed (a browser that crashed at start) leaves
+        the desktop running; its row's ``reason`` names it, and the server hears it at once."""
+        events: list[RelayRow] = []
+        async with self._lock:
+            for desktop in desktops:
+                failed = self.launcher.failed_programs(desktop)
+                if (
+                    self._desktops.get(desktop.slot) is not desktop
+                    or failed == desktop.failed_programs
+                ):
+                    continue
+                for words in failed[len(desktop.failed_programs) :]:
+                    logger.warning(
+                        "%s desktop slot=%s: %s", self.launcher.kind, desktop.slot, words
+                    )
+                desktop.failed_programs = failed
+                events.append({**desktop.to_row(), "updated_at": now_iso()})
             if events:
                 await self.slots.save()
         await self._emit(events)

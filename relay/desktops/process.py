@@ -336,6 +336,17 @@ class DesktopProcesses:
         """Names of essential processes that are no longer running."""
         return [c.name for c in self.children if c.essential and not c.is_alive()]
 
+    def failed_programs(self) -> list[str]:
+        """The session's programs (not essential: the window manager, the profile's start
+        programs and apps) that ended in failure: a non-zero exit status or a signal, each
+        said as ``chromium exited with status 1``. A program that exited 0 (a person closed
+        it) is not a failure."""
+        return [
+            exit_words(c.name.removeprefix("app:"), code)
+            for c in self.children
+            if not c.essential and (code := c.returncode()) is not None and code != 0
+        ]
+
     def remaining_groups(self) -> list[int]:
         return [c.pgid for c in self.children if not c.group_gone()]
 
@@ -365,3 +376,13 @@ class DesktopProcesses:
 
     def to_records(self) -> list[dict[str, Any]]:
         return [c.to_record() for c in self.children]
+
+
+def exit_words(name: str, code: int) -> str:
+    """How a program ended, for people: ``x exited with status 1``, ``x was killed by SIGSEGV``."""
+    if code < 0:
+        try:
+            return f"{name} was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"{name} was killed by signal {-code}"
+    return f"{name} exited with status {code}"

@@ -226,6 +226,9 @@ class ProcessLauncher:
     def sound_lost(self, desktop: Desktop) -> bool:
         return audio_lost(desktop.processes)
 
+    def failed_programs(self, desktop: Desktop) -> list[str]:
+        return desktop.processes.failed_programs()
+
     async def silent(self, desktops: Sequence[Desktop]) -> list[Desktop]:
         return [d for d in desktops if audio_lost(d.processes)]
 

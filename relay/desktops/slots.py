@@ -31,6 +31,7 @@ class LiveDesktop(Protocol):
     display: int
     audio: bool
     audio_reason: str | None
+    failed_programs: list[str]
     state: DesktopState
 
     @property

@@ -47,6 +47,9 @@ class Desktop:
     processes: DesktopProcesses
     dbus_address: str | None = None
     audio_reason: str | None = None
+    # Session programs that failed while it runs (``chromium exited with status 1``): the
+    # desktop runs on without them, and its row's ``reason`` names them.
+    failed_programs: list[str] = field(default_factory=list, compare=False)
     state: DesktopState = "running"
     adopted: bool = field(default=False, compare=False)
     # None only for a desktop of a relay version that started desktops without them.
@@ -80,6 +83,7 @@ class Desktop:
             "audio_reason": self.audio_reason,
             "profile": self.profile,
             "persist_home": self.persist_home,
+            "reason": "; ".join(self.failed_programs) or None,
         }
 
     def to_record(self) -> dict[str, Any]:
@@ -114,6 +118,7 @@ class Desktop:
             processes=DesktopProcesses(children),
             dbus_address=record.get("dbus_address"),
             audio_reason=record.get("audio_reason"),
+            failed_programs=[p for p in str(record.get("reason") or "").split("; ") if p],
             adopted=True,
             credentials=_credentials(record),
             profile=None if record.get("profile") is None else str(record["profile"]),

@@ -75,14 +75,18 @@ def _error_reply(command: str, status: int, body: dict[str, Any], **extra: Any) 
 
 def open_command(relay: str, kind: str) -> str:
     """The exact command that opens ``relay``'s desktop of ``kind`` (never ambiguous)."""
-    return slash.describe(slash.OpenDesktop("local" if kind == "local" else "virtual", relay))
+    return slash.describe(slash.OpenDesktop(slash.open_kind(kind), relay))
 
 
 def command_for(command: str, relay: str, kind: str) -> str:
-    """The command ``command`` aimed at ``relay`` (``/desktop docker NAME`` for keyword names)."""
+    """The command ``command`` aimed at ``relay`` (``/desktop virtual NAME`` for keyword names)."""
     if command == "open":
         return open_command(relay, kind)
     return f"/desktop {command} {relay}"
+
+
+# What a start opened, by kind, as the chat's replies say it.
+WHAT_OPENS = {"local": "local screen", "docker": "container desktop"}
 
 
 def _row_of(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -276,7 +280,7 @@ class CommandRunner:
         reused = bool(body.get("already_running") or (row or {}).get("already_running"))
         outcome = "restarted" if replaced else ("attached" if reused else "started")
         old = _short(replaced.get("desktop_session_id")) if replaced else ""
-        what = "local screen" if kind == "local" else "desktop"
+        what = WHAT_OPENS.get(kind, "desktop")
         text = {
             "started": f"Started the {what} on {relay}.",
             "attached": f"Opened the running {what} on {relay}.",

@@ -5,7 +5,8 @@ Pure (no I/O, no knowledge of which relays exist): relay names are resolved afte
 behaviour of each command are documented in ``docs/web-ui.md``::
 
     /desktop [relay]            open the relay's main virtual desktop (attach, else start)
-    /desktop docker [relay]     the same ("docker" names the virtual desktop)
+    /desktop virtual [relay]    the same (the explicit form, for relays named like a keyword)
+    /desktop docker [relay]     open the relay's main container desktop (kind ``docker``)
     /desktop local [relay]      open the relay host's real screen
     /desktop close              close this browser's viewer tab (the desktop keeps running)
     /desktop list               the active desktops in this conversation
@@ -33,12 +34,14 @@ RELAY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 COMMAND_CUTOFF = 0.75
 WORD_CUTOFF = 0.6
 
-DesktopKind = Literal["virtual", "local"]
+# The kinds of desktop the typed actions know: "docker" is a desktop in a container of its
+# own, in the chat as in the API (docs/desktops.md).
+DesktopKind = Literal["virtual", "docker", "local"]
 
 
 @dataclass(frozen=True)
 class OpenDesktop:
-    """``/desktop [relay]``, ``/desktop docker|local [relay]``: attach, else start."""
+    """``/desktop [relay]``, ``/desktop virtual|docker|local [relay]``: attach, else start."""
 
     kind: DesktopKind
     relay: str | None
@@ -132,7 +135,8 @@ class ParseError:
 
 # word → (usage, one-line description); the order is the order of the help text.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "docker": ("/desktop docker [relay]", "open the relay's virtual desktop (same as /desktop)"),
+    "virtual": ("/desktop virtual [relay]", "open the relay's virtual desktop (as /desktop)"),
+    "docker": ("/desktop docker [relay]", "open the relay's desktop in a container of its own"),
     "local": ("/desktop local [relay]", "open the relay host's real screen"),
     "list": ("/desktop list", "list the active desktops in this conversation"),
     "status": ("/desktop status [relay]", "show one relay's desktops, checked now"),
@@ -212,10 +216,17 @@ def _optional_relay(usage: str, rest: list[str]) -> tuple[str | None, ParseError
     return rest[0], None
 
 
+_OPEN_KINDS: dict[str, DesktopKind] = {"virtual": "virtual", "docker": "docker", "local": "local"}
+
+
 def _open(word: str, rest: list[str]) -> Command | ParseError:
     relay, error = _optional_relay(f"/desktop {word}", rest)
-    kind: DesktopKind = "local" if word == "local" else "virtual"
-    return error or OpenDesktop(kind, relay)
+    return error or OpenDesktop(_OPEN_KINDS[word], relay)
+
+
+def open_kind(kind: str) -> DesktopKind:
+    """The chat's name of a desktop kind (an unknown one is the virtual desktop)."""
+    return _OPEN_KINDS.get(kind, "virtual")
 
 
 def _bare(word: str, rest: list[str]) -> Command | ParseError:
@@ -259,6 +270,7 @@ def _help(word: str, rest: list[str]) -> Command | ParseError:
 
 
 _KEYWORD_PARSERS: dict[str, Callable[[str, list[str]], Command | ParseError]] = {
+    "virtual": _open,
     "docker": _open,
     "local": _open,
     "close": _bare,
@@ -275,7 +287,18 @@ _KEYWORD_PARSERS: dict[str, Callable[[str, list[str]], Command | ParseError]] = 
 
 
 _TAKES_RELAY = frozenset(
-    {"docker", "local", "status", "attach", "stop", "apps", "take", "hand-back", "stop-agent"}
+    {
+        "virtual",
+        "docker",
+        "local",
+        "status",
+        "attach",
+        "stop",
+        "apps",
+        "take",
+        "hand-back",
+        "stop-agent",
+    }
 )
 
 
@@ -354,9 +377,9 @@ def resolve_relay(name: str | None, visible: Sequence[str]) -> RelayResolution:
 def describe(command: Command) -> str:
     """The canonical text of a command (what the help and the result message show)."""
     if isinstance(command, OpenDesktop):
-        base = "/desktop local" if command.kind == "local" else "/desktop"
+        base = "/desktop" if command.kind == "virtual" else f"/desktop {command.kind}"
         if command.relay and command.kind == "virtual" and command.relay.lower() in SUBCOMMANDS:
-            base = "/desktop docker"  # a relay named like a keyword needs the explicit form
+            base = "/desktop virtual"  # a relay named like a keyword needs the explicit form
         return f"{base} {command.relay}" if command.relay else base
     if isinstance(command, CloseViewer | ListDesktops):
         return f"/desktop {command.tag}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from server.chat import slash
 from wire.errors import ErrorCode
 
 # (relay, kind, message) -> the sentence shown in the chat.
@@ -26,11 +27,19 @@ def sentence(text: str) -> str:
 
 
 def _unavailable(relay: str, kind: str, message: str) -> str:
+    virtual = slash.describe(slash.OpenDesktop("virtual", relay))
     if kind == "local":
         return (
             f"Relay {relay} does not share its real screen. To share it, run "
             f"`relaydesk host-helper` on that relay's host, or use its virtual desktop: "
-            f"/desktop docker {relay}."
+            f"{virtual}."
+        )
+    if kind == "docker":
+        # "/desktop docker" once opened the virtual desktop: say where that one is now.
+        return (
+            f"Relay {relay} cannot run desktops in containers ({message.rstrip('.')}). "
+            f"/desktop docker opens a desktop in a container of its own; the relay's virtual "
+            f"desktop is {virtual}."
         )
     return f"Relay {relay} cannot run this desktop now ({message.rstrip('.')})."
 

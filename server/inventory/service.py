@@ -117,8 +117,11 @@ def row_from_relay(
 
 
 def _same_running(old: DesktopRow, new: DesktopRow) -> bool:
-    """``old`` already records ``new`` (running or paused), started by the same user."""
-    return old.state == new.state and old.started_by == new.started_by
+    """``old`` already records ``new`` (running or paused), started by the same user, for the
+    same reason (a running desktop's ``reason`` names the session programs that failed)."""
+    return (
+        old.state == new.state and old.started_by == new.started_by and old.reason == new.reason
+    )
 
 
 def reported_state(data: Mapping[str, Any]) -> DesktopState:
@@ -404,7 +407,7 @@ class Inventory:
             )
             if old is not None and since is not None and _is_after(old.updated_at, since):
                 continue
-            if old is not None and old.state == fresh.state:
+            if old is not None and (old.state, old.reason) == (fresh.state, fresh.reason):
                 continue
             changed.append(replace(fresh, started_by=old.started_by if old else None))
         return changed

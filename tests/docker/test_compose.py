@@ -16,6 +16,7 @@ import base64
 import io
 import json
 import os
+import re
 import secrets
 import subprocess
 import time
@@ -29,6 +30,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from tests.support.doc_blocks import code_blocks, section
 from tests.support.docker import (
     BUILD_TIMEOUT_S,
     REPO_ROOT,
@@ -257,6 +259,63 @@ def test_the_compose_file_is_accepted_with_the_official_images_by_default() -> N
     assert "redis://:redispassword0123@redis:6379/0" in result.stdout
     assert "requirepass redispassword0123" not in result.stdout
     assert f"file: {COMPOSE_FILE.parent / 'relay.token'}" in result.stdout
+
+
+def test_one_tag_names_both_relaydesk_images() -> None:
+    """``RELAYDESK_TAG`` is the tag ``scripts/docker-build`` gives the images: Compose runs the
+    server and the relay of that build, and the relay with a browser is its ``-browser``."""
+    tagged = _config(REQUIRED | {"RELAYDESK_TAG": "1.4.2"})
+    assert tagged.returncode == 0, tagged.stderr
+    assert "image: relaydesk/server:1.4.2" in tagged.stdout
+    assert "image: relaydesk/relay:1.4.2\n" in tagged.stdout
+    browser = _config(REQUIRED | {"RELAYDESK_TAG": "1.4.2", "RELAYDESK_RELAY_VARIANT": "-browser"})
+    assert "image: relaydesk/relay:1.4.2-browser" in browser.stdout
+    plain = _config(REQUIRED)
+    assert "image: relaydesk/server:dev" in plain.stdout
+    assert "image: relaydesk/relay:dev\n" in plain.stdout
+
+
+def _first_run_block() -> list[str]:
+    block = section("docker.md", "Compose: the whole system").split("```sh\n", 1)[1]
+    return block.split("```", 1)[0].splitlines()
+
+
+def test_the_documented_first_run_needs_no_sudo_and_names_its_project() -> None:
+    """As root (README) nothing needs sudo; ``rdc`` carries a project name of its own, so two
+    installations on one Docker daemon never share containers or volumes."""
+    for block in code_blocks("docker.md"):
+        assert not re.search(r"\bsudo\b", block.text), block.where
+    alias = next(line for line in _first_run_block() if line.startswith("alias rdc="))
+    assert re.search(r" (-p|--project-name) [a-z0-9][a-z0-9_-]*", alias), alias
+
+
+def test_the_relays_secret_file_exists_before_compose_first_loads_the_project(
+    tmp_path: Path,
+) -> None:
+    """Compose warns about a missing secret file on every command that loads the project: the
+    first run creates it before its first ``rdc``, and then the warning never shows."""
+    lines = _first_run_block()
+    creates = next(i for i, line in enumerate(lines) if re.match(r"touch .*relay\.token", line))
+    first_rdc = next(i for i, line in enumerate(lines) if line.startswith("rdc "))
+    assert creates < first_rdc, lines
+    env = tmp_path / "relaydesk.env"
+    env.write_text("".join(f"{k}={v}\n" for k, v in REQUIRED.items()))
+    token = tmp_path / "relay.token"
+    env.write_text(env.read_text() + f"RELAYDESK_RELAY_TOKEN_SECRET={token}\n")
+    argv = ["docker-compose", "-p", unique_name("secret"), "-f", str(COMPOSE_FILE)]
+    argv += ["--env-file", str(env), "ps"]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RELAYDESK_")}
+
+    def ps() -> str:
+        done = subprocess.run(
+            argv, env=clean, capture_output=True, text=True, timeout=scaled(60), check=False
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    assert "undefined secret file" in ps()  # what the docs explain
+    token.touch()
+    assert "undefined secret file" not in ps()
 
 
 @pytest.mark.parametrize("missing", sorted(REQUIRED))

@@ -344,7 +344,7 @@ async def test_close_list_and_help_answer_without_side_effects(env: Env) -> None
     listed = (await env.post("/desktop list")).json()["reply"]["payload"]
     assert listed["desktops"][0]["desktop_session_id"] == "s-1"
     helped = (await env.post("/desktop help")).json()["reply"]["payload"]
-    assert len(helped["lines"]) == 13
+    assert len(helped["lines"]) == 14
     assert env.actions.names() == ["desktop_list_active"] * 3
 
 
@@ -432,16 +432,16 @@ async def test_a_relay_named_local_is_never_offered_as_the_real_screen(env: Env)
     await _only_relay(env, "local")
     reply = (await env.post("/desktop stop")).json()["reply"]
     assert reply["payload"]["outcome"] == "not_running"
-    assert reply["payload"]["suggestion"] == "/desktop docker local"
+    assert reply["payload"]["suggestion"] == "/desktop virtual local"
     assert reply["text"] == (
-        "No desktop is running on local; nothing to stop. /desktop docker local starts one."
+        "No desktop is running on local; nothing to stop. /desktop virtual local starts one."
     )
     attach = (await env.post("/desktop attach")).json()["reply"]["payload"]
-    assert attach["suggestion"] == "/desktop docker local"
+    assert attach["suggestion"] == "/desktop virtual local"
     relay = await admin.add_relay(env.store, "status", "alice")
     await admin.share_relay(env.store, relay["relay_id"], env.seed.conversation_id)
     several = (await env.post("/desktop")).json()["reply"]["payload"]
-    assert several["commands"] == ["/desktop docker local", "/desktop docker status"]
+    assert several["commands"] == ["/desktop virtual local", "/desktop virtual status"]
 
 
 async def test_a_relay_without_its_real_screen_gets_a_next_step(env: Env) -> None:
@@ -455,10 +455,42 @@ async def test_a_relay_without_its_real_screen_gets_a_next_step(env: Env) -> Non
     reply = (await env.post("/desktop local")).json()["reply"]
     assert reply["text"] == (
         "Relay relay-1 does not share its real screen. To share it, run `relaydesk host-helper` "
-        "on that relay's host, or use its virtual desktop: /desktop docker relay-1."
+        "on that relay's host, or use its virtual desktop: /desktop relay-1."
     )
     assert "virtual desktop manager" not in reply["text"]
     assert reply["payload"]["error"]["code"] == "unavailable"
+
+
+async def test_desktop_docker_opens_a_container_desktop_as_the_api_means_it(env: Env) -> None:
+    """ "docker" is the container desktop in the chat as in the API (kind ``docker``)."""
+    reply = (await env.post("/desktop docker")).json()["reply"]
+    start = [body for _, name, body in env.actions.calls if name == "desktop_start"]
+    assert [body["kind"] for body in start] == ["docker"], env.actions.calls
+    assert reply["text"] == "Started the container desktop on relay-1."
+    assert reply["payload"]["kind"] == "docker"
+    await env.post("/desktop virtual")
+    plain = [body for _, name, body in env.actions.calls if name == "desktop_start"]
+    assert plain[-1]["kind"] == "virtual"
+
+
+async def test_desktop_docker_on_a_relay_without_containers_says_where_the_virtual_one_is(
+    env: Env,
+) -> None:
+    """Who typed ``/desktop docker`` for the virtual desktop (its old meaning) is told."""
+
+    async def no_containers(principal: Principal, name: str, body: dict[str, Any]) -> Any:
+        if name == "desktop_list_active":
+            return 200, {"desktops": []}
+        message = "this relay does not run desktops in containers (docker_desktop)"
+        return 503, {"ok": False, "error": {"code": "unavailable", "message": message}}
+
+    env.chat.invoke = no_containers
+    reply = (await env.post("/desktop docker")).json()["reply"]
+    assert reply["text"] == (
+        "Relay relay-1 cannot run desktops in containers (this relay does not run desktops in "
+        "containers (docker_desktop)). /desktop docker opens a desktop in a container of its "
+        "own; the relay's virtual desktop is /desktop relay-1."
+    )
 
 
 @dataclass

@@ -35,8 +35,11 @@ COMMANDS: list[tuple[str, Command]] = [
     ("  /desktop  ", OpenDesktop("virtual", None)),
     ("/desktop relay-1", OpenDesktop("virtual", "relay-1")),
     ("/DESKTOP Relay_2.lab", OpenDesktop("virtual", "Relay_2.lab")),
-    ("/desktop docker", OpenDesktop("virtual", None)),
-    ("/desktop docker relay-1", OpenDesktop("virtual", "relay-1")),
+    ("/desktop virtual", OpenDesktop("virtual", None)),
+    ("/desktop virtual relay-1", OpenDesktop("virtual", "relay-1")),
+    ("/desktop docker", OpenDesktop("docker", None)),
+    ("/desktop docker relay-1", OpenDesktop("docker", "relay-1")),
+    ("/desktop virtual docker", OpenDesktop("virtual", "docker")),
     ("/desktop local", OpenDesktop("local", None)),
     ("/desktop LOCAL relay-1", OpenDesktop("local", "relay-1")),
     ("/desktop close", CloseViewer()),
@@ -141,6 +144,7 @@ def test_describe_round_trips(text: str, command: Command) -> None:
 def test_help_covers_every_command() -> None:
     usages = [usage for usage, _ in help_lines()]
     words = (
+        "virtual",
         "docker",
         "local",
         "close",
@@ -171,6 +175,7 @@ COMMAND_TYPES = (
 WORDS = st.sampled_from(
     [
         "/desktop",
+        "virtual",
         "docker",
         "local",
         "list",

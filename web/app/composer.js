@@ -3,7 +3,8 @@
 
 const COMMANDS = [
   ["/desktop", "open the relay's desktop (attach if running, else start)"],
-  ["/desktop docker", "open the relay's virtual desktop"],
+  ["/desktop virtual", "open the relay's virtual desktop (as /desktop)"],
+  ["/desktop docker", "open the relay's desktop in a container of its own"],
   ["/desktop local", "open the relay host's real screen"],
   ["/desktop list", "list the active desktops here"],
   ["/desktop status", "one relay's desktops, checked now"],
@@ -12,7 +13,8 @@ const COMMANDS = [
   ["/desktop close", "close this browser's viewer tab; the desktop keeps running"],
   ["/desktop help", "show every command"],
 ];
-const TAKES_RELAY = new Set(["/desktop", "/desktop docker", "/desktop local", "/desktop status",
+const TAKES_RELAY = new Set(["/desktop", "/desktop virtual", "/desktop docker", "/desktop local",
+  "/desktop status",
   "/desktop attach", "/desktop stop"]);
 const DRAFT_PREFIX = "relaydesk.draft.";
 

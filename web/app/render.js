@@ -50,11 +50,12 @@ function suggestionButton(text, handlers) {
 }
 
 // The exact command that opens this row's desktop again (a relay named like a keyword is
-// reached as "/desktop docker NAME", never mistaken for the keyword).
-const KEYWORDS = new Set(["docker", "local", "list", "status", "attach", "stop", "close", "help"]);
+// reached as "/desktop virtual NAME", never mistaken for the keyword).
+const KEYWORDS = new Set(["virtual", "docker", "local", "list", "status", "attach", "stop",
+  "apps", "take", "hand-back", "stop-agent", "close", "help"]);
 export function openCommand(relay, kind) {
-  if (kind === "local") return `/desktop local ${relay}`;
-  return KEYWORDS.has(String(relay).toLowerCase()) ? `/desktop docker ${relay}` : `/desktop ${relay}`;
+  if (kind === "local" || kind === "docker") return `/desktop ${kind} ${relay}`;
+  return KEYWORDS.has(String(relay).toLowerCase()) ? `/desktop virtual ${relay}` : `/desktop ${relay}`;
 }
 
 // One line telling how the session started, or how it ended.

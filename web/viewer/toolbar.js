@@ -87,6 +87,7 @@ class Toolbar {
     this.wireKeyboard();
     this.wireSettings();
     this.wireFullscreen();
+    this.wireFit(grant);
     byId("disconnect").addEventListener("click", () => this.viewer.disconnectByUser());
     byId("overlay-reconnect").addEventListener("click", () => this.viewer.reconnectByUser());
   }
@@ -297,6 +298,48 @@ class Toolbar {
     if (!on && this.zoom.scale() === null) this.applyScaling();
   }
 
+  // -- fit the desktop to the window --------------------------------------------------------
+
+  // Xvfb keeps the size it started with: fitting restarts the desktop at this window's size
+  // (the server rounds it to a geometry the relay accepts), after the person confirms.
+  wireFit(grant) {
+    const button = byId("fit-desktop");
+    const note = byId("fit-note");
+    this.fitStats = { asked: null, geometry: null, error: null };
+    this.stats.fit = this.fitStats;
+    let armed = false;
+    button.addEventListener("click", async () => {
+      const screen = byId("screen");
+      const size = { width: Math.floor(screen.clientWidth), height: Math.floor(screen.clientHeight) };
+      if (!armed) {
+        armed = true;
+        note.hidden = false;
+        note.textContent = `Restart the desktop at about ${size.width} × ${size.height}? `
+          + "Programs running in it end; files in a kept home stay.";
+        button.textContent = "Restart at this size";
+        return;
+      }
+      armed = false;
+      button.disabled = true;
+      this.fitStats.asked = size;
+      try {
+        const body = await fitDesktop(grant, this.viewer.sid, size);
+        this.fitStats.geometry = body.geometry;
+        if (!body.restarted) {
+          note.textContent = `The desktop is ${body.geometry} already.`;
+        } else {
+          note.textContent = `Restarted at ${body.geometry}.`;
+          window.location.replace(body.viewer_url);
+        }
+      } catch (err) {
+        this.fitStats.error = err.message;
+        note.textContent = `Not restarted: ${err.message}`;
+      }
+      button.disabled = false;
+      button.textContent = "Fit desktop to window";
+    });
+  }
+
   // -- full screen ------------------------------------------------------------------------
 
   wireFullscreen() {
@@ -314,6 +357,22 @@ class Toolbar {
       button.setAttribute("aria-pressed", String(Boolean(document.fullscreenElement)));
     });
   }
+}
+
+async function fitDesktop(grant, sid, size) {
+  const me = await fetch("/api/v1/me", { credentials: "same-origin", cache: "no-store" });
+  if (!me.ok) throw new Error("sign in to the chat first");
+  const { csrf_token: token } = await me.json();
+  const response = await fetch("/api/v1/actions/desktop_fit", {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": token || "" },
+    body: JSON.stringify({ conversation_id: grant.c, relay: grant.r, desktop_session_id: sid,
+      width: size.width, height: size.height }),
+  });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body?.error?.message || `error ${response.status}`);
+  return body;
 }
 
 export function createToolbar(options) {

@@ -81,6 +81,7 @@ class ContainerDesktop:
     credentials: DesktopCredentials = field(repr=False)
     audio: bool = False
     audio_reason: str | None = None
+    failed_programs: list[str] = field(default_factory=list, compare=False)
     state: DesktopState = "running"
     adopted: bool = field(default=False, compare=False)
 

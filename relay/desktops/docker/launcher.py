@@ -254,6 +254,9 @@ class ContainerLauncher:
     def sound_lost(self, desktop: ContainerDesktop) -> bool:
         return False  # asked of the sound server's socket by the watchdog (silent)
 
+    def failed_programs(self, desktop: ContainerDesktop) -> list[str]:
+        return []  # the container's programs are its own: its init reaps them
+
     async def silent(self, desktops: Sequence[ContainerDesktop]) -> list[ContainerDesktop]:
         """A desktop whose sound server stopped answering keeps running, silent."""
         silent: list[ContainerDesktop] = []

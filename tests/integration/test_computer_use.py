@@ -8,6 +8,7 @@ What reached the desktop is read from the X server (the event recorder of
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,7 +24,8 @@ from server.computer_use.display import Display, default_size
 from tests.integration.test_screen_tool import _xlib_capture
 from tests.support.processes import scaled
 from tests.support.recorded import Desktop, recorded_desktops
-from tests.support.stack import Seed, person_headers
+from tests.support.sse import open_sse
+from tests.support.stack import Seed, person_headers, wait_until
 from wire.ids import RelayId
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -474,3 +476,47 @@ async def test_a_takeover_is_a_tool_error_the_model_understands(doors):
     finally:
         await control("desktop_hand_back")
     assert _presses(recorder.drain()) == []
+
+
+async def test_a_call_over_the_stream_cap_is_429_in_the_doors_shape(doors):
+    """A tool call holds one stream slot while it runs: a user at the cap gets 429 naming it,
+    in relaydesk's error and in each door's own shape, and nothing reaches the desktop."""
+    store = doors.app.state.parts.store
+    user = await admin.create_user(store, "capped")
+    await store.add_member(doors.seed.conversation_id, user["user_id"], "write")
+    token, _ = await store.create_api_token(user["user_id"], "capped")
+    cap = doors.app.state.parts.streams.limits.per_principal
+    events = f"/api/v1/events?conversation_id={doors.seed.conversation_id}"
+    recorder = _recorder(doors)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    async with (
+        httpx.AsyncClient(base_url=doors.url, limits=limits, timeout=scaled(30)) as client,
+        contextlib.AsyncExitStack() as held,
+    ):
+        for _ in range(cap):
+            stream = await held.enter_async_context(
+                open_sse(client, events, {"Authorization": f"Bearer {token}"})
+            )
+            assert stream.response.status_code == 200
+        claude = await doors.request(
+            "POST", doors.base("anthropic"), token=token, json={"action": "screenshot"}
+        )
+        gpt = await doors.request(
+            "POST", doors.base("openai"), token=token, json={"action": {"type": "screenshot"}}
+        )
+    for response in (claude, gpt):
+        assert response.status_code == 429, response.text
+        body = response.json()
+        assert body["error"]["code"] == "limit_reached"
+        assert "RELAYDESK_MAX_STREAMS_PER_PRINCIPAL" in body["error"]["message"]
+        assert body["is_error"] is True
+    assert _text(claude.json()).startswith("limit_reached: too many open streams")
+    assert gpt.json()["message"].startswith("limit_reached: too many open streams")
+    assert _presses(recorder.drain()) == []
+
+    async def served() -> bool:  # once the closed streams gave their slots back
+        body = {"action": {"type": "screenshot"}}
+        again = await doors.request("POST", doors.base("openai"), token=token, json=body)
+        return again.status_code == 200 and "output" in again.json()
+
+    await wait_until(served, 10, "the same token served again")

@@ -64,13 +64,6 @@ class DoorCall(DesktopCall[Session]):
 
     source: ClassVar[str] = SOURCE
     declared: tuple[int, int] | None = None
-    # The last input action's verdict: did it visibly take effect (and after how long)?
-    effect: str | None = None
-    effect_ms: int | None = None
-
-    def answered(self, answer: Result) -> None:
-        if isinstance(answer.get("effect"), str):
-            self.effect, self.effect_ms = str(answer["effect"]), answer.get("effect_ms")
 
     async def display(self) -> Display:
         """The display this request declared (or the default) over the desktop's screen."""
@@ -86,13 +79,17 @@ class DoorCall(DesktopCall[Session]):
         )
 
     async def holding(self, keys: list[str], act: Callable[[], Awaitable[Any]]) -> None:
-        """``act`` with ``keys`` held down, released whatever happens."""
+        """``act`` with ``keys`` held down, released whatever happens; the call's ``effect``
+        is the act's, not the releases'."""
         pressed: list[str] = []
         try:
             for key in keys:
                 await self.screen("key_down", key=key)
                 pressed.append(key)
+            self.effect = self.effect_ms = None
             await act()
         finally:
+            verdict = self.effect, self.effect_ms
             for key in reversed(pressed):
                 await self.screen("key_up", key=key)
+            self.effect, self.effect_ms = verdict

@@ -22,6 +22,7 @@ from PIL import Image
 from server import admin
 from server.computer_use.display import Display, default_size
 from tests.integration.test_screen_tool import _xlib_capture
+from tests.support import effect_app
 from tests.support.processes import scaled
 from tests.support.recorded import Desktop, recorded_desktops
 from tests.support.sse import open_sse
@@ -520,3 +521,33 @@ async def test_a_call_over_the_stream_cap_is_429_in_the_doors_shape(doors):
         return again.status_code == 200 and "output" in again.json()
 
     await wait_until(served, 10, "the same token served again")
+
+
+async def test_both_doors_tell_whether_a_click_took_effect(doors):
+    """A button that changes when clicked is ``changed``; the bare window is not; a pointer
+    move is not judged."""
+    desktop = doors.desktops["main"]  # shown as it is: display points are screen pixels
+    with effect_app.shown(desktop.display, scaled(10), desktop.recorder.window_id) as origin:
+
+        def at(point: tuple[int, int]) -> list[int]:
+            return [origin[0] + point[0], origin[1] + point[1]]
+
+        await doors.claude(action="screenshot")
+        pressed = await doors.claude(action="left_click", coordinate=at(effect_app.BUTTON))
+        assert _text(pressed).startswith("effect: changed (the screen changed where you acted")
+        await doors.claude(action="screenshot")
+        bare = await doors.claude(action="left_click", coordinate=at(effect_app.EMPTY))
+        assert _text(bare).startswith("effect: no_visible_change")
+        moved = await doors.claude(action="mouse_move", coordinate=at(effect_app.LABEL))
+        assert _text(moved) == "done"
+
+        await doors.gpt(action={"type": "screenshot"})
+        x, y = at(effect_app.BUTTON)
+        click = {"action": {"type": "click", "button": "left", "x": x, "y": y}}
+        response = await doors.request("POST", doors.base("openai"), json=click)
+        assert response.status_code == 200 and "output" in response.json(), response.text
+        assert response.headers["x-relaydesk-effect"] == "changed"
+        x, y = at(effect_app.EMPTY)
+        move = {"action": {"type": "move", "x": x, "y": y}}
+        response = await doors.request("POST", doors.base("openai"), json=move)
+        assert response.headers["x-relaydesk-effect"] == "unverifiable"

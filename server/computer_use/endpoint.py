@@ -30,6 +30,7 @@ from server.boundary.limits import TooManyStreams
 from server.computer_use import anthropic, openai
 from server.computer_use.session import Admitted, DoorCall, Session, admit
 from server.computer_use.tool_errors import did_you_mean, for_model
+from server.control.approvals import SafetyApprovals
 from server.db.store import Store
 from server.doors.admission import Sessions
 from wire.errors import InvalidArgs, OpError, RelaydeskError, UnsupportedMediaType
@@ -60,12 +61,18 @@ class ComputerUseEndpoint:
     """Both doors' routes, and the sessions their callers keep between tool calls."""
 
     def __init__(
-        self, max_body_bytes: int, store: Store, streams: StreamGuard, actions: ActionRunner
+        self,
+        max_body_bytes: int,
+        store: Store,
+        streams: StreamGuard,
+        actions: ActionRunner,
+        approvals: SafetyApprovals | None = None,
     ) -> None:
         self.max_body_bytes = max_body_bytes
         self.store = store
         self.streams = streams
         self.actions = actions
+        self.approvals = approvals
         self.sessions = Sessions(Session)
 
     def routes(self) -> list[BaseRoute]:
@@ -118,6 +125,7 @@ class ComputerUseEndpoint:
             session,
             request_id,
             declared=admitted.declared,
+            approvals=self.approvals,
         )
 
     async def _body(self, request: Request) -> dict[str, Any]:

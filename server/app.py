@@ -70,7 +70,11 @@ def route_table(parts: ServerParts, mcp: McpEndpoint) -> list[BaseRoute]:
         settings.max_body_bytes, parts.store, parts.streams, parts.relays, parts.actions
     )
     computer_use = ComputerUseEndpoint(
-        settings.max_body_bytes, parts.store, parts.streams, parts.actions
+        settings.max_body_bytes,
+        parts.store,
+        parts.streams,
+        parts.actions,
+        parts.control.approvals,
     )
     metrics = MetricSources(
         settings.metrics_token,

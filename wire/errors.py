@@ -65,6 +65,8 @@ class ErrorCode(StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed"
     TAKEOVER_ACTIVE = "takeover_active"
     STOPPED_BY_USER = "stopped_by_user"
+    # a model's safety checks wait for a person's decision (docs/computer-use.md)
+    APPROVAL_REQUIRED = "approval_required"
     # accessibility tools (docs/accessibility.md)
     A11Y_UNAVAILABLE = "a11y_unavailable"
     STALE_REF = "stale_ref"
@@ -142,6 +144,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         # A person holds the desktop (423 Locked); a person stopped this agent (409).
         ErrorCode.TAKEOVER_ACTIVE: 423,
         ErrorCode.STOPPED_BY_USER: 409,
+        ErrorCode.APPROVAL_REQUIRED: 403,
         ErrorCode.INTERNAL: 500,
         ErrorCode.START_FAILED: 502,
         ErrorCode.RELAY_UNREACHABLE: 502,

@@ -9,6 +9,7 @@ act changed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -22,6 +23,8 @@ from relay.a11y.toolkits import grab, insert_length
 SCROLL_ANYWHERE: Final = 6  # AtspiScrollType
 ACTION: Final = "org.a11y.atspi.Action"
 CLICK_ACTIONS: Final = ("click", "press", "activate", "toggle", "jump", "open", "select")
+# How long after a native act an event of its app is waited for (the screen's settle window).
+SETTLE_S: Final = 0.15
 
 
 def act(session: Session, params: dict[str, Any]) -> dict[str, Any]:
@@ -34,11 +37,35 @@ def act(session: Session, params: dict[str, Any]) -> dict[str, Any]:
     handler = ACTS.get(str(action))
     if handler is None:
         raise A11yError("invalid_args", f"unknown act {str(action)[:32]!r}", field="action")
+    bus = session.bus
+    bus.drain()
+    before = bus.sent[node.bus]
     try:
-        result = handler(session.bus, node, params | {"_fetched": fetched})
+        result = handler(bus, node, params | {"_fetched": fetched})
+        if result.get("method") == "native":
+            result |= _effect(bus, node.bus, before, str(action))
     finally:
         session.trees.drop(app)
     return {"app": app.name, "role": node.role, "name": node.name} | result
+
+
+def _effect(bus: Bus, app: str, before: int, action: str) -> dict[str, Any]:
+    """A native act's ``effect``: ``changed`` when its app sent an accessibility event after
+    it (within :data:`SETTLE_S`), else ``no_visible_change``; a native scroll into view is
+    ``unverifiable`` (Chromium scrolls without any event). Physical acts get the screen's
+    verdict instead (``relay/a11y/service.py``)."""
+    if action == "scroll":
+        return {"effect": "unverifiable"}
+    start = time.monotonic()
+    deadline = start + SETTLE_S
+    while True:
+        bus.drain()
+        if bus.sent[app] > before:
+            return {"effect": "changed", "effect_ms": round((time.monotonic() - start) * 1000)}
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return {"effect": "no_visible_change"}
+        bus.wait_event(left)
 
 
 def _center(bus: Bus, node: Node) -> dict[str, int]:

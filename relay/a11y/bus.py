@@ -19,6 +19,7 @@ What is read with these calls, an app's tree above all, is in ``relay/a11y/reads
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
@@ -94,6 +95,9 @@ class Bus:
         self.skip_s = skip_s
         self.unresponsive: dict[str, float] = {}  # bus name → until (monotonic)
         self.events = 0
+        # Events per app (bus name) since the worker started: an act's effect is an event of
+        # its app after it (``relay/a11y/actions.py``).
+        self.sent: Counter[str] = Counter()
         # Apps (bus names) that sent an event since their tree was last read.
         self.changed: set[str] = set()
         # Per app, the elements that moved (bounds events) and whose text or value changed
@@ -147,6 +151,8 @@ class Bus:
         self, _conn: Any, sender: str | None, path: str, _iface: str, name: str, params: Any
     ) -> None:
         self.events += 1
+        if sender:
+            self.sent[sender] += 1
         if not sender or sender in self.changed:
             return  # its tree is read again: nothing of it is kept
         if name == BOUNDS_EVENT:

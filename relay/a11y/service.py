@@ -81,9 +81,12 @@ class A11yService:
                     "operator to allow physical input (RELAYDESK_A11Y_PHYSICAL)"
                 },
             )
-        await self._physical(backend, row, cast(dict[str, Any], physical))
+        screen = await self._physical(backend, row, cast(dict[str, Any], physical))
+        result |= {k: v for k, v in screen.items() if k in ("effect", "effect_ms")}
         if physical.get("action") == "type":
             result |= await self._confirm_text(worker, params["ref"], physical)
+            if result["confirmed"]:  # the element's own text says so
+                result["effect"] = "changed"
         result["at"] = {"x": physical["x"], "y": physical["y"]}
         return result
 
@@ -104,33 +107,33 @@ class A11yService:
 
     async def _physical(
         self, backend: A11yBackend, row: RelayRow, physical: dict[str, Any]
-    ) -> None:
+    ) -> ScreenResult:
         """Input at the live bounds the worker just read (no screenshot guard: nothing was
-        chosen on a picture)."""
+        chosen on a picture); the answer of its last screen action (with its ``effect``)."""
         # Here, not at the top: the screen stack loads with its first use, not at relay start.
         from relay.screen.service import LIVE_BOUNDS
 
         action, at = physical["action"], {"x": physical["x"], "y": physical["y"]}
         if action == "click":
-            await backend.screen(row, "click", {**at, "button": "left", "guard": LIVE_BOUNDS})
-        elif action == "scroll":
-            await backend.screen(
+            return await backend.screen(
+                row, "click", {**at, "button": "left", "guard": LIVE_BOUNDS}
+            )
+        if action == "scroll":
+            return await backend.screen(
                 row,
                 "scroll",
                 {**at, "direction": physical["direction"], "amount": physical["amount"]},
             )
-        elif action in ("type", "key"):
-            if not physical.get("focused"):
-                await backend.screen(row, "click", {**at, "button": "left", "guard": LIVE_BOUNDS})
-            if action == "key":
-                await backend.screen(row, "key", {"keys": physical["keys"]})
-                return
-            if physical.get("replace"):
-                await backend.screen(row, "key", {"keys": "ctrl+a"})
-                await backend.screen(row, "key", {"keys": "BackSpace"})
-            await backend.screen(row, "type", {"text": physical["text"]})
-        else:
+        if action not in ("type", "key"):
             raise OpError(ErrorCode.ACTION_FAILED, f"unknown physical action {action!r}")
+        if not physical.get("focused"):
+            await backend.screen(row, "click", {**at, "button": "left", "guard": LIVE_BOUNDS})
+        if action == "key":
+            return await backend.screen(row, "key", {"keys": physical["keys"]})
+        if physical.get("replace"):
+            await backend.screen(row, "key", {"keys": "ctrl+a"})
+            await backend.screen(row, "key", {"keys": "BackSpace"})
+        return await backend.screen(row, "type", {"text": physical["text"]})
 
     async def launched_window(
         self, backend: A11yBackend, row: RelayRow, pid: int, wait_s: float

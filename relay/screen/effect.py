@@ -7,7 +7,9 @@ again every few milliseconds for a short settle window that ends as soon as a ch
 - ``changed``: the region's pixels differ (the answer says after how many milliseconds);
 - ``no_visible_change``: they did not within the window (:data:`SETTLE_S`);
 - ``unverifiable``: there is nothing to look at (keys sent while no window that is showing
-  has the focus, or a backend that cannot say where the focus is).
+  has the focus, or a backend that cannot say where the focus is), or the action is not judged
+  (``move``: a pointer move is not meant to change anything, and judging it would cost every
+  step of a dragged path the settle window).
 """
 
 from __future__ import annotations
@@ -87,6 +89,15 @@ def observed(handler: Handler, where: Where) -> Handler:
         before = ctx.grab(region)
         result = handler(ctx, args)
         return {**result, **settle(ctx, region, before)}
+
+    return run
+
+
+def not_judged(handler: Handler) -> Handler:
+    """``handler`` answering ``effect: unverifiable`` at once (an action that is not judged)."""
+
+    def run(ctx: ScreenContext, args: dict[str, Any]) -> dict[str, Any]:
+        return {**handler(ctx, args), "effect": "unverifiable"}
 
     return run
 

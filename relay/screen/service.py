@@ -45,7 +45,7 @@ from relay.screen.capture import (
 )
 from relay.screen.capture import preview as make_preview
 from relay.screen.denied import DeniedWindows, black_out, refusal
-from relay.screen.effect import around_drag, at_focus, at_point, observed
+from relay.screen.effect import around_drag, at_focus, at_point, not_judged, observed
 from relay.screen.grid import draw_grid
 from wire.capture import BandedPng, bgra_to_rgb
 from wire.errors import ErrorCode, InvalidArgs, OpError
@@ -391,7 +391,7 @@ HANDLERS: dict[str, Handler] = {
     "zoom": _zoom,
     "click": observed(_click_n(1), at_point),
     "double_click": observed(_click_n(2), at_point),
-    "move": _move,
+    "move": not_judged(_move),
     "drag": observed(_drag, around_drag),
     "scroll": observed(_scroll, at_point),
     "type": observed(_type, at_focus),
@@ -401,8 +401,8 @@ HANDLERS: dict[str, Handler] = {
     "keyboard_state": _keyboard_state,
     "mouse_down": observed(_mouse_down, at_point),
     "mouse_up": observed(_mouse_up, at_point),
-    "key_down": _key_down,
-    "key_up": _key_up,
+    "key_down": observed(_key_down, at_focus),
+    "key_up": observed(_key_up, at_focus),
 }
 assert set(HANDLERS) == set(SCREEN_ACTIONS)
 

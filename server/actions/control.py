@@ -76,15 +76,33 @@ async def agent_stop(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]
     stopped = await control_of(ctx).stop(
         key, ctx.principal.username, agent_id, context, place=place
     )
+    relay_names = [row.relay_id] + ([ctx.relay.name] if ctx.relay is not None else [])
+    revoked = await control_of(ctx).approvals.revoke(
+        relay_names, row.kind, row.slot, agent_id, ctx.principal.username
+    )
     names = sorted({grant.agent_name for grant in stopped.revoked})
-    ctx.outcome = "stopped" if names or stopped.cancelled else "no_agent"
+    ctx.outcome = "stopped" if names or stopped.cancelled or revoked else "no_agent"
     cooldown = control_of(ctx).policies.for_relay(key.relay_id).regrant_cooldown_s
     return {
         **_reply(row, stopped.info),
         "stopped": names,
         "cancelled": stopped.cancelled,
         "regrant_after_s": cooldown,
+        "safety_checks_revoked": revoked,
     }
+
+
+async def safety_checks_list(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    return {"requests": control_of(ctx).approvals.listing(ctx.conversation_id)}
+
+
+async def safety_checks_decide(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    require_person(ctx, "safety_checks_decide")
+    decided = await control_of(ctx).approvals.decide(
+        ctx.conversation_id, args["approval_id"], args["decision"], ctx.principal.username
+    )
+    ctx.outcome = decided.state
+    return {"request": decided.info()}
 
 
 async def _agent_id(ctx: ActionContext, name: Any) -> str | None:
@@ -95,6 +113,18 @@ async def _agent_id(ctx: ActionContext, name: Any) -> str | None:
         raise OpError(ErrorCode.NOT_FOUND, f"no agent named {name[:64]!r}", {"field": "agent"})
     return user.user_id
 
+
+APPROVAL_ID: Final[Schema] = {
+    "type": "string",
+    "pattern": "^apv_[0-9a-f]{16}$",
+    "description": "The request, as safety_checks_list and the safety_checks_pending event "
+    "name it.",
+}
+DECISION: Final[Schema] = {
+    "type": "string",
+    "enum": ["approve", "deny"],
+    "description": "approve: the agent's call runs when sent again; deny: it stays refused.",
+}
 
 CONTROL_ACTIONS: Final[tuple[Action, ...]] = (
     Action(
@@ -134,5 +164,28 @@ CONTROL_ACTIONS: Final[tuple[Action, ...]] = (
         "started again in the same slot. People only: an API token gets forbidden.",
         agent_stop,
         audit_op="agent.stop",
+    ),
+    Action(
+        "safety_checks_list",
+        "write",
+        tool_schema({}),
+        "The safety checks models raised in this conversation's computer-use calls, newest "
+        "first: pending ones wait for a person's decision (safety_checks_decide); approved "
+        "ones let the same call run until they expire; Stop revokes them. Role write: the "
+        "checks' messages tell what the model saw on a desktop.",
+        safety_checks_list,
+        read_only=True,
+    ),
+    Action(
+        "safety_checks_decide",
+        "write",
+        tool_schema(
+            {"approval_id": APPROVAL_ID, "decision": DECISION}, ("approval_id", "decision")
+        ),
+        "Approve or deny a pending request for the safety checks a model raised: once "
+        "approved, the agent's same call runs when it sends it again (for 10 minutes, or until "
+        "Stop). People only: an API token gets forbidden.",
+        safety_checks_decide,
+        audit_op="agent.safety_checks",
     ),
 )

@@ -26,9 +26,11 @@ from server.auth.errors import AuthError, Unauthorized
 from server.auth.revocation import Access, Credential
 from server.auth.streams import StreamGuard, until_revoked
 from server.boundary.body import read_capped
+from server.boundary.limits import TooManyStreams
 from server.computer_use import anthropic, openai
 from server.computer_use.session import Admitted, DoorCall, Session, admit
 from server.computer_use.tool_errors import did_you_mean, for_model
+from server.control.approvals import SafetyApprovals
 from server.db.store import Store
 from server.doors.admission import Sessions
 from wire.errors import InvalidArgs, OpError, RelaydeskError, UnsupportedMediaType
@@ -59,12 +61,18 @@ class ComputerUseEndpoint:
     """Both doors' routes, and the sessions their callers keep between tool calls."""
 
     def __init__(
-        self, max_body_bytes: int, store: Store, streams: StreamGuard, actions: ActionRunner
+        self,
+        max_body_bytes: int,
+        store: Store,
+        streams: StreamGuard,
+        actions: ActionRunner,
+        approvals: SafetyApprovals | None = None,
     ) -> None:
         self.max_body_bytes = max_body_bytes
         self.store = store
         self.streams = streams
         self.actions = actions
+        self.approvals = approvals
         self.sessions = Sessions(Session)
 
     def routes(self) -> list[BaseRoute]:
@@ -117,6 +125,7 @@ class ComputerUseEndpoint:
             session,
             request_id,
             declared=admitted.declared,
+            approvals=self.approvals,
         )
 
     async def _body(self, request: Request) -> dict[str, Any]:
@@ -159,8 +168,8 @@ class ComputerUseEndpoint:
             return _refusal(err)
         call = self._call(request, admitted)
         try:
-            answer = await self._watched(request, admitted, door(call, body))
-        except InvalidArgs as err:
+            answer = await self._watched(request, admitted, lambda: door(call, body))
+        except (InvalidArgs, TooManyStreams) as err:  # the caller's fault: not a tool result
             return _refusal(err, **tool_error(err))
         except Unauthorized as err:
             return _refusal(err)
@@ -175,12 +184,13 @@ class ComputerUseEndpoint:
         return JSONResponse(answer, headers=headers)
 
     async def _watched(
-        self, request: Request, admitted: Admitted, work: Awaitable[Answer]
+        self, request: Request, admitted: Admitted, work: Callable[[], Awaitable[Answer]]
     ) -> Answer:
-        """``work`` under the stream caps, cancelled as soon as the token is revoked."""
+        """``work`` under the stream caps (``TooManyStreams`` at a cap, before it starts),
+        cancelled as soon as the token is revoked."""
         access = Access(admitted.target.conversation_id, "read")
         with self.streams.held(request, Credential.of(admitted.principal), access) as watch:
-            answer = await until_revoked(watch, work)
+            answer = await until_revoked(watch, work())
         if answer is None:
             raise Unauthorized(f"access revoked: {watch.reason}")
         return answer

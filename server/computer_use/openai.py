@@ -4,8 +4,10 @@ after the last action.
 
 Coordinates are points on the declared display (``display_width`` by ``display_height``,
 ``server.computer_use.display``). Clicks, double clicks and drags are guarded by the session's
-last screenshot. A ``computer_call`` carrying ``pending_safety_checks`` runs nothing: the checks
-come back for a person to decide, never acknowledged on their behalf.
+last screenshot. A ``computer_call`` carrying safety checks (``pending_safety_checks``, or
+``acknowledged_safety_checks`` sent on) runs only once a person approved them in relaydesk
+(``server.control.approvals``); until then it runs nothing and a person is asked. Its output
+then carries them as ``acknowledged_safety_checks`` for the builder to send on.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from server.computer_use.display import Display
 from server.computer_use.images import screenshot
 from server.computer_use.session import DoorCall
 from server.computer_use.tool_errors import did_you_mean, for_model
+from server.control.approvals import Check
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.screen_args import MAX_AMOUNT, MAX_TEXT
 
@@ -25,6 +28,8 @@ ENVIRONMENT: Final = "linux"
 TOOL_TYPES: Final = ("computer_use_preview", "computer")
 MAX_ACTIONS: Final = 32
 MAX_KEYS: Final = 16
+MAX_CHECKS: Final = 16
+CHECK_LISTS: Final = ("pending_safety_checks", "acknowledged_safety_checks")
 MAX_WAIT_S: Final = 60.0
 DEFAULT_WAIT_S: Final = 1.0
 WHEEL_PIXELS: Final = 100  # one wheel click scrolls about this many pixels
@@ -246,11 +251,39 @@ def _actions_of(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return actions
 
 
+def _text(value: Any, field: str, limit: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > limit:
+        raise InvalidArgs(field, f"must be a string of at most {limit} characters")
+    return value
+
+
+def safety_checks(body: Mapping[str, Any]) -> list[Check]:
+    """The call's safety checks, pending and acknowledged, each once (by its id)."""
+    found: dict[str, Check] = {}
+    for name in CHECK_LISTS:
+        listed = body.get(name)
+        if listed is None:
+            continue
+        if not isinstance(listed, list) or len(listed) > MAX_CHECKS:
+            raise InvalidArgs(name, f"must be a list of at most {MAX_CHECKS} checks")
+        for index, item in enumerate(listed):
+            field = f"{name}[{index}]"
+            if not isinstance(item, dict):
+                raise InvalidArgs(field, "must be an object {id, code, message}")
+            check_id = _text(item.get("id"), f"{field}.id", 128)
+            if not check_id:
+                raise InvalidArgs(f"{field}.id", "required: the check's id")
+            code = _text(item.get("code"), f"{field}.code", 128)
+            message = _text(item.get("message"), f"{field}.message", 2000)
+            found.setdefault(check_id, Check(check_id, code, message))
+    return list(found.values())
+
+
 def check(body: Mapping[str, Any]) -> None:
     _actions_of(body)
-    checks = body.get("pending_safety_checks")
-    if checks is not None and not isinstance(checks, list):
-        raise InvalidArgs("pending_safety_checks", "must be a list")
+    safety_checks(body)
     call_id = body.get("call_id")
     if call_id is not None and (not isinstance(call_id, str) or len(call_id) > 256):
         raise InvalidArgs("call_id", "must be a string of at most 256 characters")
@@ -264,24 +297,25 @@ def _item(body: Mapping[str, Any]) -> Answer:
 
 
 async def run(call: DoorCall, body: Mapping[str, Any]) -> Answer:
-    checks = body.get("pending_safety_checks") or []
-    if checks:
-        raise OpError(
-            ErrorCode.FORBIDDEN,
-            "the model raised safety checks for this action; a person must decide on them "
-            "before it runs (nothing was done)",
-            {"hint": "pending_safety_checks"},
-        )
+    checks = safety_checks(body)
+    call_id = body.get("call_id")
+    if checks:  # nothing runs before a person approved them
+        await call.approved(checks, call_id if isinstance(call_id, str) else None)
     display = await call.display()
     for action in _actions_of(body):
         await ACTIONS[str(action["type"])](call, display, action)
     shot = await screenshot(call, display)
     output = {"type": "computer_screenshot", "image_url": shot.data_url}
     answer = {**_item(body), "output": output}
+    if checks:
+        answer["acknowledged_safety_checks"] = [c.item() for c in checks]
     return answer
 
 
 def error_item(err: OpError) -> Answer:
     """A refusal as the door answers it: the item with no screenshot, and the words for the
     model (send them as a message beside the item)."""
-    return {"type": "computer_call_output", "is_error": True, "message": for_model(err)}
+    item: Answer = {"type": "computer_call_output", "is_error": True, "message": for_model(err)}
+    if isinstance(err.details.get("approval_id"), str):  # the request a person decides on
+        item["approval_id"] = err.details["approval_id"]
+    return item

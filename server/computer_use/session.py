@@ -19,10 +19,12 @@ from starlette.requests import HTTPConnection
 
 from server.auth.errors import Unauthorized
 from server.computer_use.display import Display, display_for, parse_size
+from server.control.approvals import Check, SafetyApprovals, Where
 from server.db.store import Store
 from server.doors.admission import Admission, bearer
 from server.doors.admission import admit as admit_token
 from server.doors.call import DesktopCall, DoorSession
+from wire.errors import ErrorCode, OpError
 
 SOURCE: Final = "computer_use"
 Result = dict[str, Any]
@@ -64,13 +66,18 @@ class DoorCall(DesktopCall[Session]):
 
     source: ClassVar[str] = SOURCE
     declared: tuple[int, int] | None = None
-    # The last input action's verdict: did it visibly take effect (and after how long)?
-    effect: str | None = None
-    effect_ms: int | None = None
+    approvals: SafetyApprovals | None = None
 
-    def answered(self, answer: Result) -> None:
-        if isinstance(answer.get("effect"), str):
-            self.effect, self.effect_ms = str(answer["effect"]), answer.get("effect_ms")
+    async def approved(self, checks: list[Check], call_id: str | None) -> None:
+        """Nothing when a person approved ``checks`` for this agent on this desktop, else
+        ``approval_required`` (a person is asked) or ``policy_denied``."""
+        if self.approvals is None:
+            raise OpError(ErrorCode.APPROVAL_REQUIRED, "safety checks cannot be approved here")
+        await self.screen("mouse_position")  # a caller the screen is not open to hears that
+        target = self.target
+        where = Where(target.conversation_id, target.relay, target.kind, target.slot)
+        principal = self.principal
+        await self.approvals.settle(where, principal.user_id, principal.username, checks, call_id)
 
     async def display(self) -> Display:
         """The display this request declared (or the default) over the desktop's screen."""
@@ -86,13 +93,17 @@ class DoorCall(DesktopCall[Session]):
         )
 
     async def holding(self, keys: list[str], act: Callable[[], Awaitable[Any]]) -> None:
-        """``act`` with ``keys`` held down, released whatever happens."""
+        """``act`` with ``keys`` held down, released whatever happens; the call's ``effect``
+        is the act's, not the releases'."""
         pressed: list[str] = []
         try:
             for key in keys:
                 await self.screen("key_down", key=key)
                 pressed.append(key)
+            self.effect = self.effect_ms = None
             await act()
         finally:
+            verdict = self.effect, self.effect_ms
             for key in reversed(pressed):
                 await self.screen("key_up", key=key)
+            self.effect, self.effect_ms = verdict

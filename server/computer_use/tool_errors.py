@@ -48,7 +48,7 @@ def effect_text(effect: str | None, effect_ms: int | None) -> str | None:
         )
     if effect == "unverifiable":
         return (
-            "effect: unverifiable (no window that is showing has the keyboard focus: "
-            "take a screenshot to check)"
+            "effect: unverifiable (nothing to judge it by, e.g. no window that is showing "
+            "has the keyboard focus: take a screenshot to check)"
         )
     return None

@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Generic, NoReturn, TypeVar
 
+from server.control.approvals import SafetyApprovals
 from server.control.audit import AuditContext, AuditQueue, GrantAudit, grant_details
 from server.control.inflight import InFlight
 from server.control.model import (
@@ -122,6 +123,8 @@ class ControlService:
         self.idle_s = policies.default.takeover_idle_s
         self.inflight = InFlight()
         self.publisher = ControlPublisher(bus, sharing)
+        # A model's safety checks waiting for a person (the computer-use doors).
+        self.approvals = SafetyApprovals(bus, clock)
         self._bus = bus
         self._audit = GrantAudit(audit)
         self._clock = clock

@@ -277,7 +277,8 @@ class CuaEndpoint:
             missing = missing_params(command, params)
             if missing is not None:
                 raise InvalidArgs(missing, "required")
-            return protocol.success(await command.run(call, params))
+            # An input command also says whether it visibly took effect (docs/cua.md).
+            return protocol.success({**await command.run(call, params), **call.verdict()})
         except OpError as err:
             return protocol.failure(err)
         except Exception:

@@ -47,6 +47,9 @@ class DesktopCall(Generic[S]):
     session: S
     request_id: str
     steps: list[str] = field(default_factory=list)
+    # The last input action's verdict: did it visibly take effect (and after how long)?
+    effect: str | None = None
+    effect_ms: int | None = None
 
     async def action(self, name: str, **args: Any) -> Result:
         """Run the typed action ``name`` on this call's desktop; ``OpError`` on refusal."""
@@ -64,7 +67,18 @@ class DesktopCall(Generic[S]):
         return answer
 
     def answered(self, answer: Result) -> None:
-        """What a door keeps of an action's answer beyond the desktop's session (nothing)."""
+        """What a call keeps of an action's answer beyond the desktop's session: the input
+        action's ``effect`` (docs/computer-use.md, "Did it take effect?")."""
+        if isinstance(answer.get("effect"), str):
+            ms = answer.get("effect_ms")
+            self.effect, self.effect_ms = str(answer["effect"]), ms if isinstance(ms, int) else None
+
+    def verdict(self) -> Result:
+        """The last input action's ``effect`` (and ``effect_ms``) as an answer's keys."""
+        if self.effect is None:
+            return {}
+        timed = {"effect_ms": self.effect_ms} if self.effect_ms is not None else {}
+        return {"effect": self.effect, **timed}
 
     async def last_revision(self, stale: str) -> str:
         """The revision of the session's last screenshot, which guards its clicks. Before any

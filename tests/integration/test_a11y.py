@@ -380,3 +380,21 @@ async def test_the_accessibility_bus_dying_is_reported_and_the_desktop_keeps_run
             desktop_session_id=session,
         )
         assert stopped["stopped"] is True, stopped
+
+
+async def test_acts_say_whether_they_took_effect(stack):
+    """A native act is confirmed by an accessibility event of its app, a physical one by the
+    screen; focusing what already has the focus changes nothing."""
+    box = await _find_one(stack, 'check_box[name="Remember me"]')
+    toggled = await stack.ok("desktop_click", ref=box["ref"])
+    assert (toggled["method"], toggled["effect"]) == ("native", "changed"), toggled
+    assert toggled["effect_ms"] >= 0
+    await stack.ok("desktop_focus", ref=box["ref"])
+    again = await stack.ok("desktop_focus", ref=box["ref"])
+    assert (again["method"], again["effect"]) == ("native", "no_visible_change"), again
+    name = await _find_one(stack, 'text[name="Name"]', window="relaydesk form")
+    typed = await stack.ok("desktop_type", ref=name["ref"], text="effect")
+    assert typed["effect"] == "changed", typed
+    await stack.ok("desktop_key", ref=name["ref"], keys="End")
+    pressed = await stack.ok("desktop_key", ref=name["ref"], keys="BackSpace")
+    assert (pressed["method"], pressed["effect"]) == ("physical", "changed"), pressed

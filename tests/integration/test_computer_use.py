@@ -8,6 +8,7 @@ What reached the desktop is read from the X server (the event recorder of
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,9 +22,11 @@ from PIL import Image
 from server import admin
 from server.computer_use.display import Display, default_size
 from tests.integration.test_screen_tool import _xlib_capture
+from tests.support import effect_app
 from tests.support.processes import scaled
 from tests.support.recorded import Desktop, recorded_desktops
-from tests.support.stack import Seed, person_headers
+from tests.support.sse import open_sse
+from tests.support.stack import Seed, person_headers, wait_until
 from wire.ids import RelayId
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -391,7 +394,10 @@ async def test_openai_pending_safety_checks_run_nothing(doors):
         pending_safety_checks=[check],
         action={"type": "click", "button": "left", "x": 5, "y": 5},
     )
-    assert item["is_error"] is True and "safety checks" in item["message"]
+    assert item["is_error"] is True and item["message"].startswith("approval_required: ")
+    assert "sc_1 (malicious_instructions)" in item["message"]
+    assert "a person must approve" in item["message"]
+    assert item["approval_id"].startswith("apv_")
     assert _presses(recorder.drain()) == []
 
 
@@ -474,3 +480,205 @@ async def test_a_takeover_is_a_tool_error_the_model_understands(doors):
     finally:
         await control("desktop_hand_back")
     assert _presses(recorder.drain()) == []
+
+
+async def test_a_call_over_the_stream_cap_is_429_in_the_doors_shape(doors):
+    """A tool call holds one stream slot while it runs: a user at the cap gets 429 naming it,
+    in relaydesk's error and in each door's own shape, and nothing reaches the desktop."""
+    store = doors.app.state.parts.store
+    user = await admin.create_user(store, "capped")
+    await store.add_member(doors.seed.conversation_id, user["user_id"], "write")
+    token, _ = await store.create_api_token(user["user_id"], "capped")
+    cap = doors.app.state.parts.streams.limits.per_principal
+    events = f"/api/v1/events?conversation_id={doors.seed.conversation_id}"
+    recorder = _recorder(doors)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    async with (
+        httpx.AsyncClient(base_url=doors.url, limits=limits, timeout=scaled(30)) as client,
+        contextlib.AsyncExitStack() as held,
+    ):
+        for _ in range(cap):
+            stream = await held.enter_async_context(
+                open_sse(client, events, {"Authorization": f"Bearer {token}"})
+            )
+            assert stream.response.status_code == 200
+        claude = await doors.request(
+            "POST", doors.base("anthropic"), token=token, json={"action": "screenshot"}
+        )
+        gpt = await doors.request(
+            "POST", doors.base("openai"), token=token, json={"action": {"type": "screenshot"}}
+        )
+    for response in (claude, gpt):
+        assert response.status_code == 429, response.text
+        body = response.json()
+        assert body["error"]["code"] == "limit_reached"
+        assert "RELAYDESK_MAX_STREAMS_PER_PRINCIPAL" in body["error"]["message"]
+        assert body["is_error"] is True
+    assert _text(claude.json()).startswith("limit_reached: too many open streams")
+    assert gpt.json()["message"].startswith("limit_reached: too many open streams")
+    assert _presses(recorder.drain()) == []
+
+    async def served() -> bool:  # once the closed streams gave their slots back
+        body = {"action": {"type": "screenshot"}}
+        again = await doors.request("POST", doors.base("openai"), token=token, json=body)
+        return again.status_code == 200 and "output" in again.json()
+
+    await wait_until(served, 10, "the same token served again")
+
+
+async def test_both_doors_tell_whether_a_click_took_effect(doors):
+    """A button that changes when clicked is ``changed``; the bare window is not; a pointer
+    move is not judged."""
+    desktop = doors.desktops["main"]  # shown as it is: display points are screen pixels
+    with effect_app.shown(desktop.display, scaled(10), desktop.recorder.window_id) as origin:
+
+        def at(point: tuple[int, int]) -> list[int]:
+            return [origin[0] + point[0], origin[1] + point[1]]
+
+        await doors.claude(action="screenshot")
+        pressed = await doors.claude(action="left_click", coordinate=at(effect_app.BUTTON))
+        assert _text(pressed).startswith("effect: changed (the screen changed where you acted")
+        await doors.claude(action="screenshot")
+        bare = await doors.claude(action="left_click", coordinate=at(effect_app.EMPTY))
+        assert _text(bare).startswith("effect: no_visible_change")
+        moved = await doors.claude(action="mouse_move", coordinate=at(effect_app.LABEL))
+        assert _text(moved) == "done"
+
+        await doors.gpt(action={"type": "screenshot"})
+        x, y = at(effect_app.BUTTON)
+        click = {"action": {"type": "click", "button": "left", "x": x, "y": y}}
+        response = await doors.request("POST", doors.base("openai"), json=click)
+        assert response.status_code == 200 and "output" in response.json(), response.text
+        assert response.headers["x-relaydesk-effect"] == "changed"
+        x, y = at(effect_app.EMPTY)
+        move = {"action": {"type": "move", "x": x, "y": y}}
+        response = await doors.request("POST", doors.base("openai"), json=move)
+        assert response.headers["x-relaydesk-effect"] == "unverifiable"
+
+
+async def _as_person(doors: Doors, name: str, **body: Any) -> httpx.Response:
+    headers = await person_headers(doors.url, doors.seed)
+    payload = {"conversation_id": doors.seed.conversation_id, **body}
+    async with httpx.AsyncClient(base_url=doors.url, timeout=scaled(30)) as client:
+        return await client.post(f"/api/v1/actions/{name}", json=payload, headers=headers)
+
+
+async def _as_agent(doors: Doors, name: str, token: str, **body: Any) -> httpx.Response:
+    payload = {"conversation_id": doors.seed.conversation_id, **body}
+    return await doors.request("POST", f"{doors.url}/api/v1/actions/{name}", token, json=payload)
+
+
+async def _event(stream: Any, name: str) -> dict[str, Any]:
+    while True:
+        event = await stream.next(timeout=10)
+        if event.event == name:
+            data: dict[str, Any] = event.data
+            return data
+
+
+async def test_safety_checks_run_once_a_person_approved_them(doors):
+    """The checks become a request people see (an event, the listing); an agent cannot decide
+    it; once a person approved it the same call runs and its output acknowledges them; a
+    denied one stays refused; Stop revokes an approval."""
+    store = doors.app.state.parts.store
+    agent = await admin.create_user(store, "checked-agent")
+    await store.add_member(doors.seed.conversation_id, agent["user_id"], "write")
+    token, _ = await store.create_api_token(agent["user_id"], "checked")
+    recorder = _recorder(doors)
+    checks = [{"id": "sc_a1", "code": "irrelevant_domain", "message": "Look twice."}]
+    call = {
+        "type": "computer_call",
+        "call_id": "call_a",
+        "pending_safety_checks": checks,
+        "action": {"type": "click", "button": "left", "x": 40, "y": 50},
+    }
+
+    async def send(item: dict[str, Any]) -> dict[str, Any]:
+        response = await doors.request("POST", doors.base("openai"), token, json=item)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    events = f"/api/v1/events?conversation_id={doors.seed.conversation_id}"
+    async with (
+        httpx.AsyncClient(base_url=doors.url, timeout=scaled(30)) as client,
+        open_sse(client, events, {"Authorization": f"Bearer {doors.seed.api_token}"}) as stream,
+    ):
+        await send({"action": {"type": "screenshot"}})
+        refused = await send(call)
+        assert refused["is_error"] is True and refused["message"].startswith("approval_required")
+        approval_id = refused["approval_id"]
+        asked = await _event(stream, "safety_checks_pending")
+        assert asked["approval_id"] == approval_id and asked["agent"] == "checked-agent"
+        # The event leaves out what the model saw (read members follow it too).
+        assert asked["checks"] == [{"id": "sc_a1", "code": "irrelevant_domain"}]
+        assert asked["state"] == "pending"
+        assert (asked["relay"], asked["kind"], asked["slot"]) == ("relay-1", "virtual", "main")
+        # Asked again before anyone decided: the same request, nothing runs.
+        assert (await send(call))["approval_id"] == approval_id
+        assert _presses(recorder.drain()) == []
+        listed = await _as_agent(doors, "safety_checks_list", token)
+        assert listed.status_code == 200, listed.text
+        assert listed.json()["requests"][0]["approval_id"] == approval_id
+        assert listed.json()["requests"][0]["checks"] == checks
+        # An API token is an agent: it cannot approve, even its owner's person could.
+        for who in (token, doors.seed.api_token):
+            forbidden = await _as_agent(
+                doors, "safety_checks_decide", who, approval_id=approval_id, decision="approve"
+            )
+            assert forbidden.status_code == 403, forbidden.text
+            assert forbidden.json()["error"]["reason"] == "agent_principal"
+        assert (await send(call))["is_error"] is True
+        approved = await _as_person(
+            doors, "safety_checks_decide", approval_id=approval_id, decision="approve"
+        )
+        assert approved.status_code == 200, approved.text
+        assert approved.json()["request"]["state"] == "approved"
+        decided = await _event(stream, "safety_checks_decided")
+        assert decided["approval_id"] == approval_id and decided["state"] == "approved"
+        assert decided["decided_by"] == doors.seed.user["username"]
+    ran = await send(call)
+    assert "is_error" not in ran and ran["acknowledged_safety_checks"] == checks
+    assert ran["output"]["type"] == "computer_screenshot"
+    # The builder sends them on as acknowledged: that runs too.
+    await send({"action": {"type": "screenshot"}})
+    onward = {**call, "pending_safety_checks": [], "acknowledged_safety_checks": checks}
+    assert (await send(onward))["acknowledged_safety_checks"] == checks
+    assert _presses(recorder.drain()) == [(1, 40, 50), (1, 40, 50)]
+    twice = await _as_person(
+        doors, "safety_checks_decide", approval_id=approval_id, decision="deny"
+    )
+    assert twice.status_code == 409, twice.text
+
+    # Denied: stays refused, nothing runs.
+    other = {**call, "pending_safety_checks": [{"id": "sc_b1", "code": "sensitive_domain"}]}
+    pending = await send(other)
+    denied = await _as_person(
+        doors, "safety_checks_decide", approval_id=pending["approval_id"], decision="deny"
+    )
+    assert denied.json()["request"]["state"] == "denied"
+    for _ in range(2):
+        again = await send(other)
+        assert again["is_error"] is True and again["message"].startswith("policy_denied: ")
+        assert "denied the safety checks sc_b1" in again["message"]
+    assert _presses(recorder.drain()) == []
+
+    # Stop revokes an approval: the call is refused again, and a person is asked anew.
+    third = {**call, "pending_safety_checks": [{"id": "sc_c1", "code": "sensitive_domain"}]}
+    asked_third = await send(third)
+    await _as_person(
+        doors, "safety_checks_decide", approval_id=asked_third["approval_id"], decision="approve"
+    )
+    session = doors.desktops["main"].session_id
+    stop = await _as_person(doors, "agent_stop", desktop_session_id=session, agent="checked-agent")
+    assert stop.status_code == 200, stop.text
+    assert stop.json()["safety_checks_revoked"] == 2  # this approval and the first one
+    after = await send(third)
+    assert after["is_error"] is True, after
+    assert after["message"].startswith(("approval_required", "stopped_by_user"))
+    assert _presses(recorder.drain()) == []
+    states = {
+        r["approval_id"]: r["state"]
+        for r in (await _as_person(doors, "safety_checks_list")).json()["requests"]
+    }
+    assert states[pending["approval_id"]] == "denied"
+    assert states[approval_id] == states[asked_third["approval_id"]] == "revoked"

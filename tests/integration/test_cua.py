@@ -24,6 +24,7 @@ from server import admin
 from server.db.records import parse_role
 from server.db.store import Store
 from tests.integration.test_screen_tool import _xlib_capture
+from tests.support import effect_app
 from tests.support.cua import CuaClient, CuaServer, parse_data_line, shape
 from tests.support.processes import scaled
 from tests.support.recorded import Desktop, recorded_desktops
@@ -331,6 +332,8 @@ ORACLE_COMMANDS: list[tuple[str, dict[str, Any]]] = [
     ("scroll_direction", {"direction": "down", "clicks": 1}),
 ]
 
+INPUT_COMMANDS = {name for name, _ in ORACLE_COMMANDS[4:]}
+
 
 async def test_replies_have_the_keys_and_types_of_cuas_own_server(stack):
     oracle = await asyncio.to_thread(
@@ -344,6 +347,9 @@ async def test_replies_have_the_keys_and_types_of_cuas_own_server(stack):
             ours = await stack.cmd(command, **params)
             assert theirs["success"] is True, (command, theirs)
             assert ours["success"] is True, (command, ours)
+            # Ours also says whether an input command took effect: a key Cua's client ignores.
+            verdict = {k: ours.pop(k) for k in ("effect", "effect_ms") if k in ours}
+            assert ("effect" in verdict) is (command in INPUT_COMMANDS), (command, verdict)
             assert shape(ours) == shape(theirs) or _same_version_shape(command, ours, theirs), (
                 command,
                 shape(ours),
@@ -367,3 +373,30 @@ async def test_the_screenshot_reply_decodes_like_cuas(stack):
     assert reply["format"] == "png"
     assert Image.open(io.BytesIO(_decoded(reply))).size == SIZE
     json.dumps(reply)  # plain JSON, as Cua's client expects
+
+
+async def test_input_commands_say_whether_they_took_effect(stack):
+    """A button that changes when clicked, the bare window, typing into a field, a move."""
+    desktop = stack.desktop
+    with effect_app.shown(desktop.display, scaled(10), desktop.recorder.window_id) as origin:
+
+        def at(point: tuple[int, int]) -> dict[str, int]:
+            return {"x": origin[0] + point[0], "y": origin[1] + point[1]}
+
+        await stack.cmd("screenshot")
+        pressed = await stack.cmd("left_click", **at(effect_app.BUTTON))
+        assert pressed["success"] is True and pressed["effect"] == "changed", pressed
+        assert pressed["effect_ms"] >= 0
+        await stack.cmd("screenshot")
+        bare = await stack.cmd("left_click", **at(effect_app.EMPTY))
+        assert (bare["success"], bare["effect"]) == (True, "no_visible_change"), bare
+        await stack.cmd("screenshot")
+        await stack.cmd("left_click", **at(effect_app.FIELD))
+        typed = await stack.cmd("type_text", text="abc")
+        assert typed["effect"] == "changed", typed
+        shift = await stack.cmd("press_key", key="shift")
+        assert shift["effect"] == "no_visible_change", shift
+        moved = await stack.cmd("move_cursor", **at(effect_app.LABEL))
+        assert moved == {"success": True, "effect": "unverifiable"}
+    # Commands that are not input answer Cua's keys only.
+    assert "effect" not in await stack.cmd("get_cursor_position")

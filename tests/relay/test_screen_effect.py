@@ -87,3 +87,13 @@ async def test_keys_with_no_window_to_receive_them_are_unverifiable(xvfb, app, s
     await service.run(xvfb.display, "move", {"x": 1200, "y": 750})  # off the window
     result = await service.run(xvfb.display, "type", {"text": "lost"})
     assert result["effect"] == "unverifiable"
+
+
+async def test_a_move_is_not_judged_and_held_keys_are(xvfb, app, service):
+    moved = await service.run(xvfb.display, "move", {"x": 5, "y": 5})
+    assert moved["effect"] == "unverifiable" and "effect_ms" not in moved
+    await _click(service, xvfb.display, at(effect_app.FIELD))
+    down = await service.run(xvfb.display, "key_down", {"keys": "x"})
+    assert down["effect"] == "changed"  # the character lands in the field
+    up = await service.run(xvfb.display, "key_up", {"keys": "x"})
+    assert up["effect"] == "no_visible_change"

@@ -116,6 +116,7 @@ CONTENT_READS = {
     "desktop_wait",
     "desktop_windows",
     "desktop_clipboard_get",
+    "safety_checks_list",
 }
 
 

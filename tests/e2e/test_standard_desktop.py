@@ -353,7 +353,7 @@ async def test_the_editor_opens_a_file_an_agent_wrote(
     path = home_of(stack, standard.desktop_session_id) / "Documents" / "agent-notes.txt"
     assert path.read_text(encoding="utf-8") == text
 
-    async def screen(**args: str) -> None:
+    async def screen(**args: Any) -> None:
         await stack.action("screen", desktop_session_id=standard.desktop_session_id, **args)
 
     # The agent opens it in the editor as a person would: Ctrl+O, the

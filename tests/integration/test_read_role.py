@@ -223,10 +223,10 @@ async def cua_commands(stack: A11yStack, token: str) -> dict[str, Any]:
 async def test_cua_lists_to_a_read_member_only_commands_it_may_run(
     stack: A11yStack, members: Members
 ) -> None:
-    status, written = await call(
+    status, shared = await call(
         stack, members.writer, "desktop_file_write", path="Downloads/shared.txt", content="seen"
     )
-    assert status == 200, written
+    assert status == 200, shared
     offered = await cua_commands(stack, members.reader)
     listed = set(offered["commands"])
     assert listed and not listed & set(CUA_READS), listed

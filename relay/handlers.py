@@ -24,8 +24,9 @@ from relay.backend import (
     unpaused,
 )
 from relay.channels import StreamChannel, TargetEnd
-from relay.desktop_tools.home_files import HomeFileSettings, home_file
+from relay.desktop_tools.home_files import HomeFileSettings
 from relay.desktop_tools.home_stream import open_file_channel
+from relay.desktop_tools.home_worker import HomeFileWorkers
 from relay.desktop_tools.service import DesktopTools
 from relay.desktop_tools.session import session_of
 from relay.desktop_tools.settings import DesktopToolSettings
@@ -87,6 +88,7 @@ class Handlers:
         self.tools = DesktopTools(tools or DesktopToolSettings.from_env())
         # Files in a desktop's home, on every relay (relay/desktop_tools/home_files.py).
         self.files = files or HomeFileSettings.from_env()
+        self.file_workers = HomeFileWorkers(self.files)
         self.backends: dict[str, DesktopBackend] = {b.kind: b for b in backends}
         # Set on a relay running beside the server: the server may then reach x11vnc itself.
         self.direct_host = direct_host
@@ -306,7 +308,8 @@ class Handlers:
 
     async def _desktop_home_file(self, link: ServerLink, args: HomeFileArgs) -> HomeFileResult:
         """List, read, write or delete in the desktop's home, as its user (no opt-in)."""
-        return await home_file(await session_of(*await self._tool_target(args)), args, self.files)
+        session = await session_of(*await self._tool_target(args))
+        return await self.file_workers.run(session, args)
 
     async def _desktop_reset_home(
         self, link: ServerLink, args: ops.SlotArgs

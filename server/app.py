@@ -41,6 +41,7 @@ from server.metrics.endpoint import MetricSources, metrics_routes
 from server.openapi.document import openapi_routes
 from server.relays.endpoint import relay_route
 from server.viewer.assets import check_novnc_tree
+from server.viewer.clipboard_image import clipboard_image_route
 from server.viewer.clipboard_state import clipboard_state_route
 from server.viewer.control_stream import ControlFeeds, control_routes
 from server.viewer.keyboard_state import keyboard_state_route
@@ -102,6 +103,7 @@ def route_table(parts: ServerParts, mcp: McpEndpoint) -> list[BaseRoute]:
         *control_routes(feeds, parts.viewer_streams),
         keyboard_state_route(parts.store, parts.relays, settings.secret_key),
         clipboard_state_route(parts.store, parts.relays, settings.secret_key),
+        clipboard_image_route(parts.store, parts.relays, settings.secret_key),
         # chat and the web app
         *chat_routes(parts.chat),
         *web_routes(),

@@ -29,9 +29,19 @@ WINDOW_SIZE_MAX: Final = 32767
 WINDOW_ID_MAX: Final = 2**32 - 1
 
 
-ClipboardOp = Literal["get", "set"]
+ClipboardOp = Literal["get", "set", "get_png", "set_png"]
 # The longest clipboard text set or read (characters set, UTF-8 bytes read).
 CLIPBOARD_MAX: Final = 1_000_000
+# The largest PNG image set or read on the clipboard (bytes), and its base64 in an op (a
+# wire text frame holds at most 16 MiB).
+CLIPBOARD_PNG_MAX: Final = 8 * 1024 * 1024
+CLIPBOARD_PNG_B64_MAX: Final = 4 * ((CLIPBOARD_PNG_MAX + 2) // 3)
+PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
+# Each op's field (none: get, get_png).
+CLIPBOARD_FIELDS: Final[dict[str, tuple[str, int]]] = {
+    "set": ("text", CLIPBOARD_MAX),
+    "set_png": ("png_b64", CLIPBOARD_PNG_B64_MAX),
+}
 
 
 SHELL_TIMEOUT_MIN_S: Final = 1.0
@@ -118,12 +128,15 @@ def _check_text(name: str, value: object, longest: int, *, empty: bool = True) -
 
 
 def check_clipboard_args(args: Mapping[str, Any]) -> None:
-    """``text`` with ``set`` (at most :data:`CLIPBOARD_MAX` characters), none with ``get``."""
+    """``text`` with ``set`` (at most :data:`CLIPBOARD_MAX` characters), ``png_b64`` with
+    ``set_png`` (a PNG image of at most :data:`CLIPBOARD_PNG_MAX` bytes, in base64), none
+    with ``get`` and ``get_png``."""
     op = str(args["op"])
-    needed = ("text",) if op == "set" else ()
-    _only_fields(args, op, needed, needed, ("text",))
-    if needed:
-        _check_text("text", args["text"], CLIPBOARD_MAX)
+    field = CLIPBOARD_FIELDS.get(op)
+    needed = (field[0],) if field else ()
+    _only_fields(args, op, needed, needed, ("text", "png_b64"))
+    if field:
+        _check_text(field[0], args[field[0]], field[1])
 
 
 def check_shell_args(args: Mapping[str, Any]) -> None:

@@ -236,6 +236,8 @@ class DesktopWindowResult(TypedDict):
 class DesktopClipboardArgs(DesktopTargetArgs):
     op: ClipboardOp
     text: NotRequired[str]
+    # set_png: the PNG image's bytes in base64
+    png_b64: NotRequired[str]
 
 
 class DesktopClipboardResult(TypedDict):
@@ -243,6 +245,8 @@ class DesktopClipboardResult(TypedDict):
     text: NotRequired[str]
     truncated: NotRequired[bool]
     set: NotRequired[bool]
+    # get_png: the clipboard's image/png in base64; absent when it holds none
+    png_b64: NotRequired[str]
 
 
 class DesktopShellArgs(DesktopTargetArgs):

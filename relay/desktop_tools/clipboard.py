@@ -1,4 +1,5 @@
-"""The desktop's CLIPBOARD selection, read and set with ``xclip`` run as the desktop's user.
+"""The desktop's CLIPBOARD selection, read and set with ``xclip`` run as the desktop's user:
+text, or a PNG image (``image/png``).
 
 Setting starts an ``xclip`` that keeps serving the text until something else takes the
 selection (its own process group, joined to the desktop's: it stops with the desktop at the
@@ -22,8 +23,8 @@ from relay.desktop_tools.session import DesktopSession
 from relay.policy import DeniedApps
 from relay.screen.args import is_display_name
 from relay.screen.denied import DeniedWindows, refusal
-from wire.desktop_tool_args import CLIPBOARD_MAX
-from wire.errors import ErrorCode, OpError
+from wire.desktop_tool_args import CLIPBOARD_MAX, CLIPBOARD_PNG_MAX, PNG_SIGNATURE
+from wire.errors import ErrorCode, InvalidArgs, OpError
 
 XCLIP: Final = "xclip"
 SELECTION: Final = "CLIPBOARD"
@@ -39,6 +40,7 @@ OWNER_POLL_S: Final = 0.01
 # What xclip says when the selection is empty (no owner, or no text in it).
 EMPTY_MARKS: Final = (b"not available", b"no owner")
 TARGETS: Final = ("UTF8_STRING", "STRING")
+PNG: Final = "image/png"
 
 
 def _xclip() -> str:
@@ -89,8 +91,49 @@ async def read_text(session: DesktopSession, denied: DeniedApps) -> tuple[str, b
     return "", False
 
 
+async def read_png(session: DesktopSession, denied: DeniedApps) -> bytes | None:
+    """The selection's ``image/png`` (None when it holds no image); ``file_too_large`` over
+    :data:`CLIPBOARD_PNG_MAX` bytes."""
+    await asyncio.to_thread(check_denied, session.display, denied, True)
+    done = await run_in_desktop(
+        session,
+        READ_CHILD,
+        [_xclip(), "-selection", "clipboard", "-o", "-t", PNG],
+        timeout_s=READ_TIMEOUT_S,
+        cap=CLIPBOARD_PNG_MAX,
+    )
+    if done.timed_out:
+        raise OpError(
+            ErrorCode.TIMEOUT, f"the clipboard's owner did not answer within {READ_TIMEOUT_S:g} s"
+        )
+    if done.returncode != 0:
+        if _empty(done):
+            return None
+        raise _failed("reading", done)
+    if done.stdout.cut:
+        raise OpError(
+            ErrorCode.FILE_TOO_LARGE,
+            f"the clipboard's image is larger than {CLIPBOARD_PNG_MAX} bytes",
+        )
+    data = bytes(done.stdout.data)
+    return data if data.startswith(PNG_SIGNATURE) else None
+
+
 async def set_text(session: DesktopSession, text: str, denied: DeniedApps) -> None:
     """Own the selection with ``text``; answers once the new owner holds it."""
+    await _own(session, [], text.encode("utf-8", "surrogatepass"), denied)
+
+
+async def set_png(session: DesktopSession, png: bytes, denied: DeniedApps) -> None:
+    """Own the selection with the PNG image ``png`` (offered as ``image/png``)."""
+    if not png.startswith(PNG_SIGNATURE):
+        raise InvalidArgs("png_b64", "not a PNG image")
+    await _own(session, ["-t", PNG], png, denied)
+
+
+async def _own(session: DesktopSession, target: list[str], data: bytes, denied: DeniedApps) -> None:
+    """Own the selection with ``data`` (of the xclip ``target``); answers once the new owner
+    holds it."""
     await asyncio.to_thread(check_denied, session.display, denied, False)
     xclip = _xclip()
     before = await asyncio.to_thread(selection_owner, session.display)
@@ -99,8 +142,8 @@ async def set_text(session: DesktopSession, text: str, denied: DeniedApps) -> No
     returncode, errors = await start_server_in_desktop(
         session,
         SERVER_CHILD,
-        [xclip, "-selection", "clipboard", "-i"],
-        stdin=text.encode("utf-8", "surrogatepass"),
+        [xclip, "-selection", "clipboard", *target, "-i"],
+        stdin=data,
         timeout_s=SET_TIMEOUT_S,
     )
     if returncode != 0:

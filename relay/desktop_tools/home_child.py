@@ -1,12 +1,14 @@
 """The home files' child: one request on a desktop's home, run as the desktop's user.
 
 The relay never imports this module to run it: its source is the ``-c`` argument of a
-``python3`` started as the desktop's user (``home_files.py``), so it uses the standard library
-only. One request arrives as a JSON line on standard input (``op``, ``path``, the op's fields,
-and the relay's ``home``, ``file_max``, ``read_max``, ``list_max``); one answer leaves as a
-JSON line on standard output: ``{"ok": true, "result": {...}}`` or ``{"ok": false, "code",
-"message"}``. The streams (``download``, ``upload``) write a header line, then the file's bytes
-(download) or read them after the request line (upload, which ends with a result line).
+``python3`` started as the desktop's user (``home_worker.py``, ``home_stream.py``), so it uses
+the standard library only. A request is a JSON line on standard input (``op``, ``path``, the
+op's fields, and the relay's ``home``, ``file_max``, ``read_max``, ``list_max``); its answer
+a JSON line on standard output: ``{"ok": true, "result": {...}}`` or ``{"ok": false, "code",
+"message"}``. Started with the argument ``serve``, it is the desktop's file worker and answers
+one request after another; otherwise it answers one. The streams (``download``, ``upload``,
+one child each) write a header line, then the file's bytes (download) or read them after the
+request line (upload, which ends with a result line).
 
 Confinement is checked where the file is opened (docs/files.md): the path's names are opened
 one by one from a descriptor of the home with ``O_NOFOLLOW`` (``openat``), so no symbolic
@@ -447,8 +449,24 @@ def answer(request: Request) -> Answer | None:
         os.close(home)
 
 
+def serve() -> None:
+    """The desktop's file worker: one request line after another, one answer line each,
+    until standard input ends (the relay went away, or stopped it). Streams are not served
+    here: each has a child of its own."""
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        if str(request.get("op")) in STREAMS:
+            _emit({"ok": False, "code": "invalid_args", "message": "op: a stream, not served here"})
+            continue
+        _emit(answer(request) or {"ok": False, "code": "action_failed", "message": "no answer"})
+
+
 def main() -> None:
-    """The request is the first line of standard input (an upload's bytes follow it)."""
+    """The request is the first line of standard input (an upload's bytes follow it); with
+    the argument ``serve`` it is the desktop's file worker (:func:`serve`)."""
+    if sys.argv[1:] == ["serve"]:
+        serve()
+        return
     request = json.loads(sys.stdin.buffer.readline())
     if (line := answer(request)) is not None:
         _emit(line)

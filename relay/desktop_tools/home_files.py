@@ -1,15 +1,16 @@
 """Files in a desktop's home (``desktop.home_file``), on every relay: no shell opt-in, since
 they reach only the home and only as the desktop's user (docs/files.md).
 
-Each request runs a small Python child (``home_child.py``, its source as the ``-c`` argument)
-as the desktop's user, joined to the desktop's processes: the relay itself opens no file of
-the home, so nothing here runs with the relay's (root's) rights on the home's contents.
+Every op runs in a small Python child (``home_child.py``, its source as the ``-c`` argument)
+started as the desktop's user and joined to the desktop's processes: the desktop's long-lived
+file worker (``home_worker.py``) or a stream's own child (``home_stream.py``). The relay itself
+opens no file of the home, so nothing here runs with the relay's (root's) rights on the home's
+contents. This module holds what both share: the settings, the child's source, the refusals.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import shutil
@@ -17,9 +18,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
-from relay.desktop_tools.run import run_in_desktop
 from relay.desktop_tools.session import DesktopSession
 from wire.errors import ErrorCode, InvalidArgs, OpError, RelaydeskError
 from wire.home_files import (
@@ -27,18 +27,13 @@ from wire.home_files import (
     FILE_MAX_MB_DEFAULT,
     LIST_MAX,
     READ_MAX,
-    HomeFileArgs,
-    HomeFileResult,
-    check_home_file_args,
 )
 
-CHILD: Final = "home-file"
 CHILD_SOURCE: Final = Path(__file__).with_name("home_child.py")
 PYTHONS: Final = ("/usr/bin/python3", "python3")
 # Isolated (no user site, no environment) and without ``site`` (the child needs the standard
 # library only; skipping it saves a good part of the interpreter's start).
 CHILD_FLAGS: Final = ("-I", "-S")
-TIMEOUT_S: Final = 20.0
 REQUEST_FIELDS: Final = ("op", "path", "offset", "length", "content", "encoding", "append")
 # A listing's JSON (names escaped up to 6 bytes a byte), or a read's (text escaped the same).
 ANSWER_CAP: Final = max(6 * READ_MAX, LIST_MAX * 1600) + 4096
@@ -83,37 +78,6 @@ def python_for(session: DesktopSession) -> str:
     if session.user is None:
         return sys.executable  # it runs as the relay, which reads its own interpreter
     raise OpError(ErrorCode.UNAVAILABLE, "the relay's host has no python3 for file operations")
-
-
-async def home_file(
-    session: DesktopSession, args: HomeFileArgs, settings: HomeFileSettings
-) -> HomeFileResult:
-    """Run one home file operation as the desktop's user and answer its result."""
-    check_home_file_args(args)
-    request: dict[str, Any] = {k: v for k, v in args.items() if k in REQUEST_FIELDS}
-    request.update(
-        home=str(session.home), file_max=settings.file_max, read_max=READ_MAX, list_max=LIST_MAX
-    )
-    done = await run_in_desktop(
-        session,
-        CHILD,
-        [python_for(session), *CHILD_FLAGS, "-c", child_source()],
-        timeout_s=TIMEOUT_S,
-        cap=ANSWER_CAP,
-        stdin=json.dumps(request).encode() + b"\n",
-    )
-    if done.timed_out:
-        raise OpError(ErrorCode.TIMEOUT, f"the file operation did not finish in {TIMEOUT_S:g} s")
-    try:
-        answer = json.loads(bytes(done.stdout.data))
-    except ValueError:
-        why = done.stderr.text().strip()[-300:] or f"exit status {done.returncode}"
-        raise OpError(ErrorCode.ACTION_FAILED, f"the file operation failed: {why}") from None
-    if not answer.get("ok"):
-        raise refusal(answer)
-    result = dict(answer.get("result") or {})
-    result["desktop_session_id"] = session.desktop_session_id
-    return cast(HomeFileResult, result)
 
 
 def refusal(answer: dict[str, Any]) -> OpError:

@@ -91,6 +91,10 @@ class ChildStream:
         self.stdin.write(bytes(data))
         await self.stdin.drain()
 
+    def kill(self) -> None:
+        """Kill the child's whole process group now."""
+        _kill_group(self.popen.pid)
+
     async def aclose(self) -> None:
         if self._closed:
             return
@@ -136,7 +140,7 @@ async def open_file_channel(
         "read_max": READ_MAX,
         "list_max": LIST_MAX,
     }
-    stream = await _start(session)
+    stream = await start_child(session)
     try:
         stream.stdin.write(json.dumps(request).encode() + b"\n")
         await stream.stdin.drain()
@@ -158,7 +162,9 @@ async def open_file_channel(
     return {"channel_id": channel_id, "path": str(result["path"]), "size": size}
 
 
-def _spawn(session: DesktopSession) -> tuple[subprocess.Popen[bytes], BinaryIO, BinaryIO]:
+def _spawn(
+    session: DesktopSession, extra: tuple[str, ...]
+) -> tuple[subprocess.Popen[bytes], BinaryIO, BinaryIO]:
     """Start the child held (blocking; fork and exec take milliseconds, like run.py's); its
     input's and output's far ends as unbuffered files, owned by whoever wraps them next (the
     Popen object holds none, so no end is ever closed twice)."""
@@ -172,6 +178,7 @@ def _spawn(session: DesktopSession) -> tuple[subprocess.Popen[bytes], BinaryIO, 
         *CHILD_FLAGS,
         "-c",
         child_source(),
+        *extra,
     ]
     into, into_far = os.pipe()
     out_far, out = os.pipe()
@@ -197,12 +204,20 @@ def _spawn(session: DesktopSession) -> tuple[subprocess.Popen[bytes], BinaryIO, 
     return popen, os.fdopen(into_far, "wb", buffering=0), os.fdopen(out_far, "rb", buffering=0)
 
 
-async def _start(session: DesktopSession) -> ChildStream:
-    popen, into, out = _spawn(session)
+async def start_child(
+    session: DesktopSession,
+    name: str = CHILD,
+    extra: tuple[str, ...] = (),
+    line_max: int = READ_CHUNK,
+) -> ChildStream:
+    """The home files' child (with the arguments ``extra``) started as the desktop's user and
+    joined to the desktop's processes as ``name``; its output is read in lines of at most
+    ``line_max`` bytes."""
+    popen, into, out = _spawn(session, extra)
     loop = asyncio.get_running_loop()
-    stdout = asyncio.StreamReader(limit=READ_CHUNK)
+    stdout = asyncio.StreamReader(limit=line_max)
     try:
-        child = await session.track(CHILD, popen.pid)
+        child = await session.track(name, popen.pid)
         out_pipe, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(stdout), out
         )

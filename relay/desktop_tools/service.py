@@ -10,6 +10,8 @@ whatever the server checked.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import time
 from typing import Final, cast
@@ -21,7 +23,7 @@ from relay.desktop_tools.session import DesktopSession, session_of
 from relay.desktop_tools.settings import SHELL_ENV, DesktopToolSettings
 from wire import desktop_tool_args as tool_args
 from wire import ops
-from wire.errors import ErrorCode, OpError
+from wire.errors import ErrorCode, InvalidArgs, OpError
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +91,24 @@ class DesktopTools:
     async def clipboard(
         self, backend: DesktopBackend, row: ops.RelayRow, args: ops.DesktopClipboardArgs
     ) -> ops.DesktopClipboardResult:
-        from relay.desktop_tools.clipboard import read_text, set_text
+        from relay.desktop_tools.clipboard import read_png, read_text, set_png, set_text
 
         tool_args.check_clipboard_args(args)
         session = await session_of(backend, row)
-        if args["op"] == "set":
-            await set_text(session, args["text"], self.settings.denied)
-            return {"desktop_session_id": session.desktop_session_id, "set": True}
-        text, truncated = await read_text(session, self.settings.denied)
+        sid = session.desktop_session_id
+        op, denied = args["op"], self.settings.denied
+        if op == "set":
+            await set_text(session, args["text"], denied)
+            return {"desktop_session_id": sid, "set": True}
+        if op == "set_png":
+            await set_png(session, _png(args["png_b64"]), denied)
+            return {"desktop_session_id": sid, "set": True}
+        if op == "get_png":
+            png = await read_png(session, denied)
+            if png is None:
+                return {"desktop_session_id": sid}
+            return {"desktop_session_id": sid, "png_b64": base64.b64encode(png).decode("ascii")}
+        text, truncated = await read_text(session, denied)
         return {
             "desktop_session_id": session.desktop_session_id,
             "text": text,
@@ -135,6 +147,13 @@ class DesktopTools:
         tool_args.check_file_args(args)
         session = await session_of(backend, row)
         return await file_command(session, args)
+
+
+def _png(png_b64: str) -> bytes:
+    try:
+        return base64.b64decode(png_b64, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidArgs("png_b64", "not base64") from None
 
 
 def _log_command(session: DesktopSession, what: str, code: int | None, took_s: float) -> None:

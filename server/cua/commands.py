@@ -53,6 +53,7 @@ from server.cua.window_commands import (
     set_clipboard,
     window_command,
 )
+from server.db.records import Role, role_allows
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,9 @@ class Command:
     run: Handler
     params: tuple[tuple[str, Any], ...] = ()
     needs_shell: bool = False  # exists only where the relay opts in (RELAYDESK_CUA_SHELL=1)
+    # The least role that runs it: that of the actions it calls (``write`` for the screen,
+    # windows, accessibility, clipboard, launch, shell and file writes).
+    role: Role = "write"
 
 
 REQUIRED: Final = inspect.Parameter.empty
@@ -71,13 +75,18 @@ _WINDOW: Final = (("window_id", REQUIRED),)
 _PATH: Final = (("path", REQUIRED),)
 
 
+def _read(run: Handler, params: tuple[tuple[str, Any], ...] = ()) -> Command:
+    """A command a ``read`` member may run: it calls no action, or only the home file reads."""
+    return Command(run, params, role="read")
+
+
 def _shell(run: Handler, params: tuple[tuple[str, Any], ...] = ()) -> Command:
     """A shell or file command: offered only where the relay opts in."""
     return Command(run, params, needs_shell=True)
 
 
 COMMANDS: Final[Mapping[str, Command]] = {
-    "version": Command(version),
+    "version": _read(version),
     "get_screen_size": Command(get_screen_size),
     "get_cursor_position": Command(get_cursor_position),
     "screenshot": Command(screenshot, (("format", "png"), ("quality", 95))),
@@ -121,21 +130,21 @@ COMMANDS: Final[Mapping[str, Command]] = {
     "set_window_position": Command(
         window_command("move", "x", "y"), (*_WINDOW, ("x", REQUIRED), ("y", REQUIRED))
     ),
-    "get_desktop_environment": Command(get_desktop_environment),
+    "get_desktop_environment": _read(get_desktop_environment),
     "get_accessibility_tree": Command(get_accessibility_tree),
     "find_element": Command(find_element, (("role", None), ("title", None), ("value", None))),
     "run_command": _shell(run_command, (("command", REQUIRED), ("timeout", None))),
     # files in the desktop's home, on every relay (server.cua.file_commands, docs/files.md)
-    "read_text": Command(files.read_text, _PATH),
+    "read_text": _read(files.read_text, _PATH),
     "write_text": Command(files.write_text, (*_PATH, ("content", REQUIRED), ("append", False))),
-    "read_bytes": Command(files.read_bytes, (*_PATH, ("offset", 0), ("length", None))),
+    "read_bytes": _read(files.read_bytes, (*_PATH, ("offset", 0), ("length", None))),
     "write_bytes": Command(
         files.write_bytes, (*_PATH, ("content_b64", REQUIRED), ("append", False))
     ),
-    "get_file_size": Command(files.get_file_size, _PATH),
-    "file_exists": Command(files.file_exists, _PATH),
-    "directory_exists": Command(files.directory_exists, _PATH),
-    "list_dir": Command(files.list_dir, _PATH),
+    "get_file_size": _read(files.get_file_size, _PATH),
+    "file_exists": _read(files.file_exists, _PATH),
+    "directory_exists": _read(files.directory_exists, _PATH),
+    "list_dir": _read(files.list_dir, _PATH),
     "create_dir": _shell(file_command("mkdir"), _PATH),
     "delete_file": Command(files.delete, _PATH),
     "delete_dir": Command(files.delete, _PATH),
@@ -150,11 +159,16 @@ def missing_params(command: Command, params: Mapping[str, Any]) -> str | None:
     return None
 
 
-def listing(shell: bool) -> dict[str, Any]:
-    """``GET /commands``: every command this desktop offers, its parameters and aliases."""
+def listing(shell: bool, role: Role) -> dict[str, Any]:
+    """``GET /commands``: every command this desktop offers to a member of ``role``, its
+    parameters and aliases."""
     from server.cua.protocol import ALIASES
 
-    offered = {name: c for name, c in COMMANDS.items() if shell or not c.needs_shell}
+    offered = {
+        name: c
+        for name, c in COMMANDS.items()
+        if (shell or not c.needs_shell) and role_allows(role, c.role)
+    }
     commands: dict[str, Any] = {}
     for name, command in offered.items():
         params = [

@@ -39,7 +39,6 @@ from server.boundary.limits import TooManyStreams
 from server.cua import protocol
 from server.cua.call import CuaCall
 from server.cua.commands import COMMANDS, listing, missing_params
-from server.db.records import Role, role_allows
 from server.db.store import Store
 from server.doors.admission import Admission, Sessions, Target, admit, bearer
 from server.doors.call import DoorSession
@@ -60,12 +59,6 @@ BASE: Final = "/api/v1/conversations/{conversation_id}/cua/{relay}/{kind}/{slot}
 API_KEY_HEADER: Final = "x-api-key"
 SHELL_CAPABILITY: Final = "shell"
 MAX_WS_MESSAGE: Final = 1 << 20
-# The commands that call no action on the desktop; ``GET /commands`` lists only these to a
-# member below ``write``. Every other command calls an action of role ``write`` (the screen,
-# windows, accessibility, clipboard, launch, shell, file writes), except the home-file reads
-# (``read_text``, ``list_dir``…), whose actions a ``read`` member may call (docs/files.md).
-WITHOUT_DESKTOP: Final = frozenset({"version", "get_desktop_environment"})
-DESKTOP_ROLE: Final[Role] = "write"
 
 
 @dataclass(frozen=True)
@@ -101,16 +94,6 @@ async def _admit(store: Store, conn: HTTPConnection, guard: bool) -> CuaAdmitted
     return CuaAdmitted(
         admitted.principal, admitted.role, admitted.target, admitted.session_key, guard
     )
-
-
-def _for_role(offered: dict[str, Any], role: Role) -> dict[str, Any]:
-    """The listing cut to what ``role`` may run (a ``read`` member: nothing that shows the
-    desktop)."""
-    if role_allows(role, DESKTOP_ROLE):
-        return offered
-    commands = {n: c for n, c in offered["commands"].items() if n in WITHOUT_DESKTOP}
-    aliases = {a: n for a, n in offered["aliases"].items() if n in WITHOUT_DESKTOP}
-    return {"commands": commands, "aliases": aliases}
 
 
 def _refusal(err: RelaydeskError) -> Response:
@@ -228,7 +211,7 @@ class CuaEndpoint:
         except RelaydeskError as err:
             return _refusal(err)
         shell = await self._has_shell(request, admitted)
-        offered = _for_role(listing(shell), admitted.role)
+        offered = listing(shell, admitted.role)
         return JSONResponse(offered, headers=dict(errors.NO_STORE))
 
     async def status(self, request: Request) -> Response:

@@ -167,6 +167,7 @@ VIEWER_FILES: Final = frozenset(
         "control.js",
         "audio-worklet.js",
         "files.js",
+        "clipimage.js",
     }
 )
 

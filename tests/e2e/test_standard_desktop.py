@@ -329,6 +329,61 @@ async def test_desktop_launch_opens_the_editor(stack: ViewerStack, standard: Des
     assert status == 400 and body["error"]["field"] == "app", body
 
 
+async def _editor_text(stack: ViewerStack, marker: str) -> str | None:
+    """The text of the editor's text area holding ``marker``, read from its accessibility tree
+    (None while no such text is shown)."""
+    status, found = await post(stack, "desktop_find", slot="main", selector="text", app="mousepad")
+    if status != 200:
+        return None
+    for match in found["matches"]:
+        status, read = await post(stack, "desktop_read", slot="main", ref=match["ref"])
+        if status == 200 and marker in str(read.get("text", "")):
+            return str(read["text"])
+    return None
+
+
+async def test_the_editor_opens_a_file_an_agent_wrote(
+    stack: ViewerStack, standard: Desktop
+) -> None:
+    text = "Notes an agent wrote\nfor the editor to show\n"
+    written = await stack.action(
+        "desktop_file_write", slot="main", path="Documents/agent-notes.txt", content=text
+    )
+    assert written["path"] == "Documents/agent-notes.txt", written
+    path = home_of(stack, standard.desktop_session_id) / "Documents" / "agent-notes.txt"
+    assert path.read_text(encoding="utf-8") == text
+
+    async def screen(**args: Any) -> None:
+        await stack.action("screen", desktop_session_id=standard.desktop_session_id, **args)
+
+    # The agent opens it in the editor as a person would: Ctrl+O, the
+    # home folder (Alt+Home), Ctrl+L, the path, Return.
+    # The editor runs one instance: another test may have opened it already.
+    launched = await stack.action("desktop_launch", slot="main", app="mousepad", wait_s=0)
+    assert launched["launched"] is True, launched
+    await wait_for_window(standard, "Mousepad")
+    windows = (await stack.action("desktop_windows", slot="main"))["windows"]
+    editor = next(w for w in windows if w["name"].endswith("Mousepad"))
+    await stack.action("desktop_window", slot="main", window_id=editor["id"], op="activate")
+    await screen(action="key", key="ctrl+o")
+    await wait_for_window(standard, "Open")
+    await screen(action="key", key="alt+Home")  # the home folder, not the recent files
+    await screen(action="key", key="ctrl+l")
+    await screen(action="type", text="Documents/agent-notes.txt")
+    await screen(action="key", key="Return")
+    await wait_for_window(standard, "agent-notes.txt")
+
+    shown: list[str] = []
+
+    async def editor_shows_it() -> bool:
+        found = await _editor_text(stack, "Notes an agent wrote")
+        shown[:] = [found] if found is not None else []
+        return found is not None
+
+    await wait_until(editor_shows_it, 30, "the file's text in the editor", interval=0.5)
+    assert shown[0].rstrip("\n") == text.rstrip("\n")
+
+
 async def test_a_kept_home_survives_a_restart_and_is_wiped_only_when_confirmed(
     stack: ViewerStack,
 ) -> None:

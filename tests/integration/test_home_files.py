@@ -28,6 +28,7 @@ from server import admin
 from server.actions.desktop_files import path_hash
 from tests.e2e.viewer_stack import Desktop, ViewerStack, viewer_stack
 from tests.support.processes import scaled
+from tests.support.stack import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -42,13 +43,25 @@ class Homes:
     other: Desktop
     reader: str  # a read member's API token
 
-    def home(self, desktop: Desktop) -> Path:
+    def record(self, desktop: Desktop) -> dict[str, Any] | None:
+        """The relay's state record of ``desktop`` (None once it has stopped)."""
         state = self.stack.seed.data_dir / "relay-state" / "desktops.json"
         data = json.loads(state.read_text(encoding="utf-8"))
-        (found,) = [
+        found = [
             d for d in data["desktops"] if d["desktop_session_id"] == desktop.desktop_session_id
         ]
+        return found[0] if found else None
+
+    def home(self, desktop: Desktop) -> Path:
+        found = self.record(desktop)
+        assert found is not None
         return Path(found["home"])
+
+    def processes(self, desktop: Desktop, name: str) -> list[int]:
+        """The pids of the desktop's processes called ``name`` (as the relay recorded them)."""
+        found = self.record(desktop)
+        processes = found["processes"] if found else []
+        return [int(p["pid"]) for p in processes if p["name"] == name]
 
     async def act(
         self, name: str, desktop: Desktop | None = None, token: str | None = None, **args: Any
@@ -321,3 +334,67 @@ async def test_a_persons_takeover_and_stop_refuse_an_agents_write(homes: Homes) 
     status, body = await homes.act("desktop_file_write", path="held.txt", content="stopped")
     assert (status, body["error"]["code"]) == (409, "stopped_by_user"), body
     assert (home / "held.txt").read_text(encoding="utf-8") == "after"
+
+
+# -- the desktop's file worker ---------------------------------------------------------------
+
+WORKER = "home-file-worker"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    return state.rpartition(")")[2].split()[0] != "Z"
+
+
+def _uid(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+    (line,) = [entry for entry in status.splitlines() if entry.startswith("Uid:")]
+    return int(line.split()[2])  # effective
+
+
+def _cgroup(pid: int) -> str:
+    return Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8")
+
+
+async def test_one_worker_per_desktop_serves_its_ops_and_is_replaced_when_killed(
+    homes: Homes,
+) -> None:
+    desktop = homes.other
+    for _ in range(3):
+        await homes.ok("desktop_files_list", desktop, path="~")
+    await homes.ok("desktop_file_write", desktop, path="Downloads/worker.txt", content="one")
+    (worker,) = homes.processes(desktop, WORKER)
+    assert _alive(worker)
+    # As the desktop's user, in the desktop's cgroup (where its X server is).
+    assert _uid(worker) == homes.home(desktop).stat().st_uid
+    (xvfb,) = homes.processes(desktop, "Xvfb")
+    assert _cgroup(worker) == _cgroup(xvfb)
+    # Another desktop has its own.
+    await homes.ok("desktop_files_list", homes.main, path="~")
+    (main,) = homes.processes(homes.main, WORKER)
+    assert main != worker and _cgroup(main) != _cgroup(worker)
+
+    os.kill(worker, 9)
+    await wait_until(lambda: not _alive(worker), 10, "the worker to die")
+    read = await homes.ok("desktop_file_read", desktop, path="Downloads/worker.txt")
+    assert read["content"] == "one"
+    (replaced,) = [pid for pid in homes.processes(desktop, WORKER) if _alive(pid)]
+    assert replaced != worker and _cgroup(replaced) == _cgroup(xvfb)
+
+
+async def test_the_worker_stops_with_its_desktop(homes: Homes) -> None:
+    desktop = await homes.stack.start_desktop("worker")
+    await homes.ok("desktop_files_list", desktop, path="~")
+    (worker,) = homes.processes(desktop, WORKER)
+    assert _alive(worker)
+    await homes.stack.stop_desktop(desktop)
+    await wait_until(lambda: not _alive(worker), 10, "the worker to stop")
+    # A new desktop in the slot gets a worker of its own.
+    again = await homes.stack.start_desktop("worker")
+    listed = await homes.ok("desktop_files_list", again, path="~")
+    assert listed["desktop_session_id"] == again.desktop_session_id
+    assert [pid for pid in homes.processes(again, WORKER) if pid != worker]
+    await homes.stack.stop_desktop(again)

@@ -413,3 +413,64 @@ async def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedP
         check=False,
         cwd=REPO_ROOT,
     )
+
+
+# -- files in the desktop's home (docs/files.md) ----------------------------------------------
+
+
+def _home(stack: A11yStack) -> Path:
+    """The desktop's home, as the relay recorded it (read beside the tools under test)."""
+    state = stack.seed.data_dir / "relay-state" / "desktops.json"
+    desktops = json.loads(state.read_text(encoding="utf-8"))["desktops"]
+    (found,) = [d for d in desktops if d["desktop_session_id"] == stack.session_id]
+    return Path(found["home"])
+
+
+async def test_the_file_tools_write_list_read_and_delete_in_the_home(stack):
+    home = _home(stack)
+    on_disk = home / "Downloads" / "from-mcp.txt"
+    text = "written over MCP\nsecond line ✓\n"
+    async with over_http(stack) as client:
+        written = ok(
+            await client.call_tool(
+                "desktop_file_write", {"path": "Downloads/from-mcp.txt", "content": text}
+            )
+        )
+        assert on_disk.read_text(encoding="utf-8") == text
+        assert written["size"] == len(text.encode()) == on_disk.stat().st_size
+        assert on_disk.stat().st_uid == home.stat().st_uid  # the desktop's own user
+
+        listed = ok(await client.call_tool("desktop_files_list", {"path": "~/Downloads"}))
+        (entry,) = [e for e in listed["entries"] if e["name"] == "from-mcp.txt"]
+        assert (entry["type"], entry["size"]) == ("file", on_disk.stat().st_size)
+
+        read = ok(await client.call_tool("desktop_file_read", {"path": str(on_disk)}))
+        assert read["content"] == text and read["eof"] is True
+
+        ok(await client.call_tool("desktop_file_delete", {"path": "Downloads/from-mcp.txt"}))
+        assert not on_disk.exists()
+        gone = tool_error(
+            await client.call_tool("desktop_file_read", {"path": "Downloads/from-mcp.txt"}),
+            "not_found",
+        )
+        assert gone["message"]
+
+
+async def test_the_file_tools_refuse_a_path_that_leaves_the_home(stack):
+    home = _home(stack)
+    outside = home.parent / "mcp-escape.txt"
+    passwd = Path("/etc/passwd").read_text(encoding="utf-8")
+    async with over_http(stack) as client:
+        for tool, arguments in (
+            ("desktop_file_write", {"path": "../mcp-escape.txt", "content": "escaped"}),
+            ("desktop_file_write", {"path": str(outside), "content": "escaped"}),
+            ("desktop_file_read", {"path": "/etc/passwd"}),
+            ("desktop_files_list", {"path": "Downloads/../.."}),
+            ("desktop_file_delete", {"path": "/etc/passwd"}),
+        ):
+            result = await client.call_tool(tool, arguments)
+            error = tool_error(result, "path_outside_home")
+            assert "escape" not in error["message"] and "passwd" not in error["message"]
+            assert "root:" not in str(answer(result))
+    assert not outside.exists()
+    assert Path("/etc/passwd").read_text(encoding="utf-8") == passwd

@@ -63,6 +63,17 @@ CUA_READS: dict[str, dict[str, Any]] = {
     "get_active_window_bounds": {},
 }
 
+# Cua's home file reads, which a read member may run (docs/files.md), and its file writes.
+CUA_FILE_READS: dict[str, dict[str, Any]] = {
+    "read_text": {"path": "Downloads/shared.txt"},
+    "read_bytes": {"path": "Downloads/shared.txt"},
+    "get_file_size": {"path": "Downloads/shared.txt"},
+    "file_exists": {"path": "Downloads/shared.txt"},
+    "directory_exists": {"path": "Downloads"},
+    "list_dir": {"path": "Downloads"},
+}
+CUA_FILE_WRITES = {"write_text", "write_bytes", "delete_file", "delete_dir"}
+
 
 @dataclass(frozen=True)
 class Members:
@@ -212,12 +223,21 @@ async def cua_commands(stack: A11yStack, token: str) -> dict[str, Any]:
 async def test_cua_lists_to_a_read_member_only_commands_it_may_run(
     stack: A11yStack, members: Members
 ) -> None:
+    status, shared = await call(
+        stack, members.writer, "desktop_file_write", path="Downloads/shared.txt", content="seen"
+    )
+    assert status == 200, shared
     offered = await cua_commands(stack, members.reader)
     listed = set(offered["commands"])
     assert listed and not listed & set(CUA_READS), listed
+    assert set(CUA_FILE_READS) <= listed and not listed & CUA_FILE_WRITES, listed
     assert set(offered["aliases"].values()) <= listed
     for command in listed:  # every one it is offered runs for it
-        reply = await cua(stack, members.reader, command)
+        reply = await cua(stack, members.reader, command, **CUA_FILE_READS.get(command, {}))
         assert reply["success"] is True, (command, reply)
+    read = await cua(stack, members.reader, "read_text", path="Downloads/shared.txt")
+    assert read["content"] == "seen", read
+    refused = await cua(stack, members.reader, "write_text", path="Downloads/x.txt", content="x")
+    assert refused["success"] is False and NEEDS_WRITE in refused["error"], refused
     written = set((await cua_commands(stack, members.writer))["commands"])
     assert set(CUA_READS) <= written and listed < written

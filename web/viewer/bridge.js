@@ -15,11 +15,15 @@
 //     press is sent. Key events that arrive meanwhile are held and replayed in order. When
 //     either state is unknown nothing is sent (no guessing);
 //   * benign "ResizeObserver loop" errors never reach noVNC's fatal error handler;
+//   * a pasted PNG image (a paste with an image and no text) goes to the desktop's CLIPBOARD
+//     through clipboardImageUrl before the V press (clipimage.js);
 //   * `/desktop close` in the chat (a BroadcastChannel message) closes this viewer tab only.
 //
-// installBridge(rfb, {keyboardStateUrl, clipboardUrl, canvasContainer}) → {uninstall}. Call it
-// for every new RFB (the viewer reconnects with a new one); the previous installation removes
-// itself when its RFB disconnects.
+// installBridge(rfb, {keyboardStateUrl, clipboardUrl, clipboardImageUrl, canvasContainer})
+// → {uninstall}. Call it for every new RFB (the viewer reconnects with a new one); the
+// previous installation removes itself when its RFB disconnects.
+
+import { pastedImage, putClipboardImage, readClipboardPng } from "/viewer/clipimage.js";
 
 const XK_NUM_LOCK = 0xff7f;
 const STATE_TIMEOUT_MS = 1500;
@@ -61,7 +65,7 @@ function installPageHooks() {
 }
 
 export const stats = { numLockPresses: 0, aligns: [], pastes: 0, repeats: 0, clipboardWrites: 0,
-  pasteConfirms: [], pasteWaitsMs: [], echoesIgnored: 0 };
+  pasteConfirms: [], pasteWaitsMs: [], echoesIgnored: 0, imagePastes: [] };
 
 const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
 
@@ -128,7 +132,16 @@ export async function readDesktopClipboard(url, fetchImpl = fetch) {
   return url ? readKnownField(url, "text", "string", fetchImpl) : null;
 }
 
-// The browser clipboard's text through the async API, or "" (no API, refused, or too slow).
+// The browser clipboard's text through the async API, or "" (no API, refused, or too slow);
+// without text, its PNG image as {image} when it holds one (clipimage.js).
+function readClipboardPaste() {
+  return readClipboardText().then(async (text) => {
+    if (text) return text;
+    const image = await readClipboardPng(STATE_TIMEOUT_MS);
+    return image ? { image } : "";
+  });
+}
+
 function readClipboardText() {
   if (!navigator.clipboard || typeof navigator.clipboard.readText !== "function") {
     return Promise.resolve("");
@@ -140,10 +153,12 @@ function readClipboardText() {
 }
 
 class Bridge {
-  constructor(rfb, { keyboardStateUrl, clipboardUrl, canvasContainer, fetchImpl }) {
+  constructor(rfb, { keyboardStateUrl, clipboardUrl, clipboardImageUrl, canvasContainer,
+    fetchImpl }) {
     this.rfb = rfb;
     this.url = keyboardStateUrl;
     this.clipboardUrl = clipboardUrl;
+    this.clipboardImageUrl = clipboardImageUrl;
     this.container = canvasContainer;
     this.fetchImpl = fetchImpl || ((...args) => window.fetch(...args));
     this.needAlign = true;
@@ -222,7 +237,7 @@ class Bridge {
     this.held = [];
     const fromEvent = new Promise((resolve) => { paste.fromEvent = resolve; });
     const text = Promise.race([fromEvent, sleep(PASTE_EVENT_WAIT_MS).then(() => null)])
-      .then((got) => (got === null ? readClipboardText() : got));
+      .then((got) => (got === null ? readClipboardPaste() : got));
     this.deliverPaste(paste, text).finally(() => this.replayAll());
   }
 
@@ -231,16 +246,29 @@ class Bridge {
     const ours = paste && paste.fromEvent && !paste.sent;
     if (!ours && !this.container.contains(event.target)) return;  // e.g. the clipboard panel
     const text = event.clipboardData ? event.clipboardData.getData("text/plain") : "";
+    const image = text ? null : pastedImage(event.clipboardData);
     event.preventDefault();
-    if (ours) paste.fromEvent(text);
+    if (ours) paste.fromEvent(image ? { image } : text);
+    else if (image) this.setRemoteImage(image);
     else if (text) this.setRemoteClipboard(text);
   }
 
-  // The person's text → the desktop's CLIPBOARD (read back until it holds it) → V pressed.
+  // The person's text (or image) → the desktop's CLIPBOARD (text read back until it holds
+  // it; an image once the server has set it) → V pressed.
   async deliverPaste(paste, textPromise) {
-    const text = await textPromise;
-    if (text && this.paste === paste) await this.setRemoteClipboard(text);
+    const got = await textPromise;
+    if (got && typeof got === "object") {
+      if (this.paste === paste) await this.setRemoteImage(got.image);
+    } else if (got && this.paste === paste) {
+      await this.setRemoteClipboard(got);
+    }
     if (this.paste === paste) this.sendPasteKeyDown();
+  }
+
+  async setRemoteImage(image) {
+    if (!this.clipboardImageUrl) return;
+    const sent = await putClipboardImage(this.clipboardImageUrl, image, this.fetchImpl);
+    stats.imagePastes.push(sent.ok ? "sent" : sent.message);
   }
 
   async setRemoteClipboard(text) {
@@ -360,7 +388,7 @@ class Bridge {
   // V is sent). Returns a promise while the paste is delivered.
   replayHeld(event, target) {
     const kind = this.classify(event);
-    if (kind === "paste-start") return this.deliverPaste(this.newPaste(event), readClipboardText());
+    if (kind === "paste-start") return this.deliverPaste(this.newPaste(event), readClipboardPaste());
     if (kind === "paste-end") {
       this.sendPasteKeyDown();
       this.rfb.sendKey(this.paste.keysym, this.paste.code, false);
@@ -378,10 +406,10 @@ class Bridge {
 }
 
 export function installBridge(
-  rfb, { keyboardStateUrl, clipboardUrl, canvasContainer, fetchImpl } = {},
+  rfb, { keyboardStateUrl, clipboardUrl, clipboardImageUrl, canvasContainer, fetchImpl } = {},
 ) {
-  const bridge = new Bridge(rfb, { keyboardStateUrl, clipboardUrl, canvasContainer, fetchImpl })
-    .install();
+  const bridge = new Bridge(rfb, { keyboardStateUrl, clipboardUrl, clipboardImageUrl,
+    canvasContainer, fetchImpl }).install();
   window.relaydeskBridge = stats;
   return { uninstall: () => bridge.uninstall(), bridge };
 }

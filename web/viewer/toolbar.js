@@ -5,6 +5,7 @@
 // (it reconnects with a new one); the chosen scaling and quality are applied to each and kept
 // in localStorage. Pan & zoom lives in zoom.js.
 import { createZoom } from "/viewer/zoom.js";
+import { wireClipboardImages } from "/viewer/clipimage.js";
 
 const STORAGE_KEY = "relaydesk.viewer.settings";
 const XK = Object.freeze({
@@ -195,6 +196,9 @@ class Toolbar {
       byId("clipboard-text").value = "";
       byId("clipboard-text").focus();
     });
+    wireClipboardImages({ url: new URL("clipboard-image", window.location.href).href,
+      sendButton: byId("clipboard-image-send"), getButton: byId("clipboard-image-get"),
+      preview: byId("clipboard-image"), status: byId("clipboard-image-status") });
   }
 
   // -- on-screen keyboard: a focused text field opens the phone's keyboard; what is typed

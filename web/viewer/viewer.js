@@ -209,6 +209,7 @@ class Viewer {
     installBridge(rfb, {
       keyboardStateUrl: new URL("keyboard-state", window.location.href).href,
       clipboardUrl: new URL("clipboard", window.location.href).href,
+      clipboardImageUrl: new URL("clipboard-image", window.location.href).href,
       canvasContainer: this.screen,
     });
   }

@@ -1,0 +1,249 @@
+"""PNG images on the clipboard, both ways, in the viewer: headless Chromium against the real
+server, relay and desktop.
+
+Person → desktop: an image on the browser's clipboard goes to the desktop's CLIPBOARD as
+``image/png`` (the clipboard panel's "Send image", and Ctrl+V in the desktop). Desktop →
+person: an image copied on the desktop is written to the browser's clipboard ("Get image").
+The evidence is read where it lands: the desktop's CLIPBOARD with ``xclip`` on its display,
+the browser's clipboard with ``navigator.clipboard.read``; the bytes must decode to the same
+picture. Without the clipboard permission the panel says the browser refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import io
+import json
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import pytest_asyncio
+from PIL import Image
+from playwright.async_api import Browser, BrowserContext, Page
+
+from tests.e2e import viewer_pages
+from tests.e2e.viewer_pages import VIEWER_VIEWPORT, open_viewer
+from tests.e2e.viewer_stack import Desktop, ViewerStack
+from tests.support.processes import scaled
+from tests.support.stack import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
+
+PNG = "image/png"
+
+# The shared fixtures, made visible to this module's tests.
+stack = viewer_pages.stack
+desktop = viewer_pages.desktop
+browser = viewer_pages.browser
+context = viewer_pages.context
+
+WRITE_BROWSER_CLIPBOARD = """async (b64) => {
+  const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  const blob = new Blob([bytes], { type: "image/png" });
+  await navigator.clipboard.write([new ClipboardItem({ "image/png": blob })]);
+}"""
+READ_BROWSER_CLIPBOARD = """async () => {
+  for (const item of await navigator.clipboard.read()) {
+    if (!item.types.includes("image/png")) continue;
+    const bytes = new Uint8Array(await (await item.getType("image/png")).arrayBuffer());
+    let text = "";
+    for (const byte of bytes) text += String.fromCharCode(byte);
+    return btoa(text);
+  }
+  return null;
+}"""
+
+
+def picture(seed: int, size: tuple[int, int] = (97, 61)) -> Image.Image:
+    """A small picture no two seeds share: gradients and a block of the seed's colour."""
+    width, height = size
+    x = np.linspace(0, 255, width, dtype=np.uint8)[None, :].repeat(height, 0)
+    y = np.linspace(0, 255, height, dtype=np.uint8)[:, None].repeat(width, 1)
+    pixels = np.stack([x, y, np.full_like(x, (seed * 53) % 256)], axis=2)
+    pixels[10:30, 20:50] = ((seed * 91) % 256, 255 - seed, 7)
+    return Image.fromarray(pixels, "RGB")
+
+
+def png_bytes(image: Image.Image) -> bytes:
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return out.getvalue()
+
+
+def same_picture(data: bytes, image: Image.Image) -> bool:
+    got = Image.open(io.BytesIO(data))
+    assert data.startswith(b"\x89PNG"), data[:16]
+    return got.size == image.size and np.array_equal(
+        np.asarray(got.convert("RGB")), np.asarray(image.convert("RGB"))
+    )
+
+
+def _env(desktop: Desktop) -> dict[str, str]:
+    return {**os.environ, "DISPLAY": desktop.display}
+
+
+async def desktop_png(desktop: Desktop) -> bytes | None:
+    """The desktop's CLIPBOARD as image/png, or None while it holds none."""
+    process = await asyncio.create_subprocess_exec(
+        *("xclip", "-o", "-selection", "clipboard", "-t", PNG),
+        env=_env(desktop),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        out, _ = await asyncio.wait_for(process.communicate(), scaled(5))
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    return out if process.returncode == 0 and out else None
+
+
+def clipboard_owners(stack: ViewerStack, desktop: Desktop) -> list[int]:
+    """The uids of the clipboard servers the relay started in the desktop (each xclip's
+    process group, joined to the desktop's)."""
+    state = json.loads((stack.seed.data_dir / "relay-state" / "desktops.json").read_text())
+    (record,) = [
+        d for d in state["desktops"] if d["desktop_session_id"] == desktop.desktop_session_id
+    ]
+    groups = {int(p["pid"]) for p in record["processes"] if p["name"] == "clipboard"}
+    uids = []
+    for process in psutil.process_iter(["pid", "uids"]):
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if os.getpgid(process.info["pid"]) in groups:
+                uids.append(process.info["uids"].effective)
+    return uids
+
+
+def home_owner(stack: ViewerStack, desktop: Desktop) -> int:
+    state = json.loads((stack.seed.data_dir / "relay-state" / "desktops.json").read_text())
+    (record,) = [
+        d for d in state["desktops"] if d["desktop_session_id"] == desktop.desktop_session_id
+    ]
+    return Path(record["home"]).stat().st_uid
+
+
+async def set_browser_clipboard(page: Page, image: Image.Image) -> None:
+    await page.bring_to_front()
+    await page.evaluate(WRITE_BROWSER_CLIPBOARD, base64.b64encode(png_bytes(image)).decode())
+
+
+async def panel_says(page: Page, words: str) -> str:
+    status = page.locator("#clipboard-image-status")
+    await page.wait_for_function(
+        "(words) => document.getElementById('clipboard-image-status').textContent.includes(words)",
+        arg=words,
+        timeout=scaled(15) * 1000,
+    )
+    return await status.text_content() or ""
+
+
+async def open_panel(page: Page) -> None:
+    if await page.locator("#clipboard-panel").is_hidden():
+        await page.locator("#clipboard-button").click()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def page(
+    context: BrowserContext, stack: ViewerStack, desktop: Desktop
+) -> AsyncIterator[Page]:
+    page = await open_viewer(context, stack, desktop)
+    yield page
+    await page.close()
+
+
+async def test_send_image_puts_the_browsers_png_on_the_desktops_clipboard(
+    page: Page, stack: ViewerStack, desktop: Desktop
+) -> None:
+    image = picture(1)
+    await set_browser_clipboard(page, image)
+    await open_panel(page)
+    await page.get_by_role("button", name="Send image").click()
+    await panel_says(page, "Image sent")
+
+    held: list[bytes] = []
+
+    async def arrived() -> bool:
+        data = await desktop_png(desktop)
+        held[:] = [data] if data else []
+        return data is not None and same_picture(data, image)
+
+    await wait_until(arrived, 10, "the image on the desktop's clipboard")
+    # Served by the relay's xclip, as the desktop's user.
+    owners = clipboard_owners(stack, desktop)
+    assert owners and set(owners) == {home_owner(stack, desktop)}, owners
+
+
+async def test_ctrl_v_in_the_desktop_sends_the_pasted_image(page: Page, desktop: Desktop) -> None:
+    image = picture(2)
+    await set_browser_clipboard(page, image)
+    await page.locator("#screen canvas").click(position={"x": 600, "y": 400})
+    await page.keyboard.press("Control+V")
+
+    async def arrived() -> bool:
+        data = await desktop_png(desktop)
+        return data is not None and same_picture(data, image)
+
+    await wait_until(arrived, 10, "the pasted image on the desktop's clipboard")
+    sent = await page.evaluate("() => window.relaydeskBridge.imagePastes")
+    assert sent[-1:] == ["sent"], sent
+
+
+async def test_get_image_writes_the_desktops_png_to_the_browsers_clipboard(
+    page: Page, desktop: Desktop, tmp_path: Path
+) -> None:
+    image = picture(3, (140, 90))
+    source = tmp_path / "copied.png"
+    source.write_bytes(png_bytes(image))
+    # An app on the desktop copies an image (xclip stays in the foreground with -quiet).
+    owner = subprocess.Popen(
+        ["xclip", "-quiet", "-selection", "clipboard", "-t", PNG, "-i", str(source)],
+        env=_env(desktop),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await wait_until(
+            lambda: _holds(desktop, image), 10, "the desktop's own copy on its clipboard"
+        )
+        await page.bring_to_front()
+        await open_panel(page)
+        await page.get_by_role("button", name="Get image").click()
+        await panel_says(page, "Copied the desktop's image")
+        preview = page.locator("#clipboard-image")
+        assert await preview.is_visible()
+        shown = await preview.evaluate("(img) => [img.naturalWidth, img.naturalHeight]")
+        assert tuple(shown) == image.size
+        copied = await page.evaluate(READ_BROWSER_CLIPBOARD)
+        assert copied is not None
+        assert same_picture(base64.b64decode(copied), image)
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+async def _holds(desktop: Desktop, image: Image.Image) -> bool:
+    data = await desktop_png(desktop)
+    return data is not None and same_picture(data, image)
+
+
+async def test_without_the_clipboard_permission_the_panel_says_the_browser_refused(
+    browser: Browser, stack: ViewerStack, desktop: Desktop
+) -> None:
+    context = await browser.new_context(viewport=VIEWER_VIEWPORT)
+    context.set_default_timeout(scaled(15) * 1000)
+    try:
+        page = await open_viewer(context, stack, desktop)
+        await open_panel(page)
+        await page.get_by_role("button", name="Send image").click()
+        said = await panel_says(page, "refused")
+        assert "Allow clipboard access" in said, said
+    finally:
+        await context.close()

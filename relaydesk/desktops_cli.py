@@ -23,8 +23,20 @@ from wire.errors import ErrorCode, RelaydeskError
 if TYPE_CHECKING:
     from relaydesk.client import DesktopRow, RelaydeskClient
 
+# The names relaydesk_client.settings defines (importing it here would import httpx).
 TOKEN_ENV = "RELAYDESK_API_TOKEN"  # noqa: S105 - a variable's name
 SERVER_ENV = "RELAYDESK_SERVER_URL"
+
+
+def _say_deprecated(message: str) -> None:
+    print(f"relaydesk: {message}", file=sys.stderr)
+
+
+def env(name: str) -> str:
+    """A setting from the environment; a former name still works and is named on stderr."""
+    from relaydesk_client.settings import env_setting
+
+    return env_setting(name, warn=_say_deprecated)
 
 
 class UsageError(RelaydeskError):
@@ -84,7 +96,7 @@ def server_url(args: argparse.Namespace) -> str:
     """``--server``, else the environment, else the local default."""
     return (
         args.server
-        or os.environ.get(SERVER_ENV)
+        or env(SERVER_ENV)
         or os.environ.get("RELAYDESK_PUBLIC_URL")
         or "http://127.0.0.1:8400"
     )
@@ -98,7 +110,7 @@ def api_token(args: argparse.Namespace) -> str:
         except OSError as err:
             raise UsageError(f"--token-file {args.token_file}: {err.strerror}") from None
     else:
-        token = os.environ.get(TOKEN_ENV, "").strip()
+        token = env(TOKEN_ENV)
     if not token:
         raise UsageError(f"no API token: use --token-file FILE or set {TOKEN_ENV}")
     return token

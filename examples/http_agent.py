@@ -271,8 +271,8 @@ def parse_args() -> tuple[argparse.Namespace, str]:
     add(
         "--server",
         metavar="URL",
-        default=env("RELAYDESK_URL"),
-        help="the server's URL (default: RELAYDESK_URL)",
+        default=env("RELAYDESK_SERVER_URL"),
+        help="the server's URL (default: RELAYDESK_SERVER_URL)",
     )
     add(
         "--conversation",

@@ -2,7 +2,7 @@
 
 Uses the official MCP SDK (``mcp``, installed with relaydesk) over Streamable HTTP::
 
-    export RELAYDESK_URL=http://127.0.0.1:8400 RELAYDESK_API_TOKEN=rdk_…
+    export RELAYDESK_SERVER_URL=http://127.0.0.1:8400 RELAYDESK_API_TOKEN=rdk_…
     export RELAYDESK_CONVERSATION_ID=…   # relaydesk admin list shows the conversations
     python examples/mcp_agent.py --out screen.png
 
@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("screen.png"), help="screenshot file")
     args = parser.parse_args()
     try:
-        url, token = os.environ["RELAYDESK_URL"], os.environ["RELAYDESK_API_TOKEN"]
+        url, token = os.environ["RELAYDESK_SERVER_URL"], os.environ["RELAYDESK_API_TOKEN"]
         conversation = os.environ["RELAYDESK_CONVERSATION_ID"]
     except KeyError as missing:
         sys.exit(f"set {missing.args[0]} (see the top of this file)")

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 # connection hands its desktops over only to a process that took the same state (and so
 # re-adopted them); any other successor does not have them, and they are stopped.
 OWNER_FILE = "relay.owner"
+# The reason the server records for desktops a relay stopped because it was itself stopping.
+RELAY_STOPPED = "relay_stopped"
 
 
 class StateOwner:
@@ -121,6 +123,7 @@ class RelayService:
         )
         self.worker = RelayWorker(settings, self.handlers)
         self.owner = StateOwner(desktop_config.state_dir)
+        self._stopping_desktops: asyncio.Task[None] | None = None
 
     async def _capture_account(self, row: RelayRow) -> CaptureAccount:
         """A desktop's audio capture runs as its desktop's account, in its cgroup."""
@@ -140,7 +143,26 @@ class RelayService:
         await self.worker.send_event("desktop.person_input", dict(row))
 
     def stop(self) -> None:
-        self.worker.stop()
+        """Shut down. With ``--stop-desktops-on-exit`` the desktops are stopped first, while
+        the server still hears it (it records them stopped, not lost with the connection);
+        a second stop closes at once."""
+        if self.settings.stop_desktops_on_exit and self._stopping_desktops is None:
+            self._stopping_desktops = asyncio.get_running_loop().create_task(
+                self._stop_desktops_then_close(), name="relay-stopping-desktops"
+            )
+        else:
+            self.worker.stop()
+
+    async def _stop_desktops_then_close(self) -> None:
+        try:
+            for lifecycle in (self.desktops, self.docker.desktops):
+                stopped = await lifecycle.stop_all(RELAY_STOPPED)
+                for row in stopped:
+                    log.info("stopped %s desktop slot=%s", row["kind"], row["slot"])
+        except Exception:
+            log.exception("stopping the desktops before closing failed")
+        finally:
+            self.worker.stop()
 
     async def run(self) -> None:
         """Re-adopt surviving desktops, serve the server, then shut down in order."""
@@ -164,6 +186,8 @@ class RelayService:
         try:
             await self.worker.run()
         finally:
+            if self._stopping_desktops is not None:
+                await self._stopping_desktops
             await self.screen.aclose()
             await self.audio.aclose()
             if self.local is not None:

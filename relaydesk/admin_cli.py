@@ -74,10 +74,16 @@ async def _login_link(store: Store, args: argparse.Namespace) -> Any:
 
 
 def _server_url() -> str:
-    """Where people reach the server: RELAYDESK_PUBLIC_URL, else RELAYDESK_HOST:PORT."""
+    """Where people reach the server: RELAYDESK_PUBLIC_URL, else RELAYDESK_HOST:PORT when
+    either is set, else where ``relaydesk up`` last served, else the default address."""
+    from relaydesk import saved
+
     public = os.environ.get("RELAYDESK_PUBLIC_URL", "").strip()
     if public:
         return public
+    named = any(os.environ.get(name, "").strip() for name in ("RELAYDESK_HOST", "RELAYDESK_PORT"))
+    if not named and (last := saved.load()) is not None:
+        return last.server_url
     host = os.environ.get("RELAYDESK_HOST", "").strip() or "127.0.0.1"
     host = "127.0.0.1" if host in {"0.0.0.0", "::"} else host
     port = os.environ.get("RELAYDESK_PORT", "").strip() or "8400"
@@ -240,7 +246,7 @@ def _add_recovery_commands(asub: Any) -> None:
         "--url",
         default=None,
         help="the server's URL people open (default: RELAYDESK_PUBLIC_URL, else "
-        "http://RELAYDESK_HOST:RELAYDESK_PORT)",
+        "http://RELAYDESK_HOST:RELAYDESK_PORT when set, else where relaydesk up serves)",
     )
     ll.add_argument(
         "--ttl",

@@ -22,9 +22,22 @@ from wire.errors import ErrorCode, RelaydeskError
 # this command line too, and would otherwise import it for nothing.
 if TYPE_CHECKING:
     from relaydesk.client import DesktopRow, RelaydeskClient
+    from relaydesk.saved import SavedClient
 
+# The names relaydesk_client.settings defines (importing it here would import httpx).
 TOKEN_ENV = "RELAYDESK_API_TOKEN"  # noqa: S105 - a variable's name
 SERVER_ENV = "RELAYDESK_SERVER_URL"
+
+
+def _say_deprecated(message: str) -> None:
+    print(f"relaydesk: {message}", file=sys.stderr)
+
+
+def env(name: str) -> str:
+    """A setting from the environment; a former name still works and is named on stderr."""
+    from relaydesk_client.settings import env_setting
+
+    return env_setting(name, warn=_say_deprecated)
 
 
 class UsageError(RelaydeskError):
@@ -67,45 +80,70 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--server",
         default=None,
-        help=f"the server's URL ({SERVER_ENV}, else RELAYDESK_PUBLIC_URL, "
-        "else http://127.0.0.1:8400)",
+        help=f"the server's URL ({SERVER_ENV}, else RELAYDESK_PUBLIC_URL, else the one "
+        "relaydesk up saved in the data directory, else http://127.0.0.1:8400)",
     )
     p.add_argument("--token-file", default=None, help=f"file holding an API token ({TOKEN_ENV})")
     p.add_argument(
         "--conversation",
         default=None,
-        help="conversation id (RELAYDESK_CONVERSATION_ID; may be left out when the "
-        "token's user is in one conversation)",
+        help="conversation id (RELAYDESK_CONVERSATION_ID, else the one relaydesk up saved; "
+        "may be left out when the token's user is in one conversation)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object (for scripts)")
 
 
 def server_url(args: argparse.Namespace) -> str:
-    """``--server``, else the environment, else the local default."""
+    """``--server``, else the environment, else where ``relaydesk up`` last served, else the
+    local default."""
+    saved = load_saved()
     return (
         args.server
-        or os.environ.get(SERVER_ENV)
+        or env(SERVER_ENV)
         or os.environ.get("RELAYDESK_PUBLIC_URL")
+        or (saved.server_url if saved else "")
         or "http://127.0.0.1:8400"
     )
 
 
+def load_saved() -> SavedClient | None:
+    """What ``relaydesk up`` saved under the data directory (``relaydesk.saved``)."""
+    from relaydesk import saved
+
+    return saved.load()
+
+
+def saved_for(args: argparse.Namespace) -> SavedClient | None:
+    """The saved settings when this command talks to the saved server (its token and
+    conversation are never sent anywhere else)."""
+    from relaydesk.saved import same_server
+
+    saved = load_saved()
+    return saved if saved is not None and same_server(server_url(args), saved) else None
+
+
 def api_token(args: argparse.Namespace) -> str:
-    """The API token from ``--token-file``, else ``RELAYDESK_API_TOKEN``; ``UsageError`` if none."""
+    """The API token from ``--token-file``, else ``RELAYDESK_API_TOKEN``, else the one
+    ``relaydesk up`` saved for this server; ``UsageError`` if none."""
     if args.token_file:
         try:
             token = Path(args.token_file).read_text(encoding="utf-8").strip()
         except OSError as err:
             raise UsageError(f"--token-file {args.token_file}: {err.strerror}") from None
     else:
-        token = os.environ.get(TOKEN_ENV, "").strip()
+        token = env(TOKEN_ENV) or ((saved := saved_for(args)) and saved.api_token) or ""
     if not token:
-        raise UsageError(f"no API token: use --token-file FILE or set {TOKEN_ENV}")
+        raise UsageError(
+            f"no API token: use --token-file FILE or set {TOKEN_ENV} "
+            "(relaydesk up saves one for its own server)"
+        )
     return token
 
 
 def _conversation(client: RelaydeskClient, args: argparse.Namespace) -> str:
+    saved = saved_for(args)
     chosen = args.conversation or os.environ.get("RELAYDESK_CONVERSATION_ID")
+    chosen = chosen or (saved.conversation_id if saved else None)
     if chosen:
         return str(chosen)
     conversations = client.conversations()

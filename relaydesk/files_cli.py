@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
-from relaydesk.desktops_cli import UsageError, run_api
+from relaydesk.desktops_cli import UsageError, run_api, saved_for
 
 if TYPE_CHECKING:
     from relaydesk.client import RelaydeskClient
@@ -77,7 +77,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--kind", default="virtual", help="the desktop's kind (default virtual)")
     p.add_argument("--slot", default="main", help="the desktop's slot (default main)")
-    p.add_argument("--server", default=None, help="the server's URL (RELAYDESK_SERVER_URL)")
+    p.add_argument(
+        "--server",
+        default=None,
+        help="the server's URL (RELAYDESK_SERVER_URL, else the one relaydesk up saved)",
+    )
     p.add_argument(
         "--token-file", default=None, help="file holding an API token (RELAYDESK_API_TOKEN)"
     )
@@ -121,7 +125,9 @@ class Progress:
 
 
 def _conversation(client: RelaydeskClient, args: argparse.Namespace) -> str:
+    saved = saved_for(args)
     chosen = args.conversation or os.environ.get("RELAYDESK_CONVERSATION_ID")
+    chosen = chosen or (saved.conversation_id if saved else None)
     if chosen:
         return str(chosen)
     conversations = client.conversations()

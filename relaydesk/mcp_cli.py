@@ -12,7 +12,14 @@ import os
 import sys
 from typing import Final
 
-from relaydesk.desktops_cli import SERVER_ENV, TOKEN_ENV, UsageError, api_token, server_url
+from relaydesk.desktops_cli import (
+    SERVER_ENV,
+    TOKEN_ENV,
+    UsageError,
+    api_token,
+    saved_for,
+    server_url,
+)
 
 CONVERSATION_ENV: Final = "RELAYDESK_CONVERSATION_ID"
 DESCRIPTION: Final = f"""\
@@ -22,6 +29,8 @@ every tool list and call to the relaydesk server's MCP endpoint for one conversa
 your role allows, without conversation_id: desktops, the accessibility tools, the screen tool.
 
 The API token comes from --token-file or {TOKEN_ENV} (`relaydesk admin create-token USER`).
+On the machine that runs `relaydesk up`, the server, token and conversation it saved in its
+data directory are used when none is given.
 A client configuration entry (docs/mcp.md):
 
   {{"mcpServers": {{"relaydesk": {{"command": "relaydesk",
@@ -43,13 +52,14 @@ def add_mcp(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--server",
         default=None,
-        help=f"the server's URL ({SERVER_ENV}, else RELAYDESK_PUBLIC_URL, "
-        "else http://127.0.0.1:8400)",
+        help=f"the server's URL ({SERVER_ENV}, else RELAYDESK_PUBLIC_URL, else the one "
+        "relaydesk up saved in the data directory, else http://127.0.0.1:8400)",
     )
     p.add_argument(
         "--conversation",
         default=None,
-        help=f"the conversation the tools act in ({CONVERSATION_ENV})",
+        help=f"the conversation the tools act in ({CONVERSATION_ENV}, else the one "
+        "relaydesk up saved)",
     )
     p.add_argument("--token-file", default=None, help=f"file holding an API token ({TOKEN_ENV})")
     p.set_defaults(func=_cmd_mcp)
@@ -59,7 +69,9 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     from relaydesk.mcp_stdio import endpoint_url, run
 
     try:
+        saved = saved_for(args)
         conversation = args.conversation or os.environ.get(CONVERSATION_ENV)
+        conversation = conversation or (saved.conversation_id if saved else None)
         if not conversation:
             raise UsageError(f"name a conversation with --conversation or {CONVERSATION_ENV}")
         endpoint = endpoint_url(server_url(args), conversation)

@@ -114,6 +114,16 @@ class Settings:
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}"
 
+    def public_base_url(self) -> str:
+        """Where people and agents reach this server: ``RELAYDESK_PUBLIC_URL``, else the address
+        it listens on; "" when neither says (a wildcard address names no host to reach)."""
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        if self.host in {"", "0.0.0.0", "::"}:
+            return ""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
     def check(self) -> None:
         """Refuse a configuration that cannot work, with a message an operator can act on."""
         if self.clustered and len(self.cluster_secret) < 16:

@@ -38,6 +38,9 @@ from wire.messages import Event, Request
 
 log = logging.getLogger(__name__)
 
+# How long a closing link still lets the handlers of events already received finish.
+EVENT_GRACE_S = 2.0
+
 SendFrame = Callable[[str | bytes], Awaitable[None]]
 AnswerRequest = Callable[[Request], Awaitable[Any]]
 HearEvent = Callable[[Event], Awaitable[None]]
@@ -211,6 +214,13 @@ class Link:
 
     # -- the transport is gone -----------------------------------------------------------------
 
+    async def hear_out(self) -> None:
+        """Let the handlers of events already received finish (for ``EVENT_GRACE_S`` at most):
+        an event is the peer's account of a fact (a desktop it stopped just before it closed),
+        not to be dropped with the connection."""
+        if self._hearing:
+            await asyncio.wait(set(self._hearing), timeout=EVENT_GRACE_S)
+
     async def shutdown(self, reason: str, channel_reason: str = "connection lost") -> None:
         """Fail pending requests, cancel answers, close channels: the transport is gone."""
         self.close_reason = reason
@@ -222,6 +232,7 @@ class Link:
         for channel in list(self._channels.values()):
             self._spawn(channel.close(ChannelCloseCode.RELAY_GONE, channel_reason, tell_peer=False))
         self._channels.clear()
+        await self.hear_out()
         for task in [*self._answering.values(), *self._hearing]:
             task.cancel()
         tasks = [*self._answering.values(), *self._hearing, *self._background]

@@ -405,6 +405,26 @@ class Desktops(Generic[D, S, L]):
         if reviewed := await self.launcher.review(still):
             await self._fail_all(reviewed)
 
+    async def stop_all(self, reason: str) -> list[RelayRow]:
+        """Stop every desktop and tell the server each is stopped (``reason``), while the
+        connection is still open; returns the rows it sent."""
+        events: list[RelayRow] = []
+        async with self._lock:
+            for desktop in self.slots.sorted():
+                await self._remove(desktop, "stopped", save=False)
+                events.append(
+                    {
+                        **desktop.to_row(),
+                        "state": "stopped",
+                        "reason": reason,
+                        "updated_at": now_iso(),
+                    }
+                )
+            if events:
+                await self.slots.save()
+        await self._emit(events)
+        return events
+
     async def close(self, stop_desktops: bool) -> None:
         """Stop the watchdog; stop every desktop too when asked, else leave them for adoption."""
         if self._cleanup is not None:

@@ -113,8 +113,17 @@ def _viewer(ctx: ActionContext, row: DesktopRow) -> dict[str, Any]:
     path = f"/vnc/{row.desktop_session_id}/{mint(settings.secret_key, grant)}/"
     if not grant.person:
         path += "?view_only=1"  # the page says so; the server drops the input regardless
-    base = settings.public_url.rstrip("/")
-    return {"viewer_url": base + path, "viewer_expires_at": grant.expires_at}
+    return {"viewer_url": _viewer_base(ctx) + path, "viewer_expires_at": grant.expires_at}
+
+
+def _viewer_base(ctx: ActionContext) -> str:
+    """What the viewer path is prefixed with: the public URL; without one, the listen address
+    for an API token (an agent has no page to resolve a path against) and nothing for a web
+    session (its page resolves the path against the address it was opened at, which may be
+    another name of this server)."""
+    if ctx.settings.public_url or ctx.principal.via == "token":
+        return ctx.settings.public_base_url()
+    return ""
 
 
 def _desktop_reply(ctx: ActionContext, row: DesktopRow) -> dict[str, Any]:

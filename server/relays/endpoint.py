@@ -166,6 +166,7 @@ async def _serve(
         reason = f"protocol error: {err.message}"
         raise
     finally:
+        await link.hear_out()  # while the relay still counts as connected here
         await links.unregister(link)
         await link.shutdown(reason)
         log.info("relay %s %s", relay_id, reason)

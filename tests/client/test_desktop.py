@@ -124,8 +124,9 @@ async def test_bad_arguments_answer_400_naming_the_field(stack: ViewerStack) -> 
 async def test_it_names_the_missing_setting_and_the_conversations(
     stack: ViewerStack, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    monkeypatch.delenv("RELAYDESK_SERVER_URL", raising=False)
     monkeypatch.delenv("RELAYDESK_URL", raising=False)
-    with pytest.raises(ValueError, match=r"RELAYDESK_URL"):
+    with pytest.raises(ValueError, match=r"RELAYDESK_SERVER_URL"):
         Desktop.create(token=stack.seed.api_token)
     monkeypatch.setenv("RELAYDESK_CONVERSATION_ID", "0" * 32)
     with pytest.raises(ApiError) as caught:

@@ -86,7 +86,7 @@ async def test_the_quick_start_runs_from_the_client_alone(
 ) -> None:
     script = tmp_path / "quickstart.py"
     script.write_text(quick_start_python())
-    env = {"RELAYDESK_URL": stack.url, "RELAYDESK_TOKEN": stack.seed.api_token}
+    env = {"RELAYDESK_SERVER_URL": stack.url, "RELAYDESK_API_TOKEN": stack.seed.api_token}
     out = await asyncio.to_thread(run, [str(client_venv), str(script)], tmp_path, 120, **env)
 
     assert "watch it:" in out, out

@@ -42,8 +42,8 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Viewe
 async def test_the_python_quick_start_runs_as_written(
     stack: ViewerStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RELAYDESK_URL", stack.url)
-    monkeypatch.setenv("RELAYDESK_TOKEN", stack.seed.api_token)
+    monkeypatch.setenv("RELAYDESK_SERVER_URL", stack.url)
+    monkeypatch.setenv("RELAYDESK_API_TOKEN", stack.seed.api_token)
     monkeypatch.chdir(tmp_path)
     code = compile(quick_start_python(), str(DOC), "exec")
     # The client is synchronous and the server runs on this loop: run it in a thread.

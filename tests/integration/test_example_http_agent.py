@@ -37,7 +37,7 @@ EXAMPLE = REPO_ROOT / "examples" / "http_agent.py"
 WIDTH, HEIGHT = 1280, 800  # the stack's desktop geometry
 TEXT = "typed by ref, über HTTP"
 # What the example reads from the environment: only what a test gives it.
-OWN_SETTINGS = ("RELAYDESK_URL", "RELAYDESK_CONVERSATION_ID", "RELAYDESK_API_TOKEN")
+OWN_SETTINGS = ("RELAYDESK_SERVER_URL", "RELAYDESK_CONVERSATION_ID", "RELAYDESK_API_TOKEN")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import random
 import signal
+import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,7 +151,12 @@ async def test_full_flow_start_list_attach_stop(stack: Stack) -> None:
     desktop = started["desktop"]
     session = desktop["desktop_session_id"]
     assert desktop["state"] == "running" and desktop["relay_name"] == "relay-1"
-    assert started["viewer_url"].startswith(f"/vnc/{session}/")
+    # Absolute (the server's listen address, no public URL set): an agent opens it as given.
+    assert started["viewer_url"].startswith(f"{stack.url}/vnc/{session}/")
+    # (urllib, not httpx: httpx logs the URL it gets, and the logs must hold no capability)
+    page = await asyncio.to_thread(urllib.request.urlopen, started["viewer_url"], None, scaled(10))
+    with page:
+        assert page.status == 200 and "text/html" in page.headers["Content-Type"]
 
     status, listed = await stack.call("desktop_list_active")
     assert status == 200

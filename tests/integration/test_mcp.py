@@ -388,7 +388,7 @@ async def test_the_agent_example_runs(stack, tmp_path):
     out = tmp_path / "screen.png"
     env = {
         **os.environ,
-        "RELAYDESK_URL": stack.url,
+        "RELAYDESK_SERVER_URL": stack.url,
         "RELAYDESK_API_TOKEN": stack.seed.api_token,
         "RELAYDESK_CONVERSATION_ID": stack.seed.conversation_id,
     }

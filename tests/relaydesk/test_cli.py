@@ -172,6 +172,30 @@ async def test_desktops_without_a_token_is_bad_usage(seed: Seed) -> None:
     assert "RELAYDESK_API_TOKEN" in cli.stderr
 
 
+async def test_the_former_setting_names_still_work_and_say_they_are_deprecated(
+    seed: Seed,
+) -> None:
+    async with inprocess_server(seed) as (_app, url):
+        former = {
+            **seed.env(),
+            "RELAYDESK_SERVER_URL": "",
+            "RELAYDESK_API_TOKEN": "",
+            "RELAYDESK_URL": url,
+            "RELAYDESK_TOKEN": seed.api_token,
+        }
+        cli = await relaydesk(former, "desktops", "list")
+        assert cli.returncode == 0, cli.stderr
+        assert "RELAYDESK_URL is deprecated" in cli.stderr and "RELAYDESK_SERVER_URL" in cli.stderr
+        assert "RELAYDESK_TOKEN is deprecated" in cli.stderr and "RELAYDESK_API_TOKEN" in cli.stderr
+        assert seed.api_token not in cli.stderr + cli.stdout
+
+        current = {**former, "RELAYDESK_SERVER_URL": url, "RELAYDESK_API_TOKEN": seed.api_token}
+        current |= {"RELAYDESK_URL": "http://127.0.0.1:9", "RELAYDESK_TOKEN": "rdk_old"}
+        cli = await relaydesk(current, "desktops", "list")
+        assert cli.returncode == 0, cli.stderr
+        assert "deprecated" not in cli.stderr, "the current names win, silently"
+
+
 async def test_mcp_help_explains_the_command_and_the_client_configuration() -> None:
     cli = await relaydesk({}, "mcp", "--help")
     assert cli.returncode == 0

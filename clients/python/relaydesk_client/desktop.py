@@ -28,12 +28,9 @@ from relaydesk_client.client import (
     Screenshot,
     StartedDesktop,
 )
+from relaydesk_client.settings import CONVERSATION_ENV, TOKEN_ENV, URL_ENV, env_setting
 
 __all__ = ["CONVERSATION_ENV", "TOKEN_ENV", "URL_ENV", "Desktop"]
-
-URL_ENV = "RELAYDESK_URL"
-TOKEN_ENV = "RELAYDESK_TOKEN"  # noqa: S105 - a variable's name
-CONVERSATION_ENV = "RELAYDESK_CONVERSATION_ID"
 
 
 class _Target(TypedDict):
@@ -83,8 +80,8 @@ class Desktop:
         """Start a desktop in ``slot`` (``profile``: ``standard``, ``minimal``; absent: the
         relay's default), or take the one running there.
 
-        The server is ``url`` (else ``$RELAYDESK_URL``) with ``token`` (else
-        ``$RELAYDESK_TOKEN``), or the ``client`` given (left open at the end). The conversation
+        The server is ``url`` (else ``$RELAYDESK_SERVER_URL``) with ``token`` (else
+        ``$RELAYDESK_API_TOKEN``), or the ``client`` given (left open at the end). The conversation
         is ``conversation``, else ``$RELAYDESK_CONVERSATION_ID``, else the token's only one.
         ``relay`` names one relay when the conversation has several."""
         owns = client is None
@@ -204,7 +201,7 @@ class Desktop:
 
 
 def _setting(given: str | None, env: str) -> str:
-    value = given or os.environ.get(env, "").strip()
+    value = given or env_setting(env)
     if not value:
         raise ValueError(f"no {env}: pass it as an argument or set ${env}")
     return value

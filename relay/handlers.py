@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from relay.a11y.service import A11yService
 from relay.a11y.settings import A11ySettings
 from relay.backend import DEFAULT_SLOT, DesktopBackend, check_revision_target, require_row
+from relay.browser.service import BrowserService
 from relay.channels import StreamChannel, TargetEnd
 from relay.desktop_tools.home_files import HomeFileSettings, home_file
 from relay.desktop_tools.home_stream import open_file_channel
@@ -24,6 +25,7 @@ from relay.desktop_tools.service import DesktopTools
 from relay.desktop_tools.session import session_of
 from relay.desktop_tools.settings import DesktopToolSettings
 from wire import ops
+from wire.browser import DESKTOP_BROWSER, BrowserArgs, BrowserResult
 from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
 from wire.guard import DIGEST_CAPABILITY
 from wire.home_files import DESKTOP_HOME_FILE, HomeFileArgs, HomeFileResult
@@ -81,6 +83,8 @@ class Handlers:
         self.tools = DesktopTools(tools or DesktopToolSettings.from_env())
         # Files in a desktop's home, on every relay (relay/desktop_tools/home_files.py).
         self.files = files or HomeFileSettings.from_env()
+        # The desktop's browser over its private DevTools pipe (relay/browser).
+        self.browser = BrowserService()
         self.backends: dict[str, DesktopBackend] = {b.kind: b for b in backends}
         # Set on a relay running beside the server: the server may then reach x11vnc itself.
         self.direct_host = direct_host
@@ -108,6 +112,7 @@ class Handlers:
                 _entry(ops.DESKTOP_SHELL, self._desktop_shell),
                 _entry(ops.DESKTOP_FILE, self._desktop_file),
                 _entry(DESKTOP_HOME_FILE, self._desktop_home_file),
+                _entry(DESKTOP_BROWSER, self._desktop_browser),
                 *(
                     _entry(spec, self._screen_handler(action))
                     for action, spec in ops.SCREEN.items()
@@ -289,6 +294,11 @@ class Handlers:
     async def _desktop_home_file(self, link: ServerLink, args: HomeFileArgs) -> HomeFileResult:
         """List, read, write or delete in the desktop's home, as its user (no opt-in)."""
         return await home_file(await session_of(*await self._tool_target(args)), args, self.files)
+
+    async def _desktop_browser(self, link: ServerLink, args: BrowserArgs) -> BrowserResult:
+        """One call on the desktop's browser over its DevTools pipe (relay/browser)."""
+        backend, row = await self._tool_target(args)
+        return {"result": await self.browser.call(backend, row, args["call"], args["params"])}
 
     async def _desktop_reset_home(
         self, link: ServerLink, args: ops.SlotArgs

@@ -15,7 +15,17 @@ from wire.errors import InvalidArgs
 from wire.ops import DesktopTargetArgs, OpSpec
 
 BrowserCall = Literal[
-    "tabs", "open", "close_tab", "history", "snapshot", "act", "wait", "screenshot"
+    "tabs",
+    "open",
+    "close_tab",
+    "history",
+    "snapshot",
+    "act",
+    "wait",
+    "screenshot",
+    "find",
+    "evaluate",
+    "downloads",
 ]
 BROWSER_CALLS: Final[tuple[BrowserCall, ...]] = get_args(BrowserCall)
 URL_SCHEMES: Final = ("http", "https", "about")
@@ -38,6 +48,10 @@ TEXT_MAX: Final = 10_000
 KEYS_MAX: Final = 200
 CSS_PREFIX: Final = "css:"
 SELECTOR_MAX: Final = 1000
+FIND_LIMIT_MAX: Final = 200
+EXPRESSION_MAX: Final = 100_000
+# The relay's switch for ``browser_evaluate`` (it can do anything the page can).
+EVALUATE_ENV: Final = "RELAYDESK_BROWSER_EVALUATE"
 
 
 class BrowserArgs(DesktopTargetArgs):

@@ -6,13 +6,16 @@ from __future__ import annotations
 import base64
 import fnmatch
 import json
+import os
 import struct
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Final
 
 from relay.backend import DesktopBackend
 from relay.browser import acts, pipe
 from relay.browser.cdp import CdpConnection
+from relay.browser.find import find
 from relay.browser.snapshot import Snapshots, Tree, plain, render
 from relay.browser.tabs import Browser
 from relay.desktop_tools.session import session_of
@@ -22,6 +25,12 @@ from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ops import RelayRow
 
 Call = Callable[["Target", dict[str, Any]], Awaitable[dict[str, Any]]]
+EVALUATE_OFF: Final = (
+    f"browser_evaluate is off on this relay: start it with {rules.EVALUATE_ENV}=1 "
+    "(a page's script can do anything the page can)"
+)
+# Where the browser saves downloads, in the desktop's home.
+DOWNLOADS: Final = "Downloads"
 NO_BROWSER: Final = (
     "this desktop has no browser with a DevTools channel: start one with desktop_launch "
     "(a browser started before the relay restarted, or from inside the desktop while none "
@@ -42,11 +51,15 @@ class Target:
 
 
 class BrowserService:
-    """Finds a desktop's browser and runs one call on it."""
+    """Finds a desktop's browser and runs one call on it; ``evaluate``: whether
+    ``browser_evaluate`` runs (RELAYDESK_BROWSER_EVALUATE=1)."""
 
-    def __init__(self) -> None:
+    def __init__(self, evaluate: bool | None = None) -> None:
         self._browsers: dict[int, tuple[CdpConnection, Browser]] = {}
         self.snapshots = Snapshots()
+        if evaluate is None:
+            evaluate = os.environ.get(rules.EVALUATE_ENV, "") == "1"
+        self.evaluate = evaluate
         self._calls: dict[str, Call] = {
             "tabs": _tabs,
             "open": _open,
@@ -56,6 +69,9 @@ class BrowserService:
             "act": _act,
             "wait": _wait,
             "screenshot": _screenshot,
+            "find": _find,
+            "evaluate": self._evaluate,
+            "downloads": _downloads,
         }
 
     async def call(
@@ -66,16 +82,28 @@ class BrowserService:
         cdp = pipe.connection(pids)
         if cdp is None:
             raise OpError(ErrorCode.UNAVAILABLE, NO_BROWSER, {"suggestion": NO_BROWSER})
-        target = Target(session.desktop_session_id, self._browser(cdp), self.snapshots)
+        browser = await self._browser(cdp, session.home / DOWNLOADS)
+        target = Target(session.desktop_session_id, browser, self.snapshots)
         return await self._calls[name](target, params)
 
-    def _browser(self, cdp: CdpConnection) -> Browser:
+    async def _browser(self, cdp: CdpConnection, downloads: Path) -> Browser:
         for key, (held, _) in list(self._browsers.items()):
             if held.closed:
                 del self._browsers[key]
         if id(cdp) not in self._browsers:
-            self._browsers[id(cdp)] = (cdp, Browser(cdp))
+            browser = Browser(cdp)
+            await browser.save_downloads(downloads)
+            self._browsers[id(cdp)] = (cdp, browser)
         return self._browsers[id(cdp)][1]
+
+    async def _evaluate(self, target: Target, params: dict[str, Any]) -> dict[str, Any]:
+        if not self.evaluate:
+            raise OpError(ErrorCode.FORBIDDEN, EVALUATE_OFF, {"suggestion": EVALUATE_OFF})
+        tab = await target.tab(params)
+        expression = str(params.get("expression", ""))
+        if len(expression) > rules.EXPRESSION_MAX:
+            raise InvalidArgs("expression", f"at most {rules.EXPRESSION_MAX} characters")
+        return {"tab": tab, "value": await target.browser.evaluate(tab, expression)}
 
 
 async def _tabs(target: Target, params: dict[str, Any]) -> dict[str, Any]:
@@ -128,9 +156,15 @@ async def _page(browser: Browser, tab: str) -> dict[str, Any]:
 
 async def _close_tab(target: Target, params: dict[str, Any]) -> dict[str, Any]:
     tab = await target.tab(params)
-    await target.browser.cdp.call("Target.closeTarget", {"targetId": tab})
-    target.browser.forget(tab)
-    return {"closed": tab, "tabs": await target.browser.tabs()}
+    browser = target.browser
+    await browser.cdp.call("Target.closeTarget", {"targetId": tab})
+    browser.forget(tab)
+
+    async def gone() -> bool:  # the browser answers before the tab has left its list
+        return all(p["targetId"] != tab for p in await browser.pages())
+
+    await browser.until(gone, rules.TIMEOUT_DEFAULT_S, "the tab to close")
+    return {"closed": tab, "tabs": await browser.tabs()}
 
 
 async def _history(target: Target, params: dict[str, Any]) -> dict[str, Any]:
@@ -276,3 +310,16 @@ async def _screenshot(target: Target, params: dict[str, Any]) -> dict[str, Any]:
     data = str(answer["data"])
     width, height = _png_size(base64.b64decode(data[:64]))
     return {"tab": tab, "format": "png", "image": data, "width": width, "height": height}
+
+
+async def _find(target: Target, params: dict[str, Any]) -> dict[str, Any]:
+    tab = await target.tab(params)
+    selector = str(params.get("selector", ""))
+    limit = int(params.get("limit", 20))
+    snapshot = target.snapshots.new(target.desktop_session_id, tab)
+    matches = await find(target.browser, tab, snapshot, selector, limit)
+    return {"tab": tab, "snapshot": snapshot.id, "count": len(matches), "matches": matches}
+
+
+async def _downloads(target: Target, params: dict[str, Any]) -> dict[str, Any]:
+    return {"downloads": target.browser.downloads()}

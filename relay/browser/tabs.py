@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Final
 
 from relay.browser.cdp import CdpConnection, CdpError
@@ -14,6 +15,7 @@ from wire.errors import ErrorCode, OpError
 # The main frame is quiet this long with no request in flight: the network is idle.
 NETWORK_IDLE_S: Final = 0.5
 POLL_S: Final = 0.05
+DOWNLOADS_KEPT: Final = 200
 _TAB_STATE: Final = "[document.visibilityState, document.readyState, document.title]"
 
 
@@ -32,6 +34,42 @@ class Browser:
         self.cdp = cdp
         self._sessions: dict[str, str] = {}  # tab (target id) → session id
         self._enabled: set[str] = set()
+        self._downloads: dict[str, dict[str, Any]] = {}  # by the browser's guid
+        self._stop_hearing: Callable[[], None] | None = None
+
+    async def save_downloads(self, directory: Path) -> None:
+        """Save downloads into ``directory`` (created by the browser, as the desktop's user)
+        under their own names, and keep track of each."""
+        self._stop_hearing = self.cdp.listen(self._heard_download)
+        await self.cdp.call(
+            "Browser.setDownloadBehavior",
+            {"behavior": "allow", "downloadPath": str(directory), "eventsEnabled": True},
+        )
+
+    def _heard_download(self, method: str, params: dict[str, Any], session: str | None) -> None:
+        guid = str(params.get("guid", ""))
+        if method == "Browser.downloadWillBegin":
+            self._downloads[guid] = {
+                "id": guid,
+                "file": str(params.get("suggestedFilename", "")),
+                "url": str(params.get("url", "")),
+                "state": "inProgress",
+                "received_bytes": 0,
+                "total_bytes": None,
+            }
+            while len(self._downloads) > DOWNLOADS_KEPT:
+                del self._downloads[next(iter(self._downloads))]
+        elif method == "Browser.downloadProgress" and guid in self._downloads:
+            self._downloads[guid] |= {
+                "state": str(params.get("state", "inProgress")),
+                "received_bytes": int(params.get("receivedBytes", 0)),
+                "total_bytes": int(params["totalBytes"]) if params.get("totalBytes") else None,
+            }
+
+    def downloads(self) -> list[dict[str, Any]]:
+        """The downloads since the relay began speaking to the browser, oldest first:
+        ``state`` is ``inProgress``, ``completed`` or ``canceled``."""
+        return [dict(d) for d in self._downloads.values()]
 
     async def pages(self) -> list[dict[str, Any]]:
         """The browser's tabs (page targets) as it lists them."""

@@ -106,12 +106,30 @@ async def wait(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     condition = args["for"]
     if condition in ("url", "selector") and not args.get("value"):
         raise InvalidArgs("value", f"required when waiting for {condition}")
-    if condition == "selector" and not args["value"].startswith(rules.CSS_PREFIX):
-        try:
-            a11y_selector.parse(args["value"])
-        except a11y_selector.SelectorError as err:
-            raise InvalidArgs("value", str(err)) from None
+    if condition == "selector":
+        _check_selector(args["value"], "value")
     result: dict[str, Any] = await _WAIT(ctx, args)
+    return result
+
+
+def _check_selector(text: str, field: str) -> None:
+    """A ``css:`` selector must say something; any other is an accessibility selector."""
+    if text.startswith(rules.CSS_PREFIX):
+        if not text[len(rules.CSS_PREFIX) :].strip():
+            raise InvalidArgs(field, "css: needs a CSS selector after it")
+        return
+    try:
+        a11y_selector.parse(text)
+    except a11y_selector.SelectorError as err:
+        raise InvalidArgs(field, str(err)) from None
+
+
+_FIND: Final = _read("find", "tab", "selector", "limit")
+
+
+async def find(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    _check_selector(args["selector"], "selector")
+    result: dict[str, Any] = await _FIND(ctx, args)
     return result
 
 
@@ -292,6 +310,57 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
         },
         "A PNG of a tab's page as the browser renders it (base64 in image).",
         _read("screenshot", "tab", "full_page"),
+        read_only=True,
+    ),
+    _action(
+        "browser_find",
+        {
+            "tab": TAB,
+            "selector": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": rules.SELECTOR_MAX,
+                "description": "An accessibility selector as desktop_find takes it (e.g. "
+                "'push_button[name=\"Save\"]', 'entry', '\"Next page\"'), or 'css:' and a "
+                "CSS selector (e.g. 'css:form input[name=q]').",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": rules.FIND_LIMIT_MAX,
+                "default": 20,
+                "description": "At most this many matches.",
+            },
+        },
+        "Find elements of a tab's page by selector and return them as refs for browser_click, "
+        "browser_fill and browser_press, without reading the whole page.",
+        find,
+        read_only=True,
+        required=("selector",),
+    ),
+    _action(
+        "browser_evaluate",
+        {
+            "tab": TAB,
+            "expression": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": rules.EXPRESSION_MAX,
+                "description": "A JavaScript expression; a promise is awaited.",
+            },
+        },
+        "Evaluate a JavaScript expression in a tab's page and answer its value (as JSON). "
+        f"Off unless the relay was started with {rules.EVALUATE_ENV}=1.",
+        _change("evaluate", None, "tab", "expression"),
+        audit_op=f"{AUDIT}.evaluate",
+        required=("expression",),
+    ),
+    _action(
+        "browser_downloads",
+        {},
+        "List the browser's downloads (saved in the desktop's ~/Downloads as its user): id, "
+        "file, url, state (inProgress, completed, canceled), received_bytes, total_bytes.",
+        _read("downloads"),
         read_only=True,
     ),
 )

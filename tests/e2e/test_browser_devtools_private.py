@@ -225,7 +225,8 @@ async def test_no_devtools_endpoint_answers_other_users(stack):
     # The probe does find a DevTools port where one listens: a browser of the test's own.
     with _browser_with_a_port(stack.shared / "control") as port:
         probed = await asyncio.to_thread(_probe_as, "nobody", [])
-    assert any(str(port) in a for a in probed["answered"]), probed  # type: ignore[union-attr]
+    answered = probed["answered"]
+    assert isinstance(answered, list) and any(str(port) in a for a in answered), probed
     # The relay reaches the same browser over its pipe.
     tabs = await stack.ok("browser_tabs")
     assert tabs["backend"] == "cdp"

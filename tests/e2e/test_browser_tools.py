@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 
 from tests.support.a11y_stack import A11yStack
-from tests.support.browser_stack import browser_stack, page_server
+from tests.support.browser_stack import DOWNLOADS, browser_stack, page_server
 from tests.support.processes import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
@@ -52,7 +52,7 @@ async def _form(stack: A11yStack, base_url: str) -> dict[str, Any]:
 def _ref(snapshot: dict[str, Any], line_part: str) -> str:
     for line in snapshot["text"].splitlines():
         if line_part in line:
-            return line.split()[0]
+            return str(line.split()[0])
     raise AssertionError(f"{line_part!r} not in:\n{snapshot['text']}")
 
 
@@ -232,6 +232,52 @@ async def test_acts_are_audited(stack, base_url):
     assert ("desktop.browser.click", "click") in ops, ops
     assert ("desktop.browser.open", "open") in ops, ops
     assert f"{base_url}" not in repr([row.details for row in rows])  # never the URL
+
+
+async def test_find_by_accessibility_and_css_selectors(stack, base_url):
+    await _form(stack, base_url)
+    found = await stack.ok("browser_find", selector='push_button[name="Place order"]')
+    assert found["count"] == 1 and found["matches"][0]["role"] == "push_button", found
+    by_css = await stack.ok("browser_find", selector="css:#customer")
+    assert [(m["role"], m["name"]) for m in by_css["matches"]] == [("entry", "Customer")]
+    await stack.ok("browser_fill", ref=by_css["matches"][0]["ref"], text="Barbara")
+    await stack.ok("browser_click", ref=found["matches"][0]["ref"])
+    await stack.ok("browser_wait", **{"for": "selector"}, value='"Ordered: Barbara"')
+    cells = await stack.ok("browser_find", selector="css:td", limit=200)
+    assert cells["count"] == 120, cells["count"]
+    status, body = await stack.act("browser_find", selector='push_button[name="Place')
+    assert (status, body["error"]["field"]) == (400, "selector"), body
+    assert "column" in body["error"]["message"], body
+    status, body = await stack.act("browser_find", selector="css:#[")
+    assert (status, body["error"]["field"]) == (400, "selector"), body
+    status, body = await stack.act("browser_find", selector="css:")
+    assert (status, body["error"]["field"]) == (400, "selector"), body
+
+
+async def test_evaluate_is_off_unless_the_relay_allows_it(stack, base_url):
+    status, body = await stack.act("browser_evaluate", expression="document.title")
+    assert (status, body["error"]["code"]) == (403, "forbidden"), body
+    assert "RELAYDESK_BROWSER_EVALUATE=1" in body["error"]["message"]
+
+
+async def test_downloads_land_in_the_desktops_downloads_folder(stack, base_url):
+    seen = await _form(stack, base_url)
+    await stack.ok("browser_click", ref=_ref(seen, 'link "Download the prices"'))
+    deadline = time.monotonic() + scaled(30)
+    while True:
+        listed = (await stack.ok("browser_downloads"))["downloads"]
+        done = [d for d in listed if d["file"] == "prices.csv" and d["state"] == "completed"]
+        if done:
+            break
+        assert time.monotonic() < deadline, listed
+        await asyncio.sleep(0.3)
+    assert done[0]["received_bytes"] == len(DOWNLOADS["/prices.csv"])
+    folder = await stack.ok("desktop_files_list", path="Downloads")
+    assert [(e["name"], e["size"]) for e in folder["entries"]] == [
+        ("prices.csv", len(DOWNLOADS["/prices.csv"]))
+    ], folder
+    read = await stack.ok("desktop_file_read", path="Downloads/prices.csv")
+    assert read["content"].startswith("item,price\nItem 1,3\n"), read
 
 
 async def test_stop_refuses_the_browser_acts(stack, base_url):

@@ -26,6 +26,7 @@ PAGES: dict[str, str] = {
 <p id="result" role="status"></p>
 <a href="/second.html">Next page</a>
 <a href="/second.html" target="_blank">Open in new tab</a>
+<a href="/prices.csv">Download the prices</a>
 <table aria-label="Items"><tr><th>Item</th><th>Price</th></tr>"""
     + TABLE_ROWS
     + "</table></body></html>",
@@ -40,16 +41,30 @@ document.getElementById('slot').appendChild(b); }, 800);</script></body></html>"
 }
 
 
+# Served as a download (``Content-Disposition: attachment``).
+DOWNLOADS: dict[str, bytes] = {
+    "/prices.csv": b"item,price\n" + b"".join(b"Item %d,%d\n" % (n, n * 3) for n in range(1, 61))
+}
+
+
 class _Pages(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        body = PAGES.get(self.path.split("?")[0])
+        path = self.path.split("?")[0]
+        if path in DOWNLOADS:
+            self._send(DOWNLOADS[path], "text/csv", path.rsplit("/", 1)[1])
+            return
+        body = PAGES.get(path)
         if body is None:
             self.send_error(404)
             return
-        data = body.encode()
+        self._send(body.encode(), "text/html; charset=utf-8")
+
+    def _send(self, data: bytes, content_type: str, attachment: str | None = None) -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
+        if attachment is not None:
+            self.send_header("Content-Disposition", f'attachment; filename="{attachment}"')
         self.end_headers()
         self.wfile.write(data)
 
@@ -94,8 +109,11 @@ def browser_command(shared: Path, url: str, *flags: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def browser_stack(root: Path, base_url: str, *flags: str) -> AsyncIterator[A11yStack]:
-    """A server, a relay and a desktop whose start-up app is Chromium on the form page."""
+async def browser_stack(
+    root: Path, base_url: str, *flags: str, env: dict[str, str] | None = None
+) -> AsyncIterator[A11yStack]:
+    """A server, a relay (with ``env``) and a desktop whose start-up app is Chromium on the
+    form page."""
     app = browser_command(Path("{shared}"), f"{base_url}/form.html", *flags)
-    async with a11y_stack(root, [app]) as stack:
+    async with a11y_stack(root, [app], env=env) as stack:
         yield stack

@@ -23,6 +23,7 @@ from relay.backend import (
     require_row,
     unpaused,
 )
+from relay.browser.service import BrowserService
 from relay.channels import StreamChannel, TargetEnd
 from relay.desktop_tools.home_files import HomeFileSettings
 from relay.desktop_tools.home_stream import open_file_channel
@@ -31,6 +32,7 @@ from relay.desktop_tools.service import DesktopTools
 from relay.desktop_tools.session import session_of
 from relay.desktop_tools.settings import DesktopToolSettings
 from wire import ops
+from wire.browser import DESKTOP_BROWSER, BrowserArgs, BrowserResult
 from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
 from wire.guard import DIGEST_CAPABILITY
 from wire.home_files import DESKTOP_HOME_FILE, HomeFileArgs, HomeFileResult
@@ -89,6 +91,8 @@ class Handlers:
         # Files in a desktop's home, on every relay (relay/desktop_tools/home_files.py).
         self.files = files or HomeFileSettings.from_env()
         self.file_workers = HomeFileWorkers(self.files)
+        # The desktop's browser over its private DevTools pipe (relay/browser).
+        self.browser = BrowserService()
         self.backends: dict[str, DesktopBackend] = {b.kind: b for b in backends}
         # Set on a relay running beside the server: the server may then reach x11vnc itself.
         self.direct_host = direct_host
@@ -118,6 +122,7 @@ class Handlers:
                 _entry(ops.DESKTOP_SHELL, self._desktop_shell),
                 _entry(ops.DESKTOP_FILE, self._desktop_file),
                 _entry(DESKTOP_HOME_FILE, self._desktop_home_file),
+                _entry(DESKTOP_BROWSER, self._desktop_browser),
                 *(
                     _entry(spec, self._screen_handler(action))
                     for action, spec in ops.SCREEN.items()
@@ -310,6 +315,11 @@ class Handlers:
         """List, read, write or delete in the desktop's home, as its user (no opt-in)."""
         session = await session_of(*await self._tool_target(args))
         return await self.file_workers.run(session, args)
+
+    async def _desktop_browser(self, link: ServerLink, args: BrowserArgs) -> BrowserResult:
+        """One call on the desktop's browser over its DevTools pipe (relay/browser)."""
+        backend, row = await self._tool_target(args)
+        return {"result": await self.browser.call(backend, row, args["call"], args["params"])}
 
     async def _desktop_reset_home(
         self, link: ServerLink, args: ops.SlotArgs

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 from server.actions.a11y import A11Y_ACTIONS
+from server.actions.browser import BROWSER_ACTIONS
 from server.actions.context import ActionParts
 from server.actions.control import CONTROL_ACTIONS
 from server.actions.desktop import DESKTOP_ACTIONS
@@ -71,6 +72,7 @@ ACTIONS: Final = (
     + CONTROL_ACTIONS
     + DESKTOP_TOOL_ACTIONS
     + HOME_FILE_ACTIONS
+    + BROWSER_ACTIONS
 )
 
 

@@ -4,6 +4,7 @@ autocutsel and the start-up apps, each in its own process group, each probed unt
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import logging
 import os
@@ -19,6 +20,7 @@ from typing import IO, Final, Protocol
 
 import aiohttp
 
+from relay.browser.pipe import spawn_with_devtools
 from relay.desktops.config import DesktopSettings
 from relay.desktops.credentials import (
     PRIVATE_FILE_MODE,
@@ -502,8 +504,9 @@ class ProcessStart:
         one_shots: list[ChildProcess] = []
         for name, argv, extra in optional:
             try:
-                child = _spawn(
-                    name, accessible_argv(argv), env | extra, False, log, (), user=session.user
+                child = spawn_with_devtools(
+                    accessible_argv(argv),
+                    functools.partial(_spawn_app, name, env | extra, log, session.user),
                 )
             except OSError as err:
                 logger.warning("desktop %s: %s not started: %s", req.slot, name, err)
@@ -606,6 +609,17 @@ def _spawn(
         user=user,
         held=True,
     )
+
+
+def _spawn_app(
+    name: str,
+    env: dict[str, str],
+    log: IO[bytes],
+    user: DesktopUser | None,
+    argv: Sequence[str],
+    pass_fds: Sequence[int],
+) -> ChildProcess:
+    return _spawn(name, argv, env, False, log, pass_fds, user=user)
 
 
 HOME_XAUTHORITY = ".Xauthority"

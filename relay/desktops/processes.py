@@ -19,6 +19,7 @@ from typing import Final
 
 import aiohttp
 
+from relay.browser.pipe import spawn_with_devtools
 from relay.desktops import cgroups
 from relay.desktops.audio import audio_lost
 from relay.desktops.config import DesktopSettings
@@ -292,14 +293,18 @@ class ProcessLauncher:
             user = await self.desktop_user()
             log = open_append(self.config.log_dir / f"{desktop.kind}-{desktop.slot}.log")
             try:
-                child = ChildProcess.spawn(
-                    f"app:{entry.id}",
+                child = spawn_with_devtools(
                     argv,
-                    env=desktop.session_env | dict(entry.env),
-                    essential=False,
-                    output=log,
-                    user=user,
-                    held=True,
+                    lambda words, fds: ChildProcess.spawn(
+                        f"app:{entry.id}",
+                        words,
+                        env=desktop.session_env | dict(entry.env),
+                        essential=False,
+                        pass_fds=fds,
+                        output=log,
+                        user=user,
+                        held=True,
+                    ),
                 )
             except OSError as err:
                 raise OpError(ErrorCode.START_FAILED, f"{entry.id} did not start: {err}") from err

@@ -1,0 +1,179 @@
+"""Acting on a snapshot's element in the page: found again live, then clicked, filled or
+pressed into with the browser's own input events (``Input.*``: they reach the page, not the
+desktop's pointer)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from relay.browser.cdp import CdpError
+from relay.browser.snapshot import Element, Tree, role_of
+from relay.browser.tabs import Browser
+from wire.errors import ErrorCode, InvalidArgs, OpError
+
+_CENTRE: Final = (
+    "function(){this.scrollIntoView({block:'center',inline:'center'});"
+    "const r=this.getBoundingClientRect();return [r.left+r.width/2,r.top+r.height/2,"
+    "r.width,r.height];}"
+)
+_FOCUS: Final = (
+    "function(){this.focus();"
+    "if(this.select&&('value' in this)){this.select();}"
+    "else if(this.isContentEditable){const r=document.createRange();r.selectNodeContents(this);"
+    "const s=getSelection();s.removeAllRanges();s.addRange(r);}"
+    "return document.activeElement===this||this.contains(document.activeElement);}"
+)
+_VALUE: Final = "function(){return ('value' in this)?String(this.value):this.innerText;}"
+MODIFIERS: Final = {"alt": 1, "ctrl": 2, "control": 2, "meta": 4, "super": 4, "shift": 8}
+
+
+@dataclass(frozen=True)
+class Key:
+    key: str
+    code: str
+    key_code: int
+    text: str = ""
+
+
+NAMED_KEYS: Final[dict[str, Key]] = {
+    "enter": Key("Enter", "Enter", 13, "\r"),
+    "return": Key("Enter", "Enter", 13, "\r"),
+    "tab": Key("Tab", "Tab", 9),
+    "escape": Key("Escape", "Escape", 27),
+    "esc": Key("Escape", "Escape", 27),
+    "backspace": Key("Backspace", "Backspace", 8),
+    "delete": Key("Delete", "Delete", 46),
+    "space": Key(" ", "Space", 32, " "),
+    "arrowup": Key("ArrowUp", "ArrowUp", 38),
+    "up": Key("ArrowUp", "ArrowUp", 38),
+    "arrowdown": Key("ArrowDown", "ArrowDown", 40),
+    "down": Key("ArrowDown", "ArrowDown", 40),
+    "arrowleft": Key("ArrowLeft", "ArrowLeft", 37),
+    "left": Key("ArrowLeft", "ArrowLeft", 37),
+    "arrowright": Key("ArrowRight", "ArrowRight", 39),
+    "right": Key("ArrowRight", "ArrowRight", 39),
+    "home": Key("Home", "Home", 36),
+    "end": Key("End", "End", 35),
+    "pageup": Key("PageUp", "PageUp", 33),
+    "pagedown": Key("PageDown", "PageDown", 34),
+    **{f"f{n}": Key(f"F{n}", f"F{n}", 111 + n) for n in range(1, 13)},
+}
+
+
+def parse_keys(keys: str) -> tuple[Key, int]:
+    """``ctrl+a``, ``Enter``, ``shift+Tab``: the key and the modifier bits."""
+    *mods, name = keys.split("+") if keys != "+" else ["+"]
+    bits = 0
+    for mod in mods:
+        if mod.lower() not in MODIFIERS:
+            raise InvalidArgs("keys", f"unknown modifier {mod!r}")
+        bits |= MODIFIERS[mod.lower()]
+    if name.lower() in NAMED_KEYS:
+        return NAMED_KEYS[name.lower()], bits
+    if len(name) != 1:
+        raise InvalidArgs("keys", f"unknown key {name!r}")
+    upper = name.upper()
+    code = (
+        f"Key{upper}"
+        if upper.isalpha() and upper.isascii()
+        else (f"Digit{name}" if name.isdigit() else "")
+    )
+    return Key(name, code, ord(upper) if upper.isascii() else 0, name), bits
+
+
+async def resolve(browser: Browser, tab: str, element: Element) -> str:
+    """A live handle (object id) on the element: its DOM node while it is connected, else the
+    one node of the page with its role and name; ``stale_ref`` when there is none."""
+    object_id = await _object(browser, tab, element.backend_node_id)
+    if object_id is not None and await _call(
+        browser, tab, object_id, "function(){return this.isConnected;}"
+    ):
+        return object_id
+    tree = Tree.of(await browser.send(tab, "Accessibility.getFullAXTree"))
+    same = [
+        n
+        for n in tree.nodes.values()
+        if not n.get("ignored")
+        and n.get("backendDOMNodeId") is not None
+        and role_of(n) == element.role
+        and str((n.get("name") or {}).get("value", "")) == element.name
+    ]
+    if len(same) == 1:
+        found = await _object(browser, tab, int(same[0]["backendDOMNodeId"]))
+        if found is not None:
+            return found
+    raise OpError(
+        ErrorCode.STALE_REF,
+        f"the {element.role} {element.name[:60]!r} is no longer on the page",
+        {"field": "ref", "suggestion": "take a new browser_snapshot and use its refs"},
+    )
+
+
+async def _object(browser: Browser, tab: str, backend_node_id: int) -> str | None:
+    try:
+        answer = await browser.send(tab, "DOM.resolveNode", {"backendNodeId": backend_node_id})
+    except CdpError:
+        return None
+    object_id = answer.get("object", {}).get("objectId")
+    return str(object_id) if object_id else None
+
+
+async def _call(browser: Browser, tab: str, object_id: str, function: str) -> Any:
+    answer = await browser.send(
+        tab,
+        "Runtime.callFunctionOn",
+        {"objectId": object_id, "functionDeclaration": function, "returnByValue": True},
+    )
+    if "exceptionDetails" in answer:
+        raise OpError(ErrorCode.ACTION_FAILED, "the page refused the action")
+    return answer.get("result", {}).get("value")
+
+
+async def click(browser: Browser, tab: str, object_id: str) -> dict[str, Any]:
+    """A left click at the element's centre (scrolled into view first)."""
+    x, y, width, height = await _call(browser, tab, object_id, _CENTRE)
+    if width <= 0 or height <= 0:
+        raise OpError(
+            ErrorCode.ACTION_FAILED,
+            "the element has no size on the page (hidden?)",
+            {"suggestion": "take a new browser_snapshot"},
+        )
+    point = {"x": x, "y": y}
+    await browser.send(tab, "Input.dispatchMouseEvent", {"type": "mouseMoved", **point})
+    for kind in ("mousePressed", "mouseReleased"):
+        await browser.send(
+            tab,
+            "Input.dispatchMouseEvent",
+            {"type": kind, "button": "left", "clickCount": 1, **point},
+        )
+    return {"at": {"x": round(x), "y": round(y)}}
+
+
+async def fill(browser: Browser, tab: str, object_id: str, text: str) -> dict[str, Any]:
+    """Replace the element's text with ``text`` as typed input; answers the value read back."""
+    if not await _call(browser, tab, object_id, _FOCUS):
+        raise OpError(ErrorCode.ACTION_FAILED, "the element does not take the focus")
+    if text:
+        await browser.send(tab, "Input.insertText", {"text": text})
+    else:
+        await press_key(browser, tab, NAMED_KEYS["delete"], 0)
+    return {"value": await _call(browser, tab, object_id, _VALUE)}
+
+
+async def focus(browser: Browser, tab: str, object_id: str) -> None:
+    await _call(browser, tab, object_id, "function(){this.focus();}")
+
+
+async def press_key(browser: Browser, tab: str, key: Key, modifiers: int) -> None:
+    """One key down and up, with its text unless a modifier other than shift is held."""
+    event: dict[str, Any] = {
+        "key": key.key,
+        "code": key.code,
+        "windowsVirtualKeyCode": key.key_code,
+        "modifiers": modifiers,
+    }
+    text = key.text if not modifiers & ~8 else ""
+    down = {"type": "keyDown", "text": text} if text else {"type": "rawKeyDown"}
+    await browser.send(tab, "Input.dispatchKeyEvent", event | down)
+    await browser.send(tab, "Input.dispatchKeyEvent", event | {"type": "keyUp"})

@@ -1,0 +1,177 @@
+"""One DevTools protocol connection over a browser's ``--remote-debugging-pipe``.
+
+The browser reads commands on its fd 3 and writes answers and events on its fd 4, each message
+one JSON object followed by a NUL byte. :class:`Framer` is the pure part (bytes in, messages
+out); :class:`CdpConnection` drives it over the relay's two pipe ends with asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import Any, Final
+
+from wire.errors import ErrorCode, OpError
+
+logger = logging.getLogger(__name__)
+
+NUL: Final = b"\0"
+# A message larger than this (a full-page screenshot is a few MB) closes the connection.
+MAX_MESSAGE: Final = 64 * 1024 * 1024
+Listener = Callable[[str, dict[str, Any], str | None], None]
+
+
+class CdpError(OpError):
+    """The browser refused a command (its ``error`` answer)."""
+
+    def __init__(self, method: str, message: str) -> None:
+        super().__init__(ErrorCode.ACTION_FAILED, f"{method}: {message}")
+        self.cdp_message = message
+
+
+class Framer:
+    """NUL-terminated JSON messages from a byte stream."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """The complete messages ``data`` finishes; malformed ones are dropped."""
+        self._buffer += data
+        messages: list[dict[str, Any]] = []
+        while (end := self._buffer.find(NUL)) >= 0:
+            raw = bytes(self._buffer[:end])
+            del self._buffer[: end + 1]
+            with contextlib.suppress(ValueError):
+                message = json.loads(raw)
+                if isinstance(message, dict):
+                    messages.append(message)
+        if len(self._buffer) > MAX_MESSAGE:
+            raise OpError(ErrorCode.PROTOCOL_ERROR, "a DevTools message is too large")
+        return messages
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One message as the browser reads it."""
+    return json.dumps(message, separators=(",", ":")).encode() + NUL
+
+
+class _Reader(asyncio.Protocol):
+    def __init__(self, connection: CdpConnection) -> None:
+        self._connection = connection
+
+    def data_received(self, data: bytes) -> None:
+        self._connection.received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._connection.lost()
+
+
+class CdpConnection:
+    """Commands and events on a browser's DevTools pipe; ``closed`` once the browser is gone."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self._read_fd, self._write_fd = read_fd, write_fd
+        self._framer = Framer()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[str, asyncio.Future[dict[str, Any]]]] = {}
+        self._listeners: list[Listener] = []
+        self._read_transport: asyncio.ReadTransport | None = None
+        self._write_transport: asyncio.WriteTransport | None = None
+        self.closed = False
+
+    async def open(self) -> None:
+        """Start reading; the browser's answers and events arrive from now on."""
+        loop = asyncio.get_running_loop()
+        reader = os.fdopen(self._read_fd, "rb", buffering=0)
+        writer = os.fdopen(self._write_fd, "wb", buffering=0)
+        self._read_transport, _ = await loop.connect_read_pipe(lambda: _Reader(self), reader)
+        self._write_transport, _ = await loop.connect_write_pipe(asyncio.BaseProtocol, writer)
+
+    def listen(self, listener: Listener) -> Callable[[], None]:
+        """Hear every event (method, params, session id); returns how to stop hearing."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    async def call(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        session_id: str | None = None,
+        timeout_s: float = 10.0,
+    ) -> dict[str, Any]:
+        """Send one command and await its answer; the browser's error is :class:`CdpError`."""
+        if self.closed or self._write_transport is None:
+            raise OpError(ErrorCode.UNAVAILABLE, "the browser has closed")
+        message_id = next(self._ids)
+        message: dict[str, Any] = {"id": message_id, "method": method, "params": params or {}}
+        if session_id is not None:
+            message["sessionId"] = session_id
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[message_id] = (method, future)
+        try:
+            self._write_transport.write(encode(message))
+            async with asyncio.timeout(timeout_s):
+                return await future
+        except TimeoutError:
+            raise OpError(ErrorCode.TIMEOUT, f"the browser did not answer {method}") from None
+        finally:
+            self._pending.pop(message_id, None)
+
+    def received(self, data: bytes) -> None:
+        try:
+            messages = self._framer.feed(data)
+        except OpError:
+            logger.warning("closing a DevTools pipe: a message over the size limit")
+            self.close()
+            return
+        for message in messages:
+            self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        message_id = message.get("id")
+        if isinstance(message_id, int):
+            method, future = self._pending.get(message_id, ("", None))
+            if future is None or future.done():
+                return
+            error = message.get("error")
+            if isinstance(error, dict):
+                future.set_exception(CdpError(method, str(error.get("message", "error"))))
+            else:
+                result = message.get("result")
+                future.set_result(result if isinstance(result, dict) else {})
+            return
+        event = message.get("method")
+        if isinstance(event, str):
+            params = message.get("params")
+            session = message.get("sessionId")
+            for listener in list(self._listeners):
+                try:
+                    listener(event, params if isinstance(params, dict) else {}, session)
+                except Exception:  # a listener's bug must not stop the reader
+                    logger.exception("DevTools event listener failed")
+
+    def lost(self) -> None:
+        """The browser closed its end (it exited)."""
+        self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._read_transport is None or self._write_transport is None:
+            for fd in (self._read_fd, self._write_fd):  # never opened: the fds are still ours
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        for transport in (self._read_transport, self._write_transport):
+            if transport is not None:
+                transport.close()
+        for _, future in self._pending.values():
+            if not future.done():
+                future.set_exception(OpError(ErrorCode.UNAVAILABLE, "the browser has closed"))
+        self._pending.clear()

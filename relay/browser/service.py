@@ -1,0 +1,325 @@
+"""The browser calls of ``desktop.browser``: one small handler per call, on the DevTools
+channel of the desktop's browser (``pipe.py``)."""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import json
+import os
+import struct
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Final
+
+from relay.backend import DesktopBackend
+from relay.browser import acts, pipe
+from relay.browser.cdp import CdpConnection
+from relay.browser.find import find
+from relay.browser.snapshot import Snapshots, Tree, plain, render
+from relay.browser.tabs import Browser
+from relay.desktop_tools.session import session_of
+from wire import a11y_match, a11y_selector
+from wire import browser as rules
+from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.ops import RelayRow
+
+Call = Callable[["Target", dict[str, Any]], Awaitable[dict[str, Any]]]
+EVALUATE_OFF: Final = (
+    f"browser_evaluate is off on this relay: start it with {rules.EVALUATE_ENV}=1 "
+    "(a page's script can do anything the page can)"
+)
+# Where the browser saves downloads, in the desktop's home.
+DOWNLOADS: Final = "Downloads"
+NO_BROWSER: Final = (
+    "this desktop has no browser with a DevTools channel: start one with desktop_launch "
+    "(a browser started before the relay restarted, or from inside the desktop while none "
+    "ran, has none)"
+)
+
+
+class Target:
+    """One call's desktop and its browser."""
+
+    def __init__(self, desktop_session_id: str, browser: Browser, snapshots: Snapshots) -> None:
+        self.desktop_session_id = desktop_session_id
+        self.browser = browser
+        self.snapshots = snapshots
+
+    async def tab(self, params: dict[str, Any]) -> str:
+        return await self.browser.resolve(params.get("tab"))
+
+
+class BrowserService:
+    """Finds a desktop's browser and runs one call on it; ``evaluate``: whether
+    ``browser_evaluate`` runs (RELAYDESK_BROWSER_EVALUATE=1)."""
+
+    def __init__(self, evaluate: bool | None = None) -> None:
+        self._browsers: dict[int, tuple[CdpConnection, Browser]] = {}
+        self.snapshots = Snapshots()
+        if evaluate is None:
+            evaluate = os.environ.get(rules.EVALUATE_ENV, "") == "1"
+        self.evaluate = evaluate
+        self._calls: dict[str, Call] = {
+            "tabs": _tabs,
+            "open": _open,
+            "close_tab": _close_tab,
+            "history": _history,
+            "snapshot": _snapshot,
+            "act": _act,
+            "wait": _wait,
+            "screenshot": _screenshot,
+            "find": _find,
+            "evaluate": self._evaluate,
+            "downloads": _downloads,
+        }
+
+    async def call(
+        self, backend: DesktopBackend, row: RelayRow, name: str, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        session = await session_of(backend, row)
+        pids = [c.pid for c in session.processes.children if c.is_alive()]
+        cdp = pipe.connection(pids)
+        if cdp is None:
+            raise OpError(ErrorCode.UNAVAILABLE, NO_BROWSER, {"suggestion": NO_BROWSER})
+        browser = await self._browser(cdp, session.home / DOWNLOADS)
+        target = Target(session.desktop_session_id, browser, self.snapshots)
+        return await self._calls[name](target, params)
+
+    async def _browser(self, cdp: CdpConnection, downloads: Path) -> Browser:
+        for key, (held, _) in list(self._browsers.items()):
+            if held.closed:
+                del self._browsers[key]
+        if id(cdp) not in self._browsers:
+            browser = Browser(cdp)
+            await browser.save_downloads(downloads)
+            self._browsers[id(cdp)] = (cdp, browser)
+        return self._browsers[id(cdp)][1]
+
+    async def _evaluate(self, target: Target, params: dict[str, Any]) -> dict[str, Any]:
+        if not self.evaluate:
+            raise OpError(ErrorCode.FORBIDDEN, EVALUATE_OFF, {"suggestion": EVALUATE_OFF})
+        tab = await target.tab(params)
+        expression = str(params.get("expression", ""))
+        if len(expression) > rules.EXPRESSION_MAX:
+            raise InvalidArgs("expression", f"at most {rules.EXPRESSION_MAX} characters")
+        return {"tab": tab, "value": await target.browser.evaluate(tab, expression)}
+
+
+async def _tabs(target: Target, params: dict[str, Any]) -> dict[str, Any]:
+    return {"tabs": await target.browser.tabs()}
+
+
+async def _navigate(browser: Browser, tab: str, url: str, timeout_s: float) -> None:
+    """Send ``tab`` to ``url`` and wait for its load event (a same-document move has none)."""
+    answers: list[dict[str, Any]] = []
+
+    async def start() -> None:
+        answer = await browser.send(tab, "Page.navigate", {"url": url})
+        if answer.get("errorText"):
+            raise OpError(
+                ErrorCode.ACTION_FAILED, f"the browser could not load it: {answer['errorText']}"
+            )
+        answers.append(answer)
+
+    def loaded(method: str, params: dict[str, Any]) -> bool:
+        return method == "Page.loadEventFired" or (
+            method == "Page.navigatedWithinDocument"
+            and bool(answers)
+            and not answers[0].get("loaderId")
+        )
+
+    await browser.until_event(tab, start, loaded, timeout_s, f"{url[:80]} to load")
+
+
+async def _open(target: Target, params: dict[str, Any]) -> dict[str, Any]:
+    url = rules.check_url(params.get("url"))
+    timeout_s = rules.check_timeout(params.get("timeout_s", rules.TIMEOUT_DEFAULT_S))
+    browser = target.browser
+    if params.get("new_tab"):
+        created = await browser.cdp.call("Target.createTarget", {"url": "about:blank"})
+        tab = str(created["targetId"])
+    else:
+        tab = await target.tab(params)
+    await browser.cdp.call("Target.activateTarget", {"targetId": tab})
+    await _navigate(browser, tab, url, timeout_s)
+    return {"tab": await browser.tab_info(await _page(browser, tab))}
+
+
+async def _page(browser: Browser, tab: str) -> dict[str, Any]:
+    pages = await browser.pages()
+    found = next((p for p in pages if p["targetId"] == tab), None)
+    if found is None:
+        raise OpError(ErrorCode.NOT_FOUND, "the tab closed", {"field": "tab"})
+    return found
+
+
+async def _close_tab(target: Target, params: dict[str, Any]) -> dict[str, Any]:
+    tab = await target.tab(params)
+    browser = target.browser
+    await browser.cdp.call("Target.closeTarget", {"targetId": tab})
+    browser.forget(tab)
+
+    async def gone() -> bool:  # the browser answers before the tab has left its list
+        return all(p["targetId"] != tab for p in await browser.pages())
+
+    await browser.until(gone, rules.TIMEOUT_DEFAULT_S, "the tab to close")
+    return {"closed": tab, "tabs": await browser.tabs()}
+
+
+async def _history(target: Target, params: dict[str, Any]) -> dict[str, Any]:
+    browser, tab = target.browser, await target.tab(params)
+    timeout_s = rules.check_timeout(params.get("timeout_s", rules.TIMEOUT_DEFAULT_S))
+    direction = params.get("direction")
+    if direction == "reload":
+
+        async def reload() -> None:
+            await browser.send(tab, "Page.reload")
+
+        await browser.until_event(
+            tab, reload, lambda m, _: m == "Page.loadEventFired", timeout_s, "the reload"
+        )
+    else:
+        history = await browser.send(tab, "Page.getNavigationHistory")
+        index = int(history["currentIndex"]) + (1 if direction == "forward" else -1)
+        entries = history["entries"]
+        if not 0 <= index < len(entries):
+            raise OpError(
+                ErrorCode.ACTION_FAILED,
+                f"there is no page to go {direction} to in this tab",
+                {"suggestion": "list the tabs with browser_tabs"},
+            )
+        entry = entries[index]
+        await browser.send(tab, "Page.navigateToHistoryEntry", {"entryId": entry["id"]})
+        check = f"location.href === {_js(entry['url'])} && document.readyState === 'complete'"
+        await browser.until(lambda: browser.evaluate(tab, check), timeout_s, f"going {direction}")
+    return {"tab": await browser.tab_info(await _page(browser, tab))}
+
+
+def _js(text: str) -> str:
+    """``text`` as a JavaScript string literal."""
+    return json.dumps(text)
+
+
+async def _tree(browser: Browser, tab: str) -> Tree:
+    return Tree.of(await browser.send(tab, "Accessibility.getFullAXTree"))
+
+
+async def _snapshot(target: Target, params: dict[str, Any]) -> dict[str, Any]:
+    tab = await target.tab(params)
+    tree = await _tree(target.browser, tab)
+    snapshot = target.snapshots.new(target.desktop_session_id, tab)
+    result = render(
+        tree,
+        snapshot,
+        int(params.get("depth", 64)),
+        int(params.get("max_nodes", 400)),
+        str(params.get("view", "interactive")),
+        str(params.get("format", "text")),
+    )
+    info = await target.browser.tab_info(await _page(target.browser, tab))
+    return result | {"tab": tab, "url": info["url"], "title": info["title"]}
+
+
+async def _act(target: Target, params: dict[str, Any]) -> dict[str, Any]:
+    action = params.get("action")
+    ref = params.get("ref")
+    browser = target.browser
+    if ref is None:
+        if action != "press":
+            raise InvalidArgs("ref", "required")
+        tab = await target.tab(params)
+        object_id = None
+    else:
+        if not isinstance(ref, str) or not rules.REF_RE.match(ref):
+            raise InvalidArgs("ref", "must be a browser ref like '@b1a2b3c4:e7'")
+        snapshot, element = target.snapshots.element(ref, target.desktop_session_id)
+        tab = snapshot.tab
+        object_id = await acts.resolve(browser, tab, element)
+    if action == "click" and object_id is not None:
+        return {"tab": tab, **await acts.click(browser, tab, object_id)}
+    if action == "fill" and object_id is not None:
+        return {"tab": tab, **await acts.fill(browser, tab, object_id, str(params.get("text", "")))}
+    if action == "press":
+        key, modifiers = acts.parse_keys(str(params.get("keys", "")))
+        if object_id is not None:
+            await acts.focus(browser, tab, object_id)
+        await acts.press_key(browser, tab, key, modifiers)
+        return {"tab": tab, "pressed": params.get("keys")}
+    raise InvalidArgs("action", f"must be one of {', '.join(rules.ACTS)}")
+
+
+def _selector_check(browser: Browser, tab: str, selector: str) -> Callable[[], Awaitable[Any]]:
+    """A check that is true once ``selector`` (``css:…`` or an accessibility selector)
+    matches something in the page."""
+    if selector.startswith(rules.CSS_PREFIX):
+        css = _js(selector[len(rules.CSS_PREFIX) :].strip())
+        return lambda: browser.evaluate(tab, f"!!document.querySelector({css})")
+    try:
+        parsed = a11y_selector.parse(selector)
+    except a11y_selector.SelectorError as err:
+        raise InvalidArgs("value", str(err)) from None
+
+    async def check() -> bool:
+        roots = plain(await _tree(browser, tab))
+        return bool(a11y_match.select(parsed, roots, lambda n: n["children"]))
+
+    return check
+
+
+async def _wait(target: Target, params: dict[str, Any]) -> dict[str, Any]:
+    browser, tab = target.browser, await target.tab(params)
+    timeout_s = rules.check_timeout(params.get("timeout_s", rules.TIMEOUT_DEFAULT_S))
+    condition = params.get("for")
+    value = str(params.get("value", ""))
+    if condition == "load":
+        ready = "document.readyState === 'complete'"
+        await browser.until(lambda: browser.evaluate(tab, ready), timeout_s, "the page to load")
+    elif condition == "network_idle":
+        await browser.network_idle(tab, timeout_s)
+    elif condition == "url":
+
+        async def at_url() -> bool:
+            url = str(await browser.evaluate(tab, "location.href"))
+            return fnmatch.fnmatchcase(url, value) if "*" in value else value in url
+
+        await browser.until(at_url, timeout_s, f"the URL to match {value[:80]!r}")
+    elif condition == "selector":
+        await browser.until(_selector_check(browser, tab, value), timeout_s, f"{value[:80]!r}")
+    else:
+        raise InvalidArgs("for", f"must be one of {', '.join(rules.WAIT_FOR)}")
+    return {"tab": tab, "satisfied": True, "url": str(await browser.evaluate(tab, "location.href"))}
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    width, height = struct.unpack(">II", data[16:24])
+    return int(width), int(height)
+
+
+async def _screenshot(target: Target, params: dict[str, Any]) -> dict[str, Any]:
+    browser, tab = target.browser, await target.tab(params)
+    request: dict[str, Any] = {"format": "png"}
+    if params.get("full_page"):
+        metrics = await browser.send(tab, "Page.getLayoutMetrics")
+        size = metrics.get("cssContentSize") or metrics["contentSize"]
+        request |= {
+            "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1},
+        }
+    answer = await browser.send(tab, "Page.captureScreenshot", request)
+    data = str(answer["data"])
+    width, height = _png_size(base64.b64decode(data[:64]))
+    return {"tab": tab, "format": "png", "image": data, "width": width, "height": height}
+
+
+async def _find(target: Target, params: dict[str, Any]) -> dict[str, Any]:
+    tab = await target.tab(params)
+    selector = str(params.get("selector", ""))
+    limit = int(params.get("limit", 20))
+    snapshot = target.snapshots.new(target.desktop_session_id, tab)
+    matches = await find(target.browser, tab, snapshot, selector, limit)
+    return {"tab": tab, "snapshot": snapshot.id, "count": len(matches), "matches": matches}
+
+
+async def _downloads(target: Target, params: dict[str, Any]) -> dict[str, Any]:
+    return {"downloads": target.browser.downloads()}

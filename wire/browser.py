@@ -1,0 +1,92 @@
+"""The desktop's browser: the ``desktop.browser`` op, its calls and the argument rules both
+ends check (the server's actions before a request leaves, the relay before it acts).
+
+One op carries every browser tool (docs/browser.md): ``call`` names the tool, ``params`` its
+arguments. URLs are checked here once: ``http``, ``https`` and ``about:`` only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final, Literal, TypedDict, get_args
+from urllib.parse import urlsplit
+
+from wire.errors import InvalidArgs
+from wire.ops import DesktopTargetArgs, OpSpec
+
+BrowserCall = Literal[
+    "tabs",
+    "open",
+    "close_tab",
+    "history",
+    "snapshot",
+    "act",
+    "wait",
+    "screenshot",
+    "find",
+    "evaluate",
+    "downloads",
+]
+BROWSER_CALLS: Final[tuple[BrowserCall, ...]] = get_args(BrowserCall)
+URL_SCHEMES: Final = ("http", "https", "about")
+URL_MAX: Final = 8192
+# A tab is the browser's target id (32 hex digits in Chromium).
+TAB_PATTERN: Final = "^[A-Za-z0-9]{1,64}$"
+# ``@b<snapshot>:e<element>``: a browser snapshot's element (desktop refs have no ``b``).
+REF_PATTERN: Final = "^@b[a-z0-9]{7}:e[0-9]{1,6}$"
+REF_RE: Final = re.compile(REF_PATTERN)
+History = Literal["back", "forward", "reload"]
+HISTORY: Final[tuple[History, ...]] = get_args(History)
+Act = Literal["click", "fill", "press"]
+ACTS: Final[tuple[Act, ...]] = get_args(Act)
+WaitFor = Literal["load", "network_idle", "url", "selector"]
+WAIT_FOR: Final[tuple[WaitFor, ...]] = get_args(WaitFor)
+TIMEOUT_MIN_S: Final = 0.1
+TIMEOUT_MAX_S: Final = 60.0
+TIMEOUT_DEFAULT_S: Final = 15.0
+TEXT_MAX: Final = 10_000
+KEYS_MAX: Final = 200
+CSS_PREFIX: Final = "css:"
+SELECTOR_MAX: Final = 1000
+FIND_LIMIT_MAX: Final = 200
+EXPRESSION_MAX: Final = 100_000
+# The relay's switch for ``browser_evaluate`` (it can do anything the page can).
+EVALUATE_ENV: Final = "RELAYDESK_BROWSER_EVALUATE"
+
+
+class BrowserArgs(DesktopTargetArgs):
+    """``desktop.browser``: one browser call on one desktop's browser."""
+
+    call: BrowserCall
+    params: dict[str, Any]
+
+
+class BrowserResult(TypedDict):
+    result: dict[str, Any]
+
+
+DESKTOP_BROWSER: Final = OpSpec("desktop.browser", BrowserArgs, BrowserResult)
+
+
+def check_url(url: object, field: str = "url") -> str:
+    """``url`` if the browser may be sent there; ``invalid_args`` naming its scheme if not."""
+    if not isinstance(url, str) or not url:
+        raise InvalidArgs(field, "must be a non-empty string")
+    if len(url) > URL_MAX:
+        raise InvalidArgs(field, f"at most {URL_MAX} characters")
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in URL_SCHEMES:
+        shown = f"scheme {scheme!r}" if scheme else "a URL without a scheme"
+        raise InvalidArgs(field, f"{shown} is refused: http, https and about: only")
+    if scheme in ("http", "https") and not urlsplit(url).hostname:
+        raise InvalidArgs(field, "names no host")
+    return url
+
+
+def check_timeout(value: object, field: str = "timeout_s") -> float:
+    """A wait's limit in seconds, within the allowed range."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgs(field, "must be a number")
+    if not TIMEOUT_MIN_S <= value <= TIMEOUT_MAX_S:
+        raise InvalidArgs(field, f"must be from {TIMEOUT_MIN_S} to {TIMEOUT_MAX_S}")
+    return float(value)

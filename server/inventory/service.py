@@ -119,9 +119,7 @@ def row_from_relay(
 def _same_running(old: DesktopRow, new: DesktopRow) -> bool:
     """``old`` already records ``new`` (running or paused), started by the same user, for the
     same reason (a running desktop's ``reason`` names the session programs that failed)."""
-    return (
-        old.state == new.state and old.started_by == new.started_by and old.reason == new.reason
-    )
+    return old.state == new.state and old.started_by == new.started_by and old.reason == new.reason
 
 
 def reported_state(data: Mapping[str, Any]) -> DesktopState:

@@ -75,7 +75,8 @@ def quick_start_blocks() -> list[CodeBlock]:
 
 
 def start_up(process_factory: ProcessFactory, data_dir: Path, port: int) -> tuple[Any, str]:
-    env = {**FAST_ENV, "RELAYDESK_DATA_DIR": str(data_dir)}
+    # The relay's default profile, as a fresh install has it (the suite's default is minimal).
+    env = {**FAST_ENV, "RELAYDESK_DATA_DIR": str(data_dir), "RELAYDESK_DESKTOP_PROFILE": "standard"}
     upgrade = subprocess.run(
         relaydesk_argv("db", "upgrade"),
         env={**os.environ, **env},
@@ -163,6 +164,26 @@ async def a_desktop_runs(url: str, token: str, cid: str) -> None:
             assert started.status_code == 200, started.text
 
 
+async def browser_or_reason(url: str, token: str, cid: str) -> str:
+    """What the first desktop (the standard profile's) shows: its browser window, or a row
+    whose ``reason`` says which program failed (docs/desktops.md, Watchdog)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {"conversation_id": cid}
+    deadline = time.monotonic() + scaled(60)
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=scaled(30)) as client:
+        while True:
+            shown = await client.post("/api/v1/actions/desktop_windows", json=body)
+            titles = [w["name"] for w in shown.json().get("windows", [])]
+            if any("Chromium" in title for title in titles):
+                return f"windows: {titles}"
+            listed = await client.post("/api/v1/actions/desktop_list_active", json=body)
+            reasons = [row["reason"] for row in listed.json()["desktops"] if row["reason"]]
+            if reasons:
+                return f"no browser; the desktop says: {reasons}"
+            assert time.monotonic() < deadline, ("no browser window and no reason", titles)
+            await asyncio.sleep(0.5)
+
+
 def missing_images() -> list[str]:
     missing = []
     for image in COMPOSE_IMAGES:
@@ -205,6 +226,8 @@ async def test_a_fresh_users_first_hour(process_factory: ProcessFactory, tmp_pat
         conversations = (await client.get("/api/v1/conversations", headers=headers)).json()
         cid = conversations["conversations"][0]["conversation_id"]
         about = (await client.get(f"/api/v1/conversations/{cid}", headers=headers)).json()
+    with step("the first desktop shows its browser, or names the program that failed"):
+        print(f"   {await browser_or_reason(url, token, cid)}")
     reader = Reader(url, token, cid, about["relays"][0]["name"])
     for block in quick_start_blocks():
         with step(f"quick start {block.where}"):

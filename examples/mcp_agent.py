@@ -7,7 +7,8 @@ Uses the official MCP SDK (``mcp``, installed with relaydesk) over Streamable HT
     python examples/mcp_agent.py --out screen.png
 
 It starts the relay's ``main`` desktop when none runs (the token's user needs role ``write``),
-saves the screenshot, and prints the accessibility tree of the first window it finds. docs/mcp.md
+saves the screenshot, and prints the accessibility tree of the first window it finds (waiting
+up to 30 s for one on a desktop that has just started). docs/mcp.md
 explains the tools, their results and their errors.
 """
 
@@ -26,6 +27,8 @@ import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+
+WINDOW_WAIT_S = 30
 
 
 def answer(result: types.CallToolResult) -> dict[str, Any]:
@@ -62,13 +65,25 @@ async def run(url: str, token: str, conversation: str, out: Path) -> None:
             f"(screen_revision {info['screen_revision']})"
         )
 
+        window = await first_window(desk)
+        if window is None:
+            print(f"no window on the accessibility bus after {WINDOW_WAIT_S} s: nothing to observe")
+            return
+        seen = answer(await desk.call_tool("desktop_observe", {"window": window["id"]}))
+        print(f"{window['name']}: {seen['nodes']} elements (snapshot {seen['snapshot']}):")
+        print(seen["text"])
+
+
+async def first_window(desk: Client) -> dict[str, Any] | None:
+    """The first window ``desktop_apps`` lists; a desktop that just started shows its first
+    windows within seconds, so it is asked again for up to ``WINDOW_WAIT_S``."""
+    for _ in range(WINDOW_WAIT_S):
         apps = answer(await desk.call_tool("desktop_apps", {}))  # what runs, with its windows
         windows = [w for app in apps.get("running", []) for w in app["windows"]]
-        where = {"window": windows[0]["id"]} if windows else {}  # else the focused window
-        seen = answer(await desk.call_tool("desktop_observe", where))
-        title = windows[0]["name"] if windows else "the focused window"
-        print(f"{title}: {seen['nodes']} elements (snapshot {seen['snapshot']}):")
-        print(seen["text"])
+        if windows:
+            return dict(windows[0])
+        await asyncio.sleep(1)
+    return None
 
 
 def main() -> None:

@@ -54,14 +54,21 @@ def code_blocks(doc: str) -> list[CodeBlock]:
 
 def section(doc: str, heading: str) -> str:
     """The text under the heading line that contains ``heading``, up to the next heading of
-    the same or a higher level."""
-    text = (DOCS / doc).read_text(encoding="utf-8")
-    match = re.search(rf"^(#+) [^\n]*{re.escape(heading)}[^\n]*\n", text, re.M)
-    assert match, f"{doc} has no heading with {heading!r}"
-    level = len(match.group(1))
-    rest = text[match.end() :]
-    end = re.search(rf"^#{{1,{level}}} ", rest, re.M)
-    return rest[: end.start()] if end else rest
+    the same or a higher level (a ``#`` line inside a code block is no heading)."""
+    lines = (DOCS / doc).read_text(encoding="utf-8").splitlines(keepends=True)
+    level, kept, fenced = 0, [], False
+    for line in lines:
+        fenced ^= line.startswith("```")
+        depth = len(line) - len(line.lstrip("#"))
+        is_heading = not fenced and depth > 0 and line[depth : depth + 1] == " "
+        if level and is_heading and depth <= level:
+            break
+        if level:
+            kept.append(line)
+        elif is_heading and heading in line:
+            level = depth
+    assert level, f"{doc} has no heading with {heading!r}"
+    return "".join(kept)
 
 
 def documented_answer(doc: str, heading: str, status: int = 200) -> dict[str, Any]:

@@ -160,6 +160,9 @@ class CommandRunner:
         if isinstance(command, slash.ControlDesktop):
             control = ControlCommand(self, command.verb)
             return await self._with_relay(command.relay, command.verb, control.run, command.kind)
+        if isinstance(command, slash.PauseDesktop):
+            pause = PauseCommand(self, command.verb)
+            return await self._with_relay(command.relay, command.verb, pause.run, command.kind)
         if isinstance(command, slash.ListDesktops):
             return await self._list()
         if isinstance(command, slash.CloseViewer):
@@ -396,6 +399,31 @@ class CommandRunner:
 
 
 # verb → the typed action it runs
+class PauseCommand:
+    """``/desktop pause|resume [relay]`` on the relay's main desktop."""
+
+    def __init__(self, runner: CommandRunner, verb: slash.PauseVerb) -> None:
+        self.runner = runner
+        self.verb = verb
+
+    async def run(self, relay: str, kind: str) -> Reply:
+        status, body = await self.runner._call(
+            f"desktop_{self.verb}", relay=relay, kind=kind, slot=CHAT_SLOT
+        )
+        error = body.get("error") if isinstance(body.get("error"), dict) else None
+        if error is not None and error.get("code") == ErrorCode.NOT_RUNNING.value:
+            return CommandRunner._not_running(self.verb, relay, kind, f"nothing to {self.verb}")
+        if status >= 400:
+            return _error_reply(self.verb, status, body, relay=relay, kind=kind)
+        row = _public_row(_row_of(body))
+        if self.verb == "pause":
+            text = f"Paused the desktop on {relay}: /desktop resume {relay} brings it back."
+        else:
+            text = f"Resumed the desktop on {relay}."
+        outcome = "paused" if self.verb == "pause" else "resumed"
+        return Reply(text, _payload(self.verb, outcome, relay=relay, kind=kind, desktop=row))
+
+
 CONTROL_ACTIONS: dict[slash.ControlVerb, str] = {
     "take": "desktop_take_control",
     "hand-back": "desktop_hand_back",

@@ -91,6 +91,19 @@ class DesktopApps:
     tag: Literal["apps"] = "apps"
 
 
+PauseVerb = Literal["pause", "resume"]
+
+
+@dataclass(frozen=True)
+class PauseDesktop:
+    """``/desktop pause|resume [relay]``: freeze or thaw the running desktop."""
+
+    verb: PauseVerb
+    relay: str | None
+    kind: DesktopKind = "virtual"
+    tag: Literal["pause"] = "pause"
+
+
 ControlVerb = Literal["take", "hand-back", "stop-agent"]
 CONTROL_VERBS: tuple[ControlVerb, ...] = ("take", "hand-back", "stop-agent")
 
@@ -120,6 +133,7 @@ Command = (
     | StopDesktop
     | DesktopApps
     | ControlDesktop
+    | PauseDesktop
     | Help
 )
 
@@ -143,6 +157,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "attach": ("/desktop attach [relay]", "open a viewer on the running desktop; never starts"),
     "stop": ("/desktop stop [relay]", "stop the running desktop (asks for confirmation)"),
     "apps": ("/desktop apps [relay]", "list the apps the running desktop can start"),
+    "pause": ("/desktop pause [relay]", "pause the running desktop: frozen as it is, no CPU"),
+    "resume": ("/desktop resume [relay]", "resume the paused desktop exactly as it was"),
     "take": ("/desktop take [relay]", "take control of the running desktop: agents wait"),
     "hand-back": ("/desktop hand-back [relay]", "hand the desktop back: agents may act again"),
     "stop-agent": ("/desktop stop-agent [relay]", "stop the agent acting on the desktop"),
@@ -247,6 +263,8 @@ def _with_relay(word: str, rest: list[str]) -> Command | ParseError:
         return DesktopApps(relay)
     if word in CONTROL_VERBS:
         return ControlDesktop(_control_verb(word), relay)
+    if word in ("pause", "resume"):
+        return PauseDesktop("pause" if word == "pause" else "resume", relay)
     return StopDesktop(relay)
 
 
@@ -279,6 +297,8 @@ _KEYWORD_PARSERS: dict[str, Callable[[str, list[str]], Command | ParseError]] = 
     "attach": _with_relay,
     "stop": _with_relay,
     "apps": _with_relay,
+    "pause": _with_relay,
+    "resume": _with_relay,
     "take": _with_relay,
     "hand-back": _with_relay,
     "stop-agent": _with_relay,
@@ -295,6 +315,8 @@ _TAKES_RELAY = frozenset(
         "attach",
         "stop",
         "apps",
+        "pause",
+        "resume",
         "take",
         "hand-back",
         "stop-agent",
@@ -385,7 +407,7 @@ def describe(command: Command) -> str:
         return f"/desktop {command.tag}"
     if isinstance(command, DesktopStatus | AttachDesktop | StopDesktop | DesktopApps):
         return f"/desktop {command.tag}" + (f" {command.relay}" if command.relay else "")
-    if isinstance(command, ControlDesktop):
+    if isinstance(command, ControlDesktop | PauseDesktop):
         return f"/desktop {command.verb}" + (f" {command.relay}" if command.relay else "")
     if isinstance(command, Help):
         return "/desktop help" + (f" {command.topic}" if command.topic else "")

@@ -63,6 +63,15 @@ class Stack:
         assert status == 200, result
         return result
 
+    async def say(self, text: str) -> Any:
+        """A chat message in the conversation; the command's reply."""
+        url = f"/api/v1/conversations/{self.seed.conversation_id}/messages"
+        headers = {"Authorization": f"Bearer {self.seed.api_token}"}
+        async with httpx.AsyncClient(base_url=self.url, timeout=scaled(60)) as client:
+            response = await client.post(url, json={"text": text}, headers=headers)
+        assert response.status_code in (200, 201), response.text
+        return response.json()["reply"]
+
     async def state(self) -> str | None:
         listed = await self.ok("desktop_list_active")
         rows = [r for r in listed["desktops"] if r["desktop_session_id"] == self.session_id]
@@ -214,6 +223,17 @@ async def test_resume_keeps_the_unsaved_text_and_runs_again(stack: Stack) -> Non
 async def _clipboard_is(stack: Stack, text: str) -> bool:
     got = await stack.ok("desktop_clipboard_get")
     return bool(got["text"] == text)
+
+
+async def test_chat_pauses_and_resumes(stack: Stack) -> None:
+    paused = await stack.say("/desktop pause")
+    assert paused["payload"]["outcome"] == "paused", paused
+    assert await stack.state() == "paused"
+    again = await stack.say("/desktop pause")
+    assert again["payload"]["error"]["code"] == "paused", again
+    resumed = await stack.say("/desktop resume")
+    assert resumed["payload"]["outcome"] == "resumed", resumed
+    assert await stack.state() == "running"
 
 
 async def test_stop_of_a_paused_desktop_ends_it_whole(stack: Stack) -> None:

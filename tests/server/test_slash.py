@@ -16,6 +16,7 @@ from server.chat.slash import (
     ListDesktops,
     OpenDesktop,
     ParseError,
+    PauseDesktop,
     RelayAmbiguous,
     RelayResolved,
     RelayUnknown,
@@ -58,6 +59,8 @@ COMMANDS: list[tuple[str, Command]] = [
     ("/desktop HAND-BACK relay-1", ControlDesktop("hand-back", "relay-1")),
     ("/desktop stop-agent", ControlDesktop("stop-agent", None)),
     ("/desktop stop-agent relay-1", ControlDesktop("stop-agent", "relay-1")),
+    ("/desktop pause", PauseDesktop("pause", None)),
+    ("/desktop RESUME relay-1", PauseDesktop("resume", "relay-1")),
 ]
 
 
@@ -156,6 +159,8 @@ def test_help_covers_every_command() -> None:
         "take",
         "hand-back",
         "stop-agent",
+        "pause",
+        "resume",
     )
     for word in words:
         assert any(usage.startswith(f"/desktop {word}") for usage in usages)
@@ -171,6 +176,7 @@ COMMAND_TYPES = (
     StopDesktop,
     Help,
     ControlDesktop,
+    PauseDesktop,
 )
 WORDS = st.sampled_from(
     [
@@ -193,6 +199,8 @@ WORDS = st.sampled_from(
         "take",
         "hand-back",
         "stop-agent",
+        "pause",
+        "resume",
     ]
 )
 

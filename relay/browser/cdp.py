@@ -39,18 +39,21 @@ class Framer:
 
     def __init__(self) -> None:
         self._buffer = bytearray()
+        self._scanned = 0  # no NUL before this offset of the buffer
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """The complete messages ``data`` finishes; malformed ones are dropped."""
         self._buffer += data
         messages: list[dict[str, Any]] = []
-        while (end := self._buffer.find(NUL)) >= 0:
+        while (end := self._buffer.find(NUL, self._scanned)) >= 0:
             raw = bytes(self._buffer[:end])
             del self._buffer[: end + 1]
+            self._scanned = 0
             with contextlib.suppress(ValueError):
                 message = json.loads(raw)
                 if isinstance(message, dict):
                     messages.append(message)
+        self._scanned = len(self._buffer)
         if len(self._buffer) > MAX_MESSAGE:
             raise OpError(ErrorCode.PROTOCOL_ERROR, "a DevTools message is too large")
         return messages

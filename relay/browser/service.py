@@ -217,8 +217,8 @@ async def _snapshot(target: Target, params: dict[str, Any]) -> dict[str, Any]:
         str(params.get("view", "interactive")),
         str(params.get("format", "text")),
     )
-    info = await target.browser.tab_info(await _page(target.browser, tab))
-    return result | {"tab": tab, "url": info["url"], "title": info["title"]}
+    page = await _page(target.browser, tab)
+    return result | {"tab": tab, "url": page.get("url", ""), "title": page.get("title", "")}
 
 
 async def _act(target: Target, params: dict[str, Any]) -> dict[str, Any]:

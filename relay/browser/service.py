@@ -97,8 +97,9 @@ class BrowserService:
         deadline = time.monotonic() + HOLDER_WAIT_S
         while True:
             for path in paths:
-                held = self._connections.get(path)
+                held = self._connections.pop(path, None)
                 if held is not None and not held.closed:
+                    self._connections[path] = held
                     return held
                 try:
                     cdp = await CdpConnection.connect(str(path))

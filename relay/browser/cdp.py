@@ -1,8 +1,9 @@
 """One DevTools protocol connection over a browser's ``--remote-debugging-pipe``.
 
 The browser reads commands on its fd 3 and writes answers and events on its fd 4, each message
-one JSON object followed by a NUL byte. :class:`Framer` is the pure part (bytes in, messages
-out); :class:`CdpConnection` drives it over the relay's two pipe ends with asyncio.
+one JSON object followed by a NUL byte; its holder (``holder.py``) carries those bytes as they
+are over a Unix socket. :class:`Framer` is the pure part (bytes in, messages out);
+:class:`CdpConnection` drives it over the holder's socket with asyncio.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import contextlib
 import itertools
 import json
 import logging
-import os
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -39,18 +39,21 @@ class Framer:
 
     def __init__(self) -> None:
         self._buffer = bytearray()
+        self._scanned = 0  # no NUL before this offset of the buffer
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """The complete messages ``data`` finishes; malformed ones are dropped."""
         self._buffer += data
         messages: list[dict[str, Any]] = []
-        while (end := self._buffer.find(NUL)) >= 0:
+        while (end := self._buffer.find(NUL, self._scanned)) >= 0:
             raw = bytes(self._buffer[:end])
             del self._buffer[: end + 1]
+            self._scanned = 0
             with contextlib.suppress(ValueError):
                 message = json.loads(raw)
                 if isinstance(message, dict):
                     messages.append(message)
+        self._scanned = len(self._buffer)
         if len(self._buffer) > MAX_MESSAGE:
             raise OpError(ErrorCode.PROTOCOL_ERROR, "a DevTools message is too large")
         return messages
@@ -61,37 +64,32 @@ def encode(message: dict[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode() + NUL
 
 
-class _Reader(asyncio.Protocol):
-    def __init__(self, connection: CdpConnection) -> None:
-        self._connection = connection
-
-    def data_received(self, data: bytes) -> None:
-        self._connection.received(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._connection.lost()
-
-
 class CdpConnection:
-    """Commands and events on a browser's DevTools pipe; ``closed`` once the browser is gone."""
+    """Commands and events on a browser's DevTools pipe; ``closed`` once it is gone."""
 
-    def __init__(self, read_fd: int, write_fd: int) -> None:
-        self._read_fd, self._write_fd = read_fd, write_fd
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader, self._writer = reader, writer
         self._framer = Framer()
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[str, asyncio.Future[dict[str, Any]]]] = {}
         self._listeners: list[Listener] = []
-        self._read_transport: asyncio.ReadTransport | None = None
-        self._write_transport: asyncio.WriteTransport | None = None
         self.closed = False
+        self._reading = asyncio.get_running_loop().create_task(self._read(), name="devtools")
 
-    async def open(self) -> None:
-        """Start reading; the browser's answers and events arrive from now on."""
-        loop = asyncio.get_running_loop()
-        reader = os.fdopen(self._read_fd, "rb", buffering=0)
-        writer = os.fdopen(self._write_fd, "wb", buffering=0)
-        self._read_transport, _ = await loop.connect_read_pipe(lambda: _Reader(self), reader)
-        self._write_transport, _ = await loop.connect_write_pipe(asyncio.BaseProtocol, writer)
+    @classmethod
+    async def connect(cls, path: str) -> CdpConnection:
+        """Connect to a browser's holder; ``OSError`` when nothing serves there."""
+        reader, writer = await asyncio.open_unix_connection(path, limit=1 << 20)
+        return cls(reader, writer)
+
+    async def _read(self) -> None:
+        try:
+            while data := await self._reader.read(1 << 20):
+                self.received(data)
+        except OSError:
+            pass
+        finally:
+            self.close()
 
     def listen(self, listener: Listener) -> Callable[[], None]:
         """Hear every event (method, params, session id); returns how to stop hearing."""
@@ -106,7 +104,7 @@ class CdpConnection:
         timeout_s: float = 10.0,
     ) -> dict[str, Any]:
         """Send one command and await its answer; the browser's error is :class:`CdpError`."""
-        if self.closed or self._write_transport is None:
+        if self.closed:
             raise OpError(ErrorCode.UNAVAILABLE, "the browser has closed")
         message_id = next(self._ids)
         message: dict[str, Any] = {"id": message_id, "method": method, "params": params or {}}
@@ -115,7 +113,7 @@ class CdpConnection:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[message_id] = (method, future)
         try:
-            self._write_transport.write(encode(message))
+            self._writer.write(encode(message))
             async with asyncio.timeout(timeout_s):
                 return await future
         except TimeoutError:
@@ -156,21 +154,13 @@ class CdpConnection:
                 except Exception:  # a listener's bug must not stop the reader
                     logger.exception("DevTools event listener failed")
 
-    def lost(self) -> None:
-        """The browser closed its end (it exited)."""
-        self.close()
-
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
-        if self._read_transport is None or self._write_transport is None:
-            for fd in (self._read_fd, self._write_fd):  # never opened: the fds are still ours
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        for transport in (self._read_transport, self._write_transport):
-            if transport is not None:
-                transport.close()
+        self._writer.close()
+        if asyncio.current_task() is not self._reading:
+            self._reading.cancel()
         for _, future in self._pending.values():
             if not future.done():
                 future.set_exception(OpError(ErrorCode.UNAVAILABLE, "the browser has closed"))

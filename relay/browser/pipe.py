@@ -1,30 +1,31 @@
 """A private DevTools channel for every Chromium-based browser the relay starts in a desktop.
 
 The browser gets ``--remote-debugging-pipe``: it reads DevTools commands on its fd 3 and writes
-on its fd 4, two pipes whose other ends only the relay's process holds. No TCP port, no socket
-file: nothing another local user or another desktop could connect to (docs/security.md,
-"The desktop's browser"). A flag that would open a port as well is removed from the command.
-
-The relay's ends are kept here, by the pid of the process that leads the browser's group
-(the same pid from the held start through the browser's own ``exec``); they close when the
-browser exits. Pipes do not survive the relay's process: a browser re-adopted after a relay
-restart has no channel until it is started again.
+on its fd 4. The other ends of the two pipes go to the browser's holder (``holder.py``), a small
+process of the relay's user, which serves them on a Unix socket in the relay's private state
+directory (0700, the relay's user's): no TCP port, and no socket any other account can open
+(docs/security.md, "The desktop's browser"). A flag that would open a port as well is removed
+from the command. The holder outlives a relay restart (Chromium quits when its pipe closes);
+it exits with the browser.
 """
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import logging
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final, Protocol, TypeVar
 
-from relay.browser.cdp import CdpConnection
+from relay.browser.holder import CODE
 
 logger = logging.getLogger(__name__)
 
+HOLDER_NAME: Final = "devtools"
+# Under the relay's state directory: one socket per browser, named by its pid.
+SOCKET_DIR: Final = "devtools"
 PIPE_FLAG: Final = "--remote-debugging-pipe"
 # Browsers (not Electron apps: their windows are apps of their own) whose DevTools we hold.
 BROWSERS: Final = frozenset(
@@ -61,9 +62,7 @@ class Started(Protocol):
 
 C = TypeVar("C", bound=Started)
 Spawn = Callable[[list[str], tuple[int, ...]], C]
-
-# The relay's ends of every browser's pipe, by the pid leading the browser's group.
-_held: dict[int, CdpConnection] = {}
+Hold = Callable[[list[str], tuple[int, ...]], object]
 
 
 def is_browser(argv: Sequence[str]) -> bool:
@@ -78,15 +77,21 @@ def private_argv(argv: Sequence[str]) -> list[str]:
     return words
 
 
+def socket_path(state_dir: Path, pid: int) -> Path:
+    """Where the holder of the browser led by ``pid`` serves its pipe."""
+    return state_dir / SOCKET_DIR / f"{pid}.sock"
+
+
 def _high(fd: int) -> int:
     moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD)
     os.close(fd)
     return moved
 
 
-def spawn_with_devtools(argv: Sequence[str], spawn: Spawn[C]) -> C:
-    """Start ``argv`` through ``spawn(argv, pass_fds)``; a browser gets a private DevTools pipe
-    whose relay ends are kept for its pid (``connection``)."""
+def spawn_with_devtools(argv: Sequence[str], spawn: Spawn[C], hold: Hold, state_dir: Path) -> C:
+    """Start ``argv`` through ``spawn(argv, pass_fds)``; a browser gets a private DevTools
+    pipe whose other ends go to a holder started through ``hold(argv, pass_fds)`` as the
+    relay's user."""
     if not is_browser(argv):
         return spawn(list(argv), ())
     commands_r, commands_w = (_high(fd) for fd in os.pipe())  # relay → browser (its fd 3)
@@ -102,37 +107,16 @@ def spawn_with_devtools(argv: Sequence[str], spawn: Spawn[C]) -> C:
     finally:
         os.close(commands_r)  # the browser's ends are the browser's alone now
         os.close(answers_w)
-    pid = child.pid
-    connection = CdpConnection(answers_r, commands_w)
-    _held[pid] = connection
-    task = asyncio.get_running_loop().create_task(_open(pid, connection))
-    _opening.add(task)
-    task.add_done_callback(_opening.discard)
-    return child
-
-
-_opening: set[asyncio.Task[None]] = set()
-
-
-async def _open(pid: int, connection: CdpConnection) -> None:
+    path = socket_path(state_dir, child.pid)
     try:
-        await connection.open()
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+        holder = [sys.executable, "-I", "-c", CODE, str(path), str(answers_r), str(commands_w)]
+        hold(holder, (answers_r, commands_w))
     except OSError:
-        logger.exception("the DevTools pipe of pid %d could not be opened", pid)
-        connection.close()
-
-
-def connection(pids: Sequence[int]) -> CdpConnection | None:
-    """The open DevTools connection of the first of ``pids`` that has one; closed ones are
-    forgotten."""
-    for pid, held in list(_held.items()):
-        if held.closed:
-            del _held[pid]
-    return next((_held[p] for p in pids if p in _held), None)
-
-
-def close_all() -> None:
-    """Close every pipe (the relay is shutting down)."""
-    for held in _held.values():
-        held.close()
-    _held.clear()
+        # Without its holder the pipe closes with this process: the browser would quit then.
+        logger.exception("the DevTools holder of pid %d did not start", child.pid)
+    finally:
+        os.close(answers_r)
+        os.close(commands_w)
+    return child

@@ -3,11 +3,13 @@ channel of the desktop's browser (``pipe.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import fnmatch
 import json
 import os
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
@@ -19,6 +21,7 @@ from relay.browser.find import find
 from relay.browser.snapshot import Snapshots, Tree, plain, render
 from relay.browser.tabs import Browser
 from relay.desktop_tools.session import session_of
+from relay.desktops.backend import VirtualBackend
 from wire import a11y_match, a11y_selector
 from wire import browser as rules
 from wire.errors import ErrorCode, InvalidArgs, OpError
@@ -29,12 +32,13 @@ EVALUATE_OFF: Final = (
     f"browser_evaluate is off on this relay: start it with {rules.EVALUATE_ENV}=1 "
     "(a page's script can do anything the page can)"
 )
+# How long a call waits for a browser's holder to listen (it starts with the browser).
+HOLDER_WAIT_S: Final = 2.0
 # Where the browser saves downloads, in the desktop's home.
 DOWNLOADS: Final = "Downloads"
 NO_BROWSER: Final = (
     "this desktop has no browser with a DevTools channel: start one with desktop_launch "
-    "(a browser started before the relay restarted, or from inside the desktop while none "
-    "ran, has none)"
+    "(a browser started from inside the desktop while none of the relay's ran has none)"
 )
 
 
@@ -56,6 +60,7 @@ class BrowserService:
 
     def __init__(self, evaluate: bool | None = None) -> None:
         self._browsers: dict[int, tuple[CdpConnection, Browser]] = {}
+        self._connections: dict[Path, CdpConnection] = {}
         self.snapshots = Snapshots()
         if evaluate is None:
             evaluate = os.environ.get(rules.EVALUATE_ENV, "") == "1"
@@ -78,13 +83,33 @@ class BrowserService:
         self, backend: DesktopBackend, row: RelayRow, name: str, params: dict[str, Any]
     ) -> dict[str, Any]:
         session = await session_of(backend, row)
+        assert isinstance(backend, VirtualBackend)  # session_of refuses the other kinds
+        state_dir = backend.desktops.launcher.config.state_dir
         pids = [c.pid for c in session.processes.children if c.is_alive()]
-        cdp = pipe.connection(pids)
-        if cdp is None:
-            raise OpError(ErrorCode.UNAVAILABLE, NO_BROWSER, {"suggestion": NO_BROWSER})
+        cdp = await self._connection([pipe.socket_path(state_dir, pid) for pid in pids])
         browser = await self._browser(cdp, session.home / DOWNLOADS)
         target = Target(session.desktop_session_id, browser, self.snapshots)
         return await self._calls[name](target, params)
+
+    async def _connection(self, paths: list[Path]) -> CdpConnection:
+        """The open connection to the first of ``paths`` a holder serves (a holder just
+        started is given a moment to listen)."""
+        deadline = time.monotonic() + HOLDER_WAIT_S
+        while True:
+            for path in paths:
+                held = self._connections.pop(path, None)
+                if held is not None and not held.closed:
+                    self._connections[path] = held
+                    return held
+                try:
+                    cdp = await CdpConnection.connect(str(path))
+                except OSError:
+                    continue
+                self._connections[path] = cdp
+                return cdp
+            if time.monotonic() >= deadline:
+                raise OpError(ErrorCode.UNAVAILABLE, NO_BROWSER, {"suggestion": NO_BROWSER})
+            await asyncio.sleep(0.05)
 
     async def _browser(self, cdp: CdpConnection, downloads: Path) -> Browser:
         for key, (held, _) in list(self._browsers.items()):
@@ -217,8 +242,8 @@ async def _snapshot(target: Target, params: dict[str, Any]) -> dict[str, Any]:
         str(params.get("view", "interactive")),
         str(params.get("format", "text")),
     )
-    info = await target.browser.tab_info(await _page(target.browser, tab))
-    return result | {"tab": tab, "url": info["url"], "title": info["title"]}
+    page = await _page(target.browser, tab)
+    return result | {"tab": tab, "url": page.get("url", ""), "title": page.get("title", "")}
 
 
 async def _act(target: Target, params: dict[str, Any]) -> dict[str, Any]:

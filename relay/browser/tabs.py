@@ -146,6 +146,8 @@ class Browser:
                 "the browser has no tab",
                 {"suggestion": "open one with browser_open"},
             )
+        if len(pages) == 1:
+            return str(pages[0]["targetId"])
         infos = await asyncio.gather(*(self.tab_info(p) for p in pages))
         return str(next((i["id"] for i in infos if i["active"]), infos[0]["id"]))
 

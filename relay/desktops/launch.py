@@ -20,7 +20,7 @@ from typing import IO, Final, Protocol
 
 import aiohttp
 
-from relay.browser.pipe import spawn_with_devtools
+from relay.browser.pipe import HOLDER_NAME, spawn_with_devtools
 from relay.desktops.config import DesktopSettings
 from relay.desktops.credentials import (
     PRIVATE_FILE_MODE,
@@ -396,7 +396,7 @@ class ProcessStart:
             str(xauthority),
         ]
         try:
-            procs.add(_spawn("Xvfb", argv, _base_env(), True, log, (write_fd,)))
+            procs.add(_spawn("Xvfb", argv, base_env(), True, log, (write_fd,)))
         except OSError:
             os.close(read_fd)
             raise
@@ -419,7 +419,7 @@ class ProcessStart:
             f"--print-address={write_fd}",
         ]
         try:
-            env = _base_env() | session.env()
+            env = base_env() | session.env()
             procs.add(_spawn("dbus-daemon", argv, env, False, log, (write_fd,), user=session.user))
         except OSError:
             os.close(read_fd)
@@ -440,7 +440,7 @@ class ProcessStart:
             f"{LOOPBACK}:{vnc_port}",
         ]
         # websockify logs every connection (the watchdog makes one per interval): not kept.
-        procs.add(_spawn("websockify", argv, _base_env(), True, None, ()))
+        procs.add(_spawn("websockify", argv, base_env(), True, None, ()))
 
     def _spawn_x11vnc(
         self,
@@ -507,6 +507,8 @@ class ProcessStart:
                 child = spawn_with_devtools(
                     accessible_argv(argv),
                     functools.partial(_spawn_app, name, env | extra, log, session.user),
+                    functools.partial(_spawn_holder, procs, log),
+                    self._config.state_dir,
                 )
             except OSError as err:
                 logger.warning("desktop %s: %s not started: %s", req.slot, name, err)
@@ -581,7 +583,8 @@ def _display_number(line: str) -> int:
     return int(line)
 
 
-def _base_env() -> dict[str, str]:
+def base_env() -> dict[str, str]:
+    """The relay's environment, filtered: what its own helper processes get."""
     return {k: v for k, v in os.environ.items() if k in _INHERITED_ENV or k.startswith("LC_")}
 
 
@@ -620,6 +623,13 @@ def _spawn_app(
     pass_fds: Sequence[int],
 ) -> ChildProcess:
     return _spawn(name, argv, env, False, log, pass_fds, user=user)
+
+
+def _spawn_holder(
+    procs: DesktopProcesses, log: IO[bytes], argv: Sequence[str], pass_fds: Sequence[int]
+) -> ChildProcess:
+    """A browser's DevTools holder: the relay's user, one of the desktop's processes."""
+    return procs.add(_spawn(HOLDER_NAME, argv, base_env(), False, log, pass_fds))
 
 
 HOME_XAUTHORITY = ".Xauthority"

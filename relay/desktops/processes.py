@@ -19,7 +19,7 @@ from typing import Final
 
 import aiohttp
 
-from relay.browser.pipe import spawn_with_devtools
+from relay.browser.pipe import HOLDER_NAME, spawn_with_devtools
 from relay.desktops import cgroups
 from relay.desktops.audio import audio_lost
 from relay.desktops.config import DesktopSettings
@@ -31,7 +31,13 @@ from relay.desktops.homes import (
     remove_stale_runtime_dirs,
     secure_state_dir,
 )
-from relay.desktops.launch import A11Y_BUS_CHILD, AudioStarter, accessible_argv, missing_binaries
+from relay.desktops.launch import (
+    A11Y_BUS_CHILD,
+    AudioStarter,
+    accessible_argv,
+    base_env,
+    missing_binaries,
+)
 from relay.desktops.launcher import Records, StartOptions, rebuilt
 from relay.desktops.lifecycle import Desktops, OnChange
 from relay.desktops.probe import ProbeResult, probe_chain, probe_session
@@ -305,6 +311,19 @@ class ProcessLauncher:
                         user=user,
                         held=True,
                     ),
+                    lambda words, fds: self._join(
+                        desktop,
+                        ChildProcess.spawn(
+                            HOLDER_NAME,
+                            words,
+                            env=base_env(),
+                            essential=False,
+                            pass_fds=fds,
+                            output=log,
+                            held=True,
+                        ),
+                    ),
+                    self.config.state_dir,
                 )
             except OSError as err:
                 raise OpError(ErrorCode.START_FAILED, f"{entry.id} did not start: {err}") from err

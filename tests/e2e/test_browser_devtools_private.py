@@ -1,7 +1,8 @@
 """The desktop's browser has a DevTools channel only the relay holds: Chromium started by the
 relay runs with ``--remote-debugging-pipe`` and no debugging port, even when its command asks
-for one; no listening socket of it, and no DevTools endpoint anywhere on the host, answers the
-desktop's own user, another desktop's user or ``nobody``; the relay still reaches it."""
+for one; its holder's socket is in a directory only the relay's user enters; no socket of
+them, and no DevTools endpoint anywhere on the host, answers the desktop's own user, another
+desktop's user or ``nobody``; the relay still reaches it."""
 
 from __future__ import annotations
 
@@ -128,6 +129,17 @@ def _unix_paths(inodes: set[str]) -> list[str]:
     return paths
 
 
+def _holder_sockets() -> list[str]:
+    """The listening sockets of the browsers' DevTools holders."""
+    return sorted(
+        {
+            fields[7]
+            for line in Path("/proc/net/unix").read_text().splitlines()[1:]
+            if len(fields := line.split()) >= 8 and "/devtools/" in fields[7]
+        }
+    )
+
+
 async def _running_browser(stack: A11yStack) -> list[int]:
     profile = stack.shared / BROWSER_PROFILE
     deadline = time.monotonic() + scaled(60)
@@ -217,7 +229,12 @@ async def test_no_devtools_endpoint_answers_other_users(stack):
         if p.pw_name.startswith("relaydesk-desktop") and p.pw_uid != desktop_uid
     ]
     assert others, "no other desktop account on this host"
-    paths = _unix_paths(_socket_inodes(pids))
+    holders = _holder_sockets()
+    assert holders, "no DevTools holder socket"
+    for holder in holders:  # in a directory only the relay's user may enter
+        parent = Path(holder).parent.stat()
+        assert (parent.st_uid, parent.st_mode & 0o777) == (os.getuid(), 0o700), holder
+    paths = _unix_paths(_socket_inodes(pids)) + holders
     for user in ("nobody", others[0], desktop_user):
         probed = await asyncio.to_thread(_probe_as, user, paths)
         assert probed["answered"] == [], (user, probed)
@@ -231,3 +248,24 @@ async def test_no_devtools_endpoint_answers_other_users(stack):
     tabs = await stack.ok("browser_tabs")
     assert tabs["backend"] == "cdp"
     assert [t["title"] for t in tabs["tabs"]] == ["Order form"], tabs
+
+
+async def test_the_browser_and_its_channel_outlive_a_relay_restart(stack):
+    # Last: the relay is killed (nothing of it can close the pipe) and started again.
+    pids = await _running_browser(stack)
+    before = (await stack.ok("browser_tabs"))["tabs"]
+    relay = stack.relay_log
+    relay.kill()
+    relay._popen = None  # the same command again: the restarted relay adopts the desktop
+    relay.start()
+    deadline = time.monotonic() + scaled(60)
+    while True:
+        status, body = await stack.act("browser_tabs")
+        if status == 200:
+            break
+        assert time.monotonic() < deadline, body
+        await asyncio.sleep(0.5)
+    assert [t["id"] for t in body["tabs"]] == [t["id"] for t in before]
+    assert all(Path(f"/proc/{pid}").exists() for pid in pids)  # the same browser, still running
+    snapshot = await stack.ok("browser_snapshot")
+    assert 'push_button "Place order"' in snapshot["text"]

@@ -216,6 +216,29 @@ _VIEWER: Final[dict[tuple[str, str], Json]] = {
         description=VIEWER_AUTH,
         responses=answer("`{ok, known, text, truncated}`; read back before a paste's V press."),
     ),
+    ("GET", "/vnc/{sid}/{token}/clipboard-image"): operation(
+        "viewer_clipboard_image",
+        "The desktop's clipboard image (a person's viewer)",
+        tag="viewer",
+        security=NONE,
+        description=VIEWER_AUTH,
+        responses={
+            **media("The desktop's CLIPBOARD as a PNG image.", "image/png"),
+            "204": {"description": "The desktop's clipboard holds no image."},
+        },
+    ),
+    ("PUT", "/vnc/{sid}/{token}/clipboard-image"): {
+        **operation(
+            "viewer_set_clipboard_image",
+            "Put a PNG image on the desktop's clipboard (a person's viewer)",
+            tag="viewer",
+            security=NONE,
+            description=f"{VIEWER_AUTH} The body is a PNG image of at most 8 MiB (415 for "
+            "another type, 400 not a PNG, 413 larger); it is set as the desktop's user.",
+            responses=answer("`{ok, set}`."),
+        ),
+        "requestBody": {"required": True, "content": {"image/png": {}}},
+    },
     ("GET", "/vnc/{sid}/{token}/control"): operation(
         "viewer_control",
         "Who is in control of the desktop (Server-Sent Events)",

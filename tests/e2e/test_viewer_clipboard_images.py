@@ -21,6 +21,7 @@ import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import psutil
 import pytest
@@ -192,8 +193,10 @@ async def test_ctrl_v_in_the_desktop_sends_the_pasted_image(page: Page, desktop:
         return data is not None and same_picture(data, image)
 
     await wait_until(arrived, 10, "the pasted image on the desktop's clipboard")
-    sent = await page.evaluate("() => window.relaydeskBridge.imagePastes")
-    assert sent[-1:] == ["sent"], sent
+    # The bridge sent it, before the V press.
+    await page.wait_for_function(
+        "() => window.relaydeskBridge.imagePastes.includes('sent')", timeout=scaled(10) * 1000
+    )
 
 
 async def test_get_image_writes_the_desktops_png_to_the_browsers_clipboard(
@@ -247,3 +250,50 @@ async def test_without_the_clipboard_permission_the_panel_says_the_browser_refus
         assert "Allow clipboard access" in said, said
     finally:
         await context.close()
+
+
+async def test_the_image_route_answers_a_persons_viewer_only_and_refuses_bad_bodies(
+    stack: ViewerStack, desktop: Desktop
+) -> None:
+    person = stack.token(desktop.desktop_session_id)
+    view_only = stack.token(desktop.desktop_session_id, person=False)
+    base = f"/vnc/{desktop.desktop_session_id}"
+    image = png_bytes(picture(4))
+    png = {"Content-Type": PNG}
+    async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(15)) as client:
+        for token in (view_only, person[:-3] + ("abc" if not person.endswith("abc") else "xyz")):
+            got = await client.get(f"{base}/{token}/clipboard-image")
+            put = await client.put(f"{base}/{token}/clipboard-image", content=image, headers=png)
+            assert (got.status_code, put.status_code) == (403, 403), (got.text, put.text)
+        wrong_type = await client.put(
+            f"{base}/{person}/clipboard-image",
+            content=image,
+            headers={"Content-Type": "text/plain"},
+        )
+        assert wrong_type.status_code == 415, wrong_type.text
+        not_png = await client.put(
+            f"{base}/{person}/clipboard-image", content=b"GIF89a", headers=png
+        )
+        assert not_png.status_code == 400 and not_png.json()["error"]["field"] == "body"
+        assert await desktop_png(desktop) != b"GIF89a"
+
+        put = await client.put(f"{base}/{person}/clipboard-image", content=image, headers=png)
+        assert put.status_code == 200 and put.headers["cache-control"] == "no-store", put.text
+        got = await client.get(f"{base}/{person}/clipboard-image")
+        assert got.status_code == 200 and got.headers["content-type"] == PNG
+        assert same_picture(got.content, picture(4))
+        # Text on the clipboard is no image.
+        subprocess.run(
+            ["xclip", "-selection", "clipboard", "-i"],
+            input=b"only text",
+            check=True,
+            env=_env(desktop),
+            timeout=scaled(5),
+        )
+        await wait_until(
+            lambda: _text_only(client, f"{base}/{person}/clipboard-image"), 10, "no image"
+        )
+
+
+async def _text_only(client: httpx.AsyncClient, url: str) -> bool:
+    return (await client.get(url)).status_code == 204

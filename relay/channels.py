@@ -196,6 +196,10 @@ class StreamChannel:
         self._closed = False
         self._tasks: list[asyncio.Task[None]] = []
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def start(self) -> None:
         self._tasks = [
             asyncio.create_task(self._upstream(), name=f"channel-{self.channel_id}-up"),
@@ -273,3 +277,28 @@ class StreamChannel:
         for task in self._tasks:
             if task is not current:
                 task.cancel()
+
+
+class DesktopChannels:
+    """The open stream channels of each desktop, so that a stop closes its viewers' channels
+    ("desktop stopped") before it ends the desktop's processes: a viewer shows the desktop
+    stopped at once, not once x11vnc has gone (docs/viewing.md)."""
+
+    def __init__(self) -> None:
+        self._by_desktop: dict[str, set[StreamChannel]] = {}
+
+    def add(self, desktop_session_id: str, channel: StreamChannel) -> None:
+        """Count ``channel`` as one of the desktop's (the closed ones are let go here)."""
+        kept = {c for c in self._by_desktop.get(desktop_session_id, ()) if not c.closed}
+        self._by_desktop[desktop_session_id] = kept | {channel}
+
+    def count(self, desktop_session_id: str) -> int:
+        """The desktop's channels still open."""
+        return sum(not c.closed for c in self._by_desktop.get(desktop_session_id, ()))
+
+    async def close_desktop(self, desktop_session_id: str) -> None:
+        """Close every channel of a desktop that is going away, telling the server why."""
+        channels = self._by_desktop.pop(desktop_session_id, set())
+        await asyncio.gather(
+            *(c.close(ChannelCloseCode.DESKTOP_STOPPED, "desktop stopped") for c in channels)
+        )

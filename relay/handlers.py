@@ -24,7 +24,7 @@ from relay.backend import (
     unpaused,
 )
 from relay.browser.service import BrowserService
-from relay.channels import StreamChannel, TargetEnd
+from relay.channels import DesktopChannels, StreamChannel, TargetEnd
 from relay.desktop_tools.home_files import HomeFileSettings
 from relay.desktop_tools.home_stream import open_file_channel
 from relay.desktop_tools.home_worker import HomeFileWorkers
@@ -97,6 +97,8 @@ class Handlers:
         # Set on a relay running beside the server: the server may then reach x11vnc itself.
         self.direct_host = direct_host
         self._channel_targets = channel_targets or {}  # audio (relay/audio.py)
+        # Each desktop's VNC channels, closed by its stop before its processes end.
+        self.channels = DesktopChannels()
         self._table: dict[str, Entry] = {
             entry[0].name: entry
             for entry in (
@@ -405,7 +407,9 @@ class Handlers:
             return await opener(link, channel_id, row)
         stream = await backend.open_stream(row)
         ended = _stream_end(backend, row["desktop_session_id"])
-        link.start_channel(StreamChannel(channel_id, link, stream, ended))
+        channel = StreamChannel(channel_id, link, stream, ended)
+        self.channels.add(row["desktop_session_id"], channel)
+        link.start_channel(channel)
         return {"channel_id": channel_id}
 
 

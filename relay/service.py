@@ -121,6 +121,9 @@ class RelayService:
             a11y=settings.a11y,
             tools=settings.tools,
         )
+        # A stop closes the desktop's viewer channels before it ends its processes.
+        self.desktops.on_leaving = self.handlers.channels.close_desktop
+        self.docker.desktops.on_leaving = self.handlers.channels.close_desktop
         self.worker = RelayWorker(settings, self.handlers)
         self.owner = StateOwner(desktop_config.state_dir)
         self._stopping_desktops: asyncio.Task[None] | None = None

@@ -34,6 +34,8 @@ from wire.ops import DesktopStartResult, DesktopStopResult, RelayRow
 logger = logging.getLogger(__name__)
 
 OnChange = Callable[[RelayRow], Awaitable[None]]
+# Told a desktop's session id once it is forgotten, before its processes are ended.
+OnLeaving = Callable[[DesktopSessionId], Awaitable[None]]
 L = TypeVar("L", bound="Launcher[Any, Any]")
 
 
@@ -48,6 +50,8 @@ class Desktops(Generic[D, S, L]):
     ) -> None:
         self.launcher = launcher
         self.on_change = on_change
+        # Closes the desktop's viewer channels first, so viewers show it stopped at once.
+        self.on_leaving: OnLeaving | None = None
         config = launcher.config
         self.max_desktops = config.max_desktops
         self.slots: Slots[D, S] = Slots(
@@ -564,6 +568,7 @@ class Desktops(Generic[D, S, L]):
         if desktop.state == "paused":
             await self._thaw(desktop)
         desktop.state = "stopping"
+        await self._leaving(desktop.desktop_session_id)
         clean = await self.launcher.remove(desktop)
         desktop.state = "stopped" if reason == "stopped" else "failed"
         log = logger.info if reason in ("stopped", "relay closing") else logger.warning
@@ -585,6 +590,14 @@ class Desktops(Generic[D, S, L]):
             await self.launcher.freeze(desktop, False)
         except OpError as err:
             logger.warning("paused desktop slot=%s not thawed: %s", desktop.slot, err.message)
+
+    async def _leaving(self, desktop_session_id: DesktopSessionId) -> None:
+        if self.on_leaving is None:
+            return
+        try:
+            await self.on_leaving(desktop_session_id)
+        except Exception:
+            logger.exception("desktop on_leaving callback failed")
 
     async def _emit(self, events: list[RelayRow]) -> None:
         if self.on_change is None:

@@ -1,11 +1,11 @@
 """``benchmarks/bench_replica_storm.py`` on a small fleet: every check whole, every figure shown.
 
-The quick run is 150 simulated relays over three replicas on real PostgreSQL and Redis behind
-HAProxy, one replica killed. Its timings are printed against their targets and not asserted
-(no timing thresholds in tests); what the run checks is: every relay welcomed and owned,
-every list answered with the conversation's rows on every replica, every relay of the killed
-replica owned again by a live one, the dead replica reaped, no live replica taken for dead,
-and the database's view whole again after the storm.
+The quick run is 60 simulated relays (``QUICK_RELAYS``) over three replicas on real PostgreSQL
+and Redis behind HAProxy, one replica killed. Its timings are printed against their targets
+and not asserted (no timing thresholds in tests); what the run checks is: every relay welcomed
+and owned, every list answered with the conversation's rows on every replica, every relay of
+the killed replica owned again by a live one, the dead replica reaped, no live replica taken
+for dead, and the database's view whole again after the storm.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.bench_replica_storm import QUICK_RELAYS
 from tests.support.processes import scaled
 
 pytestmark = [pytest.mark.bench, pytest.mark.postgres, pytest.mark.redis]
@@ -67,7 +68,7 @@ def test_quick_storm_reowns_every_relay_and_answers_the_list_everywhere() -> Non
     checks = {m["name"]: (int(m["got"]), int(m["wanted"])) for m in CHECK.finditer(result.stdout)}
     for name in REQUIRED_CHECKS:
         assert name in checks, f"no check of {name!r}\n{output}"
-    assert checks["relays welcomed"] == (150, 150), output
+    assert checks["relays welcomed"] == (QUICK_RELAYS, QUICK_RELAYS), output
     assert checks["relays of the killed replica re-owned"][1] > 0, output
     broken = {name: figures for name, figures in checks.items() if figures[0] != figures[1]}
     assert not broken, f"checks not whole: {broken}\n{output}"

@@ -105,6 +105,17 @@ async def settled_text(editor: Editor, seconds: float = 1.0) -> str | None:
     return last.get("text")
 
 
+async def paste_sent(page: Page, count: int) -> None:
+    """Wait until the viewer has sent the V press of its ``count``-th paste: it goes out once
+    the desktop's clipboard reads back the text, which on a busy machine took longer than the
+    editor's settling time (the first paste then seemed empty, and came with the second)."""
+
+    async def sent() -> bool:
+        return len((await bridge_stats(page))["pasteConfirms"]) >= count
+
+    await wait_until(sent, 10, f"the V press of paste {count}")
+
+
 async def set_local_clipboard(page: Page, text: str) -> None:
     await page.evaluate("(text) => navigator.clipboard.writeText(text)", text)
 
@@ -125,9 +136,10 @@ async def test_ctrl_v_pastes_the_clipboard_of_that_moment(
     await page.mouse.click(640, 400)
     seen: list[str | None] = []
     expected = ""
-    for text in TEXTS:
+    for count, text in enumerate(TEXTS, 1):
         await set_local_clipboard(page, text)
         await page.keyboard.press("Control+KeyV")
+        await paste_sent(page, count)
         expected += text
         seen.append(await settled_text(editor))
     assert seen == [TEXTS[0], TEXTS[0] + TEXTS[1], "".join(TEXTS)], seen
@@ -139,6 +151,7 @@ async def test_ctrl_v_pastes_the_clipboard_of_that_moment(
     await asyncio.sleep(scaled(1.5))  # the desktop's clipboard bridge polls twice a second
     assert await local_clipboard(page) == OVER_SELECTION
     await page.keyboard.press("Control+KeyV")
+    await paste_sent(page, len(TEXTS) + 1)
     over = await settled_text(editor)
     stats = await bridge_stats(page)
     evidence = (

@@ -116,6 +116,7 @@ async def stop_and_watch(
         await until_closed(ws, 5)
         closes.append((time.perf_counter(), ws.close_code))
 
+    await stack.person_headers()  # signed in before the clock starts (argon2 takes its time)
     waiters = [asyncio.create_task(wait_close(c)) for c in clients]
     started = time.perf_counter()
     await stack.stop_desktop(desktop)

@@ -173,6 +173,23 @@ async def test_stop_with_stale_id_conflicts_and_newer_desktop_keeps_running(
     assert empty == {"stopped": False, "was_running": False}
 
 
+async def test_a_stop_tells_its_viewers_before_it_ends_the_desktops_processes(
+    manager: ProcessDesktops, light_config: DesktopSettings
+) -> None:
+    row = await manager.start()
+    session_id = row["desktop_session_id"]
+    groups = pgids_of(record_for(light_config, session_id))
+    told: list[tuple[str, list[int]]] = []
+
+    async def leaving(desktop_session_id: str) -> None:
+        told.append((desktop_session_id, live_groups(groups)))
+
+    manager.on_leaving = leaving
+    await manager.stop(kind="virtual", slot="main", desktop_session_id=session_id)
+    assert [(sid, sorted(live)) for sid, live in told] == [(session_id, sorted(groups))]
+    assert not live_groups(groups)
+
+
 async def test_racing_stale_stop_never_stops_a_newer_session(manager: ProcessDesktops) -> None:
     # Every pairing of how many times each side yields before it starts: each interleaving of
     # the stale stop with the restart, once (RELAYDESK_TEST_RACE_ROUNDS runs them again).

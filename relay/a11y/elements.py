@@ -94,6 +94,9 @@ def _checked(
     return node, {m: r for (_, m), r in zip(prefetch, reply[6:], strict=True)}
 
 
+DOCUMENT: Final = "org.a11y.atspi.Document"
+
+
 def read(session: Session, params: dict[str, Any]) -> dict[str, Any]:
     """The ``read`` call: one element in full."""
     app, node, _ = resolve(session, params, acting=False)
@@ -108,6 +111,8 @@ def read(session: Session, params: dict[str, Any]) -> dict[str, Any]:
             session.bus.prop(k, "org.a11y.atspi.Value", p)
             for p in ("CurrentValue", "MinimumValue", "MaximumValue")
         )
+    if node.has("Document"):
+        calls.append(Call(k[0], k[1], DOCUMENT, "GetAttributes"))
     replies = session.bus.many(calls)
     result: dict[str, Any] = {
         "app": app.name,
@@ -133,9 +138,22 @@ def read(session: Session, params: dict[str, Any]) -> dict[str, Any]:
             n: unwrap(replies[at + i], None, float)
             for i, n in enumerate(("current", "minimum", "maximum"))
         }
+        at += 3
     elif "text" in result:
         result["value"] = result["text"]
+    if node.has("Document"):
+        result["document"] = _document(unwrap(replies[at], {}))
     return result
+
+
+def _document(attributes: Any) -> dict[str, str]:
+    """A document's attributes (its address, type, MIME type), named the same across toolkits:
+    ``url`` is Chromium's ``URI`` and Gecko's ``DocURL``."""
+    if not isinstance(attributes, dict):
+        return {}
+    named = {str(k): str(v) for k, v in attributes.items()}
+    url = named.get("URI") or named.get("DocURL")
+    return {**named, "url": url} if url else named
 
 
 def text(session: Session, params: dict[str, Any]) -> dict[str, Any]:

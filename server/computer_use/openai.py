@@ -7,7 +7,9 @@ Coordinates are points on the declared display (``display_width`` by ``display_h
 last screenshot. A ``computer_call`` carrying safety checks (``pending_safety_checks``, or
 ``acknowledged_safety_checks`` sent on) runs only once a person approved them in relaydesk
 (``server.control.approvals``); until then it runs nothing and a person is asked. Its output
-then carries them as ``acknowledged_safety_checks`` for the builder to send on.
+then carries them as ``acknowledged_safety_checks`` for the builder to send on. The output's
+screenshot carries ``current_url`` when the active window is the browser
+(``server.computer_use.browser``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
+from server.computer_use.browser import current_url
 from server.computer_use.display import Display
 from server.computer_use.images import screenshot
 from server.computer_use.session import DoorCall
@@ -306,6 +309,9 @@ async def run(call: DoorCall, body: Mapping[str, Any]) -> Answer:
         await ACTIONS[str(action["type"])](call, display, action)
     shot = await screenshot(call, display)
     output = {"type": "computer_screenshot", "image_url": shot.data_url}
+    url = await current_url(call)
+    if url is not None:  # the active window is the browser
+        output["current_url"] = url
     answer = {**_item(body), "output": output}
     if checks:
         answer["acknowledged_safety_checks"] = [c.item() for c in checks]

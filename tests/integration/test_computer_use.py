@@ -346,6 +346,7 @@ async def test_openai_tool_definition_and_a_screenshot_item(doors):
     )
     assert item["type"] == "computer_call_output" and item["call_id"] == "call_1"
     assert item["output"]["type"] == "computer_screenshot"
+    assert "current_url" not in item["output"]  # no browser is the active window
     url = item["output"]["image_url"]
     assert url.startswith("data:image/png;base64,")
     image = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))

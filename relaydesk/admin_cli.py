@@ -67,6 +67,47 @@ async def _set_password(store: Store, args: argparse.Namespace) -> Any:
     return await admin.set_password(store, args.user, password=_read_password(args))
 
 
+async def _create_token(store: Store, args: argparse.Namespace) -> Any:
+    from server import admin
+
+    return await admin.create_token(
+        store,
+        args.user,
+        args.name,
+        expires_in_s=args.expires_in,
+        read_only=args.read_only,
+        conversation=args.conversation,
+    )
+
+
+async def _revoke_token(store: Store, args: argparse.Namespace) -> Any:
+    from server import admin
+
+    return await admin.revoke_token(store, args.token_id, args.user)
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str) -> int:
+    """``--expires-in``: seconds, or a number with a unit (90m, 12h, 30d)."""
+    value = text.strip().lower()
+    unit = DURATION_UNITS.get(value[-1:], 0)
+    number = value[:-1] if unit else value
+    if not number.isdigit() or int(number) <= 0:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 3600, 90m, 12h, 30d)")
+    return int(number) * (unit or 1)
+
+
+def _token_reference(text: str) -> str:
+    """A token's id or name; the token itself is refused before it could be audited."""
+    if text.startswith("rdk_"):
+        raise argparse.ArgumentTypeError(
+            "that is the token itself: give its id or name (admin list-tokens)"
+        )
+    return text
+
+
 async def _login_link(store: Store, args: argparse.Namespace) -> Any:
     from server import admin
 
@@ -179,10 +220,35 @@ def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t = _add(
         asub,
         "create-token",
-        "create an API token (rdk_…) for a user; shown once",
-        _on("create_token", "user"),
+        "create an API token (rdk_…) for a user; shown once. Named, optionally expiring and "
+        "scoped (read-only; one conversation)",
+        _create_token,
     )
     t.add_argument("user", help="user name")
+    t.add_argument(
+        "--name",
+        default=None,
+        help="the token's name, unique among the user's live tokens (default: 'default', "
+        "else 'default-2', ...); list-tokens shows it and revoke-token takes it",
+    )
+    t.add_argument(
+        "--expires-in",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="refuse the token after this long (401 token_expired): seconds, or a number "
+        "with s, m, h or d (90m, 12h, 30d); default: never",
+    )
+    t.add_argument(
+        "--read-only",
+        action="store_true",
+        help="only what role read allows: list, status, read; every write is 403 forbidden",
+    )
+    t.add_argument(
+        "--conversation",
+        default=None,
+        help="only this conversation id (every other is 403 forbidden)",
+    )
     _add_access_commands(asub)
     r = _add(asub, "add-relay", "register a relay; prints its token once", _add_relay)
     r.add_argument("name", help="the relay's name (letters, digits, '.', '_', '-')")
@@ -270,9 +336,15 @@ def _add_access_commands(asub: Any) -> None:
         asub,
         "revoke-token",
         f"revoke an API token; every server refuses it within {READ_CACHE_TTL_S:g} s",
-        _on("revoke_token", "token_id"),
+        _revoke_token,
     )
-    rt.add_argument("token_id", help="the token's id, as list-tokens shows it")
+    rt.add_argument(
+        "token_id",
+        metavar="TOKEN",
+        type=_token_reference,
+        help="the token's id or name, as list-tokens shows them (never the token itself)",
+    )
+    rt.add_argument("--user", default=None, help="the user whose token is named")
     du = _add(
         asub,
         "disable-user",
@@ -390,6 +462,8 @@ AUDITED_ARGUMENTS = (
     "title",
     "member",
     "token_id",
+    "expires_in",
+    "read_only",
     "co_located",
     "ttl",
     "admin",

@@ -18,7 +18,16 @@ COLUMNS: Final[dict[str, tuple[str, ...]]] = {
         "relay_version",
     ),
     "conversations": ("title", "conversation_id", "members", "relays"),
-    "list-tokens": ("token_id", "name", "user", "created_at", "last_used_at", "revoked"),
+    "list-tokens": (
+        "token_id",
+        "name",
+        "user",
+        "read_only",
+        "conversation",
+        "expires_at",
+        "last_used_at",
+        "revoked",
+    ),
     "audit": ("at", "op", "actor", "outcome", "relay_id", "desktop_session_id", "reason"),
     "desktops": (
         "relay_name",

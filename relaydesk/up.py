@@ -54,7 +54,8 @@ async def _agent_token(store: Store, admin_id: str, saved_token: str | None) -> 
         user = await store.authenticate_api_token(saved_token)
         if user is not None and user.user_id == admin_id:
             return None
-    token, _record = await store.create_api_token(admin_id, AGENT_TOKEN_NAME)
+    name = admin.free_token_name(await admin.live_token_names(store, admin_id), AGENT_TOKEN_NAME)
+    token, _record = await store.create_api_token(admin_id, name)
     return token
 
 

@@ -11,7 +11,7 @@ import secrets
 import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from server.db.errors import StoreError
@@ -35,6 +35,10 @@ DESKTOP_CONVERSATION = "Desktop"
 OLD_ALL_IN_ONE_RELAY = "local"
 FALLBACK_RELAY_NAME = "this-machine"
 GENERATED_PASSWORD_BYTES = 18
+
+
+# An API token's name, as relay names are spelled.
+TOKEN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class AdminError(RelaydeskError):
@@ -111,27 +115,94 @@ async def login_link(store: Store, username: str, *, ttl_s: int, base_url: str) 
     }
 
 
-async def create_token(store: Store, username: str, name: str = "default") -> dict[str, Any]:
-    """A new API token for the user, shown once."""
+async def create_token(
+    store: Store,
+    username: str,
+    name: str | None = None,
+    *,
+    expires_in_s: int | None = None,
+    read_only: bool = False,
+    conversation: str | None = None,
+) -> dict[str, Any]:
+    """A new API token for the user, shown once: named (unique among the user's live tokens;
+    ``default``, ``default-2``, … when not given), optionally expiring and scoped (read-only;
+    one conversation)."""
     user = await _user(store, username)
+    taken = await live_token_names(store, user.user_id)
+    name = name or free_token_name(taken)
+    if not TOKEN_NAME_RE.fullmatch(name):
+        raise AdminError(
+            f"token name {name!r}: use 1 to 64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    if name in taken:
+        raise AdminError(
+            f"user {user.username!r} already has a live API token named {name!r} "
+            "(revoke-token it, or choose another --name)"
+        )
+    if expires_in_s is not None and expires_in_s <= 0:
+        raise AdminError("--expires-in must be a positive duration")
+    if conversation is not None and await store.get_conversation(conversation) is None:
+        raise AdminError(f"no conversation {conversation!r}", ErrorCode.NOT_FOUND)
+    expires_at = store.now() + timedelta(seconds=expires_in_s) if expires_in_s else None
     async with _as_admin_error():
-        token, _record = await store.create_api_token(user.user_id, name)
-    return {"token": token}
+        token, record = await store.create_api_token(
+            user.user_id,
+            name,
+            expires_at=expires_at,
+            read_only=read_only,
+            conversation_id=conversation,
+        )
+    return {"token": token, **_token_json(record, {user.user_id: user.username})}
+
+
+def free_token_name(taken: set[str], base: str = "default") -> str:
+    """``base``, else the first of ``base-2``, ``base-3``, … not in ``taken``."""
+    names = (base, *(f"{base}-{n}" for n in range(2, len(taken) + 2)))
+    return next(name for name in names if name not in taken)
+
+
+async def live_token_names(store: Store, user_id: str) -> set[str]:
+    """The names of the user's tokens that are not revoked."""
+    return {t.name for t in await _tokens(store, user_id) if t.revoked_at is None}
+
+
+async def _tokens(store: Store, user_id: str | None) -> list[TokenRecord]:
+    return await store.list_api_tokens(user_id)
 
 
 async def list_tokens(store: Store, user: str | None = None) -> list[dict[str, Any]]:
     """API tokens (of one user, or of all), without the tokens themselves."""
     names = {u.user_id: u.username for u in await store.list_users()}
     user_id = (await _user(store, user)).user_id if user else None
-    return [_token_json(t, names) for t in await store.list_api_tokens(user_id)]
+    return [_token_json(t, names) for t in await _tokens(store, user_id)]
 
 
-async def revoke_token(store: Store, token_id: str) -> dict[str, Any]:
-    """Revoke an API token by id (idempotent: an already revoked token stays revoked)."""
-    if await store.get_api_token(token_id) is None:
-        raise AdminError(f"no API token {token_id!r}", ErrorCode.NOT_FOUND)
-    was_live = await store.revoke_api_token(token_id)
-    return {"token_id": token_id, "revoked": True, "was_live": was_live}
+async def revoke_token(store: Store, token: str, user: str | None = None) -> dict[str, Any]:
+    """Revoke an API token by id, or by name (of ``user``'s tokens when given); idempotent:
+    an already revoked token stays revoked."""
+    record = await _token_by_id_or_name(store, token, user)
+    was_live = await store.revoke_api_token(record.token_id)
+    return {"token_id": record.token_id, "name": record.name, "revoked": True, "was_live": was_live}
+
+
+async def _token_by_id_or_name(store: Store, token: str, user: str | None) -> TokenRecord:
+    """The token with this id, else the one live token with this name."""
+    user_id = (await _user(store, user)).user_id if user else None
+    found = await store.get_api_token(token)
+    if found is not None and user_id in (None, found.user_id):
+        return found
+    named = [t for t in await _tokens(store, user_id) if t.name == token]
+    live = [t for t in named if t.revoked_at is None] or named
+    if not live:
+        raise AdminError(f"no API token with the id or name {token!r}", ErrorCode.NOT_FOUND)
+    if len(live) > 1:
+        names = {u.user_id: u.username for u in await store.list_users()}
+        owners = ", ".join(f"{t.token_id} ({names.get(t.user_id, t.user_id)})" for t in live)
+        raise AdminError(
+            f"several API tokens are named {token!r}: {owners}; give the id, or --user"
+        )
+    return live[0]
 
 
 async def disable_user(store: Store, username: str) -> dict[str, Any]:
@@ -355,6 +426,9 @@ def _token_json(token: TokenRecord, usernames: dict[UserId, str]) -> dict[str, A
         "last_used_at": _iso(token.last_used_at),
         "revoked": token.revoked_at is not None,
         "revoked_at": _iso(token.revoked_at),
+        "expires_at": _iso(token.expires_at),
+        "read_only": token.read_only,
+        "conversation": token.conversation_id,
     }
 
 

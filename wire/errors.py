@@ -45,6 +45,7 @@ class ErrorCode(StrEnum):
     BUSY = "busy"
     NOT_FOUND = "not_found"
     UNAUTHORIZED = "unauthorized"
+    TOKEN_EXPIRED = "token_expired"  # noqa: S105 - an error code
     FORBIDDEN = "forbidden"
     SESSION_CONFLICT = "session_conflict"
     NOT_RUNNING = "not_running"
@@ -114,6 +115,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.PROTOCOL_ERROR: 400,
         ErrorCode.MISSING_SCREEN_REVISION: 400,
         ErrorCode.UNAUTHORIZED: 401,
+        ErrorCode.TOKEN_EXPIRED: 401,
         ErrorCode.FORBIDDEN: 403,
         ErrorCode.NOT_FOUND: 404,
         ErrorCode.UNKNOWN_OP: 404,

@@ -18,6 +18,7 @@ from server.actions.context import ActionContext, ActionParts
 from server.actions.registry import CONVERSATION_ID, Action, ActionRegistry
 from server.actions.schema import validate, with_defaults
 from server.auth.principal import Principal
+from server.auth.scopes import scope_refusal, scoped_role
 from server.db.records import role_allows
 from server.errors import error_body, internal_error, status_of
 from server.instruments import ACTION_SECONDS
@@ -71,7 +72,10 @@ async def _admit(action: Action, ctx: ActionContext, body: Body) -> dict[str, An
     # Checked before it is looked up or audited: the audit column holds only a real id.
     validate(CONVERSATION_ID, conversation_id, "conversation_id")
     ctx.conversation_id = conversation_id
-    role = await ctx.store.get_role(conversation_id, ctx.principal.user_id)
+    if (why := scope_refusal(ctx.principal, conversation_id, action.role)) is not None:
+        raise OpError(ErrorCode.FORBIDDEN, f"{action.name}: {why}")
+    held = await ctx.store.get_role(conversation_id, ctx.principal.user_id)
+    role = scoped_role(ctx.principal, conversation_id, held)
     if not role_allows(role, action.role):
         raise OpError(ErrorCode.FORBIDDEN, f"{action.name} needs role {action.role} here")
     if role is not None:

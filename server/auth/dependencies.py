@@ -8,9 +8,11 @@ the cookie. Cookie-authenticated unsafe methods need ``X-CSRF-Token``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from starlette.requests import HTTPConnection, Request
 
-from server.auth.errors import Forbidden, Unauthorized
+from server.auth.errors import Forbidden, TokenExpired, Unauthorized
 from server.auth.principal import AuthMethod, Principal
 from server.db.records import UserRecord
 from server.db.store import Store
@@ -43,10 +45,7 @@ class Authenticator:
         scheme, _, token = conn.headers["authorization"].partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("expected 'Authorization: Bearer <token>'")
-        user = await self.store.authenticate_api_token(token.strip())
-        if user is None:
-            raise Unauthorized("invalid or revoked token")
-        return _principal(user, "token", secret_hash=hash_secret(token.strip()))
+        return await token_principal(self.store, token.strip())
 
     async def _from_cookie(self, conn: HTTPConnection, *, require_csrf: bool) -> Principal:
         secret = conn.cookies.get(SESSION_COOKIE)
@@ -59,6 +58,22 @@ class Authenticator:
         if require_csrf and not same_secret(conn.headers.get(CSRF_HEADER, ""), session.csrf_token):
             raise Forbidden(f"missing or wrong {CSRF_HEADER} header")
         return _principal(user, "cookie", session.csrf_token, hash_secret(secret))
+
+
+async def token_principal(store: Store, token: str) -> Principal:
+    """The caller behind an API token, with its scopes; ``Unauthorized`` for an unknown or
+    revoked token, ``TokenExpired`` for one past its expiry."""
+    caller = await store.api_token_caller(token)
+    if caller is None:
+        raise Unauthorized("invalid or revoked token")
+    if caller.token.expired(store.now()):
+        raise TokenExpired(f"API token {caller.token.name!r} has expired")
+    principal = _principal(caller.user, "token", secret_hash=hash_secret(token))
+    return replace(
+        principal,
+        read_only=caller.token.read_only,
+        conversation_scope=caller.token.conversation_id,
+    )
 
 
 def _principal(

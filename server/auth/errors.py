@@ -4,6 +4,7 @@ Tree (under ``wire.errors.RelaydeskError``)::
 
     AuthError           the request cannot proceed as this caller
     ├── Unauthorized    no valid credentials (401)
+    │   └── TokenExpired  an API token past its expiry (401 token_expired)
     ├── Forbidden       valid credentials, but not allowed (missing CSRF token, …) (403)
     └── RateLimited     too many failed logins; carries ``retry_after_s`` (429)
 """
@@ -29,6 +30,13 @@ class Unauthorized(AuthError):
 
     def default_message(self) -> str:
         return "authentication required"
+
+
+class TokenExpired(Unauthorized):
+    code = ErrorCode.TOKEN_EXPIRED
+
+    def default_message(self) -> str:
+        return "this API token has expired"
 
 
 class Forbidden(AuthError):

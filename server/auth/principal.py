@@ -16,7 +16,8 @@ class Principal:
 
     ``csrf_token`` is set for cookie sessions only, so ``/api/v1/me`` can hand it to the page.
     ``secret_hash`` is the SHA-256 of the token or session secret presented: open streams
-    re-check it (``server.auth.revocation``).
+    re-check it (``server.auth.revocation``). ``read_only`` and ``conversation_scope`` are an
+    API token's scopes.
     """
 
     user_id: UserId
@@ -25,3 +26,7 @@ class Principal:
     via: AuthMethod
     csrf_token: str | None = field(default=None, repr=False, compare=False)
     secret_hash: str | None = field(default=None, repr=False, compare=False)
+    # An API token's scopes (``server.auth.scopes``): only what role read allows; only this
+    # conversation.
+    read_only: bool = field(default=False, compare=False)
+    conversation_scope: str | None = field(default=None, compare=False)

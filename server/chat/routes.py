@@ -18,6 +18,7 @@ from starlette.routing import BaseRoute, Route
 
 from server.auth.principal import Principal
 from server.auth.routes import Endpoint, json_errors
+from server.auth.scopes import scope_refusal, scoped_role
 from server.boundary.body import path_param, read_json_object
 from server.chat import slash
 from server.chat.commands import CommandContext, CommandRunner, Reply
@@ -41,7 +42,10 @@ def _refused(code: ErrorCode, message: str, field: str | None = None) -> OpError
 
 async def _role(chat: ChatService, request: Request, principal: Principal, needed: Role) -> Role:
     conversation_id = _conversation_id(request)
-    role = await chat.store.get_role(conversation_id, principal.user_id)
+    if (why := scope_refusal(principal, conversation_id, needed)) is not None:
+        raise _refused(ErrorCode.FORBIDDEN, why)
+    held = await chat.store.get_role(conversation_id, principal.user_id)
+    role = scoped_role(principal, conversation_id, held)
     if role is None:
         # Same answer for "no such conversation" and "not a member": existence is not leaked.
         raise _refused(ErrorCode.NOT_FOUND, "conversation not found")
@@ -95,10 +99,11 @@ async def list_conversations(chat: ChatService, request: Request) -> Response:
         {
             "conversation_id": m.conversation_id,
             "title": m.title,
-            "role": m.role,
+            "role": role,
             "created_at": m.created_at.isoformat(),
         }
         for m in memberships
+        if (role := scoped_role(principal, m.conversation_id, m.role)) is not None
     ]
     return JSONResponse({"ok": True, "conversations": conversations}, headers=NO_STORE)
 
@@ -202,7 +207,8 @@ async def post_message(chat: ChatService, request: Request) -> Response:
     text = await _text_of(request)
     command = slash.is_desktop_command(text)
     if not command and not role_allows(role, "write"):
-        raise _refused(ErrorCode.FORBIDDEN, f"posting needs role write; yours is {role}")
+        scoped = scope_refusal(principal, _conversation_id(request), "write")
+        raise _refused(ErrorCode.FORBIDDEN, scoped or f"posting needs role write; yours is {role}")
     store, conversation_id = chat.store, _conversation_id(request)
     names = {str(principal.user_id): principal.username}
     stored = role_allows(role, "write")

@@ -15,7 +15,7 @@ from server.db import models
 from server.db.cache import ReadCache
 from server.db.errors import AlreadyExists, StoreError, StoreUnavailable
 from server.db.invalidation import CacheName, Invalidations, LocalInvalidations
-from server.db.records import RelayRecord, UserRecord
+from server.db.records import RelayRecord, TokenCaller, UserRecord
 from server.secrets.passwords import Passwords
 from wire.ids import RelayId, UserId
 
@@ -92,7 +92,7 @@ class StoreBase:
         self._passwords = passwords
         self._clock = clock
         # Hot reads of every API call, kept briefly (bound and invalidation: ``cache.py``).
-        self.token_cache: ReadCache[str, UserRecord | None] = ReadCache()
+        self.token_cache: ReadCache[str, TokenCaller | None] = ReadCache()
         self.role_cache: ReadCache[tuple[str, str], Any] = ReadCache()
         self.relay_cache: ReadCache[tuple[str, str], Any] = ReadCache()
         self.desktop_cache: ReadCache[tuple[str, tuple[str, ...]], Any] = ReadCache()
@@ -121,6 +121,10 @@ class StoreBase:
         await self.invalidations.announce(names)
 
     def _now(self) -> datetime:
+        return self._clock()
+
+    def now(self) -> datetime:
+        """The store's clock (the time expiries are judged by)."""
         return self._clock()
 
     @asynccontextmanager

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from server.db import models
 from server.db.base import StoreBase, rowcount, user_record
 from server.db.errors import InvalidValue, NotFound
-from server.db.records import TokenRecord, UserRecord, WebSessionRecord
+from server.db.records import TokenCaller, TokenRecord, UserRecord, WebSessionRecord
 from server.secrets import tokens
 from wire.ids import UserId
 
@@ -91,7 +91,13 @@ class IdentityStore(StoreBase):
     # -- API tokens -------------------------------------------------------------------
 
     async def create_api_token(
-        self, user_id: str, name: str = "default"
+        self,
+        user_id: str,
+        name: str = "default",
+        *,
+        expires_at: datetime | None = None,
+        read_only: bool = False,
+        conversation_id: str | None = None,
     ) -> tuple[str, TokenRecord]:
         """A new ``rdk_`` token (returned once) and its record; only the hash is stored."""
         token = tokens.new_secret(tokens.API_TOKEN_PREFIX)
@@ -101,6 +107,9 @@ class IdentityStore(StoreBase):
             name=name,
             token_hash=tokens.hash_secret(token),
             created_at=self._now(),
+            expires_at=expires_at,
+            read_only=read_only,
+            conversation_id=conversation_id,
         )
         async with self._sessions.begin() as session:
             if await session.get(models.User, user_id) is None:
@@ -144,20 +153,28 @@ class IdentityStore(StoreBase):
             return _token_record(row) if row else None
 
     async def authenticate_api_token(self, token: str) -> UserRecord | None:
-        """The token's user when it is known and not revoked; records its use."""
+        """The token's user when it is known, not revoked and not expired; records its use."""
+        caller = await self.api_token_caller(token)
+        if caller is None or caller.token.expired(self._now()):
+            return None
+        return caller.user
+
+    async def api_token_caller(self, token: str) -> TokenCaller | None:
+        """The token's user and record when it is known and not revoked (expired or not: the
+        caller says which); records its use."""
         if not tokens.looks_like(token, tokens.API_TOKEN_PREFIX):
             return None
         token_hash = tokens.hash_secret(token)
-        hit, user = self.token_cache.get(token_hash)
+        hit, caller = self.token_cache.get(token_hash)
         if hit:
-            return user
+            return caller
         generation = self.token_cache.generation
-        user = await self._authenticate_api_token(token_hash)
-        if user is not None:
-            self.token_cache.put(token_hash, user, generation)
-        return user
+        caller = await self._api_token_caller(token_hash)
+        if caller is not None:
+            self.token_cache.put(token_hash, caller, generation)
+        return caller
 
-    async def _authenticate_api_token(self, token_hash: str) -> UserRecord | None:
+    async def _api_token_caller(self, token_hash: str) -> TokenCaller | None:
         now = self._now()
         async with self._sessions.begin() as session:
             found = (
@@ -176,7 +193,7 @@ class IdentityStore(StoreBase):
             row, user = found
             if row.last_used_at is None or now - row.last_used_at >= LAST_USED_GRANULARITY:
                 row.last_used_at = now
-            return user_record(user)
+            return TokenCaller(user_record(user), _token_record(row))
 
     async def revoke_api_token(self, token_id: str) -> bool:
         """Revoke a token by id; False when there was no such live token."""
@@ -313,4 +330,7 @@ def _token_record(row: models.ApiToken) -> TokenRecord:
         created_at=row.created_at,
         last_used_at=row.last_used_at,
         revoked_at=row.revoked_at,
+        expires_at=row.expires_at,
+        read_only=bool(row.read_only),
+        conversation_id=row.conversation_id,
     )

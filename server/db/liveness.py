@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Sequence
 from typing import Final
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from server.db import models
 from server.db.base import StoreBase
@@ -30,8 +30,9 @@ class LivenessStore(StoreBase):
     """Batched, uncached answers to "is this credential still good?"."""
 
     async def live_api_tokens(self, token_hashes: Collection[str]) -> set[str]:
-        """The hashes of tokens that are neither revoked nor held by a disabled user."""
+        """The hashes of tokens that are neither revoked, expired nor held by a disabled user."""
         live: set[str] = set()
+        now = self._now()
         async with self._sessions() as session:
             for batch in _batches(token_hashes):
                 rows = await session.scalars(
@@ -40,6 +41,7 @@ class LivenessStore(StoreBase):
                     .where(
                         models.ApiToken.token_hash.in_(batch),
                         models.ApiToken.revoked_at.is_(None),
+                        or_(models.ApiToken.expires_at.is_(None), models.ApiToken.expires_at > now),
                         models.User.disabled_at.is_(None),
                     )
                 )

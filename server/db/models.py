@@ -94,6 +94,11 @@ class ApiToken(Base):
     created_at: Mapped[datetime]
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
+    # Scopes (docs/security.md, API tokens): refused from this time on (401 token_expired);
+    # only what role read allows; only this conversation (no foreign key, see migration 0003).
+    expires_at: Mapped[datetime | None]
+    read_only: Mapped[bool] = mapped_column(Boolean, server_default=false(), default=False)
+    conversation_id: Mapped[str | None] = mapped_column(String(ID_LEN))
 
 
 class WebSession(Base):

@@ -44,6 +44,20 @@ class TokenRecord:
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
+    expires_at: datetime | None = None
+    read_only: bool = False
+    conversation_id: str | None = None
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+
+@dataclass(frozen=True)
+class TokenCaller:
+    """The user behind a presented API token, and the token (its expiry and scopes)."""
+
+    user: UserRecord
+    token: TokenRecord
 
 
 @dataclass(frozen=True)

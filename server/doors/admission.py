@@ -15,11 +15,12 @@ from typing import Final, Generic, TypeVar, cast
 from starlette.requests import HTTPConnection
 
 from server.actions.registry import CONVERSATION_ID
+from server.auth.dependencies import token_principal
 from server.auth.errors import Unauthorized
 from server.auth.principal import Principal
+from server.auth.scopes import scoped_role
 from server.db.records import Role
 from server.db.store import Store
-from server.secrets.tokens import hash_secret
 from wire.desktop_rows import SLOT_RE
 from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ops import DesktopKind
@@ -78,16 +79,12 @@ def target_of(conn: HTTPConnection) -> Target:
 
 async def admit(store: Store, conn: HTTPConnection, token: str) -> Admission:
     """The token's user and the target, or ``Unauthorized``/``InvalidArgs``/``not_found``."""
-    user = await store.authenticate_api_token(token)
-    if user is None:
-        raise Unauthorized("invalid or revoked token")
-    principal = Principal(
-        user.user_id, user.username, user.is_admin, "token", None, hash_secret(token)
-    )
+    principal = await token_principal(store, token)
     target = target_of(conn)
     role = None
     if _CONVERSATION_ID.fullmatch(target.conversation_id):
-        role = await store.get_role(target.conversation_id, principal.user_id)
+        held = await store.get_role(target.conversation_id, principal.user_id)
+        role = scoped_role(principal, target.conversation_id, held)
     if role is None:
         raise OpError(ErrorCode.NOT_FOUND, "conversation not found")
     key = (hashlib.sha256(token.encode()).hexdigest(), target)

@@ -27,6 +27,7 @@ from starlette.routing import BaseRoute, Route
 from server.auth.dependencies import Authenticator
 from server.auth.errors import AuthError, error_response
 from server.auth.revocation import Access, Credential, Watch
+from server.auth.scopes import scope_refusal
 from server.auth.streams import ReleasingResponse, StreamGuard
 from server.boundary.body import text_param
 from server.boundary.limits import TooManyStreams
@@ -169,6 +170,8 @@ def event_routes(
             conversation_id, last_id = _params(request)
         except OpError as err:
             return _error(err)
+        if (why := scope_refusal(principal, conversation_id, "read")) is not None:
+            return _error(OpError(ErrorCode.FORBIDDEN, why))
         if not await _member(store, conversation_id, principal.user_id):
             return _error(OpError(ErrorCode.FORBIDDEN, "not a member of this conversation"))
         access = Access(conversation_id, "read")

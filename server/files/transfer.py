@@ -20,6 +20,7 @@ from server.actions.context import ActionContext
 from server.actions.desktop import running_row
 from server.actions.desktop_files import path_hash
 from server.actions.errors import relay_error
+from server.auth.scopes import scope_refusal, scoped_role
 from server.db.records import Role, role_allows
 from server.db.rows import DesktopRow
 from server.relays.router import RelayChannel
@@ -37,7 +38,13 @@ async def admit(
 ) -> DesktopRow:
     """The running desktop ``where`` names, for a member with ``role`` at least."""
     ctx.conversation_id = conversation_id
-    held = await ctx.store.get_role(conversation_id, ctx.principal.user_id)
+    if (why := scope_refusal(ctx.principal, conversation_id, role)) is not None:
+        raise OpError(ErrorCode.FORBIDDEN, f"files: {why}")
+    held = scoped_role(
+        ctx.principal,
+        conversation_id,
+        await ctx.store.get_role(conversation_id, ctx.principal.user_id),
+    )
     if not role_allows(held, role):
         raise OpError(ErrorCode.FORBIDDEN, f"files need role {role} here")
     if held is not None:

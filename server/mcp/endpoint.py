@@ -36,6 +36,7 @@ from server.auth import errors as auth_errors
 from server.auth.dependencies import Authenticator
 from server.auth.errors import AuthError, Unauthorized
 from server.auth.revocation import Access, Credential
+from server.auth.scopes import scoped_role
 from server.auth.streams import StreamGuard, run_watched_http
 from server.boundary.body import read_capped
 from server.boundary.limits import TooManyStreams
@@ -137,7 +138,8 @@ class McpEndpoint:
         conversation_id = str(request.path_params["conversation_id"])
         role = None
         if _CONVERSATION_ID.fullmatch(conversation_id):
-            role = await self.auth.store.get_role(conversation_id, principal.user_id)
+            held = await self.auth.store.get_role(conversation_id, principal.user_id)
+            role = scoped_role(principal, conversation_id, held)
         if role is None:
             # Same answer for "no such conversation" and "not a member": existence is not leaked.
             raise OpError(ErrorCode.NOT_FOUND, "conversation not found")

@@ -219,14 +219,24 @@ async def test_up_prints_what_an_agent_needs_and_saves_it_for_the_other_commands
     other = _cli(process_factory, data_dir, "other", "desktops", "list", "--server", elsewhere)
     assert other.returncode == 2 and "no API token" in other.log_text()
 
-    # The next start keeps the token (still valid, not printed again).
-    up.send_signal(signal.SIGTERM)
-    assert up.wait(scaled(30)) == 0
+
+async def test_the_next_start_keeps_the_saved_token_without_printing_it(
+    tmp_path: Path, process_factory: ProcessFactory
+) -> None:
+    data_dir = tmp_path / "data"
+    port = free_port()
+    first, _link = _start_up(process_factory, data_dir, port, "first")
+    api_token = first.wait_for_line(TOKEN, scaled(30)).group(1)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(scaled(30)) == 0
+
     again, _ = _start_up(process_factory, data_dir, port, "again")
     again.wait_for_line("api_headers=", scaled(30))
     assert api_token not in again.log_text() and not TOKEN.search(again.log_text())
-    assert json.loads(saved_file.read_text())["api_token"] == api_token
-    assert len(await _mcp_http_tools(entry["url"], entry["headers"])) > 0
+    assert f"in {data_dir / 'client.json'}" in again.log_text()
+    assert json.loads((data_dir / "client.json").read_text())["api_token"] == api_token
+    listed = _cli(process_factory, data_dir, "desktops", "desktops", "list")
+    assert listed.returncode == 0, listed.log_text()
 
 
 async def _mcp_http_tools(url: str, headers: dict[str, str]) -> list[str]:

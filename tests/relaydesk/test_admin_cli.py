@@ -134,7 +134,12 @@ async def test_a_revoked_token_is_refused_by_the_api_within_the_bound(
     assert await _me(client, headers) == 200  # the server now caches this token's answer
     [token] = (await admin_cli(seed, "list-tokens", "alice", "--json")).json()
     revoked = (await admin_cli(seed, "revoke-token", token["token_id"], "--json")).json()
-    assert revoked == {"token_id": token["token_id"], "revoked": True, "was_live": True}
+    assert revoked == {
+        "token_id": token["token_id"],
+        "name": token["name"],
+        "revoked": True,
+        "was_live": True,
+    }
     await _refused_within_bound(client, headers)
     [listed] = (await admin_cli(seed, "list-tokens", "--json")).json()
     assert listed["revoked"] and listed["last_used_at"] is not None
@@ -143,6 +148,144 @@ async def test_a_revoked_token_is_refused_by_the_api_within_the_bound(
     missing = await admin_cli(seed, "revoke-token", "f" * 32)
     assert missing.returncode == 1
     assert missing.error.startswith("relaydesk: no API token") and "Traceback" not in missing.stderr
+
+
+async def test_a_token_is_named_listed_and_revoked_by_its_name(
+    deployment: tuple[Seed, httpx.AsyncClient],
+) -> None:
+    seed, client = deployment
+    made = (await admin_cli(seed, "create-token", "alice", "--name", "ci-bot", "--json")).json()
+    assert (made["name"], made["expires_at"], made["read_only"]) == ("ci-bot", None, False)
+    again = await admin_cli(seed, "create-token", "alice", "--name", "ci-bot")
+    assert again.returncode == 1 and "already has a live API token named 'ci-bot'" in again.error
+    unnamed = (await admin_cli(seed, "create-token", "alice", "--json")).json()
+    assert unnamed["name"] != "ci-bot" and unnamed["name"].startswith("default")
+
+    table = await admin_cli(seed, "list-tokens", "alice")
+    assert "ci-bot" in table.stdout and "EXPIRES_AT" in table.stdout
+    assert made["token"] not in table.stdout + table.stderr
+
+    assert await _me(client, _bearer(made["token"])) == 200
+    secret = await admin_cli(seed, "revoke-token", made["token"])
+    assert secret.returncode == 2 and "that is the token itself" in secret.stderr
+    revoked = (await admin_cli(seed, "revoke-token", "ci-bot", "--json")).json()
+    assert revoked["token_id"] == made["token_id"] and revoked["was_live"] is True
+    await _refused_within_bound(client, _bearer(made["token"]))
+    assert await _me(client, _bearer(unnamed["token"])) == 200, "only the named one"
+    audit = json.dumps((await admin_cli(seed, "audit", "--json")).json())
+    assert made["token"] not in audit and unnamed["token"] not in audit
+    assert '"op": "admin.revoke-token"' in audit
+
+
+async def test_an_expired_token_answers_401_token_expired(
+    deployment: tuple[Seed, httpx.AsyncClient],
+) -> None:
+    seed, client = deployment
+    made = (await admin_cli(seed, "create-token", "alice", "--expires-in", "1s", "--json")).json()
+    assert made["expires_at"] is not None
+
+    async def expired() -> bool:
+        answer = await client.get("/api/v1/conversations", headers=_bearer(made["token"]))
+        return answer.status_code == 401 and answer.json()["error"]["code"] == "token_expired"
+
+    await wait_until(expired, 30, "the token to expire")
+    answer = await client.get("/api/v1/me", headers=_bearer(made["token"]))
+    assert answer.status_code == 401 and "has expired" in answer.json()["error"]["message"]
+    assert await _me(client, _bearer(seed.api_token)) == 200, "other tokens are unaffected"
+    bad = await admin_cli(seed, "create-token", "alice", "--expires-in", "soon")
+    assert bad.returncode == 2 and "not a duration" in bad.stderr
+
+
+async def test_a_read_only_token_is_refused_every_write_naming_its_scope(
+    deployment: tuple[Seed, httpx.AsyncClient],
+) -> None:
+    seed, client = deployment
+    made = (await admin_cli(seed, "create-token", "alice", "--read-only", "--json")).json()
+    assert made["read_only"] is True
+    headers, cid = _bearer(made["token"]), seed.conversation_id
+
+    listed = await client.post(
+        "/api/v1/actions/desktop_list_active", json={"conversation_id": cid}, headers=headers
+    )
+    assert listed.status_code == 200, listed.text
+    started = await client.post(
+        "/api/v1/actions/desktop_start", json={"conversation_id": cid}, headers=headers
+    )
+    assert started.status_code == 403, started.text
+    assert "read-only (scope read_only)" in started.json()["error"]["message"]
+    said = await client.post(
+        f"/api/v1/conversations/{cid}/messages", json={"text": "hello"}, headers=headers
+    )
+    assert said.status_code == 403 and "scope read_only" in said.json()["error"]["message"]
+    [conversation] = (await client.get("/api/v1/conversations", headers=headers)).json()[
+        "conversations"
+    ]
+    assert conversation["role"] == "read"
+    tools = await _mcp_tools(client, cid, headers)
+    assert "desktop_list_active" in tools and "desktop_start" not in tools
+
+
+async def test_a_conversation_scoped_token_is_refused_other_conversations(
+    deployment: tuple[Seed, httpx.AsyncClient],
+) -> None:
+    seed, client = deployment
+    other = await admin_cli(
+        seed, "create-conversation", "Other", "--member", "alice:owner", "--json"
+    )
+    other_id = other.json()["conversation_id"]
+    made = await admin_cli(
+        seed, "create-token", "alice", "--conversation", seed.conversation_id, "--json"
+    )
+    token = made.json()
+    assert token["conversation"] == seed.conversation_id
+    headers = _bearer(token["token"])
+
+    mine = await client.post(
+        "/api/v1/actions/desktop_list_active",
+        json={"conversation_id": seed.conversation_id},
+        headers=headers,
+    )
+    assert mine.status_code == 200, mine.text
+    theirs = await client.post(
+        "/api/v1/actions/desktop_list_active", json={"conversation_id": other_id}, headers=headers
+    )
+    assert theirs.status_code == 403, theirs.text
+    assert "limited to conversation" in theirs.json()["error"]["message"]
+    listed = (await client.get("/api/v1/conversations", headers=headers)).json()
+    assert [c["conversation_id"] for c in listed["conversations"]] == [seed.conversation_id]
+    page = await client.get(f"/api/v1/conversations/{other_id}/messages", headers=headers)
+    assert page.status_code == 403 and "scope conversation" in page.json()["error"]["message"]
+    mcp = await client.post(
+        f"/api/v1/conversations/{other_id}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+        headers={**headers, "Accept": "application/json, text/event-stream"},
+    )
+    assert mcp.status_code == 404
+    missing = await admin_cli(seed, "create-token", "alice", "--conversation", "0" * 32)
+    assert missing.returncode == 1 and "no conversation" in missing.error
+    # The user's own membership is unchanged: an unscoped token still reaches both.
+    both = (await client.get("/api/v1/conversations", headers=_bearer(seed.api_token))).json()
+    assert len(both["conversations"]) == 2
+
+
+async def _mcp_tools(client: httpx.AsyncClient, cid: str, headers: dict[str, str]) -> list[str]:
+    accept = {**headers, "Accept": "application/json, text/event-stream"}
+    url = f"/api/v1/conversations/{cid}/mcp"
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
+    }
+    assert (await client.post(url, json=init, headers=accept)).status_code == 200
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    answer = await client.post(url, json=listing, headers=accept)
+    assert answer.status_code == 200, answer.text
+    return [tool["name"] for tool in answer.json()["result"]["tools"]]
 
 
 # -- users ------------------------------------------------------------------------------
@@ -305,7 +448,8 @@ async def _only_live_left(url: str, live: int) -> bool:
 # Each command and the arguments its --help must explain.
 COMMANDS = {
     "list-tokens": ("user",),
-    "revoke-token": ("token_id",),
+    "revoke-token": ("TOKEN", "--user"),
+    "create-token": ("user", "--name", "--expires-in", "--read-only", "--conversation"),
     "revoke-relay": ("relay",),
     "rotate-relay-token": ("relay",),
     "disable-user": ("user",),

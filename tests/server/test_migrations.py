@@ -60,7 +60,7 @@ async def test_upgrade_twice_matches_models(empty_database_url: str) -> None:
     assert await current_revision(empty_database_url) is None
     await upgrade(empty_database_url)
     await upgrade(empty_database_url)  # already at head: a no-op
-    assert await current_revision(empty_database_url) == head_revision() == "0002"
+    assert await current_revision(empty_database_url) == head_revision() == "0003"
     tables, diff = await _inspect(empty_database_url)
     assert tables == set(Base.metadata.tables) | {"alembic_version"}
     assert diff == []
@@ -145,3 +145,40 @@ async def test_0002_upgrades_a_database_with_data_and_downgrades_again(
     assert await current_revision(url) == "0001"
     rows = await _execute(url, "SELECT username FROM users", "SELECT name FROM relays")
     assert [tuple(row) for row in rows] == [("alice",), ("lab",)]
+
+
+# -- 0003: api_tokens.expires_at, read_only, conversation_id ----------------------------------
+
+_SEED_0002_TOKEN = (
+    "INSERT INTO api_tokens (id, user_id, name, token_hash, created_at) "
+    "VALUES ('t1', 'u1', 'old', 'h1', '2026-01-01 00:00:00')"
+)
+
+
+async def test_0003_keeps_old_tokens_unscoped_and_downgrades_again(
+    empty_database_url: str,
+) -> None:
+    url = empty_database_url
+    await upgrade(url, "0002")
+    await _execute(url, *_SEED_0001, _SEED_0002_TOKEN)
+    await upgrade(url)
+    store = await Store.open(url)
+    try:
+        [old] = await store.list_api_tokens()
+        assert (old.name, old.expires_at, old.read_only, old.conversation_id) == (
+            "old",
+            None,
+            False,
+            None,
+        )
+        [user] = await store.list_users()
+        _token, scoped = await store.create_api_token(
+            user.user_id, "scoped", read_only=True, conversation_id="c" * 32
+        )
+        assert (scoped.read_only, scoped.conversation_id) == (True, "c" * 32)
+    finally:
+        await store.close()
+    await asyncio.to_thread(command.downgrade, alembic_config(url), "0002")
+    assert await current_revision(url) == "0002"
+    rows = await _execute(url, "SELECT name FROM api_tokens ORDER BY name")
+    assert [tuple(row) for row in rows] == [("old",), ("scoped",)]

@@ -513,7 +513,8 @@ async def test_admin_create_user_and_token(store: Store) -> None:
     assert len(created["password"]) >= 20
     assert await store.verify_password("alice", created["password"]) is not None
     token = await admin.create_token(store, "alice")
-    assert set(token) == {"token"}
+    assert token["token"].startswith("rdk_") and token["name"] == "default"
+    assert (token["read_only"], token["conversation"], token["expires_at"]) == (False, None, None)
     assert await store.authenticate_api_token(token["token"]) is not None
     with pytest.raises(admin.AdminError, match="already exists"):
         await admin.create_user(store, "alice", "pw")

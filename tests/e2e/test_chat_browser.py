@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from playwright.async_api import BrowserContext, Page, expect
 
@@ -411,3 +413,59 @@ async def test_on_a_phone_the_transcript_keeps_most_of_the_screen(
     await expect(page.get_by_role("button", name="Active Desktops")).to_be_visible()
     await shot(page, artifacts_dir, "01-phone")
     await page.close()
+
+
+async def openai_call(stack: ViewerStack, slot: str, item: dict[str, Any]) -> dict[str, Any]:
+    """One computer_call through the OpenAI door, as an agent's loop sends it."""
+    cid = stack.seed.conversation_id
+    path = f"/api/v1/conversations/{cid}/computer-use/openai/relay-1/virtual/{slot}"
+    headers = {"Authorization": f"Bearer {stack.seed.api_token}"}
+    async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(60)) as client:
+        response = await client.post(path, json=item, headers=headers)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def test_a_model_s_safety_checks_wait_in_the_dock_for_a_person(
+    chat_page: Page, chat_stack: ViewerStack, artifacts_dir: Path
+) -> None:
+    """A computer_call carrying pending_safety_checks runs nothing; the request shows in the
+    dock (with what the model saw) at once; the person's Approve lets the same call run."""
+    page = chat_page
+    status, body = await api_action(chat_stack, "desktop_start", slot="checks")
+    assert status == 200, body
+    session = body["desktop"]["desktop_session_id"]
+    await openai_call(chat_stack, "checks", {"action": {"type": "screenshot"}})
+    checks = [{"id": "sc_dock1", "code": "malicious_instructions", "message": "Look twice."}]
+    call = {
+        "type": "computer_call",
+        "call_id": "call_dock",
+        "pending_safety_checks": checks,
+        "action": {"type": "click", "button": "left", "x": 40, "y": 50},
+    }
+    refused = await openai_call(chat_stack, "checks", call)
+    assert refused["is_error"] is True and refused["message"].startswith("approval_required")
+
+    await expect(page.locator("#dock-button")).to_have_attribute("data-approvals", "1")
+    await page.get_by_role("button", name="Active Desktops").click()
+    request = page.locator(f"#approval-list li[data-approval='{refused['approval_id']}']")
+    await expect(request).to_contain_text("Look twice.")
+    await expect(request).to_contain_text("relay-1 virtual checks")
+    await shot(page, artifacts_dir, "approval-pending")
+    await request.get_by_role("button", name="Approve").click()
+    await expect(page.locator("#dock-message")).to_contain_text("approved")
+    await expect(page.locator("#approvals")).to_be_hidden()
+    await expect(page.locator("#dock-button")).to_have_attribute("data-approvals", "0")
+
+    ran = await openai_call(chat_stack, "checks", call)
+    assert "is_error" not in ran and ran["acknowledged_safety_checks"] == checks
+    await page.get_by_role("button", name="Close the desktops panel").click()
+    status, body = await api_action(
+        chat_stack,
+        "desktop_stop_confirm",
+        relay="relay-1",
+        kind="virtual",
+        slot="checks",
+        desktop_session_id=session,
+    )
+    assert status == 200, body

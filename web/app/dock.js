@@ -3,7 +3,8 @@
 // sends desktop_stop_confirm with that session id, so a desktop restarted meanwhile is never
 // stopped by a stale confirmation (the conflict is shown and the rows refresh). No bulk stop.
 // Each row shows who is in control (idle, an agent, a person) live, with Stop agent, Take
-// control and Hand back (docs/control.md).
+// control and Hand back (docs/control.md). Above the rows, the safety checks a model raised in
+// a computer-use call wait for a person's Approve or Deny (docs/computer-use.md).
 import { action } from "./api.js";
 import { byId, el, formatTime, relayName, shortId, STATE_NOTES } from "./dom.js";
 
@@ -39,7 +40,47 @@ export class Dock {
   use(conversationId) {
     this.conversationId = conversationId;
     this.show([]);
+    this.showApprovals([]);
+    this.refreshApprovals();
     return this.refresh();
+  }
+
+  // safety_checks_pending / _decided: the requests are read again (the event carries no
+  // messages: read members follow the stream too; they get 403 here and see nothing).
+  async refreshApprovals() {
+    if (!this.conversationId) return;
+    const { status, body } = await action("safety_checks_list",
+      { conversation_id: this.conversationId });
+    this.showApprovals(status === 200 ? (body.requests || []) : []);
+  }
+
+  showApprovals(requests) {
+    const pending = requests.filter((r) => r.state === "pending");
+    byId("approvals").hidden = pending.length === 0;
+    this.button.dataset.approvals = String(pending.length);
+    byId("approval-list").replaceChildren(...pending.map((request) => {
+      const where = `${request.relay} ${request.kind} ${request.slot}`;
+      const messages = request.checks.map((c) => c.message || c.code).join(" · ");
+      const decide = (decision) => this.decideApproval(request, decision);
+      return el("li", { class: "approval", dataset: { approval: request.approval_id } },
+        el("p", { text: `${request.agent} on ${where} asks to go on: ${messages}` }),
+        el("span", { class: "approval-actions" },
+          el("button", { type: "button", "aria-label": `Approve ${request.agent}'s request on ${where}`,
+            onclick: () => decide("approve") }, "Approve"),
+          el("button", { type: "button", class: "danger",
+            "aria-label": `Deny ${request.agent}'s request on ${where}`,
+            onclick: () => decide("deny") }, "Deny")));
+    }));
+  }
+
+  async decideApproval(request, decision) {
+    const { status, body } = await action("safety_checks_decide", {
+      conversation_id: this.conversationId, approval_id: request.approval_id, decision,
+    });
+    byId("dock-message").textContent = status === 200
+      ? `${request.agent}'s request ${body.request.state}.`
+      : `${decision === "approve" ? "Approve" : "Deny"}: ${body?.error?.message || `error ${status}`}`;
+    await this.refreshApprovals();
   }
 
   async refresh() {

@@ -179,6 +179,9 @@ function startEvents(id) {
     const data = JSON.parse(event.data);
     dock.update(data.desktops || [], data.changed || []);
   });
+  for (const name of ["safety_checks_pending", "safety_checks_decided"]) {
+    source.addEventListener(name, () => dock.refreshApprovals());
+  }
   source.addEventListener("desktop_control_changed", (event) => {
     dock.controlChanged(JSON.parse(event.data));
   });

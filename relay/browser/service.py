@@ -17,6 +17,7 @@ from typing import Any, Final
 from relay.backend import DesktopBackend
 from relay.browser import acts, pipe
 from relay.browser.cdp import CdpConnection
+from relay.browser.effect import judged
 from relay.browser.find import find
 from relay.browser.snapshot import Snapshots, Tree, plain, render
 from relay.browser.tabs import Browser
@@ -262,15 +263,19 @@ async def _act(target: Target, params: dict[str, Any]) -> dict[str, Any]:
         tab = snapshot.tab
         object_id = await acts.resolve(browser, tab, element)
     if action == "click" and object_id is not None:
-        return {"tab": tab, **await acts.click(browser, tab, object_id)}
+        clicked = object_id
+        answer, effect = await judged(browser, tab, lambda: acts.click(browser, tab, clicked))
+        return {"tab": tab, **answer, **effect}
     if action == "fill" and object_id is not None:
-        return {"tab": tab, **await acts.fill(browser, tab, object_id, str(params.get("text", "")))}
+        text, filled = str(params.get("text", "")), object_id
+        answer, effect = await judged(browser, tab, lambda: acts.fill(browser, tab, filled, text))
+        return {"tab": tab, **answer, **effect}
     if action == "press":
         key, modifiers = acts.parse_keys(str(params.get("keys", "")))
         if object_id is not None:
             await acts.focus(browser, tab, object_id)
-        await acts.press_key(browser, tab, key, modifiers)
-        return {"tab": tab, "pressed": params.get("keys")}
+        _, effect = await judged(browser, tab, lambda: acts.press_key(browser, tab, key, modifiers))
+        return {"tab": tab, "pressed": params.get("keys"), **effect}
     raise InvalidArgs("action", f"must be one of {', '.join(rules.ACTS)}")
 
 

@@ -90,9 +90,11 @@ async def test_the_snapshot_lists_the_page_with_browser_refs(stack, base_url):
 async def test_fill_and_click_submit_the_form(stack, base_url):
     seen = await _form(stack, base_url)
     filled = await stack.ok("browser_fill", ref=_ref(seen, 'entry "Customer"'), text="Ada")
-    assert filled["value"] == "Ada"
+    assert filled["value"] == "Ada" and filled["effect"] == "changed"
+    again = await stack.ok("browser_fill", ref=_ref(seen, 'entry "Customer"'), text="Ada")
+    assert again["value"] == "Ada" and again["effect"] == "no_visible_change"
     clicked = await stack.ok("browser_click", ref=_ref(seen, 'push_button "Place order"'))
-    assert clicked["backend"] == "cdp"
+    assert clicked["backend"] == "cdp" and clicked["effect"] == "changed"
     done = await stack.ok("browser_wait", **{"for": "selector"}, value='"Ordered: Ada"')
     assert done["satisfied"] is True
     after = await stack.ok("browser_snapshot", view="all", max_nodes=2000)
@@ -103,7 +105,8 @@ async def test_press_enter_in_a_field_submits_it(stack, base_url):
     seen = await _form(stack, base_url)
     field = _ref(seen, 'entry "Customer"')
     await stack.ok("browser_fill", ref=field, text="Grace")
-    await stack.ok("browser_press", ref=field, keys="Enter")
+    pressed = await stack.ok("browser_press", ref=field, keys="Enter")
+    assert pressed["effect"] == "changed"
     done = await stack.ok("browser_wait", **{"for": "selector"}, value='"Ordered: Grace"')
     assert done["satisfied"] is True
 

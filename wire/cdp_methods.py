@@ -4,8 +4,10 @@ Pure tables, read by the server (the control gate, the refusals) and by the rela
 calls, the last tab). ``kind_of`` sorts one method name:
 
 - ``refused``: it would end the browser or take the relay's own hold of it away;
-- ``script``: it runs the caller's script in a page (the relay answers it only with
-  ``RELAYDESK_BROWSER_EVALUATE=1``); it acts, so it passes the control gate too;
+- ``script``: it runs the caller's script in a page: the relay answers it only with
+  ``RELAYDESK_BROWSER_EVALUATE=1``. It does not pass the control gate: a client's reads
+  (screenshots, text, locators) are script calls, and a read or a write cannot be told apart
+  by the method;
 - ``acts``: input, navigation, DOM and target changes: the control gate first;
 - ``reads``: everything else (snapshots, screenshots, DOM reads, events).
 """

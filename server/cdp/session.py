@@ -110,7 +110,7 @@ class CdpSession:
         if kind == "refused":
             await self._refused(command, "forbidden")
             return f"forbidden: {command.method} is not offered through relaydesk"
-        if kind == "reads":
+        if kind in ("reads", "script"):  # script: the relay's setting decides (wire.cdp_methods)
             return None
         try:
             await admit_agent_input(self.ctx, self.target)

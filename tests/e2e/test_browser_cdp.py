@@ -157,6 +157,12 @@ async def _call(socket: Any, message_id: int, method: str, **params: Any) -> dic
             return answer
 
 
+async def _drain(socket: Any) -> None:
+    """Read until the connection closes (``ConnectionClosed``)."""
+    while True:
+        await asyncio.wait_for(socket.recv(), scaled(30))
+
+
 async def test_what_would_end_the_browser_is_refused(stack):
     async with await _raw(stack) as socket:
         closed = await _call(socket, 1, "Browser.close")
@@ -215,8 +221,7 @@ async def test_stop_closes_the_connection(stack):
         assert "result" in await _call(socket, 1, "Browser.getVersion")
         await stack.ok("agent_stop", person=True)
         with pytest.raises(websockets.ConnectionClosed) as closed:
-            while True:
-                await asyncio.wait_for(socket.recv(), scaled(30))
+            await _drain(socket)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4430, closed.value
     assert "stopped_by_user" in closed.value.rcvd.reason
     ops = [r.op for r in await _ops(stack, "desktop.browser.cdp_")]

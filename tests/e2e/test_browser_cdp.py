@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,6 +29,7 @@ from tests.support.processes import scaled
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
 WINDOW = "Order form - Chromium"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "playwright_agent.py"
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +123,35 @@ async def test_playwright_fills_the_form_the_person_sees(stack, browser, base_ur
     # The relay's own tools on the same browser see it too, and still work beside Playwright.
     snapshot = await stack.ok("browser_snapshot", max_nodes=1000, view="all")
     assert "Ordered: Ada" in snapshot["text"]
+
+
+async def test_the_playwright_example_runs(stack, base_url):
+    command = [
+        sys.executable,
+        str(EXAMPLE),
+        "--server",
+        stack.url,
+        "--conversation",
+        stack.seed.conversation_id,
+        "--relay",
+        stack.relay_id,
+        "--url",
+        f"{base_url}/form.html",
+        "--fill",
+        "#customer=Grace",
+        "--click",
+        "button[type=submit]",
+        "--read",
+        "#result",
+    ]
+    env = {**os.environ, "RELAYDESK_API_TOKEN": stack.seed.api_token}
+    child = await asyncio.create_subprocess_exec(
+        *command, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(child.communicate(), scaled(120))
+    assert child.returncode == 0, err.decode()
+    assert out.decode().splitlines() == ["title: Order form", "read: Ordered: Grace"]
+    assert (await stack.ok("browser_tabs"))["tabs"][0]["title"] == "Order form"
 
 
 async def test_connect_and_disconnect_are_audited(stack, browser):

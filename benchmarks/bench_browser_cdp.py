@@ -15,6 +15,7 @@ Chromium (scripts/install installs them).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from playwright.async_api import Page, async_playwright
+from playwright.async_api import Page, Playwright, async_playwright
 
 from benchmarks.common import parser, percentile, summary
 from tests.support.browser_stack import browser_stack, page_server
@@ -51,11 +52,11 @@ def _direct_browser(profile: Path, port: int, url: str) -> subprocess.Popen[byte
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def _connected(playwright: object, endpoint: str, headers: dict[str, str]) -> Page:
+async def _connected(playwright: Playwright, endpoint: str, headers: dict[str, str]) -> Page:
     deadline = time.monotonic() + scaled(60)
     while True:
         try:
-            browser = await playwright.chromium.connect_over_cdp(endpoint, headers=headers)  # type: ignore[attr-defined]
+            browser = await playwright.chromium.connect_over_cdp(endpoint, headers=headers)
             break
         except Exception:
             if time.monotonic() > deadline:
@@ -86,11 +87,12 @@ async def run(quick: bool) -> None:
                         k: [] for k in ("rd", "direct", "rd_move", "direct_move")
                     }
                     for n in range(rounds + 10):
+                        x = 5 + n % 50
                         timings = (
                             await _timed(lambda: through.evaluate("1")),
                             await _timed(lambda: straight.evaluate("1")),
-                            await _timed(lambda: through.mouse.move(5 + n % 50, 5)),
-                            await _timed(lambda: straight.mouse.move(5 + n % 50, 5)),
+                            await _timed(functools.partial(through.mouse.move, x, 5)),
+                            await _timed(functools.partial(straight.mouse.move, x, 5)),
                         )
                         if n >= 10:  # warm-up
                             for key, ms in zip(samples, timings, strict=True):

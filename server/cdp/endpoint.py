@@ -153,7 +153,7 @@ class CdpEndpoint:
             served = self._served(session, ctx, target)
             await run_watched(websocket, watch, served, CloseCode.UNAUTHORIZED, grace_s=0)
         except Closing as end:
-            code, reason = end.code, end.reason
+            code, reason = end.close_code, end.reason
         except OpError as err:  # Stop, while the connection was open
             code, reason = CloseCode.STOPPED_BY_USER, f"{err.code.value}: {err.message}"
         finally:

@@ -23,19 +23,22 @@ from server.actions.context import ActionContext
 from server.control.gate import DesktopTarget, admit_agent_input
 from server.relays.router import RelayChannel
 from wire import cdp_methods, jsontext
-from wire.errors import ChannelClosedError, CloseCode, ErrorCode, OpError
+from wire.errors import ChannelClosedError, CloseCode, ErrorCode, OpError, RelaydeskError
 
 NUL: Final = b"\0"
 REFUSED_OP: Final = "desktop.browser.cdp_refused"
 GATE_CODES: Final = (ErrorCode.TAKEOVER_ACTIVE, ErrorCode.STOPPED_BY_USER)
 
 
-class Closing(Exception):
-    """The client's connection ends with ``code`` and ``reason``."""
+class Closing(RelaydeskError):
+    """The client's connection ends with the WebSocket close code ``close_code`` and
+    ``reason``."""
 
-    def __init__(self, code: int, reason: str) -> None:
+    code = ErrorCode.PROTOCOL_ERROR
+
+    def __init__(self, close_code: int, reason: str) -> None:
         super().__init__(reason)
-        self.code, self.reason = code, reason
+        self.close_code, self.reason = close_code, reason
 
 
 @dataclass

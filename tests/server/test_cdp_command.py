@@ -33,7 +33,7 @@ def test_a_command_is_read() -> None:
 def test_a_bad_message_is_a_close_with_a_reason(text: str, code: int, reason: str) -> None:
     with pytest.raises(Closing) as closing:
         Command.parse(text)
-    assert closing.value.code == code and reason in closing.value.reason
+    assert closing.value.close_code == code and reason in closing.value.reason
 
 
 @given(st.text(max_size=200))
@@ -42,5 +42,5 @@ def test_any_text_is_a_command_or_a_close(text: str) -> None:
     try:
         Command.parse(text)
     except Closing as closing:
-        codes.add(closing.code)
+        codes.add(closing.close_code)
     assert codes <= {1007, 1009}

@@ -399,6 +399,13 @@ class Handlers:
                 raise InvalidArgs("target.file", "required by a file channel")
             session = await session_of(*await self._located(target["desktop_session_id"]))
             return await open_file_channel(link, channel_id, session, transfer, self.files)
+        if target["type"] == "cdp":  # an agent's CDP connection (relay/browser/endpoint.py)
+            backend, row = await self._located(target["desktop_session_id"])
+            cdp = await self.browser.client_stream(backend, row)
+            channel = StreamChannel(channel_id, link, cdp, cdp.end_reason)
+            self.channels.add(row["desktop_session_id"], channel)
+            link.start_channel(channel)
+            return {"channel_id": channel_id}
         opener = self._channel_targets.get(target["type"])
         if target["type"] != "vnc" and opener is None:
             raise OpError(ErrorCode.UNAVAILABLE, f"this relay streams no {target['type']}")

@@ -24,6 +24,7 @@ from server.auth.routes import AuthRoutes
 from server.boundary.body import ROUTING_CODES, routing_error
 from server.boundary.hosts import HostPolicy
 from server.boundary.middleware import InputBoundary
+from server.cdp.endpoint import CdpEndpoint
 from server.chat.routes import chat_routes
 from server.chat.web import web_routes
 from server.cluster.internal import internal_routes
@@ -111,6 +112,8 @@ def route_table(parts: ServerParts, mcp: McpEndpoint) -> list[BaseRoute]:
         *mcp.routes(),
         *cua.routes(),
         *computer_use.routes(),
+        # the desktop's browser over CDP, for agent frameworks
+        *CdpEndpoint(parts.store, parts.streams, parts.actions).routes(),
         # files into and out of desktops' homes, as byte streams
         *file_routes(parts.auth, parts.actions),
     ]

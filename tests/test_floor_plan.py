@@ -38,7 +38,9 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"actions"}),
     frozenset({"screen", "viewer"}),
     frozenset({"cluster", "doors"}),
-    frozenset({"chat", "mcp", "cua", "computer_use", "openapi", "health", "metrics", "files"}),
+    frozenset(
+        {"chat", "mcp", "cua", "cdp", "computer_use", "openapi", "health", "metrics", "files"}
+    ),
     frozenset({"assembly", "admin"}),
     frozenset({"app"}),
 )

@@ -89,6 +89,7 @@ class CloseCode(IntEnum):
     GOING_AWAY = 1001
     PROTOCOL_ERROR = 1002
     UNSUPPORTED_DATA = 1003
+    INVALID_DATA = 1007  # a message that is not what the protocol carries (CDP: not JSON)
     POLICY_VIOLATION = 1008
     MESSAGE_TOO_BIG = 1009
     INTERNAL_ERROR = 1011
@@ -105,6 +106,7 @@ class CloseCode(IntEnum):
     RELAY_UNREACHABLE = 4502
     DESKTOP_STOPPED = 4410
     DESKTOP_PAUSED = 4423  # the page waits for the desktop to be resumed
+    STOPPED_BY_USER = 4430  # a person's Stop ended an agent's connection (the CDP endpoint)
     AUDIO_UNAVAILABLE = 4415  # the desktop has no sound (never had, or its sound server died)
 
 

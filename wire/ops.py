@@ -29,7 +29,7 @@ DesktopKind = Literal["virtual", "local", "docker"]
 DesktopState = Literal["starting", "running", "paused", "stopping", "stopped", "failed", "unknown"]
 DESKTOP_KINDS: Final[tuple[DesktopKind, ...]] = get_args(DesktopKind)
 DESKTOP_STATES: Final[tuple[DesktopState, ...]] = get_args(DesktopState)
-ChannelType = Literal["vnc", "audio", "file"]
+ChannelType = Literal["vnc", "audio", "file", "cdp"]
 # Announced in ``hello`` by a relay that denies apps to agents (RELAYDESK_DENY_APPS): what a
 # viewer shows cannot be masked, so the server opens no viewer of its desktops for an agent.
 DENIED_APPS_CAPABILITY: Final = "denied_apps"

@@ -73,6 +73,9 @@ class CdpConnection:
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[str, asyncio.Future[dict[str, Any]]]] = {}
         self._listeners: list[Listener] = []
+        # Commands sent for a proxied client (relay/browser/endpoint.py): id → its answer's taker.
+        self._forwards: dict[int, Callable[[dict[str, Any]], None]] = {}
+        self._taps: list[Callable[[dict[str, Any]], None]] = []
         self.closed = False
         self._reading = asyncio.get_running_loop().create_task(self._read(), name="devtools")
 
@@ -95,6 +98,24 @@ class CdpConnection:
         """Hear every event (method, params, session id); returns how to stop hearing."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def tap(self, taker: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Hear every event as the browser sent it; returns how to stop hearing."""
+        self._taps.append(taker)
+        return lambda: self._taps.remove(taker) if taker in self._taps else None
+
+    def forward(self, message: dict[str, Any], taker: Callable[[dict[str, Any]], None]) -> int:
+        """Send a client's ``message`` under an id of this connection (returned); its answer,
+        as the browser sent it, goes to ``taker``."""
+        if self.closed:
+            raise OpError(ErrorCode.UNAVAILABLE, "the browser has closed")
+        message_id = next(self._ids)
+        self._forwards[message_id] = taker
+        self._writer.write(encode({**message, "id": message_id}))
+        return message_id
+
+    def unforward(self, message_id: int) -> None:
+        self._forwards.pop(message_id, None)
 
     async def call(
         self,
@@ -133,6 +154,9 @@ class CdpConnection:
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         message_id = message.get("id")
+        if isinstance(message_id, int) and message_id in self._forwards:
+            self._forwards.pop(message_id)(message)
+            return
         if isinstance(message_id, int):
             method, future = self._pending.get(message_id, ("", None))
             if future is None or future.done():
@@ -145,6 +169,11 @@ class CdpConnection:
                 future.set_result(result if isinstance(result, dict) else {})
             return
         event = message.get("method")
+        for taker in list(self._taps):
+            try:
+                taker(message)
+            except Exception:
+                logger.exception("DevTools tap failed")
         if isinstance(event, str):
             params = message.get("params")
             session = message.get("sessionId")
@@ -165,3 +194,8 @@ class CdpConnection:
             if not future.done():
                 future.set_exception(OpError(ErrorCode.UNAVAILABLE, "the browser has closed"))
         self._pending.clear()
+        self._forwards.clear()
+        for taker in list(self._taps):
+            with contextlib.suppress(Exception):
+                taker({"method": "Inspector.detached", "params": {"reason": "closed"}})
+        self._taps.clear()

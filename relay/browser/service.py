@@ -18,6 +18,7 @@ from relay.backend import DesktopBackend
 from relay.browser import acts, pipe
 from relay.browser.cdp import CdpConnection
 from relay.browser.effect import judged
+from relay.browser.endpoint import CdpClientStream
 from relay.browser.find import find
 from relay.browser.snapshot import Snapshots, Tree, plain, render
 from relay.browser.tabs import Browser
@@ -83,14 +84,24 @@ class BrowserService:
     async def call(
         self, backend: DesktopBackend, row: RelayRow, name: str, params: dict[str, Any]
     ) -> dict[str, Any]:
+        target = await self._target(backend, row)
+        return await self._calls[name](target, params)
+
+    async def client_stream(self, backend: DesktopBackend, row: RelayRow) -> CdpClientStream:
+        """A CDP client's own browser session on the desktop's browser (``endpoint.py``)."""
+        session = await session_of(backend, row)
+        target = await self._target(backend, row)
+        downloads = session.home / DOWNLOADS
+        return await CdpClientStream.open(target.browser.cdp, self.evaluate, downloads)
+
+    async def _target(self, backend: DesktopBackend, row: RelayRow) -> Target:
         session = await session_of(backend, row)
         assert isinstance(backend, VirtualBackend)  # session_of refuses the other kinds
         state_dir = backend.desktops.launcher.config.state_dir
         pids = [c.pid for c in session.processes.children if c.is_alive()]
         cdp = await self._connection([pipe.socket_path(state_dir, pid) for pid in pids])
         browser = await self._browser(cdp, session.home / DOWNLOADS)
-        target = Target(session.desktop_session_id, browser, self.snapshots)
-        return await self._calls[name](target, params)
+        return Target(session.desktop_session_id, browser, self.snapshots)
 
     async def _connection(self, paths: list[Path]) -> CdpConnection:
         """The open connection to the first of ``paths`` a holder serves (a holder just

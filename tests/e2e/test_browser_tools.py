@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
+import websockets
 
 from tests.support.a11y_stack import A11yStack
 from tests.support.browser_stack import DOWNLOADS, browser_stack, page_server
@@ -290,3 +292,21 @@ async def test_stop_refuses_the_browser_acts(stack, base_url):
     status, body = await stack.act("browser_click", ref=_ref(seen, 'check_box "Gift wrap"'))
     assert (status, body["error"]["code"]) == (409, "stopped_by_user"), body
     assert (await stack.ok("browser_tabs"))["tabs"]
+
+
+async def test_the_cdp_endpoint_refuses_script_on_a_relay_that_refuses_it(stack):
+    # This relay runs without RELAYDESK_BROWSER_EVALUATE=1: reads pass, script is refused.
+    cid = stack.seed.conversation_id
+    path = f"/api/v1/conversations/{cid}/cdp/{stack.relay_id}/virtual/main"
+    headers = {"Authorization": f"Bearer {stack.seed.api_token}"}
+    async with websockets.connect(
+        "ws" + stack.url.removeprefix("http") + path, additional_headers=headers
+    ) as socket:
+        await socket.send(json.dumps({"id": 1, "method": "Runtime.evaluate", "params": {}}))
+        refused = json.loads(await asyncio.wait_for(socket.recv(), scaled(30)))
+        await socket.send(json.dumps({"id": 2, "method": "Browser.getVersion"}))
+        version = json.loads(await asyncio.wait_for(socket.recv(), scaled(30)))
+    assert refused["id"] == 1, refused
+    assert refused["error"]["message"].startswith("forbidden: script"), refused
+    assert "RELAYDESK_BROWSER_EVALUATE=1" in refused["error"]["message"]
+    assert "Chrome" in version["result"]["product"], version

@@ -1,0 +1,1 @@
+"""The CDP endpoint: agent frameworks drive the desktop's own browser (docs/browser.md)."""

@@ -190,7 +190,9 @@ async def _through_the_api(count: int, pg: PostgresCluster, rd: RedisServer) -> 
     }
     try:
         seed = await _seed(root / "data", pg.create_database("bench_replicas_api"))
-        a, b = [await start_server(tracker.start, seed, free_port(), env) for _ in range(2)]
+        a, b = await asyncio.gather(
+            *(start_server(tracker.start, seed, free_port(), env) for _ in range(2))
+        )
         start_relay(
             tracker.start,
             seed,

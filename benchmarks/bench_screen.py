@@ -139,7 +139,8 @@ async def running_stack(root: Path) -> AsyncIterator[Bench]:
             finally:
                 await http.close()
         finally:
-            tracker.cleanup()
+            # Off the loop: the relay's close handshake needs this process's server.
+            await asyncio.to_thread(tracker.cleanup)
 
 
 async def _desktop(bench: Bench, slot: str, size: tuple[int, int]) -> dict[str, Any]:

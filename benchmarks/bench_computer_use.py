@@ -14,6 +14,8 @@ Three parts, one run:
   clicks at every display point of a sparse grid, read back through X (the event recorder):
   the largest distance from the mapped pixel.
 
+The doors and the mapping share one server and relay; all four desktops run throughout both.
+
 Run: ``python -m benchmarks.bench_computer_use [--quick]``.
 """
 

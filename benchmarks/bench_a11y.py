@@ -117,7 +117,7 @@ def p50(samples: list[float]) -> float:
 
 
 async def run(quick: bool) -> None:
-    rounds = 5 if quick else 30
+    rounds = 3 if quick else 30
     root = Path(tempfile.mkdtemp(prefix="bench-a11y-"))
     apps = [FORM, FACTORY, chromium_app(Path("{shared}"), "page", "--force-renderer-accessibility")]
     async with a11y_stack(root, apps) as stack:
@@ -215,10 +215,10 @@ async def run(quick: bool) -> None:
             f"+ relay and worker (a call that does nothing) "
             f"{p50(samples['hop_worker']) / shot_p50:.2f}"
         )
-        await cold_observes(timer, max(5, rounds // 3))
+        await cold_observes(timer, 2 if quick else max(5, rounds // 3))
 
         env = desktop_env(stack, stack.session_id)
-        walk_rounds = 2 if quick else 5
+        walk_rounds = 1 if quick else 5
         factory_walk = await asyncio.to_thread(
             naive_walk, stack, env, FACTORY, walk_rounds, "link button"
         )

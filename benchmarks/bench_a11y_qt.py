@@ -37,7 +37,7 @@ def _load() -> str:
     return "/".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-async def _rounds(timer: Timer, rounds: int) -> dict[str, list[float]]:
+async def _rounds(timer: Timer, rounds: int, cold: int) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {}
 
     def add(name: str, ms: float) -> None:
@@ -55,7 +55,7 @@ async def _rounds(timer: Timer, rounds: int) -> dict[str, list[float]]:
     for tag, window in (("qt", QT_WINDOW), ("gtk", GTK_WINDOW)):
         for _ in range(rounds):
             add(f"observe_{tag}_warm", (await timer.call("desktop_observe", window=window))[0])
-    for _ in range(max(3, rounds // 3)):
+    for _ in range(cold):
         for tag, window in (("qt", QT_WINDOW), ("gtk", GTK_WINDOW)):
             await asyncio.sleep(1.2)  # > the 1 s a kept tree lives
             add(f"observe_{tag}_cold", (await timer.call("desktop_observe", window=window))[0])
@@ -63,7 +63,7 @@ async def _rounds(timer: Timer, rounds: int) -> dict[str, list[float]]:
 
 
 async def run(quick: bool) -> None:
-    rounds = 5 if quick else 30
+    rounds, cold = (3, 1) if quick else (30, 10)
     root = Path(tempfile.mkdtemp(prefix="bench-a11y-qt-"))
     async with a11y_stack(root, [QT_FORM, FORM]) as stack:
         await wait_until(lambda: stack.state("qt-form.json") != {}, scaled(30), "the Qt form")
@@ -72,7 +72,7 @@ async def run(quick: bool) -> None:
         timer = Timer(stack)
         print(f"load average (1/5/15 min) at the start: {_load()}")
         started = time.monotonic()
-        samples = await _rounds(timer, rounds)
+        samples = await _rounds(timer, rounds, cold)
         for name, values in samples.items():
             print(summary(name, values))
         for tag, app, window in (("qt", QT_APP, QT_WINDOW), ("gtk", GTK_APP, GTK_WINDOW)):

@@ -227,7 +227,7 @@ async def video_with_and_without_audio(
 async def run(quick: bool) -> int:
     from tests.e2e.viewer_stack import viewer_stack
 
-    seconds = 2.0 if quick else 10.0
+    seconds = 1.0 if quick else 10.0
     with tempfile.TemporaryDirectory(prefix="relaydesk-bench-audio-") as tmp:
         async with viewer_stack(Path(tmp)) as stack:
             desktop = await stack.start_desktop()

@@ -73,7 +73,7 @@ def _ref(text: str, needle: str) -> str:
 
 
 async def run(quick: bool) -> None:
-    rounds = 5 if quick else 40
+    rounds = 3 if quick else 40
     with page_server() as base_url:
         root = Path(tempfile.mkdtemp(prefix="bench-browser-"))
         async with browser_stack(root, base_url) as stack:

@@ -14,6 +14,8 @@ Three parts, one run:
   clicks at every display point of a sparse grid, read back through X (the event recorder):
   the largest distance from the mapped pixel.
 
+The doors and the mapping share one server and relay; all four desktops run throughout both.
+
 Run: ``python -m benchmarks.bench_computer_use [--quick]``.
 """
 
@@ -36,13 +38,17 @@ from benchmarks.common import parser, percentile, summary
 from relay.screen.service import ScreenService
 from server.computer_use.display import Display, default_size
 from tests.support import effect_app
-from tests.support.recorded import recorded_desktops
+from tests.support.recorded import Desktop, recorded_desktops
+from tests.support.stack import Seed
 from tests.support.xvfb import private_xvfb
 from wire.guard import crop_rect, cut, encode_crop
 from wire.ids import RelayId
 
 ORIGIN = (100, 100)
 TARGETS = {"click": 1.15, "screenshot": 1.2}
+DOORS = "doors"  # the doors' desktop's slot
+MAPPED = {"main": (1366, 768), "wide": (1920, 1200), "big": (2560, 1440)}
+Parts = tuple[Any, str, Seed, str, dict[str, Desktop]]
 
 
 def _at(point: tuple[int, int]) -> tuple[int, int]:
@@ -94,7 +100,7 @@ async def _script(svc: ScreenService, disp: str) -> list[tuple[str, str, dict[st
 
 
 async def effects(quick: bool) -> None:
-    passes = 5 if quick else 10
+    passes = 2 if quick else 10
     with private_xvfb(1280, 800) as xvfb:
         env = {**os.environ, "DISPLAY": xvfb.display}
         command = [sys.executable, "-m", "tests.support.effect_app", *map(str, ORIGIN)]
@@ -132,47 +138,43 @@ async def _post(http: httpx.AsyncClient, url: str, body: dict[str, Any]) -> floa
     return elapsed
 
 
-async def doors(quick: bool) -> None:
-    rounds, per_round = (2, 4) if quick else (5, 20)
-    root = Path(tempfile.mkdtemp(prefix="bench-cu-"))
-    async with recorded_desktops(root, {"main": (1280, 800)}) as parts:
-        app, url, seed, relay_id, desktops = parts
-        row = {"desktop_session_id": desktops["main"].session_id, "kind": "virtual", "slot": "main"}
-        await app.state.parts.inventory.record_started(RelayId(relay_id), row)
-        root_url = f"{url}/api/v1/conversations/{seed.conversation_id}/computer-use"
-        door = f"{root_url}/anthropic/relay-1/virtual/main"
-        typed = f"{url}/api/v1/actions/screen"
-        headers = {"Authorization": f"Bearer {seed.api_token}"}
-        base = {"conversation_id": seed.conversation_id, "relay": "relay-1"}
-        point = (40, 40)
-        kinds = ("typed_click", "door_click", "typed_shot", "door_shot")
-        samples: dict[str, list[list[float]]] = {k: [] for k in kinds}
-        async with httpx.AsyncClient(timeout=60, headers=headers) as http:
-            for index in range(rounds + 1):
-                got: dict[str, list[float]] = {k: [] for k in samples}
-                for n in range(per_round):
-                    for way in ("typed", "door") if (n + index) % 2 == 0 else ("door", "typed"):
-                        if way == "typed":
-                            shot = await http.post(typed, json={**base, "action": "screenshot"})
-                            got["typed_shot"].append(shot.elapsed.total_seconds() * 1000)
-                            revision = shot.json()["screen_revision"]
-                            click = {
-                                **base,
-                                "action": "click",
-                                "x": point[0],
-                                "y": point[1],
-                                "expected_screen_revision": revision,
-                            }
-                            got["typed_click"].append(await _post(http, typed, click))
-                        else:
-                            got["door_shot"].append(
-                                await _post(http, door, {"action": "screenshot"})
-                            )
-                            body = {"action": "left_click", "coordinate": list(point)}
-                            got["door_click"].append(await _post(http, door, body))
-                if index:  # the first round warms up connections and caches
-                    for key, values in got.items():
-                        samples[key].append(values)
+async def doors(parts: Parts, quick: bool) -> None:
+    rounds, per_round = (1, 3) if quick else (5, 20)
+    app, url, seed, relay_id, desktops = parts
+    row = {"desktop_session_id": desktops[DOORS].session_id, "kind": "virtual", "slot": DOORS}
+    await app.state.parts.inventory.record_started(RelayId(relay_id), row)
+    root_url = f"{url}/api/v1/conversations/{seed.conversation_id}/computer-use"
+    door = f"{root_url}/anthropic/relay-1/virtual/{DOORS}"
+    typed = f"{url}/api/v1/actions/screen"
+    headers = {"Authorization": f"Bearer {seed.api_token}"}
+    base = {"conversation_id": seed.conversation_id, "relay": "relay-1"}
+    point = (40, 40)
+    kinds = ("typed_click", "door_click", "typed_shot", "door_shot")
+    samples: dict[str, list[list[float]]] = {k: [] for k in kinds}
+    async with httpx.AsyncClient(timeout=60, headers=headers) as http:
+        for index in range(rounds + 1):
+            got: dict[str, list[float]] = {k: [] for k in samples}
+            for n in range(per_round):
+                for way in ("typed", "door") if (n + index) % 2 == 0 else ("door", "typed"):
+                    if way == "typed":
+                        shot = await http.post(typed, json={**base, "action": "screenshot"})
+                        got["typed_shot"].append(shot.elapsed.total_seconds() * 1000)
+                        revision = shot.json()["screen_revision"]
+                        click = {
+                            **base,
+                            "action": "click",
+                            "x": point[0],
+                            "y": point[1],
+                            "expected_screen_revision": revision,
+                        }
+                        got["typed_click"].append(await _post(http, typed, click))
+                    else:
+                        got["door_shot"].append(await _post(http, door, {"action": "screenshot"}))
+                        body = {"action": "left_click", "coordinate": list(point)}
+                        got["door_click"].append(await _post(http, door, body))
+            if index:  # the first round warms up connections and caches
+                for key, values in got.items():
+                    samples[key].append(values)
     print(f"doors: {rounds} interleaved rounds x {per_round}, one 1280x800 desktop")
     for measure, target in (("click", TARGETS["click"]), ("shot", TARGETS["screenshot"])):
         for way in ("typed", "door"):
@@ -185,47 +187,56 @@ async def doors(quick: bool) -> None:
         )
 
 
-async def mapping(quick: bool) -> None:
-    sizes = {"main": (1366, 768), "wide": (1920, 1200), "big": (2560, 1440)}
-    step = 97 if quick else 23
-    root = Path(tempfile.mkdtemp(prefix="bench-cu-map-"))
+async def mapping(parts: Parts, quick: bool) -> None:
+    step = 193 if quick else 23
+    app, url, seed, relay_id, desktops = parts
+    headers = {"Authorization": f"Bearer {seed.api_token}"}
+    async with httpx.AsyncClient(timeout=60, headers=headers) as http:
+        for slot, size in MAPPED.items():
+            row = {
+                "desktop_session_id": desktops[slot].session_id,
+                "kind": "virtual",
+                "slot": slot,
+            }
+            await app.state.parts.inventory.record_started(RelayId(relay_id), row)
+            door = (
+                f"{url}/api/v1/conversations/{seed.conversation_id}/computer-use/"
+                f"anthropic/relay-1/virtual/{slot}"
+            )
+            shown = Display(size, default_size(size))
+            recorder = desktops[slot].recorder
+            recorder.drain()
+            worst, clicks = 0, 0
+            await _post(http, door, {"action": "screenshot"})
+            for x in range(0, shown.shown[0], step * 3):
+                for y in range(0, shown.shown[1], step * 2):
+                    await _post(http, door, {"action": "left_click", "coordinate": [x, y]})
+                    presses = [e for e in recorder.drain() if e["type"] == "ButtonPress"]
+                    want = shown.to_screen(x, y)
+                    got = (presses[0]["x"], presses[0]["y"]) if presses else (-(10**6), 0)
+                    worst = max(worst, abs(got[0] - want[0]), abs(got[1] - want[1]))
+                    clicks += 1
+            print(
+                f"mapping {size[0]}x{size[1]} shown {shown.shown[0]}x{shown.shown[1]}: "
+                f"{clicks} clicks, largest error {worst} px (target 0)"
+            )
+
+
+async def run(quick: bool, names: list[str]) -> None:
+    if "effect" in names:
+        await effects(quick)
+    # The doors and the mapping share one server, relay and set of desktops.
+    sizes = {
+        **({DOORS: (1280, 800)} if "doors" in names else {}),
+        **(MAPPED if "mapping" in names else {}),
+    }
+    if not sizes:
+        return
+    root = Path(tempfile.mkdtemp(prefix="bench-cu-"))
     async with recorded_desktops(root, sizes) as parts:
-        app, url, seed, relay_id, desktops = parts
-        headers = {"Authorization": f"Bearer {seed.api_token}"}
-        async with httpx.AsyncClient(timeout=60, headers=headers) as http:
-            for slot, size in sizes.items():
-                row = {
-                    "desktop_session_id": desktops[slot].session_id,
-                    "kind": "virtual",
-                    "slot": slot,
-                }
-                await app.state.parts.inventory.record_started(RelayId(relay_id), row)
-                door = (
-                    f"{url}/api/v1/conversations/{seed.conversation_id}/computer-use/"
-                    f"anthropic/relay-1/virtual/{slot}"
-                )
-                shown = Display(size, default_size(size))
-                recorder = desktops[slot].recorder
-                recorder.drain()
-                worst, clicks = 0, 0
-                await _post(http, door, {"action": "screenshot"})
-                for x in range(0, shown.shown[0], step * 3):
-                    for y in range(0, shown.shown[1], step * 2):
-                        await _post(http, door, {"action": "left_click", "coordinate": [x, y]})
-                        presses = [e for e in recorder.drain() if e["type"] == "ButtonPress"]
-                        want = shown.to_screen(x, y)
-                        got = (presses[0]["x"], presses[0]["y"]) if presses else (-(10**6), 0)
-                        worst = max(worst, abs(got[0] - want[0]), abs(got[1] - want[1]))
-                        clicks += 1
-                print(
-                    f"mapping {size[0]}x{size[1]} shown {shown.shown[0]}x{shown.shown[1]}: "
-                    f"{clicks} clicks, largest error {worst} px (target 0)"
-                )
-
-
-async def run(quick: bool, parts: list[str]) -> None:
-    for name in parts:
-        await {"effect": effects, "doors": doors, "mapping": mapping}[name](quick)
+        for name in names:
+            if name != "effect":
+                await {"doors": doors, "mapping": mapping}[name](parts, quick)
 
 
 def main() -> None:

@@ -55,7 +55,7 @@ async def _round(
 
 
 async def run(quick: bool) -> None:
-    rounds, per_round = (2, 4) if quick else (7, 20)
+    rounds, per_round = (1, 3) if quick else (7, 20)
     root = Path(tempfile.mkdtemp(prefix="bench-cua-"))
     async with a11y_stack(root, []) as stack:
         base = (

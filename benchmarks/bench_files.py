@@ -4,11 +4,11 @@ A real server and relay (separate processes) and one 1280x800 desktop:
 
 - (a) the viewer tunnel: full-screen Raw updates through the server's viewer WebSocket and a
   relay channel (``benchmarks/bench_viewer.py``'s path (b)), the baseline;
-- (b) an upload of ``--size-mb`` (default 1024; 256 with ``--quick``) through
+- (b) an upload of ``--size-mb`` (default 1024; 16 with ``--quick``) through
   ``POST …/files/…/upload``: the server, a relay channel, the child writing as the desktop's
   user;
 - (c) the same file back through ``GET …/download``;
-- (d) ``desktop_files_list`` of a folder of 1,000 files (p50 of 30).
+- (d) ``desktop_files_list`` of a folder of 1,000 files (p50 of 30; 10 with ``--quick``).
 
 Reports MB/s of each, the server's and the relay's RSS growth during (b) and (c), and the
 targets of docs/files.md: (b) and (c) >= 0.8 x (a); RSS growth <= 32 MB each; (d) <= 50 ms p50.
@@ -81,8 +81,8 @@ async def _pieces(count: int) -> AsyncIterator[bytes]:
 
 
 async def run(quick: bool, size_mb: int | None) -> int:
-    size_mb = size_mb or (256 if quick else 1024)
-    seconds = 1.0 if quick else 3.0
+    size_mb = size_mb or (16 if quick else 1024)
+    seconds, lists = (0.5, 10) if quick else (3.0, 30)
     with tempfile.TemporaryDirectory(prefix="bench-files-") as tmp:
         tracker = ProcessTracker(Path(tmp) / "processes")
         try:
@@ -141,7 +141,7 @@ async def run(quick: bool, size_mb: int | None) -> int:
                 (home / "bench.bin").unlink()
                 listing = _make_folder(home)
                 times = []
-                for _ in range(30):
+                for _ in range(lists):
                     began = time.perf_counter()
                     listed = (
                         await http.post(

@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("needs root: desktops get a cgroup (and a pause) only on a root relay")
         return 1
-    rounds, window_s = (3, 3.0) if args.quick else (10, 30.0)
+    rounds, window_s = (2, 1.0) if args.quick else (10, 30.0)
     with tempfile.TemporaryDirectory() as tmp:
         config = DesktopSettings(state_dir=Path(tmp), default_profile="minimal")
         config = dataclasses.replace(config, apps=(LOOP,), allowed_apps=(LOOP,))

@@ -111,11 +111,13 @@ async def connect(
         return relay
 
 
-async def list_latency(session: aiohttp.ClientSession, base: str, seed: Seed) -> list[float]:
+async def list_latency(
+    session: aiohttp.ClientSession, base: str, seed: Seed, calls: int
+) -> list[float]:
     body = {"conversation_id": seed.conversation_id}
     headers = {"Authorization": f"Bearer {seed.api_token}"}
     samples = []
-    for _ in range(LIST_CALLS):
+    for _ in range(calls):
         start = time.perf_counter()
         async with session.post(
             f"{base}/api/v1/actions/desktop_list_active", json=body, headers=headers
@@ -181,7 +183,7 @@ async def _all_ready(
 
 
 async def run_server(
-    seed: Seed, fleet: Fleet, count: int, subs: int, redis_url: str
+    seed: Seed, fleet: Fleet, count: int, subs: int, redis_url: str, calls: int
 ) -> dict[str, Any]:
     port = free_port()
     env = {
@@ -212,7 +214,7 @@ async def run_server(
                 *(connect(session, ws_url, t, gate) for t in fleet.tokens)
             )
             await _until_listed(session, base, seed, count)
-            latency = await list_latency(session, base, seed)
+            latency = await list_latency(session, base, seed, calls)
             opened, delays = await fanout(session, base, seed, fleet, relays[0], subs)
             rss = psutil.Process(server.pid).memory_info().rss / 2**20
             await asyncio.gather(*(r.ws.close() for r in relays))
@@ -253,17 +255,21 @@ def report(name: str, result: dict[str, Any]) -> None:
     print(f"[{name}] server RSS {result['rss']:.0f} MB")
 
 
-async def main_async(count: int, subs: int) -> int:
+async def main_async(count: int, subs: int, calls: int = LIST_CALLS) -> int:
     redis = start_redis()
+    results: dict[str, dict[str, Any]] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="relaydesk-bench-") as tmp:
-            seed = await seed_database(Path(tmp) / "data")
-            print(f"==> registering {count} relays, {subs} subscribers", flush=True)
-            fleet = await register(seed, count)
-            memory = await run_server(seed, fleet, count, subs, "")
-            on_redis = await run_server(seed, fleet, count, subs, redis.url)
+            # Each bus gets a database of its own: a fleet the other server left behind would
+            # keep the second one from listing every desktop as running for half a minute.
+            for name, url in (("in-process", ""), ("redis", redis.url)):
+                seed = await seed_database(Path(tmp) / name)
+                print(f"==> [{name}] registering {count} relays, {subs} subscribers", flush=True)
+                fleet = await register(seed, count)
+                results[name] = await run_server(seed, fleet, count, subs, url, calls)
     finally:
         redis.stop()
+    memory, on_redis = results["in-process"], results["redis"]
     report("in-process", memory)
     report("redis", on_redis)
     for key, label in (("list", "list p50"), ("fanout", "fan-out p99")):
@@ -275,7 +281,7 @@ async def main_async(count: int, subs: int) -> int:
 
 def main() -> int:
     args = parser(__doc__ or "").parse_args()
-    return asyncio.run(main_async(50, 100) if args.quick else main_async(1000, 1000))
+    return asyncio.run(main_async(20, 50, 50) if args.quick else main_async(1000, 1000))
 
 
 if __name__ == "__main__":

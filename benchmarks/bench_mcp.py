@@ -150,7 +150,7 @@ def report(samples: dict[str, list[list[float]]]) -> None:
 
 
 async def run(quick: bool) -> None:
-    rounds, per_round = (2, 5) if quick else (7, 30)
+    rounds, per_round = (1, 3) if quick else (7, 30)
     root = Path(tempfile.mkdtemp(prefix="bench-mcp-"))
     async with a11y_stack(root, [FORM]) as stack:
         await wait_until(lambda: stack.state() != {}, scaled(30), "the form to start")

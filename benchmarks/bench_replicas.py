@@ -190,7 +190,9 @@ async def _through_the_api(count: int, pg: PostgresCluster, rd: RedisServer) -> 
     }
     try:
         seed = await _seed(root / "data", pg.create_database("bench_replicas_api"))
-        a, b = [await start_server(tracker.start, seed, free_port(), env) for _ in range(2)]
+        a, b = await asyncio.gather(
+            *(start_server(tracker.start, seed, free_port(), env) for _ in range(2))
+        )
         start_relay(
             tracker.start,
             seed,
@@ -207,7 +209,7 @@ async def _through_the_api(count: int, pg: PostgresCluster, rd: RedisServer) -> 
             print("4. a viewer through the owner and through the other replica")
             path = urlsplit(row["viewer_url"]).path + "websockify"
             quick = count < 1000
-            await _viewer_rounds(a, b, path, 2 if quick else 6, 1.5 if quick else 3.0)
+            await _viewer_rounds(a, b, path, 1 if quick else 6, 1.0 if quick else 3.0)
         finally:
             await asyncio.to_thread(recorder.stop)
             session = row["desktop"]["desktop_session_id"]
@@ -325,7 +327,7 @@ def main() -> int:
     args = parser(__doc__ or "").parse_args()
     pg, rd = start_cluster(), start_redis()
     try:
-        count = 100 if args.quick else 1000
+        count = 50 if args.quick else 1000
         status = asyncio.run(run(count, pg, rd))
         print("3. through the HTTP API of the owner and of another replica process")
         asyncio.run(_through_the_api(count, pg, rd))

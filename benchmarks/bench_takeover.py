@@ -128,7 +128,8 @@ async def running_stack(root: Path) -> AsyncIterator[Bench]:
             yield bench
         finally:
             await http.close()
-            tracker.cleanup()
+            # Off the loop: the relay's close handshake needs this process's server.
+            await asyncio.to_thread(tracker.cleanup)
 
 
 # -- 1. person key → refusal -------------------------------------------------------------------

@@ -171,7 +171,7 @@ def desktop_record(seed: Seed, session_id: str) -> dict[str, Any]:
 
 
 async def run(quick: bool) -> int:
-    rounds, seconds, rtts = (2, 1.0, 100) if quick else (5, 3.0, 500)
+    rounds, seconds, rtts = (1, 0.5, 50) if quick else (5, 3.0, 500)
     with tempfile.TemporaryDirectory(prefix="bench-viewer-") as tmp:
         tracker = ProcessTracker(Path(tmp) / "processes")
         try:
@@ -184,7 +184,7 @@ async def run(quick: bool) -> int:
                 "tcp": lambda: RFBClient.open_tcp(vnc_port, secret=secret),
             }
             opens = {
-                name: await open_times(openers[name], 5 if quick else 20)
+                name: await open_times(openers[name], 3 if quick else 20)
                 for name in ("direct", "server")
             }
             clients = {name: await opener() for name, opener in openers.items()}

@@ -168,7 +168,9 @@ async def a11y_stack(
                 print(relay.log_tail())
                 raise
             finally:
-                tracker.cleanup()
+                # Off the loop: the relay closes its connection to this server as it stops,
+                # and a server that cannot answer holds the relay's exit for its close timeout.
+                await asyncio.to_thread(tracker.cleanup)
     finally:
         # A browser's helpers may still be writing there for a moment: best effort.
         shutil.rmtree(shared, ignore_errors=True)

@@ -4,6 +4,7 @@ tool, pixels, Cua's protocol)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -61,4 +62,5 @@ async def recorded_desktops(
             print(relay.log_tail())
             raise
         finally:
-            tracker.cleanup()
+            # Off the loop: the relay's close handshake needs this process's server.
+            await asyncio.to_thread(tracker.cleanup)

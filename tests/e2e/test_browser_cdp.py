@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from playwright.async_api import Browser, Error, Page, async_playwright
 
 from server import admin
 from tests.support.a11y_stack import A11yStack
-from tests.support.browser_stack import browser_stack, page_server
+from tests.support.browser_stack import browser_stack, form_tab_shown, page_server
 from tests.support.processes import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
@@ -46,13 +45,7 @@ async def stack(
     root = tmp_path_factory.mktemp("cdp")
     flag = "--force-renderer-accessibility"
     async with browser_stack(root, base_url, flag, env=env) as stack:
-        deadline = time.monotonic() + scaled(60)
-        while True:
-            status, body = await stack.act("browser_tabs")
-            if status == 200 and any(t["title"] == "Order form" for t in body["tabs"]):
-                break
-            assert time.monotonic() < deadline, body
-            await asyncio.sleep(0.5)
+        await form_tab_shown(stack)
         yield stack
 
 

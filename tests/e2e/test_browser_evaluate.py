@@ -3,16 +3,13 @@ come back as JSON, a throw is an error, and it is agent input like any act."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
 
 from tests.support.a11y_stack import A11yStack
-from tests.support.browser_stack import browser_stack, page_server
-from tests.support.processes import scaled
+from tests.support.browser_stack import browser_stack, form_tab_shown, page_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
@@ -29,13 +26,7 @@ async def stack(
 ) -> AsyncIterator[A11yStack]:
     env = {"RELAYDESK_BROWSER_EVALUATE": "1"}
     async with browser_stack(tmp_path_factory.mktemp("evaluate"), base_url, env=env) as stack:
-        deadline = time.monotonic() + scaled(60)
-        while True:
-            status, body = await stack.act("browser_tabs")
-            if status == 200 and any(t["title"] == "Order form" for t in body["tabs"]):
-                break
-            assert time.monotonic() < deadline, body
-            await asyncio.sleep(0.5)
+        await form_tab_shown(stack)
         yield stack
 
 

@@ -17,7 +17,7 @@ import pytest_asyncio
 import websockets
 
 from tests.support.a11y_stack import A11yStack
-from tests.support.browser_stack import DOWNLOADS, browser_stack, page_server
+from tests.support.browser_stack import DOWNLOADS, browser_stack, form_tab_shown, page_server
 from tests.support.processes import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
@@ -34,13 +34,7 @@ async def stack(
     tmp_path_factory: pytest.TempPathFactory, base_url: str
 ) -> AsyncIterator[A11yStack]:
     async with browser_stack(tmp_path_factory.mktemp("browser"), base_url) as stack:
-        deadline = time.monotonic() + scaled(60)
-        while True:
-            status, body = await stack.act("browser_tabs")
-            if status == 200 and any(t["title"] == "Order form" for t in body["tabs"]):
-                break
-            assert time.monotonic() < deadline, body
-            await asyncio.sleep(0.5)
+        await form_tab_shown(stack)
         yield stack
 
 

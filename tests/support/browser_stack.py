@@ -3,14 +3,16 @@ and a small HTTP server of the tests' own serving the pages it visits."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.server
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from tests.support.a11y_stack import A11yStack, a11y_stack
-from tests.support.processes import free_port
+from tests.support.processes import free_port, scaled
 
 TABLE_ROWS = "".join(f"<tr><td>Item {n}</td><td>{n * 3} EUR</td></tr>" for n in range(1, 61))
 PAGES: dict[str, str] = {
@@ -117,3 +119,14 @@ async def browser_stack(
     app = browser_command(Path("{shared}"), f"{base_url}/form.html", *flags)
     async with a11y_stack(root, [app], env=env) as stack:
         yield stack
+
+
+async def form_tab_shown(stack: A11yStack) -> None:
+    """Wait (a probe, at most a minute, scaled) until the browser lists the form's tab."""
+    deadline = time.monotonic() + scaled(60)
+    while True:
+        status, body = await stack.act("browser_tabs")
+        if status == 200 and any(t["title"] == "Order form" for t in body["tabs"]):
+            return
+        assert time.monotonic() < deadline, body
+        await asyncio.sleep(0.5)

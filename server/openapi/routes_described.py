@@ -404,6 +404,35 @@ _CUA: Final[dict[tuple[str, str], Json]] = {
     },
 }
 
+CDP_BASE: Final = "/api/v1/conversations/{conversation_id}/cdp/{relay}/{kind}/{slot}"
+CDP_AUTH: Final = (
+    "An API token as `Authorization: Bearer rdk_…` of a member with role `write`; the desktop's "
+    "browser, reached over its private DevTools pipe. docs/browser.md."
+)
+_CDP_VERSION: Final = operation(
+    "cdp_version",
+    "CDP discovery for connect_over_cdp",
+    tag="agents",
+    security=API_TOKEN,
+    description=f"{CDP_AUTH} Answers `Browser`, `Protocol-Version` and `webSocketDebuggerUrl` "
+    "(this server's own WebSocket for the desktop).",
+    responses=answer("Chromium's `/json/version` answer.", {"type": "object"}),
+)
+_CDP: Final[dict[tuple[str, str], Json]] = {
+    ("GET", f"{CDP_BASE}/json/version"): _CDP_VERSION,
+    ("GET", f"{CDP_BASE}/json/version/"): {**_CDP_VERSION, "operationId": "cdp_version_slash"},
+    (WEBSOCKET, CDP_BASE): operation(
+        "cdp_socket",
+        "The desktop's browser over the Chrome DevTools Protocol",
+        tag="agents",
+        security=API_TOKEN,
+        description=f"{CDP_AUTH} Input, navigation and page writes pass the control gate (a "
+        "takeover answers a CDP error; Stop closes the socket, 4430); methods that would end the "
+        "browser are refused.",
+        responses=upgrade("CDP JSON messages both ways."),
+    ),
+}
+
 CU_ROOT: Final = "/api/v1/conversations/{conversation_id}/computer-use"
 CU_TARGET: Final = "{relay}/{kind}/{slot}"
 CU_AUTH: Final = (
@@ -551,6 +580,7 @@ DESCRIBED: Final[dict[tuple[str, str], Json]] = {
     **_VIEWER,
     **_SERVICE,
     **_CUA,
+    **_CDP,
     **_CU,
     **_FILES,
 }

@@ -6,7 +6,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from playwright.async_api import Browser, BrowserContext, ConsoleMessage, async_playwright
+from playwright.async_api import Browser, BrowserContext, ConsoleMessage, async_playwright, expect
+
+from tests.support.processes import scaled
 
 CHROMIUM = "/usr/bin/chromium"
 # Background networking and component updates would reach for hosts this machine cannot
@@ -21,6 +23,11 @@ CHROMIUM_ARGS = (
     "--disable-sync",
 )
 
+
+# Playwright's assertions wait 5 s by default: a loaded machine answers a click or a message
+# round trip slower than that. They return as soon as they hold, so a longer bound only
+# changes how long a real failure takes to show.
+expect.set_options(timeout=scaled(15) * 1000)
 
 # How Chromium words a Content-Security-Policy violation in a page's console.
 CSP_VIOLATION = "Content Security Policy"

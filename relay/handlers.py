@@ -31,6 +31,7 @@ from relay.desktop_tools.home_worker import HomeFileWorkers
 from relay.desktop_tools.service import DesktopTools
 from relay.desktop_tools.session import session_of
 from relay.desktop_tools.settings import DesktopToolSettings
+from relay.recording.service import RelayRecordings
 from wire import ops
 from wire.browser import DESKTOP_BROWSER, BrowserArgs, BrowserResult
 from wire.errors import ChannelCloseCode, ErrorCode, InvalidArgs, OpError
@@ -38,6 +39,7 @@ from wire.guard import DIGEST_CAPABILITY
 from wire.home_files import DESKTOP_HOME_FILE, HomeFileArgs, HomeFileResult
 from wire.ids import ChannelId
 from wire.messages import Request
+from wire.recording import RECORDING_ACK, RECORDING_SET
 from wire.screen_actions import ScreenAction
 
 if TYPE_CHECKING:
@@ -84,6 +86,7 @@ class Handlers:
         a11y: A11ySettings | None = None,
         tools: DesktopToolSettings | None = None,
         files: HomeFileSettings | None = None,
+        recordings: RelayRecordings | None = None,
     ) -> None:
         self.a11y = A11yService(a11y or A11ySettings())
         # Windows, clipboard, and opt-in shell and files (relay/desktop_tools).
@@ -125,12 +128,24 @@ class Handlers:
                 _entry(ops.DESKTOP_FILE, self._desktop_file),
                 _entry(DESKTOP_HOME_FILE, self._desktop_home_file),
                 _entry(DESKTOP_BROWSER, self._desktop_browser),
+                *self._recording_entries(recordings),
                 *(
                     _entry(spec, self._screen_handler(action))
                     for action, spec in ops.SCREEN.items()
                 ),
             )
         }
+
+    def _recording_entries(self, recordings: RelayRecordings | None) -> list[Entry]:
+        """``recording.set`` and ``recording.ack`` on a relay that records (relay/recording)."""
+        self.recordings = recordings
+        if recordings is None:
+            return []
+        return [_entry(RECORDING_SET, recordings.set), _entry(RECORDING_ACK, recordings.ack)]
+
+    async def located_row(self, desktop_session_id: str) -> ops.RelayRow:
+        """The row of a running desktop of this relay, else ``not_running``."""
+        return (await self._located(desktop_session_id))[1]
 
     def capabilities(self) -> list[str]:
         caps = ["session_identity"]
@@ -399,6 +414,13 @@ class Handlers:
                 raise InvalidArgs("target.file", "required by a file channel")
             session = await session_of(*await self._located(target["desktop_session_id"]))
             return await open_file_channel(link, channel_id, session, transfer, self.files)
+        if target["type"] == "recording":  # a finished segment (relay/recording/service.py)
+            segment = target.get("segment")
+            if segment is None or self.recordings is None:
+                raise InvalidArgs("target.segment", "required by a recording channel")
+            return await self.recordings.open_channel(
+                link, channel_id, target["desktop_session_id"], segment
+            )
         if target["type"] == "cdp":  # an agent's CDP connection (relay/browser/endpoint.py)
             backend, row = await self._located(target["desktop_session_id"])
             cdp = await self.browser.client_stream(backend, row)

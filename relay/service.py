@@ -24,6 +24,7 @@ from relay.desktops.processes import ProcessLauncher
 from relay.desktops.screens import SharedScreenService
 from relay.handlers import Handlers
 from relay.local_desktop import HostHelperClient, LocalDesktop
+from relay.recording.service import RelayRecordings
 from relay.worker import RelayWorker, process_age_s
 from wire.ops import RelayRow
 
@@ -114,12 +115,20 @@ class RelayService:
             a11y=settings.a11y,
         )
         backends.append(self.docker)
+        # Recorded desktops (relay/recording, docs/recording.md).
+        self.recordings = RelayRecordings(
+            desktop_config.state_dir / "recordings",
+            self._grab_screen,
+            self._send_event,
+            lambda session_id: self.handlers.located_row(session_id),
+        )
         self.handlers = Handlers(
             backends,
             channel_targets={"audio": self.audio.open_channel} if audio.available else None,
             direct_host=settings.direct_vnc_host,
             a11y=settings.a11y,
             tools=settings.tools,
+            recordings=self.recordings,
         )
         # A stop closes the desktop's viewer channels before it ends its processes.
         self.desktops.on_leaving = self.handlers.channels.close_desktop
@@ -139,7 +148,17 @@ class RelayService:
         )
 
     async def _desktop_changed(self, row: Mapping[str, Any]) -> None:
+        await self.recordings.desktop_changed(row)
         await self.worker.send_event("desktop.changed", dict(row))
+
+    async def _send_event(self, name: str, data: dict[str, Any]) -> None:
+        await self.worker.send_event(name, data)
+
+    async def _grab_screen(self, display: str, desktop_session_id: str) -> Any:
+        """A desktop's screen as the screen tool captures it (BGRA), for its recording."""
+        service = self.screen()
+        await service.bind(display, desktop_session_id)
+        return await service.run_in_display(display, lambda ctx: ctx.grab_bgra())
 
     async def _person_input(self, row: Mapping[str, Any]) -> None:
         """Someone used the host's real screen (the host helper's XInput2 watch)."""
@@ -186,11 +205,15 @@ class RelayService:
         await self.docker.open()
         if self.local is not None:
             self.local.start_watch()
+        live = [row for backend in self.handlers.backends.values() for row in await backend.rows()]
+        self.recordings.adopt(live)
+        self.recordings.start_reannouncing()
         try:
             await self.worker.run()
         finally:
             if self._stopping_desktops is not None:
                 await self._stopping_desktops
+            await self.recordings.aclose()
             await self.screen.aclose()
             await self.audio.aclose()
             if self.local is not None:

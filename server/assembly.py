@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final
@@ -27,6 +27,7 @@ from server.actions.desktop_files import HOME_FILE_ACTIONS
 from server.actions.desktop_fit import DESKTOP_FIT_ACTIONS
 from server.actions.desktop_tools import DESKTOP_TOOL_ACTIONS
 from server.actions.invoke import ActionRunner
+from server.actions.recording import RECORDING_ACTIONS
 from server.actions.registry import ActionRegistry
 from server.auth.dependencies import Authenticator
 from server.auth.purge import session_purging
@@ -35,17 +36,20 @@ from server.auth.streams import StreamGuard, ViewerStreams, stream_guard
 from server.chat.feature import build_chat
 from server.chat.ports import ChatService
 from server.cluster.build import login_limits, routing, shared_caches
-from server.config import Settings
+from server.config import Settings, recordings_path
 from server.control.model import DesktopKey
 from server.control.policy import PolicyBook
 from server.control.service import ControlService
 from server.control.store import create_control_store
 from server.db.base import utc_now
 from server.db.migrate import upgrade
+from server.db.rows import DesktopRow
 from server.db.store import Store
 from server.events.bus import EventBus, create_event_bus
 from server.events.conversations import ConversationEvents
 from server.inventory.service import Inventory
+from server.recordings.files import RecordingFiles
+from server.recordings.service import RecordingService
 from server.relays.calls import call
 from server.relays.hub import RelayHub
 from server.relays.router import RelayRouter
@@ -73,6 +77,7 @@ ACTIONS: Final = (
     + DESKTOP_TOOL_ACTIONS
     + HOME_FILE_ACTIONS
     + BROWSER_ACTIONS
+    + RECORDING_ACTIONS
 )
 
 
@@ -106,6 +111,8 @@ class ServerParts:
     audio: AudioService
     novnc: NovncAssets
     chat: ChatService
+    # recordings of desktops (docs/recording.md)
+    recordings: RecordingService | None = None
 
 
 def build_control(
@@ -161,6 +168,42 @@ async def _prune_forever(inventory: Inventory, store: Store, settings: Settings)
         await asyncio.sleep(PRUNE_INTERVAL_S)
 
 
+async def _purge_recordings_forever(recordings: RecordingService, settings: Settings) -> None:
+    """Hourly: recordings that ended more than ``RELAYDESK_RECORDING_RETENTION_DAYS`` ago."""
+    while True:
+        try:
+            cutoff = utc_now() - timedelta(days=settings.recording_retention_days)
+            gone = await recordings.purge(int(cutoff.timestamp() * 1000))
+            if gone:
+                log.info("purged %d recordings past their retention", gone)
+        except Exception:
+            log.exception("purging recordings failed")
+        await asyncio.sleep(PRUNE_INTERVAL_S)
+
+
+def build_recordings(
+    settings: Settings,
+    relays: RelayRouter,
+    inventory: Inventory,
+    events: ConversationEvents,
+    control: ControlService,
+) -> RecordingService:
+    """The recordings, fed by the relays (segments) and the inventory (desktops that end);
+    listed rows say which desktops are recorded."""
+    recordings = RecordingService(
+        RecordingFiles(recordings_path(settings)), relays, settings.request_timeout_s
+    )
+    relays.add_observer(recordings)
+    inventory.add_listener(recordings.row_changed)
+
+    async def annotate(rows: Sequence[DesktopRow]) -> list[DesktopRow]:
+        return await recordings.annotate(await control.annotate(rows))
+
+    inventory.use_control(annotate)
+    events.use_control(annotate)
+    return recordings
+
+
 async def _cancelled(task: asyncio.Task[None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -210,9 +253,15 @@ async def assemble(settings: Settings) -> AsyncIterator[ServerParts]:
                 _prune_forever(inventory, store, settings), name="inventory-prune"
             )
             stack.push_async_callback(_cancelled, pruner)
+            recordings = build_recordings(settings, relays, inventory, events, control)
+            stack.push_async_callback(recordings.aclose)
+            recording_purger = asyncio.create_task(
+                _purge_recordings_forever(recordings, settings), name="recordings-purge"
+            )
+            stack.push_async_callback(_cancelled, recording_purger)
             registry = ActionRegistry(ACTIONS)
             actions = ActionRunner(
-                registry, ActionParts(settings, store, relays, inventory, control)
+                registry, ActionParts(settings, store, relays, inventory, control, recordings)
             )
             screen = start_screen(relays, store, settings, registry, routed.issuers)
             viewer = ViewerService(settings, store, relays, inventory, control)
@@ -237,6 +286,7 @@ async def assemble(settings: Settings) -> AsyncIterator[ServerParts]:
                 audio=AudioService(viewer),
                 novnc=NovncAssets(),
                 chat=build_chat(auth, store, inventory, actions, events),
+                recordings=recordings,
             )
             try:
                 yield parts

@@ -33,6 +33,15 @@ def _env_bool(name: str, default: bool) -> bool:
     return _env(name, "1" if default else "0").strip().lower() in {"1", "true", "yes", "on"}
 
 
+def recordings_path(settings: Settings) -> Path:
+    """Where recordings are kept: ``RELAYDESK_RECORDINGS_DIR``, else under the data dir."""
+    return (
+        Path(settings.recordings_dir)
+        if settings.recordings_dir
+        else settings.data_dir / "recordings"
+    )
+
+
 def default_data_dir() -> Path:
     return Path(_env("DATA_DIR", str(Path.home() / ".local" / "share" / "relaydesk")))
 
@@ -74,6 +83,10 @@ class Settings:
     max_body_bytes: int = 1024 * 1024
     audit_retention_days: int = 90
     history_retention_days: int = 30
+    # Recordings (docs/recording.md): where segments are kept (empty: ``<data dir>/recordings``;
+    # replicas share one volume) and for how long.
+    recordings_dir: str = ""
+    recording_retention_days: int = 30
     screen_revision_ttl_s: int = 300
     screen_revision_memory_bytes: int = 256 * 1024 * 1024
     # Several replicas (``redis_url`` set): the shared secret of their internal channel, the
@@ -169,6 +182,8 @@ class Settings:
             max_body_bytes=_env_int("MAX_BODY_BYTES", 1024 * 1024),
             audit_retention_days=_env_int("AUDIT_RETENTION_DAYS", 90),
             history_retention_days=_env_int("HISTORY_RETENTION_DAYS", 30),
+            recordings_dir=_env("RECORDINGS_DIR", ""),
+            recording_retention_days=_env_int("RECORDING_RETENTION_DAYS", 30),
             screen_revision_ttl_s=_env_int("SCREEN_REVISION_TTL_S", 300),
             screen_revision_memory_bytes=_env_int(
                 "SCREEN_REVISION_MEMORY_BYTES", 256 * 1024 * 1024

@@ -29,7 +29,7 @@ DesktopKind = Literal["virtual", "local", "docker"]
 DesktopState = Literal["starting", "running", "paused", "stopping", "stopped", "failed", "unknown"]
 DESKTOP_KINDS: Final[tuple[DesktopKind, ...]] = get_args(DesktopKind)
 DESKTOP_STATES: Final[tuple[DesktopState, ...]] = get_args(DesktopState)
-ChannelType = Literal["vnc", "audio", "file", "cdp"]
+ChannelType = Literal["vnc", "audio", "file", "cdp", "recording"]
 # Announced in ``hello`` by a relay that denies apps to agents (RELAYDESK_DENY_APPS): what a
 # viewer shows cannot be masked, so the server opens no viewer of its desktops for an agent.
 DENIED_APPS_CAPABILITY: Final = "denied_apps"
@@ -295,10 +295,17 @@ class FileTransfer(TypedDict):
     exists: NotRequired[Literal["replace", "rename", "refuse"]]
 
 
+class RecordingSegment(TypedDict):
+    recording_id: str
+    seq: int
+
+
 class ChannelTarget(TypedDict):
     type: ChannelType
     desktop_session_id: str
     file: NotRequired[FileTransfer]
+    # A ``recording`` channel: which finished segment it carries (wire/recording.py).
+    segment: NotRequired[RecordingSegment]
 
 
 class ChannelOpenArgs(TypedDict):

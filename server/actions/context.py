@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from server.actions.errors import relay_error
 from server.auth.principal import Principal
@@ -20,6 +20,9 @@ from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ids import RelayId
 from wire.ops import OpSpec
 
+if TYPE_CHECKING:
+    from server.recordings.service import RecordingService
+
 A = TypeVar("A")
 R = TypeVar("R")
 
@@ -33,6 +36,8 @@ class ActionParts:
     relays: RelayRouter
     inventory: Inventory
     control: ControlService
+    # Recordings (docs/recording.md); absent where a server keeps none (tests of other parts).
+    recordings: RecordingService | None = None
 
 
 @dataclass

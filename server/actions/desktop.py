@@ -237,7 +237,18 @@ async def start(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     already = bool(result.get("already_running"))
     ctx.outcome = "already_running" if already else "ok"
     extra: dict[str, Any] = {k: result[k] for k in ("profile", "persist_home") if k in result}
+    if args.get("record"):
+        extra.update(await record(ctx, row))
+        row = row.with_recording()
     return {**_desktop_reply(ctx, row), "already_running": already, **extra}
+
+
+async def record(ctx: ActionContext, row: DesktopRow) -> dict[str, Any]:
+    """Record ``row``'s desktop in the caller's conversation (docs/recording.md)."""
+    if ctx.parts.recordings is None:
+        raise OpError(ErrorCode.UNAVAILABLE, "this server keeps no recordings")
+    recording = await ctx.parts.recordings.turn_on(row, ctx.conversation_id, ctx.principal.username)
+    return {"recording": True, "recording_id": recording.recording_id}
 
 
 async def status(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -410,6 +421,12 @@ DESKTOP_ACTIONS: Final[tuple[Action, ...]] = (
                     "default": False,
                     "description": "Keep the home directory of this slot across stops "
                     "(files, browser profile); wipe it with desktop_reset_home.",
+                },
+                "record": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Record the desktop's screen and timeline from the start "
+                    "(desktop_record turns it on or off later).",
                 },
             }
         ),

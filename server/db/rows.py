@@ -45,6 +45,15 @@ class DesktopRow:
     relay_name: str | None = None
     # Who is in control (docs/control.md); filled where rows are listed, else absent.
     control: ControlInfo | None = None
+    # True while the desktop is recorded (docs/recording.md); filled where rows are listed.
+    recording: bool | None = None
+
+    def with_recording(self) -> DesktopRow:
+        """This row marked as recorded (a copy, like :meth:`with_control`)."""
+        row = object.__new__(DesktopRow)
+        row.__dict__.update(self.__dict__)
+        row.__dict__["recording"] = True
+        return row
 
     def with_control(self, control: ControlInfo) -> DesktopRow:
         """This row with who is in control: a copy made without ``__init__`` (``replace``
@@ -64,6 +73,8 @@ class DesktopRow:
         values["can_stop"] = self.can_stop
         if self.control is None:
             del values["control"]
+        if self.recording is None:
+            del values["recording"]
         return values
 
 

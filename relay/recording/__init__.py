@@ -1,0 +1,1 @@
+"""Recording desktops from their own framebuffer into video segments (docs/recording.md)."""

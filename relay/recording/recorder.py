@@ -1,0 +1,220 @@
+"""One recorded desktop: its capture loop, its segments on disk, its state for a restart.
+
+Every ``1/fps`` seconds the loop grabs the desktop's screen through the relay's screen
+service (the screen tool's own capture, denied apps' windows black) and encodes a frame only
+when the picture changed; a frame after ``keyframe_s`` without a keyframe is one, so a seek
+decodes at most that much. Every ``segment_s`` the segment is finished, renamed into place
+and announced. A relay killed mid-segment loses that segment's part only: the finished ones
+wait in the spool until the server acknowledges them, and the state file lets a restarted
+relay go on recording a re-adopted desktop under the same recording id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from relay.recording.encoder import CODEC, SegmentWriter
+from wire.recording import SegmentInfo
+
+log = logging.getLogger(__name__)
+
+Grab = Callable[[], Awaitable[npt.NDArray[np.uint8]]]
+Announce = Callable[[SegmentInfo], Awaitable[None]]
+STATE_FILE: Final = "state.json"
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class RecordingSettings:
+    """``RELAYDESK_RECORDING_FPS`` (most frames a second), ``…_KEYFRAME_S``, ``…_SEGMENT_S``."""
+
+    fps: float = 4.0
+    keyframe_s: float = 5.0
+    segment_s: float = 60.0
+
+    @classmethod
+    def from_env(cls) -> RecordingSettings:
+        env = os.environ
+        return cls(
+            fps=float(env.get("RELAYDESK_RECORDING_FPS", cls.fps)),
+            keyframe_s=float(env.get("RELAYDESK_RECORDING_KEYFRAME_S", cls.keyframe_s)),
+            segment_s=float(env.get("RELAYDESK_RECORDING_SEGMENT_S", cls.segment_s)),
+        )
+
+
+@dataclass
+class RecordingState:
+    """What a restarted relay needs to go on recording a desktop."""
+
+    desktop_session_id: str
+    recording_id: str
+    recording_start_ms: int
+    next_seq: int
+
+    def save(self, folder: Path) -> None:
+        tmp = folder / f".{STATE_FILE}.tmp"
+        tmp.write_text(json.dumps(vars(self)), encoding="utf-8")
+        tmp.replace(folder / STATE_FILE)
+
+    @classmethod
+    def load(cls, folder: Path) -> RecordingState | None:
+        try:
+            data = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
+            return cls(
+                str(data["desktop_session_id"]),
+                str(data["recording_id"]),
+                int(data["recording_start_ms"]),
+                int(data["next_seq"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+def segment_path(folder: Path, recording_id: str, seq: int) -> Path:
+    return folder / f"{recording_id}-{seq:06d}.webm"
+
+
+class Recorder:
+    """Records one desktop until :meth:`stop`."""
+
+    def __init__(
+        self,
+        folder: Path,
+        state: RecordingState,
+        grab: Grab,
+        announce: Announce,
+        settings: RecordingSettings,
+    ) -> None:
+        self.folder = folder
+        self.state = state
+        self._grab = grab
+        self._announce = announce
+        self.settings = settings
+        self._writer: SegmentWriter | None = None
+        self._previous: npt.NDArray[np.uint8] | None = None
+        self._last_key_ms = 0
+        self._segment_started = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def recording_id(self) -> str:
+        return self.state.recording_id
+
+    def start(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.state.save(self.folder)
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"recording-{self.state.desktop_session_id}"
+        )
+
+    async def stop(self, *, finish: bool = True) -> None:
+        """End the loop; ``finish``: the open segment is finished and announced, else dropped."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._writer is not None:
+            if finish:
+                await self._finish_segment()
+            else:
+                await asyncio.to_thread(self._writer.abort)
+                self._writer = None
+        with contextlib.suppress(OSError):
+            (self.folder / STATE_FILE).unlink()
+
+    async def _run(self) -> None:
+        period = 1.0 / max(0.1, self.settings.fps)
+        while True:
+            began = time.monotonic()
+            try:
+                await self._tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("recording %s: a frame failed", self.state.recording_id)
+            await asyncio.sleep(max(0.0, period - (time.monotonic() - began)))
+
+    async def _tick(self) -> None:
+        bgra = await self._grab()
+        now = wall_ms()
+        if self._writer is not None and self._segment_due():
+            await self._finish_segment()
+        await asyncio.to_thread(self._encode_if_changed, bgra, now)
+
+    def _segment_due(self) -> bool:
+        return time.monotonic() - self._segment_started >= self.settings.segment_s
+
+    def _encode_if_changed(self, bgra: npt.NDArray[np.uint8], now: int) -> None:
+        previous = self._previous
+        if previous is not None and previous.shape == bgra.shape and np.array_equal(previous, bgra):
+            return
+        if self._writer is not None and (self._writer.width, self._writer.height) != (
+            bgra.shape[1],
+            bgra.shape[0],
+        ):
+            return  # the screen was resized: the next segment takes the new size
+        if self._writer is None:
+            self._open_segment(bgra, now)
+        assert self._writer is not None
+        keyframe = now - self._last_key_ms >= self.settings.keyframe_s * 1000
+        self._writer.add(bgra, now, keyframe=keyframe)
+        if keyframe or self._writer.frames == 1:
+            self._last_key_ms = now
+        self._previous = bgra
+
+    def _open_segment(self, bgra: npt.NDArray[np.uint8], now: int) -> None:
+        path = segment_path(self.folder, self.recording_id, self.state.next_seq)
+        part = path.with_suffix(".webm.part")
+        height, width = int(bgra.shape[0]) & ~1, int(bgra.shape[1]) & ~1
+        self._writer = SegmentWriter(part, self.state.recording_start_ms, width, height)
+        self._segment_started = time.monotonic()
+        self._last_key_ms = now
+
+    async def _finish_segment(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        end = wall_ms()
+        seq = self.state.next_seq
+        self.state.next_seq += 1
+        # A repeated picture after a segment boundary is a new segment's first frame.
+        self._previous = None
+        info = await asyncio.to_thread(self._write_out, writer, seq, end)
+        await self._announce(info)
+
+    def _write_out(self, writer: SegmentWriter, seq: int, end: int) -> SegmentInfo:
+        writer.close(end)
+        path = segment_path(self.folder, self.recording_id, seq)
+        info = SegmentInfo(
+            desktop_session_id=self.state.desktop_session_id,
+            recording_id=self.recording_id,
+            seq=seq,
+            start_ms=writer.start_ms or end,
+            end_ms=end,
+            recording_start_ms=self.state.recording_start_ms,
+            bytes=writer.path.stat().st_size,
+            frames=writer.frames,
+            codec=CODEC,
+            width=writer.width,
+            height=writer.height,
+        )
+        path.with_suffix(".json").write_text(json.dumps(info), encoding="utf-8")
+        writer.path.replace(path)
+        self.state.save(self.folder)
+        return info

@@ -1,0 +1,130 @@
+"""Recordings on disk: one folder per recording under the recordings directory, holding its
+manifest (``manifest.json``) and its segments (``000000.webm`` …).
+
+Only this module touches the folder. The manifest is the recording's one record (no database
+table): replicas share the directory, and a manifest is rewritten whole through a temporary
+file and a rename, so a reader never sees half of one. Times are wall-clock UTC ms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from wire.recording import RECORDING_ID
+
+MANIFEST: Final = "manifest.json"
+
+
+@dataclass
+class Segment:
+    seq: int
+    start_ms: int
+    end_ms: int
+    bytes: int
+    frames: int
+
+
+@dataclass
+class Recording:
+    """One recording of one desktop session, as its manifest says."""
+
+    recording_id: str
+    conversation_id: str
+    relay_id: str
+    desktop_session_id: str
+    kind: str
+    slot: str
+    started_by: str
+    start_ms: int
+    end_ms: int | None = None
+    width: int = 0
+    height: int = 0
+    codec: str = "vp8"
+    segments: list[Segment] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.end_ms is None
+
+    @property
+    def last_ms(self) -> int:
+        """The last moment the recording covers (so far)."""
+        ends = [segment.end_ms for segment in self.segments]
+        return max([self.start_ms, *ends, *([self.end_ms] if self.end_ms else [])])
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.bytes for segment in self.segments)
+
+    def summary(self) -> dict[str, Any]:
+        """What a listing shows of it."""
+        return {
+            "recording_id": self.recording_id,
+            "conversation_id": self.conversation_id,
+            "relay_id": self.relay_id,
+            "desktop_session_id": self.desktop_session_id,
+            "kind": self.kind,
+            "slot": self.slot,
+            "started_by": self.started_by,
+            "start_ms": self.start_ms,
+            "end_ms": self.end_ms,
+            "duration_ms": self.last_ms - self.start_ms,
+            "recording": self.active,
+            "segments": len(self.segments),
+            "bytes": self.size_bytes,
+            "width": self.width,
+            "height": self.height,
+            "codec": self.codec,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Recording:
+        segments = [Segment(**segment) for segment in data.pop("segments", [])]
+        return cls(**data, segments=segments)
+
+
+class RecordingFiles:
+    """The recordings directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def folder(self, recording_id: str) -> Path:
+        if not RECORDING_ID.fullmatch(recording_id):
+            raise ValueError("not a recording id")
+        return self.root / recording_id
+
+    def segment_path(self, recording_id: str, seq: int) -> Path:
+        return self.folder(recording_id) / f"{seq:06d}.webm"
+
+    def load(self, recording_id: str) -> Recording | None:
+        try:
+            text = (self.folder(recording_id) / MANIFEST).read_text(encoding="utf-8")
+            return Recording.from_dict(json.loads(text))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def save(self, recording: Recording) -> None:
+        folder = self.folder(recording.recording_id)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = folder / f".{MANIFEST}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(asdict(recording)), encoding="utf-8")
+        tmp.replace(folder / MANIFEST)
+
+    def all(self) -> Iterator[Recording]:
+        if not self.root.is_dir():
+            return
+        for folder in sorted(self.root.iterdir()):
+            if RECORDING_ID.fullmatch(folder.name):
+                recording = self.load(folder.name)
+                if recording is not None:
+                    yield recording
+
+    def delete(self, recording_id: str) -> None:
+        shutil.rmtree(self.folder(recording_id), ignore_errors=True)

@@ -89,6 +89,6 @@ class SegmentWriter:
         """Close the file without finishing it (its desktop or relay is going away)."""
         try:
             self._container.close()
-        except Exception:
-            pass
+        except (OSError, av.FFmpegError) as err:
+            log.info("an unfinished segment closed with %s (deleted)", err)
         self.path.unlink(missing_ok=True)

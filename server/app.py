@@ -40,6 +40,7 @@ from server.health import health_routes
 from server.mcp.endpoint import McpEndpoint
 from server.metrics.endpoint import MetricSources, metrics_routes
 from server.openapi.document import openapi_routes
+from server.recordings.routes import recording_routes
 from server.relays.endpoint import relay_route
 from server.viewer.assets import check_novnc_tree
 from server.viewer.clipboard_image import clipboard_image_route
@@ -116,6 +117,8 @@ def route_table(parts: ServerParts, mcp: McpEndpoint) -> list[BaseRoute]:
         *CdpEndpoint(parts.store, parts.streams, parts.actions).routes(),
         # files into and out of desktops' homes, as byte streams
         *file_routes(parts.auth, parts.actions),
+        # recordings: their list, timeline, video and trajectory export
+        *recording_routes(parts.auth, parts.actions, parts.recordings),
     ]
 
 

@@ -123,6 +123,9 @@ class ControlService:
         self.idle_s = policies.default.takeover_idle_s
         self.inflight = InFlight()
         self.publisher = ControlPublisher(bus, sharing)
+        # Told of every change of who is in control, synchronously (they never wait): the
+        # recordings' timeline (server/recordings/service.py).
+        self.state_listeners: list[Callable[[DesktopKey, ControlInfo], None]] = []
         # A model's safety checks waiting for a person (the computer-use doors).
         self.approvals = SafetyApprovals(bus, clock)
         self._bus = bus
@@ -399,6 +402,8 @@ class ControlService:
             await self._audit.record("expired", key, grant.agent_name, grant_details(grant), reason)
         if applied.changed:
             self.publisher.state(key, applied.info)
+            for listener in self.state_listeners:
+                listener(key, applied.info)
         if applied.info["state"] != "person":
             self._released.discard(key)
         elif key not in self._released:

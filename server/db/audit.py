@@ -130,6 +130,24 @@ class AuditStore(StoreBase):
             rows = list(await session.scalars(query))
         return [_audit_record(row) for row in reversed(rows)]
 
+    async def session_audit(
+        self, relay_id: str, desktop_session_id: str, since: datetime, until: datetime
+    ) -> list[AuditRecord]:
+        """One desktop session's rows written in ``[since, until]``, oldest first (a
+        recording's timeline, docs/recording.md)."""
+        await self.flush_audit()
+        event = models.AuditEvent
+        query = (
+            select(event)
+            .where(event.relay_id == relay_id, event.desktop_session_id == desktop_session_id)
+            .where(event.at >= since, event.at <= until)
+            .order_by(event.id)
+            .limit(MAX_AUDIT_PAGE)
+        )
+        async with self._sessions() as session:
+            rows = list(await session.scalars(query))
+        return [_audit_record(row) for row in rows]
+
     async def prune_audit(self, older_than: datetime) -> int:
         """Delete audit rows written before ``older_than``; return how many went."""
         await self.flush_audit()

@@ -20,7 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from server.db.rows import DesktopRow
+from server.control.audit import AuditQueue
+from server.control.model import DesktopKey
+from server.db.audit import AuditRow
+from server.db.rows import ControlInfo, DesktopRow
 from server.recordings.files import Recording, RecordingFiles, Segment
 from server.relays.calls import call
 from server.relays.router import RelayRouter
@@ -44,6 +47,8 @@ MAX_SEGMENT_BYTES: Final = 1024 * 1024 * 1024
 # replica learns of recordings another one turned on within this).
 ACTIVE_TTL_S: Final = 3.0
 ENDED_STATES: Final = frozenset({"stopped", "failed"})
+# The audit op of a change of who is in control of a recorded desktop.
+CONTROL_OP: Final = "control.changed"
 
 
 def wall_ms() -> int:
@@ -57,10 +62,18 @@ def new_recording_id() -> str:
 class RecordingService:
     """Every recording this server (and its replicas, through the shared folder) keeps."""
 
-    def __init__(self, files: RecordingFiles, relays: RelayRouter, timeout_s: float) -> None:
+    def __init__(
+        self,
+        files: RecordingFiles,
+        relays: RelayRouter,
+        timeout_s: float,
+        audit: AuditQueue | None = None,
+    ) -> None:
         self.files = files
         self._relays = relays
         self._timeout_s = timeout_s
+        self._audit = audit
+        self._writes: set[asyncio.Task[None]] = set()
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._fetching: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._active: dict[str, str] = {}
@@ -126,6 +139,23 @@ class RecordingService:
             current = await self.active_recording(row.desktop_session_id)
             if current is not None:
                 await self._end(current.recording_id)
+
+    def control_changed(self, key: DesktopKey, info: ControlInfo) -> None:
+        """Who is in control of a recorded desktop changed: an audit row for its timeline
+        (takeovers and hand-backs through a viewer are not otherwise audited)."""
+        if self._audit is None or key.desktop_session_id not in self._active:
+            return
+        row = AuditRow(
+            op=CONTROL_OP,
+            actor=info.get("name") or info.get("agent") or "-",
+            outcome=info["state"],
+            relay_id=key.relay_id,
+            desktop_session_id=key.desktop_session_id,
+            details={"held": info["held"], "agent": info.get("agent")},
+        )
+        task = asyncio.get_running_loop().create_task(self._audit.queue_audit(row))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
     # -- which desktops are recorded ---------------------------------------------------
 
@@ -277,6 +307,8 @@ class RecordingService:
         return gone
 
     async def aclose(self) -> None:
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
         for task in list(self._fetching.values()):
             task.cancel()
         for task in list(self._fetching.values()):

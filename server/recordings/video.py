@@ -1,0 +1,91 @@
+"""A recording's video: its segments joined into one WebM, and pictures decoded from it.
+
+Segments carry presentation times on the recording's own clock, so joining them is a remux
+(packets copied, nothing re-encoded). The joined file is kept beside the segments and made
+again when more segments arrived. Decoding for the trajectory export seeks to the keyframe
+before a moment and decodes up to it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import numpy.typing as npt
+from PIL import Image
+
+from server.recordings.files import Recording, RecordingFiles
+
+JOINED = "joined-{count}.webm"
+
+
+def joined_video(files: RecordingFiles, recording: Recording) -> Path | None:
+    """The recording's segments as one WebM (None while it has none)."""
+    if not recording.segments:
+        return None
+    folder = files.folder(recording.recording_id)
+    target = folder / JOINED.format(count=len(recording.segments))
+    if target.exists():
+        return target
+    for stale in folder.glob("joined-*.webm"):
+        stale.unlink(missing_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    paths = [files.segment_path(recording.recording_id, s.seq) for s in recording.segments]
+    _remux(paths, tmp)
+    tmp.replace(target)
+    return target
+
+
+def _remux(paths: Sequence[Path], target: Path) -> None:
+    out: Any = av.open(str(target), "w", format="webm")
+    try:
+        stream: Any = None
+        last_dts = -1
+        for path in paths:
+            source: Any = av.open(str(path))
+            try:
+                src = source.streams.video[0]
+                if stream is None:
+                    stream = out.add_stream_from_template(src)
+                for packet in source.demux(src):
+                    if packet.dts is None or packet.dts <= last_dts:
+                        continue
+                    last_dts = packet.dts
+                    packet.stream = stream
+                    out.mux(packet)
+            finally:
+                source.close()
+    finally:
+        out.close()
+
+
+def frames_at(video: Path, moments_ms: Sequence[int]) -> list[npt.NDArray[np.uint8] | None]:
+    """The picture shown at each moment (ms on the recording's clock): the last frame whose
+    time is at or before it (None before the first frame)."""
+    container: Any = av.open(str(video))
+    try:
+        stream = container.streams.video[0]
+        unit = float(stream.time_base) * 1000
+        pictures: list[npt.NDArray[np.uint8] | None] = []
+        for moment in moments_ms:
+            container.seek(int(moment / unit), stream=stream, backward=True, any_frame=False)
+            shown = None
+            for frame in container.decode(stream):
+                if frame.pts is not None and frame.pts * unit > moment:
+                    break
+                shown = frame
+            pictures.append(None if shown is None else shown.to_ndarray(format="rgb24"))
+        return pictures
+    finally:
+        container.close()
+
+
+def png(picture: npt.NDArray[np.uint8]) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(picture).save(buffer, format="PNG", compress_level=3)
+    return buffer.getvalue()

@@ -40,7 +40,7 @@ from wire.home_files import DESKTOP_HOME_FILE, HomeFileArgs, HomeFileResult
 from wire.ids import ChannelId
 from wire.messages import Request
 from wire.recording import RECORDING_ACK, RECORDING_SET
-from wire.screen_actions import ScreenAction
+from wire.screen_actions import IMAGE_ACTIONS, ScreenAction
 
 if TYPE_CHECKING:
     from relay.link import ServerLink
@@ -400,7 +400,10 @@ class Handlers:
             row = require_row(await backend.find(None, DEFAULT_SLOT), None, backend.kind)
         check_revision_target(args.get("revision_target"), row)
         action_args = {k: v for k, v in args.items() if k not in SCREEN_ROUTING_ARGS}
-        return await backend.screen(row, action, action_args)
+        result = await backend.screen(row, action, action_args)
+        if self.recordings is not None and action not in IMAGE_ACTIONS:
+            await self.recordings.acted(row["desktop_session_id"])
+        return result
 
     async def _channel_open(
         self, link: ServerLink, args: ops.ChannelOpenArgs

@@ -255,9 +255,7 @@ async def assemble(settings: Settings) -> AsyncIterator[ServerParts]:
                 _prune_forever(inventory, store, settings), name="inventory-prune"
             )
             stack.push_async_callback(_cancelled, pruner)
-            recordings = build_recordings(
-                settings, store, relays, inventory, events, control
-            )
+            recordings = build_recordings(settings, store, relays, inventory, events, control)
             stack.push_async_callback(recordings.aclose)
             recording_purger = asyncio.create_task(
                 _purge_recordings_forever(recordings, settings), name="recordings-purge"

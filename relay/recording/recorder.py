@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 Grab = Callable[[], Awaitable[npt.NDArray[np.uint8]]]
 Announce = Callable[[SegmentInfo], Awaitable[None]]
 STATE_FILE: Final = "state.json"
+# After an input action the screen is looked at this often, for this long (an app repaints a
+# few frames after the input that caused it).
+FAST_PERIOD_S: Final = 0.05
+FAST_FOR_S: Final = 1.0
 
 
 def wall_ms() -> int:
@@ -110,6 +114,8 @@ class Recorder:
         self._last_key_ms = 0
         self._segment_started = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._fast_until = 0.0
 
     @property
     def recording_id(self) -> str:
@@ -137,6 +143,8 @@ class Recorder:
                 self._writer = None
         with contextlib.suppress(OSError):
             (self.folder / STATE_FILE).unlink()
+        with contextlib.suppress(OSError):
+            self.folder.rmdir()  # only once the server took every segment
 
     async def _run(self) -> None:
         period = 1.0 / max(0.1, self.settings.fps)
@@ -148,14 +156,23 @@ class Recorder:
                 raise
             except Exception:
                 log.exception("recording %s: a frame failed", self.state.recording_id)
-            await asyncio.sleep(max(0.0, period - (time.monotonic() - began)))
+            step = FAST_PERIOD_S if began < self._fast_until else period
+            await asyncio.sleep(max(0.0, step - (time.monotonic() - began)))
+
+    async def capture_now(self) -> None:
+        """Record the screen as it is now, then closely for a moment: after an input action,
+        its effect is on the video within :data:`FAST_PERIOD_S` of showing on the screen."""
+        if self._task is not None:
+            self._fast_until = time.monotonic() + FAST_FOR_S
+            await self._tick()
 
     async def _tick(self) -> None:
-        bgra = await self._grab()
-        now = wall_ms()
-        if self._writer is not None and self._segment_due():
-            await self._finish_segment()
-        await asyncio.to_thread(self._encode_if_changed, bgra, now)
+        async with self._lock:
+            bgra = await self._grab()
+            now = wall_ms()
+            if self._writer is not None and self._segment_due():
+                await self._finish_segment()
+            await asyncio.to_thread(self._encode_if_changed, bgra, now)
 
     def _segment_due(self) -> bool:
         return time.monotonic() - self._segment_started >= self.settings.segment_s

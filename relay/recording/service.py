@@ -153,6 +153,15 @@ class RelayRecordings:
         link.start_channel(StreamChannel(channel_id, link, stream))
         return {"channel_id": channel_id}
 
+    async def acted(self, desktop_session_id: str) -> None:
+        """An action ran on the desktop: a recorded one captures its screen now."""
+        recorder = self.recorders.get(desktop_session_id)
+        if recorder is not None:
+            try:
+                await recorder.capture_now()
+            except Exception:
+                log.exception("recording %s: capturing after an action failed", desktop_session_id)
+
     # -- lifecycle --------------------------------------------------------------------
 
     def _start(self, state: RecordingState, display: str) -> None:

@@ -48,6 +48,12 @@ SUMMARY_FIELDS: Final = (
     "state",
 )
 REFUSED: Final = frozenset({"refused", "denied", "error", "failed"})
+CONTROL_CHANGED: Final = "control.changed"
+# Explicit acts whose change of control is their own event, and how soon the change follows.
+CONTROL_ACTS: Final = frozenset(
+    {"desktop.take_control", "desktop.hand_back", "agent.stop", "agent.grant"}
+)
+CAUSE_MS: Final = 2_000
 # Rows a moment after the recording's last covered moment still belong to it (its stop).
 GRACE_MS: Final = 5_000
 
@@ -59,7 +65,7 @@ def at_ms(moment: datetime) -> int:
 
 
 def _kind(row: AuditRecord) -> EventKind:
-    if row.op == "control.changed":
+    if row.op == CONTROL_CHANGED:
         return "takeover" if row.outcome == "person" else "hand_back"
     if row.op == "desktop.take_control":
         return "takeover"
@@ -120,12 +126,21 @@ def event_of(row: AuditRecord, recording: Recording) -> dict[str, Any]:
 
 
 def _duplicate(row: AuditRecord, rows: Sequence[AuditRecord]) -> bool:
-    """The action runner's row of a screen call whose tool wrote its own, fuller row."""
-    return row.op == "screen" and any(
-        other.op.startswith("screen.") and other.request_id == row.request_id
-        for other in rows
-        if other.request_id
-    )
+    """A row that repeats another: the action runner's row of a screen call whose tool wrote
+    its own, fuller row; a change of control an explicit act (take control, hand back, Stop,
+    a grant) just caused."""
+    if row.op == "screen":
+        return any(
+            other.op.startswith("screen.") and other.request_id == row.request_id
+            for other in rows
+            if other.request_id
+        )
+    if row.op == CONTROL_CHANGED:
+        moment = at_ms(row.at)
+        return any(
+            other.op in CONTROL_ACTS and 0 <= moment - at_ms(other.at) <= CAUSE_MS for other in rows
+        )
+    return False
 
 
 def _until(recording: Recording, now_ms: int) -> int:

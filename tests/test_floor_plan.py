@@ -36,7 +36,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"events", "inventory"}),
     frozenset({"control"}),
     frozenset({"actions"}),
-    frozenset({"screen", "viewer"}),
+    frozenset({"screen", "viewer", "recordings"}),
     frozenset({"cluster", "doors"}),
     frozenset(
         {"chat", "mcp", "cua", "cdp", "computer_use", "openapi", "health", "metrics", "files"}

@@ -37,6 +37,7 @@ STATE_FILE: Final = "state.json"
 # few frames after the input that caused it).
 FAST_PERIOD_S: Final = 0.05
 FAST_FOR_S: Final = 1.0
+STOP_TIMEOUT_S: Final = 10.0
 
 
 def wall_ms() -> int:
@@ -116,6 +117,7 @@ class Recorder:
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._fast_until = 0.0
+        self._stopping = asyncio.Event()
 
     @property
     def recording_id(self) -> str:
@@ -129,18 +131,25 @@ class Recorder:
         )
 
     async def stop(self, *, finish: bool = True) -> None:
-        """End the loop; ``finish``: the open segment is finished and announced, else dropped."""
+        """End the loop; ``finish``: the open segment is finished and announced, else dropped.
+
+        The loop ends after the frame it is encoding (never cancelled inside the encoder,
+        which a closing segment would then race)."""
+        self._stopping.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), STOP_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("recording %s: the capture loop did not end", self.recording_id)
+                self._task.cancel()
             self._task = None
-        if self._writer is not None:
-            if finish:
-                await self._finish_segment()
-            else:
-                await asyncio.to_thread(self._writer.abort)
-                self._writer = None
+        async with self._lock:
+            if self._writer is not None:
+                if finish:
+                    await self._finish_segment()
+                else:
+                    await asyncio.to_thread(self._writer.abort)
+                    self._writer = None
         with contextlib.suppress(OSError):
             (self.folder / STATE_FILE).unlink()
         with contextlib.suppress(OSError):
@@ -148,7 +157,7 @@ class Recorder:
 
     async def _run(self) -> None:
         period = 1.0 / max(0.1, self.settings.fps)
-        while True:
+        while not self._stopping.is_set():
             began = time.monotonic()
             try:
                 await self._tick()
@@ -157,12 +166,15 @@ class Recorder:
             except Exception:
                 log.exception("recording %s: a frame failed", self.state.recording_id)
             step = FAST_PERIOD_S if began < self._fast_until else period
-            await asyncio.sleep(max(0.0, step - (time.monotonic() - began)))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._stopping.wait(), max(0.0, step - (time.monotonic() - began))
+                )
 
     async def capture_now(self) -> None:
         """Record the screen as it is now, then closely for a moment: after an input action,
         its effect is on the video within :data:`FAST_PERIOD_S` of showing on the screen."""
-        if self._task is not None:
+        if self._task is not None and not self._stopping.is_set():
             self._fast_until = time.monotonic() + FAST_FOR_S
             await self._tick()
 

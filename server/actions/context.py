@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from server.actions.errors import relay_error
 from server.auth.principal import Principal
 from server.config import Settings
 from server.control.service import ControlService
 from server.db.records import RelayRecord, Role
+from server.db.rows import DesktopRow
 from server.db.store import Store
 from server.inventory.service import Inventory
 from server.relays.calls import call
@@ -20,11 +21,20 @@ from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ids import RelayId
 from wire.ops import OpSpec
 
-if TYPE_CHECKING:
-    from server.recordings.service import RecordingService
-
 A = TypeVar("A")
 R = TypeVar("R")
+
+
+class Recorded(Protocol):
+    recording_id: str
+
+
+class DesktopRecorder(Protocol):
+    """What the actions need of the recordings (``server.recordings.service``)."""
+
+    async def turn_on(self, row: DesktopRow, conversation_id: str, actor: str) -> Recorded: ...
+
+    async def turn_off(self, row: DesktopRow) -> Recorded | None: ...
 
 
 @dataclass(frozen=True)
@@ -37,7 +47,7 @@ class ActionParts:
     inventory: Inventory
     control: ControlService
     # Recordings (docs/recording.md); absent where a server keeps none (tests of other parts).
-    recordings: RecordingService | None = None
+    recordings: DesktopRecorder | None = None
 
 
 @dataclass

@@ -177,6 +177,10 @@ export class Dock {
     const state = row.state;
     const label = `${relayName(row)} ${row.kind} ${row.slot || "main"}`;
     const stateCell = el("td", { class: "state" }, el("span", { class: `pill state-${state}`, text: state }));
+    if (row.recording) {
+      stateCell.append(el("span", { class: "rec-mark", title: "This desktop is being recorded",
+        "aria-label": "recording" }, "REC"));
+    }
     if (state === "unknown" || row.reason) {
       stateCell.append(el("span", { class: "why",
         text: state === "unknown" ? STATE_NOTES.unknown : row.reason }));

@@ -3,6 +3,7 @@
 import * as api from "./api.js";
 import { Composer } from "./composer.js";
 import { Dock } from "./dock.js";
+import { Recordings } from "./recordings.js";
 import { byId, el } from "./dom.js";
 import { followInventory, renderMessage } from "./render.js";
 import { closeViewerTabs, reserveTab, showInTab, tabForSession } from "./viewers.js";
@@ -136,6 +137,7 @@ async function openConversation(id) {
   page.messages.forEach(addMessage);
   startEvents(id);
   await dock.use(id);
+  recordings.use(id);
   byId("composer-input").focus();
 }
 
@@ -269,6 +271,7 @@ const composer = new Composer({
   error: byId("composer-error"),
   onSend: send,
 });
+const recordings = new Recordings();
 const dock = new Dock({
   openDesktop,
   onInventory: (rows, changed) => followInventory(byId("transcript"), rows, changed),

@@ -24,6 +24,7 @@ from server.openapi.parts import (
     query,
     upgrade,
 )
+from server.openapi.recordings import RECORDINGS
 
 ACTION_ROUTE: Final = ("POST", "/api/v1/actions/{name}")
 WEBSOCKET: Final = "WEBSOCKET"
@@ -583,6 +584,7 @@ DESCRIBED: Final[dict[tuple[str, str], Json]] = {
     **_CDP,
     **_CU,
     **_FILES,
+    **RECORDINGS,
 }
 # Replica-to-replica routes (signed with the cluster secret): not part of the API.
 INTERNAL_PREFIX: Final = "/internal/"

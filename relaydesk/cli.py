@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from relaydesk import admin_cli, desktops_cli, files_cli, logs, mcp_cli
+from relaydesk import admin_cli, desktops_cli, files_cli, logs, mcp_cli, recordings_cli
 
 EPILOG = """\
 Configuration comes from RELAYDESK_* environment variables (RELAYDESK_DATABASE_URL,
@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         admin_cli.add_admin,
         desktops_cli.add_desktops,
         files_cli.add_files,
+        recordings_cli.add_recordings,
         mcp_cli.add_mcp,
     ):
         add(sub)

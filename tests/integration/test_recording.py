@@ -5,8 +5,10 @@ person did (docs/recording.md). The session played: ``tests/support/recording_se
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import os
 import zipfile
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,6 +33,7 @@ from tests.support.recording_session import (
     picture,
     play_session,
 )
+from tests.support.stack import relaydesk_argv
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -166,10 +169,51 @@ async def test_bad_input_names_the_field(stack, session):
         assert bad.status_code == 400 and bad.json()["error"]["field"] == field
 
 
-async def test_retention_purges_ended_recordings_and_owners_delete(stack, session):
-    recordings = stack.app.state.parts.recordings
+async def test_the_cli_lists_and_exports(stack, session, tmp_path):
+    env = {
+        **os.environ,
+        "RELAYDESK_SERVER_URL": stack.url,
+        "RELAYDESK_API_TOKEN": stack.seed.api_token,
+        "RELAYDESK_CONVERSATION_ID": stack.seed.conversation_id,
+    }
+
+    async def cli(*args: str) -> str:
+        process = await asyncio.create_subprocess_exec(
+            *relaydesk_argv("recordings", *args),
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), scaled(60))
+        assert process.returncode == 0, err.decode()
+        return out.decode()
+
+    assert session["recording_id"] in await cli("list")
+    target = tmp_path / "trajectory.zip"
+    await cli("export", session["recording_id"], str(target))
+    assert "trajectory.jsonl" in zipfile.ZipFile(target).namelist()
+    video = tmp_path / "video.webm"
+    await cli("export", "--video", session["recording_id"], str(video))
+    assert video.read_bytes()[:4] == b"\x1a\x45\xdf\xa3"  # EBML: a WebM file
+
+
+async def test_owners_delete_retention_purges_and_every_look_is_audited(stack, session):
     one = f"{base(stack)}/{session['recording_id']}"
-    assert await recordings.purge(0) == 0  # nothing ended before 1970
-    far_future = 2**42
-    assert await recordings.purge(far_future) >= 1
+    async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(30)) as client:
+        bearer = {"Authorization": f"Bearer {stack.seed.api_token}"}
+        deleted = await client.delete(one, headers=bearer)
+    assert deleted.status_code == 200, deleted.text
     assert (await get(stack, one)).status_code == 404
+    # A second, short recording of the same desktop, ended: the retention purge takes it.
+    target = {"desktop_session_id": session["sid"]}
+    on = await stack.action("desktop_record", on=True, **target)
+    await asyncio.sleep(1.0)
+    await stack.action("desktop_record", on=False, **target)
+    second = f"{base(stack)}/{on['recording_id']}"
+    assert (await get(stack, second)).status_code == 200
+    recordings = stack.app.state.parts.recordings
+    assert await recordings.purge(0) == 0  # nothing ended before 1970
+    assert await recordings.purge(2**42) == 1
+    assert (await get(stack, second)).status_code == 404
+    ops = {row.op for row in await stack.app.state.parts.store.list_audit(limit=5000)}
+    assert {"recording.view", "recording.watch", "recording.export", "recording.delete"} <= ops

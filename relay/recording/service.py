@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REANNOUNCE_S: Final = 30.0
+FIRST_REANNOUNCE_S: Final = 3.0
 READ_CHUNK: Final = 256 * 1024
 # Grabs the screen of a desktop's display, as BGRA (the screen tool's capture).
 DisplayGrab = Callable[[str, str], Awaitable[npt.NDArray[np.uint8]]]
@@ -239,8 +240,10 @@ class RelayRecordings:
         return found
 
     async def _reannounce_forever(self) -> None:
+        wait = FIRST_REANNOUNCE_S  # a restarted relay hands over what the last run finished
         while True:
-            await asyncio.sleep(REANNOUNCE_S)
+            await asyncio.sleep(wait)
+            wait = REANNOUNCE_S
             try:
                 for info in await asyncio.to_thread(self.pending):
                     await self._announce(info)

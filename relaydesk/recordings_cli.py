@@ -36,7 +36,7 @@ def add_recordings(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "export",
         help="save a recording's trajectory (zip) or its video (--video)",
         description="Save RECORDING_ID's trajectory export (JSON Lines and pictures in a zip), "
-        "or its video with --video, to OUTPUT (default: <id>-trajectory.zip or <id>.webm).",
+        "or its video with --video, to OUTPUT (default: <id>-trajectory.zip, or <id>.mp4 / .webm).",
     )
     export.add_argument("recording_id", help="the recording (rec_…)")
     export.add_argument("output", nargs="?", default=None, help="the file to write")
@@ -83,15 +83,15 @@ def _export(client: RelaydeskClient, args: argparse.Namespace) -> dict[str, Any]
     one = f"{_base(client, args)}/{args.recording_id}"
     if args.video:
         path, params = f"{one}/video", {}
-        default = f"{args.recording_id}.webm"
     else:
         path, params = f"{one}/trajectory", {"images": args.images}
-        default = f"{args.recording_id}-trajectory.zip"
-    output = Path(args.output or default)
     with client.http.stream("GET", path, params=params, timeout=None) as response:
         if response.status_code != 200:
             response.read()
             answer_of(response)  # raises the server's error
+        kind = response.headers.get("content-type", "")
+        suffix = {"video/mp4": ".mp4", "video/webm": ".webm"}.get(kind, "-trajectory.zip")
+        output = Path(args.output or f"{args.recording_id}{suffix}")
         with output.open("wb") as handle:
             for piece in response.iter_bytes(PIECE):
                 handle.write(piece)

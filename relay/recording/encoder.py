@@ -1,15 +1,19 @@
-"""One video segment as a WebM file: VP8 frames encoded with PyAV (libvpx), change-driven.
+"""One video segment as a file: H.264 in MP4 (libx264) by default, or VP8 in WebM (libvpx),
+encoded with PyAV, change-driven.
 
 A :class:`SegmentWriter` is used from one thread. Frames carry their wall-clock time;
 presentation times count milliseconds from the recording's start, so the segments of one
 recording join into one video without re-timing (``server/recordings/video.py``). The
-encoder settings were measured with ``benchmarks/bench_recording.py`` (docs/recording.md).
+codecs and their settings were measured with ``benchmarks/bench_recording.py``
+(docs/recording.md): on a scrolling page at 1280x800, x264's ``ultrafast`` took about a sixth
+of libvpx's fastest realtime CPU per frame, for a fifth of the bytes.
 """
 
 from __future__ import annotations
 
 import fractions
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -20,20 +24,38 @@ from av.video.frame import PictureType
 
 log = logging.getLogger(__name__)
 
-CODEC: Final = "vp8"
-ENCODER: Final = "libvpx"
-CONTAINER: Final = "webm"
 TIME_BASE: Final = fractions.Fraction(1, 1000)
-# libvpx's realtime mode at its fastest speed; quality by constant-quality target (a
-# desktop is mostly flat areas and text: crf 10 keeps text legible at about 1 Mbit/s busy).
-ENCODER_OPTIONS: Final = {
-    "deadline": "realtime",
-    "cpu-used": "8",
-    "lag-in-frames": "0",
-    "crf": "10",
-    "b": "1500k",
-    "auto-alt-ref": "0",
+
+
+@dataclass(frozen=True)
+class Codec:
+    name: str
+    encoder: str
+    container: str
+    options: dict[str, str]
+
+
+CODECS: Final = {
+    # No B-frames or look-ahead (a frame is written as it comes); crf 26 keeps text legible.
+    "h264": Codec(
+        "h264", "libx264", "mp4", {"preset": "ultrafast", "tune": "zerolatency", "crf": "26"}
+    ),
+    # libvpx's realtime mode at its fastest speed, constant quality.
+    "vp8": Codec(
+        "vp8",
+        "libvpx",
+        "webm",
+        {
+            "deadline": "realtime",
+            "cpu-used": "16",
+            "lag-in-frames": "0",
+            "crf": "10",
+            "b": "1500k",
+            "auto-alt-ref": "0",
+        },
+    ),
 }
+DEFAULT_CODEC: Final = "h264"
 # The encoder never puts a keyframe on its own between ours.
 GOP: Final = 100_000
 
@@ -41,7 +63,14 @@ GOP: Final = 100_000
 class SegmentWriter:
     """Writes frames to ``path``; :meth:`close` finishes the file."""
 
-    def __init__(self, path: Path, recording_start_ms: int, width: int, height: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        recording_start_ms: int,
+        width: int,
+        height: int,
+        codec: Codec = CODECS[DEFAULT_CODEC],
+    ) -> None:
         self.path = path
         self.recording_start_ms = recording_start_ms
         self.width, self.height = width, height
@@ -49,14 +78,15 @@ class SegmentWriter:
         self.start_ms: int | None = None
         self.last_ms: int | None = None
         self._last_pts = -1
-        self._container: Any = av.open(str(path), "w", format=CONTAINER)
-        stream: Any = self._container.add_stream(ENCODER, rate=1000)
+        self.codec = codec
+        self._container: Any = av.open(str(path), "w", format=codec.container)
+        stream: Any = self._container.add_stream(codec.encoder, rate=1000)
         stream.width, stream.height = width, height
         stream.pix_fmt = "yuv420p"
         stream.time_base = TIME_BASE
         stream.codec_context.time_base = TIME_BASE
         stream.codec_context.gop_size = GOP
-        stream.codec_context.options = dict(ENCODER_OPTIONS)
+        stream.codec_context.options = dict(codec.options)
         self._stream = stream
         self._last: npt.NDArray[np.uint8] | None = None
 

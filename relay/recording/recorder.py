@@ -25,7 +25,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from relay.recording.encoder import CODEC, SegmentWriter
+from relay.recording.encoder import CODECS, DEFAULT_CODEC, Codec, SegmentWriter
 from wire.recording import SegmentInfo
 
 log = logging.getLogger(__name__)
@@ -46,11 +46,21 @@ def wall_ms() -> int:
 
 @dataclass(frozen=True)
 class RecordingSettings:
-    """``RELAYDESK_RECORDING_FPS`` (most frames a second), ``…_KEYFRAME_S``, ``…_SEGMENT_S``."""
+    """``RELAYDESK_RECORDING_FPS`` (most frames a second), ``…_KEYFRAME_S``, ``…_SEGMENT_S``,
+    ``…_CODEC`` (``h264`` or ``vp8``)."""
 
     fps: float = 4.0
     keyframe_s: float = 5.0
     segment_s: float = 60.0
+    codec: str = DEFAULT_CODEC
+
+    def __post_init__(self) -> None:
+        if self.codec not in CODECS:
+            raise ValueError(f"RELAYDESK_RECORDING_CODEC: one of {', '.join(CODECS)}")
+
+    @property
+    def encoding(self) -> Codec:
+        return CODECS[self.codec]
 
     @classmethod
     def from_env(cls) -> RecordingSettings:
@@ -59,6 +69,7 @@ class RecordingSettings:
             fps=float(env.get("RELAYDESK_RECORDING_FPS", cls.fps)),
             keyframe_s=float(env.get("RELAYDESK_RECORDING_KEYFRAME_S", cls.keyframe_s)),
             segment_s=float(env.get("RELAYDESK_RECORDING_SEGMENT_S", cls.segment_s)),
+            codec=env.get("RELAYDESK_RECORDING_CODEC", DEFAULT_CODEC),
         )
 
 
@@ -91,7 +102,7 @@ class RecordingState:
 
 
 def segment_path(folder: Path, recording_id: str, seq: int) -> Path:
-    return folder / f"{recording_id}-{seq:06d}.webm"
+    return folder / f"{recording_id}-{seq:06d}.seg"
 
 
 class Recorder:
@@ -209,9 +220,11 @@ class Recorder:
 
     def _open_segment(self, bgra: npt.NDArray[np.uint8], now: int) -> None:
         path = segment_path(self.folder, self.recording_id, self.state.next_seq)
-        part = path.with_suffix(".webm.part")
+        part = path.with_suffix(".seg.part")
         height, width = int(bgra.shape[0]) & ~1, int(bgra.shape[1]) & ~1
-        self._writer = SegmentWriter(part, self.state.recording_start_ms, width, height)
+        self._writer = SegmentWriter(
+            part, self.state.recording_start_ms, width, height, self.settings.encoding
+        )
         self._segment_started = time.monotonic()
         self._last_key_ms = now
 
@@ -222,8 +235,8 @@ class Recorder:
         end = wall_ms()
         seq = self.state.next_seq
         self.state.next_seq += 1
-        # A repeated picture after a segment boundary is a new segment's first frame.
-        self._previous = None
+        # A still screen opens no new segment: the next one starts at the next change (the
+        # player shows the last picture meanwhile).
         info = await asyncio.to_thread(self._write_out, writer, seq, end)
         await self._announce(info)
 
@@ -239,7 +252,7 @@ class Recorder:
             recording_start_ms=self.state.recording_start_ms,
             bytes=writer.path.stat().st_size,
             frames=writer.frames,
-            codec=CODEC,
+            codec=writer.codec.name,
             width=writer.width,
             height=writer.height,
         )

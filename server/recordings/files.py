@@ -1,5 +1,6 @@
 """Recordings on disk: one folder per recording under the recordings directory, holding its
-manifest (``manifest.json``) and its segments (``000000.webm`` …).
+manifest (``manifest.json``) and its segments (``000000.seg`` …: MP4 or WebM, as the
+manifest's codec says).
 
 Only this module touches the folder. The manifest is the recording's one record (no database
 table): replicas share the directory, and a manifest is rewritten whole through a temporary
@@ -45,7 +46,7 @@ class Recording:
     end_ms: int | None = None
     width: int = 0
     height: int = 0
-    codec: str = "vp8"
+    codec: str = "h264"
     segments: list[Segment] = field(default_factory=list)
 
     @property
@@ -101,7 +102,7 @@ class RecordingFiles:
         return self.root / recording_id
 
     def segment_path(self, recording_id: str, seq: int) -> Path:
-        return self.folder(recording_id) / f"{seq:06d}.webm"
+        return self.folder(recording_id) / f"{seq:06d}.seg"
 
     def load(self, recording_id: str) -> Recording | None:
         try:

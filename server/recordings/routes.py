@@ -2,8 +2,8 @@
 
 - ``GET {base}`` — the conversation's recordings, newest first (role ``read``);
 - ``GET {base}/{recording_id}`` — one recording and its timeline (``read``; audited);
-- ``GET {base}/{recording_id}/video`` — the video as one WebM, with HTTP Range (``read``;
-  audited once per watch: the request without a range or from byte 0);
+- ``GET {base}/{recording_id}/video`` — the video as one file (MP4 or WebM), with HTTP Range
+  (``read``; audited once per watch: the request without a range or from byte 0);
 - ``GET {base}/{recording_id}/trajectory`` — the trajectory export, a zip (``read``; audited);
 - ``DELETE {base}/{recording_id}`` — delete it (``owner``; audited).
 
@@ -35,7 +35,7 @@ from server.recordings.export import ExportParams, export_params, trajectory_zip
 from server.recordings.files import Recording
 from server.recordings.service import RecordingService, wall_ms
 from server.recordings.timeline import timeline, window
-from server.recordings.video import joined_video
+from server.recordings.video import joined_video, media_type
 from wire.errors import ErrorCode, InvalidArgs, OpError, RelaydeskError
 from wire.recording import check_recording_id
 
@@ -159,7 +159,9 @@ class RecordingRoutes:
             return error_response(err)
         if first in (None, 0):
             await audit.record(ctx, "recording.watch", "ok", recording.recording_id)
-        return FileResponse(path, media_type="video/webm", headers={"Cache-Control": "private"})
+        return FileResponse(
+            path, media_type=media_type(recording), headers={"Cache-Control": "private"}
+        )
 
     async def trajectory(self, request: Request) -> Response:
         try:

@@ -1,4 +1,5 @@
-"""A recording's video: its segments joined into one WebM, and pictures decoded from it.
+"""A recording's video: its segments joined into one file (MP4 for H.264, WebM for VP8), and
+pictures decoded from it.
 
 Segments carry presentation times on the recording's own clock, so joining them is a remux
 (packets copied, nothing re-encoded). The joined file is kept beside the segments and made
@@ -12,7 +13,7 @@ import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import av
 import numpy as np
@@ -21,28 +22,35 @@ from PIL import Image
 
 from server.recordings.files import Recording, RecordingFiles
 
-JOINED = "joined-{count}.webm"
+# codec → (container, media type); MP4's index goes first, so a player starts at once.
+CONTAINERS: Final = {"h264": ("mp4", "video/mp4"), "vp8": ("webm", "video/webm")}
+CONTAINER_OPTIONS: Final = {"mp4": {"movflags": "+faststart"}, "webm": {}}
+
+
+def media_type(recording: Recording) -> str:
+    return CONTAINERS[recording.codec][1]
 
 
 def joined_video(files: RecordingFiles, recording: Recording) -> Path | None:
-    """The recording's segments as one WebM (None while it has none)."""
+    """The recording's segments as one video file (None while it has none)."""
     if not recording.segments:
         return None
+    container = CONTAINERS[recording.codec][0]
     folder = files.folder(recording.recording_id)
-    target = folder / JOINED.format(count=len(recording.segments))
+    target = folder / f"joined-{len(recording.segments)}.{container}"
     if target.exists():
         return target
-    for stale in folder.glob("joined-*.webm"):
+    for stale in folder.glob("joined-*"):
         stale.unlink(missing_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp = folder / f".{target.name}.{os.getpid()}.tmp"
     paths = [files.segment_path(recording.recording_id, s.seq) for s in recording.segments]
-    _remux(paths, tmp)
+    _remux(paths, tmp, container)
     tmp.replace(target)
     return target
 
 
-def _remux(paths: Sequence[Path], target: Path) -> None:
-    out: Any = av.open(str(target), "w", format="webm")
+def _remux(paths: Sequence[Path], target: Path, container: str) -> None:
+    out: Any = av.open(str(target), "w", format=container, options=CONTAINER_OPTIONS[container])
     try:
         stream: Any = None
         last_dts = -1

@@ -57,7 +57,7 @@ async def test_the_recording_is_listed_with_who_acted(stack, session):
     ]
     assert listed["desktop_session_id"] == session["sid"]
     assert listed["recording"] is False and listed["duration_ms"] > 2000
-    assert listed["segments"] >= 1 and listed["codec"] == "vp8"
+    assert listed["segments"] >= 1 and listed["codec"] == "h264"
     assert stack.seed.user["username"] in listed["actors"]
 
 
@@ -99,7 +99,7 @@ async def test_the_video_shows_the_click_at_its_moment_and_not_before(stack, ses
     shot = next(e for e in events if e["name"] == "screen.screenshot")
     response = await get(stack, f"{path}/video")
     assert response.status_code == 200
-    assert response.headers["content-type"] == "video/webm"
+    assert response.headers["content-type"] == "video/mp4"
     video = response.content
     # Within 100 ms of the click's moment on the timeline, the video shows what it did; at
     # the moment itself when the click's own answer saw it done (effect: changed).
@@ -192,9 +192,9 @@ async def test_the_cli_lists_and_exports(stack, session, tmp_path):
     target = tmp_path / "trajectory.zip"
     await cli("export", session["recording_id"], str(target))
     assert "trajectory.jsonl" in zipfile.ZipFile(target).namelist()
-    video = tmp_path / "video.webm"
+    video = tmp_path / "video.mp4"
     await cli("export", "--video", session["recording_id"], str(video))
-    assert video.read_bytes()[:4] == b"\x1a\x45\xdf\xa3"  # EBML: a WebM file
+    assert video.read_bytes()[4:8] == b"ftyp"  # an MP4 file
 
 
 async def test_owners_delete_retention_purges_and_every_look_is_audited(stack, session):

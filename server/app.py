@@ -89,7 +89,8 @@ def route_table(parts: ServerParts, mcp: McpEndpoint) -> list[BaseRoute]:
         parts.bus,
         parts.screen.revisions,
     )
-    feeds = ControlFeeds(parts.bus, parts.control, parts.inventory)
+    recorded = parts.recordings.annotate if parts.recordings is not None else None
+    feeds = ControlFeeds(parts.bus, parts.control, parts.inventory, recorded)
     return [
         *health_routes(parts.store, parts.links, cluster.redis_ok if cluster else None),
         *AuthRoutes(parts.auth, settings, parts.login_limiter).routes(),

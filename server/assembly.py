@@ -184,6 +184,7 @@ async def _purge_recordings_forever(recordings: RecordingService, settings: Sett
 def build_recordings(
     settings: Settings,
     store: Store,
+    bus: EventBus,
     relays: RelayRouter,
     inventory: Inventory,
     events: ConversationEvents,
@@ -192,7 +193,11 @@ def build_recordings(
     """The recordings, fed by the relays (segments) and the inventory (desktops that end);
     listed rows say which desktops are recorded."""
     recordings = RecordingService(
-        RecordingFiles(recordings_path(settings)), relays, settings.request_timeout_s, store
+        RecordingFiles(recordings_path(settings)),
+        relays,
+        settings.request_timeout_s,
+        store,
+        bus,
     )
     relays.add_observer(recordings)
     control.state_listeners.append(recordings.control_changed)
@@ -255,7 +260,7 @@ async def assemble(settings: Settings) -> AsyncIterator[ServerParts]:
                 _prune_forever(inventory, store, settings), name="inventory-prune"
             )
             stack.push_async_callback(_cancelled, pruner)
-            recordings = build_recordings(settings, store, relays, inventory, events, control)
+            recordings = build_recordings(settings, store, bus, relays, inventory, events, control)
             stack.push_async_callback(recordings.aclose)
             recording_purger = asyncio.create_task(
                 _purge_recordings_forever(recordings, settings), name="recordings-purge"

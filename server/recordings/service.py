@@ -22,8 +22,10 @@ from typing import Any, Final
 
 from server.control.audit import AuditQueue
 from server.control.model import DesktopKey
+from server.control.publish import desktop_topic
 from server.db.audit import AuditRow
 from server.db.rows import ControlInfo, DesktopRow
+from server.events.bus import EventBus
 from server.recordings.files import Recording, RecordingFiles, Segment
 from server.relays.calls import call
 from server.relays.router import RelayRouter
@@ -68,11 +70,13 @@ class RecordingService:
         relays: RelayRouter,
         timeout_s: float,
         audit: AuditQueue | None = None,
+        bus: EventBus | None = None,
     ) -> None:
         self.files = files
         self._relays = relays
         self._timeout_s = timeout_s
         self._audit = audit
+        self._bus = bus
         self._writes: set[asyncio.Task[None]] = set()
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._fetching: dict[tuple[str, int], asyncio.Task[None]] = {}
@@ -108,6 +112,7 @@ class RecordingService:
                 await asyncio.to_thread(self.files.delete, recording.recording_id)
             raise
         self._active[row.desktop_session_id] = recording.recording_id
+        await self._tell_viewers(row.relay_id, row.desktop_session_id, True)
         return recording
 
     async def turn_off(self, row: DesktopRow) -> Recording | None:
@@ -131,7 +136,14 @@ class RecordingService:
             recording.end_ms = wall_ms()
             await asyncio.to_thread(self.files.save, recording)
         self._active = {k: v for k, v in self._active.items() if v != recording_id}
+        await self._tell_viewers(recording.relay_id, recording.desktop_session_id, False)
         return recording
+
+    async def _tell_viewers(self, relay_id: str, desktop_session_id: str, on: bool) -> None:
+        """The desktop's viewers show whether it is recorded (their control feed)."""
+        if self._bus is not None:
+            topic = desktop_topic(DesktopKey(relay_id, desktop_session_id))
+            await self._bus.publish(topic, "recording", {"recording": on})
 
     async def row_changed(self, row: DesktopRow) -> None:
         """A desktop that ended ends its recording (inventory listener)."""

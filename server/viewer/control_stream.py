@@ -32,7 +32,7 @@ from server.boundary.limits import TooManyStreams
 from server.control.model import DesktopKey
 from server.control.publish import CONTROL, control_event, desktop_topic
 from server.control.service import ControlService
-from server.db.rows import DesktopDirectory, DesktopRow
+from server.db.rows import DesktopDirectory, DesktopRow, RowAnnotator
 from server.errors import error_response
 from server.events.bus import EventBus
 from server.events.routes import ACCESS_REVOKED
@@ -46,6 +46,8 @@ HEADERS: Final = {
 }
 PING_S: Final = 15.0
 DESKTOP_STATE: Final = "desktop_state"
+# Whether the desktop is recorded (docs/recording.md): sent first, then on each change.
+RECORDING: Final = "recording"
 # The states a viewer's page follows: paused (overlay, no input) and running again.
 FOLLOWED_STATES: Final = frozenset({"paused", "running"})
 
@@ -57,6 +59,8 @@ class ControlFeeds:
     bus: EventBus
     control: ControlService
     inventory: DesktopDirectory
+    # Marks recorded rows (``RecordingService.annotate``); absent: no recordings.
+    recorded: RowAnnotator | None = None
 
     async def row_changed(self, row: DesktopRow) -> None:
         """Inventory listener: a desktop paused or running again tells its viewers."""
@@ -79,6 +83,8 @@ async def _stream(
         yield ServerSentEvent(data=json.dumps(control_event(key, info)), event=CONTROL)
         if row.state == "paused":
             yield ServerSentEvent(data=json.dumps({"state": row.state}), event=DESKTOP_STATE)
+        if feeds.recorded is not None and (await feeds.recorded([row]))[0].recording:
+            yield ServerSentEvent(data=json.dumps({"recording": True}), event=RECORDING)
         while not watch.revoked.is_set() and (event := await feed.next()) is not None:
             yield ServerSentEvent(data=event.data_json, event=event.event, id=event.id)
         if watch.revoked.is_set():

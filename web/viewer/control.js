@@ -92,6 +92,10 @@ class Control {
       this.show();
     });
     source.addEventListener("agent_action", (event) => this.acted(JSON.parse(event.data)));
+    // Recorded or not (docs/recording.md): the bar's REC mark.
+    source.addEventListener("recording", (event) => {
+      byId("rec-mark").hidden = !JSON.parse(event.data).recording;
+    });
     // Paused or running again (docs/desktops.md, "Pause and resume").
     source.addEventListener("desktop_state", (event) =>
       this.viewer.desktopState(JSON.parse(event.data).state));

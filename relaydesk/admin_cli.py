@@ -204,6 +204,26 @@ def _add(
     return p
 
 
+def _recordings_dir() -> str:
+    return os.environ.get("RELAYDESK_RECORDINGS_DIR", "")
+
+
+async def _set_conversation(store: Store, args: argparse.Namespace) -> Any:
+    """A conversation's settings: whether its desktops are recorded by default."""
+    from server import admin
+    from server.config import Settings, default_data_dir, recordings_path
+    from server.recordings.files import RecordingFiles
+
+    if await store.get_conversation(args.conversation) is None:
+        raise admin.AdminError(f"no conversation {args.conversation}")
+    where = Settings(data_dir=default_data_dir(), recordings_dir=_recordings_dir())
+    files = RecordingFiles(recordings_path(where))
+    if args.record is not None:
+        await asyncio.to_thread(files.set_records_by_default, args.conversation, args.record)
+    record = await asyncio.to_thread(files.records_by_default, args.conversation)
+    return {"conversation_id": args.conversation, "record": record}
+
+
 def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "admin",
@@ -217,6 +237,17 @@ def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u.add_argument("--admin", action="store_true", help="make the user an administrator")
     u.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
     _add_recovery_commands(asub)
+    sc = _add(
+        asub,
+        "set-conversation",
+        "a conversation's settings: --record records every desktop started in it unless the "
+        "start says otherwise (docs/recording.md); --no-record turns that off",
+        _set_conversation,
+    )
+    sc.add_argument("conversation", help="conversation id")
+    sc.add_argument(
+        "--record", action=argparse.BooleanOptionalAction, default=None, help="record by default"
+    )
     t = _add(
         asub,
         "create-token",

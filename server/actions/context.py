@@ -36,6 +36,8 @@ class DesktopRecorder(Protocol):
 
     async def turn_off(self, row: DesktopRow) -> Recorded | None: ...
 
+    async def records_by_default(self, conversation_id: str) -> bool: ...
+
 
 @dataclass(frozen=True)
 class ActionParts:

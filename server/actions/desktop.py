@@ -237,10 +237,18 @@ async def start(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     already = bool(result.get("already_running"))
     ctx.outcome = "already_running" if already else "ok"
     extra: dict[str, Any] = {k: result[k] for k in ("profile", "persist_home") if k in result}
-    if args.get("record"):
+    if await _records(ctx, args):
         extra.update(await record(ctx, row))
         row = row.with_recording()
     return {**_desktop_reply(ctx, row), "already_running": already, **extra}
+
+
+async def _records(ctx: ActionContext, args: dict[str, Any]) -> bool:
+    """``record`` as asked, else the conversation's default (docs/recording.md)."""
+    if "record" in args:
+        return bool(args["record"])
+    recordings = ctx.parts.recordings
+    return recordings is not None and await recordings.records_by_default(ctx.conversation_id)
 
 
 async def record(ctx: ActionContext, row: DesktopRow) -> dict[str, Any]:
@@ -424,9 +432,9 @@ DESKTOP_ACTIONS: Final[tuple[Action, ...]] = (
                 },
                 "record": {
                     "type": "boolean",
-                    "default": False,
                     "description": "Record the desktop's screen and timeline from the start "
-                    "(desktop_record turns it on or off later).",
+                    "(desktop_record turns it on or off later); absent: the conversation's "
+                    "default (relaydesk admin set-conversation --record).",
                 },
             }
         ),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -20,6 +21,9 @@ from typing import Any, Final
 from wire.recording import RECORDING_ID
 
 MANIFEST: Final = "manifest.json"
+# Conversations' recording defaults: ``conversations/<conversation id>.json``.
+DEFAULTS: Final = "conversations"
+CONVERSATION_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
 @dataclass
@@ -126,6 +130,27 @@ class RecordingFiles:
                 recording = self.load(folder.name)
                 if recording is not None:
                     yield recording
+
+    def _default_path(self, conversation_id: str) -> Path:
+        if not CONVERSATION_ID.fullmatch(conversation_id):
+            raise ValueError("not a conversation id")
+        return self.root / DEFAULTS / f"{conversation_id}.json"
+
+    def records_by_default(self, conversation_id: str) -> bool:
+        """Whether desktops started in the conversation are recorded unless told otherwise
+        (``relaydesk admin set-conversation … --record``)."""
+        try:
+            text = self._default_path(conversation_id).read_text(encoding="utf-8")
+            return bool(json.loads(text).get("record"))
+        except (OSError, ValueError):
+            return False
+
+    def set_records_by_default(self, conversation_id: str, record: bool) -> None:
+        path = self._default_path(conversation_id)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"record": record}), encoding="utf-8")
+        tmp.replace(path)
 
     def delete(self, recording_id: str) -> None:
         shutil.rmtree(self.folder(recording_id), ignore_errors=True)

@@ -169,6 +169,9 @@ class RecordingService:
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
+    async def records_by_default(self, conversation_id: str) -> bool:
+        return await asyncio.to_thread(self.files.records_by_default, conversation_id)
+
     # -- which desktops are recorded ---------------------------------------------------
 
     async def _active_map(self) -> dict[str, str]:

@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 
 from server import admin
-from tests.e2e.viewer_stack import ViewerStack, viewer_stack
+from tests.e2e.viewer_stack import Desktop, ViewerStack, viewer_stack
 from tests.support.processes import scaled
 from tests.support.recording_session import (
     CLICK,
@@ -217,3 +217,26 @@ async def test_owners_delete_retention_purges_and_every_look_is_audited(stack, s
     assert (await get(stack, second)).status_code == 404
     ops = {row.op for row in await stack.app.state.parts.store.list_audit(limit=5000)}
     assert {"recording.view", "recording.watch", "recording.export", "recording.delete"} <= ops
+
+
+async def test_a_conversation_that_records_by_default_records_its_new_desktops(stack):
+    env = {**os.environ, **stack.seed.env()}
+    argv = relaydesk_argv("admin", "set-conversation", stack.seed.conversation_id, "--record")
+    process = await asyncio.create_subprocess_exec(
+        *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    _out, err = await asyncio.wait_for(process.communicate(), scaled(60))
+    assert process.returncode == 0, err.decode()
+    started = await stack.action("desktop_start", slot="second", geometry="800x600")
+    assert started["recording"] is True and started["desktop"]["recording"] is True
+    rows = await stack.relays.request(stack.relay_id, "desktop.status", {}, 10.0)
+    sid = started["desktop"]["desktop_session_id"]
+    display = next(d for d in rows["desktops"] if d["desktop_session_id"] == sid)["display"]
+    stack.desktops.append(Desktop(sid, "second", display, 0, 0, started["viewer_url"]))
+    listed = await stack.action("desktop_list_active")
+    row = next(r for r in listed["desktops"] if r["desktop_session_id"] == sid)
+    assert row["recording"] is True  # the dock's REC mark reads this
+    unrecorded = await stack.action("desktop_start", slot="third", geometry="800x600", record=False)
+    assert "recording" not in unrecorded["desktop"]
+    third = unrecorded["desktop"]["desktop_session_id"]
+    stack.desktops.append(Desktop(third, "third", "", 0, 0, unrecorded["viewer_url"]))

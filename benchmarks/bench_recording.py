@@ -2,7 +2,7 @@
 
 A real server and relay (separate processes) and one 1280x800 desktop showing a browsing-like
 workload: a 1280x800 "page" of text-like bars that scrolls 40 px every 250 ms, with a new page
-every 3 s. Phases of ``--seconds`` each (default 60; 8 with ``--quick``):
+every 3 s. Phases of ``--seconds`` each (default 60; 5 with ``--quick``):
 
 - (a) the workload, not recorded: the relay's and the server's CPU (the baseline);
 - (b) the same workload, recorded: their CPU again, and the stored bytes → MB per hour;
@@ -180,7 +180,7 @@ async def seek_p50(url: str, token: str, path: str, length_s: float, seeks: int)
 
 
 async def run(quick: bool, seconds: float | None) -> int:
-    seconds = seconds or (8.0 if quick else 60.0)
+    seconds = seconds or (5.0 if quick else 60.0)
     with tempfile.TemporaryDirectory(prefix="bench-recording-") as tmp:
         tracker = ProcessTracker(Path(tmp) / "processes")
         try:

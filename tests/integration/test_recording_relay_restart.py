@@ -5,6 +5,7 @@ restarted relay re-adopts the desktop and goes on recording it under the same re
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,7 +14,15 @@ import pytest
 import pytest_asyncio
 
 from tests.e2e.viewer_stack import Desktop, ViewerStack, viewer_stack
-from tests.support.recording_session import RELAY_ENV, base, get, spool
+from tests.support.recording_session import (
+    BLUE,
+    GREY,
+    RELAY_ENV,
+    ClickWindow,
+    base,
+    get,
+    spool,
+)
 from tests.support.stack import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -38,15 +47,15 @@ async def test_a_killed_relay_loses_at_most_one_segment_and_goes_on_recording(st
     async def segments() -> int:
         return int((await get(stack, one)).json()["recording"]["segments"])
 
-    # A screen that changes all the time (a pointer moving), so every segment has frames.
-    async def keep_moving() -> None:
-        x = 0
-        while True:
-            x = (x + 37) % 1200
-            await stack.action("screen", action="move", x=x, y=300, desktop_session_id=sid)
+    # A screen that changes all the time, so every segment has frames.
+    window = await asyncio.to_thread(ClickWindow, display)
+
+    async def keep_changing() -> None:
+        for step in itertools.count():
+            await asyncio.to_thread(window.paint, (GREY, BLUE)[step % 2])
             await asyncio.sleep(0.2)
 
-    mover = asyncio.create_task(keep_moving())
+    mover = asyncio.create_task(keep_changing())
     try:
         await wait_until(lambda: _count(segments, 1), 30, "a first segment on the server")
         killed_ms = time.time_ns() // 1_000_000
@@ -59,6 +68,8 @@ async def test_a_killed_relay_loses_at_most_one_segment_and_goes_on_recording(st
         await wait_until(lambda: _count(segments, before + 2), 60, "segments after it")
     finally:
         mover.cancel()
+        await asyncio.gather(mover, return_exceptions=True)
+        await asyncio.to_thread(window.close)
     await stack.action("desktop_record", on=False, desktop_session_id=sid)
     await wait_until(lambda: not spool(stack, sid).exists(), 60, "every segment handed over")
     recording = (await get(stack, one)).json()["recording"]

@@ -458,6 +458,7 @@ COMMANDS = {
     "set-relay": ("relay", "--co-located, --no-co-located"),
     "add-relay": ("--co-located",),
     "purge-sessions": ("--json",),
+    "set-conversation": ("conversation", "--record, --no-record"),
 }
 
 

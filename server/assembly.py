@@ -272,6 +272,7 @@ async def assemble(settings: Settings) -> AsyncIterator[ServerParts]:
             )
             screen = start_screen(relays, store, settings, registry, routed.issuers)
             viewer = ViewerService(settings, store, relays, inventory, control)
+            viewer.viewer_listeners.append(recordings.viewer_changed)
             stack.callback(viewer.close_all, "server shutting down")
             parts = ServerParts(
                 settings=settings,

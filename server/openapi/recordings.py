@@ -38,7 +38,7 @@ RECORDINGS: Final[dict[tuple[str, str], Json]] = {
         description=f"{AUTH} Role read; audited (`recording.view`). Timeline events: "
         "`{id, at_ms, t_ms (on the video), kind, name, door, actor, outcome, reason, summary, "
         "point?, guard?, difference?}`; kinds `agent_action`, `refused`, `takeover`, "
-        "`hand_back`, `grant`, `stop`, `chat`, `lifecycle`.",
+        "`hand_back`, `grant`, `stop`, `chat`, `lifecycle`, `viewer`.",
         responses=answer("`{ok, recording, timeline}`."),
     ),
     ("DELETE", ONE): operation(

@@ -16,14 +16,15 @@ import logging
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from server.control.audit import AuditQueue
 from server.control.model import DesktopKey
 from server.control.publish import desktop_topic
 from server.db.audit import AuditRow
+from server.db.records import UserRecord
 from server.db.rows import ControlInfo, DesktopRow
 from server.events.bus import EventBus
 from server.recordings.files import Recording, RecordingFiles, Segment
@@ -51,6 +52,29 @@ ACTIVE_TTL_S: Final = 3.0
 ENDED_STATES: Final = frozenset({"stopped", "failed"})
 # The audit op of a change of who is in control of a recorded desktop.
 CONTROL_OP: Final = "control.changed"
+VIEWER_JOINED: Final = "viewer.joined"
+VIEWER_LEFT: Final = "viewer.left"
+
+
+class AuditStore(AuditQueue, Protocol):
+    """The ``Store`` methods the recordings' audit rows need."""
+
+    async def get_user(self, user_id: str) -> UserRecord | None: ...
+
+
+class ViewerGrantLike(Protocol):
+    """What the timeline notes of a viewer (``server.auth.capability.ViewerGrant``)."""
+
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def conversation_id(self) -> str: ...
+    @property
+    def relay_id(self) -> str: ...
+    @property
+    def desktop_session_id(self) -> str: ...
+    @property
+    def person(self) -> bool: ...
 
 
 def wall_ms() -> int:
@@ -69,7 +93,7 @@ class RecordingService:
         files: RecordingFiles,
         relays: RelayRouter,
         timeout_s: float,
-        audit: AuditQueue | None = None,
+        audit: AuditStore | None = None,
         bus: EventBus | None = None,
     ) -> None:
         self.files = files
@@ -165,12 +189,38 @@ class RecordingService:
             desktop_session_id=key.desktop_session_id,
             details={"held": info["held"], "agent": info.get("agent")},
         )
-        task = asyncio.get_running_loop().create_task(self._audit.queue_audit(row))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        self._queue(row)
 
     async def records_by_default(self, conversation_id: str) -> bool:
         return await asyncio.to_thread(self.files.records_by_default, conversation_id)
+
+    def viewer_changed(self, grant: ViewerGrantLike, opened: bool) -> None:
+        """A viewer of a recorded desktop opened or closed: an audit row for its timeline."""
+        if self._audit is None or grant.desktop_session_id not in self._active:
+            return
+        self._queue(self._viewer_row(grant, opened))
+
+    async def _viewer_row(self, grant: ViewerGrantLike, opened: bool) -> AuditRow:
+        user = await self._audit.get_user(grant.user_id) if self._audit is not None else None
+        return AuditRow(
+            op=VIEWER_JOINED if opened else VIEWER_LEFT,
+            actor=user.username if user is not None else grant.user_id,
+            outcome="person" if grant.person else "view_only",
+            conversation_id=grant.conversation_id,
+            relay_id=grant.relay_id,
+            desktop_session_id=grant.desktop_session_id,
+        )
+
+    def _queue(self, row: AuditRow | Awaitable[AuditRow]) -> None:
+        assert self._audit is not None
+        audit = self._audit
+
+        async def write() -> None:
+            await audit.queue_audit(row if isinstance(row, AuditRow) else await row)
+
+        task = asyncio.get_running_loop().create_task(write())
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
     # -- which desktops are recorded ---------------------------------------------------
 

@@ -18,7 +18,15 @@ from server.db.records import AuditRecord
 from server.recordings.files import Recording
 
 EventKind = Literal[
-    "agent_action", "refused", "takeover", "hand_back", "grant", "stop", "chat", "lifecycle"
+    "agent_action",
+    "refused",
+    "takeover",
+    "hand_back",
+    "grant",
+    "stop",
+    "chat",
+    "lifecycle",
+    "viewer",
 ]
 DOORS: Final = {
     "api": "HTTP",
@@ -71,6 +79,8 @@ def _kind(row: AuditRecord) -> EventKind:
         return "takeover"
     if row.op == "desktop.hand_back":
         return "hand_back"
+    if row.op.startswith("viewer.") or row.op == "desktop.attach":
+        return "viewer"
     if row.op == "agent.grant":
         return "grant"
     if row.op == "agent.stop":

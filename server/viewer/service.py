@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.websockets import WebSocket
 
+from server.auth.capability import ViewerGrant
 from server.boundary.hosts import HostPolicy
 from server.config import Settings
 from server.control import model as control_model
@@ -102,6 +104,9 @@ class ViewerService:
         self.watch_input = True
         self.directory: DesktopDirectory | None = None
         self.registry = ViewerRegistry()
+        # Told when a viewer opens and closes, synchronously (they never wait): the
+        # recordings' timeline. Arguments: the grant, and True when it opened.
+        self.viewer_listeners: list[Callable[[ViewerGrant, bool], None]] = []
         self._direct: dict[DesktopKey, DirectAddress] = {}
         if directory is not None:
             self.use_directory(directory)
@@ -134,11 +139,20 @@ class ViewerService:
         session = ViewerSession(websocket, backend, target, judge, watch, view_only)
         self.registry.add(session)
         log.info("viewer opened (session %s…)", desktop_session_id[:8])
+        self._tell(target.grant, True)
         try:
             code, reason = await session.run()
         finally:
             self.registry.discard(session)
+            self._tell(target.grant, False)
         log.info("viewer closed (session %s…): %d %s", desktop_session_id[:8], code, reason)
+
+    def _tell(self, grant: ViewerGrant, opened: bool) -> None:
+        for listener in self.viewer_listeners:
+            try:
+                listener(grant, opened)
+            except Exception:
+                log.exception("a viewer listener failed")
 
     async def _input_watch(self, target: ViewerTarget) -> InputWatch | None:
         """The watch that tells control about this viewer's person (None: nobody listens, or

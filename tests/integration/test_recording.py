@@ -74,6 +74,8 @@ async def test_the_timeline_has_each_event_once_and_in_order(stack, session):
         ("desktop.take_control", "ok"),
         ("desktop.hand_back", "ok"),
         ("agent.stop", "stopped"),
+        ("viewer.joined", "person"),
+        ("viewer.left", "person"),
         ("desktop.record", "off"),
     ]
     assert all(item in names for item in wanted), " ".join(f"{n}:{o}" for n, o in names)

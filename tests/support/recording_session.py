@@ -23,6 +23,7 @@ from PIL import Image
 from Xlib import X
 from Xlib import display as xdisplay
 
+from benchmarks.rfb import RFBClient
 from tests.e2e.viewer_stack import Desktop, ViewerStack
 from tests.support.processes import scaled
 from tests.support.stack import wait_until
@@ -185,6 +186,10 @@ async def play_session(stack: ViewerStack) -> dict[str, Any]:
         await stack.action("desktop_take_control", person=True, **target)
         await stack.action("desktop_hand_back", person=True, **target)
         await stack.action("agent_stop", person=True, **target)
+        # A person watches for a moment (a viewer joining and leaving).
+        viewer = await RFBClient.open_websocket(stack.socket_url(stack.desktops[-1]))
+        await asyncio.sleep(0.5)
+        await viewer.close()
         await asyncio.sleep(0.5)
         status, off = await call(stack, "desktop_record", on=False, **target)
         assert status == 200 and off["recording"] is False, off

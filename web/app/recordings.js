@@ -7,7 +7,7 @@ import { byId, el, formatTime, shortId } from "./dom.js";
 
 const KIND_LABELS = {
   agent_action: "agent", refused: "refused", takeover: "takeover", hand_back: "hand back",
-  grant: "grant", stop: "Stop", chat: "chat", lifecycle: "desktop",
+  grant: "grant", stop: "Stop", chat: "chat", lifecycle: "desktop", viewer: "viewer",
 };
 // How long a click point stays drawn after its moment.
 const POINT_SHOWN_MS = 1500;

@@ -34,13 +34,6 @@ class RecordingSetResult(TypedDict):
     recording_id: str | None
 
 
-class SegmentRef(TypedDict):
-    """One segment of one recording."""
-
-    recording_id: str
-    seq: int
-
-
 class RecordingAckArgs(SessionArgs):
     recording_id: str
     seq: int

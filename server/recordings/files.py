@@ -52,6 +52,14 @@ class Recording:
     height: int = 0
     codec: str = "h264"
     segments: list[Segment] = field(default_factory=list)
+    # Where the video's clock starts (its time 0), by the relay's clock; known from the
+    # first segment (until then: ``start_ms``).
+    video_start_ms: int | None = None
+
+    @property
+    def origin_ms(self) -> int:
+        """The wall-clock moment of the video's time 0."""
+        return self.video_start_ms if self.video_start_ms is not None else self.start_ms
 
     @property
     def active(self) -> bool:

@@ -357,6 +357,7 @@ class RecordingService:
                 [*(s for s in recording.segments if s.seq != seq), segment], key=lambda s: s.seq
             )
             recording.width, recording.height = int(header["width"]), int(header["height"])
+            recording.video_start_ms = int(header["recording_start_ms"])
             recording.codec = str(header.get("codec", recording.codec))
             await asyncio.to_thread(self.files.save, recording)
 

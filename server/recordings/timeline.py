@@ -117,7 +117,7 @@ def event_of(row: AuditRecord, recording: Recording) -> dict[str, Any]:
     event: dict[str, Any] = {
         "id": row.audit_id,
         "at_ms": moment,
-        "t_ms": max(0, moment - recording.start_ms),
+        "t_ms": max(0, moment - recording.origin_ms),
         "kind": _kind(row),
         "name": row.op,
         "door": DOORS.get(row.source or "", row.source),

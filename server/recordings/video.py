@@ -9,7 +9,6 @@ before a moment and decodes up to it.
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import Any, Final
 import av
 import numpy as np
 import numpy.typing as npt
-from PIL import Image
 
 from server.recordings.files import Recording, RecordingFiles
 
@@ -91,9 +89,3 @@ def frames_at(video: Path, moments_ms: Sequence[int]) -> list[npt.NDArray[np.uin
         return pictures
     finally:
         container.close()
-
-
-def png(picture: npt.NDArray[np.uint8]) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(picture).save(buffer, format="PNG", compress_level=3)
-    return buffer.getvalue()

@@ -328,7 +328,7 @@ class Desktops(Generic[D, S, L]):
         is free, the relay has room for it, and it passes the probe."""
         clash = desktop.slot in self._desktops
         full = len(self._desktops) >= self.max_desktops
-        if not (clash or full) and result is not None and result.ok:
+        if not (clash or full) and result is not None and self._passes(desktop, result):
             self._desktops[desktop.slot] = desktop
             logger.info("re-adopted %s desktop slot=%s", self.launcher.kind, desktop.slot)
             return True
@@ -345,6 +345,11 @@ class Desktops(Generic[D, S, L]):
             "not re-adopting %s desktop slot=%s: %s", self.launcher.kind, desktop.slot, reason
         )
         return False
+
+    def _passes(self, desktop: D, result: ProbeResult) -> bool:
+        """The watchdog's rule at adoption too: dead processes fail at once, a chain that did
+        not answer (a loaded host) is the first of its ``probe_failures`` strikes."""
+        return self._strikes.verdict(desktop.desktop_session_id, result) is None
 
     async def _clean_up(self, leftovers: list[DesktopSessionId]) -> None:
         async with self._lock:

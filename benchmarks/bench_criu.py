@@ -17,7 +17,7 @@ is pixel-identical. Needs root (CRIU does). Findings and figures: docs/desktops.
 snapshots"; runs: benchmarks/results/criu.md.
 
 Run: ``.venv/bin/python -m benchmarks.bench_criu [--quick] [--restores N] [--criu PATH]
-[--vnc-unix] [--share-ipc] [--viewer] [--keep]``.
+[--vnc-unix] [--share-ipc] [--private-pts] [--viewer] [--keep]``.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ T = TypeVar("T")
 # restore a regular file whose size changed since the checkpoint).
 ROOT_SCRIPT = """\
 exec </dev/null >/dev/null 2>&1
+{private_pts}
 setsid Xvfb :{display} -screen 0 {geometry} -nolisten tcp -noreset &
 while [ ! -S /tmp/.X11-unix/X{display} ]; do sleep 0.02; done
 export DISPLAY=:{display}
@@ -72,6 +73,16 @@ setsid xterm -T snapshot-probe -geometry 80x20+40+40 -e sh -c \
     'echo "relaydesk memory snapshot probe"; echo "started $(date -u +%T.%N)"; exec cat' &
 wait
 """
+
+
+# Pseudo-terminals numbered in the tree's own devpts, so a restore never finds the xterm's
+# number taken by another program of the host. Namespace files mounted on the host (a
+# container engine's, say) are unmounted in the tree's copy: CRIU cannot dump them.
+PRIVATE_PTS = (
+    "mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts /dev/pts && "
+    "mount --bind /dev/pts/ptmx /dev/ptmx; "
+    "awk '$3 == \"nsfs\" {print $2}' /proc/self/mounts | xargs -r -n1 umount"
+)
 
 
 class ProbeError(Exception):
@@ -139,10 +150,13 @@ class Variant:
 
     share_ipc: bool
     vnc_unix: bool
+    private_pts: bool = False
 
     def describe(self) -> str:
         namespaces = "pid" if self.share_ipc else "pid+ipc"
         listener = "unix socket" if self.vnc_unix else "TCP on loopback"
+        if self.private_pts:
+            namespaces += "+mount (a devpts of its own)"
         return f"namespaces {namespaces}, x11vnc listening on {listener}"
 
 
@@ -159,12 +173,14 @@ def start_tree(workdir: Path, variant: Variant) -> Tree:
         ROOT_SCRIPT.format(
             display=display,
             listen=listen,
+            private_pts=PRIVATE_PTS if variant.private_pts else "",
             geometry=GEOMETRY,
             window_manager=" ".join(DesktopSettings().window_manager),
             x11vnc_flags=" ".join(LOW_LATENCY_X11VNC_FLAGS),
         )
     )
     namespaces = ["--pid"] + ([] if variant.share_ipc else ["--ipc"])
+    namespaces += ["--mount"] if variant.private_pts else []
     launcher = subprocess.Popen(
         ["unshare", *namespaces, "--fork", "setsid", "sh", str(script)],
         stdin=subprocess.DEVNULL,
@@ -343,11 +359,15 @@ def checkpoint(
     return tree, before, images
 
 
-def restore_once(criu: str, images: Path, tree: Tree, before: Pixels, i: int, r: Results) -> None:
+def restore_once(
+    criu: str, images: Path, tree: Tree, before: Pixels, i: int, r: Results, private_pts: bool
+) -> None:
     clear_display(tree.display)
     pidfile = images / f"restore-{i}.pid"
     log = f"restore-{i}.log"
     args = ["restore", "-D", str(images), "-d", "--pidfile", str(pidfile), "-v4", "-o", log]
+    if private_pts:
+        args += ["--root", "/"]  # a mount namespace is restored only onto a given root
     started = time.perf_counter()
     run = run_criu(criu, args, images / log)
     if not run.ok:
@@ -374,7 +394,7 @@ def restore_once(criu: str, images: Path, tree: Tree, before: Pixels, i: int, r:
 
 def run(args: argparse.Namespace, workdir: Path) -> Results:
     results = Results(restores=args.restores)
-    variant = Variant(args.share_ipc, args.vnc_unix)
+    variant = Variant(args.share_ipc, args.vnc_unix, args.private_pts)
     cold_starts(workdir, args.cold, variant, results)
     results.check = run_criu(args.criu, ["check"])
     print(f"criu check: {'ok' if results.check.ok else 'FAILED'}", flush=True)
@@ -389,7 +409,7 @@ def run(args: argparse.Namespace, workdir: Path) -> Results:
         if tree.launcher is not None:
             tree.launcher.wait(timeout=10)
         for i in range(1, args.restores + 1):
-            restore_once(args.criu, images, tree, before, i, results)
+            restore_once(args.criu, images, tree, before, i, results, args.private_pts)
     finally:
         if Path(f"/proc/{tree.root}").exists():
             tree.stop()
@@ -407,7 +427,7 @@ def report(args: argparse.Namespace, r: Results) -> bool:
     print(
         f"conditions: kernel {platform.release()}, criu {criu_version(args.criu)} "
         f"({args.criu}), {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
-        f"{Variant(args.share_ipc, args.vnc_unix).describe()}, "
+        f"{Variant(args.share_ipc, args.vnc_unix, args.private_pts).describe()}, "
         f"viewer connected at checkpoint: {'yes' if args.viewer else 'no'}"
     )
     print(f"baseline: cold start to first frame p50 {ms(cold)} (n={len(r.cold_s)})")
@@ -457,6 +477,11 @@ def main(argv: list[str] | None = None) -> int:
         "--vnc-unix",
         action="store_true",
         help="x11vnc listens on a unix socket instead of TCP (the tree then has no inet socket)",
+    )
+    parser.add_argument(
+        "--private-pts",
+        action="store_true",
+        help="a mount namespace with a devpts of the tree's own (pseudo-terminal numbers)",
     )
     parser.add_argument(
         "--viewer",

@@ -37,7 +37,7 @@ REF_PATTERN: Final = "^@b[a-z0-9]{7}:e[0-9]{1,6}$"
 REF_RE: Final = re.compile(REF_PATTERN)
 History = Literal["back", "forward", "reload"]
 HISTORY: Final[tuple[History, ...]] = get_args(History)
-Act = Literal["click", "fill", "press"]
+Act = Literal["click", "fill", "press", "select", "hover", "scroll"]
 ACTS: Final[tuple[Act, ...]] = get_args(Act)
 WaitFor = Literal["load", "network_idle", "url", "selector"]
 WAIT_FOR: Final[tuple[WaitFor, ...]] = get_args(WaitFor)
@@ -46,6 +46,12 @@ TIMEOUT_MAX_S: Final = 60.0
 TIMEOUT_DEFAULT_S: Final = 15.0
 TEXT_MAX: Final = 10_000
 KEYS_MAX: Final = 200
+# A <select>'s option is picked by its value or by its label (the text it shows).
+SelectBy = Literal["value", "label"]
+SELECT_BY: Final[tuple[SelectBy, ...]] = get_args(SelectBy)
+OPTION_MAX: Final = 1000
+# How far one ``browser_scroll`` may move, in CSS pixels along each axis.
+SCROLL_MAX: Final = 100_000
 CSS_PREFIX: Final = "css:"
 SELECTOR_MAX: Final = 1000
 FIND_LIMIT_MAX: Final = 200
@@ -81,6 +87,34 @@ def check_url(url: object, field: str = "url") -> str:
     if scheme in ("http", "https") and not urlsplit(url).hostname:
         raise InvalidArgs(field, "names no host")
     return url
+
+
+def check_select(params: dict[str, Any]) -> tuple[SelectBy, str]:
+    """Which option a select act names: exactly one of ``value`` and ``label``."""
+    given = [(by, params[by]) for by in SELECT_BY if params.get(by) is not None]
+    if len(given) != 1:
+        raise InvalidArgs("value", "give exactly one of value and label")
+    by, wanted = given[0]
+    if not isinstance(wanted, str) or len(wanted) > OPTION_MAX:
+        raise InvalidArgs(by, f"must be a string of at most {OPTION_MAX} characters")
+    return by, wanted
+
+
+def check_scroll(params: dict[str, Any]) -> tuple[float, float] | None:
+    """A scroll act's ``dx``/``dy`` (CSS pixels), or None to scroll its ``ref`` into view."""
+    if params.get("dx") is None and params.get("dy") is None:
+        if params.get("ref") is None:
+            raise InvalidArgs("ref", "required unless dx or dy is given")
+        return None
+    moved: list[float] = []
+    for field in ("dx", "dy"):
+        value = params.get(field, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidArgs(field, "must be a number")
+        if not -SCROLL_MAX <= value <= SCROLL_MAX:
+            raise InvalidArgs(field, f"must be from {-SCROLL_MAX} to {SCROLL_MAX}")
+        moved.append(float(value))
+    return moved[0], moved[1]
 
 
 def check_timeout(value: object, field: str = "timeout_s") -> float:

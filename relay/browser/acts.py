@@ -1,9 +1,11 @@
-"""Acting on a snapshot's element in the page: found again live, then clicked, filled or
-pressed into with the browser's own input events (``Input.*``: they reach the page, not the
-desktop's pointer)."""
+"""Acting on a snapshot's element in the page: found again live, then clicked, filled,
+pressed into, hovered or scrolled with the browser's own input events (``Input.*``: they reach
+the page, not the desktop's pointer); a ``<select>``'s option is picked in the page itself, as
+choosing it from the list does."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -12,9 +14,15 @@ from relay.browser.snapshot import Element, Tree, role_of
 from relay.browser.tabs import Browser
 from wire.errors import ErrorCode, InvalidArgs, OpError
 
+# Scrolled only when not wholly in view (then centred), so an act on what shows moves nothing.
+_INTO_VIEW: Final = (
+    "if(this.scrollIntoViewIfNeeded){this.scrollIntoViewIfNeeded(true);}"
+    "else{this.scrollIntoView({block:'center',inline:'center'});}"
+)
 _CENTRE: Final = (
-    "function(){this.scrollIntoView({block:'center',inline:'center'});"
-    "const r=this.getBoundingClientRect();return [r.left+r.width/2,r.top+r.height/2,"
+    "function(){"
+    + _INTO_VIEW
+    + "const r=this.getBoundingClientRect();return [r.left+r.width/2,r.top+r.height/2,"
     "r.width,r.height];}"
 )
 _FOCUS: Final = (
@@ -24,7 +32,25 @@ _FOCUS: Final = (
     "const s=getSelection();s.removeAllRanges();s.addRange(r);}"
     "return document.activeElement===this||this.contains(document.activeElement);}"
 )
+# Picks the option whose value (or label: its text) is ``wanted``, as a person's choice
+# would: the page hears ``input`` and ``change`` when the selection moved.
+_SELECT: Final = (
+    "function(by,wanted){if(this.tagName!=='SELECT'){return {error:'not_select'};}"
+    "const all=Array.from(this.options);"
+    "const o=all.find(o=>by==='value'?o.value===wanted:"
+    "(o.label===wanted||o.text.trim()===wanted));"
+    "if(!o){return {error:'no_option',options:all.slice(0,20).map(o=>o.label)};}"
+    "if(o.disabled){return {error:'disabled'};}"
+    "this.focus();if(!o.selected){o.selected=true;"
+    "this.dispatchEvent(new Event('input',{bubbles:true}));"
+    "this.dispatchEvent(new Event('change',{bubbles:true}));}"
+    "return {value:o.value,label:o.label};}"
+)
+_PAGE_SCROLL: Final = "[Math.round(scrollX),Math.round(scrollY)]"
 _VALUE: Final = "function(){return ('value' in this)?String(this.value):this.innerText;}"
+# A wheel's scroll may glide: its end is read every 50 ms, for at most a second.
+SCROLL_SETTLE_S: Final = 0.05
+SCROLL_SETTLE_READS: Final = 20
 MODIFIERS: Final = {"alt": 1, "ctrl": 2, "control": 2, "meta": 4, "super": 4, "shift": 8}
 
 
@@ -119,19 +145,24 @@ async def _object(browser: Browser, tab: str, backend_node_id: int) -> str | Non
     return str(object_id) if object_id else None
 
 
-async def _call(browser: Browser, tab: str, object_id: str, function: str) -> Any:
+async def _call(browser: Browser, tab: str, object_id: str, function: str, *args: Any) -> Any:
     answer = await browser.send(
         tab,
         "Runtime.callFunctionOn",
-        {"objectId": object_id, "functionDeclaration": function, "returnByValue": True},
+        {
+            "objectId": object_id,
+            "functionDeclaration": function,
+            "arguments": [{"value": a} for a in args],
+            "returnByValue": True,
+        },
     )
     if "exceptionDetails" in answer:
         raise OpError(ErrorCode.ACTION_FAILED, "the page refused the action")
     return answer.get("result", {}).get("value")
 
 
-async def click(browser: Browser, tab: str, object_id: str) -> dict[str, Any]:
-    """A left click at the element's centre (scrolled into view first)."""
+async def _centre(browser: Browser, tab: str, object_id: str) -> dict[str, float]:
+    """The element's centre in the viewport (CSS pixels), scrolled into view first."""
     x, y, width, height = await _call(browser, tab, object_id, _CENTRE)
     if width <= 0 or height <= 0:
         raise OpError(
@@ -139,7 +170,13 @@ async def click(browser: Browser, tab: str, object_id: str) -> dict[str, Any]:
             "the element has no size on the page (hidden?)",
             {"suggestion": "take a new browser_snapshot"},
         )
-    point = {"x": x, "y": y}
+    return {"x": x, "y": y}
+
+
+async def click(browser: Browser, tab: str, object_id: str) -> dict[str, Any]:
+    """A left click at the element's centre (scrolled into view first)."""
+    point = await _centre(browser, tab, object_id)
+    x, y = point["x"], point["y"]
     await browser.send(tab, "Input.dispatchMouseEvent", {"type": "mouseMoved", **point})
     for kind in ("mousePressed", "mouseReleased"):
         await browser.send(
@@ -177,3 +214,69 @@ async def press_key(browser: Browser, tab: str, key: Key, modifiers: int) -> Non
     down = {"type": "keyDown", "text": text} if text else {"type": "rawKeyDown"}
     await browser.send(tab, "Input.dispatchKeyEvent", event | down)
     await browser.send(tab, "Input.dispatchKeyEvent", event | {"type": "keyUp"})
+
+
+async def hover(browser: Browser, tab: str, object_id: str) -> dict[str, Any]:
+    """The mouse moved onto the element's centre (scrolled into view first)."""
+    point = await _centre(browser, tab, object_id)
+    await browser.send(tab, "Input.dispatchMouseEvent", {"type": "mouseMoved", **point})
+    return {"at": {"x": round(point["x"]), "y": round(point["y"])}}
+
+
+async def select(
+    browser: Browser, tab: str, object_id: str, by: str, wanted: str
+) -> dict[str, Any]:
+    """The option of a ``<select>`` whose ``by`` (value or label) is ``wanted``, selected."""
+    answer = await _call(browser, tab, object_id, _SELECT, by, wanted)
+    error = answer.get("error") if isinstance(answer, dict) else "no_answer"
+    if error == "not_select":
+        raise OpError(
+            ErrorCode.ACTION_FAILED,
+            "the element is not a <select>",
+            {"suggestion": "for another kind of list, browser_click the list and its option"},
+        )
+    if error == "no_option":
+        shown = ", ".join(repr(o) for o in answer.get("options", []))
+        raise OpError(
+            ErrorCode.ACTION_FAILED,
+            f"the list has no option with that {by}: it offers {shown}",
+            {"field": by, "suggestion": "pick one of the options the list offers"},
+        )
+    if error is not None:
+        raise OpError(ErrorCode.ACTION_FAILED, f"the option cannot be selected ({error})")
+    return {"selected": {"value": answer["value"], "label": answer["label"]}}
+
+
+async def into_view(browser: Browser, tab: str, object_id: str) -> dict[str, Any]:
+    """The element scrolled into view (centred) unless it is wholly in view already."""
+    point = await _centre(browser, tab, object_id)
+    return {"at": {"x": round(point["x"]), "y": round(point["y"])}}
+
+
+async def wheel(
+    browser: Browser, tab: str, object_id: str | None, dx: float, dy: float
+) -> dict[str, Any]:
+    """A mouse wheel turned by ``dx``/``dy`` CSS pixels over the element (scrolling what it
+    sits in), or over the middle of the page."""
+    if object_id is not None:
+        x, y, *_ = await _call(browser, tab, object_id, _CENTRE)
+    else:
+        metrics = await browser.send(tab, "Page.getLayoutMetrics")
+        viewport = metrics.get("cssLayoutViewport") or metrics["layoutViewport"]
+        x, y = viewport["clientWidth"] / 2, viewport["clientHeight"] / 2
+    event = {"type": "mouseWheel", "x": x, "y": y, "deltaX": dx, "deltaY": dy}
+    await browser.send(tab, "Input.dispatchMouseEvent", event)
+    return {"at": {"x": round(x), "y": round(y)}}
+
+
+async def page_scroll(browser: Browser, tab: str) -> dict[str, int]:
+    """Where the page is scrolled to, once it has stopped moving (a wheel may glide)."""
+    last = None
+    for _ in range(SCROLL_SETTLE_READS):
+        now = await browser.evaluate(tab, _PAGE_SCROLL)
+        if now == last:
+            break
+        last = now
+        await asyncio.sleep(SCROLL_SETTLE_S)
+    x, y = last if isinstance(last, list) else (0, 0)
+    return {"x": int(x), "y": int(y)}

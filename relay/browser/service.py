@@ -258,36 +258,72 @@ async def _snapshot(target: Target, params: dict[str, Any]) -> dict[str, Any]:
     return result | {"tab": tab, "url": page.get("url", ""), "title": page.get("title", "")}
 
 
+Act = Callable[[Browser, str, str | None, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def _on_element(act: Callable[[Browser, str, str, dict[str, Any]], Awaitable[Any]]) -> Act:
+    """An act that needs a ref's element."""
+
+    async def run(browser: Browser, tab: str, node: str | None, params: dict[str, Any]) -> Any:
+        if node is None:
+            raise InvalidArgs("ref", "required")
+        return await act(browser, tab, node, params)
+
+    return run
+
+
+async def _press(
+    browser: Browser, tab: str, node: str | None, params: dict[str, Any]
+) -> dict[str, Any]:
+    key, modifiers = acts.parse_keys(str(params.get("keys", "")))
+    await acts.press_key(browser, tab, key, modifiers)
+    return {"pressed": params.get("keys")}
+
+
+async def _scroll(
+    browser: Browser, tab: str, node: str | None, params: dict[str, Any]
+) -> dict[str, Any]:
+    moved = rules.check_scroll(params)
+    if moved is None:
+        return await _on_element(lambda b, t, n, _: acts.into_view(b, t, n))(
+            browser, tab, node, params
+        )
+    return await acts.wheel(browser, tab, node, *moved)
+
+
+ACTS: Final[dict[str, Act]] = {
+    "click": _on_element(lambda b, t, n, _: acts.click(b, t, n)),
+    "fill": _on_element(lambda b, t, n, p: acts.fill(b, t, n, str(p.get("text", "")))),
+    "press": _press,
+    "select": _on_element(lambda b, t, n, p: acts.select(b, t, n, *rules.check_select(p))),
+    "hover": _on_element(lambda b, t, n, _: acts.hover(b, t, n)),
+    "scroll": _scroll,
+}
+
+
 async def _act(target: Target, params: dict[str, Any]) -> dict[str, Any]:
-    action = params.get("action")
+    action = str(params.get("action"))
+    act = ACTS.get(action)
+    if act is None:
+        raise InvalidArgs("action", f"must be one of {', '.join(rules.ACTS)}")
     ref = params.get("ref")
     browser = target.browser
+    node: str | None = None
     if ref is None:
-        if action != "press":
-            raise InvalidArgs("ref", "required")
         tab = await target.tab(params)
-        object_id = None
     else:
         if not isinstance(ref, str) or not rules.REF_RE.match(ref):
             raise InvalidArgs("ref", "must be a browser ref like '@b1a2b3c4:e7'")
         snapshot, element = target.snapshots.element(ref, target.desktop_session_id)
         tab = snapshot.tab
-        object_id = await acts.resolve(browser, tab, element)
-    if action == "click" and object_id is not None:
-        clicked = object_id
-        answer, effect = await judged(browser, tab, lambda: acts.click(browser, tab, clicked))
-        return {"tab": tab, **answer, **effect}
-    if action == "fill" and object_id is not None:
-        text, filled = str(params.get("text", "")), object_id
-        answer, effect = await judged(browser, tab, lambda: acts.fill(browser, tab, filled, text))
-        return {"tab": tab, **answer, **effect}
-    if action == "press":
-        key, modifiers = acts.parse_keys(str(params.get("keys", "")))
-        if object_id is not None:
-            await acts.focus(browser, tab, object_id)
-        _, effect = await judged(browser, tab, lambda: acts.press_key(browser, tab, key, modifiers))
-        return {"tab": tab, "pressed": params.get("keys"), **effect}
-    raise InvalidArgs("action", f"must be one of {', '.join(rules.ACTS)}")
+        node = await acts.resolve(browser, tab, element)
+    if action == "press" and node is not None:
+        await acts.focus(browser, tab, node)  # before judging: the key's effect is judged
+    scrolling = action == "scroll"
+    answer, effect = await judged(browser, tab, lambda: act(browser, tab, node, params), scrolling)
+    if scrolling:
+        answer["scroll"] = await acts.page_scroll(browser, tab)
+    return {"tab": tab, **answer, **effect}
 
 
 def _selector_check(browser: Browser, tab: str, selector: str) -> Callable[[], Awaitable[Any]]:

@@ -3,13 +3,15 @@
 
 Reads (``browser_tabs``, ``browser_snapshot``, ``browser_wait``, ``browser_screenshot``) show
 what is on the desktop: role ``write``, like the screen. Everything that changes the page
-(open, close, history, click, fill, press) is agent input: it runs under the desktop's control
-gate (a person's takeover refuses it with ``takeover_active``, Stop with ``stopped_by_user``)
-and is audited. Every argument is checked by the schema here and again by the relay.
+(open, close, history, click, fill, press, select, hover, scroll) is agent input: it runs
+under the desktop's control gate (a person's takeover refuses it with ``takeover_active``,
+Stop with ``stopped_by_user``) and is audited. Every argument is checked by the schema here
+and again by the relay.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from server.actions.context import ActionContext
@@ -44,6 +46,12 @@ TIMEOUT: Final[Schema] = {
     "maximum": rules.TIMEOUT_MAX_S,
     "default": rules.TIMEOUT_DEFAULT_S,
     "description": "Give up (error timeout) after this many seconds.",
+}
+SCROLL: Final[Schema] = {
+    "type": "number",
+    "minimum": -rules.SCROLL_MAX,
+    "maximum": rules.SCROLL_MAX,
+    "description": "CSS pixels to scroll by (x: right, y: down; negative: back).",
 }
 AUDIT: Final = "desktop.browser"
 # Beyond a wait's own limit: the relay's answer on the way back.
@@ -82,12 +90,21 @@ def _read(call: rules.BrowserCall, *fields: str) -> Any:
     return handler
 
 
-def _change(call: rules.BrowserCall, outcome: str | None, *fields: str, **fixed: Any) -> Any:
-    """A call that changes the page: agent input under the desktop's control gate."""
+def _change(
+    call: rules.BrowserCall,
+    outcome: str | None,
+    *fields: str,
+    check: Callable[[dict[str, Any]], object] | None = None,
+    **fixed: Any,
+) -> Any:
+    """A call that changes the page: agent input under the desktop's control gate;
+    ``check`` refuses arguments the schema cannot (before the gate)."""
 
     async def handler(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
         if "url" in args:
             rules.check_url(args["url"])
+        if check is not None:
+            check(args)
         row = await running_row(ctx, args)
         params = _pick(args, *fields) | fixed
         async with agent_input(ctx, DesktopTarget.of_row(row)) as grant:
@@ -273,6 +290,67 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
         _change("act", "press", "ref", "tab", "keys", action="press"),
         audit_op=f"{AUDIT}.press",
         required=("keys",),
+    ),
+    _action(
+        "browser_select",
+        {
+            "ref": REF,
+            "value": {
+                "type": "string",
+                "maxLength": rules.OPTION_MAX,
+                "description": "The option's value (its value attribute).",
+            },
+            "label": {
+                "type": "string",
+                "maxLength": rules.OPTION_MAX,
+                "description": "The option's label: the text the list shows for it.",
+            },
+        },
+        "Choose an option of a list (a <select>) of the page by its value or its label (give "
+        "one); the page hears it as a person's choice. Answers the option selected.",
+        _change(
+            "act",
+            "select",
+            "ref",
+            "value",
+            "label",
+            check=rules.check_select,
+            action="select",
+        ),
+        audit_op=f"{AUDIT}.select",
+        required=("ref",),
+    ),
+    _action(
+        "browser_hover",
+        {"ref": REF},
+        "Move the mouse onto an element of the page (found again live; scrolled into view), "
+        "as a person pointing at it: menus and tooltips that open on hover open.",
+        _change("act", "hover", "ref", action="hover"),
+        audit_op=f"{AUDIT}.hover",
+        required=("ref",),
+    ),
+    _action(
+        "browser_scroll",
+        {
+            "ref": REF,
+            "tab": TAB,
+            "dx": SCROLL,
+            "dy": SCROLL,
+        },
+        "Scroll the page: an element into view (ref alone), or by dx/dy CSS pixels with the "
+        "mouse wheel (over the element given by ref, else over the middle of the page; "
+        "positive dy scrolls down). Answers where the page is scrolled to.",
+        _change(
+            "act",
+            "scroll",
+            "ref",
+            "tab",
+            "dx",
+            "dy",
+            check=rules.check_scroll,
+            action="scroll",
+        ),
+        audit_op=f"{AUDIT}.scroll",
     ),
     _action(
         "browser_wait",

@@ -154,3 +154,30 @@ def test_url_schemes(url, ok):
         with pytest.raises(InvalidArgs) as caught:
             rules.check_url(url)
         assert caught.value.details["field"] == "url"
+
+
+def test_a_select_names_one_option_by_value_or_label():
+    assert rules.check_select({"value": "m"}) == ("value", "m")
+    assert rules.check_select({"label": "Medium", "value": None}) == ("label", "Medium")
+    for params in ({}, {"value": "m", "label": "Medium"}):
+        with pytest.raises(InvalidArgs) as err:
+            rules.check_select(params)
+        assert err.value.details["field"] == "value"
+    with pytest.raises(InvalidArgs) as err:
+        rules.check_select({"label": 5})
+    assert err.value.details["field"] == "label"
+
+
+def test_a_scroll_is_into_view_or_by_a_bounded_distance():
+    assert rules.check_scroll({"ref": "@b1234567:e1"}) is None
+    assert rules.check_scroll({"dy": 300}) == (0.0, 300.0)
+    assert rules.check_scroll({"dx": -20.5, "ref": "@b1234567:e1"}) == (-20.5, 0.0)
+    for params, field in (
+        ({}, "ref"),
+        ({"dy": True}, "dy"),
+        ({"dx": rules.SCROLL_MAX + 1}, "dx"),
+        ({"dy": "down"}, "dy"),
+    ):
+        with pytest.raises(InvalidArgs) as err:
+            rules.check_scroll(params)
+        assert err.value.details["field"] == field, params

@@ -35,6 +35,8 @@ TAB_PATTERN: Final = "^[A-Za-z0-9]{1,64}$"
 # ``@b<snapshot>:e<element>``: a browser snapshot's element (desktop refs have no ``b``).
 REF_PATTERN: Final = "^@b[a-z0-9]{7}:e[0-9]{1,6}$"
 REF_RE: Final = re.compile(REF_PATTERN)
+# ``browser_screenshot``'s revision: the relay's name for a kept screenshot.
+REVISION_PATTERN: Final = "^bs[0-9a-f]{16}$"
 History = Literal["back", "forward", "reload"]
 HISTORY: Final[tuple[History, ...]] = get_args(History)
 Act = Literal["click", "fill", "press", "select", "hover", "scroll"]

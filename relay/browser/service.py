@@ -20,6 +20,7 @@ from relay.browser.cdp import CdpConnection
 from relay.browser.effect import judged
 from relay.browser.endpoint import CdpClientStream
 from relay.browser.find import find
+from relay.browser.shots import Shots, capture, guard
 from relay.browser.snapshot import Snapshots, Tree, plain, render
 from relay.browser.tabs import Browser
 from relay.desktop_tools.session import session_of
@@ -47,10 +48,13 @@ NO_BROWSER: Final = (
 class Target:
     """One call's desktop and its browser."""
 
-    def __init__(self, desktop_session_id: str, browser: Browser, snapshots: Snapshots) -> None:
+    def __init__(
+        self, desktop_session_id: str, browser: Browser, snapshots: Snapshots, shots: Shots
+    ) -> None:
         self.desktop_session_id = desktop_session_id
         self.browser = browser
         self.snapshots = snapshots
+        self.shots = shots
 
     async def tab(self, params: dict[str, Any]) -> str:
         return await self.browser.resolve(params.get("tab"))
@@ -64,6 +68,7 @@ class BrowserService:
         self._browsers: dict[int, tuple[CdpConnection, Browser]] = {}
         self._connections: dict[Path, CdpConnection] = {}
         self.snapshots = Snapshots()
+        self.shots = Shots()
         if evaluate is None:
             evaluate = os.environ.get(rules.EVALUATE_ENV, "") == "1"
         self.evaluate = evaluate
@@ -101,7 +106,7 @@ class BrowserService:
         pids = [c.pid for c in session.processes.children if c.is_alive()]
         cdp = await self._connection([pipe.socket_path(state_dir, pid) for pid in pids])
         browser = await self._browser(cdp, session.home / DOWNLOADS)
-        return Target(session.desktop_session_id, browser, self.snapshots)
+        return Target(session.desktop_session_id, browser, self.snapshots, self.shots)
 
     async def _connection(self, paths: list[Path]) -> CdpConnection:
         """The open connection to the first of ``paths`` a holder serves (a holder just
@@ -317,13 +322,19 @@ async def _act(target: Target, params: dict[str, Any]) -> dict[str, Any]:
         snapshot, element = target.snapshots.element(ref, target.desktop_session_id)
         tab = snapshot.tab
         node = await acts.resolve(browser, tab, element)
+    checked = {}
+    if params.get("expected_revision") is not None:
+        if node is None:
+            raise InvalidArgs("expected_revision", "guards an act on a ref only")
+        shot = target.shots.get(params["expected_revision"], target.desktop_session_id, tab)
+        checked = {"guard": await guard(browser, tab, node, shot)}
     if action == "press" and node is not None:
         await acts.focus(browser, tab, node)  # before judging: the key's effect is judged
     scrolling = action == "scroll"
     answer, effect = await judged(browser, tab, lambda: act(browser, tab, node, params), scrolling)
     if scrolling:
         answer["scroll"] = await acts.page_scroll(browser, tab)
-    return {"tab": tab, **answer, **effect}
+    return {"tab": tab, **answer, **effect, **checked}
 
 
 def _selector_check(browser: Browser, tab: str, selector: str) -> Callable[[], Awaitable[Any]]:
@@ -375,18 +386,23 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 async def _screenshot(target: Target, params: dict[str, Any]) -> dict[str, Any]:
     browser, tab = target.browser, await target.tab(params)
-    request: dict[str, Any] = {"format": "png"}
-    if params.get("full_page"):
-        metrics = await browser.send(tab, "Page.getLayoutMetrics")
-        size = metrics.get("cssContentSize") or metrics["contentSize"]
-        request |= {
-            "captureBeyondViewport": True,
-            "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1},
-        }
-    answer = await browser.send(tab, "Page.captureScreenshot", request)
-    data = str(answer["data"])
+    region, data = await capture(browser, tab, bool(params.get("full_page")))
+    shot = target.shots.keep(target.desktop_session_id, tab, region, data)
     width, height = _png_size(base64.b64decode(data[:64]))
-    return {"tab": tab, "format": "png", "image": data, "width": width, "height": height}
+    return {
+        "tab": tab,
+        "format": "png",
+        "image": data,
+        "width": width,
+        "height": height,
+        "revision": shot.revision,
+        "page_region": {
+            "x": region.x,
+            "y": region.y,
+            "width": region.width,
+            "height": region.height,
+        },
+    }
 
 
 async def _find(target: Target, params: dict[str, Any]) -> dict[str, Any]:

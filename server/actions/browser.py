@@ -40,6 +40,13 @@ REF: Final[Schema] = {
     "pattern": rules.REF_PATTERN,
     "description": "An element ref from browser_snapshot, e.g. '@b1a2b3c4:e7'.",
 }
+REVISION: Final[Schema] = {
+    "type": "string",
+    "pattern": rules.REVISION_PATTERN,
+    "description": "The revision of the browser_screenshot the element was chosen on: if "
+    "the page looks different around the element now (or the screenshot did not show it), "
+    "the act is refused with stale_screen and nothing reaches the page.",
+}
 TIMEOUT: Final[Schema] = {
     "type": "number",
     "minimum": rules.TIMEOUT_MIN_S,
@@ -246,16 +253,16 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
         },
         "Read a tab's page as its accessibility tree (from the browser itself), one element "
         "a line: '@b… role \"name\" value=… [states]'. Act on the refs with browser_click, "
-        "browser_fill and browser_press.",
+        "browser_fill, browser_press, browser_select, browser_hover and browser_scroll.",
         _read("snapshot", "tab", "depth", "max_nodes", "view", "format"),
         read_only=True,
     ),
     _action(
         "browser_click",
-        {"ref": REF},
+        {"ref": REF, "expected_revision": REVISION},
         "Click an element of the page (found again live; scrolled into view) with the "
         "browser's own input events.",
-        _change("act", "click", "ref", action="click"),
+        _change("act", "click", "ref", "expected_revision", action="click"),
         audit_op=f"{AUDIT}.click",
         required=("ref",),
     ),
@@ -263,6 +270,7 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
         "browser_fill",
         {
             "ref": REF,
+            "expected_revision": REVISION,
             "text": {
                 "type": "string",
                 "maxLength": rules.TEXT_MAX,
@@ -270,7 +278,7 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
             },
         },
         "Replace the text of a field of the page; answers the value read back.",
-        _change("act", "fill", "ref", "text", action="fill"),
+        _change("act", "fill", "ref", "text", "expected_revision", action="fill"),
         audit_op=f"{AUDIT}.fill",
         required=("ref", "text"),
     ),
@@ -295,6 +303,7 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
         "browser_select",
         {
             "ref": REF,
+            "expected_revision": REVISION,
             "value": {
                 "type": "string",
                 "maxLength": rules.OPTION_MAX,
@@ -314,6 +323,7 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
             "ref",
             "value",
             "label",
+            "expected_revision",
             check=rules.check_select,
             action="select",
         ),
@@ -322,10 +332,10 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
     ),
     _action(
         "browser_hover",
-        {"ref": REF},
+        {"ref": REF, "expected_revision": REVISION},
         "Move the mouse onto an element of the page (found again live; scrolled into view), "
         "as a person pointing at it: menus and tooltips that open on hover open.",
-        _change("act", "hover", "ref", action="hover"),
+        _change("act", "hover", "ref", "expected_revision", action="hover"),
         audit_op=f"{AUDIT}.hover",
         required=("ref",),
     ),
@@ -386,7 +396,9 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
                 "description": "The whole page, beyond what the window shows.",
             },
         },
-        "A PNG of a tab's page as the browser renders it (base64 in image).",
+        "A PNG of a tab's page as the browser renders it (base64 in image), with a "
+        "revision: pass it as expected_revision to an act chosen on this image, and the act "
+        "is refused (stale_screen) if the page changed around its element since.",
         _read("screenshot", "tab", "full_page"),
         read_only=True,
     ),

@@ -242,6 +242,51 @@ async def test_screenshots_are_pngs_of_the_page(stack, base_url):
     assert full["height"] > shot["height"]  # the table runs below the fold
 
 
+def _gift_checked(snapshot: dict[str, Any]) -> bool:
+    line = next(x for x in snapshot["text"].splitlines() if 'check_box "Gift wrap"' in x)
+    return "checked" in line
+
+
+async def test_an_act_on_a_stale_screenshot_is_refused_and_does_nothing(stack, base_url):
+    seen = await _form(stack, base_url)
+    gift = _ref(seen, 'check_box "Gift wrap"')
+    shot = await stack.ok("browser_screenshot")
+    assert shot["revision"].startswith("bs"), shot
+    clicked = await stack.ok("browser_click", ref=gift, expected_revision=shot["revision"])
+    assert clicked["guard"]["checked"] is True and clicked["guard"]["stale"] is False, clicked
+    assert _gift_checked(await stack.ok("browser_snapshot", max_nodes=1000))
+    # The box is ticked now: the screenshot no longer shows what is there.
+    status, body = await stack.act("browser_click", ref=gift, expected_revision=shot["revision"])
+    assert (status, body["error"]["code"]) == (409, "stale_screen"), body
+    assert body["error"]["difference"] > body["error"]["threshold"], body
+    assert "browser_screenshot" in body["error"]["suggestion"]
+    assert _gift_checked(await stack.ok("browser_snapshot", max_nodes=1000))  # not clicked
+    fresh = await stack.ok("browser_screenshot")
+    await stack.ok("browser_click", ref=gift, expected_revision=fresh["revision"])
+    assert not _gift_checked(await stack.ok("browser_snapshot", max_nodes=1000))
+
+
+async def test_a_screenshot_guards_only_what_it_shows(stack, base_url):
+    seen = await _form(stack, base_url)
+    last = _ref(seen, 'table_cell "Item 60"')
+    shown = await stack.ok("browser_screenshot")
+    status, body = await stack.act("browser_hover", ref=last, expected_revision=shown["revision"])
+    assert (status, body["error"]["code"]) == (409, "stale_screen"), body
+    assert "does not show" in body["error"]["message"], body
+    whole = await stack.ok("browser_screenshot", full_page=True)
+    assert whole["page_region"]["height"] > shown["page_region"]["height"], whole
+    hovered = await stack.ok("browser_hover", ref=last, expected_revision=whole["revision"])
+    assert hovered["guard"]["stale"] is False, hovered
+    # Scrolled since: the element still looks as in the whole page's image.
+    await stack.ok("browser_click", ref=last, expected_revision=whole["revision"])
+    status, body = await stack.act(
+        "browser_click", ref=last, expected_revision="bs0123456789abcdef"
+    )
+    assert (status, body["error"]["code"]) == (409, "revision_expired"), body
+    status, body = await stack.act("browser_click", ref=last, expected_revision="sr1.x.y")
+    assert (status, body["error"]["field"]) == (400, "expected_revision"), body
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

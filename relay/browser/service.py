@@ -89,17 +89,37 @@ class BrowserService:
     async def call(
         self, backend: DesktopBackend, row: RelayRow, name: str, params: dict[str, Any]
     ) -> dict[str, Any]:
-        target = await self._target(backend, row)
+        target = await self.target(backend, row)
         return await self._calls[name](target, params)
+
+    async def run(self, target: Target, name: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One call on a browser already found (``target``)."""
+        return await self._calls[name](target, params)
+
+    async def page_groups(self, backend: DesktopBackend, row: RelayRow) -> list[int]:
+        """The process groups of the desktop's browsers that have a DevTools channel (each
+        browser leads its group; its holder serves a socket named by its pid)."""
+        try:
+            session = await session_of(backend, row)
+        except OpError:
+            return []
+        assert isinstance(backend, VirtualBackend)  # session_of refuses the other kinds
+        state_dir = backend.desktops.launcher.config.state_dir
+        return [
+            c.pid
+            for c in session.processes.children
+            if c.is_alive() and pipe.socket_path(state_dir, c.pid).exists()
+        ]
 
     async def client_stream(self, backend: DesktopBackend, row: RelayRow) -> CdpClientStream:
         """A CDP client's own browser session on the desktop's browser (``endpoint.py``)."""
         session = await session_of(backend, row)
-        target = await self._target(backend, row)
+        target = await self.target(backend, row)
         downloads = session.home / DOWNLOADS
         return await CdpClientStream.open(target.browser.cdp, self.evaluate, downloads)
 
-    async def _target(self, backend: DesktopBackend, row: RelayRow) -> Target:
+    async def target(self, backend: DesktopBackend, row: RelayRow) -> Target:
+        """The desktop's browser (``unavailable`` when it has none with a channel)."""
         session = await session_of(backend, row)
         assert isinstance(backend, VirtualBackend)  # session_of refuses the other kinds
         state_dir = backend.desktops.launcher.config.state_dir
@@ -296,6 +316,11 @@ async def _scroll(
     return await acts.wheel(browser, tab, node, *moved)
 
 
+async def _focused(browser: Browser, tab: str, node: str) -> dict[str, Any]:
+    await acts.focus(browser, tab, node)
+    return {}
+
+
 ACTS: Final[dict[str, Act]] = {
     "click": _on_element(lambda b, t, n, _: acts.click(b, t, n)),
     "fill": _on_element(lambda b, t, n, p: acts.fill(b, t, n, str(p.get("text", "")))),
@@ -303,6 +328,8 @@ ACTS: Final[dict[str, Act]] = {
     "select": _on_element(lambda b, t, n, p: acts.select(b, t, n, *rules.check_select(p))),
     "hover": _on_element(lambda b, t, n, _: acts.hover(b, t, n)),
     "scroll": _scroll,
+    # desktop_focus on a page's element (relay/browser/routing.py)
+    "focus": _on_element(lambda b, t, n, _: _focused(b, t, n)),
 }
 
 

@@ -90,6 +90,7 @@ async def a11y_call(
     result = dict(answer.get("result") or {})
     result["desktop_session_id"] = session_id
     result["source"] = "a11y"
+    result.setdefault("backend", "atspi")  # a browser's page content: "cdp" (docs/browser.md)
     return result
 
 

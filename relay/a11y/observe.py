@@ -173,13 +173,23 @@ def observe(session: Session, params: dict[str, Any]) -> dict[str, Any]:
         result["note"] = (
             f"the tree was cut at {budget} elements: observe a window or raise max_nodes for more"
         )
-    if routed:  # where the relay puts the pages it reads over DevTools
-        result["pages"] = [
-            {"line": i, "level": level, "window": root.name}
-            for i, (walked, level) in enumerate(chosen)
-            if walked.node.role == PAGE_ROLE
-        ]
+    if routed:
+        result["pages"] = _pages(chosen, root, renderer_missing(app.ids(), docs))
     return result
+
+
+def _pages(chosen: list[tuple[Walked, int]], root: Node, missing: bool) -> list[dict[str, Any]]:
+    """Where the relay puts the pages it reads over DevTools: in place of each page's root
+    (``replace``), or after the window's last line when the browser's renderer has no tree on
+    the bus (its pages are read over DevTools all the same)."""
+    pages = [
+        {"line": i, "level": level, "window": root.name, "replace": True}
+        for i, (walked, level) in enumerate(chosen)
+        if walked.node.role == PAGE_ROLE
+    ]
+    if not pages and missing:
+        pages = [{"line": len(chosen), "level": 1, "window": root.name, "replace": False}]
+    return pages
 
 
 def _choose(

@@ -75,7 +75,8 @@ class PageRouting:
         pages: list[dict[str, Any]],
         params: dict[str, Any],
     ) -> None:
-        """Each page's root line replaced by the page as the browser reads it."""
+        """Each page's root line replaced by the page as the browser reads it (or the page
+        put after the window, for a browser whose renderer has no tree on the bus)."""
         lines = result["text"].split("\n") if "text" in result else None
         items = result.get("elements")
         room = int(params.get("max_nodes", 400)) - int(result["nodes"])
@@ -86,6 +87,7 @@ class PageRouting:
             if tab is None:
                 continue
             line, level = int(page["line"]), int(page["level"])
+            end = line + 1 if page.get("replace", True) else line
             seen = await self.browser.run(
                 target,
                 "snapshot",
@@ -97,12 +99,12 @@ class PageRouting:
                     "format": params.get("format", "text"),
                 },
             )
-            room -= int(seen["nodes"]) - 1
+            room -= int(seen["nodes"]) - (end - line)
             if lines is not None:
                 indent = "  " * level
-                lines[line : line + 1] = [indent + x for x in seen["text"].split("\n") if x]
+                lines[line:end] = [indent + x for x in seen["text"].split("\n") if x]
             if items is not None:
-                items[line : line + 1] = [
+                items[line:end] = [
                     i | {"depth": i["depth"] + level, "backend": "cdp"} for i in seen["elements"]
                 ]
             cut = seen["truncated"]

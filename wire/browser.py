@@ -2,14 +2,16 @@
 ends check (the server's actions before a request leaves, the relay before it acts).
 
 One op carries every browser tool (docs/browser.md): ``call`` names the tool, ``params`` its
-arguments. URLs are checked here once: ``http``, ``https`` and ``about:`` only.
+arguments. URLs are checked here once: ``http``, ``https`` and ``about:`` only, and ``file:``
+where the relay allows it (``RELAYDESK_BROWSER_ALLOW_FILE=1``; the relay then keeps it to the
+desktop's home).
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any, Final, Literal, TypedDict, get_args
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from wire.errors import InvalidArgs
 from wire.ops import DesktopTargetArgs, OpSpec
@@ -60,6 +62,12 @@ FIND_LIMIT_MAX: Final = 200
 EXPRESSION_MAX: Final = 100_000
 # The relay's switch for ``browser_evaluate`` (it can do anything the page can).
 EVALUATE_ENV: Final = "RELAYDESK_BROWSER_EVALUATE"
+# The relay's switch for ``file:`` URLs of the desktop's home in ``browser_open``.
+FILE_ENV: Final = "RELAYDESK_BROWSER_ALLOW_FILE"
+FILE_REFUSED: Final = (
+    f"scheme 'file' is refused on this relay: http, https and about: only "
+    f"(a relay started with {FILE_ENV}=1 opens files of the desktop's home)"
+)
 
 
 class BrowserArgs(DesktopTargetArgs):
@@ -76,13 +84,20 @@ class BrowserResult(TypedDict):
 DESKTOP_BROWSER: Final = OpSpec("desktop.browser", BrowserArgs, BrowserResult)
 
 
-def check_url(url: object, field: str = "url") -> str:
-    """``url`` if the browser may be sent there; ``invalid_args`` naming its scheme if not."""
+def check_url(url: object, field: str = "url", allow_file: bool = False) -> str:
+    """``url`` if the browser may be sent there; ``invalid_args`` naming its scheme if not.
+    ``allow_file``: a ``file:`` URL of an absolute path that never goes up (``..``) passes
+    (the relay then checks that it names a file of the desktop's home: ``file_path``)."""
     if not isinstance(url, str) or not url:
         raise InvalidArgs(field, "must be a non-empty string")
     if len(url) > URL_MAX:
         raise InvalidArgs(field, f"at most {URL_MAX} characters")
     scheme = urlsplit(url).scheme.lower()
+    if scheme == "file":
+        if not allow_file:
+            raise InvalidArgs(field, FILE_REFUSED)
+        file_path(url, field)
+        return url
     if scheme not in URL_SCHEMES:
         shown = f"scheme {scheme!r}" if scheme else "a URL without a scheme"
         raise InvalidArgs(field, f"{shown} is refused: http, https and about: only")
@@ -117,6 +132,22 @@ def check_scroll(params: dict[str, Any]) -> tuple[float, float] | None:
             raise InvalidArgs(field, f"must be from {-SCROLL_MAX} to {SCROLL_MAX}")
         moved.append(float(value))
     return moved[0], moved[1]
+
+
+def file_path(url: str, field: str = "url") -> str:
+    """The path a ``file:`` URL names (on this host, never going up): absolute, or from the
+    desktop's home when it starts with ``~/`` (``file:~/notes/page.html``)."""
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise InvalidArgs(field, "a file: URL names a file of the desktop's host, not another")
+    path = unquote(parts.path)
+    if not path.startswith(("/", "~/")) or "\x00" in path:
+        raise InvalidArgs(
+            field, "a file: URL needs an absolute path or one from the home (file:~/page.html)"
+        )
+    if ".." in path.split("/"):
+        raise InvalidArgs(field, "a file: URL must not go up a folder ('..')")
+    return path
 
 
 def check_timeout(value: object, field: str = "timeout_s") -> float:

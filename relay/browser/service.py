@@ -49,12 +49,19 @@ class Target:
     """One call's desktop and its browser."""
 
     def __init__(
-        self, desktop_session_id: str, browser: Browser, snapshots: Snapshots, shots: Shots
+        self,
+        desktop_session_id: str,
+        browser: Browser,
+        snapshots: Snapshots,
+        shots: Shots,
+        home: Path | None = None,
     ) -> None:
         self.desktop_session_id = desktop_session_id
         self.browser = browser
         self.snapshots = snapshots
         self.shots = shots
+        # The desktop's home when this relay opens file: URLs there, else None.
+        self.home = home
 
     async def tab(self, params: dict[str, Any]) -> str:
         return await self.browser.resolve(params.get("tab"))
@@ -62,9 +69,11 @@ class Target:
 
 class BrowserService:
     """Finds a desktop's browser and runs one call on it; ``evaluate``: whether
-    ``browser_evaluate`` runs (RELAYDESK_BROWSER_EVALUATE=1)."""
+    ``browser_evaluate`` runs (RELAYDESK_BROWSER_EVALUATE=1); ``allow_file``: whether
+    ``browser_open`` opens ``file:`` URLs of the desktop's home
+    (RELAYDESK_BROWSER_ALLOW_FILE=1)."""
 
-    def __init__(self, evaluate: bool | None = None) -> None:
+    def __init__(self, evaluate: bool | None = None, allow_file: bool | None = None) -> None:
         self._browsers: dict[int, tuple[CdpConnection, Browser]] = {}
         self._connections: dict[Path, CdpConnection] = {}
         self.snapshots = Snapshots()
@@ -72,6 +81,9 @@ class BrowserService:
         if evaluate is None:
             evaluate = os.environ.get(rules.EVALUATE_ENV, "") == "1"
         self.evaluate = evaluate
+        if allow_file is None:
+            allow_file = os.environ.get(rules.FILE_ENV, "") == "1"
+        self.allow_file = allow_file
         self._calls: dict[str, Call] = {
             "tabs": _tabs,
             "open": _open,
@@ -126,7 +138,8 @@ class BrowserService:
         pids = [c.pid for c in session.processes.children if c.is_alive()]
         cdp = await self._connection([pipe.socket_path(state_dir, pid) for pid in pids])
         browser = await self._browser(cdp, session.home / DOWNLOADS)
-        return Target(session.desktop_session_id, browser, self.snapshots, self.shots)
+        home = session.home if self.allow_file else None
+        return Target(session.desktop_session_id, browser, self.snapshots, self.shots, home)
 
     async def _connection(self, paths: list[Path]) -> CdpConnection:
         """The open connection to the first of ``paths`` a holder serves (a holder just
@@ -194,8 +207,30 @@ async def _navigate(browser: Browser, tab: str, url: str, timeout_s: float) -> N
     await browser.until_event(tab, start, loaded, timeout_s, f"{url[:80]} to load")
 
 
+def _home_file(url: str, home: Path) -> str:
+    """The ``file:`` URL of the file ``url`` names once its links are followed, if that is in
+    ``home``; ``invalid_args`` naming ``url`` if not."""
+    path = rules.file_path(url)
+    if path.startswith("~/"):
+        path = str(home / path[2:])
+    try:  # strict: a link the relay cannot follow is not taken on trust
+        real_home = os.path.realpath(home, strict=True)
+        real = os.path.realpath(path, strict=True)
+    except OSError as err:
+        raise OpError(
+            ErrorCode.NOT_FOUND,
+            "a file: URL must name a file of the desktop's home that exists",
+            {"field": "url"},
+        ) from err
+    if os.path.commonpath([real_home, real]) != real_home:
+        raise InvalidArgs("url", "a file: URL must name a file of the desktop's home")
+    return Path(real).as_uri()
+
+
 async def _open(target: Target, params: dict[str, Any]) -> dict[str, Any]:
-    url = rules.check_url(params.get("url"))
+    url = rules.check_url(params.get("url"), allow_file=target.home is not None)
+    if target.home is not None and url.lower().startswith("file:"):
+        url = await asyncio.to_thread(_home_file, url, target.home)
     timeout_s = rules.check_timeout(params.get("timeout_s", rules.TIMEOUT_DEFAULT_S))
     browser = target.browser
     if params.get("new_tab"):

@@ -108,8 +108,8 @@ def _change(
     ``check`` refuses arguments the schema cannot (before the gate)."""
 
     async def handler(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-        if "url" in args:
-            rules.check_url(args["url"])
+        if "url" in args:  # file: is the relay's to allow (it knows the desktop's home)
+            rules.check_url(args["url"], allow_file=True)
         if check is not None:
             check(args)
         row = await running_row(ctx, args)
@@ -182,7 +182,8 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
                 "type": "string",
                 "minLength": 1,
                 "maxLength": rules.URL_MAX,
-                "description": "An http, https or about: URL.",
+                "description": "An http, https or about: URL (file: of the desktop's home "
+                f"where the relay allows it: {rules.FILE_ENV}=1).",
             },
             "new_tab": {
                 "type": "boolean",

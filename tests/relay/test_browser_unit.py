@@ -181,3 +181,28 @@ def test_a_scroll_is_into_view_or_by_a_bounded_distance():
         with pytest.raises(InvalidArgs) as err:
             rules.check_scroll(params)
         assert err.value.details["field"] == field, params
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("file:///home/u/page.html", None),
+        ("file://localhost/home/u/a%20b.html", None),
+        ("file:~/notes/page.html", None),
+        ("file:~/../other/page.html", "go up"),
+        ("file:///home/u/../../etc/passwd", "go up"),
+        ("file:///home/u/%2e%2e/x", "go up"),
+        ("file://other-host/home/u/x", "another"),
+        ("file:relative.html", "from the home"),
+    ],
+)
+def test_file_urls_pass_only_where_allowed_and_never_go_up(url, problem):
+    with pytest.raises(InvalidArgs) as refused:
+        rules.check_url(url)
+    assert "RELAYDESK_BROWSER_ALLOW_FILE=1" in str(refused.value)
+    if problem is None:
+        assert rules.check_url(url, allow_file=True) == url
+    else:
+        with pytest.raises(InvalidArgs) as caught:
+            rules.check_url(url, allow_file=True)
+        assert problem in str(caught.value) and caught.value.details["field"] == "url"

@@ -55,8 +55,10 @@ class PageRouting:
         if call in ELEMENT_CALLS and _browser_ref(params.get("ref")):
             target = await self.browser.target(backend, row)
             return await self._element(target, call, params) | {"backend": "cdp"}
-        groups = await self.browser.page_groups(backend, row) if call in PAGE_CALLS else []
-        asked = params | {PAGE_GROUPS: groups} if groups else params
+        routed = call in PAGE_CALLS and params.get("backend", "auto") == "auto"
+        groups = await self.browser.page_groups(backend, row) if routed else []
+        asked = {k: v for k, v in params.items() if k != "backend"}
+        asked |= {PAGE_GROUPS: groups} if groups else {}
         result = await self.a11y.call(backend, row, call, asked)
         pages = result.pop("pages", None)
         _mark(result, "atspi")

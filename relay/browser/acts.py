@@ -51,6 +51,7 @@ _VALUE: Final = "function(){return ('value' in this)?String(this.value):this.inn
 # A wheel's scroll may glide: its end is read every 50 ms, for at most a second.
 SCROLL_SETTLE_S: Final = 0.05
 SCROLL_SETTLE_READS: Final = 20
+PRESS_RELEASE: Final = ("mousePressed", "mouseReleased")
 MODIFIERS: Final = {"alt": 1, "ctrl": 2, "control": 2, "meta": 4, "super": 4, "shift": 8}
 
 
@@ -108,14 +109,21 @@ def parse_keys(keys: str) -> tuple[Key, int]:
     return Key(name, code, ord(upper) if upper.isascii() else 0, name), bits
 
 
-async def resolve(browser: Browser, tab: str, element: Element) -> str:
+async def resolve(browser: Browser, tab: str, element: Element, checked: bool = True) -> str:
     """A live handle (object id) on the element: its DOM node while it is connected, else the
-    one node of the page with its role and name; ``stale_ref`` when there is none."""
+    one node of the page with its role and name; ``stale_ref`` when there is none.
+    ``checked=False``: the node's handle unchecked (the caller's first call on it checks that
+    it is still in the page, and calls :func:`relocate` when it is not)."""
     object_id = await _object(browser, tab, element.backend_node_id)
-    if object_id is not None and await _call(
-        browser, tab, object_id, "function(){return this.isConnected;}"
+    if object_id is not None and (
+        not checked or await _call(browser, tab, object_id, "function(){return this.isConnected;}")
     ):
         return object_id
+    return await relocate(browser, tab, element)
+
+
+async def relocate(browser: Browser, tab: str, element: Element) -> str:
+    """The one node of the page with the element's role and name; ``stale_ref`` if none."""
     tree = Tree.of(await browser.send(tab, "Accessibility.getFullAXTree"))
     same = [
         n
@@ -129,7 +137,11 @@ async def resolve(browser: Browser, tab: str, element: Element) -> str:
         found = await _object(browser, tab, int(same[0]["backendDOMNodeId"]))
         if found is not None:
             return found
-    raise OpError(
+    raise stale(element)
+
+
+def stale(element: Element) -> OpError:
+    return OpError(
         ErrorCode.STALE_REF,
         f"the {element.role} {element.name[:60]!r} is no longer on the page",
         {"field": "ref", "suggestion": "take a new browser_snapshot and use its refs"},
@@ -175,16 +187,43 @@ async def _centre(browser: Browser, tab: str, object_id: str) -> dict[str, float
 
 async def click(browser: Browser, tab: str, object_id: str) -> dict[str, Any]:
     """A left click at the element's centre (scrolled into view first)."""
-    point = await _centre(browser, tab, object_id)
-    x, y = point["x"], point["y"]
-    await browser.send(tab, "Input.dispatchMouseEvent", {"type": "mouseMoved", **point})
-    for kind in ("mousePressed", "mouseReleased"):
-        await browser.send(
-            tab,
-            "Input.dispatchMouseEvent",
-            {"type": kind, "button": "left", "clickCount": 1, **point},
+    return await click_at(browser, tab, await _centre(browser, tab, object_id))
+
+
+async def click_at(browser: Browser, tab: str, point: dict[str, float]) -> dict[str, Any]:
+    """A left click at ``point`` of the viewport: move, press, release, sent together (the
+    browser runs one session's commands in order)."""
+    events: list[dict[str, Any]] = [
+        {"type": "mouseMoved", **point},
+        *({"type": kind, "button": "left", "clickCount": 1, **point} for kind in PRESS_RELEASE),
+    ]
+    await asyncio.gather(*(browser.send(tab, "Input.dispatchMouseEvent", e) for e in events))
+    return {"at": {"x": round(point["x"]), "y": round(point["y"])}}
+
+
+async def prepared(
+    browser: Browser, tab: str, object_id: str, state: str
+) -> tuple[Any, dict[str, float]] | None:
+    """In one call on the element: the page's ``state`` (an expression, read before anything
+    moves), then the element's centre once scrolled into view; None when the element has
+    left the page."""
+    function = (
+        f"function(){{if(!this.isConnected){{return null;}}const s={state};"
+        + _INTO_VIEW
+        + "const r=this.getBoundingClientRect();"
+        "return [s,r.left+r.width/2,r.top+r.height/2,r.width,r.height];}"
+    )
+    answer = await _call(browser, tab, object_id, function)
+    if answer is None:
+        return None
+    page_state, x, y, width, height = answer
+    if width <= 0 or height <= 0:
+        raise OpError(
+            ErrorCode.ACTION_FAILED,
+            "the element has no size on the page (hidden?)",
+            {"suggestion": "take a new browser_snapshot"},
         )
-    return {"at": {"x": round(x), "y": round(y)}}
+    return page_state, {"x": x, "y": y}
 
 
 async def fill(browser: Browser, tab: str, object_id: str, text: str) -> dict[str, Any]:

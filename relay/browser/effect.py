@@ -31,7 +31,7 @@ from wire.errors import OpError
 POLL_S: Final = 0.01
 # Where the count of scroll events sits in the page's state.
 SCROLLS: Final = 4
-_STATE: Final = (
+STATE: Final = (
     "(()=>{const k='__relaydeskEffect';"
     "if(!window[k]){const c={n:0};Object.defineProperty(window,k,{value:c});"
     "new MutationObserver(r=>{c.n+=r.length;}).observe(document,"
@@ -47,7 +47,7 @@ T = TypeVar("T")
 async def _state(browser: Browser, tab: str) -> list[Any] | None:
     """The page's state, or None while it has no document to ask (navigating)."""
     try:
-        state = await browser.evaluate(tab, _STATE)
+        state = await browser.evaluate(tab, STATE)
     except OpError:
         return None
     return state if isinstance(state, list) else None
@@ -59,11 +59,16 @@ def _seen(state: list[Any] | None, scrolling: bool) -> list[Any] | None:
 
 
 async def judged(
-    browser: Browser, tab: str, act: Callable[[], Awaitable[T]], scrolling: bool = False
+    browser: Browser,
+    tab: str,
+    act: Callable[[], Awaitable[T]],
+    scrolling: bool = False,
+    before: list[Any] | None = None,
 ) -> tuple[T, dict[str, Any]]:
     """Run ``act`` and judge it: its answer and ``{effect, effect_ms}``; ``scrolling``: the
-    act is a scroll (the page scrolling is its effect)."""
-    before = _seen(await _state(browser, tab), scrolling)
+    act is a scroll (the page scrolling is its effect); ``before``: the page's state
+    (:data:`STATE`) already read for it."""
+    before = _seen(before if before is not None else await _state(browser, tab), scrolling)
     answer = await act()
     start = time.monotonic()
     deadline = start + SETTLE_S

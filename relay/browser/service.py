@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from relay.backend import DesktopBackend
-from relay.browser import acts, pipe
+from relay.browser import acts, effect, pipe
 from relay.browser.cdp import CdpConnection
 from relay.browser.effect import judged
 from relay.browser.endpoint import CdpClientStream
 from relay.browser.find import find
+from relay.browser.pagetrees import PageTrees
 from relay.browser.shots import Shots, capture, guard
-from relay.browser.snapshot import Snapshots, Tree, plain, render
+from relay.browser.snapshot import Element, Snapshots, Tree, plain, render
 from relay.browser.tabs import Browser
 from relay.desktop_tools.session import session_of
 from relay.desktops.backend import VirtualBackend
@@ -54,12 +55,14 @@ class Target:
         browser: Browser,
         snapshots: Snapshots,
         shots: Shots,
+        trees: PageTrees,
         home: Path | None = None,
     ) -> None:
         self.desktop_session_id = desktop_session_id
         self.browser = browser
         self.snapshots = snapshots
         self.shots = shots
+        self.trees = trees
         # The desktop's home when this relay opens file: URLs there, else None.
         self.home = home
 
@@ -78,6 +81,7 @@ class BrowserService:
         self._connections: dict[Path, CdpConnection] = {}
         self.snapshots = Snapshots()
         self.shots = Shots()
+        self.trees = PageTrees()
         if evaluate is None:
             evaluate = os.environ.get(rules.EVALUATE_ENV, "") == "1"
         self.evaluate = evaluate
@@ -139,7 +143,9 @@ class BrowserService:
         cdp = await self._connection([pipe.socket_path(state_dir, pid) for pid in pids])
         browser = await self._browser(cdp, session.home / DOWNLOADS)
         home = session.home if self.allow_file else None
-        return Target(session.desktop_session_id, browser, self.snapshots, self.shots, home)
+        return Target(
+            session.desktop_session_id, browser, self.snapshots, self.shots, self.trees, home
+        )
 
     async def _connection(self, paths: list[Path]) -> CdpConnection:
         """The open connection to the first of ``paths`` a holder serves (a holder just
@@ -298,24 +304,25 @@ def _js(text: str) -> str:
     return json.dumps(text)
 
 
-async def _tree(browser: Browser, tab: str) -> Tree:
-    return Tree.of(await browser.send(tab, "Accessibility.getFullAXTree"))
-
-
 async def _snapshot(target: Target, params: dict[str, Any]) -> dict[str, Any]:
     tab = await target.tab(params)
-    tree = await _tree(target.browser, tab)
+    page = await target.trees.tree(target.browser, tab)
     snapshot = target.snapshots.new(target.desktop_session_id, tab)
-    result = render(
-        tree,
-        snapshot,
+    key = (
         int(params.get("depth", 64)),
         int(params.get("max_nodes", 400)),
         str(params.get("view", "interactive")),
         str(params.get("format", "text")),
     )
-    page = await _page(target.browser, tab)
-    return result | {"tab": tab, "url": page.get("url", ""), "title": page.get("title", "")}
+    result = target.trees.rendered(tab, page, key, snapshot)
+    if result is None:
+        result = render(page.tree, snapshot, *key)
+        target.trees.keep(tab, page, key, snapshot, result)
+    url, title = page.url, page.title
+    if url is None or title is None:
+        shown = await _page(target.browser, tab)
+        url, title = shown.get("url", ""), shown.get("title", "")
+    return result | {"tab": tab, "url": url, "title": title}
 
 
 Act = Callable[[Browser, str, str | None, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -375,33 +382,63 @@ async def _act(target: Target, params: dict[str, Any]) -> dict[str, Any]:
         raise InvalidArgs("action", f"must be one of {', '.join(rules.ACTS)}")
     ref = params.get("ref")
     browser = target.browser
-    node: str | None = None
+    guarded = params.get("expected_revision") is not None
     if ref is None:
-        tab = await target.tab(params)
-    else:
-        if not isinstance(ref, str) or not rules.REF_RE.match(ref):
-            raise InvalidArgs("ref", "must be a browser ref like '@b1a2b3c4:e7'")
-        snapshot, element = target.snapshots.element(ref, target.desktop_session_id)
-        tab = snapshot.tab
-        node = await acts.resolve(browser, tab, element)
-    checked = {}
-    if params.get("expected_revision") is not None:
-        if node is None:
+        if guarded:
             raise InvalidArgs("expected_revision", "guards an act on a ref only")
+        return {"tab": await target.tab(params), **await _judged(target, act, None, params)}
+    if not isinstance(ref, str) or not rules.REF_RE.match(ref):
+        raise InvalidArgs("ref", "must be a browser ref like '@b1a2b3c4:e7'")
+    snapshot, element = target.snapshots.element(ref, target.desktop_session_id)
+    tab = snapshot.tab
+    fast = action == "click" and not guarded  # checked in the click's own first call
+    node = await acts.resolve(browser, tab, element, checked=not fast)
+    if fast:
+        return {"tab": tab, **await _click(browser, tab, element, node)}
+    checked = {}
+    if guarded:
         shot = target.shots.get(params["expected_revision"], target.desktop_session_id, tab)
         checked = {"guard": await guard(browser, tab, node, shot)}
-    if action == "press" and node is not None:
+    if action == "press":
         await acts.focus(browser, tab, node)  # before judging: the key's effect is judged
-    scrolling = action == "scroll"
+    return {"tab": tab, **await _judged(target, act, (tab, node), params), **checked}
+
+
+async def _judged(
+    target: Target, act: Act, on: tuple[str, str] | None, params: dict[str, Any]
+) -> dict[str, Any]:
+    """``act`` on the element ``on`` (tab, node) or in the tab ``params`` names, judged."""
+    browser = target.browser
+    tab, node = on if on is not None else (await target.tab(params), None)
+    scrolling = params.get("action") == "scroll"
     answer, effect = await judged(browser, tab, lambda: act(browser, tab, node, params), scrolling)
     if scrolling:
         answer["scroll"] = await acts.page_scroll(browser, tab)
-    return {"tab": tab, **answer, **effect, **checked}
+    return {**answer, **effect}
 
 
-def _selector_check(browser: Browser, tab: str, selector: str) -> Callable[[], Awaitable[Any]]:
+async def _click(browser: Browser, tab: str, element: Element, node: str) -> dict[str, Any]:
+    """A click by ref in the fewest round trips: one call on the element reads the page's
+    state for the verdict, checks it is still in the page and finds its centre; the three
+    mouse events go together."""
+    ready = await acts.prepared(browser, tab, node, effect.STATE)
+    if ready is None:  # gone from the page: the one element of its role and name, if any
+        ready = await acts.prepared(
+            browser, tab, await acts.relocate(browser, tab, element), effect.STATE
+        )
+    if ready is None:
+        raise acts.stale(element)
+    before, point = ready
+    answer, verdict = await judged(
+        browser, tab, lambda: acts.click_at(browser, tab, point), before=before
+    )
+    return {**answer, **verdict}
+
+
+def _selector_check(target: Target, tab: str, selector: str) -> Callable[[], Awaitable[Any]]:
     """A check that is true once ``selector`` (``css:…`` or an accessibility selector)
     matches something in the page."""
+    browser = target.browser
     if selector.startswith(rules.CSS_PREFIX):
         css = _js(selector[len(rules.CSS_PREFIX) :].strip())
         return lambda: browser.evaluate(tab, f"!!document.querySelector({css})")
@@ -411,7 +448,7 @@ def _selector_check(browser: Browser, tab: str, selector: str) -> Callable[[], A
         raise InvalidArgs("value", str(err)) from None
 
     async def check() -> bool:
-        roots = plain(await _tree(browser, tab))
+        roots = plain((await target.trees.tree(browser, tab)).tree)
         return bool(a11y_match.select(parsed, roots, lambda n: n["children"]))
 
     return check
@@ -435,7 +472,7 @@ async def _wait(target: Target, params: dict[str, Any]) -> dict[str, Any]:
 
         await browser.until(at_url, timeout_s, f"the URL to match {value[:80]!r}")
     elif condition == "selector":
-        await browser.until(_selector_check(browser, tab, value), timeout_s, f"{value[:80]!r}")
+        await browser.until(_selector_check(target, tab, value), timeout_s, f"{value[:80]!r}")
     else:
         raise InvalidArgs("for", f"must be one of {', '.join(rules.WAIT_FOR)}")
     return {"tab": tab, "satisfied": True, "url": str(await browser.evaluate(tab, "location.href"))}
@@ -472,7 +509,11 @@ async def _find(target: Target, params: dict[str, Any]) -> dict[str, Any]:
     selector = str(params.get("selector", ""))
     limit = int(params.get("limit", 20))
     snapshot = target.snapshots.new(target.desktop_session_id, tab)
-    matches = await find(target.browser, tab, snapshot, selector, limit)
+
+    async def tree() -> Tree:
+        return (await target.trees.tree(target.browser, tab)).tree
+
+    matches = await find(target.browser, tab, snapshot, selector, limit, tree)
     return {"tab": tab, "snapshot": snapshot.id, "count": len(matches), "matches": matches}
 
 

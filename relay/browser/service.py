@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import fnmatch
 import json
 import os
 import struct
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
 from relay.backend import DesktopBackend
 from relay.browser import acts, effect, pipe
-from relay.browser.cdp import CdpConnection
+from relay.browser.cdp import CdpConnection, CdpError
 from relay.browser.effect import judged
 from relay.browser.endpoint import CdpClientStream
 from relay.browser.find import find
@@ -38,12 +40,31 @@ EVALUATE_OFF: Final = (
 )
 # How long a call waits for a browser's holder to listen (it starts with the browser).
 HOLDER_WAIT_S: Final = 2.0
+HANDLES_KEPT: Final = 256
 # Where the browser saves downloads, in the desktop's home.
 DOWNLOADS: Final = "Downloads"
 NO_BROWSER: Final = (
     "this desktop has no browser with a DevTools channel: start one with desktop_launch "
     "(a browser started from inside the desktop while none of the relay's ran has none)"
 )
+
+
+class Handles:
+    """The page's handles (object ids) on elements acted on, by (tab, DOM node), the last
+    ``HANDLES_KEPT``: a handle lives as long as its document, so a second act on the same
+    element needs no lookup (a dead one fails its call, and the element is looked up again)."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[tuple[str, int], str] = OrderedDict()
+
+    def get(self, key: tuple[str, int]) -> str | None:
+        return self._kept.get(key)
+
+    def keep(self, key: tuple[str, int], object_id: str) -> None:
+        self._kept[key] = object_id
+        self._kept.move_to_end(key)
+        while len(self._kept) > HANDLES_KEPT:
+            self._kept.popitem(last=False)
 
 
 class Target:
@@ -56,6 +77,7 @@ class Target:
         snapshots: Snapshots,
         shots: Shots,
         trees: PageTrees,
+        handles: Handles,
         home: Path | None = None,
     ) -> None:
         self.desktop_session_id = desktop_session_id
@@ -63,6 +85,7 @@ class Target:
         self.snapshots = snapshots
         self.shots = shots
         self.trees = trees
+        self.handles = handles
         # The desktop's home when this relay opens file: URLs there, else None.
         self.home = home
 
@@ -82,6 +105,7 @@ class BrowserService:
         self.snapshots = Snapshots()
         self.shots = Shots()
         self.trees = PageTrees()
+        self.handles = Handles()
         if evaluate is None:
             evaluate = os.environ.get(rules.EVALUATE_ENV, "") == "1"
         self.evaluate = evaluate
@@ -144,7 +168,13 @@ class BrowserService:
         browser = await self._browser(cdp, session.home / DOWNLOADS)
         home = session.home if self.allow_file else None
         return Target(
-            session.desktop_session_id, browser, self.snapshots, self.shots, self.trees, home
+            session.desktop_session_id,
+            browser,
+            self.snapshots,
+            self.shots,
+            self.trees,
+            self.handles,
+            home,
         )
 
     async def _connection(self, paths: list[Path]) -> CdpConnection:
@@ -391,10 +421,9 @@ async def _act(target: Target, params: dict[str, Any]) -> dict[str, Any]:
         raise InvalidArgs("ref", "must be a browser ref like '@b1a2b3c4:e7'")
     snapshot, element = target.snapshots.element(ref, target.desktop_session_id)
     tab = snapshot.tab
-    fast = action == "click" and not guarded  # checked in the click's own first call
-    node = await acts.resolve(browser, tab, element, checked=not fast)
-    if fast:
-        return {"tab": tab, **await _click(browser, tab, element, node)}
+    if action == "click" and not guarded:  # checked in the click's own first call
+        return {"tab": tab, **await _click(target, tab, element)}
+    node = await acts.resolve(browser, tab, element)
     checked = {}
     if guarded:
         shot = target.shots.get(params["expected_revision"], target.desktop_session_id, tab)
@@ -417,17 +446,25 @@ async def _judged(
     return {**answer, **effect}
 
 
-async def _click(browser: Browser, tab: str, element: Element, node: str) -> dict[str, Any]:
-    """A click by ref in the fewest round trips: one call on the element reads the page's
-    state for the verdict, checks it is still in the page and finds its centre; the three
-    mouse events go together."""
-    ready = await acts.prepared(browser, tab, node, effect.STATE)
-    if ready is None:  # gone from the page: the one element of its role and name, if any
-        ready = await acts.prepared(
-            browser, tab, await acts.relocate(browser, tab, element), effect.STATE
-        )
+async def _click(target: Target, tab: str, element: Element) -> dict[str, Any]:
+    """A click by ref in the fewest round trips: one call on the element (its handle kept
+    from an earlier act while it lives) reads the page's state for the verdict, checks it is
+    still in the page and finds its centre; the three mouse events go together."""
+    browser = target.browser
+    ready = None
+    kept = target.handles.get((tab, element.backend_node_id))
+    if kept is not None:
+        with contextlib.suppress(CdpError):  # the handle died with its document
+            ready = await acts.prepared(browser, tab, kept, effect.STATE)
     if ready is None:
-        raise acts.stale(element)
+        node = await acts.resolve(browser, tab, element, checked=False)
+        ready = await acts.prepared(browser, tab, node, effect.STATE)
+        if ready is None:  # gone from the page: the one element of its role and name, if any
+            node = await acts.relocate(browser, tab, element)
+            ready = await acts.prepared(browser, tab, node, effect.STATE)
+        if ready is None:
+            raise acts.stale(element)
+        target.handles.keep((tab, element.backend_node_id), node)
     before, point = ready
     answer, verdict = await judged(
         browser, tab, lambda: acts.click_at(browser, tab, point), before=before

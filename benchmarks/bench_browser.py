@@ -10,7 +10,8 @@ On one desktop whose Chromium (started by the relay) shows a page of ~500 elemen
    (a field's value set, so the browser's tree must be read again); and ``desktop_observe``
    as routed (the chrome over AT-SPI, the page over DevTools);
 2. ``browser_click`` by ref against ``desktop_click`` of the same button through AT-SPI
-   (target: p50 <= 15 ms).
+   (target: p50 <= 15 ms), and ``browser_downloads`` (a call that reaches the relay's browser
+   service and asks the browser nothing): the floor of any browser call on that machine.
 
 Run: ``python -m benchmarks.bench_browser [--quick]``. Needs Xvfb, x11vnc, websockify and
 Chromium (scripts/install installs them).
@@ -129,9 +130,11 @@ async def _measure(timer: Timer, base_url: str, rounds: int) -> None:
     a11y_ref = found["matches"][0]["ref"]
     click_ms: list[float] = []
     a11y_click_ms: list[float] = []
+    floor_ms: list[float] = []
     for _ in range(rounds):
         click_ms.append((await timer.call("browser_click", ref=ref))[0])
         a11y_click_ms.append((await timer.call("desktop_click", ref=a11y_ref))[0])
+        floor_ms.append((await timer.call("browser_downloads"))[0])
     print(summary(f"browser_snapshot ({sizes['snapshot']} elements)", snapshot_ms))
     print(summary("browser_snapshot after a change in the page", changed_ms))
     print(summary(f"desktop_observe atspi, same window ({sizes['observe']} elements)", observe_ms))
@@ -141,6 +144,7 @@ async def _measure(timer: Timer, base_url: str, rounds: int) -> None:
         print(f"{label} / observe p50 ratio: {ratio:.2f} (target <= 0.5)")
     print(summary("browser_click by ref", click_ms))
     print(summary("desktop_click by ref, same kind of button", a11y_click_ms))
+    print(summary("browser_downloads (the floor: no browser call)", floor_ms))
     ratio = percentile(click_ms, 0.5) / percentile(a11y_click_ms, 0.5)
     print(f"browser_click / desktop_click p50 ratio: {ratio:.2f}")
 

@@ -243,7 +243,7 @@ async def _navigate(browser: Browser, tab: str, url: str, timeout_s: float) -> N
     await browser.until_event(tab, start, loaded, timeout_s, f"{url[:80]} to load")
 
 
-def _home_file(url: str, home: Path) -> str:
+def home_file_url(url: str, home: Path) -> str:
     """The ``file:`` URL of the file ``url`` names once its links are followed, if that is in
     ``home``; ``invalid_args`` naming ``url`` if not."""
     path = rules.file_path(url)
@@ -266,7 +266,7 @@ def _home_file(url: str, home: Path) -> str:
 async def _open(target: Target, params: dict[str, Any]) -> dict[str, Any]:
     url = rules.check_url(params.get("url"), allow_file=target.home is not None)
     if target.home is not None and url.lower().startswith("file:"):
-        url = await asyncio.to_thread(_home_file, url, target.home)
+        url = await asyncio.to_thread(home_file_url, url, target.home)
     timeout_s = rules.check_timeout(params.get("timeout_s", rules.TIMEOUT_DEFAULT_S))
     browser = target.browser
     if params.get("new_tab"):

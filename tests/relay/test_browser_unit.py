@@ -8,6 +8,8 @@ import pytest
 from relay.browser.acts import parse_keys
 from relay.browser.cdp import Framer, encode
 from relay.browser.pipe import PIPE_FLAG, is_browser, private_argv
+from relay.browser.service import home_file_url
+from relay.browser.shots import Region
 from relay.browser.snapshot import Snapshots, Tree, render
 from wire import browser as rules
 from wire.errors import InvalidArgs, OpError
@@ -206,3 +208,31 @@ def test_file_urls_pass_only_where_allowed_and_never_go_up(url, problem):
         with pytest.raises(InvalidArgs) as caught:
             rules.check_url(url, allow_file=True)
         assert problem in str(caught.value) and caught.value.details["field"] == "url"
+
+
+def test_a_home_file_is_followed_to_its_end_and_kept_in_the_home(tmp_path):
+    home = tmp_path / "home"
+    (home / "site").mkdir(parents=True)
+    (home / "site" / "page.html").write_text("<title>x</title>")
+    (tmp_path / "secret.txt").write_text("no")
+    (home / "out.html").symlink_to(tmp_path / "secret.txt")
+    (home / "in.html").symlink_to(home / "site" / "page.html")
+    page = (home / "site" / "page.html").as_uri()
+    assert home_file_url("file:~/site/page.html", home) == page
+    assert home_file_url("file:~/in.html", home) == page  # the link's end, inside
+    assert home_file_url(page, home) == page
+    for outside in ("file:~/out.html", (tmp_path / "secret.txt").as_uri()):
+        with pytest.raises(InvalidArgs) as caught:
+            home_file_url(outside, home)
+        assert "home" in str(caught.value)
+    with pytest.raises(OpError) as missing:
+        home_file_url("file:~/site/none.html", home)
+    assert missing.value.code.value == "not_found"
+
+
+def test_a_screenshot_region_holds_and_cuts():
+    shown = Region(0, 100, 800, 600)
+    assert shown.holds(Region(10, 120, 50, 20))
+    assert not shown.holds(Region(10, 690, 50, 20))  # runs past the bottom
+    assert shown.within(Region(-20, 90, 60, 40)) == Region(0, 100, 40, 30)
+    assert shown.clip() == {"x": 0, "y": 100, "width": 800, "height": 600, "scale": 1.0}

@@ -440,10 +440,10 @@ async def _judged(
     browser = target.browser
     tab, node = on if on is not None else (await target.tab(params), None)
     scrolling = params.get("action") == "scroll"
-    answer, effect = await judged(browser, tab, lambda: act(browser, tab, node, params), scrolling)
+    answer, verdict = await judged(browser, tab, lambda: act(browser, tab, node, params), scrolling)
     if scrolling:
         answer["scroll"] = await acts.page_scroll(browser, tab)
-    return {**answer, **effect}
+    return {**answer, **verdict}
 
 
 async def _click(target: Target, tab: str, element: Element) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from relay.browser.service import BrowserService, Target
 from relay.browser.snapshot import role_of, states
 from relay.browser.tabs import Browser
 from wire import browser as rules
-from wire.errors import InvalidArgs
+from wire.errors import ErrorCode, InvalidArgs, OpError
 from wire.ops import RelayRow
 
 # The calls whose answer may hold a browser's pages.
@@ -63,7 +63,12 @@ class PageRouting:
         pages = result.pop("pages", None)
         _mark(result, "atspi")
         if pages:
-            target = await self.browser.target(backend, row)
+            try:
+                target = await self.browser.target(backend, row)
+            except OpError as err:  # a channel that went away (its holder killed): AT-SPI alone
+                if err.code is not ErrorCode.UNAVAILABLE:
+                    raise
+                return await self.call(backend, row, call, params | {"backend": "atspi"})
             if call == "observe":
                 await self._observe_pages(target, result, pages, params)
             else:

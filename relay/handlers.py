@@ -23,6 +23,7 @@ from relay.backend import (
     require_row,
     unpaused,
 )
+from relay.browser.routing import PageRouting
 from relay.browser.service import BrowserService
 from relay.channels import DesktopChannels, StreamChannel, TargetEnd
 from relay.desktop_tools.home_files import HomeFileSettings
@@ -93,6 +94,8 @@ class Handlers:
         self.file_workers = HomeFileWorkers(self.files)
         # The desktop's browser over its private DevTools pipe (relay/browser).
         self.browser = BrowserService()
+        # desktop.a11y on a browser's pages goes to the browser (relay/browser/routing.py).
+        self.routing = PageRouting(self.a11y, self.browser)
         self.backends: dict[str, DesktopBackend] = {b.kind: b for b in backends}
         # Set on a relay running beside the server: the server may then reach x11vnc itself.
         self.direct_host = direct_host
@@ -262,13 +265,14 @@ class Handlers:
         return result
 
     async def _desktop_a11y(self, link: ServerLink, args: ops.A11yArgs) -> ops.A11yResult:
-        """One accessibility call on one desktop (relay/a11y/service.py)."""
+        """One accessibility call on one desktop (relay/a11y/service.py; a browser's pages
+        through relay/browser/routing.py)."""
         backend = await self._targeted(args)
         session_id = args.get("desktop_session_id")
         row = require_row(
             await backend.find(session_id, args.get("slot", DEFAULT_SLOT)), session_id, backend.kind
         )
-        return {"result": await self.a11y.call(backend, row, args["call"], args["params"])}
+        return {"result": await self.routing.call(backend, row, args["call"], args["params"])}
 
     async def _tool_target(
         self, args: ops.DesktopTargetArgs

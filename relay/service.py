@@ -210,7 +210,11 @@ class RelayService:
             if self.local is not None:
                 await self.local.aclose()
             stop_desktops = await self._stop_desktops_on_exit()
-            await self.desktops.close(stop_desktops=stop_desktops)
+            # A relay process that took this state directory over stops the pool's instead.
+            handed_over = self.worker.replaced and await asyncio.to_thread(
+                self.owner.taken_by_another
+            )
+            await self.desktops.close(stop_desktops=stop_desktops, stop_pool=not handed_over)
             await self.docker.desktops.close(stop_desktops=stop_desktops)
             log.info("relay stopped")
 

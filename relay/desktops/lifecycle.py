@@ -47,7 +47,7 @@ class Pool(Protocol[D_co]):
 
     def take(self, req: StartRequest) -> D_co | None: ...
 
-    async def close(self) -> None: ...
+    async def close(self, stop: bool) -> None: ...
 
 
 class Desktops(Generic[D, S, L]):
@@ -450,12 +450,14 @@ class Desktops(Generic[D, S, L]):
         await self._emit(events)
         return events
 
-    async def close(self, stop_desktops: bool) -> None:
-        """Stop the watchdog; stop every desktop too when asked, else leave them for adoption."""
+    async def close(self, stop_desktops: bool, *, stop_pool: bool = True) -> None:
+        """Stop the watchdog and the pool's refills; stop every desktop too when asked, else
+        leave them for adoption. The pool's ready desktops (never shown to anyone) are stopped
+        unless ``stop_pool`` is False: left to the next relay, which stops them."""
         if self._cleanup is not None:
             await self._cleanup
         if self.pool is not None:
-            await self.pool.close()
+            await self.pool.close(stop_desktops or stop_pool)
         await self._watchdog.stop()
         async with self._lock:
             if stop_desktops:

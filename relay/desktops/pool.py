@@ -136,8 +136,9 @@ class WarmPool:
             "misses": self.misses,
         }
 
-    async def close(self) -> None:
-        """Stop filling and stop every ready desktop (none was ever shown to anyone)."""
+    async def close(self, stop: bool) -> None:
+        """Stop filling; ``stop``: stop every ready desktop (none was ever shown to anyone),
+        else leave them recorded for the next relay, which stops them with its adoption."""
         self._open = False
         tasks = list(self._tasks)
         for task in tasks:
@@ -146,7 +147,9 @@ class WarmPool:
         async with self._desktops.slots.lock:
             for ready in self._ready.values():
                 while ready:
-                    await self._discard(ready.pop())
+                    desktop = ready.pop()
+                    if stop:
+                        await self._discard(desktop)
             await self._desktops.slots.save()
 
     # -- filling ------------------------------------------------------------------------------

@@ -193,6 +193,40 @@ async def test_a_closing_relay_stops_its_pool_and_keeps_its_desktops(
         await second.close(stop_desktops=True)
 
 
+async def test_a_relay_handing_over_leaves_its_pool_to_the_next_which_stops_it(
+    light_config: DesktopSettings,
+) -> None:
+    first = process_desktops(light_config)
+    pool = pooled(first)
+    await filled(pool)
+    row = await first.start(slot="main")
+    await filled(pool)
+    [pooled_record] = starting_records(light_config)
+    await first.close(stop_desktops=False, stop_pool=False)
+    assert live_groups(pgids_of(pooled_record)) == pgids_of(pooled_record)
+    second = process_desktops(light_config)
+    try:
+        [adopted] = await second.adopt()
+        assert adopted["desktop_session_id"] == row["desktop_session_id"]
+        assert not live_groups(pgids_of(pooled_record))
+        assert starting_records(light_config) == []
+    finally:
+        await second.close(stop_desktops=True)
+
+
+async def test_a_relay_stopping_its_desktops_stops_its_pool(
+    light_config: DesktopSettings,
+) -> None:
+    mgr = process_desktops(light_config)
+    pool = pooled(mgr, size=2)
+    await filled(pool, 2)
+    records = starting_records(light_config)
+    await mgr.close(stop_desktops=True)
+    assert not live_groups([g for r in records for g in pgids_of(r)])
+    assert starting_records(light_config) == []
+    assert not [p for p in light_config.run_dir.iterdir() if p.is_dir()]
+
+
 @pytest.mark.parametrize(
     ("raw", "said"),
     [

@@ -21,6 +21,7 @@ import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.rfb import RFBClient, WebSocketTransport
+from server import admin
 from tests.support.processes import ManagedProcess, ProcessFactory, ProcessTracker, scaled
 from tests.support.stack import (
     Seed,
@@ -68,7 +69,8 @@ class Stack:
         return bool(self.app.state.parts.relays.is_connected(RelayId(self.seed.relay["relay_id"])))
 
     async def pool(self) -> dict[str, Any]:
-        [pool] = (await self.ok("desktop_pool"))["pools"]
+        pools: list[dict[str, Any]] = (await self.ok("desktop_pool"))["pools"]
+        [pool] = pools
         return pool
 
     async def ready(self) -> bool:
@@ -193,6 +195,20 @@ async def test_metrics_and_the_cli_show_the_pool(stack: Stack, tmp_path: Path) -
         "MISSES",
     ]
     assert row.split()[:6] == ["relay-1", "minimal", "1", "1", "0", "1280x800"]
+
+
+async def test_the_pool_is_for_operators_only(stack: Stack) -> None:
+    store = stack.app.state.parts.store
+    await admin.create_user(store, "carol")
+    conversation = await admin.create_conversation(store, "Carol's", ["carol:owner"])
+    await admin.share_relay(store, "relay-1", conversation["conversation_id"])
+    token = (await admin.create_token(store, "carol"))["token"]
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {"conversation_id": conversation["conversation_id"]}
+    async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(30)) as client:
+        refused = await client.post("/api/v1/actions/desktop_pool", json=body, headers=headers)
+    assert refused.status_code == 403, refused.text
+    assert "operators" in refused.json()["error"]["message"]
 
 
 def _desktop_pids(state_dir: Path) -> set[int]:

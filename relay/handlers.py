@@ -85,6 +85,7 @@ class Handlers:
         a11y: A11ySettings | None = None,
         tools: DesktopToolSettings | None = None,
         files: HomeFileSettings | None = None,
+        pool: Callable[[], ops.PoolReport] | None = None,
     ) -> None:
         self.a11y = A11yService(a11y or A11ySettings())
         # Windows, clipboard, and opt-in shell and files (relay/desktop_tools).
@@ -97,6 +98,8 @@ class Handlers:
         # desktop.a11y on a browser's pages goes to the browser (relay/browser/routing.py).
         self.routing = PageRouting(self.a11y, self.browser)
         self.backends: dict[str, DesktopBackend] = {b.kind: b for b in backends}
+        # The warm pool's report (relay/desktops/pool.py); None: this relay keeps no pool.
+        self._pool = pool
         # Set on a relay running beside the server: the server may then reach x11vnc itself.
         self.direct_host = direct_host
         self._channel_targets = channel_targets or {}  # audio (relay/audio.py)
@@ -113,6 +116,7 @@ class Handlers:
                 _entry(ops.DESKTOP_PAUSE, self._desktop_pause),
                 _entry(ops.DESKTOP_RESUME, self._desktop_resume),
                 _entry(ops.DESKTOP_PROFILES, self._desktop_profiles),
+                _entry(ops.DESKTOP_POOL, self._desktop_pool),
                 _entry(ops.DESKTOP_APPS, self._desktop_apps),
                 _entry(ops.DESKTOP_LAUNCH, self._desktop_launch),
                 _entry(ops.DESKTOP_RESET_HOME, self._desktop_reset_home),
@@ -141,6 +145,8 @@ class Handlers:
             caps.extend(backend.capabilities())
         if self.direct_host:
             caps.append("direct_vnc")
+        if self._pool is not None:
+            caps.append(ops.POOL_CAPABILITY)
         if "audio" in self._channel_targets:
             caps.append("audio")
         if self.backends:
@@ -237,6 +243,12 @@ class Handlers:
     ) -> ops.DesktopProfilesResult:
         """Every desktop profile of this relay: available, or which programs it misses."""
         return {"profiles": [p for b in self.backends.values() for p in b.profiles()]}
+
+    async def _desktop_pool(self, link: ServerLink, args: ops.Empty) -> ops.PoolReport:
+        """The warm pool: ready desktops per profile, hits and misses (empty: no pool)."""
+        if self._pool is None:
+            return {"geometry": "", "profiles": [], "hits": 0, "misses": 0}
+        return self._pool()
 
     async def _desktop_apps(
         self, link: ServerLink, args: ops.DesktopTargetArgs

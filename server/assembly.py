@@ -25,6 +25,7 @@ from server.actions.desktop import DESKTOP_ACTIONS
 from server.actions.desktop_apps import DESKTOP_APP_ACTIONS
 from server.actions.desktop_files import HOME_FILE_ACTIONS
 from server.actions.desktop_fit import DESKTOP_FIT_ACTIONS
+from server.actions.desktop_pool import POOL_ACTIONS
 from server.actions.desktop_tools import DESKTOP_TOOL_ACTIONS
 from server.actions.invoke import ActionRunner
 from server.actions.registry import ActionRegistry
@@ -73,6 +74,7 @@ ACTIONS: Final = (
     + DESKTOP_TOOL_ACTIONS
     + HOME_FILE_ACTIONS
     + BROWSER_ACTIONS
+    + POOL_ACTIONS
 )
 
 

@@ -66,6 +66,10 @@ class DesktopSettings:
     # ``home_check_interval_s`` while it runs).
     home_max_mb: int = 2048
     home_check_interval_s: float = 10.0
+    # Ready desktops kept per profile (RELAYDESK_POOL, parsed by the relay's settings:
+    # relay/desktops/pool.py), and how many of them start at once.
+    pool: tuple[tuple[str, int], ...] = ()
+    pool_concurrency: int = 1
 
     @property
     def state_file(self) -> Path:
@@ -163,4 +167,5 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "RELAYDESK_DESKTOP_HOME_MAX_MB": ("home_max_mb", _positive_int),
     "RELAYDESK_DESKTOP_USER_POOL": ("desktop_user_pool", _positive_int),
     "RELAYDESK_DESKTOP_HOME_CHECK_S": ("home_check_interval_s", _positive_float),
+    "RELAYDESK_POOL_CONCURRENCY": ("pool_concurrency", _positive_int),
 }

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from relay.desktops.audio import REASON_FAILED
 from relay.desktops.config import DesktopSettings
@@ -22,7 +22,7 @@ from relay.desktops.credentials import RelayAuthority
 from relay.desktops.launcher import Launcher, StartOptions
 from relay.desktops.probe import ProbeResult
 from relay.desktops.process import run_to_completion
-from relay.desktops.slots import D, S, Slots, failed_event, now_iso
+from relay.desktops.slots import D, LiveDesktop, S, Slots, failed_event, now_iso
 from relay.desktops.state import StateFile
 from relay.desktops.user import DesktopUser
 from relay.desktops.validation import StartRequest, check_session_id, check_slot
@@ -37,6 +37,17 @@ OnChange = Callable[[RelayRow], Awaitable[None]]
 # Told a desktop's session id once it is forgotten, before its processes are ended.
 OnLeaving = Callable[[DesktopSessionId], Awaitable[None]]
 L = TypeVar("L", bound="Launcher[Any, Any]")
+D_co = TypeVar("D_co", bound=LiveDesktop, covariant=True)
+
+
+class Pool(Protocol[D_co]):
+    """Ready desktops a matching start takes (``relay/desktops/pool.py``)."""
+
+    def start(self, after: Awaitable[None] | None = None) -> None: ...
+
+    def take(self, req: StartRequest) -> D_co | None: ...
+
+    async def close(self, stop: bool) -> None: ...
 
 
 class Desktops(Generic[D, S, L]):
@@ -67,6 +78,8 @@ class Desktops(Generic[D, S, L]):
         self._watchdog = Watchdog(self.check_all, config.watchdog_interval_s)
         self._strikes = ProbeStrikes(config.probe_failures)
         self._cleanup: asyncio.Task[None] | None = None  # adopt(clean_up_later=True)
+        # Ready desktops a matching start takes (set before ``start_pool``; None: no pool).
+        self.pool: Pool[D] | None = None
 
     @property
     def config(self) -> DesktopSettings:
@@ -104,10 +117,13 @@ class Desktops(Generic[D, S, L]):
             async with self._lock:
                 running = await self._running_in(req.slot, events)
                 if running is not None:
-                    return {**running.to_row(), "already_running": True}
+                    return {**running.to_row(), "already_running": True, "from_pool": False}
                 await self._check_can_start(req)
-                desktop = await self._launch(req)
-                return {**desktop.to_row(), "already_running": False}
+                desktop = await self._take_pooled(req)
+                from_pool = desktop is not None
+                if desktop is None:
+                    desktop = await self._launch(req)
+                return {**desktop.to_row(), "already_running": False, "from_pool": from_pool}
         finally:
             await self._emit(events)
 
@@ -382,6 +398,11 @@ class Desktops(Generic[D, S, L]):
 
     # -- watchdog and close ---------------------------------------------------------------
 
+    def start_pool(self) -> None:
+        """Begin filling the pool, if any, once the adoption's clean-up is done."""
+        if self.pool is not None:
+            self.pool.start(self._cleanup)
+
     def start_watchdog(self) -> None:
         """Begin periodic health checks (idempotent)."""
         self._watchdog.start()
@@ -434,10 +455,14 @@ class Desktops(Generic[D, S, L]):
         await self._emit(events)
         return events
 
-    async def close(self, stop_desktops: bool) -> None:
-        """Stop the watchdog; stop every desktop too when asked, else leave them for adoption."""
+    async def close(self, stop_desktops: bool, *, stop_pool: bool = True) -> None:
+        """Stop the watchdog and the pool's refills; stop every desktop too when asked, else
+        leave them for adoption. The pool's ready desktops (never shown to anyone) are stopped
+        unless ``stop_pool`` is False: left to the next relay, which stops them."""
         if self._cleanup is not None:
             await self._cleanup
+        if self.pool is not None:
+            await self.pool.close(stop_desktops or stop_pool)
         await self._watchdog.stop()
         async with self._lock:
             if stop_desktops:
@@ -460,6 +485,14 @@ class Desktops(Generic[D, S, L]):
         await self.launcher.ready(req)
         if not self.slots.read and (adoption := await self._adopt_locked()) is not None:
             await self._clean_up_locked(adoption[1])
+
+    async def _take_pooled(self, req: StartRequest) -> D | None:
+        """A ready desktop of the pool for ``req``, now in its slot (None: start one)."""
+        desktop = self.pool.take(req) if self.pool is not None else None
+        if desktop is not None:
+            self._desktops[desktop.slot] = desktop
+            await self.slots.save()
+        return desktop
 
     async def _launch(self, req: StartRequest) -> D:
         session_id = DesktopSessionId(secrets.token_hex(16))

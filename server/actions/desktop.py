@@ -237,7 +237,8 @@ async def start(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     already = bool(result.get("already_running"))
     ctx.outcome = "already_running" if already else "ok"
     extra: dict[str, Any] = {k: result[k] for k in ("profile", "persist_home") if k in result}
-    return {**_desktop_reply(ctx, row), "already_running": already, **extra}
+    from_pool = result.get("from_pool") is True
+    return {**_desktop_reply(ctx, row), "already_running": already, "from_pool": from_pool, **extra}
 
 
 async def status(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:

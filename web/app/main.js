@@ -271,6 +271,7 @@ const composer = new Composer({
 });
 const dock = new Dock({
   openDesktop,
+  isOperator: () => Boolean(state.user?.is_admin),
   onInventory: (rows, changed) => followInventory(byId("transcript"), rows, changed),
 });
 

@@ -111,6 +111,61 @@ class Desktops(Generic[D, S, L]):
         finally:
             await self._emit(events)
 
+    async def start_many(
+        self, reqs: Sequence[StartRequest], *, replacing: str | None = None
+    ) -> list[D | BaseException]:
+        """Start one desktop per request, all at once under the lock (the forks of a
+        snapshot); each result is the desktop or why its start failed. ``replacing``: the one
+        request's slot holds this session now, which is removed first (a reset in place; a
+        newer session there is a ``session_conflict``)."""
+        events: list[RelayRow] = []
+        try:
+            async with self._lock:
+                if replacing is not None:
+                    await self._replace(reqs[0].slot, replacing, events)
+                await self._check_room(reqs, events)
+                await self._check_can_start(reqs[0])
+                for req in reqs[1:]:
+                    await self.launcher.ready(req)
+                return list(
+                    await asyncio.gather(*(self._launch(r) for r in reqs), return_exceptions=True)
+                )
+        finally:
+            await self._emit(events)
+
+    async def _replace(self, slot: str, session_id: str, events: list[RelayRow]) -> None:
+        """Remove the slot's desktop of ``session_id`` for a reset (caller holds the lock)."""
+        current = await self._running_in(slot, events)
+        if current is None:
+            raise OpError(
+                ErrorCode.NOT_RUNNING, f"no desktop runs in slot {slot!r}", {"field": "slot"}
+            )
+        if current.desktop_session_id != session_id:
+            raise SessionConflict(current.desktop_session_id)
+        await self._remove(current, "stopped")
+        events.append(
+            {**current.to_row(), "state": "stopped", "reason": "reset", "updated_at": now_iso()}
+        )
+
+    async def _check_room(self, reqs: Sequence[StartRequest], events: list[RelayRow]) -> None:
+        """Refuse starts into slots that hold a desktop, or more than the relay has room for
+        (``count``), before anything starts (caller holds the lock)."""
+        busy = [r.slot for r in reqs if await self._running_in(r.slot, events) is not None]
+        if busy:
+            raise OpError(
+                ErrorCode.BUSY,
+                f"slots: a desktop runs in {busy[0]!r} already",
+                {"field": "slots", "slots": busy},
+            )
+        room = self.max_desktops - len(self._desktops)
+        if len(reqs) > room:
+            raise OpError(
+                ErrorCode.LIMIT_REACHED,
+                f"count: {len(reqs)} desktops asked for, this relay has room for {room} more "
+                f"(at most {self.max_desktops} {self.launcher.noun})",
+                {"field": "count", "max_desktops": self.max_desktops, "room": room},
+            )
+
     async def status(self) -> list[RelayRow]:
         """Rows of the live desktops; ones whose essential processes died are failed first.
 

@@ -60,7 +60,7 @@ async def test_upgrade_twice_matches_models(empty_database_url: str) -> None:
     assert await current_revision(empty_database_url) is None
     await upgrade(empty_database_url)
     await upgrade(empty_database_url)  # already at head: a no-op
-    assert await current_revision(empty_database_url) == head_revision() == "0003"
+    assert await current_revision(empty_database_url) == head_revision() == "0004"
     tables, diff = await _inspect(empty_database_url)
     assert tables == set(Base.metadata.tables) | {"alembic_version"}
     assert diff == []

@@ -1,0 +1,167 @@
+"""A snapshot's files on its relay: the copy of a desktop's home and what it records, under
+the relay's state directory (root's, 0700), and the seeding of a new home from it.
+
+Everything here blocks: callers run it off the event loop. A snapshot's directory is named by
+the id the server gave it (checked against one pattern), never by anything a desktop chose.
+The copy of a live home tolerates files that vanish while it is read (a browser rewrites its
+profile all the time) and leaves out the browser's single-instance locks, which would point a
+fork's browser at the original desktop's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from relay.desktops.credentials import PRIVATE_FILE_MODE, private_dir
+from relay.desktops.user import DesktopUser, directory_size
+from wire.errors import ErrorCode, InvalidArgs, OpError
+from wire.snapshots import SNAPSHOT_ID_RE, SnapshotWindow
+
+logger = logging.getLogger(__name__)
+
+HOME: Final = "home"
+META: Final = "snapshot.json"
+# Chromium's single-instance lock, socket and cookie: a copy would make a fork's browser hand
+# its window to the original desktop's browser.
+LEFT_OUT: Final = frozenset({"SingletonLock", "SingletonSocket", "SingletonCookie"})
+SIZE_SETTING: Final = "RELAYDESK_SNAPSHOT_MAX_MB"
+
+
+@dataclass
+class SnapshotMeta:
+    """What a snapshot records besides its home."""
+
+    profile: str | None
+    geometry: str
+    depth: int
+    apps: list[str] = field(default_factory=list)
+    windows: list[SnapshotWindow] = field(default_factory=list)
+    size_bytes: int = 0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SnapshotMeta:
+        return cls(
+            profile=data.get("profile"),
+            geometry=str(data["geometry"]),
+            depth=int(data["depth"]),
+            apps=[str(a) for a in data.get("apps", [])],
+            windows=[_window(w) for w in data.get("windows", [])],
+            size_bytes=int(data.get("size_bytes", 0)),
+        )
+
+
+def _window(data: dict[str, Any]) -> SnapshotWindow:
+    return {
+        "app": str(data["app"]),
+        "x": int(data["x"]),
+        "y": int(data["y"]),
+        "width": int(data["width"]),
+        "height": int(data["height"]),
+    }
+
+
+class SnapshotFiles:
+    """The snapshots this relay keeps (``<state_dir>/snapshots/<id>/``)."""
+
+    def __init__(self, state_dir: Path, max_mb: int) -> None:
+        self.root = state_dir / "snapshots"
+        self.max_mb = max_mb
+
+    def path(self, snapshot_id: str) -> Path:
+        if not SNAPSHOT_ID_RE.fullmatch(snapshot_id):
+            raise InvalidArgs("snapshot_id", f"must match ^{SNAPSHOT_ID_RE.pattern}$")
+        return self.root / snapshot_id
+
+    def home(self, snapshot_id: str) -> Path:
+        return self.path(snapshot_id) / HOME
+
+    def save(self, snapshot_id: str, home: Path, meta: SnapshotMeta) -> SnapshotMeta:
+        """Copy ``home`` and write ``meta`` as the snapshot ``snapshot_id``; refused over the
+        size limit (``limit_reached`` naming it) or when the id is taken (``busy``)."""
+        target = self.path(snapshot_id)
+        size = directory_size(home)
+        if size > self.max_mb * 2**20:
+            raise OpError(
+                ErrorCode.LIMIT_REACHED,
+                f"the desktop's home holds {size // 2**20} MB, more than a snapshot may "
+                f"({self.max_mb} MB, {SIZE_SETTING})",
+                {"field": "name", "size_mb": size // 2**20, "limit_mb": self.max_mb},
+            )
+        private_dir(self.root)
+        if target.exists():
+            raise OpError(ErrorCode.BUSY, "a snapshot with this id exists", {"field": "name"})
+        partial = self.root / f".{snapshot_id}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        private_dir(partial)
+        try:
+            _copy_live_home(home, partial / HOME)
+            meta.size_bytes = directory_size(partial / HOME)
+            meta_path = partial / META
+            meta_path.write_text(json.dumps(asdict(meta)), encoding="utf-8")
+            meta_path.chmod(PRIVATE_FILE_MODE)
+            partial.rename(target)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        return meta
+
+    def load(self, snapshot_id: str) -> SnapshotMeta:
+        """The snapshot's record; ``not_found`` naming ``snapshot`` when this relay has none."""
+        meta_path = self.path(snapshot_id) / META
+        try:
+            return SnapshotMeta.from_json(json.loads(meta_path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise OpError(
+                ErrorCode.NOT_FOUND,
+                "snapshot: this relay keeps no such snapshot",
+                {"field": "snapshot"},
+            ) from None
+        except (ValueError, KeyError, TypeError) as err:
+            raise OpError(ErrorCode.NOT_FOUND, "snapshot: its record is unreadable") from err
+
+    def delete(self, snapshot_id: str) -> bool:
+        target = self.path(snapshot_id)
+        existed = target.is_dir()
+        shutil.rmtree(target, ignore_errors=True)
+        return existed
+
+
+def _copy_live_home(source: Path, target: Path) -> None:
+    """Copy a running desktop's home (links kept as links, never followed); files that vanish
+    while it is read are left out, and so are the browser's single-instance locks."""
+
+    def ignore(_directory: str, names: list[str]) -> set[str]:
+        return {n for n in names if n in LEFT_OUT}
+
+    def copy(src: str, dst: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copy2(src, dst, follow_symlinks=False)
+
+    try:
+        shutil.copytree(source, target, symlinks=True, ignore=ignore, copy_function=copy)
+    except shutil.Error as err:  # entries that went away mid-copy (sockets, rewritten files)
+        logger.info("snapshot copy left out %d entries that changed while read", len(err.args[0]))
+
+
+def seed_home(snapshot_home: Path, home: Path, user: DesktopUser | None) -> None:
+    """Fill a new, empty home with a copy of a snapshot's (``cp --reflink=auto``: shared
+    blocks where the file system can, a plain copy elsewhere), owned by the desktop user.
+    The home is the new session's and no process of it runs yet."""
+    subprocess.run(
+        ["cp", "-a", "--reflink=auto", f"{snapshot_home}/.", f"{home}/"],
+        check=True,
+        capture_output=True,
+    )
+    if user is None:
+        return
+    for root, dirs, files in os.walk(home):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(root, name), user.uid, user.gid, follow_symlinks=False)

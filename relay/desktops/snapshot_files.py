@@ -162,6 +162,8 @@ def seed_home(snapshot_home: Path, home: Path, user: DesktopUser | None) -> None
     )
     if user is None:
         return
+    # ``cp -a`` gave the home itself the snapshot's owner too: it is the user's again first.
+    os.chown(home, user.uid, user.gid, follow_symlinks=False)
     for root, dirs, files in os.walk(home):
         for name in (*dirs, *files):
             os.chown(os.path.join(root, name), user.uid, user.gid, follow_symlinks=False)

@@ -280,6 +280,22 @@ async def test_reset_restores_a_deleted_file_under_a_new_session(stack: Stack) -
     stack.forks[slot] = renewed
 
 
+async def test_chat_saves_and_resets_the_main_desktop(stack: Stack) -> None:
+    saved = await stack.say("/desktop snapshot from-chat")
+    assert saved["payload"]["outcome"] == "saved", saved
+    assert saved["payload"]["snapshot"]["name"] == "from-chat"
+    again = await stack.say("/desktop snapshot from-chat")
+    assert again["payload"]["error"]["code"] == "invalid_args", again
+    (stack.home(stack.main) / NOTES).unlink()
+    reset = await stack.say("/desktop reset from-chat")
+    assert reset["payload"]["outcome"] == "reset", reset
+    new = reset["payload"]["desktop"]["desktop_session_id"]
+    assert new != stack.main
+    assert _file_is(stack.home(new) / NOTES, TEXT)
+    stack.main = new
+    await stack.ok("desktop_snapshot_delete", name="from-chat")
+
+
 async def test_delete_removes_the_snapshot(stack: Stack) -> None:
     deleted = await stack.ok("desktop_snapshot_delete", name="base")
     assert (deleted["deleted"], deleted["files_deleted"]) == (True, True)

@@ -82,6 +82,8 @@ FORK_PROPERTIES: Final[dict[str, Schema]] = {
     },
     "slots": {
         "type": "array",
+        "items": {"type": "string", "pattern": f"^{SLOT_RE.pattern}$"},
+        "maxItems": MAX_FORKS,
         "description": "With snapshot: the slots of the new desktops; absent: "
         "'<snapshot>-1', '<snapshot>-2', … (free ones).",
     },

@@ -238,6 +238,7 @@ async def snapshot_run(config: DesktopSettings, forks: int, rounds: int) -> Snap
     from relay.desktops.snapshots import Snapshots
 
     mgr = process_desktops(config)
+    mgr.authority.use_in_process()  # the window list reads X as the relay does
     snapshots = Snapshots(mgr)
     snapshot_id = os.urandom(16).hex()
     try:

@@ -116,25 +116,38 @@ class Desktops(Generic[D, S, L]):
     ) -> list[D | BaseException]:
         """Start one desktop per request, all at once under the lock (the forks of a
         snapshot); each result is the desktop or why its start failed. ``replacing``: the one
-        request's slot holds this session now, which is removed first (a reset in place; a
-        newer session there is a ``session_conflict``)."""
+        request's slot holds this session now, which is removed while the new desktop starts
+        (a reset in place; a newer session there is a ``session_conflict``)."""
         events: list[RelayRow] = []
         try:
             async with self._lock:
+                removal: list[Awaitable[None]] = []
                 if replacing is not None:
-                    await self._replace(reqs[0].slot, replacing, events)
+                    current = await self._replaceable(reqs[0].slot, replacing, events)
+                    # The slot is the new desktop's from now on; the old one ends meanwhile.
+                    self._desktops.pop(current.slot, None)
+                    removal.append(self._remove(current, "stopped"))
+                    events.append(
+                        {
+                            **current.to_row(),
+                            "state": "stopped",
+                            "reason": "reset",
+                            "updated_at": now_iso(),
+                        }
+                    )
                 await self._check_room(reqs, events)
                 await self._check_can_start(reqs[0])
                 for req in reqs[1:]:
                     await self.launcher.ready(req)
-                return list(
-                    await asyncio.gather(*(self._launch(r) for r in reqs), return_exceptions=True)
+                results = await asyncio.gather(
+                    *removal, *(self._launch(r) for r in reqs), return_exceptions=True
                 )
+                return list(results[len(removal) :])  # type: ignore[arg-type]
         finally:
             await self._emit(events)
 
-    async def _replace(self, slot: str, session_id: str, events: list[RelayRow]) -> None:
-        """Remove the slot's desktop of ``session_id`` for a reset (caller holds the lock)."""
+    async def _replaceable(self, slot: str, session_id: str, events: list[RelayRow]) -> D:
+        """The slot's desktop of ``session_id``, for a reset (caller holds the lock)."""
         current = await self._running_in(slot, events)
         if current is None:
             raise OpError(
@@ -142,10 +155,7 @@ class Desktops(Generic[D, S, L]):
             )
         if current.desktop_session_id != session_id:
             raise SessionConflict(current.desktop_session_id)
-        await self._remove(current, "stopped")
-        events.append(
-            {**current.to_row(), "state": "stopped", "reason": "reset", "updated_at": now_iso()}
-        )
+        return current
 
     async def _check_room(self, reqs: Sequence[StartRequest], events: list[RelayRow]) -> None:
         """Refuse starts into slots that hold a desktop, or more than the relay has room for

@@ -3,9 +3,10 @@ the relay's state directory (root's, 0700), and the seeding of a new home from i
 
 Everything here blocks: callers run it off the event loop. A snapshot's directory is named by
 the id the server gave it (checked against one pattern), never by anything a desktop chose.
-The copy of a live home tolerates files that vanish while it is read (a browser rewrites its
-profile all the time) and leaves out the browser's single-instance locks, which would point a
-fork's browser at the original desktop's.
+The copy of a live home is walked through descriptors and never follows a link (the home is
+the desktop user's, who may swap a directory for a link meanwhile); it tolerates files that
+vanish while it is read (a browser rewrites its profile all the time) and leaves out the
+browser's single-instance locks, which would point a fork's browser at the original desktop's.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +35,7 @@ META: Final = "snapshot.json"
 # its window to the original desktop's browser.
 LEFT_OUT: Final = frozenset({"SingletonLock", "SingletonSocket", "SingletonCookie"})
 SIZE_SETTING: Final = "RELAYDESK_SNAPSHOT_MAX_MB"
+COPY_CHUNK: Final = 1 << 20
 
 
 @dataclass
@@ -135,20 +138,55 @@ class SnapshotFiles:
 
 
 def _copy_live_home(source: Path, target: Path) -> None:
-    """Copy a running desktop's home (links kept as links, never followed); files that vanish
-    while it is read are left out, and so are the browser's single-instance locks."""
+    """Copy a running desktop's home, walked through descriptors (``os.fwalk``, never
+    following a link: the desktop user may swap a directory for a link while it is read, and
+    root must not copy what the link points at). Regular files, directories and links are
+    copied; sockets, pipes and devices, files that vanish while they are read and the
+    browser's single-instance locks are left out."""
+    skipped = 0
+    private_dir(target)
+    for root, dirs, files, root_fd in os.fwalk(source, follow_symlinks=False):
+        here = target / os.path.relpath(root, source)
+        # A link to a directory is listed with the directories (never entered): a link.
+        links = [d for d in dirs if _is_link(root_fd, d)]
+        dirs[:] = [d for d in dirs if d not in LEFT_OUT and d not in links]
+        for name in dirs:
+            with contextlib.suppress(FileExistsError):
+                (here / name).mkdir(mode=0o700)
+        for name in (*links, *files):
+            if name in LEFT_OUT or not _copy_entry(root_fd, name, here / name):
+                skipped += 1
+    if skipped:
+        logger.info("snapshot copy left out %d entries (not files, locks, or gone)", skipped)
 
-    def ignore(_directory: str, names: list[str]) -> set[str]:
-        return {n for n in names if n in LEFT_OUT}
 
-    def copy(src: str, dst: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.copy2(src, dst, follow_symlinks=False)
-
+def _is_link(dir_fd: int, name: str) -> bool:
     try:
-        shutil.copytree(source, target, symlinks=True, ignore=ignore, copy_function=copy)
-    except shutil.Error as err:  # entries that went away mid-copy (sockets, rewritten files)
-        logger.info("snapshot copy left out %d entries that changed while read", len(err.args[0]))
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _copy_entry(dir_fd: int, name: str, target: Path) -> bool:
+    """One entry of a directory opened as ``dir_fd``: a link as a link, a regular file's
+    bytes and mode; False for anything else or an entry that went away."""
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            os.symlink(os.readlink(name, dir_fd=dir_fd), target)
+            return True
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as source:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        with open(target, "xb") as copy:
+            shutil.copyfileobj(source, copy, COPY_CHUNK)
+    target.chmod(stat.S_IMODE(info.st_mode) & 0o777)
+    return True
 
 
 def seed_home(snapshot_home: Path, home: Path, user: DesktopUser | None) -> None:

@@ -24,6 +24,11 @@ def _home(tmp_path: Path) -> Path:
     (home / ".config" / "browser" / "Preferences").write_text("{}")
     (home / ".config" / "browser" / "SingletonLock").symlink_to("otherhost-123")
     (home / "link").symlink_to("/etc/passwd")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("not the desktop's")
+    (home / "escape").symlink_to(outside, target_is_directory=True)
+    os.mkfifo(home / "pipe")
     return home
 
 
@@ -39,6 +44,8 @@ def test_a_snapshot_keeps_the_home_without_the_browser_lock(tmp_path: Path) -> N
     assert (copy / ".config" / "browser" / "Preferences").exists()
     assert not os.path.lexists(copy / ".config" / "browser" / "SingletonLock")
     assert os.readlink(copy / "link") == "/etc/passwd", "links are copied as links"
+    assert (copy / "escape").is_symlink() and not (copy / "escape").resolve().is_relative_to(copy)
+    assert not os.path.lexists(copy / "pipe"), "a pipe is never opened nor copied"
     assert saved.size_bytes > 0
     assert files.load(SNAPSHOT_ID) == saved
     assert oct((tmp_path / "state" / "snapshots").stat().st_mode & 0o777) == "0o700"

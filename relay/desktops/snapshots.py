@@ -230,10 +230,13 @@ class Snapshots:
                 await self.launcher.launch_app(session_id, desktop.slot, app)
             if meta.windows:
                 await self._place(desktop, meta.windows)
-        except OpError as err:
-            logger.warning("fork slot=%s: apps not all restored: %s", desktop.slot, err.message)
-        except Exception:
-            logger.exception("fork slot=%s: restoring its apps failed", desktop.slot)
+        except Exception as err:
+            if self.launcher.slots.by_session(session_id) is None:
+                return  # stopped meanwhile: nothing left to restore
+            if isinstance(err, OpError):
+                logger.warning("slot=%s: apps not all restored: %s", desktop.slot, err.message)
+            else:
+                logger.exception("slot=%s: restoring its apps failed", desktop.slot)
 
     async def _place(self, desktop: Desktop, saved: Sequence[SnapshotWindow]) -> None:
         """Wait for each saved window's app to map one more window, and move and size it to

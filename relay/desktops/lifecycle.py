@@ -67,6 +67,8 @@ class Desktops(Generic[D, S, L]):
         self._watchdog = Watchdog(self.check_all, config.watchdog_interval_s)
         self._strikes = ProbeStrikes(config.probe_failures)
         self._cleanup: asyncio.Task[None] | None = None  # adopt(clean_up_later=True)
+        # Resets whose old desktop is still ending (start_many); close() waits for them.
+        self._finishing: set[asyncio.Task[None]] = set()
 
     @property
     def config(self) -> DesktopSettings:
@@ -115,18 +117,27 @@ class Desktops(Generic[D, S, L]):
         self, reqs: Sequence[StartRequest], *, replacing: str | None = None
     ) -> list[D | BaseException]:
         """Start one desktop per request, all at once under the lock (the forks of a
-        snapshot); each result is the desktop or why its start failed. ``replacing``: the one
-        request's slot holds this session now, which is removed while the new desktop starts
-        (a reset in place; a newer session there is a ``session_conflict``)."""
+        snapshot); each result is the desktop or why its start failed.
+
+        ``replacing``: the one request's slot holds this session now (a reset in place; a
+        newer session there is a ``session_conflict``). It is ended while the new desktop
+        starts, and the answer does not wait for the end: it goes on under the lock, taken
+        again once free (:meth:`_finish`; :meth:`close` waits for it). The new start is
+        recorded before the old desktop's teardown first yields, so that teardown never takes
+        it for the last desktop of the account."""
         events: list[RelayRow] = []
         try:
             async with self._lock:
-                removal: list[Awaitable[None]] = []
+                removal: asyncio.Task[None] | None = None
                 if replacing is not None:
                     current = await self._replaceable(reqs[0].slot, replacing, events)
                     # The slot is the new desktop's from now on; the old one ends meanwhile.
                     self._desktops.pop(current.slot, None)
-                    removal.append(self._remove(current, "stopped"))
+                    try:
+                        await self._check_can_start(reqs[0])
+                    except BaseException:
+                        self._desktops[current.slot] = current  # nothing changes
+                        raise
                     events.append(
                         {
                             **current.to_row(),
@@ -135,16 +146,34 @@ class Desktops(Generic[D, S, L]):
                             "updated_at": now_iso(),
                         }
                     )
-                await self._check_room(reqs, events)
-                await self._check_can_start(reqs[0])
-                for req in reqs[1:]:
-                    await self.launcher.ready(req)
-                results = await asyncio.gather(
-                    *removal, *(self._launch(r) for r in reqs), return_exceptions=True
-                )
-                return list(results[len(removal) :])  # type: ignore[arg-type]
+                    # Started first: each is recorded as starting before its first pause.
+                    launches = [asyncio.ensure_future(self._launch(r)) for r in reqs]
+                    removal = asyncio.ensure_future(self._remove(current, "stopped"))
+                else:
+                    await self._check_room(reqs, events)
+                    await self._check_can_start(reqs[0])
+                    for req in reqs[1:]:
+                        await self.launcher.ready(req)
+                    launches = [asyncio.ensure_future(self._launch(r)) for r in reqs]
+                try:
+                    results = await asyncio.gather(*launches, return_exceptions=True)
+                finally:
+                    if removal is not None and not removal.done():
+                        self._finishing.add(asyncio.create_task(self._finish(removal)))
+                return list(results)
         finally:
             await self._emit(events)
+
+    async def _finish(self, removal: asyncio.Task[None]) -> None:
+        """Hold the lock until a reset's old desktop has ended."""
+        try:
+            async with self._lock:
+                await removal
+        except Exception:
+            logger.exception("ending a reset desktop failed")
+        finally:
+            if (task := asyncio.current_task()) is not None:
+                self._finishing.discard(task)
 
     async def _replaceable(self, slot: str, session_id: str, events: list[RelayRow]) -> D:
         """The slot's desktop of ``session_id``, for a reset (caller holds the lock)."""
@@ -498,6 +527,7 @@ class Desktops(Generic[D, S, L]):
         """Stop the watchdog; stop every desktop too when asked, else leave them for adoption."""
         if self._cleanup is not None:
             await self._cleanup
+        await asyncio.gather(*self._finishing, return_exceptions=True)
         await self._watchdog.stop()
         async with self._lock:
             if stop_desktops:

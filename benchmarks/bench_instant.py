@@ -15,8 +15,16 @@
   to an idle relay per pooled desktop (its desktops' cgroups and the relay process, against
   the same window without a pool; target <= 2 % of a core).
 
+Snapshots, forks and reset (standard profile, ``snapshot_*`` below):
+
+* baseline, measured in the same run: one cold standard start → its browser window mapped;
+* a snapshot of a standard desktop, then 8 forks of it started at once → all 8 with their
+  browser window mapped (target <= 3x the cold start; ``--quick``: 2 forks);
+* ``desktop_reset`` to a snapshot → running (the op's answer), p50 (target <= 1 s), and a reset
+  to a fresh start of the profile.
+
 Needs a root relay on a host with a writable cgroup2 hierarchy (desktops get a cgroup only
-then). Run: ``.venv/bin/python -m benchmarks.bench_instant [--quick]``.
+then). Run: ``.venv/bin/python -m benchmarks.bench_instant [--quick] [--snapshots-only]``.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from benchmarks.rfb import RFBClient
 from relay.desktops import DesktopSettings, ProcessDesktops, process_desktops
 from relay.desktops import cgroups as desktop_cgroups
 from relay.desktops.pool import WarmPool
+from wire.errors import OpError
 from wire.ops import RelayRow
 
 TARGET_RESUME_MS = 100.0
@@ -271,11 +280,21 @@ async def run(config: DesktopSettings, rounds: int, window_s: float) -> Measured
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser(__doc__.splitlines()[0]).parse_args(argv)
+    cli = parser(__doc__.splitlines()[0])
+    cli.add_argument("--snapshots-only", action="store_true", help="only snapshots and forks")
+    args = cli.parse_args(argv)
     if os.geteuid() != 0:
         print("needs root: desktops get a cgroup (and a pause) only on a root relay")
         return 1
-    rounds, window_s = (2, 1.0) if args.quick else (10, 30.0)
+    if args.snapshots_only:
+        return snapshot_main(args.quick)
+    paused_ok = pause_main(args.quick)
+    return 0 if snapshot_main(args.quick) == 0 and paused_ok else 1
+
+
+def pause_main(quick: bool) -> bool:
+    """The pause and resume part; whether its paused desktop used no CPU."""
+    rounds, window_s = (2, 1.0) if quick else (10, 30.0)
     with tempfile.TemporaryDirectory() as tmp:
         config = DesktopSettings(state_dir=Path(tmp), default_profile="minimal")
         pool_config = dataclasses.replace(config, state_dir=Path(tmp) / "pool")
@@ -304,7 +323,143 @@ def main(argv: list[str] | None = None) -> int:
         f" ({run_ticks} ticks); paused {paused_usec} µs ({paused_ticks} ticks; target 0)"
     )
     report_pool(pool_result)
-    return 0 if paused_ticks == 0 and paused_usec == 0 else 1
+    return paused_ticks == 0 and paused_usec == 0
+
+
+# -- snapshots, forks and reset -------------------------------------------------------------
+
+TARGET_FORKS_RATIO = 3.0
+TARGET_RESET_MS = 1000.0
+BROWSER = "chromium"
+
+
+async def browser_mapped(row: RelayRow, timeout_s: float = 120.0) -> None:
+    """Wait until the desktop's browser has mapped its window (read from X)."""
+    from relay.desktop_tools.windows import list_windows
+    from relay.policy import DeniedApps
+
+    display = str(row["display"])
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline:
+        try:
+            windows, _ = await asyncio.to_thread(list_windows, display, DeniedApps())
+        except OpError:  # the display may not take connections yet
+            windows = []
+        if any(w["app"] == BROWSER for w in windows):
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"no browser window on {display} within {timeout_s:.0f} s")
+
+
+@dataclasses.dataclass
+class SnapshotMeasured:
+    cold: float  # s, one cold standard start → browser window mapped
+    cold_op: float  # s, the same start → running (the op's answer)
+    forks: int
+    forks_mapped: float  # s, fork op → every fork's browser window mapped
+    forks_op: float  # s, the fork op alone (all running)
+    snapshot: float  # s, the snapshot op
+    snapshot_kb: int
+    reset: list[float]  # s, reset to the snapshot → running
+    reset_fresh: list[float]  # s, reset to a fresh start → running
+
+
+async def snapshot_run(config: DesktopSettings, forks: int, rounds: int) -> SnapshotMeasured:
+    from relay.desktops.snapshots import Snapshots
+
+    mgr = process_desktops(config)
+    mgr.authority.use_in_process()  # the window list reads X as the relay does
+    snapshots = Snapshots(mgr)
+    snapshot_id = os.urandom(16).hex()
+    try:
+        started = time.perf_counter()
+        cold_row = await mgr.start(slot="cold", profile="standard")
+        cold_op = time.perf_counter() - started
+        await browser_mapped(cold_row)
+        cold = time.perf_counter() - started
+        await mgr.stop(slot="cold", desktop_session_id=cold_row["desktop_session_id"])
+
+        source = await mgr.start(slot="source", profile="standard")
+        await browser_mapped(source)
+        await asyncio.sleep(1.0)  # the browser writes its profile
+        started = time.perf_counter()
+        saved = await snapshots.snapshot(
+            {"desktop_session_id": source["desktop_session_id"], "snapshot_id": snapshot_id}
+        )
+        snapshot_s = time.perf_counter() - started
+        await mgr.stop(slot="source", desktop_session_id=source["desktop_session_id"])
+
+        slots = [f"fork-{i}" for i in range(1, forks + 1)]
+        started = time.perf_counter()
+        forked = await snapshots.fork({"snapshot_id": snapshot_id, "slots": slots})
+        forks_op = time.perf_counter() - started
+        if forked["failed"]:
+            raise SystemExit(f"forks failed: {forked['failed']}")
+        await asyncio.gather(*(browser_mapped(row) for row in forked["desktops"]))
+        forks_mapped = time.perf_counter() - started
+        for row in forked["desktops"][1:]:
+            await mgr.stop(slot=row["slot"], desktop_session_id=row["desktop_session_id"])
+
+        current = forked["desktops"][0]["desktop_session_id"]
+        resets: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(rounds):
+            for to_snapshot in (True, False):
+                await asyncio.sleep(0.5)
+                started = time.perf_counter()
+                reset = await snapshots.reset(
+                    {"desktop_session_id": current, "snapshot_id": snapshot_id}
+                    if to_snapshot
+                    else {"desktop_session_id": current}
+                )
+                resets[to_snapshot].append(time.perf_counter() - started)
+                current = reset["desktop_session_id"]
+        return SnapshotMeasured(
+            cold,
+            cold_op,
+            forks,
+            forks_mapped,
+            forks_op,
+            snapshot_s,
+            saved["size_bytes"] // 1024,
+            resets[True],
+            resets[False],
+        )
+    finally:
+        await snapshots.aclose()
+        await mgr.close(stop_desktops=True)
+
+
+def snapshot_main(quick: bool) -> int:
+    """Snapshots, forks and reset against one cold standard start of the same run."""
+    forks, rounds = (2, 2) if quick else (8, 10)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = DesktopSettings(state_dir=Path(tmp), max_desktops=forks + 2)
+        result = asyncio.run(snapshot_run(config, forks, rounds))
+    cold = result.cold * 1000
+    mapped, ratio = result.forks_mapped * 1000, result.forks_mapped / result.cold
+    print(
+        f"cold standard start (baseline): → running {result.cold_op * 1000:.0f} ms,"
+        f" → browser window mapped {cold:.0f} ms"
+    )
+    print(
+        f"snapshot of a standard desktop: {result.snapshot * 1000:.0f} ms,"
+        f" {result.snapshot_kb} KB of home"
+    )
+    print(
+        f"{result.forks} forks at once → all browser windows mapped: {mapped:.0f} ms"
+        f" (fork op alone, all running: {result.forks_op * 1000:.0f} ms);"
+        f" ratio to the cold start {ratio:.2f} (target <= {TARGET_FORKS_RATIO:.0f})"
+    )
+    reset = statistics.median(result.reset) * 1000
+    fresh = statistics.median(result.reset_fresh) * 1000
+    print(
+        f"desktop_reset → running, {len(result.reset)} rounds: to the snapshot p50 {reset:.0f} ms"
+        f" (max {max(result.reset) * 1000:.0f}), to a fresh start p50 {fresh:.0f} ms;"
+        f" p50/target {reset / TARGET_RESET_MS:.2f} (target {TARGET_RESET_MS:.0f} ms);"
+        f" ratio to the cold start → running {reset / (result.cold_op * 1000):.2f}"
+    )
+    print(f"load: {Path('/proc/loadavg').read_text(encoding='ascii').strip()}")
+    return 0
 
 
 if __name__ == "__main__":

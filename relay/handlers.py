@@ -40,8 +40,23 @@ from wire.home_files import DESKTOP_HOME_FILE, HomeFileArgs, HomeFileResult
 from wire.ids import ChannelId
 from wire.messages import Request
 from wire.screen_actions import ScreenAction
+from wire.snapshots import (
+    DESKTOP_FORK,
+    DESKTOP_RESET,
+    DESKTOP_SNAPSHOT,
+    DESKTOP_SNAPSHOT_DELETE,
+    DesktopForkArgs,
+    DesktopForkResult,
+    DesktopResetArgs,
+    DesktopResetResult,
+    DesktopSnapshotArgs,
+    DesktopSnapshotResult,
+    SnapshotDeleteResult,
+    SnapshotIdArgs,
+)
 
 if TYPE_CHECKING:
+    from relay.desktops.snapshots import Snapshots
     from relay.link import ServerLink
 
 log = logging.getLogger(__name__)
@@ -120,6 +135,10 @@ class Handlers:
                 _entry(ops.DESKTOP_APPS, self._desktop_apps),
                 _entry(ops.DESKTOP_LAUNCH, self._desktop_launch),
                 _entry(ops.DESKTOP_RESET_HOME, self._desktop_reset_home),
+                _entry(DESKTOP_SNAPSHOT, self._desktop_snapshot),
+                _entry(DESKTOP_SNAPSHOT_DELETE, self._desktop_snapshot_delete),
+                _entry(DESKTOP_FORK, self._desktop_fork),
+                _entry(DESKTOP_RESET, self._desktop_reset),
                 _entry(ops.CHANNEL_OPEN, self._channel_open),
                 _entry(ops.KEYBOARD_STATE, self._keyboard_state),
                 _entry(ops.VNC_DIRECT, self._vnc_direct),
@@ -345,6 +364,34 @@ class Handlers:
         """Wipe the slot's kept home (refused while a desktop runs there)."""
         backend = self._of_kind(args.get("kind", "virtual"))
         return await backend.reset_home(args.get("slot", DEFAULT_SLOT))
+
+    def _snapshots(self, kind: str) -> Snapshots:
+        """The snapshots of ``kind``'s desktops (only desktops of processes have them)."""
+        snapshots: Snapshots | None = getattr(self._of_kind(kind), "snapshots", None)
+        if snapshots is None:
+            raise OpError(
+                ErrorCode.UNAVAILABLE, f"{kind} desktops have no snapshots", {"field": "kind"}
+            )
+        return snapshots
+
+    async def _desktop_snapshot(
+        self, link: ServerLink, args: DesktopSnapshotArgs
+    ) -> DesktopSnapshotResult:
+        """Save the exact desktop's home, profile, geometry and apps (docs/desktops.md)."""
+        return await self._snapshots(args.get("kind", "virtual")).snapshot(args)
+
+    async def _desktop_snapshot_delete(
+        self, link: ServerLink, args: SnapshotIdArgs
+    ) -> SnapshotDeleteResult:
+        return {"deleted": await self._snapshots("virtual").delete(args["snapshot_id"])}
+
+    async def _desktop_fork(self, link: ServerLink, args: DesktopForkArgs) -> DesktopForkResult:
+        """Start one desktop per slot from a snapshot, each with its own copy of its home."""
+        return await self._snapshots("virtual").fork(args)
+
+    async def _desktop_reset(self, link: ServerLink, args: DesktopResetArgs) -> DesktopResetResult:
+        """Replace the exact desktop in its slot by a snapshot's state or a fresh start."""
+        return await self._snapshots(args.get("kind", "virtual")).reset(args)
 
     async def _vnc_direct(self, link: ServerLink, args: ops.SessionArgs) -> ops.VncDirectResult:
         """For a server on this host (direct path): the desktop's loopback x11vnc port and VNC

@@ -29,6 +29,7 @@ from server.actions.desktop_pool import POOL_ACTIONS
 from server.actions.desktop_tools import DESKTOP_TOOL_ACTIONS
 from server.actions.invoke import ActionRunner
 from server.actions.registry import ActionRegistry
+from server.actions.snapshots import SNAPSHOT_ACTIONS
 from server.auth.dependencies import Authenticator
 from server.auth.purge import session_purging
 from server.auth.ratelimit import LoginRateLimiter
@@ -68,6 +69,7 @@ PRUNE_INTERVAL_S: Final = 3600.0
 ACTIONS: Final = (
     DESKTOP_ACTIONS
     + DESKTOP_APP_ACTIONS
+    + SNAPSHOT_ACTIONS
     + DESKTOP_FIT_ACTIONS
     + A11Y_ACTIONS
     + CONTROL_ACTIONS

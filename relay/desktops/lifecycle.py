@@ -80,6 +80,8 @@ class Desktops(Generic[D, S, L]):
         self._cleanup: asyncio.Task[None] | None = None  # adopt(clean_up_later=True)
         # Ready desktops a matching start takes (set before ``start_pool``; None: no pool).
         self.pool: Pool[D] | None = None
+        # Resets whose old desktop is still ending (start_many); close() waits for them.
+        self._finishing: set[asyncio.Task[None]] = set()
 
     @property
     def config(self) -> DesktopSettings:
@@ -126,6 +128,98 @@ class Desktops(Generic[D, S, L]):
                 return {**desktop.to_row(), "already_running": False, "from_pool": from_pool}
         finally:
             await self._emit(events)
+
+    async def start_many(
+        self, reqs: Sequence[StartRequest], *, replacing: str | None = None
+    ) -> list[D | BaseException]:
+        """Start one desktop per request, all at once under the lock (the forks of a
+        snapshot); each result is the desktop or why its start failed.
+
+        ``replacing``: the one request's slot holds this session now (a reset in place; a
+        newer session there is a ``session_conflict``). It is ended while the new desktop
+        starts, and the answer does not wait for the end: it goes on under the lock, taken
+        again once free (:meth:`_finish`; :meth:`close` waits for it). The new start is
+        recorded before the old desktop's teardown first yields, so that teardown never takes
+        it for the last desktop of the account."""
+        events: list[RelayRow] = []
+        try:
+            async with self._lock:
+                removal: asyncio.Task[None] | None = None
+                if replacing is not None:
+                    current = await self._replaceable(reqs[0].slot, replacing, events)
+                    # The slot is the new desktop's from now on; the old one ends meanwhile.
+                    self._desktops.pop(current.slot, None)
+                    try:
+                        await self._check_can_start(reqs[0])
+                    except BaseException:
+                        self._desktops[current.slot] = current  # nothing changes
+                        raise
+                    events.append(
+                        {
+                            **current.to_row(),
+                            "state": "stopped",
+                            "reason": "reset",
+                            "updated_at": now_iso(),
+                        }
+                    )
+                    # Started first: each is recorded as starting before its first pause.
+                    launches = [asyncio.ensure_future(self._launch(r)) for r in reqs]
+                    removal = asyncio.ensure_future(self._remove(current, "stopped"))
+                else:
+                    await self._check_room(reqs, events)
+                    await self._check_can_start(reqs[0])
+                    for req in reqs[1:]:
+                        await self.launcher.ready(req)
+                    launches = [asyncio.ensure_future(self._launch(r)) for r in reqs]
+                try:
+                    results = await asyncio.gather(*launches, return_exceptions=True)
+                finally:
+                    if removal is not None and not removal.done():
+                        self._finishing.add(asyncio.create_task(self._finish(removal)))
+                return list(results)
+        finally:
+            await self._emit(events)
+
+    async def _finish(self, removal: asyncio.Task[None]) -> None:
+        """Hold the lock until a reset's old desktop has ended."""
+        try:
+            async with self._lock:
+                await removal
+        except Exception:
+            logger.exception("ending a reset desktop failed")
+        finally:
+            if (task := asyncio.current_task()) is not None:
+                self._finishing.discard(task)
+
+    async def _replaceable(self, slot: str, session_id: str, events: list[RelayRow]) -> D:
+        """The slot's desktop of ``session_id``, for a reset (caller holds the lock)."""
+        current = await self._running_in(slot, events)
+        if current is None:
+            raise OpError(
+                ErrorCode.NOT_RUNNING, f"no desktop runs in slot {slot!r}", {"field": "slot"}
+            )
+        if current.desktop_session_id != session_id:
+            raise SessionConflict(current.desktop_session_id)
+        return current
+
+    async def _check_room(self, reqs: Sequence[StartRequest], events: list[RelayRow]) -> None:
+        """Refuse starts into slots that hold a desktop, or more than the relay has room for
+        (``count``), before anything starts (caller holds the lock)."""
+        busy = [r.slot for r in reqs if await self._running_in(r.slot, events) is not None]
+        if busy:
+            raise OpError(
+                ErrorCode.BUSY,
+                f"slots: a desktop runs in {busy[0]!r} already",
+                {"field": "slots", "slots": busy},
+            )
+        room = self.max_desktops - len(self._desktops)
+        if len(reqs) > room:
+            raise OpError(
+                ErrorCode.LIMIT_REACHED,
+                f"count: {len(reqs)} desktops asked for, this relay has room for {room} more "
+                f"(at most {self.max_desktops} {self.launcher.noun})",
+                {"field": "count", "max_desktops": self.max_desktops, "room": room},
+            )
 
     async def status(self) -> list[RelayRow]:
         """Rows of the live desktops; ones whose essential processes died are failed first.
@@ -463,6 +557,7 @@ class Desktops(Generic[D, S, L]):
             await self._cleanup
         if self.pool is not None:
             await self.pool.close(stop_desktops or stop_pool)
+        await asyncio.gather(*self._finishing, return_exceptions=True)
         await self._watchdog.stop()
         async with self._lock:
             if stop_desktops:

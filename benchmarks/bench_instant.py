@@ -1,4 +1,4 @@
-"""Instant desktops: resume against a cold start, and what a paused desktop costs.
+"""Instant desktops: resume and the warm pool against a cold start, and what they cost.
 
 * baseline, measured in the same run: a cold start → first frame (the RFB handshake through
   websockify with the desktop's VNC secret, then a whole FramebufferUpdate), minimal profile;
@@ -7,10 +7,24 @@
   <= 100 ms), and its ratio to the cold start;
 * a paused desktop's CPU over the window (target 0 ticks), while a program in it loops: the
   cgroup's ``cpu.stat`` ``usage_usec`` and the sum of utime + stime of its processes from
-  ``/proc``; the same window running, for comparison.
+  ``/proc``; the same window running, for comparison;
+* the warm pool (relay/desktops/pool.py), minimal profile with its terminal, against cold
+  starts of the same desktop in the same run: pooled ``desktop_start`` → ``running`` p50
+  (targets <= 80 ms and <= 0.1x the cold start's), pooled start → first framebuffer update in
+  a viewer (target <= 250 ms), the PSS of one pooled idle desktop, and the CPU the pool adds
+  to an idle relay per pooled desktop (its desktops' cgroups and the relay process, against
+  the same window without a pool; target <= 2 % of a core).
+
+Snapshots, forks and reset (standard profile, ``snapshot_*`` below):
+
+* baseline, measured in the same run: one cold standard start → its browser window mapped;
+* a snapshot of a standard desktop, then 8 forks of it started at once → all 8 with their
+  browser window mapped (target <= 3x the cold start; ``--quick``: 2 forks);
+* ``desktop_reset`` to a snapshot → running (the op's answer), p50 (target <= 1 s), and a reset
+  to a fresh start of the profile.
 
 Needs a root relay on a host with a writable cgroup2 hierarchy (desktops get a cgroup only
-then). Run: ``.venv/bin/python -m benchmarks.bench_instant [--quick]``.
+then). Run: ``.venv/bin/python -m benchmarks.bench_instant [--quick] [--snapshots-only]``.
 """
 
 from __future__ import annotations
@@ -28,9 +42,16 @@ from benchmarks.common import parser
 from benchmarks.rfb import RFBClient
 from relay.desktops import DesktopSettings, ProcessDesktops, process_desktops
 from relay.desktops import cgroups as desktop_cgroups
+from relay.desktops.pool import WarmPool
+from wire.errors import OpError
 from wire.ops import RelayRow
 
 TARGET_RESUME_MS = 100.0
+TARGET_POOLED_RUNNING_MS = 80.0
+TARGET_POOLED_RATIO = 0.1
+TARGET_POOLED_FRAME_MS = 250.0
+TARGET_POOL_CPU_SHARE = 0.02  # of one core, per pooled idle desktop
+POOL_PROFILE = "minimal"
 # A program that uses all the CPU it is given (niced: the benchmark shares the machine).
 LOOP = 'nice -n 19 sh -c "while :; do :; done"'
 
@@ -118,6 +139,120 @@ async def cpu_over(cgroup: Path, window_s: float) -> tuple[int, int]:
 
 
 @dataclasses.dataclass
+class PoolMeasured:
+    cold: list[tuple[float, float]]  # s, cold start → running, → first frame
+    pooled: list[tuple[float, float]]  # s, pooled start → running, → first frame
+    pss_kib: list[int]  # PSS of each pooled idle desktop
+    idle_cpu_s: tuple[float, float]  # CPU over the window: without a pool, with ``size``
+    size: int
+    window_s: float
+
+
+async def timed_start(mgr: ProcessDesktops, slot: str) -> tuple[RelayRow, float, float]:
+    """``desktop_start`` → ``running``, then → the first whole frame in a new viewer."""
+    started = time.perf_counter()
+    row = await mgr.start(slot=slot)
+    running = time.perf_counter() - started
+    await first_frame(mgr, row)
+    return row, running, time.perf_counter() - started
+
+
+async def pool_filled(pool: WarmPool, size: int) -> None:
+    async with asyncio.timeout(60):
+        while sum(p["ready"] for p in pool.report()["profiles"]) < size:
+            await asyncio.sleep(0.05)
+
+
+def pss_kib(cgroup: Path) -> int:
+    """Proportional set size of the processes in ``cgroup`` (``smaps_rollup``)."""
+    total = 0
+    for pid in desktop_cgroups.pids(cgroup):
+        try:
+            text = Path(f"/proc/{pid}/smaps_rollup").read_text(encoding="ascii")
+        except OSError:
+            continue
+        total += sum(int(line.split()[1]) for line in text.splitlines() if line.startswith("Pss:"))
+    return total
+
+
+def pooled_cgroups(mgr: ProcessDesktops) -> list[Path]:
+    """The cgroups of the pool's ready desktops (recorded as starts until taken)."""
+    found = (mgr.launcher.cgroup(sid) for sid in mgr.slots.starting)
+    return [c for c in found if c is not None]
+
+
+async def idle_cpu(mgr: ProcessDesktops, window_s: float) -> float:
+    """CPU seconds over ``window_s`` of this relay process and of its pooled desktops."""
+    cgroups = pooled_cgroups(mgr)
+    before = os.times(), [desktop_cgroups.cpu_usec(c) or 0 for c in cgroups]
+    await asyncio.sleep(window_s)
+    after = os.times(), [desktop_cgroups.cpu_usec(c) or 0 for c in cgroups]
+    own = (after[0].user + after[0].system) - (before[0].user + before[0].system)
+    return own + (sum(after[1]) - sum(before[1])) / 1e6
+
+
+async def run_pool(config: DesktopSettings, rounds: int, window_s: float) -> PoolMeasured:
+    """Cold starts, then the same starts taken from a pool of one, in one relay."""
+    mgr = process_desktops(config)
+    try:
+        cold = []
+        for _ in range(rounds):
+            row, running, frame = await timed_start(mgr, "cold")
+            cold.append((running, frame))
+            await mgr.stop(slot="cold", desktop_session_id=row["desktop_session_id"])
+        without = await idle_cpu(mgr, window_s)
+        size = 2
+        pool = WarmPool(mgr, {POOL_PROFILE: size})
+        mgr.pool = pool
+        mgr.start_pool()
+        await pool_filled(pool, size)
+        await asyncio.sleep(min(window_s, 2.0))  # their start-up work done: idle now
+        with_pool = await idle_cpu(mgr, window_s)
+        pss = [pss_kib(c) for c in pooled_cgroups(mgr)]
+        pooled = []
+        for _ in range(rounds):
+            await pool_filled(pool, size)
+            row, running, frame = await timed_start(mgr, "pooled")
+            pooled.append((running, frame))
+            await mgr.stop(slot="pooled", desktop_session_id=row["desktop_session_id"])
+        return PoolMeasured(cold, pooled, pss, (without, with_pool), size, window_s)
+    finally:
+        await mgr.close(stop_desktops=True)
+
+
+def report_pool(result: PoolMeasured) -> None:
+    cold_run = statistics.median(t[0] for t in result.cold) * 1000
+    cold_frame = statistics.median(t[1] for t in result.cold) * 1000
+    run50 = statistics.median(t[0] for t in result.pooled) * 1000
+    frame50 = statistics.median(t[1] for t in result.pooled) * 1000
+    rounds = len(result.pooled)
+    print(
+        f"pool ({POOL_PROFILE}): cold start → running (baseline), {len(result.cold)} starts:"
+        f" p50 {cold_run:.1f} ms; → first frame p50 {cold_frame:.1f} ms"
+    )
+    print(
+        f"pooled start → running, {rounds} starts: p50 {run50:.1f} ms"
+        f" (max {max(t[0] for t in result.pooled) * 1000:.1f}); ratio to cold start"
+        f" {run50 / cold_run:.3f} (target {TARGET_POOLED_RATIO}); p50/target"
+        f" {run50 / TARGET_POOLED_RUNNING_MS:.2f} (target {TARGET_POOLED_RUNNING_MS:.0f} ms)"
+    )
+    print(
+        f"pooled start → first frame in a viewer: p50 {frame50:.1f} ms; ratio to cold start"
+        f" {frame50 / cold_frame:.3f}; p50/target {frame50 / TARGET_POOLED_FRAME_MS:.2f}"
+        f" (target {TARGET_POOLED_FRAME_MS:.0f} ms)"
+    )
+    pss = ", ".join(f"{kib / 1024:.1f}" for kib in result.pss_kib)
+    without, with_pool = result.idle_cpu_s
+    share = max(with_pool - without, 0.0) / result.window_s / result.size
+    print(
+        f"pooled idle desktop PSS: {pss} MiB; idle relay CPU over {result.window_s:.0f} s:"
+        f" {without:.3f} s without a pool, {with_pool:.3f} s with {result.size} pooled desktops"
+        f" → {share * 100:.2f} % of a core per pooled desktop"
+        f" (target {TARGET_POOL_CPU_SHARE * 100:.0f} %)"
+    )
+
+
+@dataclasses.dataclass
 class Measured:
     cold: list[float]  # s, start → first frame
     resume: dict[str, list[float]]  # s, per kind of round (``resumes``)
@@ -145,15 +280,27 @@ async def run(config: DesktopSettings, rounds: int, window_s: float) -> Measured
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser(__doc__.splitlines()[0]).parse_args(argv)
+    cli = parser(__doc__.splitlines()[0])
+    cli.add_argument("--snapshots-only", action="store_true", help="only snapshots and forks")
+    args = cli.parse_args(argv)
     if os.geteuid() != 0:
         print("needs root: desktops get a cgroup (and a pause) only on a root relay")
         return 1
-    rounds, window_s = (2, 1.0) if args.quick else (10, 30.0)
+    if args.snapshots_only:
+        return snapshot_main(args.quick)
+    paused_ok = pause_main(args.quick)
+    return 0 if snapshot_main(args.quick) == 0 and paused_ok else 1
+
+
+def pause_main(quick: bool) -> bool:
+    """The pause and resume part; whether its paused desktop used no CPU."""
+    rounds, window_s = (2, 1.0) if quick else (10, 30.0)
     with tempfile.TemporaryDirectory() as tmp:
         config = DesktopSettings(state_dir=Path(tmp), default_profile="minimal")
+        pool_config = dataclasses.replace(config, state_dir=Path(tmp) / "pool")
         config = dataclasses.replace(config, apps=(LOOP,), allowed_apps=(LOOP,))
         result = asyncio.run(run(config, rounds, window_s))
+        pool_result = asyncio.run(run_pool(pool_config, rounds, window_s))
     cold = [t * 1000 for t in result.cold]
     rounds_ms = {k: [t * 1000 for t in v] for k, v in result.resume.items()}
     resumed, kept, op = rounds_ms["new"], rounds_ms["kept"], rounds_ms["op"]
@@ -175,7 +322,144 @@ def main(argv: list[str] | None = None) -> int:
         f"CPU over {window_s:.0f} s with a looping program: running {run_usec / 1e6:.2f} s"
         f" ({run_ticks} ticks); paused {paused_usec} µs ({paused_ticks} ticks; target 0)"
     )
-    return 0 if paused_ticks == 0 and paused_usec == 0 else 1
+    report_pool(pool_result)
+    return paused_ticks == 0 and paused_usec == 0
+
+
+# -- snapshots, forks and reset -------------------------------------------------------------
+
+TARGET_FORKS_RATIO = 3.0
+TARGET_RESET_MS = 1000.0
+BROWSER = "chromium"
+
+
+async def browser_mapped(row: RelayRow, timeout_s: float = 120.0) -> None:
+    """Wait until the desktop's browser has mapped its window (read from X)."""
+    from relay.desktop_tools.windows import list_windows
+    from relay.policy import DeniedApps
+
+    display = str(row["display"])
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline:
+        try:
+            windows, _ = await asyncio.to_thread(list_windows, display, DeniedApps())
+        except OpError:  # the display may not take connections yet
+            windows = []
+        if any(w["app"] == BROWSER for w in windows):
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"no browser window on {display} within {timeout_s:.0f} s")
+
+
+@dataclasses.dataclass
+class SnapshotMeasured:
+    cold: float  # s, one cold standard start → browser window mapped
+    cold_op: float  # s, the same start → running (the op's answer)
+    forks: int
+    forks_mapped: float  # s, fork op → every fork's browser window mapped
+    forks_op: float  # s, the fork op alone (all running)
+    snapshot: float  # s, the snapshot op
+    snapshot_kb: int
+    reset: list[float]  # s, reset to the snapshot → running
+    reset_fresh: list[float]  # s, reset to a fresh start → running
+
+
+async def snapshot_run(config: DesktopSettings, forks: int, rounds: int) -> SnapshotMeasured:
+    from relay.desktops.snapshots import Snapshots
+
+    mgr = process_desktops(config)
+    mgr.authority.use_in_process()  # the window list reads X as the relay does
+    snapshots = Snapshots(mgr)
+    snapshot_id = os.urandom(16).hex()
+    try:
+        started = time.perf_counter()
+        cold_row = await mgr.start(slot="cold", profile="standard")
+        cold_op = time.perf_counter() - started
+        await browser_mapped(cold_row)
+        cold = time.perf_counter() - started
+        await mgr.stop(slot="cold", desktop_session_id=cold_row["desktop_session_id"])
+
+        source = await mgr.start(slot="source", profile="standard")
+        await browser_mapped(source)
+        await asyncio.sleep(1.0)  # the browser writes its profile
+        started = time.perf_counter()
+        saved = await snapshots.snapshot(
+            {"desktop_session_id": source["desktop_session_id"], "snapshot_id": snapshot_id}
+        )
+        snapshot_s = time.perf_counter() - started
+        await mgr.stop(slot="source", desktop_session_id=source["desktop_session_id"])
+
+        slots = [f"fork-{i}" for i in range(1, forks + 1)]
+        started = time.perf_counter()
+        forked = await snapshots.fork({"snapshot_id": snapshot_id, "slots": slots})
+        forks_op = time.perf_counter() - started
+        if forked["failed"]:
+            raise SystemExit(f"forks failed: {forked['failed']}")
+        await asyncio.gather(*(browser_mapped(row) for row in forked["desktops"]))
+        forks_mapped = time.perf_counter() - started
+        for row in forked["desktops"][1:]:
+            await mgr.stop(slot=row["slot"], desktop_session_id=row["desktop_session_id"])
+
+        current = forked["desktops"][0]["desktop_session_id"]
+        resets: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(rounds):
+            for to_snapshot in (True, False):
+                await asyncio.sleep(0.5)
+                started = time.perf_counter()
+                reset = await snapshots.reset(
+                    {"desktop_session_id": current, "snapshot_id": snapshot_id}
+                    if to_snapshot
+                    else {"desktop_session_id": current}
+                )
+                resets[to_snapshot].append(time.perf_counter() - started)
+                current = reset["desktop_session_id"]
+        return SnapshotMeasured(
+            cold,
+            cold_op,
+            forks,
+            forks_mapped,
+            forks_op,
+            snapshot_s,
+            saved["size_bytes"] // 1024,
+            resets[True],
+            resets[False],
+        )
+    finally:
+        await snapshots.aclose()
+        await mgr.close(stop_desktops=True)
+
+
+def snapshot_main(quick: bool) -> int:
+    """Snapshots, forks and reset against one cold standard start of the same run."""
+    forks, rounds = (2, 2) if quick else (8, 10)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = DesktopSettings(state_dir=Path(tmp), max_desktops=forks + 2)
+        result = asyncio.run(snapshot_run(config, forks, rounds))
+    cold = result.cold * 1000
+    mapped, ratio = result.forks_mapped * 1000, result.forks_mapped / result.cold
+    print(
+        f"cold standard start (baseline): → running {result.cold_op * 1000:.0f} ms,"
+        f" → browser window mapped {cold:.0f} ms"
+    )
+    print(
+        f"snapshot of a standard desktop: {result.snapshot * 1000:.0f} ms,"
+        f" {result.snapshot_kb} KB of home"
+    )
+    print(
+        f"{result.forks} forks at once → all browser windows mapped: {mapped:.0f} ms"
+        f" (fork op alone, all running: {result.forks_op * 1000:.0f} ms);"
+        f" ratio to the cold start {ratio:.2f} (target <= {TARGET_FORKS_RATIO:.0f})"
+    )
+    reset = statistics.median(result.reset) * 1000
+    fresh = statistics.median(result.reset_fresh) * 1000
+    print(
+        f"desktop_reset → running, {len(result.reset)} rounds: to the snapshot p50 {reset:.0f} ms"
+        f" (max {max(result.reset) * 1000:.0f}), to a fresh start p50 {fresh:.0f} ms;"
+        f" p50/target {reset / TARGET_RESET_MS:.2f} (target {TARGET_RESET_MS:.0f} ms);"
+        f" ratio to the cold start → running {reset / (result.cold_op * 1000):.2f}"
+    )
+    print(f"load: {Path('/proc/loadavg').read_text(encoding='ascii').strip()}")
+    return 0
 
 
 if __name__ == "__main__":

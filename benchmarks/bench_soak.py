@@ -270,11 +270,25 @@ async def recover(soak: Soak, client: httpx.AsyncClient, kind: str, began: float
         return False
 
     for what, back in (("relay connected", connected), ("api", api_up), ("viewer", viewer_up)):
-        await until(back, 120)
+        try:
+            await until(back, 120)
+        except TimeoutError:
+            print(f"recovery {kind} {what}: not back after 120 s", file=sys.stderr)
+            print_log_tails(soak)
+            raise
         took = time.monotonic() - began
         soak.recovery.setdefault(f"{kind} {what}", []).append(took)
         print(f"recovery {kind} {what}: {took:.2f} s (at {wall_clock()})", file=sys.stderr)
     soak.windows[-1] = (soak.windows[-1][0], soak.now())
+
+
+def print_log_tails(soak: Soak, lines: int = 40) -> None:
+    """The last lines of the server's and the relay's logs, to tell why a recovery failed."""
+    for name in ("relay.log", "server.log"):
+        with contextlib.suppress(OSError):
+            tail = (soak.root / name).read_text(errors="replace").splitlines()[-lines:]
+            print(f"--- last {len(tail)} lines of {name}", file=sys.stderr)
+            print("\n".join(tail), file=sys.stderr)
 
 
 def wall_clock() -> str:

@@ -7,6 +7,7 @@ host-helper client).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping
@@ -21,6 +22,9 @@ from relay.desktops.audio import AudioSettings
 from relay.desktops.config import DesktopSettings
 from relay.desktops.docker.config import DockerDesktopSettings
 from relay.desktops.leases import relay_key, taken_by_another
+from relay.desktops.pool import SETTING as POOL_SETTING
+from relay.desktops.pool import parse_pool
+from relay.desktops.profiles import load_profiles
 from wire.errors import RelaydeskError
 
 log = logging.getLogger(__name__)
@@ -187,6 +191,7 @@ def _desktop_config(environ: Mapping[str, str], state_dir: Path) -> DesktopSetti
     """The desktops' settings; a named desktop user another relay holds is refused here, so
     the relay says so and exits (relay/desktops/leases.py)."""
     config = DesktopSettings.from_env(environ, state_dir=state_dir)
+    config = dataclasses.replace(config, pool=_pool(environ.get(POOL_SETTING, ""), config))
     name = config.desktop_user
     if name and os.geteuid() == 0 and taken_by_another(name, relay_key(state_dir)):
         raise RelayConfigError(
@@ -194,6 +199,15 @@ def _desktop_config(environ: Mapping[str, str], state_dir: Path) -> DesktopSetti
             "on this host; give each relay its own, or none to take one from the pool"
         )
     return config
+
+
+def _pool(raw: str, config: DesktopSettings) -> tuple[tuple[str, int], ...]:
+    """``RELAYDESK_POOL`` checked against the relay's profiles (relay/desktops/pool.py)."""
+    try:
+        sizes = parse_pool(raw, load_profiles(config.profiles_dir))
+    except ValueError as err:
+        raise RelayConfigError(f"{POOL_SETTING}={raw.strip()!r}: {err}") from None
+    return tuple(sizes.items())
 
 
 def _tool_settings(environ: Mapping[str, str]) -> DesktopToolSettings:

@@ -23,6 +23,7 @@ from relay.backend import (
     require_row,
     unpaused,
 )
+from relay.browser.routing import PageRouting
 from relay.browser.service import BrowserService
 from relay.channels import DesktopChannels, StreamChannel, TargetEnd
 from relay.desktop_tools.home_files import HomeFileSettings
@@ -41,8 +42,23 @@ from wire.ids import ChannelId
 from wire.messages import Request
 from wire.recording import RECORDING_ACK, RECORDING_SET
 from wire.screen_actions import IMAGE_ACTIONS, ScreenAction
+from wire.snapshots import (
+    DESKTOP_FORK,
+    DESKTOP_RESET,
+    DESKTOP_SNAPSHOT,
+    DESKTOP_SNAPSHOT_DELETE,
+    DesktopForkArgs,
+    DesktopForkResult,
+    DesktopResetArgs,
+    DesktopResetResult,
+    DesktopSnapshotArgs,
+    DesktopSnapshotResult,
+    SnapshotDeleteResult,
+    SnapshotIdArgs,
+)
 
 if TYPE_CHECKING:
+    from relay.desktops.snapshots import Snapshots
     from relay.link import ServerLink
 
 log = logging.getLogger(__name__)
@@ -87,6 +103,7 @@ class Handlers:
         tools: DesktopToolSettings | None = None,
         files: HomeFileSettings | None = None,
         recordings: RelayRecordings | None = None,
+        pool: Callable[[], ops.PoolReport] | None = None,
     ) -> None:
         self.a11y = A11yService(a11y or A11ySettings())
         # Windows, clipboard, and opt-in shell and files (relay/desktop_tools).
@@ -96,7 +113,11 @@ class Handlers:
         self.file_workers = HomeFileWorkers(self.files)
         # The desktop's browser over its private DevTools pipe (relay/browser).
         self.browser = BrowserService()
+        # desktop.a11y on a browser's pages goes to the browser (relay/browser/routing.py).
+        self.routing = PageRouting(self.a11y, self.browser)
         self.backends: dict[str, DesktopBackend] = {b.kind: b for b in backends}
+        # The warm pool's report (relay/desktops/pool.py); None: this relay keeps no pool.
+        self._pool = pool
         # Set on a relay running beside the server: the server may then reach x11vnc itself.
         self.direct_host = direct_host
         self._channel_targets = channel_targets or {}  # audio (relay/audio.py)
@@ -113,9 +134,14 @@ class Handlers:
                 _entry(ops.DESKTOP_PAUSE, self._desktop_pause),
                 _entry(ops.DESKTOP_RESUME, self._desktop_resume),
                 _entry(ops.DESKTOP_PROFILES, self._desktop_profiles),
+                _entry(ops.DESKTOP_POOL, self._desktop_pool),
                 _entry(ops.DESKTOP_APPS, self._desktop_apps),
                 _entry(ops.DESKTOP_LAUNCH, self._desktop_launch),
                 _entry(ops.DESKTOP_RESET_HOME, self._desktop_reset_home),
+                _entry(DESKTOP_SNAPSHOT, self._desktop_snapshot),
+                _entry(DESKTOP_SNAPSHOT_DELETE, self._desktop_snapshot_delete),
+                _entry(DESKTOP_FORK, self._desktop_fork),
+                _entry(DESKTOP_RESET, self._desktop_reset),
                 _entry(ops.CHANNEL_OPEN, self._channel_open),
                 _entry(ops.KEYBOARD_STATE, self._keyboard_state),
                 _entry(ops.VNC_DIRECT, self._vnc_direct),
@@ -153,6 +179,8 @@ class Handlers:
             caps.extend(backend.capabilities())
         if self.direct_host:
             caps.append("direct_vnc")
+        if self._pool is not None:
+            caps.append(ops.POOL_CAPABILITY)
         if "audio" in self._channel_targets:
             caps.append("audio")
         if self.backends:
@@ -250,6 +278,12 @@ class Handlers:
         """Every desktop profile of this relay: available, or which programs it misses."""
         return {"profiles": [p for b in self.backends.values() for p in b.profiles()]}
 
+    async def _desktop_pool(self, link: ServerLink, args: ops.Empty) -> ops.PoolReport:
+        """The warm pool: ready desktops per profile, hits and misses (empty: no pool)."""
+        if self._pool is None:
+            return {"geometry": "", "profiles": [], "hits": 0, "misses": 0}
+        return self._pool()
+
     async def _desktop_apps(
         self, link: ServerLink, args: ops.DesktopTargetArgs
     ) -> ops.DesktopAppsResult:
@@ -277,13 +311,14 @@ class Handlers:
         return result
 
     async def _desktop_a11y(self, link: ServerLink, args: ops.A11yArgs) -> ops.A11yResult:
-        """One accessibility call on one desktop (relay/a11y/service.py)."""
+        """One accessibility call on one desktop (relay/a11y/service.py; a browser's pages
+        through relay/browser/routing.py)."""
         backend = await self._targeted(args)
         session_id = args.get("desktop_session_id")
         row = require_row(
             await backend.find(session_id, args.get("slot", DEFAULT_SLOT)), session_id, backend.kind
         )
-        return {"result": await self.a11y.call(backend, row, args["call"], args["params"])}
+        return {"result": await self.routing.call(backend, row, args["call"], args["params"])}
 
     async def _tool_target(
         self, args: ops.DesktopTargetArgs
@@ -344,6 +379,34 @@ class Handlers:
         """Wipe the slot's kept home (refused while a desktop runs there)."""
         backend = self._of_kind(args.get("kind", "virtual"))
         return await backend.reset_home(args.get("slot", DEFAULT_SLOT))
+
+    def _snapshots(self, kind: str) -> Snapshots:
+        """The snapshots of ``kind``'s desktops (only desktops of processes have them)."""
+        snapshots: Snapshots | None = getattr(self._of_kind(kind), "snapshots", None)
+        if snapshots is None:
+            raise OpError(
+                ErrorCode.UNAVAILABLE, f"{kind} desktops have no snapshots", {"field": "kind"}
+            )
+        return snapshots
+
+    async def _desktop_snapshot(
+        self, link: ServerLink, args: DesktopSnapshotArgs
+    ) -> DesktopSnapshotResult:
+        """Save the exact desktop's home, profile, geometry and apps (docs/desktops.md)."""
+        return await self._snapshots(args.get("kind", "virtual")).snapshot(args)
+
+    async def _desktop_snapshot_delete(
+        self, link: ServerLink, args: SnapshotIdArgs
+    ) -> SnapshotDeleteResult:
+        return {"deleted": await self._snapshots("virtual").delete(args["snapshot_id"])}
+
+    async def _desktop_fork(self, link: ServerLink, args: DesktopForkArgs) -> DesktopForkResult:
+        """Start one desktop per slot from a snapshot, each with its own copy of its home."""
+        return await self._snapshots("virtual").fork(args)
+
+    async def _desktop_reset(self, link: ServerLink, args: DesktopResetArgs) -> DesktopResetResult:
+        """Replace the exact desktop in its slot by a snapshot's state or a fresh start."""
+        return await self._snapshots(args.get("kind", "virtual")).reset(args)
 
     async def _vnc_direct(self, link: ServerLink, args: ops.SessionArgs) -> ops.VncDirectResult:
         """For a server on this host (direct path): the desktop's loopback x11vnc port and VNC

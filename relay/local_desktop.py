@@ -234,7 +234,8 @@ class LocalDesktop:
         body = {"started_by": args.get("started_by")}
         result = await self.client.call("POST", "/v1/local/start", body)
         self._last = _row(result)
-        return {**self._last, "already_running": bool(result.get("already_running"))}
+        already = bool(result.get("already_running"))
+        return {**self._last, "already_running": already, "from_pool": False}
 
     async def stop(self, args: DesktopStopArgs) -> DesktopStopResult:
         """Compare-and-stop at the helper (under its lock)."""

@@ -20,6 +20,7 @@ from relay.desktops.backend import VirtualBackend
 from relay.desktops.docker.backend import DockerBackend
 from relay.desktops.docker.launcher import ContainerLauncher
 from relay.desktops.launch import missing_binaries
+from relay.desktops.pool import WarmPool
 from relay.desktops.processes import ProcessLauncher
 from relay.desktops.screens import SharedScreenService
 from relay.handlers import Handlers
@@ -72,6 +73,17 @@ class RelayService:
             audio=PulseAudioStarter(audio) if audio.available else None,
             audio_default=audio.default_on,
         ).lifecycle(self._desktop_changed)
+        # Ready desktops a matching start takes (RELAYDESK_POOL; relay/desktops/pool.py).
+        pool = (
+            WarmPool(
+                self.desktops,
+                dict(desktop_config.pool),
+                concurrency=desktop_config.pool_concurrency,
+            )
+            if desktop_config.pool and not missing_binaries(desktop_config)
+            else None
+        )
+        self.desktops.pool = pool
         # The relay's own X connections (screen tool, keyboard state) find each desktop's
         # cookie here; set once, before any of them opens (relay/desktops/credentials.py).
         self.desktops.authority.use_in_process()
@@ -129,6 +141,7 @@ class RelayService:
             a11y=settings.a11y,
             tools=settings.tools,
             recordings=self.recordings,
+            pool=pool.report if pool is not None else None,
         )
         # A stop closes the desktop's viewer channels before it ends its processes.
         self.desktops.on_leaving = self.handlers.channels.close_desktop
@@ -202,6 +215,7 @@ class RelayService:
             },
         )
         self.desktops.start_watchdog()
+        self.desktops.start_pool()
         await self.docker.open()
         if self.local is not None:
             self.local.start_watch()
@@ -219,7 +233,11 @@ class RelayService:
             if self.local is not None:
                 await self.local.aclose()
             stop_desktops = await self._stop_desktops_on_exit()
-            await self.desktops.close(stop_desktops=stop_desktops)
+            # A relay process that took this state directory over stops the pool's instead.
+            handed_over = self.worker.replaced and await asyncio.to_thread(
+                self.owner.taken_by_another
+            )
+            await self.desktops.close(stop_desktops=stop_desktops, stop_pool=not handed_over)
             await self.docker.desktops.close(stop_desktops=stop_desktops)
             log.info("relay stopped")
 

@@ -58,10 +58,18 @@ def add_desktops(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     li = dsub.add_parser(
         "list",
         help="desktops running in a conversation",
-        description="Desktops running in a conversation, as a table.",
+        description="Desktops running in a conversation, as a table. With --pool: the warm "
+        "pools of the conversation's relays instead (operators: an admin account's token).",
+    )
+    li.add_argument(
+        "--pool",
+        action="store_true",
+        help="show each relay's warm pool instead (RELAYDESK_POOL on the relay): ready and "
+        "starting desktops per profile, the pool's size and geometry, and how many starts it "
+        "served (hits) or found empty (misses); needs an admin account's token",
     )
     _common(li)
-    li.set_defaults(func=lambda args: _run(_list, args))
+    li.set_defaults(func=lambda args: _run_list(args))
     st = dsub.add_parser(
         "stop",
         help="stop the desktop in a relay's slot (only the session you name or see)",
@@ -155,6 +163,30 @@ def _conversation(client: RelaydeskClient, args: argparse.Namespace) -> str:
 
 def _list(client: RelaydeskClient, args: argparse.Namespace) -> Any:
     return client.desktops(_conversation(client, args))
+
+
+def _pools(client: RelaydeskClient, args: argparse.Namespace) -> Any:
+    """One row per relay and profile of the conversation's warm pools."""
+    pools = client.action("desktop_pool", _conversation(client, args))["pools"]
+    if args.json:
+        return pools
+    return [
+        {
+            "relay": pool["relay"],
+            "hits": pool["hits"],
+            "misses": pool["misses"],
+            "geometry": pool["geometry"],
+            **entry,
+        }
+        for pool in pools
+        for entry in pool["profiles"] or [{}]
+    ]
+
+
+def _run_list(args: argparse.Namespace) -> int:
+    if args.pool:
+        return run_api(_pools, args, lambda result: tables.render("pool", None, result))
+    return _run(_list, args)
 
 
 def _stop(client: RelaydeskClient, args: argparse.Namespace) -> Any:

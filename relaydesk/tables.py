@@ -39,12 +39,14 @@ COLUMNS: Final[dict[str, tuple[str, ...]]] = {
         "started_at",
         "reason",
     ),
+    "pool": ("relay", "profile", "size", "ready", "starting", "geometry", "hits", "misses"),
 }
 # What an empty listing says.
 NOUNS: Final[dict[str, str]] = {
     "list-tokens": "API tokens",
     "audit": "audit rows (for these filters)",
     "desktops": "desktops running in this conversation",
+    "pool": "warm pools on this conversation's relays",
 }
 
 

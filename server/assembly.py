@@ -25,10 +25,12 @@ from server.actions.desktop import DESKTOP_ACTIONS
 from server.actions.desktop_apps import DESKTOP_APP_ACTIONS
 from server.actions.desktop_files import HOME_FILE_ACTIONS
 from server.actions.desktop_fit import DESKTOP_FIT_ACTIONS
+from server.actions.desktop_pool import POOL_ACTIONS
 from server.actions.desktop_tools import DESKTOP_TOOL_ACTIONS
 from server.actions.invoke import ActionRunner
 from server.actions.recording import RECORDING_ACTIONS
 from server.actions.registry import ActionRegistry
+from server.actions.snapshots import SNAPSHOT_ACTIONS
 from server.auth.dependencies import Authenticator
 from server.auth.purge import session_purging
 from server.auth.ratelimit import LoginRateLimiter
@@ -71,6 +73,7 @@ PRUNE_INTERVAL_S: Final = 3600.0
 ACTIONS: Final = (
     DESKTOP_ACTIONS
     + DESKTOP_APP_ACTIONS
+    + SNAPSHOT_ACTIONS
     + DESKTOP_FIT_ACTIONS
     + A11Y_ACTIONS
     + CONTROL_ACTIONS
@@ -78,6 +81,7 @@ ACTIONS: Final = (
     + HOME_FILE_ACTIONS
     + BROWSER_ACTIONS
     + RECORDING_ACTIONS
+    + POOL_ACTIONS
 )
 
 

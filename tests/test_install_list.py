@@ -58,6 +58,9 @@ LAUNCHED = {
     "postgres",
     "docker",
     "debootstrap",
+    "criu",
+    "unshare",
+    "setsid",
     "node",
     "npm",
 }

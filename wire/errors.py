@@ -52,6 +52,8 @@ class ErrorCode(StrEnum):
     # pause and resume (docs/desktops.md, "Pause and resume")
     PAUSED = "paused"
     NOT_PAUSED = "not_paused"
+    # a reset replaced the desktop in its slot (docs/desktops.md, "Reset")
+    DESKTOP_CHANGED = "desktop_changed"
     LIMIT_REACHED = "limit_reached"
     UNAVAILABLE = "unavailable"
     START_FAILED = "start_failed"
@@ -129,6 +131,7 @@ HTTP_STATUS: Final[Mapping[ErrorCode, int]] = MappingProxyType(
         ErrorCode.NOT_RUNNING: 409,
         ErrorCode.PAUSED: 409,
         ErrorCode.NOT_PAUSED: 409,
+        ErrorCode.DESKTOP_CHANGED: 409,
         ErrorCode.BUSY: 409,
         ErrorCode.LIMIT_REACHED: 409,
         ErrorCode.STALE_SCREEN: 409,

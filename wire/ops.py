@@ -33,6 +33,8 @@ ChannelType = Literal["vnc", "audio", "file", "cdp", "recording"]
 # Announced in ``hello`` by a relay that denies apps to agents (RELAYDESK_DENY_APPS): what a
 # viewer shows cannot be masked, so the server opens no viewer of its desktops for an agent.
 DENIED_APPS_CAPABILITY: Final = "denied_apps"
+# A relay that keeps a warm pool answers ``desktop.pool`` with it (docs/desktops.md).
+POOL_CAPABILITY: Final = "pool"
 
 
 class RelayRow(TypedDict):
@@ -82,6 +84,27 @@ class DesktopStartArgs(TypedDict):
 
 class DesktopStartResult(RelayRow):
     already_running: bool
+    # Whether a ready desktop of the relay's warm pool served the start (docs/desktops.md).
+    from_pool: NotRequired[bool]
+
+
+class PoolProfile(TypedDict):
+    """One profile's part of a relay's warm pool."""
+
+    profile: str
+    size: int
+    ready: int
+    starting: int
+
+
+class PoolReport(TypedDict):
+    """``desktop.pool``: the relay's warm pool (ready desktops per profile at ``geometry``)
+    and how matching starts fared against it since the relay started."""
+
+    geometry: str
+    profiles: list[PoolProfile]
+    hits: int
+    misses: int
 
 
 class DesktopStatusResult(TypedDict):
@@ -552,6 +575,7 @@ DESKTOP_STOP: Final = OpSpec("desktop.stop", DesktopStopArgs, DesktopStopResult)
 DESKTOP_PAUSE: Final = OpSpec("desktop.pause", DesktopPauseArgs, RelayRow)
 DESKTOP_RESUME: Final = OpSpec("desktop.resume", DesktopPauseArgs, RelayRow)
 DESKTOP_PROFILES: Final = OpSpec("desktop.profiles", Empty, DesktopProfilesResult)
+DESKTOP_POOL: Final = OpSpec("desktop.pool", Empty, PoolReport)
 DESKTOP_APPS: Final = OpSpec("desktop.apps", DesktopTargetArgs, DesktopAppsResult)
 DESKTOP_LAUNCH: Final = OpSpec("desktop.launch", DesktopLaunchArgs, DesktopLaunchResult)
 DESKTOP_RESET_HOME: Final = OpSpec("desktop.reset_home", SlotArgs, DesktopResetHomeResult)
@@ -588,6 +612,7 @@ _ALL: tuple[OpSpec[Any, Any], ...] = (
     DESKTOP_PAUSE,
     DESKTOP_RESUME,
     DESKTOP_PROFILES,
+    DESKTOP_POOL,
     DESKTOP_APPS,
     DESKTOP_LAUNCH,
     DESKTOP_RESET_HOME,

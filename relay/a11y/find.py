@@ -18,7 +18,14 @@ from relay.a11y.observe import item
 from relay.a11y.protocol import A11yError
 from relay.a11y.refs import Element, locator
 from relay.a11y.session import Session
-from relay.a11y.trees import HIDDEN_FILL_BUDGET, Walked, Walker, path_to
+from relay.a11y.trees import (
+    HIDDEN_FILL_BUDGET,
+    PAGE_ROLE,
+    Walked,
+    page_routed,
+    path_to,
+    walker_for,
+)
 from wire import a11y_match
 from wire import a11y_selector as selectors
 
@@ -29,6 +36,7 @@ def find(session: Session, params: dict[str, Any]) -> dict[str, Any]:
     limit = int(params.get("limit", 20))
     found, more = _matches(session, selector, params, limit)
     snapshot = session.snapshots.new()
+    pages = _pages(session, params)
     details = session.trees.details([w.node for _, _, w in found])
     matches = []
     for (app, tree, walked), (bounds, value) in zip(found, details, strict=True):
@@ -37,7 +45,21 @@ def find(session: Session, params: dict[str, Any]) -> dict[str, Any]:
             Element(node.key, locator(app.name, walked.path, tree), node.role, node.name)
         )
         matches.append(item(ref, node, bounds, value, None) | {"app": app.name})
-    return {"snapshot": snapshot.id, "matches": matches, "count": len(matches), "more": more}
+    result = {"snapshot": snapshot.id, "matches": matches, "count": len(matches), "more": more}
+    return result | ({"pages": pages} if pages else {})
+
+
+def _pages(session: Session, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The windows in scope of browsers whose pages the relay reads over DevTools (a
+    ``find`` leaves those pages to it)."""
+    if not params.get("_page_groups"):
+        return []
+    pages = []
+    for app, tree, root in session.scope(params | {"_all": True}, acting=False):
+        if page_routed(app.pid, params):
+            frames = [root] if root.role == "frame" else tree.children(root)
+            pages += [{"app": app.name, "window": f.name} for f in frames if f.role == "frame"]
+    return pages
 
 
 def wait(session: Session, params: dict[str, Any]) -> dict[str, Any]:
@@ -90,8 +112,10 @@ def _matches(
     needs_id = any(t.name == "id" for c in selector.compounds for t in c.attrs)
     nth = selector.compounds[-1].nth
     wanted = limit if nth is None else nth + 1
-    walker = Walker(session.bus, HIDDEN_FILL_BUDGET)
+    hidden_budget = HIDDEN_FILL_BUDGET  # for the whole call
     for app, tree, root in pairs:
+        walker = walker_for(session.bus, app.pid, params, hidden_budget)
+        routed = bool(walker.stop_roles)
         walked_all = list(
             walker.walk(
                 tree,
@@ -101,6 +125,9 @@ def _matches(
                 hidden=True,
             )
         )
+        hidden_budget = walker.hidden_budget
+        if routed:  # the page is found over DevTools, its root with it
+            walked_all = [w for w in walked_all if w.node.role != PAGE_ROLE]
         extra = _match_fields(session, walked_all, needs_value, needs_id)
         last = selector.compounds[-1]
         for walked in walked_all:

@@ -13,13 +13,21 @@ import json
 from typing import Any, Final
 
 from relay.a11y.apps import App
-from relay.a11y.bus import Bus
 from relay.a11y.nodes import Details, Key, Node, Tree
 from relay.a11y.protocol import A11yError
 from relay.a11y.refs import Element, Locator, Snapshot, Step, locator
 from relay.a11y.session import Session
 from relay.a11y.toolkits import renderer_fills, renderer_missing
-from relay.a11y.trees import HUGE, TEXT_PREVIEW, Walked, Walker, path_to
+from relay.a11y.trees import (
+    HUGE,
+    PAGE_ROLE,
+    TEXT_PREVIEW,
+    Walked,
+    Walker,
+    page_routed,
+    path_to,
+    walker_for,
+)
 
 # What the default ("interactive") view lists: controls, and named context around them.
 INTERACTIVE_ROLES: Final = frozenset(
@@ -137,10 +145,12 @@ def observe(session: Session, params: dict[str, Any]) -> dict[str, Any]:
     fmt = params.get("format", "text")
     (app, tree, root), *_ = session.scope(params)
     snapshot = session.snapshots.new()
-    chosen, cut_budget, cut_depth = _choose(session.bus, tree, root, max_depth, budget, view)
+    walker = walker_for(session.bus, app.pid, params)
+    chosen, cut_budget, cut_depth = _choose(walker, tree, root, max_depth, budget, view)
     extras = session.trees.details([w.node for w, _ in chosen])
     docs = [(w.node, b) for (w, _), (b, _) in zip(chosen, extras, strict=True)]
-    if renderer_missing(app.ids(), docs):
+    routed = page_routed(app.pid, params)
+    if not routed and renderer_missing(app.ids(), docs):
         if params.get("_retried") or not renderer_fills(
             session.bus, [n for n, _ in docs if n.role in ("document_web", "frame")]
         ):
@@ -163,18 +173,34 @@ def observe(session: Session, params: dict[str, Any]) -> dict[str, Any]:
         result["note"] = (
             f"the tree was cut at {budget} elements: observe a window or raise max_nodes for more"
         )
+    if routed:
+        result["pages"] = _pages(chosen, root, renderer_missing(app.ids(), docs))
     return result
 
 
+def _pages(chosen: list[tuple[Walked, int]], root: Node, missing: bool) -> list[dict[str, Any]]:
+    """Where the relay puts the pages it reads over DevTools: in place of each page's root
+    (``replace``), or after the window's last line when the browser's renderer has no tree on
+    the bus (its pages are read over DevTools all the same)."""
+    pages = [
+        {"line": i, "level": level, "window": root.name, "replace": True}
+        for i, (walked, level) in enumerate(chosen)
+        if walked.node.role == PAGE_ROLE
+    ]
+    if not pages and missing:
+        pages = [{"line": len(chosen), "level": 1, "window": root.name, "replace": False}]
+    return pages
+
+
 def _choose(
-    bus: Bus, tree: Tree, root: Node, max_depth: int, budget: int, view: object
+    walker: Walker, tree: Tree, root: Node, max_depth: int, budget: int, view: object
 ) -> tuple[list[tuple[Walked, int]], bool, bool]:
     """The elements the view lists, each with its level of indentation (its nearest listed
     ancestor's, plus one); whether the budget and whether the depth cut the walk short."""
     chosen: list[tuple[Walked, int]] = []
     cut_budget = cut_depth = False
     included_depth: dict[Key, int] = {}
-    for walked in Walker(bus).walk(tree, root, max_depth, path_to(tree, root)):
+    for walked in walker.walk(tree, root, max_depth, path_to(tree, root)):
         node = walked.node
         if walked.depth >= max_depth and node.child_count:
             cut_depth = True

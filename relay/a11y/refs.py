@@ -67,6 +67,14 @@ class Snapshot:
 REF_RE: Final = re.compile(r"^@([a-z0-9]{8}):(e[0-9]{1,6})$")
 
 
+def _snapshot_id() -> str:
+    """Eight hex digits, never starting with ``b``: ``@b…`` refs are a browser page's
+    (relay/browser), so the two kinds never share an id."""
+    while (snapshot_id := secrets.token_hex(4)).startswith("b"):
+        pass
+    return snapshot_id
+
+
 class Snapshots:
     """The snapshots still answered for, newest last."""
 
@@ -77,7 +85,7 @@ class Snapshots:
 
     def new(self) -> Snapshot:
         self._prune()
-        snapshot = Snapshot(secrets.token_hex(4), time.monotonic())
+        snapshot = Snapshot(_snapshot_id(), time.monotonic())
         self._all[snapshot.id] = snapshot
         while len(self._all) > self.kept:
             old, _ = self._all.popitem(last=False)

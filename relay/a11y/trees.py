@@ -11,6 +11,7 @@ level at a time.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -191,9 +192,13 @@ class Walker:
     """Walks for one call. A ``find`` lists the uncached children of nodes out of view too,
     within ``hidden_budget`` children for all of its walks."""
 
-    def __init__(self, bus: Bus, hidden_budget: int = 0) -> None:
+    def __init__(
+        self, bus: Bus, hidden_budget: int = 0, stop_roles: frozenset[str] = frozenset()
+    ) -> None:
         self.bus = bus
         self.hidden_budget = hidden_budget
+        # Nodes listed but not walked into: a page another backend reads (``PAGE_ROLE``).
+        self.stop_roles = stop_roles
 
     def walk(
         self,
@@ -212,7 +217,7 @@ class Walker:
         while stack:
             node, depth, path = stack.pop()
             yield Walked(node, depth, path)
-            if not _descends(node, depth, max_depth):
+            if not _descends(node, depth, max_depth) or node.role in self.stop_roles:
                 continue
             if self._wants_fill(node, hidden):  # beyond what the prefill reached
                 fill(self.bus, tree, [node])
@@ -242,14 +247,46 @@ class Walker:
             fill(
                 self.bus,
                 tree,
-                [n for n, d in level if _descends(n, d, max_depth) and self._wants_fill(n, hidden)],
+                [
+                    n
+                    for n, d in level
+                    if self._enters(n, d, max_depth) and self._wants_fill(n, hidden)
+                ],
             )
             level = [
                 (k, d + 1)
                 for n, d in level
-                if _descends(n, d, max_depth)
+                if self._enters(n, d, max_depth)
                 for k in _kids(tree, n, hidden)
             ]
+
+    def _enters(self, node: Node, depth: int, max_depth: int) -> bool:
+        return _descends(node, depth, max_depth) and node.role not in self.stop_roles
+
+
+# A web page's root in a browser's tree: where a page read over the browser's DevTools
+# channel takes over (relay/browser/routing.py).
+PAGE_ROLE: Final = "document_web"
+# ``_page_groups`` of a call: the process groups of the browsers whose pages the relay reads
+# over DevTools; their apps' pages are not walked.
+PAGE_GROUPS: Final = "_page_groups"
+
+
+def page_routed(pid: int | None, params: dict[str, Any]) -> bool:
+    """Whether the app of ``pid`` is a browser whose pages the relay reads over DevTools."""
+    groups = params.get(PAGE_GROUPS) or ()
+    if pid is None or not groups:
+        return False
+    try:
+        return pid in groups or os.getpgid(pid) in groups
+    except OSError:
+        return False
+
+
+def walker_for(bus: Bus, pid: int | None, params: dict[str, Any], hidden: int = 0) -> Walker:
+    """A walk of an app's tree for one call: a routed browser's pages are left out."""
+    stop = frozenset({PAGE_ROLE}) if page_routed(pid, params) else frozenset()
+    return Walker(bus, hidden, stop)
 
 
 def _descends(node: Node, depth: int, max_depth: int) -> bool:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from relay.browser.cdp import CdpError
@@ -21,9 +22,15 @@ def _item(snapshot: Snapshot, node: dict[str, Any]) -> dict[str, Any]:
 
 
 async def find(
-    browser: Browser, tab: str, snapshot: Snapshot, selector: str, limit: int
+    browser: Browser,
+    tab: str,
+    snapshot: Snapshot,
+    selector: str,
+    limit: int,
+    tree_of: Callable[[], Awaitable[Tree]],
 ) -> list[dict[str, Any]]:
-    """The first ``limit`` matches in page order, added to ``snapshot``."""
+    """The first ``limit`` matches in page order, added to ``snapshot`` (``tree_of``: the
+    page's tree, ``pagetrees.py``)."""
     if selector.startswith(rules.CSS_PREFIX):
         nodes = await _css(browser, tab, selector[len(rules.CSS_PREFIX) :].strip(), limit)
     else:
@@ -31,7 +38,7 @@ async def find(
             parsed = a11y_selector.parse(selector)
         except a11y_selector.SelectorError as err:
             raise InvalidArgs("selector", str(err)) from None
-        tree = Tree.of(await browser.send(tab, "Accessibility.getFullAXTree"))
+        tree = await tree_of()
         matched = a11y_match.select(parsed, plain(tree), lambda n: n["children"])
         nodes = [m["node"] for m in matched if m["node"].get("backendDOMNodeId") is not None]
     return [_item(snapshot, node) for node in nodes[:limit]]

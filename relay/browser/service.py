@@ -5,22 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import fnmatch
 import json
 import os
 import struct
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
 from relay.backend import DesktopBackend
-from relay.browser import acts, pipe
-from relay.browser.cdp import CdpConnection
+from relay.browser import acts, effect, pipe
+from relay.browser.cdp import CdpConnection, CdpError
 from relay.browser.effect import judged
 from relay.browser.endpoint import CdpClientStream
 from relay.browser.find import find
-from relay.browser.snapshot import Snapshots, Tree, plain, render
+from relay.browser.pagetrees import PageTrees
+from relay.browser.shots import Shots, capture, guard
+from relay.browser.snapshot import Element, Snapshots, Tree, plain, render
 from relay.browser.tabs import Browser
 from relay.desktop_tools.session import session_of
 from relay.desktops.backend import VirtualBackend
@@ -36,6 +40,7 @@ EVALUATE_OFF: Final = (
 )
 # How long a call waits for a browser's holder to listen (it starts with the browser).
 HOLDER_WAIT_S: Final = 2.0
+HANDLES_KEPT: Final = 256
 # Where the browser saves downloads, in the desktop's home.
 DOWNLOADS: Final = "Downloads"
 NO_BROWSER: Final = (
@@ -44,13 +49,45 @@ NO_BROWSER: Final = (
 )
 
 
+class Handles:
+    """The page's handles (object ids) on elements acted on, by (tab, DOM node), the last
+    ``HANDLES_KEPT``: a handle lives as long as its document, so a second act on the same
+    element needs no lookup (a dead one fails its call, and the element is looked up again)."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[tuple[str, int], str] = OrderedDict()
+
+    def get(self, key: tuple[str, int]) -> str | None:
+        return self._kept.get(key)
+
+    def keep(self, key: tuple[str, int], object_id: str) -> None:
+        self._kept[key] = object_id
+        self._kept.move_to_end(key)
+        while len(self._kept) > HANDLES_KEPT:
+            self._kept.popitem(last=False)
+
+
 class Target:
     """One call's desktop and its browser."""
 
-    def __init__(self, desktop_session_id: str, browser: Browser, snapshots: Snapshots) -> None:
+    def __init__(
+        self,
+        desktop_session_id: str,
+        browser: Browser,
+        snapshots: Snapshots,
+        shots: Shots,
+        trees: PageTrees,
+        handles: Handles,
+        home: Path | None = None,
+    ) -> None:
         self.desktop_session_id = desktop_session_id
         self.browser = browser
         self.snapshots = snapshots
+        self.shots = shots
+        self.trees = trees
+        self.handles = handles
+        # The desktop's home when this relay opens file: URLs there, else None.
+        self.home = home
 
     async def tab(self, params: dict[str, Any]) -> str:
         return await self.browser.resolve(params.get("tab"))
@@ -58,15 +95,23 @@ class Target:
 
 class BrowserService:
     """Finds a desktop's browser and runs one call on it; ``evaluate``: whether
-    ``browser_evaluate`` runs (RELAYDESK_BROWSER_EVALUATE=1)."""
+    ``browser_evaluate`` runs (RELAYDESK_BROWSER_EVALUATE=1); ``allow_file``: whether
+    ``browser_open`` opens ``file:`` URLs of the desktop's home
+    (RELAYDESK_BROWSER_ALLOW_FILE=1)."""
 
-    def __init__(self, evaluate: bool | None = None) -> None:
+    def __init__(self, evaluate: bool | None = None, allow_file: bool | None = None) -> None:
         self._browsers: dict[int, tuple[CdpConnection, Browser]] = {}
         self._connections: dict[Path, CdpConnection] = {}
         self.snapshots = Snapshots()
+        self.shots = Shots()
+        self.trees = PageTrees()
+        self.handles = Handles()
         if evaluate is None:
             evaluate = os.environ.get(rules.EVALUATE_ENV, "") == "1"
         self.evaluate = evaluate
+        if allow_file is None:
+            allow_file = os.environ.get(rules.FILE_ENV, "") == "1"
+        self.allow_file = allow_file
         self._calls: dict[str, Call] = {
             "tabs": _tabs,
             "open": _open,
@@ -84,24 +129,53 @@ class BrowserService:
     async def call(
         self, backend: DesktopBackend, row: RelayRow, name: str, params: dict[str, Any]
     ) -> dict[str, Any]:
-        target = await self._target(backend, row)
+        target = await self.target(backend, row)
         return await self._calls[name](target, params)
+
+    async def run(self, target: Target, name: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One call on a browser already found (``target``)."""
+        return await self._calls[name](target, params)
+
+    async def page_groups(self, backend: DesktopBackend, row: RelayRow) -> list[int]:
+        """The process groups of the desktop's browsers that have a DevTools channel (each
+        browser leads its group; its holder serves a socket named by its pid)."""
+        try:
+            session = await session_of(backend, row)
+        except OpError:
+            return []
+        assert isinstance(backend, VirtualBackend)  # session_of refuses the other kinds
+        state_dir = backend.desktops.launcher.config.state_dir
+        return [
+            c.pid
+            for c in session.processes.children
+            if c.is_alive() and pipe.socket_path(state_dir, c.pid).exists()
+        ]
 
     async def client_stream(self, backend: DesktopBackend, row: RelayRow) -> CdpClientStream:
         """A CDP client's own browser session on the desktop's browser (``endpoint.py``)."""
         session = await session_of(backend, row)
-        target = await self._target(backend, row)
+        target = await self.target(backend, row)
         downloads = session.home / DOWNLOADS
         return await CdpClientStream.open(target.browser.cdp, self.evaluate, downloads)
 
-    async def _target(self, backend: DesktopBackend, row: RelayRow) -> Target:
+    async def target(self, backend: DesktopBackend, row: RelayRow) -> Target:
+        """The desktop's browser (``unavailable`` when it has none with a channel)."""
         session = await session_of(backend, row)
         assert isinstance(backend, VirtualBackend)  # session_of refuses the other kinds
         state_dir = backend.desktops.launcher.config.state_dir
         pids = [c.pid for c in session.processes.children if c.is_alive()]
         cdp = await self._connection([pipe.socket_path(state_dir, pid) for pid in pids])
         browser = await self._browser(cdp, session.home / DOWNLOADS)
-        return Target(session.desktop_session_id, browser, self.snapshots)
+        home = session.home if self.allow_file else None
+        return Target(
+            session.desktop_session_id,
+            browser,
+            self.snapshots,
+            self.shots,
+            self.trees,
+            self.handles,
+            home,
+        )
 
     async def _connection(self, paths: list[Path]) -> CdpConnection:
         """The open connection to the first of ``paths`` a holder serves (a holder just
@@ -169,8 +243,30 @@ async def _navigate(browser: Browser, tab: str, url: str, timeout_s: float) -> N
     await browser.until_event(tab, start, loaded, timeout_s, f"{url[:80]} to load")
 
 
+def home_file_url(url: str, home: Path) -> str:
+    """The ``file:`` URL of the file ``url`` names once its links are followed, if that is in
+    ``home``; ``invalid_args`` naming ``url`` if not."""
+    path = rules.file_path(url)
+    if path.startswith("~/"):
+        path = str(home / path[2:])
+    try:  # strict: a link the relay cannot follow is not taken on trust
+        real_home = os.path.realpath(home, strict=True)
+        real = os.path.realpath(path, strict=True)
+    except OSError as err:
+        raise OpError(
+            ErrorCode.NOT_FOUND,
+            "a file: URL must name a file of the desktop's home that exists",
+            {"field": "url"},
+        ) from err
+    if os.path.commonpath([real_home, real]) != real_home:
+        raise InvalidArgs("url", "a file: URL must name a file of the desktop's home")
+    return Path(real).as_uri()
+
+
 async def _open(target: Target, params: dict[str, Any]) -> dict[str, Any]:
-    url = rules.check_url(params.get("url"))
+    url = rules.check_url(params.get("url"), allow_file=target.home is not None)
+    if target.home is not None and url.lower().startswith("file:"):
+        url = await asyncio.to_thread(home_file_url, url, target.home)
     timeout_s = rules.check_timeout(params.get("timeout_s", rules.TIMEOUT_DEFAULT_S))
     browser = target.browser
     if params.get("new_tab"):
@@ -238,61 +334,148 @@ def _js(text: str) -> str:
     return json.dumps(text)
 
 
-async def _tree(browser: Browser, tab: str) -> Tree:
-    return Tree.of(await browser.send(tab, "Accessibility.getFullAXTree"))
-
-
 async def _snapshot(target: Target, params: dict[str, Any]) -> dict[str, Any]:
     tab = await target.tab(params)
-    tree = await _tree(target.browser, tab)
+    page = await target.trees.tree(target.browser, tab)
     snapshot = target.snapshots.new(target.desktop_session_id, tab)
-    result = render(
-        tree,
-        snapshot,
+    key = (
         int(params.get("depth", 64)),
         int(params.get("max_nodes", 400)),
         str(params.get("view", "interactive")),
         str(params.get("format", "text")),
     )
-    page = await _page(target.browser, tab)
-    return result | {"tab": tab, "url": page.get("url", ""), "title": page.get("title", "")}
+    result = target.trees.rendered(tab, page, key, snapshot)
+    if result is None:
+        result = render(page.tree, snapshot, *key)
+        target.trees.keep(tab, page, key, snapshot, result)
+    url, title = page.url, page.title
+    if url is None or title is None:
+        shown = await _page(target.browser, tab)
+        url, title = shown.get("url", ""), shown.get("title", "")
+    return result | {"tab": tab, "url": url, "title": title}
+
+
+Act = Callable[[Browser, str, str | None, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def _on_element(act: Callable[[Browser, str, str, dict[str, Any]], Awaitable[Any]]) -> Act:
+    """An act that needs a ref's element."""
+
+    async def run(browser: Browser, tab: str, node: str | None, params: dict[str, Any]) -> Any:
+        if node is None:
+            raise InvalidArgs("ref", "required")
+        return await act(browser, tab, node, params)
+
+    return run
+
+
+async def _press(
+    browser: Browser, tab: str, node: str | None, params: dict[str, Any]
+) -> dict[str, Any]:
+    key, modifiers = acts.parse_keys(str(params.get("keys", "")))
+    await acts.press_key(browser, tab, key, modifiers)
+    return {"pressed": params.get("keys")}
+
+
+async def _scroll(
+    browser: Browser, tab: str, node: str | None, params: dict[str, Any]
+) -> dict[str, Any]:
+    moved = rules.check_scroll(params)
+    if moved is None:
+        return await _on_element(lambda b, t, n, _: acts.into_view(b, t, n))(
+            browser, tab, node, params
+        )
+    return await acts.wheel(browser, tab, node, *moved)
+
+
+async def _focused(browser: Browser, tab: str, node: str) -> dict[str, Any]:
+    await acts.focus(browser, tab, node)
+    return {}
+
+
+ACTS: Final[dict[str, Act]] = {
+    "click": _on_element(lambda b, t, n, _: acts.click(b, t, n)),
+    "fill": _on_element(lambda b, t, n, p: acts.fill(b, t, n, str(p.get("text", "")))),
+    "press": _press,
+    "select": _on_element(lambda b, t, n, p: acts.select(b, t, n, *rules.check_select(p))),
+    "hover": _on_element(lambda b, t, n, _: acts.hover(b, t, n)),
+    "scroll": _scroll,
+    # desktop_focus on a page's element (relay/browser/routing.py)
+    "focus": _on_element(lambda b, t, n, _: _focused(b, t, n)),
+}
 
 
 async def _act(target: Target, params: dict[str, Any]) -> dict[str, Any]:
-    action = params.get("action")
+    action = str(params.get("action"))
+    act = ACTS.get(action)
+    if act is None:
+        raise InvalidArgs("action", f"must be one of {', '.join(rules.ACTS)}")
     ref = params.get("ref")
     browser = target.browser
+    guarded = params.get("expected_revision") is not None
     if ref is None:
-        if action != "press":
-            raise InvalidArgs("ref", "required")
-        tab = await target.tab(params)
-        object_id = None
-    else:
-        if not isinstance(ref, str) or not rules.REF_RE.match(ref):
-            raise InvalidArgs("ref", "must be a browser ref like '@b1a2b3c4:e7'")
-        snapshot, element = target.snapshots.element(ref, target.desktop_session_id)
-        tab = snapshot.tab
-        object_id = await acts.resolve(browser, tab, element)
-    if action == "click" and object_id is not None:
-        clicked = object_id
-        answer, effect = await judged(browser, tab, lambda: acts.click(browser, tab, clicked))
-        return {"tab": tab, **answer, **effect}
-    if action == "fill" and object_id is not None:
-        text, filled = str(params.get("text", "")), object_id
-        answer, effect = await judged(browser, tab, lambda: acts.fill(browser, tab, filled, text))
-        return {"tab": tab, **answer, **effect}
+        if guarded:
+            raise InvalidArgs("expected_revision", "guards an act on a ref only")
+        return {"tab": await target.tab(params), **await _judged(target, act, None, params)}
+    if not isinstance(ref, str) or not rules.REF_RE.match(ref):
+        raise InvalidArgs("ref", "must be a browser ref like '@b1a2b3c4:e7'")
+    snapshot, element = target.snapshots.element(ref, target.desktop_session_id)
+    tab = snapshot.tab
+    if action == "click" and not guarded:  # checked in the click's own first call
+        return {"tab": tab, **await _click(target, tab, element)}
+    node = await acts.resolve(browser, tab, element)
+    checked = {}
+    if guarded:
+        shot = target.shots.get(params["expected_revision"], target.desktop_session_id, tab)
+        checked = {"guard": await guard(browser, tab, node, shot)}
     if action == "press":
-        key, modifiers = acts.parse_keys(str(params.get("keys", "")))
-        if object_id is not None:
-            await acts.focus(browser, tab, object_id)
-        _, effect = await judged(browser, tab, lambda: acts.press_key(browser, tab, key, modifiers))
-        return {"tab": tab, "pressed": params.get("keys"), **effect}
-    raise InvalidArgs("action", f"must be one of {', '.join(rules.ACTS)}")
+        await acts.focus(browser, tab, node)  # before judging: the key's effect is judged
+    return {"tab": tab, **await _judged(target, act, (tab, node), params), **checked}
 
 
-def _selector_check(browser: Browser, tab: str, selector: str) -> Callable[[], Awaitable[Any]]:
+async def _judged(
+    target: Target, act: Act, on: tuple[str, str] | None, params: dict[str, Any]
+) -> dict[str, Any]:
+    """``act`` on the element ``on`` (tab, node) or in the tab ``params`` names, judged."""
+    browser = target.browser
+    tab, node = on if on is not None else (await target.tab(params), None)
+    scrolling = params.get("action") == "scroll"
+    answer, verdict = await judged(browser, tab, lambda: act(browser, tab, node, params), scrolling)
+    if scrolling:
+        answer["scroll"] = await acts.page_scroll(browser, tab)
+    return {**answer, **verdict}
+
+
+async def _click(target: Target, tab: str, element: Element) -> dict[str, Any]:
+    """A click by ref in the fewest round trips: one call on the element (its handle kept
+    from an earlier act while it lives) reads the page's state for the verdict, checks it is
+    still in the page and finds its centre; the three mouse events go together."""
+    browser = target.browser
+    ready = None
+    kept = target.handles.get((tab, element.backend_node_id))
+    if kept is not None:
+        with contextlib.suppress(CdpError):  # the handle died with its document
+            ready = await acts.prepared(browser, tab, kept, effect.STATE)
+    if ready is None:
+        node = await acts.resolve(browser, tab, element, checked=False)
+        ready = await acts.prepared(browser, tab, node, effect.STATE)
+        if ready is None:  # gone from the page: the one element of its role and name, if any
+            node = await acts.relocate(browser, tab, element)
+            ready = await acts.prepared(browser, tab, node, effect.STATE)
+        if ready is None:
+            raise acts.stale(element)
+        target.handles.keep((tab, element.backend_node_id), node)
+    before, point = ready
+    answer, verdict = await judged(
+        browser, tab, lambda: acts.click_at(browser, tab, point), before=before
+    )
+    return {**answer, **verdict}
+
+
+def _selector_check(target: Target, tab: str, selector: str) -> Callable[[], Awaitable[Any]]:
     """A check that is true once ``selector`` (``css:…`` or an accessibility selector)
     matches something in the page."""
+    browser = target.browser
     if selector.startswith(rules.CSS_PREFIX):
         css = _js(selector[len(rules.CSS_PREFIX) :].strip())
         return lambda: browser.evaluate(tab, f"!!document.querySelector({css})")
@@ -302,7 +485,7 @@ def _selector_check(browser: Browser, tab: str, selector: str) -> Callable[[], A
         raise InvalidArgs("value", str(err)) from None
 
     async def check() -> bool:
-        roots = plain(await _tree(browser, tab))
+        roots = plain((await target.trees.tree(browser, tab)).tree)
         return bool(a11y_match.select(parsed, roots, lambda n: n["children"]))
 
     return check
@@ -326,7 +509,7 @@ async def _wait(target: Target, params: dict[str, Any]) -> dict[str, Any]:
 
         await browser.until(at_url, timeout_s, f"the URL to match {value[:80]!r}")
     elif condition == "selector":
-        await browser.until(_selector_check(browser, tab, value), timeout_s, f"{value[:80]!r}")
+        await browser.until(_selector_check(target, tab, value), timeout_s, f"{value[:80]!r}")
     else:
         raise InvalidArgs("for", f"must be one of {', '.join(rules.WAIT_FOR)}")
     return {"tab": tab, "satisfied": True, "url": str(await browser.evaluate(tab, "location.href"))}
@@ -339,18 +522,23 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 async def _screenshot(target: Target, params: dict[str, Any]) -> dict[str, Any]:
     browser, tab = target.browser, await target.tab(params)
-    request: dict[str, Any] = {"format": "png"}
-    if params.get("full_page"):
-        metrics = await browser.send(tab, "Page.getLayoutMetrics")
-        size = metrics.get("cssContentSize") or metrics["contentSize"]
-        request |= {
-            "captureBeyondViewport": True,
-            "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1},
-        }
-    answer = await browser.send(tab, "Page.captureScreenshot", request)
-    data = str(answer["data"])
+    region, data = await capture(browser, tab, bool(params.get("full_page")))
+    shot = target.shots.keep(target.desktop_session_id, tab, region, data)
     width, height = _png_size(base64.b64decode(data[:64]))
-    return {"tab": tab, "format": "png", "image": data, "width": width, "height": height}
+    return {
+        "tab": tab,
+        "format": "png",
+        "image": data,
+        "width": width,
+        "height": height,
+        "revision": shot.revision,
+        "page_region": {
+            "x": region.x,
+            "y": region.y,
+            "width": region.width,
+            "height": region.height,
+        },
+    }
 
 
 async def _find(target: Target, params: dict[str, Any]) -> dict[str, Any]:
@@ -358,7 +546,11 @@ async def _find(target: Target, params: dict[str, Any]) -> dict[str, Any]:
     selector = str(params.get("selector", ""))
     limit = int(params.get("limit", 20))
     snapshot = target.snapshots.new(target.desktop_session_id, tab)
-    matches = await find(target.browser, tab, snapshot, selector, limit)
+
+    async def tree() -> Tree:
+        return (await target.trees.tree(target.browser, tab)).tree
+
+    matches = await find(target.browser, tab, snapshot, selector, limit, tree)
     return {"tab": tab, "snapshot": snapshot.id, "count": len(matches), "matches": matches}
 
 

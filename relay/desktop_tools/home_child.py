@@ -24,11 +24,13 @@ from __future__ import annotations
 import base64
 import binascii
 import errno
+import fcntl
 import io
 import json
 import os
 import stat
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, cast
@@ -42,6 +44,10 @@ NEW_FILE_MODE = 0o644
 NEW_DIR_MODE = 0o755
 STREAM_CHUNK = 1024 * 1024
 TEMP_PREFIX = ".relaydesk-"
+# How long a resume waits for the upload it continues to let go of the partial (a cut
+# upload's child is still writing what reached it until its input ends).
+PART_LOCK_WAIT_S = 10.0
+PART_LOCK_POLL_S = 0.02
 
 
 def refused(number: int, message: str) -> OSError:
@@ -282,16 +288,55 @@ def _emit(line: Answer) -> None:
     _write_all(1, (json.dumps(line) + "\n").encode())
 
 
+def _open_part(where: int, name: str, flags: int, shared: bool) -> int:
+    """The partial upload of ``name`` opened with ``flags`` and locked: an upload holds it
+    exclusively while it writes, so a resume (and the question of where to resume) waits
+    until a cut upload's child has written what reached it and let go; ``busy`` after
+    ``PART_LOCK_WAIT_S``. If the partial became the file while waiting, the name is opened
+    again (that file is never written)."""
+    deadline = time.monotonic() + PART_LOCK_WAIT_S
+    how = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB
+    part = _part(name)
+    while True:
+        fd = os.open(part, flags | FILE_FLAGS, NEW_FILE_MODE, dir_fd=where)
+        try:
+            _regular(os.fstat(fd).st_mode)
+            while True:
+                try:
+                    fcntl.flock(fd, how)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise refused(
+                            errno.EBUSY, "another upload of this file is in progress"
+                        ) from None
+                    time.sleep(PART_LOCK_POLL_S)
+            held = os.fstat(fd)
+            with suppress(FileNotFoundError):
+                named = os.stat(part, dir_fd=where, follow_symlinks=False)
+                if (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+                    return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        if not flags & os.O_CREAT:
+            raise FileNotFoundError(errno.ENOENT, "the partial upload became the file")
+
+
 def partial(home: int, request: Request) -> Answer:
-    """How many bytes the partial upload of ``path`` holds (0: none)."""
+    """How many bytes the partial upload of ``path`` holds (0: none), once no upload is
+    writing it."""
     parent, name = _split(request)
     try:
         with folder(home, parent) as where:
-            info = os.stat(_part(name), dir_fd=where, follow_symlinks=False)
+            fd = _open_part(where, name, os.O_RDONLY, shared=True)
     except FileNotFoundError:
         return _ok({"path": _rel(request), "offset": 0})
-    _regular(info.st_mode)
-    return _ok({"path": _rel(request), "offset": info.st_size})
+    try:
+        return _ok({"path": _rel(request), "offset": os.fstat(fd).st_size})
+    finally:
+        os.close(fd)
 
 
 def download(home: int, request: Request) -> None:
@@ -348,10 +393,9 @@ def upload(home: int, request: Request) -> None:
         with suppress(FileNotFoundError):
             _regular(os.stat(name, dir_fd=where, follow_symlinks=False).st_mode)
         part = _part(name)
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | FILE_FLAGS, NEW_FILE_MODE, dir_fd=where)
+        fd = _open_part(where, name, os.O_WRONLY | os.O_CREAT, shared=False)
         try:
             info = os.fstat(fd)
-            _regular(info.st_mode)
             if offset == 0:
                 os.ftruncate(fd, 0)
             elif info.st_size != offset:
@@ -379,10 +423,11 @@ def upload(home: int, request: Request) -> None:
                 )
                 return
             os.fsync(fd)
+            # Still locked: a resume waiting on the partial finds the name gone, not a file.
+            final = _free_name(where, name, str(request.get("exists", "rename")))
+            os.rename(part, final, src_dir_fd=where, dst_dir_fd=where)
         finally:
             os.close(fd)
-        final = _free_name(where, name, str(request.get("exists", "rename")))
-        os.rename(part, final, src_dir_fd=where, dst_dir_fd=where)
     landed = "/".join([*parent, final])
     _emit(_ok({"path": landed, "size": length}))
 
@@ -414,6 +459,7 @@ ERRNO_CODES: dict[int, tuple[str, str | None]] = {
     errno.ENOTDIR: ("action_failed", "a part of the path is not a folder"),
     errno.ELOOP: ("path_outside_home", "refused: a symbolic link (links are never followed)"),
     errno.ERANGE: ("offset_mismatch", None),
+    errno.EBUSY: ("busy", None),
 }
 
 

@@ -22,6 +22,7 @@ from relay.desktops.a11y_workers import DesktopA11yWorkers
 from relay.desktops.process import ChildProcess, pid_create_time
 from relay.desktops.processes import ProcessDesktops
 from relay.desktops.screens import DesktopScreens, SharedScreenService
+from relay.desktops.snapshots import Snapshots
 from relay.vnc_target import VncTarget
 from wire.errors import ErrorCode, OpError, RfbHandshakeError
 from wire.ops import (
@@ -75,6 +76,8 @@ class VirtualBackend:
         # Programs a desktop needs that this host lacks: nothing starts while any is missing.
         self.missing = missing or []
         self._screens = DesktopScreens(lambda: self.screen_service, desktops.holds)
+        # Snapshots of these desktops, forks and resets (relay/desktops/snapshots.py).
+        self.snapshots = Snapshots(desktops)
 
     def capabilities(self) -> list[str]:
         if self.missing:
@@ -209,5 +212,6 @@ class VirtualBackend:
     async def aclose(self) -> None:
         """Release the display connections this backend opened (if it owns its service)."""
         await self._a11y_workers.aclose()
+        await self.snapshots.aclose()
         if self._owned_screen is not None:
             await self._owned_screen.aclose()

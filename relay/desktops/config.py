@@ -66,6 +66,13 @@ class DesktopSettings:
     # ``home_check_interval_s`` while it runs).
     home_max_mb: int = 2048
     home_check_interval_s: float = 10.0
+    # Ready desktops kept per profile (RELAYDESK_POOL, parsed by the relay's settings:
+    # relay/desktops/pool.py), and how many of them start at once.
+    pool: tuple[tuple[str, int], ...] = ()
+    pool_concurrency: int = 1
+    # A desktop whose home is larger than this is refused a snapshot (docs/desktops.md,
+    # "Snapshots and forks").
+    snapshot_max_mb: int = 1024
 
     @property
     def state_file(self) -> Path:
@@ -161,6 +168,8 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "RELAYDESK_DESKTOP_USER": ("desktop_user", str),
     "RELAYDESK_DESKTOP_HOMES_DIR": ("homes_dir", Path),
     "RELAYDESK_DESKTOP_HOME_MAX_MB": ("home_max_mb", _positive_int),
+    "RELAYDESK_SNAPSHOT_MAX_MB": ("snapshot_max_mb", _positive_int),
     "RELAYDESK_DESKTOP_USER_POOL": ("desktop_user_pool", _positive_int),
     "RELAYDESK_DESKTOP_HOME_CHECK_S": ("home_check_interval_s", _positive_float),
+    "RELAYDESK_POOL_CONCURRENCY": ("pool_concurrency", _positive_int),
 }

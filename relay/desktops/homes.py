@@ -22,6 +22,7 @@ from relay.desktops.leases import (
     proc_hides_processes,
     relay_key,
 )
+from relay.desktops.snapshot_files import seed_home
 from relay.desktops.user import (
     DesktopUser,
     directory_size,
@@ -131,6 +132,8 @@ class Homes:
             if user is not None:
                 await asyncio.to_thread(self._reown, home, user)
         await asyncio.to_thread(prepare_home, home, user, fresh=not req.persist_home)
+        if req.seed_home is not None:
+            await asyncio.to_thread(seed_home, Path(req.seed_home), home, user)
         # The session's TMPDIR: its own, counted with its home against the size limit.
         tmp = self.tmp_of(session_id)
         try:

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from relay.desktops.audio import REASON_FAILED
 from relay.desktops.config import DesktopSettings
@@ -22,7 +22,7 @@ from relay.desktops.credentials import RelayAuthority
 from relay.desktops.launcher import Launcher, StartOptions
 from relay.desktops.probe import ProbeResult
 from relay.desktops.process import run_to_completion
-from relay.desktops.slots import D, S, Slots, failed_event, now_iso
+from relay.desktops.slots import D, LiveDesktop, S, Slots, failed_event, now_iso
 from relay.desktops.state import StateFile
 from relay.desktops.user import DesktopUser
 from relay.desktops.validation import StartRequest, check_session_id, check_slot
@@ -37,6 +37,17 @@ OnChange = Callable[[RelayRow], Awaitable[None]]
 # Told a desktop's session id once it is forgotten, before its processes are ended.
 OnLeaving = Callable[[DesktopSessionId], Awaitable[None]]
 L = TypeVar("L", bound="Launcher[Any, Any]")
+D_co = TypeVar("D_co", bound=LiveDesktop, covariant=True)
+
+
+class Pool(Protocol[D_co]):
+    """Ready desktops a matching start takes (``relay/desktops/pool.py``)."""
+
+    def start(self, after: Awaitable[None] | None = None) -> None: ...
+
+    def take(self, req: StartRequest) -> D_co | None: ...
+
+    async def close(self, stop: bool) -> None: ...
 
 
 class Desktops(Generic[D, S, L]):
@@ -67,6 +78,10 @@ class Desktops(Generic[D, S, L]):
         self._watchdog = Watchdog(self.check_all, config.watchdog_interval_s)
         self._strikes = ProbeStrikes(config.probe_failures)
         self._cleanup: asyncio.Task[None] | None = None  # adopt(clean_up_later=True)
+        # Ready desktops a matching start takes (set before ``start_pool``; None: no pool).
+        self.pool: Pool[D] | None = None
+        # Resets whose old desktop is still ending (start_many); close() waits for them.
+        self._finishing: set[asyncio.Task[None]] = set()
 
     @property
     def config(self) -> DesktopSettings:
@@ -104,12 +119,107 @@ class Desktops(Generic[D, S, L]):
             async with self._lock:
                 running = await self._running_in(req.slot, events)
                 if running is not None:
-                    return {**running.to_row(), "already_running": True}
+                    return {**running.to_row(), "already_running": True, "from_pool": False}
                 await self._check_can_start(req)
-                desktop = await self._launch(req)
-                return {**desktop.to_row(), "already_running": False}
+                desktop = await self._take_pooled(req)
+                from_pool = desktop is not None
+                if desktop is None:
+                    desktop = await self._launch(req)
+                return {**desktop.to_row(), "already_running": False, "from_pool": from_pool}
         finally:
             await self._emit(events)
+
+    async def start_many(
+        self, reqs: Sequence[StartRequest], *, replacing: str | None = None
+    ) -> list[D | BaseException]:
+        """Start one desktop per request, all at once under the lock (the forks of a
+        snapshot); each result is the desktop or why its start failed.
+
+        ``replacing``: the one request's slot holds this session now (a reset in place; a
+        newer session there is a ``session_conflict``). It is ended while the new desktop
+        starts, and the answer does not wait for the end: it goes on under the lock, taken
+        again once free (:meth:`_finish`; :meth:`close` waits for it). The new start is
+        recorded before the old desktop's teardown first yields, so that teardown never takes
+        it for the last desktop of the account."""
+        events: list[RelayRow] = []
+        try:
+            async with self._lock:
+                removal: asyncio.Task[None] | None = None
+                if replacing is not None:
+                    current = await self._replaceable(reqs[0].slot, replacing, events)
+                    # The slot is the new desktop's from now on; the old one ends meanwhile.
+                    self._desktops.pop(current.slot, None)
+                    try:
+                        await self._check_can_start(reqs[0])
+                    except BaseException:
+                        self._desktops[current.slot] = current  # nothing changes
+                        raise
+                    events.append(
+                        {
+                            **current.to_row(),
+                            "state": "stopped",
+                            "reason": "reset",
+                            "updated_at": now_iso(),
+                        }
+                    )
+                    # Started first: each is recorded as starting before its first pause.
+                    launches = [asyncio.ensure_future(self._launch(r)) for r in reqs]
+                    removal = asyncio.ensure_future(self._remove(current, "stopped"))
+                else:
+                    await self._check_room(reqs, events)
+                    await self._check_can_start(reqs[0])
+                    for req in reqs[1:]:
+                        await self.launcher.ready(req)
+                    launches = [asyncio.ensure_future(self._launch(r)) for r in reqs]
+                try:
+                    results = await asyncio.gather(*launches, return_exceptions=True)
+                finally:
+                    if removal is not None and not removal.done():
+                        self._finishing.add(asyncio.create_task(self._finish(removal)))
+                return list(results)
+        finally:
+            await self._emit(events)
+
+    async def _finish(self, removal: asyncio.Task[None]) -> None:
+        """Hold the lock until a reset's old desktop has ended."""
+        try:
+            async with self._lock:
+                await removal
+        except Exception:
+            logger.exception("ending a reset desktop failed")
+        finally:
+            if (task := asyncio.current_task()) is not None:
+                self._finishing.discard(task)
+
+    async def _replaceable(self, slot: str, session_id: str, events: list[RelayRow]) -> D:
+        """The slot's desktop of ``session_id``, for a reset (caller holds the lock)."""
+        current = await self._running_in(slot, events)
+        if current is None:
+            raise OpError(
+                ErrorCode.NOT_RUNNING, f"no desktop runs in slot {slot!r}", {"field": "slot"}
+            )
+        if current.desktop_session_id != session_id:
+            raise SessionConflict(current.desktop_session_id)
+        return current
+
+    async def _check_room(self, reqs: Sequence[StartRequest], events: list[RelayRow]) -> None:
+        """Refuse starts into slots that hold a desktop, or more than the relay has room for
+        (``count``), before anything starts (caller holds the lock)."""
+        busy = [r.slot for r in reqs if await self._running_in(r.slot, events) is not None]
+        if busy:
+            raise OpError(
+                ErrorCode.BUSY,
+                f"slots: a desktop runs in {busy[0]!r} already",
+                {"field": "slots", "slots": busy},
+            )
+        room = self.max_desktops - len(self._desktops)
+        if len(reqs) > room:
+            raise OpError(
+                ErrorCode.LIMIT_REACHED,
+                f"count: {len(reqs)} desktops asked for, this relay has room for {room} more "
+                f"(at most {self.max_desktops} {self.launcher.noun})",
+                {"field": "count", "max_desktops": self.max_desktops, "room": room},
+            )
 
     async def status(self) -> list[RelayRow]:
         """Rows of the live desktops; ones whose essential processes died are failed first.
@@ -328,7 +438,7 @@ class Desktops(Generic[D, S, L]):
         is free, the relay has room for it, and it passes the probe."""
         clash = desktop.slot in self._desktops
         full = len(self._desktops) >= self.max_desktops
-        if not (clash or full) and result is not None and result.ok:
+        if not (clash or full) and result is not None and self._passes(desktop, result):
             self._desktops[desktop.slot] = desktop
             logger.info("re-adopted %s desktop slot=%s", self.launcher.kind, desktop.slot)
             return True
@@ -345,6 +455,11 @@ class Desktops(Generic[D, S, L]):
             "not re-adopting %s desktop slot=%s: %s", self.launcher.kind, desktop.slot, reason
         )
         return False
+
+    def _passes(self, desktop: D, result: ProbeResult) -> bool:
+        """The watchdog's rule at adoption too: dead processes fail at once, a chain that did
+        not answer (a loaded host) is the first of its ``probe_failures`` strikes."""
+        return self._strikes.verdict(desktop.desktop_session_id, result) is None
 
     async def _clean_up(self, leftovers: list[DesktopSessionId]) -> None:
         async with self._lock:
@@ -376,6 +491,11 @@ class Desktops(Generic[D, S, L]):
             logger.exception("cleaning up after re-adoption failed")
 
     # -- watchdog and close ---------------------------------------------------------------
+
+    def start_pool(self) -> None:
+        """Begin filling the pool, if any, once the adoption's clean-up is done."""
+        if self.pool is not None:
+            self.pool.start(self._cleanup)
 
     def start_watchdog(self) -> None:
         """Begin periodic health checks (idempotent)."""
@@ -429,10 +549,15 @@ class Desktops(Generic[D, S, L]):
         await self._emit(events)
         return events
 
-    async def close(self, stop_desktops: bool) -> None:
-        """Stop the watchdog; stop every desktop too when asked, else leave them for adoption."""
+    async def close(self, stop_desktops: bool, *, stop_pool: bool = True) -> None:
+        """Stop the watchdog and the pool's refills; stop every desktop too when asked, else
+        leave them for adoption. The pool's ready desktops (never shown to anyone) are stopped
+        unless ``stop_pool`` is False: left to the next relay, which stops them."""
         if self._cleanup is not None:
             await self._cleanup
+        if self.pool is not None:
+            await self.pool.close(stop_desktops or stop_pool)
+        await asyncio.gather(*self._finishing, return_exceptions=True)
         await self._watchdog.stop()
         async with self._lock:
             if stop_desktops:
@@ -455,6 +580,14 @@ class Desktops(Generic[D, S, L]):
         await self.launcher.ready(req)
         if not self.slots.read and (adoption := await self._adopt_locked()) is not None:
             await self._clean_up_locked(adoption[1])
+
+    async def _take_pooled(self, req: StartRequest) -> D | None:
+        """A ready desktop of the pool for ``req``, now in its slot (None: start one)."""
+        desktop = self.pool.take(req) if self.pool is not None else None
+        if desktop is not None:
+            self._desktops[desktop.slot] = desktop
+            await self.slots.save()
+        return desktop
 
     async def _launch(self, req: StartRequest) -> D:
         session_id = DesktopSessionId(secrets.token_hex(16))

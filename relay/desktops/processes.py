@@ -109,6 +109,9 @@ class ProcessLauncher:
         self._a11y_lost: set[str] = set()
         self._next_home_check = 0.0
         self.profiles = load_profiles(config.profiles_dir)
+        # The apps desktop_launch started in each live desktop, in order (what a snapshot
+        # relaunches in its forks).
+        self.launched: dict[str, list[str]] = {}
 
     def lifecycle(self, on_change: OnChange | None = None) -> ProcessDesktops:
         """The lifecycle that runs this launcher's desktops."""
@@ -187,6 +190,7 @@ class ProcessLauncher:
         return cgroup is not None and await asyncio.to_thread(cgroups.is_frozen, cgroup)
 
     async def remove(self, desktop: Desktop) -> bool:
+        self.launched.pop(desktop.desktop_session_id, None)
         return await self._teardown.remove(desktop)
 
     async def recorded(self) -> Records[Desktop, StartingDesktop]:
@@ -330,6 +334,7 @@ class ProcessLauncher:
             finally:
                 log.close()
             self._join(desktop, child)
+            self.launched.setdefault(desktop.desktop_session_id, []).append(entry.id)
             await self.slots.save()
         logger.info("launched %s in desktop slot=%s", entry.id, desktop.slot)
         return {

@@ -54,6 +54,8 @@ class StartRequest:
     apps: tuple[tuple[str, ...], ...]
     profile: str | None = None
     persist_home: bool = False
+    # A snapshot's home the new home starts as a copy of (forks and resets).
+    seed_home: str | None = None
 
     @property
     def geometry(self) -> str:

@@ -69,6 +69,13 @@ TARGET: Final[dict[str, Schema]] = {
     "desktop_session_id": SESSION_ID,
     "local": LOCAL,
 }
+BACKEND: Final[Schema] = {
+    "type": "string",
+    "enum": ["auto", "atspi"],
+    "default": "auto",
+    "description": "auto: a browser's page content over its DevTools channel, everything else "
+    "over AT-SPI; atspi: all of it over AT-SPI (the page's elements then have screen bounds).",
+}
 SCOPE: Final[dict[str, Schema]] = {"app": APP, "window": WINDOW}
 ACT_AUDIT: Final = "desktop.a11y"
 
@@ -90,6 +97,7 @@ async def a11y_call(
     result = dict(answer.get("result") or {})
     result["desktop_session_id"] = session_id
     result["source"] = "a11y"
+    result.setdefault("backend", "atspi")  # a browser's page content: "cdp" (docs/browser.md)
     return result
 
 
@@ -106,14 +114,15 @@ def _check_selector(text: str) -> None:
 
 async def observe(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     session = await _session(ctx, args)
-    params = _pick(args, "app", "window", "depth", "max_nodes", "view", "format")
+    params = _pick(args, "app", "window", "backend", "depth", "max_nodes", "view", "format")
     return await a11y_call(ctx, session, "observe", params)
 
 
 async def find(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     _check_selector(args["selector"])
     session = await _session(ctx, args)
-    return await a11y_call(ctx, session, "find", _pick(args, "selector", "app", "window", "limit"))
+    params = _pick(args, "selector", "app", "window", "backend", "limit")
+    return await a11y_call(ctx, session, "find", params)
 
 
 async def read(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -184,6 +193,7 @@ A11Y_ACTIONS: Final[tuple[Action, ...]] = (
         _schema(
             {
                 **SCOPE,
+                "backend": BACKEND,
                 "depth": {
                     "type": "integer",
                     "minimum": 1,
@@ -227,6 +237,7 @@ A11Y_ACTIONS: Final[tuple[Action, ...]] = (
         _schema(
             {
                 **SCOPE,
+                "backend": BACKEND,
                 "selector": SELECTOR,
                 "limit": {
                     "type": "integer",

@@ -3,13 +3,15 @@
 
 Reads (``browser_tabs``, ``browser_snapshot``, ``browser_wait``, ``browser_screenshot``) show
 what is on the desktop: role ``write``, like the screen. Everything that changes the page
-(open, close, history, click, fill, press) is agent input: it runs under the desktop's control
-gate (a person's takeover refuses it with ``takeover_active``, Stop with ``stopped_by_user``)
-and is audited. Every argument is checked by the schema here and again by the relay.
+(open, close, history, click, fill, press, select, hover, scroll) is agent input: it runs
+under the desktop's control gate (a person's takeover refuses it with ``takeover_active``,
+Stop with ``stopped_by_user``) and is audited. Every argument is checked by the schema here
+and again by the relay.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from server.actions.context import ActionContext
@@ -38,12 +40,25 @@ REF: Final[Schema] = {
     "pattern": rules.REF_PATTERN,
     "description": "An element ref from browser_snapshot, e.g. '@b1a2b3c4:e7'.",
 }
+REVISION: Final[Schema] = {
+    "type": "string",
+    "pattern": rules.REVISION_PATTERN,
+    "description": "The revision of the browser_screenshot the element was chosen on: if "
+    "the page looks different around the element now (or the screenshot did not show it), "
+    "the act is refused with stale_screen and nothing reaches the page.",
+}
 TIMEOUT: Final[Schema] = {
     "type": "number",
     "minimum": rules.TIMEOUT_MIN_S,
     "maximum": rules.TIMEOUT_MAX_S,
     "default": rules.TIMEOUT_DEFAULT_S,
     "description": "Give up (error timeout) after this many seconds.",
+}
+SCROLL: Final[Schema] = {
+    "type": "number",
+    "minimum": -rules.SCROLL_MAX,
+    "maximum": rules.SCROLL_MAX,
+    "description": "CSS pixels to scroll by (x: right, y: down; negative: back).",
 }
 AUDIT: Final = "desktop.browser"
 # Beyond a wait's own limit: the relay's answer on the way back.
@@ -82,12 +97,21 @@ def _read(call: rules.BrowserCall, *fields: str) -> Any:
     return handler
 
 
-def _change(call: rules.BrowserCall, outcome: str | None, *fields: str, **fixed: Any) -> Any:
-    """A call that changes the page: agent input under the desktop's control gate."""
+def _change(
+    call: rules.BrowserCall,
+    outcome: str | None,
+    *fields: str,
+    check: Callable[[dict[str, Any]], object] | None = None,
+    **fixed: Any,
+) -> Any:
+    """A call that changes the page: agent input under the desktop's control gate;
+    ``check`` refuses arguments the schema cannot (before the gate)."""
 
     async def handler(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-        if "url" in args:
-            rules.check_url(args["url"])
+        if "url" in args:  # file: is the relay's to allow (it knows the desktop's home)
+            rules.check_url(args["url"], allow_file=True)
+        if check is not None:
+            check(args)
         row = await running_row(ctx, args)
         params = _pick(args, *fields) | fixed
         async with agent_input(ctx, DesktopTarget.of_row(row)) as grant:
@@ -158,7 +182,8 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
                 "type": "string",
                 "minLength": 1,
                 "maxLength": rules.URL_MAX,
-                "description": "An http, https or about: URL.",
+                "description": "An http, https or about: URL (file: of the desktop's home "
+                f"where the relay allows it: {rules.FILE_ENV}=1).",
             },
             "new_tab": {
                 "type": "boolean",
@@ -229,16 +254,16 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
         },
         "Read a tab's page as its accessibility tree (from the browser itself), one element "
         "a line: '@b… role \"name\" value=… [states]'. Act on the refs with browser_click, "
-        "browser_fill and browser_press.",
+        "browser_fill, browser_press, browser_select, browser_hover and browser_scroll.",
         _read("snapshot", "tab", "depth", "max_nodes", "view", "format"),
         read_only=True,
     ),
     _action(
         "browser_click",
-        {"ref": REF},
+        {"ref": REF, "expected_revision": REVISION},
         "Click an element of the page (found again live; scrolled into view) with the "
         "browser's own input events.",
-        _change("act", "click", "ref", action="click"),
+        _change("act", "click", "ref", "expected_revision", action="click"),
         audit_op=f"{AUDIT}.click",
         required=("ref",),
     ),
@@ -246,6 +271,7 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
         "browser_fill",
         {
             "ref": REF,
+            "expected_revision": REVISION,
             "text": {
                 "type": "string",
                 "maxLength": rules.TEXT_MAX,
@@ -253,7 +279,7 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
             },
         },
         "Replace the text of a field of the page; answers the value read back.",
-        _change("act", "fill", "ref", "text", action="fill"),
+        _change("act", "fill", "ref", "text", "expected_revision", action="fill"),
         audit_op=f"{AUDIT}.fill",
         required=("ref", "text"),
     ),
@@ -273,6 +299,69 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
         _change("act", "press", "ref", "tab", "keys", action="press"),
         audit_op=f"{AUDIT}.press",
         required=("keys",),
+    ),
+    _action(
+        "browser_select",
+        {
+            "ref": REF,
+            "expected_revision": REVISION,
+            "value": {
+                "type": "string",
+                "maxLength": rules.OPTION_MAX,
+                "description": "The option's value (its value attribute).",
+            },
+            "label": {
+                "type": "string",
+                "maxLength": rules.OPTION_MAX,
+                "description": "The option's label: the text the list shows for it.",
+            },
+        },
+        "Choose an option of a list (a <select>) of the page by its value or its label (give "
+        "one); the page hears it as a person's choice. Answers the option selected.",
+        _change(
+            "act",
+            "select",
+            "ref",
+            "value",
+            "label",
+            "expected_revision",
+            check=rules.check_select,
+            action="select",
+        ),
+        audit_op=f"{AUDIT}.select",
+        required=("ref",),
+    ),
+    _action(
+        "browser_hover",
+        {"ref": REF, "expected_revision": REVISION},
+        "Move the mouse onto an element of the page (found again live; scrolled into view), "
+        "as a person pointing at it: menus and tooltips that open on hover open.",
+        _change("act", "hover", "ref", "expected_revision", action="hover"),
+        audit_op=f"{AUDIT}.hover",
+        required=("ref",),
+    ),
+    _action(
+        "browser_scroll",
+        {
+            "ref": REF,
+            "tab": TAB,
+            "dx": SCROLL,
+            "dy": SCROLL,
+        },
+        "Scroll the page: an element into view (ref alone), or by dx/dy CSS pixels with the "
+        "mouse wheel (over the element given by ref, else over the middle of the page; "
+        "positive dy scrolls down). Answers where the page is scrolled to.",
+        _change(
+            "act",
+            "scroll",
+            "ref",
+            "tab",
+            "dx",
+            "dy",
+            check=rules.check_scroll,
+            action="scroll",
+        ),
+        audit_op=f"{AUDIT}.scroll",
     ),
     _action(
         "browser_wait",
@@ -308,7 +397,9 @@ BROWSER_ACTIONS: Final[tuple[Action, ...]] = (
                 "description": "The whole page, beyond what the window shows.",
             },
         },
-        "A PNG of a tab's page as the browser renders it (base64 in image).",
+        "A PNG of a tab's page as the browser renders it (base64 in image), with a "
+        "revision: pass it as expected_revision to an act chosen on this image, and the act "
+        "is refused (stale_screen) if the page changed around its element since.",
         _read("screenshot", "tab", "full_page"),
         read_only=True,
     ),

@@ -31,6 +31,7 @@ from wire import ops
 from wire.desktop_rows import SLOT_RE
 from wire.errors import ErrorCode, InvalidArgs, OpError, SessionConflict
 from wire.ids import RelayId
+from wire.snapshots import SNAPSHOT_NAME_RE
 
 RELAY: Final[Schema] = {
     "type": "string",
@@ -56,6 +57,36 @@ SESSION_ID: Final[Schema] = {
     "type": "string",
     "pattern": "^[A-Za-z0-9_-]{1,64}$",
     "description": "The desktop_session_id of the exact desktop incarnation you mean.",
+}
+SNAPSHOT_NAME: Final[Schema] = {
+    "type": "string",
+    "pattern": f"^{SNAPSHOT_NAME_RE.pattern[1:-1]}$",
+    "description": "Snapshot name: lower-case letters, digits, '-' and '_' (no path "
+    "characters), unique in this conversation.",
+}
+MAX_FORKS: Final = 64
+# What desktop_start takes besides its own arguments to start forks of a snapshot
+# (server/actions/snapshots.py).
+FORK_PROPERTIES: Final[dict[str, Schema]] = {
+    "snapshot": {
+        **SNAPSHOT_NAME,
+        "description": "Start from this snapshot of the conversation (its relay, profile, "
+        "geometry, home and apps) instead of a fresh desktop.",
+    },
+    "count": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_FORKS,
+        "description": "With snapshot: how many desktops to start from it at once, each with "
+        "its own copy of its home (at most the relay's free desktops).",
+    },
+    "slots": {
+        "type": "array",
+        "items": {"type": "string", "pattern": f"^{SLOT_RE.pattern}$"},
+        "maxItems": MAX_FORKS,
+        "description": "With snapshot: the slots of the new desktops; absent: "
+        "'<snapshot>-1', '<snapshot>-2', … (free ones).",
+    },
 }
 EXACT_KIND: Final[Schema] = {k: v for k, v in KIND.items() if k != "default"}
 EXACT_SLOT: Final[Schema] = {k: v for k, v in SLOT.items() if k != "default"}
@@ -169,9 +200,28 @@ async def running_row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow:
     if row is not None and row.state == "paused":
         raise _paused(ctx, row)
     if row is None or row.state != "running":
+        await _refuse_replaced(ctx, args)
         raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
     ctx.desktop_session_id = row.desktop_session_id
     return row
+
+
+async def _refuse_replaced(ctx: ActionContext, args: dict[str, Any]) -> None:
+    """``desktop_changed`` (409, with the current session id) for the session id of a desktop
+    a reset replaced, while its successor holds the slot (docs/desktops.md, "Reset")."""
+    session_id = args.get("desktop_session_id")
+    if not isinstance(session_id, str):
+        return
+    old = await ctx.inventory.row(ctx.relay_id, session_id)
+    if old is None or old.reason != "reset":
+        return
+    current = await ctx.inventory.live_in_slot(ctx.relay_id, old.kind, old.slot)
+    if current is not None and current.desktop_session_id != session_id:
+        raise OpError(
+            ErrorCode.DESKTOP_CHANGED,
+            "this desktop was reset: its slot holds a new desktop_session_id",
+            {"current_session_id": current.desktop_session_id, "field": "desktop_session_id"},
+        )
 
 
 def _paused(ctx: ActionContext, row: DesktopRow) -> OpError:
@@ -226,6 +276,13 @@ async def _admit_start(ctx: ActionContext, kind: ops.DesktopKind, slot: str) -> 
 
 
 async def start(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
+    if "snapshot" in args:
+        from server.actions.snapshots import fork  # forks live with the snapshots
+
+        return await fork(ctx, args)
+    for fork_arg in ("count", "slots"):
+        if fork_arg in args:
+            raise InvalidArgs(fork_arg, "only with snapshot (forks of a snapshot)")
     await _tracked_relay(ctx, args)
     await _admit_start(ctx, _kind(args), str(args.get("slot", "main")))
     request = ops.DesktopStartArgs(kind=_kind(args), started_by=ctx.principal.username)
@@ -237,10 +294,11 @@ async def start(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     already = bool(result.get("already_running"))
     ctx.outcome = "already_running" if already else "ok"
     extra: dict[str, Any] = {k: result[k] for k in ("profile", "persist_home") if k in result}
+    from_pool = result.get("from_pool") is True
     if await _records(ctx, args):
         extra.update(await record(ctx, row))
         row = row.with_recording()
-    return {**_desktop_reply(ctx, row), "already_running": already, **extra}
+    return {**_desktop_reply(ctx, row), "already_running": already, "from_pool": from_pool, **extra}
 
 
 async def _records(ctx: ActionContext, args: dict[str, Any]) -> bool:
@@ -271,6 +329,7 @@ async def attach(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     if row is not None and row.state == "unknown":
         raise OpError(ErrorCode.RELAY_UNREACHABLE, "the relay of this desktop is not connected")
     if row is None or row.state not in ("running", "paused"):
+        await _refuse_replaced(ctx, args)
         raise OpError(ErrorCode.NOT_RUNNING, "no running desktop there; start one first")
     if (refused := _viewer_refusal(ctx, row)) is not None:
         ctx.desktop_session_id = row.desktop_session_id
@@ -436,6 +495,7 @@ DESKTOP_ACTIONS: Final[tuple[Action, ...]] = (
                     "(desktop_record turns it on or off later); absent: the conversation's "
                     "default (relaydesk admin set-conversation --record).",
                 },
+                **FORK_PROPERTIES,
             }
         ),
         "Start a desktop in a slot of a relay, or return the one already running there. "

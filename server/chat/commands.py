@@ -163,6 +163,9 @@ class CommandRunner:
         if isinstance(command, slash.PauseDesktop):
             pause = PauseCommand(self, command.verb)
             return await self._with_relay(command.relay, command.verb, pause.run, command.kind)
+        if isinstance(command, slash.SnapshotDesktop):
+            snap = SnapshotCommand(self, command)
+            return await self._with_relay(command.relay, command.verb, snap.run, command.kind)
         if isinstance(command, slash.ListDesktops):
             return await self._list()
         if isinstance(command, slash.CloseViewer):
@@ -173,7 +176,7 @@ class CommandRunner:
 
     # -- shared steps ----------------------------------------------------------------------
 
-    async def _call(self, name: str, **args: Any) -> ActionResult:
+    async def _call(self, name: str, /, **args: Any) -> ActionResult:
         body = {"conversation_id": self.ctx.conversation_id, **args}
         return await self.ctx.invoke(name, body)
 
@@ -422,6 +425,43 @@ class PauseCommand:
             text = f"Resumed the desktop on {relay}."
         outcome = "paused" if self.verb == "pause" else "resumed"
         return Reply(text, _payload(self.verb, outcome, relay=relay, kind=kind, desktop=row))
+
+
+class SnapshotCommand:
+    """``/desktop snapshot NAME [relay]`` and ``/desktop reset [NAME [relay]]`` on the relay's
+    main desktop (docs/desktops.md, "Snapshots and forks", "Reset")."""
+
+    def __init__(self, runner: CommandRunner, command: slash.SnapshotDesktop) -> None:
+        self.runner = runner
+        self.command = command
+
+    async def run(self, relay: str, kind: str) -> Reply:
+        verb, name = self.command.verb, self.command.name
+        args: dict[str, Any] = {"relay": relay, "kind": kind, "slot": CHAT_SLOT}
+        if verb == "snapshot":
+            args["name"] = name
+            status, body = await self.runner._call("desktop_snapshot", **args)
+        else:
+            if name is not None:
+                args["snapshot"] = name
+            status, body = await self.runner._call("desktop_reset", **args)
+        error = body.get("error") if isinstance(body.get("error"), dict) else None
+        if error is not None and error.get("code") == ErrorCode.NOT_RUNNING.value:
+            return CommandRunner._not_running(verb, relay, kind, f"nothing to {verb}")
+        if status >= 400:
+            return _error_reply(verb, status, body, relay=relay, kind=kind)
+        if verb == "snapshot":
+            text = (
+                f"Saved the desktop on {relay} as snapshot {name}: /desktop reset {name} "
+                f"{relay} puts a desktop back to it."
+            )
+            return Reply(
+                text, _payload(verb, "saved", relay=relay, kind=kind, snapshot=body["snapshot"])
+            )
+        to = f"snapshot {name}" if name is not None else "a fresh start"
+        row = _public_row(_row_of(body))
+        text = f"Reset the desktop on {relay} to {to}; its viewers follow."
+        return Reply(text, _payload(verb, "reset", relay=relay, kind=kind, desktop=row))
 
 
 CONTROL_ACTIONS: dict[slash.ControlVerb, str] = {

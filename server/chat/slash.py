@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, assert_never
 
+from wire.snapshots import SNAPSHOT_NAME_RE
+
 COMMAND = "/desktop"
 MAX_COMMAND_LEN = 400
 RELAY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -104,6 +106,21 @@ class PauseDesktop:
     tag: Literal["pause"] = "pause"
 
 
+SnapshotVerb = Literal["snapshot", "reset"]
+
+
+@dataclass(frozen=True)
+class SnapshotDesktop:
+    """``/desktop snapshot NAME [relay]`` saves the running desktop as a snapshot;
+    ``/desktop reset [NAME [relay]]`` puts it back to one (or to a fresh start)."""
+
+    verb: SnapshotVerb
+    name: str | None
+    relay: str | None
+    kind: DesktopKind = "virtual"
+    tag: Literal["snapshot"] = "snapshot"
+
+
 ControlVerb = Literal["take", "hand-back", "stop-agent"]
 CONTROL_VERBS: tuple[ControlVerb, ...] = ("take", "hand-back", "stop-agent")
 
@@ -134,6 +151,7 @@ Command = (
     | DesktopApps
     | ControlDesktop
     | PauseDesktop
+    | SnapshotDesktop
     | Help
 )
 
@@ -159,6 +177,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "apps": ("/desktop apps [relay]", "list the apps the running desktop can start"),
     "pause": ("/desktop pause [relay]", "pause the running desktop: frozen as it is, no CPU"),
     "resume": ("/desktop resume [relay]", "resume the paused desktop exactly as it was"),
+    "snapshot": (
+        "/desktop snapshot NAME [relay]",
+        "save the running desktop (home, apps, windows) as snapshot NAME",
+    ),
+    "reset": (
+        "/desktop reset [NAME [relay]]",
+        "put the running desktop back to snapshot NAME, or to a fresh start",
+    ),
     "take": ("/desktop take [relay]", "take control of the running desktop: agents wait"),
     "hand-back": ("/desktop hand-back [relay]", "hand the desktop back: agents may act again"),
     "stop-agent": ("/desktop stop-agent [relay]", "stop the agent acting on the desktop"),
@@ -268,6 +294,24 @@ def _with_relay(word: str, rest: list[str]) -> Command | ParseError:
     return StopDesktop(relay)
 
 
+def _snapshot(word: str, rest: list[str]) -> Command | ParseError:
+    usage = SUBCOMMANDS[word][0]
+    if not rest:
+        if word == "reset":
+            return SnapshotDesktop("reset", None, None)
+        return ParseError("a snapshot needs a name", usage)
+    name, relay_words = rest[0], rest[1:]
+    if not SNAPSHOT_NAME_RE.fullmatch(name):
+        return ParseError(
+            f"{_quote(name)} is not a snapshot name (lower-case letters, digits, '-', '_')",
+            usage,
+        )
+    relay, error = _optional_relay(usage, relay_words)
+    if error is not None:
+        return error
+    return SnapshotDesktop("snapshot" if word == "snapshot" else "reset", name, relay)
+
+
 def _control_verb(word: str) -> ControlVerb:
     for verb in CONTROL_VERBS:
         if word == verb:
@@ -299,6 +343,8 @@ _KEYWORD_PARSERS: dict[str, Callable[[str, list[str]], Command | ParseError]] = 
     "apps": _with_relay,
     "pause": _with_relay,
     "resume": _with_relay,
+    "snapshot": _snapshot,
+    "reset": _snapshot,
     "take": _with_relay,
     "hand-back": _with_relay,
     "stop-agent": _with_relay,
@@ -409,6 +455,9 @@ def describe(command: Command) -> str:
         return f"/desktop {command.tag}" + (f" {command.relay}" if command.relay else "")
     if isinstance(command, ControlDesktop | PauseDesktop):
         return f"/desktop {command.verb}" + (f" {command.relay}" if command.relay else "")
+    if isinstance(command, SnapshotDesktop):
+        words = [w for w in ("/desktop", command.verb, command.name, command.relay) if w]
+        return " ".join(words)
     if isinstance(command, Help):
         return "/desktop help" + (f" {command.topic}" if command.topic else "")
     assert_never(command)

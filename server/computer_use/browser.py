@@ -76,7 +76,10 @@ def chosen(bar: str | None, editing: bool, page: str | None) -> str | None:
 
 
 async def _read_first(call: DoorCall, selector: str, window: str) -> Mapping[str, Any] | None:
-    found = await call.action("desktop_find", selector=selector, window=window, limit=1)
+    # Through AT-SPI alone: the document's URI attribute is AT-SPI's (docs/browser.md, "Routing").
+    found = await call.action(
+        "desktop_find", selector=selector, window=window, limit=1, backend="atspi"
+    )
     matches = found.get("matches") or []
     if not matches:
         return None

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    UniqueConstraint,
     false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -223,3 +224,26 @@ class Desktop(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     geometry: Mapped[str | None] = mapped_column(String(32))
     display: Mapped[str | None] = mapped_column(String(32))
+
+
+class DesktopSnapshot(Base):
+    """A desktop snapshot's metadata, owned by a conversation; its files stay on the relay
+    that made it, under ``id`` (docs/desktops.md, "Snapshots and forks")."""
+
+    __tablename__ = "desktop_snapshots"
+    __table_args__ = (UniqueConstraint("conversation_id", "name"),)
+
+    id: Mapped[str] = mapped_column(String(ID_LEN), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(NAME_LEN))
+    relay_id: Mapped[str] = mapped_column(ForeignKey("relays.id", ondelete="CASCADE"))
+    profile: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    geometry: Mapped[str] = mapped_column(String(32))
+    depth: Mapped[int] = mapped_column(Integer)
+    apps: Mapped[list[str]] = mapped_column(JSON)
+    windows: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    created_by: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime]

@@ -134,3 +134,36 @@ class MessageRecord:
     text: str
     payload: dict[str, Any] | None
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """A desktop snapshot's metadata; its files are on ``relay_id`` under ``snapshot_id``."""
+
+    snapshot_id: str
+    conversation_id: ConversationId
+    name: str
+    relay_id: RelayId
+    profile: str | None
+    geometry: str
+    depth: int
+    apps: tuple[str, ...]
+    windows: tuple[dict[str, Any], ...]
+    size_bytes: int
+    created_by: str
+    created_at: datetime
+
+    def to_dict(self, relay_name: str | None = None) -> dict[str, Any]:
+        """What the actions answer about it (no relay-side id: the name is the handle)."""
+        return {
+            "name": self.name,
+            "relay": relay_name or self.relay_id,
+            "profile": self.profile,
+            "geometry": self.geometry,
+            "depth": self.depth,
+            "apps": list(self.apps),
+            "windows": [dict(w) for w in self.windows],
+            "size_bytes": self.size_bytes,
+            "created_by": self.created_by,
+            "created_at": self.created_at.isoformat(),
+        }

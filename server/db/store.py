@@ -22,11 +22,18 @@ from server.db.inventory import InventoryStore
 from server.db.liveness import LivenessStore
 from server.db.migrate import head_revision, revision_of
 from server.db.relays import RelayStore
+from server.db.snapshots import SnapshotStore
 from server.secrets.passwords import Passwords
 
 
 class Store(
-    IdentityStore, ConversationStore, RelayStore, AuditStore, InventoryStore, LivenessStore
+    IdentityStore,
+    ConversationStore,
+    RelayStore,
+    AuditStore,
+    InventoryStore,
+    LivenessStore,
+    SnapshotStore,
 ):
     """Users, tokens, sessions, conversations, relays, audit and messages."""
 

@@ -38,11 +38,14 @@ from server.events.bus import EventBus
 from server.instruments import REGISTRY
 from server.json_response import JSONResponse
 from server.relays.hub import RelayHub
+from server.relays.pools import pool_reports
 from server.screen.revisions import RevisionStore
 from server.viewer.audio import AudioService
 from server.viewer.service import ViewerService
+from wire import ops
 from wire.errors import ErrorCode, OpError
-from wire.ops import DESKTOP_STATES
+from wire.ids import RelayId
+from wire.ops import DESKTOP_STATES, POOL_CAPABILITY
 
 if TYPE_CHECKING:
     from server.cluster.router import ClusterRouter
@@ -110,14 +113,21 @@ class MetricSources:
 class LiveFigures(Collector):
     """What the parts of one server count, as metric families (read when scraped)."""
 
-    def __init__(self, sources: MetricSources, desktops: Mapping[str, int] | None) -> None:
+    def __init__(
+        self,
+        sources: MetricSources,
+        desktops: Mapping[str, int] | None,
+        pools: Mapping[RelayId, ops.PoolReport] | None = None,
+    ) -> None:
         self._sources = sources
         self._desktops = desktops
+        self._pools = pools or {}
 
     def collect(self) -> Iterable[Metric]:
         yield from _relays(self._sources)
         if self._desktops is not None:
             yield _desktops(self._desktops)
+        yield from _pools(self._pools)
         yield from _viewers(self._sources)
         yield from _revisions(self._sources)
 
@@ -150,6 +160,34 @@ def _desktops(counts: Mapping[str, int]) -> Metric:
         "state",
         [(state, counts.get(state, 0)) for state in DESKTOP_STATES],
     )
+
+
+def _pools(reports: Mapping[RelayId, ops.PoolReport]) -> Iterable[Metric]:
+    """The warm pools of the relays connected here (docs/desktops.md, "Warm pool")."""
+    size = GaugeMetricFamily(
+        "relaydesk_pool_size",
+        "Ready desktops a relay keeps per profile",
+        labels=["relay", "profile"],
+    )
+    held = GaugeMetricFamily(
+        "relaydesk_pool_desktops",
+        "Pooled desktops of a relay per profile: ready, or starting",
+        labels=["relay", "profile", "state"],
+    )
+    takes = CounterMetricFamily(
+        "relaydesk_pool_starts",
+        "Starts matching a relay's pool since it started: hit (a pooled desktop served it), "
+        "miss (the pool was empty: a cold start)",
+        labels=["relay", "outcome"],
+    )
+    for relay_id, report in sorted(reports.items()):
+        for entry in report["profiles"]:
+            size.add_metric([relay_id, entry["profile"]], entry["size"])
+            for state in ("ready", "starting"):
+                held.add_metric([relay_id, entry["profile"], state], entry[state])
+        takes.add_metric([relay_id, "hit"], report["hits"])
+        takes.add_metric([relay_id, "miss"], report["misses"])
+    yield from (size, held, takes)
 
 
 def _viewers(sources: MetricSources) -> Iterable[Metric]:
@@ -204,6 +242,13 @@ async def _desktop_counts(sources: MetricSources) -> dict[str, int] | None:
         return None
 
 
+async def _pool_reports(sources: MetricSources) -> dict[RelayId, ops.PoolReport]:
+    """The pools of the relays connected to this replica that keep one."""
+    links = sources.links
+    keeping = [r for r in links.connected_ids() if POOL_CAPABILITY in links.capabilities(r)]
+    return await pool_reports(links, keeping) if keeping else {}
+
+
 def metrics_routes(sources: MetricSources) -> list[BaseRoute]:
     async def metrics(request: Request) -> Response:
         refused = refusal(request, sources.token)
@@ -213,7 +258,8 @@ def metrics_routes(sources: MetricSources) -> list[BaseRoute]:
                 headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
             return JSONResponse(error_body(refused), status_of(refused), headers=headers)
         live = CollectorRegistry(auto_describe=False)
-        live.register(LiveFigures(sources, await _desktop_counts(sources)))
+        pools = await _pool_reports(sources)
+        live.register(LiveFigures(sources, await _desktop_counts(sources), pools))
         body = generate_latest(live) + generate_latest(REGISTRY)
         return Response(body, media_type=CONTENT_TYPE_LATEST, headers=NO_STORE)
 

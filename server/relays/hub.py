@@ -82,6 +82,10 @@ class RelayHub:
     def connected_count(self) -> int:
         return len(self._links)
 
+    def connected_ids(self) -> list[RelayId]:
+        """The relays connected to this replica."""
+        return list(self._links)
+
     async def request(
         self,
         relay_id: RelayId,

@@ -1,7 +1,8 @@
-"""The accessibility tools on real Chromium: a test page with a form and a 50-row table, read
-and driven over the desktop's accessibility bus; and a Chromium started without the
-accessibility flag (on a desktop of its own), which must be diagnosed, not answered with an
-empty tree."""
+"""The accessibility tools on real Chromium started by the relay: a test page with a form and a
+50-row table, its chrome read over the desktop's accessibility bus and its page over the
+browser's DevTools channel (``backend: "cdp"``, docs/browser.md "Routing"); and a Chromium
+started with its renderer's accessibility off (on a desktop of its own), whose page is read
+all the same."""
 
 from __future__ import annotations
 
@@ -68,8 +69,11 @@ async def test_the_page_form_and_table_are_observed(stack):
         'heading "Order form"',
     ):
         assert expected in text, text
-    # rows below the fold are not showing: they are not listed
-    assert 'table_cell "Item 50"' not in text
+    # the page comes from the browser's own tree, below the fold included
+    assert 'table_cell "Item 50"' in text
+    assert all(p["backend"] == "cdp" for p in seen["pages"]), seen["pages"]
+    page_lines = [x for x in text.splitlines() if 'entry "Customer"' in x]
+    assert page_lines[0].strip().startswith("@b"), text
     # a cell's text leaf only repeats the cell: not listed twice
     assert 'static "Item 1"' not in text
 
@@ -81,7 +85,7 @@ async def test_find_reaches_rows_below_the_fold_and_scrolls_them_into_view(stack
     cell = found["matches"][0]
     assert "showing" not in (await stack.ok("desktop_read", ref=cell["ref"]))["states"]
     scrolled = await stack.ok("desktop_scroll", ref=cell["ref"], into_view=True)
-    assert scrolled["method"] == "native"
+    assert (scrolled["method"], scrolled["backend"]) == ("cdp", "cdp"), scrolled
     shown = await stack.ok(
         "desktop_wait",
         selector='table_cell[name="Item 50"]:visible',
@@ -102,36 +106,37 @@ async def test_find_reaches_rows_below_the_fold_and_scrolls_them_into_view(stack
     )
 
 
-async def test_typing_into_a_chromium_field_is_physical_and_confirmed(stack):
+async def test_typing_into_a_chromium_field_goes_through_devtools_and_is_confirmed(stack):
     await _observed(stack, 'push_button "Place order"')
     found = await stack.ok("desktop_find", selector='entry[name="Customer"]', window=PAGE)
-    assert found["count"] == 1, found
+    assert found["count"] == 1 and found["backend"] == "cdp", found
     typed = await stack.ok("desktop_type", ref=found["matches"][0]["ref"], text="Ada Lovelace")
-    assert typed["method"] == "physical" and typed["confirmed"] is True, str(typed)
+    assert typed["method"] == "cdp" and typed["confirmed"] is True, str(typed)
     button = await stack.ok("desktop_find", selector='button[name="Place order"]', window=PAGE)
     clicked = await stack.ok("desktop_click", ref=button["matches"][0]["ref"])
-    assert clicked["method"] == "native"
+    assert clicked["method"] == "cdp" and clicked["effect"] == "changed", clicked
     done = await stack.ok(
         "desktop_wait", selector='"Ordered: Ada Lovelace"', window=PAGE, timeout_ms=10000
     )
     assert done["satisfied"] is True
 
 
-async def test_chromium_without_the_flag_is_diagnosed(tmp_path_factory):
-    # relaydesk's desktops turn accessibility on for every app (the bus's IsEnabled, which
-    # Chromium reads too): only a browser that turns its renderer's off lacks the page's tree.
+async def test_chromium_without_renderer_accessibility_is_read_over_devtools(tmp_path_factory):
+    # Over AT-SPI such a browser shows its window but not the page (the worker diagnoses it
+    # for a browser without a DevTools channel); the relay's own browser is read over DevTools.
     plain = chromium_app(
         SHARED, "without", "--disable-renderer-accessibility", page="a11y_plain.html"
     )
 
     async with a11y_stack(tmp_path_factory.mktemp("plain"), [plain]) as stack:
         await _window(stack, PLAIN)
-        deadline = time.monotonic() + scaled(10)
-        while True:  # the page loads; its document stays empty
+        deadline = time.monotonic() + scaled(30)
+        while True:  # until the page has loaded into the browser's tree
             status, body = await stack.act("desktop_observe", window=PLAIN)
-            if status != 200 or time.monotonic() > deadline:
+            if status == 200 and 'push_button "Hello"' in body["text"]:
                 break
+            assert time.monotonic() < deadline, body.get("text", body)
             await asyncio.sleep(0.5)
-    assert status == 503, body
-    assert body["error"]["code"] == "a11y_unavailable"
-    assert "--force-renderer-accessibility" in body["error"]["message"]
+    assert [p["backend"] for p in body["pages"]] == ["cdp"], body
+    hello = next(x for x in body["text"].splitlines() if 'push_button "Hello"' in x)
+    assert hello.strip().startswith("@b"), body["text"]

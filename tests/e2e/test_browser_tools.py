@@ -107,6 +107,73 @@ async def test_press_enter_in_a_field_submits_it(stack, base_url):
     assert done["satisfied"] is True
 
 
+async def test_select_picks_an_option_by_value_or_label(stack, base_url):
+    seen = await _form(stack, base_url)
+    size = _ref(seen, 'combo_box "Size"')
+    by_label = await stack.ok("browser_select", ref=size, label="Large")
+    assert by_label["selected"] == {"value": "l", "label": "Large"}, by_label
+    assert by_label["backend"] == "cdp" and by_label["effect"] == "changed"
+    await stack.ok("browser_wait", **{"for": "selector"}, value='"Size: l"')
+    by_value = await stack.ok("browser_select", ref=size, value="m")
+    assert by_value["selected"] == {"value": "m", "label": "Medium"}, by_value
+    await stack.ok("browser_wait", **{"for": "selector"}, value='"Size: m"')
+    again = await stack.ok("browser_select", ref=size, value="m")
+    assert again["effect"] == "no_visible_change", again
+    status, body = await stack.act("browser_select", ref=size, label="Huge")
+    assert (status, body["error"]["code"]) == (422, "action_failed"), body
+    assert "'Large'" in body["error"]["message"], body  # the options it offers
+    status, body = await stack.act("browser_select", ref=_ref(seen, 'entry "Customer"'), value="x")
+    assert (status, body["error"]["code"]) == (422, "action_failed"), body
+    status, body = await stack.act("browser_select", ref=size)
+    assert (status, body["error"]["field"]) == (400, "value"), body
+    status, body = await stack.act("browser_select", ref=size, value="m", label="Medium")
+    assert (status, body["error"]["field"]) == (400, "value"), body
+
+
+async def test_hover_moves_the_pointer_onto_an_element(stack, base_url):
+    seen = await _form(stack, base_url)
+    hovered = await stack.ok("browser_hover", ref=_ref(seen, 'push_button "Hover for a tip"'))
+    assert hovered["effect"] == "changed" and hovered["at"]["x"] > 0, hovered
+    await stack.ok("browser_wait", **{"for": "selector"}, value="css:#tip:not(:empty)")
+    shown = await stack.ok("browser_find", selector='"Tip shown"')
+    assert shown["count"] == 1, shown
+
+
+async def test_scroll_by_wheel_and_into_view(stack, base_url):
+    seen = await _form(stack, base_url)
+    down = await stack.ok("browser_scroll", dy=400)
+    assert down["effect"] == "changed" and down["scroll"]["y"] > 0, down
+    up = await stack.ok("browser_scroll", dy=-100000)
+    assert up["scroll"] == {"x": 0, "y": 0}, up
+    last = await stack.ok("browser_scroll", ref=_ref(seen, 'table_cell "Item 60"'))
+    assert last["effect"] == "changed" and last["scroll"]["y"] > down["scroll"]["y"], last
+    again = await stack.ok("browser_scroll", ref=_ref(seen, 'table_cell "Item 60"'))
+    assert again["effect"] == "no_visible_change" and again["scroll"] == last["scroll"], again
+    # A click on what shows moves nothing: its effect is the click's, not a scroll's.
+    clicked = await stack.ok("browser_click", ref=_ref(seen, 'table_cell "Item 59"'))
+    assert clicked["effect"] == "no_visible_change", clicked
+    status, body = await stack.act("browser_scroll")
+    assert (status, body["error"]["field"]) == (400, "ref"), body
+    status, body = await stack.act("browser_scroll", dy=10**7)
+    assert (status, body["error"]["field"]) == (400, "dy"), body
+
+
+async def test_the_new_acts_find_a_ref_again_or_call_it_stale(stack, base_url):
+    seen = await _form(stack, base_url)
+    size, tip = _ref(seen, 'combo_box "Size"'), _ref(seen, 'push_button "Hover for a tip"')
+    await stack.ok("browser_reload")
+    assert (await stack.ok("browser_select", ref=size, label="Small"))["selected"]["value"] == "s"
+    await stack.ok("browser_open", url=f"{base_url}/second.html")
+    for name, args in (
+        ("browser_select", {"ref": size, "value": "s"}),
+        ("browser_hover", {"ref": tip}),
+        ("browser_scroll", {"ref": tip}),
+    ):
+        status, body = await stack.act(name, **args)
+        assert (status, body["error"]["code"]) == (409, "stale_ref"), (name, body)
+        assert "browser_snapshot" in body["error"]["suggestion"]
+
+
 async def test_a_ref_of_a_page_gone_is_stale(stack, base_url):
     seen = await _form(stack, base_url)
     gift = _ref(seen, 'check_box "Gift wrap"')
@@ -175,6 +242,51 @@ async def test_screenshots_are_pngs_of_the_page(stack, base_url):
     assert full["height"] > shot["height"]  # the table runs below the fold
 
 
+def _gift_checked(snapshot: dict[str, Any]) -> bool:
+    line = next(x for x in snapshot["text"].splitlines() if 'check_box "Gift wrap"' in x)
+    return "checked" in line
+
+
+async def test_an_act_on_a_stale_screenshot_is_refused_and_does_nothing(stack, base_url):
+    seen = await _form(stack, base_url)
+    gift = _ref(seen, 'check_box "Gift wrap"')
+    shot = await stack.ok("browser_screenshot")
+    assert shot["revision"].startswith("bs"), shot
+    clicked = await stack.ok("browser_click", ref=gift, expected_revision=shot["revision"])
+    assert clicked["guard"]["checked"] is True and clicked["guard"]["stale"] is False, clicked
+    assert _gift_checked(await stack.ok("browser_snapshot", max_nodes=1000))
+    # The box is ticked now: the screenshot no longer shows what is there.
+    status, body = await stack.act("browser_click", ref=gift, expected_revision=shot["revision"])
+    assert (status, body["error"]["code"]) == (409, "stale_screen"), body
+    assert body["error"]["difference"] > body["error"]["threshold"], body
+    assert "browser_screenshot" in body["error"]["suggestion"]
+    assert _gift_checked(await stack.ok("browser_snapshot", max_nodes=1000))  # not clicked
+    fresh = await stack.ok("browser_screenshot")
+    await stack.ok("browser_click", ref=gift, expected_revision=fresh["revision"])
+    assert not _gift_checked(await stack.ok("browser_snapshot", max_nodes=1000))
+
+
+async def test_a_screenshot_guards_only_what_it_shows(stack, base_url):
+    seen = await _form(stack, base_url)
+    last = _ref(seen, 'table_cell "Item 60"')
+    shown = await stack.ok("browser_screenshot")
+    status, body = await stack.act("browser_hover", ref=last, expected_revision=shown["revision"])
+    assert (status, body["error"]["code"]) == (409, "stale_screen"), body
+    assert "does not show" in body["error"]["message"], body
+    whole = await stack.ok("browser_screenshot", full_page=True)
+    assert whole["page_region"]["height"] > shown["page_region"]["height"], whole
+    hovered = await stack.ok("browser_hover", ref=last, expected_revision=whole["revision"])
+    assert hovered["guard"]["stale"] is False, hovered
+    # Scrolled since: the element still looks as in the whole page's image.
+    await stack.ok("browser_click", ref=last, expected_revision=whole["revision"])
+    status, body = await stack.act(
+        "browser_click", ref=last, expected_revision="bs0123456789abcdef"
+    )
+    assert (status, body["error"]["code"]) == (409, "revision_expired"), body
+    status, body = await stack.act("browser_click", ref=last, expected_revision="sr1.x.y")
+    assert (status, body["error"]["field"]) == (400, "expected_revision"), body
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -213,6 +325,8 @@ async def test_a_persons_takeover_refuses_acts_and_leaves_reads(stack, base_url)
     try:
         status, body = await stack.act("browser_click", ref=_ref(seen, 'check_box "Gift wrap"'))
         assert (status, body["error"]["code"]) == (423, "takeover_active"), body
+        status, body = await stack.act("browser_scroll", dy=300)
+        assert (status, body["error"]["code"]) == (423, "takeover_active"), body
         status, body = await stack.act("browser_open", url=f"{base_url}/second.html")
         assert (status, body["error"]["code"]) == (423, "takeover_active"), body
         assert (await stack.ok("browser_snapshot"))["text"]
@@ -226,9 +340,14 @@ async def test_a_persons_takeover_refuses_acts_and_leaves_reads(stack, base_url)
 async def test_acts_are_audited(stack, base_url):
     seen = await _form(stack, base_url)
     await stack.ok("browser_click", ref=_ref(seen, 'check_box "Gift wrap"'))
+    await stack.ok("browser_select", ref=_ref(seen, 'combo_box "Size"'), value="l")
+    await stack.ok("browser_hover", ref=_ref(seen, 'check_box "Gift wrap"'))
+    await stack.ok("browser_scroll", dy=10)
     rows = await stack.app.state.parts.store.list_audit(relay_id=stack.relay_id)
     ops = [(row.op, row.outcome) for row in rows]
     assert ("desktop.browser.click", "click") in ops, ops
+    for act in ("select", "hover", "scroll"):
+        assert (f"desktop.browser.{act}", act) in ops, ops
     assert ("desktop.browser.open", "open") in ops, ops
     assert f"{base_url}" not in repr([row.details for row in rows])  # never the URL
 

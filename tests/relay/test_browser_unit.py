@@ -8,6 +8,8 @@ import pytest
 from relay.browser.acts import parse_keys
 from relay.browser.cdp import Framer, encode
 from relay.browser.pipe import PIPE_FLAG, is_browser, private_argv
+from relay.browser.service import home_file_url
+from relay.browser.shots import Region
 from relay.browser.snapshot import Snapshots, Tree, render
 from wire import browser as rules
 from wire.errors import InvalidArgs, OpError
@@ -154,3 +156,83 @@ def test_url_schemes(url, ok):
         with pytest.raises(InvalidArgs) as caught:
             rules.check_url(url)
         assert caught.value.details["field"] == "url"
+
+
+def test_a_select_names_one_option_by_value_or_label():
+    assert rules.check_select({"value": "m"}) == ("value", "m")
+    assert rules.check_select({"label": "Medium", "value": None}) == ("label", "Medium")
+    for params in ({}, {"value": "m", "label": "Medium"}):
+        with pytest.raises(InvalidArgs) as err:
+            rules.check_select(params)
+        assert err.value.details["field"] == "value"
+    with pytest.raises(InvalidArgs) as err:
+        rules.check_select({"label": 5})
+    assert err.value.details["field"] == "label"
+
+
+def test_a_scroll_is_into_view_or_by_a_bounded_distance():
+    assert rules.check_scroll({"ref": "@b1234567:e1"}) is None
+    assert rules.check_scroll({"dy": 300}) == (0.0, 300.0)
+    assert rules.check_scroll({"dx": -20.5, "ref": "@b1234567:e1"}) == (-20.5, 0.0)
+    for params, field in (
+        ({}, "ref"),
+        ({"dy": True}, "dy"),
+        ({"dx": rules.SCROLL_MAX + 1}, "dx"),
+        ({"dy": "down"}, "dy"),
+    ):
+        with pytest.raises(InvalidArgs) as err:
+            rules.check_scroll(params)
+        assert err.value.details["field"] == field, params
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("file:///home/u/page.html", None),
+        ("file://localhost/home/u/a%20b.html", None),
+        ("file:~/notes/page.html", None),
+        ("file:~/../other/page.html", "go up"),
+        ("file:///home/u/../../etc/passwd", "go up"),
+        ("file:///home/u/%2e%2e/x", "go up"),
+        ("file://other-host/home/u/x", "another"),
+        ("file:relative.html", "from the home"),
+    ],
+)
+def test_file_urls_pass_only_where_allowed_and_never_go_up(url, problem):
+    with pytest.raises(InvalidArgs) as refused:
+        rules.check_url(url)
+    assert "RELAYDESK_BROWSER_ALLOW_FILE=1" in str(refused.value)
+    if problem is None:
+        assert rules.check_url(url, allow_file=True) == url
+    else:
+        with pytest.raises(InvalidArgs) as caught:
+            rules.check_url(url, allow_file=True)
+        assert problem in str(caught.value) and caught.value.details["field"] == "url"
+
+
+def test_a_home_file_is_followed_to_its_end_and_kept_in_the_home(tmp_path):
+    home = tmp_path / "home"
+    (home / "site").mkdir(parents=True)
+    (home / "site" / "page.html").write_text("<title>x</title>")
+    (tmp_path / "secret.txt").write_text("no")
+    (home / "out.html").symlink_to(tmp_path / "secret.txt")
+    (home / "in.html").symlink_to(home / "site" / "page.html")
+    page = (home / "site" / "page.html").as_uri()
+    assert home_file_url("file:~/site/page.html", home) == page
+    assert home_file_url("file:~/in.html", home) == page  # the link's end, inside
+    assert home_file_url(page, home) == page
+    for outside in ("file:~/out.html", (tmp_path / "secret.txt").as_uri()):
+        with pytest.raises(InvalidArgs) as caught:
+            home_file_url(outside, home)
+        assert "home" in str(caught.value)
+    with pytest.raises(OpError) as missing:
+        home_file_url("file:~/site/none.html", home)
+    assert missing.value.code.value == "not_found"
+
+
+def test_a_screenshot_region_holds_and_cuts():
+    shown = Region(0, 100, 800, 600)
+    assert shown.holds(Region(10, 120, 50, 20))
+    assert not shown.holds(Region(10, 690, 50, 20))  # runs past the bottom
+    assert shown.within(Region(-20, 90, 60, 40)) == Region(0, 100, 40, 30)
+    assert shown.clip() == {"x": 0, "y": 100, "width": 800, "height": 600, "scale": 1.0}

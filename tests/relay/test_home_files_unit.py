@@ -4,14 +4,25 @@ process's own user (``tests/integration/test_home_files.py`` runs them in real d
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from relay.desktop_tools import home_child
-from relay.desktop_tools.home_files import MIB, FileSettingsError, HomeFileSettings
+from relay.desktop_tools.home_files import (
+    CHILD_FLAGS,
+    MIB,
+    FileSettingsError,
+    HomeFileSettings,
+    child_source,
+)
 from wire.errors import InvalidArgs
 from wire.home_files import FILE_MAX_MB_DEFAULT, READ_MAX, check_home_file_args
 
@@ -108,3 +119,68 @@ def test_the_file_limit_comes_from_the_environment() -> None:
     for bad in ("0", "-1", "many", "nan", "inf"):
         with pytest.raises(FileSettingsError, match="RELAYDESK_FILE_MAX_MB"):
             HomeFileSettings.from_env({"RELAYDESK_FILE_MAX_MB": bad})
+
+
+def _upload_child(home: Path, path: str, length: int) -> subprocess.Popen[bytes]:
+    """The upload stream's child, as the relay starts it, its input left open."""
+    child = subprocess.Popen(
+        [sys.executable, *CHILD_FLAGS, "-c", child_source()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    request = _request(home, op="upload", path=path, offset=0, length=length, file_max=length)
+    child.stdin.write(json.dumps(request).encode() + b"\n")
+    child.stdin.flush()
+    assert json.loads(child.stdout.readline())["ok"] is True
+    return child
+
+
+def _wait_for_size(part: Path, size: int) -> None:
+    while not (part.exists() and part.stat().st_size == size):
+        time.sleep(0.01)
+
+
+def test_a_resume_asks_where_to_start_only_once_the_cut_upload_let_go(tmp_path: Path) -> None:
+    child = _upload_child(tmp_path, "big.bin", 3000)
+    assert child.stdin is not None
+    part = tmp_path / ".big.bin.relaydesk-part"
+    child.stdin.write(b"a" * 1000)
+    child.stdin.flush()
+    _wait_for_size(part, 1000)
+    with ThreadPoolExecutor(1) as pool:
+        asked = pool.submit(_answer, _request(tmp_path, op="partial", path="big.bin"))
+        # Bytes that were on their way when the upload was cut still land, and the
+        # question waits for them.
+        child.stdin.write(b"b" * 500)
+        child.stdin.flush()
+        _wait_for_size(part, 1500)
+        assert wait([asked], timeout=0.5).not_done == {asked}
+        child.stdin.close()
+        assert child.wait(timeout=30) == 0
+        assert asked.result(timeout=30) == {
+            "ok": True,
+            "result": {"path": "big.bin", "offset": 1500},
+        }
+
+
+def test_a_second_upload_of_a_file_being_written_is_busy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    child = _upload_child(tmp_path, "big.bin", 3000)
+    assert child.stdin is not None
+    try:
+        monkeypatch.setattr(home_child, "PART_LOCK_WAIT_S", 0.2)
+        second = home_child.answer(
+            _request(tmp_path, op="upload", path="big.bin", offset=0, length=10, file_max=10)
+        )
+        assert second is not None
+        assert (second["ok"], second["code"]) == (False, "busy")
+        child.stdin.write(b"c" * 3000)
+        child.stdin.close()
+        assert child.wait(timeout=30) == 0
+    finally:
+        child.kill()
+    assert (tmp_path / "big.bin").read_bytes() == b"c" * 3000
+    gone = _answer(_request(tmp_path, op="partial", path="big.bin"))
+    assert gone["result"]["offset"] == 0

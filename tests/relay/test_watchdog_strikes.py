@@ -105,6 +105,41 @@ async def test_a_chain_silent_for_n_rounds_fails_with_the_probes_reason(
     assert await strict.status() == []
 
 
+async def test_a_restarted_relay_keeps_a_desktop_whose_chain_is_slow_to_answer(
+    light_config: DesktopSettings, events: Recorder
+) -> None:
+    """Adoption follows the watchdog's rule: a silent chain at the relay's start is the first
+    strike, not the end of a person's desktop; it still fails after the rounds in a row."""
+    config = dataclasses.replace(light_config, probe_timeout_s=scaled(0.5), probe_failures=ROUNDS)
+    first = process_desktops(config)
+    row = await first.start()
+    await first.close(stop_desktops=False)
+    websockify = pid_of(record_for(config, row["desktop_session_id"]), "websockify")
+    successor = process_desktops(config, on_change=events)
+    os.kill(websockify, signal.SIGSTOP)
+    try:
+        try:
+            [adopted] = await successor.adopt()
+            assert adopted["desktop_session_id"] == row["desktop_session_id"]
+        finally:
+            os.kill(websockify, signal.SIGCONT)
+        await successor.check_all()  # it answers again
+        os.kill(websockify, signal.SIGSTOP)
+        try:
+            for _ in range(ROUNDS):
+                await successor.check_all()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(websockify, signal.SIGCONT)
+        [event] = events.events
+        assert (event["state"], event["desktop_session_id"]) == (
+            "failed",
+            row["desktop_session_id"],
+        )
+    finally:
+        await successor.close(stop_desktops=True)
+
+
 async def test_a_dead_process_still_fails_in_the_first_round(
     strict: ProcessDesktops, events: Recorder
 ) -> None:

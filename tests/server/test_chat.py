@@ -344,7 +344,7 @@ async def test_close_list_and_help_answer_without_side_effects(env: Env) -> None
     listed = (await env.post("/desktop list")).json()["reply"]["payload"]
     assert listed["desktops"][0]["desktop_session_id"] == "s-1"
     helped = (await env.post("/desktop help")).json()["reply"]["payload"]
-    assert len(helped["lines"]) == 16
+    assert len(helped["lines"]) == 18
     assert env.actions.names() == ["desktop_list_active"] * 3
 
 

@@ -10,6 +10,7 @@ import mcp_types as types
 import pytest
 
 from server.actions.a11y import A11Y_ACTIONS
+from server.actions.browser import BROWSER_ACTIONS
 from server.actions.desktop import DESKTOP_ACTIONS
 from server.actions.desktop_apps import DESKTOP_APP_ACTIONS
 from server.actions.desktop_tools import DESKTOP_TOOL_ACTIONS
@@ -73,6 +74,24 @@ def test_a_read_member_gets_the_read_tools_only_and_they_say_so() -> None:
     # A content read needs write but changes nothing, and says so; an act does not.
     hints = {n: t.annotations and t.annotations.read_only_hint for n, t in write.items()}
     assert hints["desktop_observe"] and hints["desktop_find"] and not hints["desktop_click"]
+
+
+def test_the_browser_tools_are_write_tools_and_the_acts_say_they_change_things() -> None:
+    registry = ActionRegistry(DESKTOP_ACTIONS + BROWSER_ACTIONS)
+    read = {t.name for t in tools.tools_for(registry, "read", SHELL)}
+    write = {t.name: t for t in tools.tools_for(registry, "write", SHELL)}
+    assert not {a.name for a in BROWSER_ACTIONS} & read
+    hints = {n: t.annotations and t.annotations.read_only_hint for n, t in write.items()}
+    for act in ("browser_click", "browser_select", "browser_hover", "browser_scroll"):
+        assert not hints[act], act
+    assert hints["browser_snapshot"] and hints["browser_screenshot"]
+    select = write["browser_select"].input_schema
+    assert {"ref", "value", "label", "expected_revision"} <= set(select["properties"])
+    assert select["required"] == ["ref"]
+    scroll = write["browser_scroll"].input_schema["properties"]
+    assert scroll["dy"]["maximum"] == 100_000 and "ref" in scroll
+    click = write["browser_click"].input_schema["properties"]["expected_revision"]
+    assert click["pattern"].startswith("^bs")
 
 
 def test_the_shell_and_file_tools_are_offered_only_where_a_relay_opts_in() -> None:

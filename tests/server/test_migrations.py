@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 
 from server.db.engine import create_engine
-from server.db.errors import SchemaMismatch, StoreUnavailable
+from server.db.errors import AlreadyExists, SchemaMismatch, StoreUnavailable
 from server.db.migrate import alembic_config, current_revision, head_revision, upgrade
 from server.db.models import Base
 from server.db.store import Store
@@ -60,7 +60,7 @@ async def test_upgrade_twice_matches_models(empty_database_url: str) -> None:
     assert await current_revision(empty_database_url) is None
     await upgrade(empty_database_url)
     await upgrade(empty_database_url)  # already at head: a no-op
-    assert await current_revision(empty_database_url) == head_revision() == "0003"
+    assert await current_revision(empty_database_url) == head_revision() == "0004"
     tables, diff = await _inspect(empty_database_url)
     assert tables == set(Base.metadata.tables) | {"alembic_version"}
     assert diff == []
@@ -182,3 +182,48 @@ async def test_0003_keeps_old_tokens_unscoped_and_downgrades_again(
     assert await current_revision(url) == "0002"
     rows = await _execute(url, "SELECT name FROM api_tokens ORDER BY name")
     assert [tuple(row) for row in rows] == [("old",), ("scoped",)]
+
+
+# -- 0004: desktop_snapshots ------------------------------------------------------------------
+
+
+async def test_0004_keeps_snapshots_per_conversation_and_downgrades_again(
+    empty_database_url: str,
+) -> None:
+    url = empty_database_url
+    await upgrade(url)
+    store = await Store.open(url)
+    try:
+        user = await store.create_user("owner", "a long enough password")
+        relay, _token = await store.add_relay("relay-1", user.user_id)
+        mine = await store.create_conversation("mine", [(user.user_id, "owner")])
+        other = await store.create_conversation("other", [(user.user_id, "owner")])
+        meta = {"profile": "standard", "geometry": "1280x800", "depth": 24, "apps": ["xterm"]}
+        saved = await store.add_snapshot(
+            snapshot_id="a" * 32,
+            conversation_id=mine.conversation_id,
+            name="base",
+            relay_id=relay.relay_id,
+            meta={**meta, "windows": [{"app": "xterm", "x": 1, "y": 2, "width": 3, "height": 4}]},
+            created_by="owner",
+        )
+        assert (saved.name, saved.apps, saved.size_bytes) == ("base", ("xterm",), 0)
+        with pytest.raises(AlreadyExists):
+            await store.add_snapshot(
+                snapshot_id="b" * 32,
+                conversation_id=mine.conversation_id,
+                name="base",
+                relay_id=relay.relay_id,
+                meta=meta,
+                created_by="owner",
+            )
+        assert await store.snapshot_named(other.conversation_id, "base") is None
+        assert [s.name for s in await store.snapshots_of(mine.conversation_id)] == ["base"]
+        assert await store.snapshots_of(other.conversation_id) == []
+        assert await store.delete_snapshot(other.conversation_id, "base") is False
+        assert await store.delete_snapshot(mine.conversation_id, "base") is True
+        assert await store.snapshots_of(mine.conversation_id) == []
+    finally:
+        await store.close()
+    await asyncio.to_thread(command.downgrade, alembic_config(url), "0003")
+    assert await current_revision(url) == "0003"

@@ -20,6 +20,7 @@ from server.chat.slash import (
     RelayAmbiguous,
     RelayResolved,
     RelayUnknown,
+    SnapshotDesktop,
     StopDesktop,
     describe,
     help_lines,
@@ -61,6 +62,11 @@ COMMANDS: list[tuple[str, Command]] = [
     ("/desktop stop-agent relay-1", ControlDesktop("stop-agent", "relay-1")),
     ("/desktop pause", PauseDesktop("pause", None)),
     ("/desktop RESUME relay-1", PauseDesktop("resume", "relay-1")),
+    ("/desktop snapshot base", SnapshotDesktop("snapshot", "base", None)),
+    ("/desktop snapshot base relay-1", SnapshotDesktop("snapshot", "base", "relay-1")),
+    ("/desktop reset", SnapshotDesktop("reset", None, None)),
+    ("/desktop reset base", SnapshotDesktop("reset", "base", None)),
+    ("/desktop reset base relay-1", SnapshotDesktop("reset", "base", "relay-1")),
 ]
 
 
@@ -87,6 +93,10 @@ ERRORS: list[tuple[str, str | None]] = [
     ("/desktop ../../etc", "/desktop help"),
     ("/desktop stop-agnet relay-1", "/desktop stop-agent relay-1"),
     ("/desktop take a b", "/desktop take"),
+    ("/desktop snapshot", "/desktop snapshot NAME [relay]"),
+    ("/desktop snapshot ../etc", "/desktop snapshot NAME [relay]"),
+    ("/desktop reset a/b", "/desktop reset [NAME [relay]]"),
+    ("/desktop reset base relay-1 more", "/desktop reset [NAME [relay]]"),
 ]
 
 
@@ -161,6 +171,8 @@ def test_help_covers_every_command() -> None:
         "stop-agent",
         "pause",
         "resume",
+        "snapshot",
+        "reset",
     )
     for word in words:
         assert any(usage.startswith(f"/desktop {word}") for usage in usages)
@@ -177,6 +189,7 @@ COMMAND_TYPES = (
     Help,
     ControlDesktop,
     PauseDesktop,
+    SnapshotDesktop,
 )
 WORDS = st.sampled_from(
     [
@@ -201,6 +214,8 @@ WORDS = st.sampled_from(
         "stop-agent",
         "pause",
         "resume",
+        "snapshot",
+        "reset",
     ]
 )
 

@@ -23,9 +23,16 @@ PAGES: dict[str, str] = {
   document.getElementById('customer').value;">
 <label for="customer">Customer</label> <input id="customer" name="customer">
 <label><input type="checkbox" id="gift"> Gift wrap</label>
+<label for="size">Size</label> <select id="size" onchange="
+  document.getElementById('picked').textContent = 'Size: ' + this.value;">
+<option value="s">Small</option><option value="m">Medium</option>
+<option value="l">Large</option></select>
 <button type="submit">Place order</button>
 </form>
 <p id="result" role="status"></p>
+<p id="picked" role="status"></p>
+<button type="button" onmouseover="document.getElementById('tip').textContent = 'Tip shown'"
+>Hover for a tip</button> <span id="tip"></span>
 <a href="/second.html">Next page</a>
 <a href="/second.html" target="_blank">Open in new tab</a>
 <a href="/prices.csv">Download the prices</a>

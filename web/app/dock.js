@@ -4,7 +4,8 @@
 // stopped by a stale confirmation (the conflict is shown and the rows refresh). No bulk stop.
 // Each row shows who is in control (idle, an agent, a person) live, with Stop agent, Take
 // control and Hand back (docs/control.md). Above the rows, the safety checks a model raised in
-// a computer-use call wait for a person's Approve or Deny (docs/computer-use.md).
+// a computer-use call wait for a person's Approve or Deny (docs/computer-use.md). Operators
+// (admin accounts) see one more line: the relays' warm pools (docs/desktops.md, "Warm pool").
 import { action } from "./api.js";
 import { byId, el, formatTime, relayName, shortId, STATE_NOTES } from "./dom.js";
 
@@ -18,9 +19,10 @@ export function controlText(control) {
 }
 
 export class Dock {
-  constructor({ openDesktop, onInventory = () => {} }) {
+  constructor({ openDesktop, onInventory = () => {}, isOperator = () => false }) {
     this.openDesktop = openDesktop;
     this.onInventory = onInventory;
+    this.isOperator = isOperator;
     this.conversationId = null;
     this.rows = [];
     this.pending = null;
@@ -42,7 +44,25 @@ export class Dock {
     this.show([]);
     this.showApprovals([]);
     this.refreshApprovals();
+    this.refreshPool();
     return this.refresh();
+  }
+
+  // One line for operators: each relay's pool, "relay: standard 2/2 ready, minimal 1/1 ready
+  // (5 hits, 1 miss)". Read again when the inventory changes (a start may have taken one).
+  async refreshPool() {
+    const line = byId("dock-pool");
+    if (!this.conversationId || !this.isOperator()) {
+      line.hidden = true;
+      return;
+    }
+    const { status, body } = await action("desktop_pool", { conversation_id: this.conversationId });
+    const pools = status === 200 ? (body.pools || []) : [];
+    line.hidden = pools.length === 0;
+    line.textContent = pools.map((pool) => {
+      const profiles = pool.profiles.map((p) => `${p.profile} ${p.ready}/${p.size} ready`).join(", ");
+      return `Warm pool on ${pool.relay}: ${profiles || "none"} (${pool.hits} hits, ${pool.misses} misses)`;
+    }).join(" · ");
   }
 
   // safety_checks_pending / _decided: the requests are read again (the event carries no
@@ -93,6 +113,7 @@ export class Dock {
   // The conversation's inventory as it is now (a placeholder before it is known goes to show).
   update(rows, changed = []) {
     this.show(rows);
+    if (changed.length) this.refreshPool();
     this.onInventory(rows, changed);
   }
 

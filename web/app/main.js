@@ -274,6 +274,7 @@ const composer = new Composer({
 const recordings = new Recordings();
 const dock = new Dock({
   openDesktop,
+  isOperator: () => Boolean(state.user?.is_admin),
   onInventory: (rows, changed) => followInventory(byId("transcript"), rows, changed),
 });
 

@@ -85,6 +85,46 @@ export async function refreshToken(sid, token) {
   }
 }
 
+// After a desktop_reset the stopped session has a successor in its slot: desktop_attach on
+// the old session answers 409 desktop_changed with the new id, and desktop_attach on that one
+// the new viewer URL. The reset is recorded a moment after the old stream closes, so the old
+// session is asked again for a few seconds; null when there is no successor (a real stop) or
+// no cookie session to ask with.
+const SUCCESSOR_TRIES = 20;
+const SUCCESSOR_WAIT_MS = 500;
+async function attach(grant, csrf, sid) {
+  const response = await fetch("/api/v1/actions/desktop_attach", {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf || "" },
+    body: JSON.stringify({ conversation_id: grant.c, relay: grant.r, desktop_session_id: sid }),
+  });
+  return { status: response.status, body: await response.json().catch(() => ({})) };
+}
+
+export async function successorUrl(sid, token) {
+  const grant = grantOf(token);
+  if (!grant) return null;
+  try {
+    const me = await fetch("/api/v1/me", { credentials: "same-origin", cache: "no-store" });
+    if (!me.ok) return null;
+    const { csrf_token: csrf } = await me.json();
+    for (let attempt = 0; attempt < SUCCESSOR_TRIES; attempt += 1) {
+      const { status, body } = await attach(grant, csrf, sid);
+      const error = body.error || {};
+      if (status === 409 && error.code === "desktop_changed" && error.current_session_id) {
+        const next = await attach(grant, csrf, error.current_session_id);
+        return next.status === 200 ? next.body.viewer_url : null;
+      }
+      if (status !== 200) return null;  // stopped for good, or not ours to ask
+      await new Promise((resolve) => setTimeout(resolve, SUCCESSOR_WAIT_MS));
+    }
+  } catch {
+    return null;
+  }
+  return null;
+}
+
 // Calls `callback` once the first framebuffer update that carries pixels has been drawn.
 // "Connected" waits for it, so the page never claims a connection while it shows no picture
 // (the RFB handshake ends well before the first full-screen update has arrived on a slow
@@ -241,6 +281,14 @@ class Viewer {
       this.showPaused();
       this.timer = setTimeout(() => this.connect(), PAUSED_RETRY_S * 1000);
       return;
+    }
+    if (event.code === CLOSE.DESKTOP_STOPPED) {
+      this.setState("reconnecting", "Desktop stopped — looking for its successor");
+      const next = await successorUrl(this.sid, this.token);
+      if (next) {  // reset in place: the same slot's new desktop, in this tab
+        window.location.replace(new URL(next, window.location.href).href);
+        return;
+      }
     }
     const final = FINAL.get(event.code);
     if (final) {

@@ -155,6 +155,10 @@ class Recorder:
                 self._task.cancel()
             self._task = None
         async with self._lock:
+            if finish and self._writer is None and self._previous is not None:
+                # The screen stayed still since the last segment ended: the video still lasts
+                # until the end (a Stop or the last events are seekable), with its last picture.
+                await asyncio.to_thread(self._closing_frame, self._previous, wall_ms())
             if self._writer is not None:
                 if finish:
                     await self._finish_segment()
@@ -217,6 +221,11 @@ class Recorder:
         if keyframe or self._writer.frames == 1:
             self._last_key_ms = now
         self._previous = bgra
+
+    def _closing_frame(self, bgra: npt.NDArray[np.uint8], now: int) -> None:
+        self._open_segment(bgra, now)
+        assert self._writer is not None
+        self._writer.add(bgra, now, keyframe=True)
 
     def _open_segment(self, bgra: npt.NDArray[np.uint8], now: int) -> None:
         path = segment_path(self.folder, self.recording_id, self.state.next_seq)

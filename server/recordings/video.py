@@ -54,10 +54,10 @@ def _remux(paths: Sequence[Path], target: Path, container: str) -> None:
         # Every track the file will have is declared before the first packet is written.
         streams: dict[str, Any] = {}
         for path in paths:
-            with av.open(str(path)) as source:
+            with av.open(str(path)) as probe:
                 for kind, found in (
-                    ("video", source.streams.video),
-                    ("audio", source.streams.audio),
+                    ("video", probe.streams.video),
+                    ("audio", probe.streams.audio),
                 ):
                     if kind not in streams and found:
                         streams[kind] = out.add_stream_from_template(found[0])

@@ -107,7 +107,7 @@ async def test_the_timeline_names_the_element_of_each_act(stack):
     # The web app's event list says what was acted on.
     async with chromium() as browser_app:
         page_app = await browser_app.new_page()
-        await sign_in(page_app, stack)  # type: ignore[arg-type]  # url and seed suffice
+        await sign_in(page_app, stack)  # its url and seed are all it reads
         await page_app.get_by_role("button", name="Recordings").click()
         await page_app.locator(f".rec-item[data-id='{recording_id}']").click()
         shown = page_app.locator(".rec-event .rec-element")

@@ -18,6 +18,10 @@ measure the picture alone):
   alone adds, and its MB per hour;
 - (h) the same desktop still and silent, recorded: what silence costs.
 
+What sound adds is best read on the still screen, against (c) (the same still screen recorded
+without sound): the busy phases' pictures differ with the load (a repaint caught half-drawn
+costs more bytes), so their video tracks are printed apart from their audio tracks.
+
 The relay's CPU counts its audio capture (``parec``, a child of the relay) while recording.
 Targets: relay CPU added ≤ 10 % of one core; server CPU added ≤ 2 %; ≤ 40 MB/h busy,
 ≤ 5 MB/h idle; seek → frame p50 ≤ 500 ms. The load average is printed with the figures.
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import random
 import sys
@@ -36,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import av
 import httpx
 import psutil
 from Xlib import display as xdisplay
@@ -173,6 +179,18 @@ class Bench:
         summary = (await self.http.get(path)).json()["recording"]
         return cpu, summary["bytes"], on["recording_id"], summary["duration_ms"] / 1000
 
+    async def tracks(self, recording_id: str) -> dict[str, float]:
+        """The recording's video and audio tracks: bytes per second of the recording."""
+        path = f"/api/v1/conversations/{self.cid}/recordings/{recording_id}"
+        length_s = (await self.http.get(path)).json()["recording"]["duration_ms"] / 1000
+        data = (await self.http.get(f"{path}/video")).content
+        sizes: dict[str, float] = {"video": 0.0, "audio": 0.0}
+        with av.open(io.BytesIO(data), "r") as container:
+            for packet in container.demux():
+                if packet.size and packet.stream.type in sizes:
+                    sizes[packet.stream.type] += packet.size / length_s
+        return sizes
+
 
 async def seek_p50(url: str, token: str, path: str, length_s: float, seeks: int) -> float:
     from playwright.async_api import async_playwright
@@ -251,25 +269,34 @@ async def run(quick: bool, seconds: float | None) -> int:
                 finally:
                     workload.stop()
                 await asyncio.sleep(1.0)
-                _, idle_bytes, _, idle_s = await bench.recorded(seconds, processes)
+                idle_cpu, idle_bytes, _, idle_s = await bench.recorded(seconds, processes)
                 # The desktop with sound: the workload with a tone, then a still screen.
                 workload = Browsing(sound_display).start()
                 try:
                     with tone(sound_display, 4 * seconds + 30):
                         await asyncio.sleep(1.0)
-                        heard_cpu, heard_bytes, _, heard_s = await sound.recorded(
+                        heard_cpu, heard_bytes, heard_id, heard_s = await sound.recorded(
                             seconds, processes
                         )
                         workload.stop()
                         await asyncio.sleep(1.0)
                         still_plain = await measure(processes, seconds)
-                        still_cpu, still_bytes, _, still_s = await sound.recorded(
+                        still_cpu, still_bytes, still_id, still_s = await sound.recorded(
                             seconds, processes
                         )
                 finally:
                     workload.stop()
                 await asyncio.sleep(1.0)
-                _, silent_bytes, _, silent_s = await sound.recorded(seconds, processes)
+                silent = await sound.recorded(seconds, processes)
+                silent_cpu, silent_bytes, silent_id, silent_s = silent
+                tracks = {
+                    what: await sound.tracks(rid)
+                    for what, rid in (
+                        ("busy", heard_id),
+                        ("still", still_id),
+                        ("silent", silent_id),
+                    )
+                }
                 video = f"/api/v1/conversations/{cid}/recordings/{busy_id}/video"
                 seek = await seek_p50(
                     server.url, seed.api_token, video, busy_s, 5 if quick else SEEKS
@@ -289,6 +316,8 @@ async def run(quick: bool, seconds: float | None) -> int:
         load_after,
     )
     report_sound(
+        idle_cpu,
+        silent_cpu,
         busy_cpu,
         busy_bytes / busy_s,
         heard_cpu,
@@ -297,6 +326,7 @@ async def run(quick: bool, seconds: float | None) -> int:
         still_cpu,
         still_bytes / still_s,
         silent_bytes / silent_s,
+        tracks,
     )
     return 0
 
@@ -333,6 +363,8 @@ def report(
 
 
 def report_sound(
+    idle: dict[str, float],
+    silent: dict[str, float],
     busy: dict[str, float],
     busy_bytes_s: float,
     heard: dict[str, float],
@@ -341,9 +373,16 @@ def report_sound(
     still: dict[str, float],
     still_bytes_s: float,
     silent_bytes_s: float,
+    tracks: dict[str, dict[str, float]],
 ) -> None:
     def mb_h(rate: float) -> float:
         return rate * 3600 / 1e6
+
+    for what, sizes in tracks.items():
+        print(
+            f"sound, {what} recording's tracks: video {mb_h(sizes['video']):.1f} MB/h, "
+            f"audio {mb_h(sizes['audio']):.1f} MB/h"
+        )
 
     print(
         f"sound, workload: relay CPU recorded without sound {busy['relay'] * 100:.1f} %, "
@@ -356,6 +395,13 @@ def report_sound(
         f"%, recorded {still['relay'] * 100:.1f} %: added "
         f"{(still['relay'] - still_plain['relay']) * 100:.1f} %; storage "
         f"{mb_h(still_bytes_s):.1f} MB/h"
+    )
+    print(
+        f"sound, still screen recorded: relay CPU without sound (the desktop of (c)) "
+        f"{idle['relay'] * 100:.1f} %, with a tone {still['relay'] * 100:.1f} %: sound added "
+        f"{(still['relay'] - idle['relay']) * 100:.1f} %; silent, with sound on "
+        f"{silent['relay'] * 100:.1f} %: silence added "
+        f"{(silent['relay'] - idle['relay']) * 100:.1f} %"
     )
     print(f"sound, still and silent, recorded: storage {mb_h(silent_bytes_s):.2f} MB/h")
 

@@ -143,6 +143,7 @@ class Recorder:
         self._stopping = asyncio.Event()
         self._listen = listen
         self._unlisten: Callable[[], None] | None = None
+        self._listening: asyncio.Task[None] | None = None
         self._sound: deque[tuple[bytes, int]] = deque(maxlen=MAX_WAITING_SOUND)
 
     @property
@@ -169,10 +170,18 @@ class Recorder:
                 log.warning("recording %s: the capture loop did not end", self.recording_id)
                 self._task.cancel()
             self._task = None
+        if self._listening is not None:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._listening, STOP_TIMEOUT_S)
+            self._listening = None
         if self._unlisten is not None:
             self._unlisten()
             self._unlisten = None
         async with self._lock:
+            if finish and self._writer is None and self._previous is not None:
+                # A still screen ends the video where the recording ends: its last picture
+                # once more, so every event of the recording lies within the video.
+                await asyncio.to_thread(self._last_picture_again, self._previous, wall_ms())
             if self._writer is not None:
                 if finish:
                     await self._finish_segment()
@@ -205,7 +214,8 @@ class Recorder:
 
     async def _run(self) -> None:
         period = 1.0 / max(0.1, self.settings.fps)
-        await self._start_listening()
+        # The sound joins when its capture is there; the pictures do not wait for it.
+        self._listening = asyncio.get_running_loop().create_task(self._start_listening())
         while not self._stopping.is_set():
             began = time.monotonic()
             try:
@@ -265,6 +275,11 @@ class Recorder:
         if keyframe or self._writer.frames == 1:
             self._last_key_ms = now
         self._previous = bgra
+
+    def _last_picture_again(self, bgra: npt.NDArray[np.uint8], now: int) -> None:
+        self._open_segment(bgra, now)
+        assert self._writer is not None
+        self._writer.add(bgra, now, keyframe=True)
 
     def _add_sound(self, sound: list[tuple[bytes, int]]) -> None:
         if self._writer is not None:

@@ -250,7 +250,7 @@ async def test_a_desktop_with_sound_is_heard_on_its_video_and_one_without_has_no
     row = next(d for d in rows["desktops"] if d["desktop_session_id"] == sid)
     assert row["audio"] is True, row
     display = row["display"]
-    stack.desktops.append(Desktop(sid, "sound", display, 0, 0, started["viewer_url"]))
+    sounding = Desktop(sid, "sound", display, 0, 0, started["viewer_url"])
     await asyncio.sleep(2.5)  # quiet first
     played_ms = time.time_ns() // 1_000_000
     with tone(display, 2.0):
@@ -259,6 +259,7 @@ async def test_a_desktop_with_sound_is_heard_on_its_video_and_one_without_has_no
     await stack.action("desktop_record", on=False, desktop_session_id=sid)
     folder = spool(stack, sid)
     await wait_until(lambda: not folder.exists(), scaled(60), "every segment handed over")
+    await stack.stop_desktop(sounding)  # the relay's desktops are few
     one = f"{base(stack)}/{started['recording_id']}"
     listed = (await get(stack, one)).json()["recording"]
     video = (await get(stack, f"{one}/video")).content
@@ -275,9 +276,9 @@ async def test_a_desktop_with_sound_is_heard_on_its_video_and_one_without_has_no
         "desktop_start", slot="mute", geometry="800x600", audio=False, record=True
     )
     mute_sid = mute["desktop"]["desktop_session_id"]
-    stack.desktops.append(Desktop(mute_sid, "mute", "", 0, 0, mute["viewer_url"]))
     await asyncio.sleep(1.5)
     await stack.action("desktop_record", on=False, desktop_session_id=mute_sid)
+    await stack.stop_desktop(Desktop(mute_sid, "mute", "", 0, 0, mute["viewer_url"]))
     folder = spool(stack, mute_sid)
     await wait_until(lambda: not folder.exists(), scaled(60), "every segment handed over")
     video = (await get(stack, f"{base(stack)}/{mute['recording_id']}/video")).content

@@ -24,6 +24,7 @@ def _duration_ms(path: Path) -> float:
     container = av.open(str(path))
     try:
         stream = container.streams.video[0]
+        assert stream.time_base is not None
         last = max(packet.pts for packet in container.demux(stream) if packet.pts is not None)
         return float(last * stream.time_base) * 1000
     finally:

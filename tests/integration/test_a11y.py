@@ -389,12 +389,17 @@ async def test_acts_say_whether_they_took_effect(stack):
     toggled = await stack.ok("desktop_click", ref=box["ref"])
     assert (toggled["method"], toggled["effect"]) == ("native", "changed"), toggled
     assert toggled["effect_ms"] >= 0
-    # The first focus's own events may still be on their way (a loaded machine): a second
-    # focus lets them land; the third one is judged.
-    for _ in range(2):
-        await stack.ok("desktop_focus", ref=box["ref"])
-    again = await stack.ok("desktop_focus", ref=box["ref"])
-    assert (again["method"], again["effect"]) == ("native", "no_visible_change"), again
+    # The click's and the first focus's own events may still be on their way (a loaded
+    # machine delivers them late, to whichever act is being judged): once they have landed,
+    # focusing what has the focus is judged to change nothing.
+    verdicts = []
+    for _ in range(10):
+        again = await stack.ok("desktop_focus", ref=box["ref"])
+        verdicts.append((again["method"], again["effect"]))
+        if verdicts[-1] == ("native", "no_visible_change"):
+            break
+        await asyncio.sleep(0.5)
+    assert verdicts[-1] == ("native", "no_visible_change"), verdicts
     name = await _find_one(stack, 'text[name="Name"]', window="relaydesk form")
     typed = await stack.ok("desktop_type", ref=name["ref"], text="effect")
     assert typed["effect"] == "changed", typed

@@ -51,7 +51,10 @@ INVENTORY_READS: dict[str, dict[str, Any]] = {
     "desktop_status": {},
     "desktop_stop_request": {},
     "desktop_control": {},
+    "desktop_snapshots": {},
 }
+# Listed to every member, answered to operators only (admin accounts; no desktop content).
+OPERATOR_READS = {"desktop_pool"}
 # Cua commands that read desktop content, each through one of the actions above.
 CUA_READS: dict[str, dict[str, Any]] = {
     "screenshot": {},
@@ -173,7 +176,7 @@ async def test_mcp_lists_no_content_tool_to_a_read_member_and_refuses_a_call(
         listed = {tool.name for tool in (await client.list_tools()).tools}
         refused = await client.call_tool("desktop_read", {"ref": field_ref})
         clipboard = await client.call_tool("desktop_clipboard_get", {})
-    assert listed == set(INVENTORY_READS) | FILE_READS
+    assert listed == set(INVENTORY_READS) | FILE_READS | OPERATOR_READS
     for result, name in ((refused, "desktop_read"), (clipboard, "desktop_clipboard_get")):
         body = answer(result)
         assert result.is_error and body["error"]["message"] == f"{name} {NEEDS_WRITE}", body

@@ -36,7 +36,9 @@ RELAY_IMAGE = f"relaydesk/relay:{TAG}"
 RELAY_BROWSER_IMAGE = f"relaydesk/relay:{TAG}-browser"
 LABEL = "relaydesk.test=1"
 # Targets of the images and of a relay container's first desktop (docs/docker.md).
-SERVER_IMAGE_TARGET_MB = 250
+# 350: PyAV and its FFmpeg libraries (about 100 MB installed) join recordings' segments and
+# decode the pictures of trajectory exports (docs/recording.md).
+SERVER_IMAGE_TARGET_MB = 350
 RELAY_IMAGE_TARGET_MB = 900
 FIRST_DESKTOP_TARGET_S = 3.0
 BUILD_TIMEOUT_S = 1800.0

@@ -23,7 +23,9 @@
 // → {uninstall}. Call it for every new RFB (the viewer reconnects with a new one); the
 // previous installation removes itself when its RFB disconnects.
 
-import { pastedImage, putClipboardImage, readClipboardPng } from "/viewer/clipimage.js";
+import {
+  LOCAL_IMAGE_WRITTEN, pastedImage, putClipboardImage, readClipboardPng,
+} from "/viewer/clipimage.js";
 
 const XK_NUM_LOCK = 0xff7f;
 const STATE_TIMEOUT_MS = 1500;
@@ -186,6 +188,7 @@ class Bridge {
       if (document.visibilityState === "visible") this.focusReturned();
     });
     this.listen(this.rfb, "clipboard", (event) => this.remoteClipboard(event.detail.text));
+    this.listen(window, LOCAL_IMAGE_WRITTEN, () => { this.pendingRemoteText = null; });
     this.listen(this.rfb, "disconnect", () => this.uninstall());
     return this;
   }
@@ -203,7 +206,9 @@ class Bridge {
   // -- clipboard ------------------------------------------------------------------------
 
   async remoteClipboard(text) {
-    if (typeof text !== "string" || !navigator.clipboard) return;
+    // An empty text says nothing (the desktop's clipboard may hold an image instead): it
+    // never clears what the person's clipboard holds.
+    if (typeof text !== "string" || text === "" || !navigator.clipboard) return;
     if (this.sent && text === this.sent.text && performance.now() - this.sent.at < ECHO_WINDOW_MS) {
       stats.echoesIgnored += 1;
       return;

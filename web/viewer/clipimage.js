@@ -16,6 +16,9 @@
 const PNG = "image/png";
 
 export const imageStats = { sent: 0, received: 0, messages: [] };
+// Dispatched on window once the desktop's image is on this computer's clipboard: a remote
+// text not yet written there (bridge.js) is older than it and must not replace it.
+export const LOCAL_IMAGE_WRITTEN = "relaydesk:local-image-written";
 
 function denied(err) {
   return err && (err.name === "NotAllowedError" || err.name === "SecurityError");
@@ -105,6 +108,7 @@ async function writeLocalImage(blob) {
     return "The image could not be copied: right-click it to copy or save it.";
   }
   imageStats.received += 1;
+  window.dispatchEvent(new Event(LOCAL_IMAGE_WRITTEN));
   return "Copied the desktop's image to this computer's clipboard.";
 }
 

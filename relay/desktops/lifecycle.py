@@ -297,11 +297,16 @@ class Desktops(Generic[D, S, L]):
             return {"stopped": True, "stopped_session_id": session_id}
 
     async def pause(
-        self, *, slot: str, desktop_session_id: str, kind: str | None = None
+        self,
+        *,
+        slot: str,
+        desktop_session_id: str,
+        kind: str | None = None,
+        why: str = "asked to",
     ) -> RelayRow:
         """Freeze every process of the slot's desktop, if it still holds ``desktop_session_id``
-        (docs/desktops.md, "Pause and resume")."""
-        return await self._set_paused(True, slot, desktop_session_id, kind)
+        (docs/desktops.md, "Pause and resume"); ``why`` goes to the log."""
+        return await self._set_paused(True, slot, desktop_session_id, kind, why)
 
     async def resume(
         self, *, slot: str, desktop_session_id: str, kind: str | None = None
@@ -310,7 +315,12 @@ class Desktops(Generic[D, S, L]):
         return await self._set_paused(False, slot, desktop_session_id, kind)
 
     async def _set_paused(
-        self, paused: bool, slot: str, desktop_session_id: str, kind: str | None
+        self,
+        paused: bool,
+        slot: str,
+        desktop_session_id: str,
+        kind: str | None,
+        why: str = "asked to",
     ) -> RelayRow:
         if kind is not None:
             self.launcher.check_kind(kind)
@@ -323,7 +333,9 @@ class Desktops(Generic[D, S, L]):
                 await self.launcher.freeze(desktop, paused)
                 desktop.state = "paused" if paused else "running"
                 await self.slots.save()
-                logger.info("%s desktop slot=%s %s", self.launcher.kind, slot, desktop.state)
+                logger.info(
+                    "%s desktop slot=%s %s: %s", self.launcher.kind, slot, desktop.state, why
+                )
                 row: RelayRow = {**desktop.to_row(), "updated_at": now_iso()}
                 events.append(row)
                 return row

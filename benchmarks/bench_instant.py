@@ -27,7 +27,8 @@ Snapshots, forks and reset (standard profile, ``snapshot_*`` below):
   to a fresh start of the profile.
 
 Needs a root relay on a host with a writable cgroup2 hierarchy (desktops get a cgroup only
-then). Run: ``.venv/bin/python -m benchmarks.bench_instant [--quick] [--snapshots-only | --pool-only]``.
+then). Run: ``.venv/bin/python -m benchmarks.bench_instant [--quick]
+[--snapshots-only | --pool-only]``.
 """
 
 from __future__ import annotations
@@ -62,9 +63,9 @@ LOOP = 'nice -n 19 sh -c "while :; do :; done"'
 
 async def viewer(mgr: ProcessDesktops, row: RelayRow) -> RFBClient:
     """A viewer as the relay's channel opens it: straight to x11vnc on loopback, with the
-    desktop's VNC secret."""
+    desktop's VNC secret, its version sent before x11vnc's banner."""
     secret = mgr.launcher.vnc_secret(row["desktop_session_id"])
-    return await RFBClient.open_tcp(row["vnc_port"], secret=secret)
+    return await RFBClient.open_tcp(row["vnc_port"], secret=secret, version_first=True)
 
 
 async def whole_frame(client: RFBClient) -> None:

@@ -490,8 +490,16 @@ class Handlers:
             transfer = target.get("file")
             if transfer is None:
                 raise InvalidArgs("target.file", "required by a file channel")
-            session = await session_of(*await self._located(target["desktop_session_id"]))
-            return await open_file_channel(link, channel_id, session, transfer, self.files)
+            backend, row = await self._located(target["desktop_session_id"])
+            session = await session_of(backend, row)
+            return await open_file_channel(
+                link,
+                channel_id,
+                session,
+                transfer,
+                self.files,
+                lambda channel: self.channels.add(row["desktop_session_id"], channel),
+            )
         if target["type"] == "recording":  # a finished segment (relay/recording/service.py)
             segment = target.get("segment")
             if segment is None or self.recordings is None:

@@ -190,6 +190,16 @@ async def test_an_agent_acting_keeps_it_running(stack: Stack) -> None:
     await stack.stop(started)
 
 
+async def test_a_recorded_desktop_is_not_paused(stack: Stack) -> None:
+    started = await stack.ok("desktop_start", slot="recorded", profile="minimal", record=True)
+    session_id = started["desktop"]["desktop_session_id"]
+    assert started["desktop"]["recording"] is True, started
+    await _stays_running(stack, session_id, 3 * IDLE_S)
+    await stack.ok("desktop_record", on=False, desktop_session_id=session_id)
+    await wait_until(lambda: _is_paused(stack, session_id), scaled(30), "the idle pause")
+    await stack.stop(started)
+
+
 async def test_a_bad_idle_setting_stops_the_relay_naming_it(
     process_factory: ProcessFactory, tmp_path: Path
 ) -> None:

@@ -151,8 +151,8 @@ class PoolMeasured:
     idle_cpu_s: tuple[float, float]  # CPU over the window: without a pool, with ``size``
     size: int
     window_s: float
-    cold_resets: list[tuple[float, float]]  # s, reset to a fresh start → running, → frame
-    pooled_resets: list[tuple[float, float]]  # the same with the pool
+    cold_resets: list[tuple[float, float, float]]  # s, reset → running, → frame, → old ended
+    pooled_resets: list[tuple[float, float, float]]  # the same with the pool
     resets_from_pool: int  # how many of ``pooled_resets`` took a pooled desktop
 
 
@@ -167,9 +167,11 @@ async def timed_start(mgr: ProcessDesktops, slot: str) -> tuple[RelayRow, float,
 
 async def timed_resets(
     mgr: ProcessDesktops, rounds: int, pool: WarmPool | None = None
-) -> tuple[list[tuple[float, float]], int]:
+) -> tuple[list[tuple[float, float, float]], int]:
     """``desktop_reset`` to a fresh start of one desktop, ``rounds`` times: → running (the
-    answer), → first frame in a new viewer; and how many took a pooled desktop."""
+    answer), → first frame in a new viewer, → the old desktop ended (the lifecycle lock free
+    again); and how many took a pooled desktop. Each reset comes once the last one's old
+    desktop has ended (a reset waits for that: it holds the lock)."""
     from relay.desktops.snapshots import Snapshots
 
     snapshots = Snapshots(mgr)
@@ -184,7 +186,10 @@ async def timed_resets(
             reset = await snapshots.reset({"desktop_session_id": current})
             running = time.perf_counter() - started
             await first_frame(mgr, reset)
-            times.append((running, time.perf_counter() - started))
+            frame = time.perf_counter() - started
+            async with mgr.slots.lock:  # the old desktop has ended
+                ended = time.perf_counter() - started
+            times.append((running, frame, ended))
             from_pool += reset["from_pool"]
             current = reset["desktop_session_id"]
     finally:
@@ -301,10 +306,13 @@ def report_pool(result: PoolMeasured) -> None:
     cold_reset_frame = statistics.median(t[1] for t in result.cold_resets) * 1000
     reset50 = statistics.median(t[0] for t in result.pooled_resets) * 1000
     reset_frame = statistics.median(t[1] for t in result.pooled_resets) * 1000
+    cold_ended = statistics.median(t[2] for t in result.cold_resets) * 1000
+    pooled_ended = statistics.median(t[2] for t in result.pooled_resets) * 1000
     print(
         f"desktop_reset to a fresh start without a pool (baseline), {len(result.cold_resets)}"
         f" resets: → running p50 {cold_reset:.1f} ms (target {TARGET_RESET_MS:.0f} ms);"
-        f" → first frame p50 {cold_reset_frame:.1f} ms"
+        f" → first frame p50 {cold_reset_frame:.1f} ms;"
+        f" → old desktop ended p50 {cold_ended:.1f} ms"
     )
     print(
         f"desktop_reset with the pool, {len(result.pooled_resets)} resets"
@@ -312,7 +320,8 @@ def report_pool(result: PoolMeasured) -> None:
         f" (max {max(t[0] for t in result.pooled_resets) * 1000:.1f}); ratio to the reset"
         f" without a pool {reset50 / cold_reset:.3f}; p50/target"
         f" {reset50 / TARGET_POOLED_RESET_MS:.2f} (target {TARGET_POOLED_RESET_MS:.0f} ms);"
-        f" → first frame p50 {reset_frame:.1f} ms"
+        f" → first frame p50 {reset_frame:.1f} ms;"
+        f" → old desktop ended p50 {pooled_ended:.1f} ms"
     )
 
 

@@ -10,6 +10,19 @@ every 3 s. Phases of ``--seconds`` each (default 60; 5 with ``--quick``):
 - (d) the recording of (b) in headless Chromium's <video>: seek to random moments, time from
   setting ``currentTime`` to the frame shown (``requestVideoFrameCallback``), p50.
 
+Sound (a second desktop of the same relay, with audio; (a) to (c) run on one without, so they
+measure the picture alone):
+
+- (e) the workload recorded while a 440 Hz tone plays: CPU and bytes against (b);
+- (f) a still screen while the tone plays, unrecorded, then (g) recorded: the CPU the sound
+  alone adds, and its MB per hour;
+- (h) the same desktop still and silent, recorded: what silence costs.
+
+What sound adds is best read on the still screen, against (c) (the same still screen recorded
+without sound): the busy phases' pictures differ with the load (a repaint caught half-drawn
+costs more bytes), so their video tracks are printed apart from their audio tracks.
+
+The relay's CPU counts its audio capture (``parec``, a child of the relay) while recording.
 Targets: relay CPU added ≤ 10 % of one core; server CPU added ≤ 2 %; ≤ 40 MB/h busy,
 ≤ 5 MB/h idle; seek → frame p50 ≤ 500 ms. The load average is printed with the figures.
 """
@@ -17,6 +30,8 @@ Targets: relay CPU added ≤ 10 % of one core; server CPU added ≤ 2 %; ≤ 40 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import os
 import random
 import sys
@@ -26,10 +41,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import av
 import httpx
 import psutil
 from Xlib import display as xdisplay
 
+from benchmarks.bench_audio import tone
 from benchmarks.common import parser, percentile
 from tests.support.processes import ProcessTracker
 from tests.support.stack import (
@@ -96,6 +113,8 @@ class Browsing:
             self._page(page, scroll)
 
     def stop(self) -> None:
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(5)
@@ -108,18 +127,39 @@ def cpu_s(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
+def captures(relay: psutil.Process) -> dict[int, psutil.Process]:
+    """The relay's audio captures (``parec``): their CPU is the relay's."""
+    found = {}
+    for child in relay.children(recursive=True):
+        try:
+            if child.name() == "parec":
+                found[child.pid] = child
+        except psutil.Error:
+            continue
+    return found
+
+
 async def measure(processes: dict[str, psutil.Process], seconds: float) -> dict[str, float]:
-    """Each process's CPU over ``seconds``, as a share of one core."""
+    """Each process's CPU over ``seconds``, as a share of one core (the relay's with its
+    audio captures)."""
     before = {name: cpu_s(p) for name, p in processes.items()}
+    capture_before = {pid: cpu_s(p) for pid, p in captures(processes["relay"]).items()}
     began = time.monotonic()
     await asyncio.sleep(seconds)
     spent = time.monotonic() - began
-    return {name: (cpu_s(p) - before[name]) / spent for name, p in processes.items()}
+    shares = {name: (cpu_s(p) - before[name]) / spent for name, p in processes.items()}
+    for pid, capture in captures(processes["relay"]).items():
+        with contextlib.suppress(psutil.Error):
+            shares["relay"] += (cpu_s(capture) - capture_before.get(pid, 0.0)) / spent
+    return shares
 
 
 class Bench:
     def __init__(self, http: httpx.AsyncClient, cid: str, session: str, state: Path) -> None:
         self.http, self.cid, self.session, self.state = http, cid, session, state
+
+    def on(self, session: str) -> Bench:
+        return Bench(self.http, self.cid, session, self.state)
 
     async def action(self, name: str, **args: Any) -> dict[str, Any]:
         body = {"conversation_id": self.cid, "desktop_session_id": self.session, **args}
@@ -138,6 +178,18 @@ class Bench:
         path = f"/api/v1/conversations/{self.cid}/recordings/{on['recording_id']}"
         summary = (await self.http.get(path)).json()["recording"]
         return cpu, summary["bytes"], on["recording_id"], summary["duration_ms"] / 1000
+
+    async def tracks(self, recording_id: str) -> dict[str, float]:
+        """The recording's video and audio tracks: bytes per second of the recording."""
+        path = f"/api/v1/conversations/{self.cid}/recordings/{recording_id}"
+        length_s = (await self.http.get(path)).json()["recording"]["duration_ms"] / 1000
+        data = (await self.http.get(f"{path}/video")).content
+        sizes: dict[str, float] = {"video": 0.0, "audio": 0.0}
+        with av.open(io.BytesIO(data), "r") as container:
+            for packet in container.demux():
+                if packet.size and packet.stream.type in sizes:
+                    sizes[packet.stream.type] += packet.size / length_s
+        return sizes
 
 
 async def seek_p50(url: str, token: str, path: str, length_s: float, seeks: int) -> float:
@@ -191,11 +243,19 @@ async def run(quick: bool, seconds: float | None) -> int:
             headers = {"Authorization": f"Bearer {seed.api_token}"}
             cid = seed.conversation_id
             async with httpx.AsyncClient(base_url=server.url, timeout=120, headers=headers) as http:
-                body = {"conversation_id": cid, "geometry": f"{WIDTH}x{HEIGHT}"}
-                started = (await http.post("/api/v1/actions/desktop_start", json=body)).json()
-                session = started["desktop"]["desktop_session_id"]
-                display = started["desktop"]["display"]
+
+                async def start(slot: str, audio: bool) -> tuple[str, str]:
+                    body: dict[str, Any] = {"conversation_id": cid, "slot": slot}
+                    body |= {"geometry": f"{WIDTH}x{HEIGHT}", "audio": audio}
+                    answer = await http.post("/api/v1/actions/desktop_start", json=body)
+                    assert answer.status_code == 200, answer.text
+                    started = answer.json()["desktop"]
+                    return started["desktop_session_id"], started["display"]
+
+                session, display = await start("main", False)
+                sound_session, sound_display = await start("sound", True)
                 bench = Bench(http, cid, session, Path(seed.env()["RELAYDESK_STATE_DIR"]))
+                sound = bench.on(sound_session)
                 processes = {
                     "server": psutil.Process(server.process.pid),
                     "relay": psutil.Process(relay.pid),
@@ -209,7 +269,34 @@ async def run(quick: bool, seconds: float | None) -> int:
                 finally:
                     workload.stop()
                 await asyncio.sleep(1.0)
-                _, idle_bytes, _, idle_s = await bench.recorded(seconds, processes)
+                idle_cpu, idle_bytes, _, idle_s = await bench.recorded(seconds, processes)
+                # The desktop with sound: the workload with a tone, then a still screen.
+                workload = Browsing(sound_display).start()
+                try:
+                    with tone(sound_display, 4 * seconds + 30):
+                        await asyncio.sleep(1.0)
+                        heard_cpu, heard_bytes, heard_id, heard_s = await sound.recorded(
+                            seconds, processes
+                        )
+                        workload.stop()
+                        await asyncio.sleep(1.0)
+                        still_plain = await measure(processes, seconds)
+                        still_cpu, still_bytes, still_id, still_s = await sound.recorded(
+                            seconds, processes
+                        )
+                finally:
+                    workload.stop()
+                await asyncio.sleep(1.0)
+                silent = await sound.recorded(seconds, processes)
+                silent_cpu, silent_bytes, silent_id, silent_s = silent
+                tracks = {
+                    what: await sound.tracks(rid)
+                    for what, rid in (
+                        ("busy", heard_id),
+                        ("still", still_id),
+                        ("silent", silent_id),
+                    )
+                }
                 video = f"/api/v1/conversations/{cid}/recordings/{busy_id}/video"
                 seek = await seek_p50(
                     server.url, seed.api_token, video, busy_s, 5 if quick else SEEKS
@@ -227,6 +314,19 @@ async def run(quick: bool, seconds: float | None) -> int:
         seek,
         load_before,
         load_after,
+    )
+    report_sound(
+        idle_cpu,
+        silent_cpu,
+        busy_cpu,
+        busy_bytes / busy_s,
+        heard_cpu,
+        heard_bytes / heard_s,
+        still_plain,
+        still_cpu,
+        still_bytes / still_s,
+        silent_bytes / silent_s,
+        tracks,
     )
     return 0
 
@@ -260,6 +360,50 @@ def report(
     print(f"seek -> frame shown: p50 {seek_ms:.0f} ms (target <= 500)")
     ratio = recorded["relay"] / plain["relay"] if plain["relay"] else float("inf")
     print(f"relay CPU ratio recorded/unrecorded: {ratio:.2f}")
+
+
+def report_sound(
+    idle: dict[str, float],
+    silent: dict[str, float],
+    busy: dict[str, float],
+    busy_bytes_s: float,
+    heard: dict[str, float],
+    heard_bytes_s: float,
+    still_plain: dict[str, float],
+    still: dict[str, float],
+    still_bytes_s: float,
+    silent_bytes_s: float,
+    tracks: dict[str, dict[str, float]],
+) -> None:
+    def mb_h(rate: float) -> float:
+        return rate * 3600 / 1e6
+
+    for what, sizes in tracks.items():
+        print(
+            f"sound, {what} recording's tracks: video {mb_h(sizes['video']):.1f} MB/h, "
+            f"audio {mb_h(sizes['audio']):.1f} MB/h"
+        )
+
+    print(
+        f"sound, workload: relay CPU recorded without sound {busy['relay'] * 100:.1f} %, "
+        f"with a tone {heard['relay'] * 100:.1f} %: sound added "
+        f"{(heard['relay'] - busy['relay']) * 100:.1f} %; storage {mb_h(busy_bytes_s):.1f} -> "
+        f"{mb_h(heard_bytes_s):.1f} MB/h (+{mb_h(heard_bytes_s - busy_bytes_s):.1f})"
+    )
+    print(
+        f"sound, still screen with a tone: relay CPU unrecorded {still_plain['relay'] * 100:.1f} "
+        f"%, recorded {still['relay'] * 100:.1f} %: added "
+        f"{(still['relay'] - still_plain['relay']) * 100:.1f} %; storage "
+        f"{mb_h(still_bytes_s):.1f} MB/h"
+    )
+    print(
+        f"sound, still screen recorded: relay CPU without sound (the desktop of (c)) "
+        f"{idle['relay'] * 100:.1f} %, with a tone {still['relay'] * 100:.1f} %: sound added "
+        f"{(still['relay'] - idle['relay']) * 100:.1f} %; silent, with sound on "
+        f"{silent['relay'] * 100:.1f} %: silence added "
+        f"{(silent['relay'] - idle['relay']) * 100:.1f} %"
+    )
+    print(f"sound, still and silent, recorded: storage {mb_h(silent_bytes_s):.2f} MB/h")
 
 
 def main() -> int:

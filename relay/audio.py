@@ -89,6 +89,9 @@ class CaptureAccount:
 
 
 AccountOf = Callable[[RelayRow], Awaitable[CaptureAccount]]
+# Takes each captured frame as it is (s16le stereo, 20 ms) with its capture time (µs, wall
+# clock): a desktop's recording (relay/recording).
+PcmSink = Callable[[bytes, int], None]
 
 
 async def relay_account(row: RelayRow) -> CaptureAccount:
@@ -335,6 +338,7 @@ class DesktopAudio:
         self.bitrate = bitrate
         self.account = account or CaptureAccount()
         self.listeners: set[AudioChannel] = set()
+        self.sinks: set[PcmSink] = set()
         self.stats = CaptureStats()
         self._task: asyncio.Task[None] | None = None
         self._process: tuple[subprocess.Popen[bytes], int] | None = None
@@ -354,6 +358,18 @@ class DesktopAudio:
 
     def remove(self, listener: AudioChannel) -> None:
         self.listeners.discard(listener)
+
+    def add_sink(self, sink: PcmSink) -> None:
+        """Hand every captured frame to ``sink`` too (the capture runs while it is there)."""
+        self.sinks.add(sink)
+        if not self.capturing:
+            self._task = asyncio.create_task(
+                self._capture(), name=f"audio-capture-{self.desktop_session_id[:8]}"
+            )
+
+    @property
+    def used(self) -> bool:
+        return bool(self.listeners or self.sinks)
 
     async def stop(self) -> None:
         """End the capture (the capture task kills ``parec``); bounded wait."""
@@ -394,9 +410,13 @@ class DesktopAudio:
                 log.info("audio capture of :%d ended (parec exited)", self.display)
                 return
             captured_us = time.time_ns() // 1000
+            self.stats.frames += 1
+            for sink in list(self.sinks):
+                sink(pcm, captured_us)
+            if not self.listeners:
+                continue  # only a recording takes this desktop's sound: no Opus needed
             packet = frame_packet(captured_us, sequence, encoder.encode(pcm))
             sequence += 1
-            self.stats.frames += 1
             self.stats.encoded_bytes += len(packet)
             for listener in self.listeners:
                 listener.push(packet)
@@ -513,13 +533,8 @@ class AudioStreams:
             raise OpError(
                 ErrorCode.UNAVAILABLE, f"this desktop has no audio ({why})", {"audio": False}
             )
-        session_id = row["desktop_session_id"]
-        desktop = self.desktops.get(session_id)
-        if desktop is None:
-            display = display_number(str(row.get("display") or ""))
-            account = await self.account_of(row)
-            desktop = DesktopAudio(session_id, display, self.bitrate, account)
-            self.desktops[session_id] = desktop
+        desktop = await self._desktop(row)
+        session_id = desktop.desktop_session_id
         listener = AudioChannel(channel_id, link, self._listener_closed(desktop))
         link.start_channel(listener)
         desktop.add(listener)
@@ -537,19 +552,48 @@ class AudioStreams:
             "bitrate": self.bitrate,
         }
 
+    async def _desktop(self, row: RelayRow) -> DesktopAudio:
+        session_id = row["desktop_session_id"]
+        desktop = self.desktops.get(session_id)
+        if desktop is None:
+            display = display_number(str(row.get("display") or ""))
+            account = await self.account_of(row)
+            desktop = self.desktops.get(session_id)  # another caller may have made it meanwhile
+            if desktop is None:
+                desktop = DesktopAudio(session_id, display, self.bitrate, account)
+                self.desktops[session_id] = desktop
+        return desktop
+
+    async def record(self, row: RelayRow, sink: PcmSink) -> Callable[[], None]:
+        """Hand the sound of ``row``'s desktop to ``sink`` (a recording); the answer ends it.
+        A desktop without sound is refused like a listener."""
+        if not row.get("audio"):
+            raise OpError(ErrorCode.UNAVAILABLE, "this desktop has no audio", {"audio": False})
+        desktop = await self._desktop(row)
+        desktop.add_sink(sink)
+
+        def end() -> None:
+            desktop.sinks.discard(sink)
+            self._release(desktop)
+
+        return end
+
     def _listener_closed(self, desktop: DesktopAudio) -> Callable[[AudioChannel], None]:
         def closed(listener: AudioChannel) -> None:
             desktop.remove(listener)
-            if desktop.listeners:
-                return
-            # The last listener left: stop capturing (no CPU spent on audio nobody hears).
-            if self.desktops.get(desktop.desktop_session_id) is desktop:
-                del self.desktops[desktop.desktop_session_id]
-            task = asyncio.create_task(desktop.stop())
-            self._stopping.add(task)
-            task.add_done_callback(self._stopping.discard)
+            self._release(desktop)
 
         return closed
+
+    def _release(self, desktop: DesktopAudio) -> None:
+        """Nobody listens and nothing records: stop capturing (no CPU spent on unheard audio)."""
+        if desktop.used:
+            return
+        if self.desktops.get(desktop.desktop_session_id) is desktop:
+            del self.desktops[desktop.desktop_session_id]
+        task = asyncio.create_task(desktop.stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
     def capturing(self, desktop_session_id: str) -> bool:
         desktop = self.desktops.get(desktop_session_id)

@@ -134,6 +134,7 @@ class RelayService:
             self._grab_screen,
             self._send_event,
             lambda session_id: self.handlers.located_row(session_id),
+            hear=self.audio.record if audio.available else None,
         )
         self.handlers = Handlers(
             backends,

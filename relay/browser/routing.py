@@ -173,6 +173,7 @@ class PageRouting:
             raise InvalidArgs("action", f"unknown act {action[:32]!r}")
         done = await self.browser.run(target, "act", asked)
         answer = {"method": "cdp", "effect": done["effect"], "tab": done["tab"]}
+        answer |= {k: done[k] for k in ("role", "name") if k in done}
         answer |= {"effect_ms": done["effect_ms"]} if "effect_ms" in done else {}
         if "at" in done:  # CSS pixels of the page, not of the screen
             answer["page_at"] = done["at"]

@@ -421,8 +421,9 @@ async def _act(target: Target, params: dict[str, Any]) -> dict[str, Any]:
         raise InvalidArgs("ref", "must be a browser ref like '@b1a2b3c4:e7'")
     snapshot, element = target.snapshots.element(ref, target.desktop_session_id)
     tab = snapshot.tab
+    named = {"role": element.role, "name": element.name}  # the element the act was on
     if action == "click" and not guarded:  # checked in the click's own first call
-        return {"tab": tab, **await _click(target, tab, element)}
+        return {"tab": tab, **named, **await _click(target, tab, element)}
     node = await acts.resolve(browser, tab, element)
     checked = {}
     if guarded:
@@ -430,7 +431,7 @@ async def _act(target: Target, params: dict[str, Any]) -> dict[str, Any]:
         checked = {"guard": await guard(browser, tab, node, shot)}
     if action == "press":
         await acts.focus(browser, tab, node)  # before judging: the key's effect is judged
-    return {"tab": tab, **await _judged(target, act, (tab, node), params), **checked}
+    return {"tab": tab, **named, **await _judged(target, act, (tab, node), params), **checked}
 
 
 async def _judged(

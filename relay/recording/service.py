@@ -5,7 +5,8 @@ Finished segments stay in the spool (``<state dir>/recordings/<desktop session>/
 the server acknowledges them (``recording.ack``); unacknowledged ones are announced again
 every :data:`REANNOUNCE_S`, so a segment finished while the server was away is handed over
 once it is back. Nothing here depends on the kind of desktop: frames come from the screen
-service the screen tool uses.
+service the screen tool uses, and a desktop with sound is heard through the relay's audio
+capture (relay/audio.py), the one its listeners use.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy.typing as npt
 
 from relay.channels import Chunk, StreamChannel
 from relay.recording.recorder import (
+    Listen,
     Recorder,
     RecordingSettings,
     RecordingState,
@@ -58,6 +60,8 @@ READ_CHUNK: Final = 256 * 1024
 DisplayGrab = Callable[[str, str], Awaitable[npt.NDArray[np.uint8]]]
 SendEvent = Callable[[str, dict[str, Any]], Awaitable[None]]
 FindRow = Callable[[str], Awaitable[RelayRow]]
+# Hands a desktop's captured sound to a sink until the answer is called (relay/audio.py).
+HearDesktop = Callable[[RelayRow, Callable[[bytes, int], None]], Awaitable[Callable[[], None]]]
 ENDED_STATES: Final = frozenset({"stopped", "failed", "stopping"})
 
 
@@ -93,8 +97,10 @@ class RelayRecordings:
         send_event: SendEvent,
         find_row: FindRow,
         settings: RecordingSettings | None = None,
+        hear: HearDesktop | None = None,
     ) -> None:
         self.spool = spool
+        self._hear = hear
         self._grab = grab
         self._send_event = send_event
         self._find_row = find_row
@@ -121,7 +127,7 @@ class RelayRecordings:
         if current is not None:
             await self.recorders.pop(session_id).stop()
         state = RecordingState(session_id, recording_id, wall_ms(), 0)
-        self._start(state, str(row["display"]))
+        self._start(state, row)
         return {"recording": True, "recording_id": recording_id}
 
     async def ack(self, link: ServerLink, args: RecordingAckArgs) -> RecordingAckResult:
@@ -165,13 +171,24 @@ class RelayRecordings:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def _start(self, state: RecordingState, display: str) -> None:
+    def _start(self, state: RecordingState, row: RelayRow) -> None:
         session_id = state.desktop_session_id
+        display = str(row["display"])
 
         async def grab() -> npt.NDArray[np.uint8]:
             return await self._grab(display, session_id)
 
-        recorder = Recorder(self.spool / session_id, state, grab, self._announce, self.settings)
+        listen: Listen | None = None
+        hear = self._hear
+        if hear is not None and row.get("audio"):
+
+            async def listen(sink: Callable[[bytes, int], None]) -> Callable[[], None]:
+                assert hear is not None
+                return await hear(row, sink)
+
+        recorder = Recorder(
+            self.spool / session_id, state, grab, self._announce, self.settings, listen
+        )
         self.recorders[session_id] = recorder
         recorder.start()
         log.info("recording %s as %s", session_id, state.recording_id)
@@ -194,7 +211,7 @@ class RelayRecordings:
             state = RecordingState.load(folder)
             row = live.get(folder.name)
             if state is not None and row is not None and isinstance(row.get("display"), str):
-                self._start(state, str(row["display"]))
+                self._start(state, row)
             elif state is not None:
                 (folder / "state.json").unlink(missing_ok=True)
             self._drop_empty(folder)

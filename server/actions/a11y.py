@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from server.actions import audit
 from server.actions.context import ActionContext
 from server.actions.desktop import KIND, RELAY, SESSION_ID, SLOT, running_row
 from server.actions.registry import Action, tool_schema
@@ -150,6 +151,7 @@ def _act(action: str, *fields: str) -> Any:
             at: dict[str, Any] = result["at"] if isinstance(result.get("at"), dict) else {}
             grant.acted(f"desktop_{action}", **{k: at[k] for k in ("x", "y") if k in at})
         ctx.outcome = str(result.get("method", "ok"))
+        ctx.details = audit.act_details(action, result, args)
         return result
 
     return handler

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from server.actions import audit
 from server.actions.context import ActionContext
 from server.actions.desktop import KIND, RELAY, SESSION_ID, SLOT, running_row
 from server.actions.registry import Action, tool_schema
@@ -118,6 +119,8 @@ def _change(
             result = await browser_call(ctx, row, call, params, float(args.get("timeout_s", 0)))
             grant.acted(f"browser_{outcome or call}")  # never the URL or the text
         ctx.outcome = outcome or call
+        if "ref" in args:  # an act on an element: the row names it
+            ctx.details = audit.act_details(outcome or call, result, args)
         return result
 
     return handler

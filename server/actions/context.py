@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from server.actions.errors import relay_error
 from server.auth.principal import Principal
@@ -65,6 +65,8 @@ class ActionContext:
     relay: RelayRecord | None = None
     desktop_session_id: str | None = None
     outcome: str = "ok"
+    # What the audit row keeps of the call beyond its outcome (shapes, never content).
+    details: dict[str, Any] | None = None
 
     @property
     def store(self) -> Store:

@@ -4,8 +4,9 @@ video's clock, built from the audit rows of the desktop session (docs/recording.
 Each audit row becomes one event: its moment (wall-clock UTC ms, and ``t_ms`` on the video),
 its kind (for the player's markers), the door it came through, a short summary of its
 arguments and its outcome. Summaries are built from the audit rows' details, which hold
-shapes and never typed text, keys or secrets; the click point and the guard's verdict are
-kept where the row has them.
+shapes and never typed text, keys or secrets; the click point, the guard's verdict and the
+element an accessibility or browser act was on (its role and accessible name) are kept where
+the row has them.
 """
 
 from __future__ import annotations
@@ -104,6 +105,14 @@ def _point(details: dict[str, Any]) -> dict[str, int] | None:
     return None
 
 
+def _element(details: dict[str, Any]) -> dict[str, str] | None:
+    element = details.get("element")
+    if not isinstance(element, dict) or not isinstance(element.get("role"), str):
+        return None
+    name = element.get("name")
+    return {"role": element["role"], "name": name if isinstance(name, str) else ""}
+
+
 def _guard(row: AuditRecord, details: dict[str, Any]) -> str | None:
     if not details.get("guarded"):
         return None
@@ -128,6 +137,8 @@ def event_of(row: AuditRecord, recording: Recording) -> dict[str, Any]:
     }
     if (point := _point(details)) is not None:
         event["point"] = point
+    if (element := _element(details)) is not None:
+        event["element"] = element
     if (guard := _guard(row, details)) is not None:
         event["guard"] = guard
         if isinstance(details.get("difference"), int | float):

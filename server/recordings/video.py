@@ -3,8 +3,9 @@ pictures decoded from it.
 
 Segments carry presentation times on the recording's own clock, so joining them is a remux
 (packets copied, nothing re-encoded). The joined file is kept beside the segments and made
-again when more segments arrived. Decoding for the trajectory export seeks to the keyframe
-before a moment and decodes up to it.
+again when more segments arrived. A desktop recorded with its sound has an audio track in
+its segments (AAC in MP4, Opus in WebM); it is joined the same way. Decoding for the
+trajectory export seeks to the keyframe before a moment and decodes up to it.
 """
 
 from __future__ import annotations
@@ -50,19 +51,33 @@ def joined_video(files: RecordingFiles, recording: Recording) -> Path | None:
 def _remux(paths: Sequence[Path], target: Path, container: str) -> None:
     out: Any = av.open(str(target), "w", format=container, options=CONTAINER_OPTIONS[container])
     try:
-        stream: Any = None
-        last_dts = -1
+        # Every track the file will have is declared before the first packet is written.
+        streams: dict[str, Any] = {}
+        for path in paths:
+            with av.open(str(path)) as probe:
+                for kind, found in (
+                    ("video", probe.streams.video),
+                    ("audio", probe.streams.audio),
+                ):
+                    if kind not in streams and found:
+                        streams[kind] = out.add_stream_from_template(found[0])
+            if len(streams) == 2:
+                break
+        last_dts: dict[str, int] = {}
         for path in paths:
             source: Any = av.open(str(path))
             try:
-                src = source.streams.video[0]
-                if stream is None:
-                    stream = out.add_stream_from_template(src)
-                for packet in source.demux(src):
-                    if packet.dts is None or packet.dts <= last_dts:
+                tracks = [
+                    s
+                    for s in (*source.streams.video[:1], *source.streams.audio[:1])
+                    if s.type in streams
+                ]
+                for packet in source.demux(tracks):
+                    kind = packet.stream.type
+                    if packet.dts is None or packet.dts <= last_dts.get(kind, -1):
                         continue
-                    last_dts = packet.dts
-                    packet.stream = stream
+                    last_dts[kind] = packet.dts
+                    packet.stream = streams[kind]
                     out.mux(packet)
             finally:
                 source.close()

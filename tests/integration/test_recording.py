@@ -9,14 +9,18 @@ import asyncio
 import io
 import json
 import os
+import time
 import zipfile
 from collections.abc import AsyncIterator
 from typing import Any
 
+import av
 import httpx
+import numpy as np
 import pytest
 import pytest_asyncio
 
+from benchmarks.bench_audio import tone
 from server import admin
 from tests.e2e.viewer_stack import Desktop, ViewerStack, viewer_stack
 from tests.support.processes import scaled
@@ -32,8 +36,9 @@ from tests.support.recording_session import (
     near,
     picture,
     play_session,
+    spool,
 )
-from tests.support.stack import relaydesk_argv
+from tests.support.stack import relaydesk_argv, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -219,6 +224,64 @@ async def test_owners_delete_retention_purges_and_every_look_is_audited(stack, s
     assert (await get(stack, second)).status_code == 404
     ops = {row.op for row in await stack.app.state.parts.store.list_audit(limit=5000)}
     assert {"recording.view", "recording.watch", "recording.export", "recording.delete"} <= ops
+
+
+def loudness(video: bytes, start_s: float, end_s: float) -> tuple[int, float]:
+    """How many audio samples the video has between the two moments, and their RMS (of full
+    scale: the decoder's samples are floats)."""
+    heard: list[np.ndarray] = []
+    with av.open(io.BytesIO(video), "r") as container:
+        for frame in container.decode(audio=0):
+            if frame.time is None or not start_s <= frame.time < end_s:
+                continue
+            heard.append(frame.to_ndarray().astype(np.float64).ravel())
+    samples = np.concatenate(heard) if heard else np.zeros(0)
+    return len(samples), float(np.sqrt(np.mean(samples**2))) if len(samples) else 0.0
+
+
+async def test_a_desktop_with_sound_is_heard_on_its_video_and_one_without_has_no_track(stack):
+    started = await stack.action(
+        "desktop_start", slot="sound", geometry="800x600", audio=True, record=True
+    )
+    sid = started["desktop"]["desktop_session_id"]
+    rows = await stack.relays.request(stack.relay_id, "desktop.status", {}, 10.0)
+    row = next(d for d in rows["desktops"] if d["desktop_session_id"] == sid)
+    assert row["audio"] is True, row
+    display = row["display"]
+    sounding = Desktop(sid, "sound", display, 0, 0, started["viewer_url"])
+    await asyncio.sleep(2.5)  # quiet first
+    played_ms = time.time_ns() // 1_000_000
+    with tone(display, 2.0):
+        await asyncio.sleep(2.0)
+    await asyncio.sleep(1.0)
+    await stack.action("desktop_record", on=False, desktop_session_id=sid)
+    folder = spool(stack, sid)
+    await wait_until(lambda: not folder.exists(), scaled(60), "every segment handed over")
+    await stack.stop_desktop(sounding)  # the relay's desktops are few
+    one = f"{base(stack)}/{started['recording_id']}"
+    listed = (await get(stack, one)).json()["recording"]
+    video = (await get(stack, f"{one}/video")).content
+    with av.open(io.BytesIO(video), "r") as container:
+        assert [s.codec_context.name for s in container.streams.audio] == ["aac"]
+    tone_s = (played_ms - listed["start_ms"]) / 1000
+    quiet_samples, quiet = loudness(video, 0.3, tone_s - 0.3)
+    loud_samples, loud = loudness(video, tone_s + 0.5, tone_s + 1.5)
+    assert quiet_samples > 0 and loud_samples > 0, (quiet_samples, loud_samples)
+    assert quiet < 0.001, f"silence before the tone (RMS {quiet:.4f})"
+    assert loud > 0.01, f"the tone is heard at its moment (RMS {loud:.4f})"
+    # A desktop without sound records its picture only.
+    mute = await stack.action(
+        "desktop_start", slot="mute", geometry="800x600", audio=False, record=True
+    )
+    mute_sid = mute["desktop"]["desktop_session_id"]
+    await asyncio.sleep(1.5)
+    await stack.action("desktop_record", on=False, desktop_session_id=mute_sid)
+    await stack.stop_desktop(Desktop(mute_sid, "mute", "", 0, 0, mute["viewer_url"]))
+    folder = spool(stack, mute_sid)
+    await wait_until(lambda: not folder.exists(), scaled(60), "every segment handed over")
+    video = (await get(stack, f"{base(stack)}/{mute['recording_id']}/video")).content
+    with av.open(io.BytesIO(video), "r") as container:
+        assert len(container.streams.video) == 1 and not container.streams.audio
 
 
 async def test_a_conversation_that_records_by_default_records_its_new_desktops(stack):

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from server.actions.audit import MAX_NAME, act_details
 from server.db.records import AuditRecord
 from server.recordings.export import export_params
 from server.recordings.files import Recording, RecordingFiles, Segment
@@ -80,6 +81,35 @@ def test_events_carry_the_point_the_guard_and_the_door_but_never_text() -> None:
     assert events[0]["door"] == "MCP" and events[0]["t_ms"] == 1000
     assert events[2]["summary"] == {"action": "type", "text_length": 12}
     assert "secret" not in repr(events)
+
+
+def test_an_act_names_its_element_but_never_a_password_or_the_text_typed() -> None:
+    secret = "hunter2 correct horse"
+    # A password field whose accessible name an app computed from its content, then one
+    # labelled properly, a button with a long name over two lines, an answer without a role.
+    leaky = {"role": "password_text", "name": f"Password {secret}", "value": secret}
+    labelled = {"role": "password_text", "name": "Password", "value": "•" * 21}
+    long_name = {"role": "push_button", "name": "Save\n" + "x" * 200}
+    fill = act_details("fill", leaky, {"ref": "@b1a2b3c4:e7", "text": secret})
+    typed = act_details("type", labelled, {"ref": "@s1a2b3c4:e3", "text": secret})
+    click = act_details("click", long_name, {"ref": "@s1a2b3c4:e4"})
+    assert fill == {
+        "action": "fill",
+        "text_length": 21,
+        "element": {"role": "password_text", "name": ""},
+    }
+    assert typed["element"] == {"role": "password_text", "name": "Password"}
+    assert click["element"]["name"] == ("Save " + "x" * 200)[:MAX_NAME]
+    assert act_details("click", {"method": "native"}, {}) == {"action": "click"}
+    rows = [
+        row(1, 1000, "desktop.browser.fill", **fill),
+        row(2, 2000, "desktop.a11y.type", **typed),
+        row(3, 3000, "desktop.a11y.click", **click),
+    ]
+    events = timeline(recording(), rows, START_MS + 60_000)
+    assert [e["element"]["name"] for e in events] == ["", "Password", click["element"]["name"]]
+    assert events[0]["summary"] == {"action": "fill", "text_length": 21}
+    assert "hunter2" not in repr(events) and "horse" not in repr(events)
 
 
 def test_each_event_once_a_change_of_control_an_act_caused_is_that_act() -> None:

@@ -18,6 +18,14 @@ function placed(node, styles) {
   return node;
 }
 
+// What an accessibility or browser act was on: 'click button “Save”' (as text, never markup).
+export function elementLabel(event) {
+  if (!event.element) return "";
+  const action = event.summary?.action ? `${event.summary.action} ` : "";
+  const name = event.element.name ? ` “${event.element.name}”` : "";
+  return `${action}${event.element.role}${name}`;
+}
+
 function duration(ms) {
   const s = Math.max(0, Math.round(ms / 1000));
   return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
@@ -111,12 +119,14 @@ export class Recordings {
     byId("rec-events").replaceChildren(...this.events.map((event) => {
       const point = event.point ? ` at ${event.point.x},${event.point.y}` : "";
       const guard = event.guard ? ` · guard ${event.guard}` : "";
+      const element = elementLabel(event);
       return el("li", { class: `rec-event kind-${event.kind}` }, el("button", {
         type: "button", dataset: { t: String(event.t_ms), kind: event.kind },
         onclick: () => this.seek(event.t_ms),
       }, el("span", { class: "rec-t", text: duration(event.t_ms) }),
       el("span", { class: "rec-kind", text: KIND_LABELS[event.kind] || event.kind }),
       el("span", { class: "rec-name", text: `${event.name}${point}` }),
+      ...(element ? [el("span", { class: "rec-element", text: element })] : []),
       el("span", { class: "rec-outcome", text: `${event.outcome}${guard}${event.door ? ` · ${event.door}` : ""} · ${event.actor}` })));
     }));
   }
@@ -142,7 +152,7 @@ export class Recordings {
         title: "a person had control" }), { left: pct(from), width: `calc(${pct(to)} - ${pct(from)})` })),
       ...this.events.map((event) => placed(el("button", { type: "button",
         class: `rec-marker kind-${event.kind}`,
-        title: `${duration(event.t_ms)} ${event.name} (${event.outcome})`,
+        title: `${duration(event.t_ms)} ${event.name}${elementLabel(event) ? ` ${elementLabel(event)}` : ""} (${event.outcome})`,
         "aria-label": `Seek to ${event.name} at ${duration(event.t_ms)}`,
         dataset: { t: String(event.t_ms), kind: event.kind },
         onclick: () => this.seek(event.t_ms) }), { left: pct(event.t_ms) })));

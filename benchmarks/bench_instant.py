@@ -13,7 +13,10 @@
   (targets <= 80 ms and <= 0.1x the cold start's), pooled start → first framebuffer update in
   a viewer (target <= 250 ms), the PSS of one pooled idle desktop, and the CPU the pool adds
   to an idle relay per pooled desktop (its desktops' cgroups and the relay process, against
-  the same window without a pool; target <= 2 % of a core).
+  the same window without a pool; target <= 2 % of a core);
+* ``desktop_reset`` to a fresh start → running (the op's answer) and → first frame, with the
+  pool (targets <= 300 ms p50 to running, and every reset taken from the pool) against the
+  same resets without a pool in the same run (target <= 1 s).
 
 Snapshots, forks and reset (standard profile, ``snapshot_*`` below):
 
@@ -24,7 +27,8 @@ Snapshots, forks and reset (standard profile, ``snapshot_*`` below):
   to a fresh start of the profile.
 
 Needs a root relay on a host with a writable cgroup2 hierarchy (desktops get a cgroup only
-then). Run: ``.venv/bin/python -m benchmarks.bench_instant [--quick] [--snapshots-only]``.
+then). Run: ``.venv/bin/python -m benchmarks.bench_instant [--quick]
+[--snapshots-only | --pool-only]``.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ TARGET_POOLED_RUNNING_MS = 80.0
 TARGET_POOLED_RATIO = 0.1
 TARGET_POOLED_FRAME_MS = 250.0
 TARGET_POOL_CPU_SHARE = 0.02  # of one core, per pooled idle desktop
+TARGET_POOLED_RESET_MS = 300.0
 POOL_PROFILE = "minimal"
 # A program that uses all the CPU it is given (niced: the benchmark shares the machine).
 LOOP = 'nice -n 19 sh -c "while :; do :; done"'
@@ -58,9 +63,9 @@ LOOP = 'nice -n 19 sh -c "while :; do :; done"'
 
 async def viewer(mgr: ProcessDesktops, row: RelayRow) -> RFBClient:
     """A viewer as the relay's channel opens it: straight to x11vnc on loopback, with the
-    desktop's VNC secret."""
+    desktop's VNC secret, its version sent before x11vnc's banner."""
     secret = mgr.launcher.vnc_secret(row["desktop_session_id"])
-    return await RFBClient.open_tcp(row["vnc_port"], secret=secret)
+    return await RFBClient.open_tcp(row["vnc_port"], secret=secret, version_first=True)
 
 
 async def whole_frame(client: RFBClient) -> None:
@@ -146,6 +151,9 @@ class PoolMeasured:
     idle_cpu_s: tuple[float, float]  # CPU over the window: without a pool, with ``size``
     size: int
     window_s: float
+    cold_resets: list[tuple[float, float, float]]  # s, reset → running, → frame, → old ended
+    pooled_resets: list[tuple[float, float, float]]  # the same with the pool
+    resets_from_pool: int  # how many of ``pooled_resets`` took a pooled desktop
 
 
 async def timed_start(mgr: ProcessDesktops, slot: str) -> tuple[RelayRow, float, float]:
@@ -155,6 +163,38 @@ async def timed_start(mgr: ProcessDesktops, slot: str) -> tuple[RelayRow, float,
     running = time.perf_counter() - started
     await first_frame(mgr, row)
     return row, running, time.perf_counter() - started
+
+
+async def timed_resets(
+    mgr: ProcessDesktops, rounds: int, pool: WarmPool | None = None
+) -> tuple[list[tuple[float, float, float]], int]:
+    """``desktop_reset`` to a fresh start of one desktop, ``rounds`` times: → running (the
+    answer), → first frame in a new viewer, → the old desktop ended (the lifecycle lock free
+    again); and how many took a pooled desktop. Each reset comes once the last one's old
+    desktop has ended (a reset waits for that: it holds the lock)."""
+    from relay.desktops.snapshots import Snapshots
+
+    snapshots = Snapshots(mgr)
+    current = (await mgr.start(slot="reset"))["desktop_session_id"]
+    times, from_pool = [], 0
+    try:
+        for _ in range(rounds):
+            if pool is not None:
+                await pool_filled(pool, sum(pool.sizes.values()))
+            await asyncio.sleep(0.5)  # the last reset's old desktop has ended
+            started = time.perf_counter()
+            reset = await snapshots.reset({"desktop_session_id": current})
+            running = time.perf_counter() - started
+            await first_frame(mgr, reset)
+            frame = time.perf_counter() - started
+            async with mgr.slots.lock:  # the old desktop has ended
+                ended = time.perf_counter() - started
+            times.append((running, frame, ended))
+            from_pool += reset["from_pool"]
+            current = reset["desktop_session_id"]
+    finally:
+        await mgr.stop(slot="reset", desktop_session_id=current)
+    return times, from_pool
 
 
 async def pool_filled(pool: WarmPool, size: int) -> None:
@@ -201,6 +241,7 @@ async def run_pool(config: DesktopSettings, rounds: int, window_s: float) -> Poo
             cold.append((running, frame))
             await mgr.stop(slot="cold", desktop_session_id=row["desktop_session_id"])
         without = await idle_cpu(mgr, window_s)
+        cold_resets, _ = await timed_resets(mgr, rounds)
         size = 2
         pool = WarmPool(mgr, {POOL_PROFILE: size})
         mgr.pool = pool
@@ -215,7 +256,18 @@ async def run_pool(config: DesktopSettings, rounds: int, window_s: float) -> Poo
             row, running, frame = await timed_start(mgr, "pooled")
             pooled.append((running, frame))
             await mgr.stop(slot="pooled", desktop_session_id=row["desktop_session_id"])
-        return PoolMeasured(cold, pooled, pss, (without, with_pool), size, window_s)
+        pooled_resets, from_pool = await timed_resets(mgr, rounds, pool)
+        return PoolMeasured(
+            cold,
+            pooled,
+            pss,
+            (without, with_pool),
+            size,
+            window_s,
+            cold_resets,
+            pooled_resets,
+            from_pool,
+        )
     finally:
         await mgr.close(stop_desktops=True)
 
@@ -250,6 +302,27 @@ def report_pool(result: PoolMeasured) -> None:
         f" → {share * 100:.2f} % of a core per pooled desktop"
         f" (target {TARGET_POOL_CPU_SHARE * 100:.0f} %)"
     )
+    cold_reset = statistics.median(t[0] for t in result.cold_resets) * 1000
+    cold_reset_frame = statistics.median(t[1] for t in result.cold_resets) * 1000
+    reset50 = statistics.median(t[0] for t in result.pooled_resets) * 1000
+    reset_frame = statistics.median(t[1] for t in result.pooled_resets) * 1000
+    cold_ended = statistics.median(t[2] for t in result.cold_resets) * 1000
+    pooled_ended = statistics.median(t[2] for t in result.pooled_resets) * 1000
+    print(
+        f"desktop_reset to a fresh start without a pool (baseline), {len(result.cold_resets)}"
+        f" resets: → running p50 {cold_reset:.1f} ms (target {TARGET_RESET_MS:.0f} ms);"
+        f" → first frame p50 {cold_reset_frame:.1f} ms;"
+        f" → old desktop ended p50 {cold_ended:.1f} ms"
+    )
+    print(
+        f"desktop_reset with the pool, {len(result.pooled_resets)} resets"
+        f" ({result.resets_from_pool} from the pool): → running p50 {reset50:.1f} ms"
+        f" (max {max(t[0] for t in result.pooled_resets) * 1000:.1f}); ratio to the reset"
+        f" without a pool {reset50 / cold_reset:.3f}; p50/target"
+        f" {reset50 / TARGET_POOLED_RESET_MS:.2f} (target {TARGET_POOLED_RESET_MS:.0f} ms);"
+        f" → first frame p50 {reset_frame:.1f} ms;"
+        f" → old desktop ended p50 {pooled_ended:.1f} ms"
+    )
 
 
 @dataclasses.dataclass
@@ -282,12 +355,16 @@ async def run(config: DesktopSettings, rounds: int, window_s: float) -> Measured
 def main(argv: list[str] | None = None) -> int:
     cli = parser(__doc__.splitlines()[0])
     cli.add_argument("--snapshots-only", action="store_true", help="only snapshots and forks")
+    cli.add_argument("--pool-only", action="store_true", help="only the warm pool and resets")
     args = cli.parse_args(argv)
     if os.geteuid() != 0:
         print("needs root: desktops get a cgroup (and a pause) only on a root relay")
         return 1
     if args.snapshots_only:
         return snapshot_main(args.quick)
+    if args.pool_only:
+        pool_main(args.quick)
+        return 0
     paused_ok = pause_main(args.quick)
     return 0 if snapshot_main(args.quick) == 0 and paused_ok else 1
 
@@ -297,10 +374,8 @@ def pause_main(quick: bool) -> bool:
     rounds, window_s = (2, 1.0) if quick else (10, 30.0)
     with tempfile.TemporaryDirectory() as tmp:
         config = DesktopSettings(state_dir=Path(tmp), default_profile="minimal")
-        pool_config = dataclasses.replace(config, state_dir=Path(tmp) / "pool")
         config = dataclasses.replace(config, apps=(LOOP,), allowed_apps=(LOOP,))
         result = asyncio.run(run(config, rounds, window_s))
-        pool_result = asyncio.run(run_pool(pool_config, rounds, window_s))
     cold = [t * 1000 for t in result.cold]
     rounds_ms = {k: [t * 1000 for t in v] for k, v in result.resume.items()}
     resumed, kept, op = rounds_ms["new"], rounds_ms["kept"], rounds_ms["op"]
@@ -322,8 +397,16 @@ def pause_main(quick: bool) -> bool:
         f"CPU over {window_s:.0f} s with a looping program: running {run_usec / 1e6:.2f} s"
         f" ({run_ticks} ticks); paused {paused_usec} µs ({paused_ticks} ticks; target 0)"
     )
-    report_pool(pool_result)
+    pool_main(quick)
     return paused_ticks == 0 and paused_usec == 0
+
+
+def pool_main(quick: bool) -> None:
+    """The warm pool part: starts and resets with a pool against the same without one."""
+    rounds, window_s = (2, 1.0) if quick else (10, 30.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = DesktopSettings(state_dir=Path(tmp), default_profile="minimal")
+        report_pool(asyncio.run(run_pool(config, rounds, window_s)))
 
 
 # -- snapshots, forks and reset -------------------------------------------------------------

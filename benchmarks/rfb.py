@@ -119,13 +119,22 @@ class RFBClient:
         self.width = 0
         self.height = 0
         self.name = ""
+        # Send our version before the server's banner, as the relay does (wire.rfb).
+        self.version_first = False
 
     @classmethod
     async def open_tcp(
-        cls, port: int, host: str = "127.0.0.1", secret: bytes | None = None
+        cls,
+        port: int,
+        host: str = "127.0.0.1",
+        secret: bytes | None = None,
+        *,
+        version_first: bool = False,
     ) -> RFBClient:
-        """Connect straight to x11vnc (``secret``: the desktop's VNC secret, which it needs)."""
-        return await cls._opened(await TCPTransport.connect(host, port), secret)
+        """Connect straight to x11vnc (``secret``: the desktop's VNC secret, which it needs;
+        ``version_first``: send our version before its banner, as the relay does)."""
+        transport = await TCPTransport.connect(host, port)
+        return await cls._opened(transport, secret, version_first)
 
     @classmethod
     async def open_websocket(cls, url: str, secret: bytes | None = None) -> RFBClient:
@@ -133,9 +142,12 @@ class RFBClient:
         return await cls._opened(await WebSocketTransport.connect(url), secret)
 
     @classmethod
-    async def _opened(cls, transport: Transport, secret: bytes | None) -> RFBClient:
+    async def _opened(
+        cls, transport: Transport, secret: bytes | None, version_first: bool = False
+    ) -> RFBClient:
         """A client after its handshake; a failed handshake closes the transport."""
         client = cls(transport)
+        client.version_first = version_first
         try:
             await client.handshake(secret)
         except BaseException:
@@ -145,10 +157,13 @@ class RFBClient:
 
     async def handshake(self, secret: bytes | None = None) -> None:
         """RFB 3.8 with security type None, or VNC authentication when ``secret`` is given."""
+        if self.version_first:
+            await self.t.write(b"RFB 003.008\n")
         banner = await self.t.read_exactly(12)
         if not banner.startswith(b"RFB 003."):
             raise RFBError(f"bad banner {banner!r}")
-        await self.t.write(b"RFB 003.008\n")
+        if not self.version_first:
+            await self.t.write(b"RFB 003.008\n")
         (count,) = await self.t.read_exactly(1)
         if count == 0:
             raise RFBError("server refused the connection")

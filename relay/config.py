@@ -25,7 +25,7 @@ from relay.desktops.leases import relay_key, taken_by_another
 from relay.desktops.pool import SETTING as POOL_SETTING
 from relay.desktops.pool import parse_pool
 from relay.desktops.profiles import load_profiles
-from wire.errors import RelaydeskError
+from wire.errors import InvalidArgs, RelaydeskError
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,10 @@ def _read_token_file(path: str, named_by: str) -> str:
 def _desktop_config(environ: Mapping[str, str], state_dir: Path) -> DesktopSettings:
     """The desktops' settings; a named desktop user another relay holds is refused here, so
     the relay says so and exits (relay/desktops/leases.py)."""
-    config = DesktopSettings.from_env(environ, state_dir=state_dir)
+    try:
+        config = DesktopSettings.from_env(environ, state_dir=state_dir)
+    except InvalidArgs as err:
+        raise RelayConfigError(err.message) from None
     config = dataclasses.replace(config, pool=_pool(environ.get(POOL_SETTING, ""), config))
     name = config.desktop_user
     if name and os.geteuid() == 0 and taken_by_another(name, relay_key(state_dir)):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from relay.a11y.service import A11yService
 from relay.a11y.settings import A11ySettings
+from relay.activity import Activity
 from relay.backend import (
     DEFAULT_SLOT,
     DesktopBackend,
@@ -123,6 +124,8 @@ class Handlers:
         self._channel_targets = channel_targets or {}  # audio (relay/audio.py)
         # Each desktop's VNC channels, closed by its stop before its processes end.
         self.channels = DesktopChannels()
+        # When each desktop was last acted on (the idle pause reads it: relay/desktops/idle.py).
+        self.activity = Activity()
         self._table: dict[str, Entry] = {
             entry[0].name: entry
             for entry in (
@@ -197,7 +200,8 @@ class Handlers:
         if entry is None:
             raise OpError(ErrorCode.UNKNOWN_OP, f"unknown op {request.op[:64]!r}")
         spec, handler = entry
-        return await handler(link, ops.check_args(spec, request.args))
+        with self.activity.op():
+            return await handler(link, ops.check_args(spec, request.args))
 
     async def aclose(self) -> None:
         for backend in self.backends.values():
@@ -225,7 +229,7 @@ class Handlers:
         row = await backend.find(desktop_session_id, DEFAULT_SLOT) if backend else None
         if backend is None or row is None:
             raise OpError(ErrorCode.NOT_RUNNING, "no running desktop has this session id")
-        return backend, unpaused(row)
+        return backend, self._acting(unpaused(row))
 
     async def _targeted(self, args: ops.DesktopTargetArgs) -> DesktopBackend:
         """The backend of ``desktop_session_id``, else of ``kind`` (default ``virtual``)."""
@@ -269,7 +273,8 @@ class Handlers:
         return await self._of_kind(args.get("kind", "virtual")).pause(args, True)
 
     async def _desktop_resume(self, link: ServerLink, args: ops.DesktopPauseArgs) -> ops.RelayRow:
-        """Thaw the exact paused desktop."""
+        """Thaw the exact paused desktop; its idle window starts again."""
+        self.activity.touch(args["desktop_session_id"])
         return await self._of_kind(args.get("kind", "virtual")).pause(args, False)
 
     async def _desktop_profiles(
@@ -297,7 +302,11 @@ class Handlers:
         """Start one launchable app (by id) in the desktop."""
         backend = await self._targeted(args)
         slot = args.get("slot", DEFAULT_SLOT)
-        require_row(await backend.find(args.get("desktop_session_id"), slot), None, backend.kind)
+        self._acting(
+            require_row(
+                await backend.find(args.get("desktop_session_id"), slot), None, backend.kind
+            )
+        )
         result = await backend.launch(args.get("desktop_session_id"), slot, args["app"])
         wait_s = args.get("wait_s", 0.0)
         pid = result.get("pid")
@@ -313,11 +322,7 @@ class Handlers:
     async def _desktop_a11y(self, link: ServerLink, args: ops.A11yArgs) -> ops.A11yResult:
         """One accessibility call on one desktop (relay/a11y/service.py; a browser's pages
         through relay/browser/routing.py)."""
-        backend = await self._targeted(args)
-        session_id = args.get("desktop_session_id")
-        row = require_row(
-            await backend.find(session_id, args.get("slot", DEFAULT_SLOT)), session_id, backend.kind
-        )
+        backend, row = await self._tool_target(args)
         return {"result": await self.routing.call(backend, row, args["call"], args["params"])}
 
     async def _tool_target(
@@ -329,7 +334,12 @@ class Handlers:
         row = require_row(
             await backend.find(session_id, args.get("slot", DEFAULT_SLOT)), session_id, backend.kind
         )
-        return backend, row
+        return backend, self._acting(row)
+
+    def _acting(self, row: ops.RelayRow) -> ops.RelayRow:
+        """The op being dispatched acts on ``row``'s desktop: it is in use (``Activity``)."""
+        self.activity.acting(row["desktop_session_id"])
+        return row
 
     async def _desktop_windows(
         self, link: ServerLink, args: ops.DesktopTargetArgs
@@ -460,7 +470,9 @@ class Handlers:
             backend, row = await self._located(session_id)
         else:
             backend = self._of_kind(args.get("kind", "virtual"))
-            row = require_row(await backend.find(None, DEFAULT_SLOT), None, backend.kind)
+            row = self._acting(
+                require_row(await backend.find(None, DEFAULT_SLOT), None, backend.kind)
+            )
         check_revision_target(args.get("revision_target"), row)
         action_args = {k: v for k, v in args.items() if k not in SCREEN_ROUTING_ARGS}
         result = await backend.screen(row, action, action_args)
@@ -478,8 +490,16 @@ class Handlers:
             transfer = target.get("file")
             if transfer is None:
                 raise InvalidArgs("target.file", "required by a file channel")
-            session = await session_of(*await self._located(target["desktop_session_id"]))
-            return await open_file_channel(link, channel_id, session, transfer, self.files)
+            backend, row = await self._located(target["desktop_session_id"])
+            session = await session_of(backend, row)
+            return await open_file_channel(
+                link,
+                channel_id,
+                session,
+                transfer,
+                self.files,
+                lambda channel: self.channels.add(row["desktop_session_id"], channel),
+            )
         if target["type"] == "recording":  # a finished segment (relay/recording/service.py)
             segment = target.get("segment")
             if segment is None or self.recordings is None:

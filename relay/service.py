@@ -19,6 +19,7 @@ from relay.desktops.audio import PulseAudioStarter
 from relay.desktops.backend import VirtualBackend
 from relay.desktops.docker.backend import DockerBackend
 from relay.desktops.docker.launcher import ContainerLauncher
+from relay.desktops.idle import IdlePause
 from relay.desktops.launch import missing_binaries
 from relay.desktops.pool import WarmPool
 from relay.desktops.processes import ProcessLauncher
@@ -147,6 +148,14 @@ class RelayService:
         # A stop closes the desktop's viewer channels before it ends its processes.
         self.desktops.on_leaving = self.handlers.channels.close_desktop
         self.docker.desktops.on_leaving = self.handlers.channels.close_desktop
+        # Desktops nobody uses are paused (RELAYDESK_IDLE_PAUSE_S; relay/desktops/idle.py).
+        self.idle = IdlePause(
+            desktop_config.idle_pause_s,
+            [self.desktops, self.docker.desktops],
+            self.handlers.activity,
+            watched=lambda session_id: self.handlers.channels.count(session_id) > 0,
+            recorded=lambda session_id: session_id in self.recordings.recorders,
+        )
         self.worker = RelayWorker(settings, self.handlers)
         self.owner = StateOwner(desktop_config.state_dir)
         self._stopping_desktops: asyncio.Task[None] | None = None
@@ -217,6 +226,7 @@ class RelayService:
         )
         self.desktops.start_watchdog()
         self.desktops.start_pool()
+        self.idle.start()
         await self.docker.open()
         if self.local is not None:
             self.local.start_watch()
@@ -228,6 +238,7 @@ class RelayService:
         finally:
             if self._stopping_desktops is not None:
                 await self._stopping_desktops
+            await self.idle.close()
             await self.recordings.aclose()
             await self.screen.aclose()
             await self.audio.aclose()

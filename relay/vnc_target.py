@@ -53,7 +53,8 @@ class VncTarget(TargetStream):
         return self
 
     async def _authenticate(self, secret: bytes) -> None:
-        server = VncClientHandshake(secret)
+        server = VncClientHandshake(secret, version_first=True)
+        await super().write(server.data_to_send())
         while not server.done:
             chunk = await self.read()
             if not chunk:

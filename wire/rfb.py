@@ -137,12 +137,19 @@ class _Client(Enum):
 class VncClientHandshake(_Buffered):
     """Authenticates to a VNC server (RFB 3.8, security type 2) with a shared secret."""
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, *, version_first: bool = False) -> None:
+        """``version_first``: the client's version is ready to send before the server's banner
+        arrives: libvncserver (x11vnc) waits up to 100 ms for a new client's first bytes (a
+        WebSocket client speaks first) before it sends its banner, and a version ends that
+        wait (docs/desktops.md, "x11vnc flags")."""
         super().__init__()
         if not 0 < len(secret) <= SECRET_LEN:
             raise ValueError(f"a VNC secret has 1 to {SECRET_LEN} bytes")
         self._secret = secret
         self._state = _Client.VERSION
+        self._version_sent = version_first
+        if version_first:
+            self._out += RFB_3_8
 
     def _step(self) -> bool:
         handlers = {
@@ -160,7 +167,8 @@ class VncClientHandshake(_Buffered):
             return False
         if parse_version(raw) < (3, 8):
             raise RfbHandshakeError(f"the VNC server speaks {raw.strip()!r}; 3.8 is required")
-        self._out += RFB_3_8
+        if not self._version_sent:
+            self._out += RFB_3_8
         self._state = _Client.SECURITY_TYPES
         return True
 

@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from relay.channels import Chunk, StreamChannel
@@ -130,8 +131,10 @@ async def open_file_channel(
     session: DesktopSession,
     transfer: FileTransfer,
     settings: HomeFileSettings,
+    opened: Callable[[StreamChannel], None] | None = None,
 ) -> ChannelOpenResult:
-    """Start the transfer's child; once it has opened the file (or refused), the channel."""
+    """Start the transfer's child; once it has opened the file (or refused), the channel
+    (told to ``opened``: the desktop is in use while it is open)."""
     check_transfer(transfer)
     request: dict[str, Any] = {
         **transfer,
@@ -156,7 +159,10 @@ async def open_file_channel(
     except BaseException:
         await stream.aclose()
         raise
-    link.start_channel(StreamChannel(channel_id, link, stream))
+    channel = StreamChannel(channel_id, link, stream)
+    if opened is not None:
+        opened(channel)
+    link.start_channel(channel)
     result = header["result"]
     size = int(result["size"]) if "size" in result else int(transfer.get("length", 0))
     return {"channel_id": channel_id, "path": str(result["path"]), "size": size}

@@ -73,6 +73,9 @@ class DesktopSettings:
     # A desktop whose home is larger than this is refused a snapshot (docs/desktops.md,
     # "Snapshots and forks").
     snapshot_max_mb: int = 1024
+    # A running desktop nobody has used this long (no viewer, no action through the relay,
+    # not recorded) is paused (relay/desktops/idle.py; docs/desktops.md, "Idle pause"); 0: never.
+    idle_pause_s: float = 0.0
 
     @property
     def state_file(self) -> Path:
@@ -172,4 +175,5 @@ _ENV_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "RELAYDESK_DESKTOP_USER_POOL": ("desktop_user_pool", _positive_int),
     "RELAYDESK_DESKTOP_HOME_CHECK_S": ("home_check_interval_s", _positive_float),
     "RELAYDESK_POOL_CONCURRENCY": ("pool_concurrency", _positive_int),
+    "RELAYDESK_IDLE_PAUSE_S": ("idle_pause_s", _non_negative_float),
 }

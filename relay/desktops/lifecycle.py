@@ -80,7 +80,7 @@ class Desktops(Generic[D, S, L]):
         self._cleanup: asyncio.Task[None] | None = None  # adopt(clean_up_later=True)
         # Ready desktops a matching start takes (set before ``start_pool``; None: no pool).
         self.pool: Pool[D] | None = None
-        # Resets whose old desktop is still ending (start_many); close() waits for them.
+        # Resets whose old desktop is still ending (replace); close() waits for them.
         self._finishing: set[asyncio.Task[None]] = set()
 
     @property
@@ -129,54 +129,62 @@ class Desktops(Generic[D, S, L]):
         finally:
             await self._emit(events)
 
-    async def start_many(
-        self, reqs: Sequence[StartRequest], *, replacing: str | None = None
-    ) -> list[D | BaseException]:
+    async def start_many(self, reqs: Sequence[StartRequest]) -> list[D | BaseException]:
         """Start one desktop per request, all at once under the lock (the forks of a
-        snapshot); each result is the desktop or why its start failed.
+        snapshot); each result is the desktop or why its start failed."""
+        events: list[RelayRow] = []
+        try:
+            async with self._lock:
+                await self._check_room(reqs, events)
+                await self._check_can_start(reqs[0])
+                for req in reqs[1:]:
+                    await self.launcher.ready(req)
+                launches = [asyncio.ensure_future(self._launch(r)) for r in reqs]
+                return list(await asyncio.gather(*launches, return_exceptions=True))
+        finally:
+            await self._emit(events)
 
-        ``replacing``: the one request's slot holds this session now (a reset in place; a
-        newer session there is a ``session_conflict``). It is ended while the new desktop
-        starts, and the answer does not wait for the end: it goes on under the lock, taken
+    async def replace(self, req: StartRequest, replacing: str) -> tuple[D, bool]:
+        """A reset in place: ``req``'s slot holds the session ``replacing`` now (a newer
+        session there is a ``session_conflict``); a new desktop takes the slot — a ready one
+        of the pool when ``req`` matches it, else a start — and the old one ends meanwhile.
+        Returns the new desktop and whether it came from the pool.
+
+        The answer does not wait for the old desktop's end: that goes on under the lock, taken
         again once free (:meth:`_finish`; :meth:`close` waits for it). The new start is
         recorded before the old desktop's teardown first yields, so that teardown never takes
         it for the last desktop of the account."""
         events: list[RelayRow] = []
         try:
             async with self._lock:
-                removal: asyncio.Task[None] | None = None
-                if replacing is not None:
-                    current = await self._replaceable(reqs[0].slot, replacing, events)
-                    # The slot is the new desktop's from now on; the old one ends meanwhile.
-                    self._desktops.pop(current.slot, None)
-                    try:
-                        await self._check_can_start(reqs[0])
-                    except BaseException:
-                        self._desktops[current.slot] = current  # nothing changes
-                        raise
-                    events.append(
-                        {
-                            **current.to_row(),
-                            "state": "stopped",
-                            "reason": "reset",
-                            "updated_at": now_iso(),
-                        }
-                    )
-                    # Started first: each is recorded as starting before its first pause.
-                    launches = [asyncio.ensure_future(self._launch(r)) for r in reqs]
-                    removal = asyncio.ensure_future(self._remove(current, "stopped"))
-                else:
-                    await self._check_room(reqs, events)
-                    await self._check_can_start(reqs[0])
-                    for req in reqs[1:]:
-                        await self.launcher.ready(req)
-                    launches = [asyncio.ensure_future(self._launch(r)) for r in reqs]
+                current = await self._replaceable(req.slot, replacing, events)
+                # The slot is the new desktop's from now on; the old one ends meanwhile.
+                self._desktops.pop(current.slot, None)
                 try:
-                    results = await asyncio.gather(*launches, return_exceptions=True)
+                    await self._check_can_start(req)
+                except BaseException:
+                    self._desktops[current.slot] = current  # nothing changes
+                    raise
+                events.append(
+                    {
+                        **current.to_row(),
+                        "state": "stopped",
+                        "reason": "reset",
+                        "updated_at": now_iso(),
+                    }
+                )
+                pooled = await self._take_pooled(req)
+                # Started first: the new desktop is recorded as starting before its first pause.
+                launch = asyncio.ensure_future(self._launch(req)) if pooled is None else None
+                removal = asyncio.ensure_future(self._remove(current, "stopped"))
+                try:
+                    if launch is not None:
+                        return await launch, False
+                    assert pooled is not None
+                    return pooled, True
                 finally:
-                    if removal is not None and not removal.done():
+                    if not removal.done():
                         self._finishing.add(asyncio.create_task(self._finish(removal)))
-                return list(results)
         finally:
             await self._emit(events)
 
@@ -297,11 +305,16 @@ class Desktops(Generic[D, S, L]):
             return {"stopped": True, "stopped_session_id": session_id}
 
     async def pause(
-        self, *, slot: str, desktop_session_id: str, kind: str | None = None
+        self,
+        *,
+        slot: str,
+        desktop_session_id: str,
+        kind: str | None = None,
+        why: str = "asked to",
     ) -> RelayRow:
         """Freeze every process of the slot's desktop, if it still holds ``desktop_session_id``
-        (docs/desktops.md, "Pause and resume")."""
-        return await self._set_paused(True, slot, desktop_session_id, kind)
+        (docs/desktops.md, "Pause and resume"); ``why`` goes to the log."""
+        return await self._set_paused(True, slot, desktop_session_id, kind, why)
 
     async def resume(
         self, *, slot: str, desktop_session_id: str, kind: str | None = None
@@ -310,7 +323,12 @@ class Desktops(Generic[D, S, L]):
         return await self._set_paused(False, slot, desktop_session_id, kind)
 
     async def _set_paused(
-        self, paused: bool, slot: str, desktop_session_id: str, kind: str | None
+        self,
+        paused: bool,
+        slot: str,
+        desktop_session_id: str,
+        kind: str | None,
+        why: str = "asked to",
     ) -> RelayRow:
         if kind is not None:
             self.launcher.check_kind(kind)
@@ -323,7 +341,9 @@ class Desktops(Generic[D, S, L]):
                 await self.launcher.freeze(desktop, paused)
                 desktop.state = "paused" if paused else "running"
                 await self.slots.save()
-                logger.info("%s desktop slot=%s %s", self.launcher.kind, slot, desktop.state)
+                logger.info(
+                    "%s desktop slot=%s %s: %s", self.launcher.kind, slot, desktop.state, why
+                )
                 row: RelayRow = {**desktop.to_row(), "updated_at": now_iso()}
                 events.append(row)
                 return row
@@ -697,7 +717,8 @@ class Desktops(Generic[D, S, L]):
         await run_to_completion(self._removing(desktop, reason, save))
 
     async def _removing(self, desktop: D, reason: str, save: bool) -> None:
-        self._desktops.pop(desktop.slot, None)
+        if self._desktops.get(desktop.slot) is desktop:  # a reset's new desktop may hold it
+            del self._desktops[desktop.slot]
         if desktop.state == "paused":
             await self._thaw(desktop)
         desktop.state = "stopping"

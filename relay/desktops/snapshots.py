@@ -121,7 +121,8 @@ class Snapshots:
 
     async def reset(self, args: DesktopResetArgs) -> DesktopResetResult:
         """Replace the exact desktop in its slot by the snapshot's state, or by a fresh start
-        of its profile; the new desktop has a new session id."""
+        of its profile (a ready desktop of the pool when one matches); the new desktop has a
+        new session id."""
         desktop = self._exact(args["desktop_session_id"], args.get("slot"), paused_ok=True)
         snapshot_id = args.get("snapshot_id")
         started_by = args.get("started_by", desktop.started_by)
@@ -142,15 +143,13 @@ class Snapshots:
                 desktop.persist_home,
             )
             req = self.launcher.request(options)
-        (result,) = await self.desktops.start_many([req], replacing=desktop.desktop_session_id)
-        if isinstance(result, BaseException):
-            raise result
+        result, from_pool = await self.desktops.replace(req, desktop.desktop_session_id)
         if meta is not None:
             self._restore(result, meta)
         return {
             **result.to_row(),
             "already_running": False,
-            "from_pool": False,
+            "from_pool": from_pool,
             "replaced_session_id": desktop.desktop_session_id,
         }
 

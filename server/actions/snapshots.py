@@ -219,7 +219,8 @@ async def reset(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
     await ctx.inventory.record_ended(ctx.relay_id, old, "stopped", RESET_REASON)
     row = await ctx.inventory.record_started(ctx.relay_id, result)
     ctx.outcome = "reset"
-    return {**_desktop_reply(ctx, row), "replaced_session_id": old}
+    from_pool = result.get("from_pool") is True  # a fresh start taken from the warm pool
+    return {**_desktop_reply(ctx, row), "replaced_session_id": old, "from_pool": from_pool}
 
 
 RESET_REASON: Final = "reset"

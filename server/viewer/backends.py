@@ -87,8 +87,10 @@ class DirectBackend:
         return backend
 
     async def _authenticate(self, secret: bytes) -> None:
-        server = VncClientHandshake(secret)
+        server = VncClientHandshake(secret, version_first=True)
         try:
+            self._writer.write(server.data_to_send())
+            await self._writer.drain()
             while not server.done:
                 chunk = await self._reader.read(READ_CHUNK)
                 if not chunk:

@@ -148,6 +148,33 @@ async def test_an_exhausted_pool_falls_back_to_a_cold_start(stack: Stack) -> Non
         )
 
 
+async def test_a_fresh_reset_takes_a_pooled_desktop_and_the_pool_refills(stack: Stack) -> None:
+    await wait_until(stack.ready, scaled(30), "the pool to fill")
+    started = await stack.ok("desktop_start", slot="again", profile="minimal")
+    old = started["desktop"]["desktop_session_id"]
+    await wait_until(stack.ready, scaled(30), "the pool to refill")
+    hits = (await stack.pool())["hits"]
+    reset = await stack.ok("desktop_reset", desktop_session_id=old)
+    new = reset["desktop"]
+    assert reset["from_pool"] is True and reset["replaced_session_id"] == old
+    assert (new["slot"], new["state"]) == ("again", "running")
+    assert new["desktop_session_id"] != old
+    assert await first_frame(stack, reset["viewer_url"]) == (1280, 800)
+    status, answer = await stack.act("desktop_windows", desktop_session_id=old, relay="relay-1")
+    assert (status, answer["error"]["code"]) == (409, "desktop_changed"), answer
+    assert await stack.listed() == [new["desktop_session_id"]]
+    await wait_until(stack.ready, scaled(30), "the pool to refill after the reset")
+    assert (await stack.pool())["hits"] == hits + 1
+    # A reset to another geometry's desktop is no pool's: a cold start, as before.
+    wide = await stack.ok("desktop_start", slot="wide", profile="minimal", geometry="1600x900")
+    cold = await stack.ok("desktop_reset", desktop_session_id=wide["desktop"]["desktop_session_id"])
+    assert cold["from_pool"] is False and cold["desktop"]["geometry"] == "1600x900"
+    for row in (new, cold["desktop"]):
+        await stack.ok(
+            "desktop_stop_confirm", slot=row["slot"], desktop_session_id=row["desktop_session_id"]
+        )
+
+
 async def test_metrics_and_the_cli_show_the_pool(stack: Stack, tmp_path: Path) -> None:
     await wait_until(stack.ready, scaled(30), "the pool to fill")
     headers = {"Authorization": f"Bearer {METRICS_TOKEN}"}

@@ -100,6 +100,18 @@ def test_client_one_byte_at_a_time_keeps_leftover() -> None:
     assert done.leftover == b"\x00\x10rest"
 
 
+def test_client_with_its_version_first_sends_it_once_before_the_banner() -> None:
+    client = VncClientHandshake(SECRET, version_first=True)
+    first = client.data_to_send()
+    assert first == RFB_3_8  # before any byte of the server
+    sent = b""
+    for chunk in server_script():
+        client.receive_data(chunk)
+        sent += client.data_to_send()
+    assert client.done
+    assert sent == b"\x02" + vnc_auth_response(SECRET, CHALLENGE)
+
+
 def test_client_wrong_secret_reports_the_server_reason() -> None:
     client = VncClientHandshake(SECRET)
     with pytest.raises(RfbHandshakeError, match="VNC authentication failed: Bad password"):

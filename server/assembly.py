@@ -57,6 +57,7 @@ from server.relays.hub import RelayHub
 from server.relays.router import RelayRouter
 from server.screen.feature import start_screen
 from server.screen.tool import ScreenTool
+from server.tasks import cancel_and_wait
 from server.viewer.assets import NovncAssets
 from server.viewer.audio import AudioService
 from server.viewer.service import ViewerService
@@ -216,9 +217,7 @@ def build_recordings(
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)
 
 
 @contextlib.asynccontextmanager

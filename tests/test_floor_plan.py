@@ -25,7 +25,7 @@ pytestmark = pytest.mark.unit
 FLOORS: tuple[frozenset[str], ...] = (
     # the foundation; the two protocol modules are uvicorn's, chosen by relaydesk/run.py
     frozenset(
-        {"json_response", "version", "csp", "config", "instruments", "secrets"}
+        {"json_response", "version", "csp", "config", "instruments", "secrets", "tasks"}
         | {"http_protocol", "websocket_protocol"}
     ),
     frozenset({"errors"}),

@@ -13,6 +13,8 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from server.tasks import cancel_and_wait
+
 log = logging.getLogger(__name__)
 
 
@@ -46,6 +48,4 @@ async def session_purging(store: SessionPurger, interval_s: float) -> AsyncItera
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)

@@ -25,6 +25,7 @@ from typing import Final, Literal, Protocol
 
 from server.auth.principal import Principal
 from server.db.records import Role, role_allows
+from server.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -264,6 +265,4 @@ async def credential_watch(
         yield watch
     finally:
         listeners.remove(watch.caches_cleared)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)

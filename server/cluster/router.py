@@ -24,6 +24,7 @@ from server.cluster.signing import ClusterSigner
 from server.instruments import redis_error
 from server.relays.hub import RelayHub, RelayObserver
 from server.relays.router import RelayChannel, RelayEndpoint
+from server.tasks import cancel_and_wait, stop_if_cancelled
 from wire.errors import ErrorCode, OpError
 from wire.ids import RelayId
 from wire.messages import Event, Hello
@@ -250,9 +251,7 @@ class ClusterRouter:
         ]
 
     async def stop(self) -> None:
-        for task in [*self._tasks, *self._reaping]:
-            task.cancel()
-        await asyncio.gather(*self._tasks, *self._reaping, return_exceptions=True)
+        await cancel_and_wait(*self._tasks, *self._reaping)
         for owner in list(self.mine.values()):
             with contextlib.suppress(RedisError):
                 await self.ownership.release(owner)
@@ -295,6 +294,7 @@ class ClusterRouter:
                 log.warning("cluster %s failed (Redis unreachable?)", what, exc_info=True)
             except Exception:
                 log.exception("cluster %s failed", what)
+            stop_if_cancelled()
             await asyncio.sleep(self._heartbeat_s)
 
     async def _reap_once(self, replica: str) -> None:
@@ -360,6 +360,7 @@ class ClusterRouter:
                         data = message.get("data")
                         text = data.decode() if isinstance(data, bytes) else str(data)
                         await self._changed(RelayId(text))
+                        stop_if_cancelled()
             except RedisError:
                 redis_error("cluster")
                 log.warning("owner change notices interrupted; resubscribing", exc_info=True)

@@ -21,6 +21,7 @@ from server.control.model import DesktopKey
 from server.db.rows import ControlInfo
 from server.events.bus import EventBus
 from server.events.conversations import topic_for
+from server.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,4 @@ class ControlPublisher:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.settled(), 2.0)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await cancel_and_wait(self._task)

@@ -49,6 +49,7 @@ from server.control.publish import ControlPublisher, SharingStore, desktop_topic
 from server.control.store import ControlStore
 from server.db.rows import ControlInfo, DesktopDirectory, DesktopRow
 from server.events.bus import EventBus
+from server.tasks import cancel_and_wait
 from wire.errors import OpError
 from wire.ids import RelayId
 from wire.messages import Event, Hello
@@ -167,9 +168,7 @@ class ControlService:
         tasks = [*self._writers.values(), *(task for _, task in self._timers.values())]
         if self._listener is not None:
             tasks.append(self._listener)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(*tasks)
         await self.publisher.aclose()
         await self.store.close()
 

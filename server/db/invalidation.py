@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from server.instruments import redis_error
+from server.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     import redis.asyncio as redis
@@ -83,9 +84,7 @@ class RedisInvalidations:
                 task.result()
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def _listen(self, clear: Clear, subscribed: asyncio.Event) -> None:
         from redis.exceptions import RedisError

@@ -10,7 +10,6 @@ announcement is taken only for a recording that relay was asked to make, of that
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import secrets
@@ -30,6 +29,7 @@ from server.events.bus import EventBus
 from server.recordings.files import Recording, RecordingFiles, Segment
 from server.relays.calls import call
 from server.relays.router import RelayRouter
+from server.tasks import cancel_and_wait
 from wire.errors import ChannelClosedError, OpError
 from wire.ids import RelayId
 from wire.messages import Event, Hello
@@ -375,8 +375,4 @@ class RecordingService:
     async def aclose(self) -> None:
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
-        for task in list(self._fetching.values()):
-            task.cancel()
-        for task in list(self._fetching.values()):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._fetching.values())

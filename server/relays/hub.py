@@ -12,6 +12,7 @@ import logging
 from typing import Any, Protocol
 
 from server.relays.link import RelayLink
+from server.tasks import cancel_and_wait
 from wire.errors import CloseCode, ErrorCode, OpError
 from wire.ids import RelayId
 from wire.messages import Event, Hello
@@ -217,6 +218,4 @@ class RelayHub:
         """Shutdown: close every relay connection with ``going away``."""
         for link in list(self._links.values()):
             await link.close_transport(CloseCode.GOING_AWAY, reason)
-        for task in list(self._closing):
-            task.cancel()
-        await asyncio.gather(*self._closing, return_exceptions=True)
+        await cancel_and_wait(*self._closing)

@@ -167,14 +167,19 @@ class WarmPool:
                 task.add_done_callback(self._tasks.discard)
 
     async def _fill(self, profile: str, index: int) -> None:
+        session_id = DesktopSessionId(secrets.token_hex(16))
         try:
             if self._after is not None:
                 await asyncio.shield(self._after)
             async with self._gate:
-                desktop = await self._launch(profile, index)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
+                desktop = await self._launch(profile, index, session_id)
+        except BaseException as err:
+            # The launch stopped what it had spawned; its record of a start goes too, or the
+            # next relay would take the start for one still in progress.
+            self._desktops.slots.starting.pop(session_id, None)
+            await asyncio.shield(self._desktops.slots.save())
+            if not isinstance(err, Exception):  # cancelled: the pool is closing
+                raise
             logger.exception("a pooled %s desktop did not start; trying again later", profile)
             self._filling[profile].discard(index)
             await asyncio.sleep(RETRY_S)
@@ -193,11 +198,10 @@ class WarmPool:
             self.sizes[profile],
         )
 
-    async def _launch(self, profile: str, index: int) -> Desktop:
+    async def _launch(self, profile: str, index: int, session_id: DesktopSessionId) -> Desktop:
         """One pooled desktop; its start stays recorded as a start in progress (the relay's
         state file names it, and no sweep of the desktop user ends it) until it is taken."""
         shape = dataclasses.replace(self._shapes[profile], slot=f"{SLOT_PREFIX}{profile}.{index}")
-        session_id = DesktopSessionId(secrets.token_hex(16))
         return await self._launcher.launch(shape, session_id)
 
     # -- internals ----------------------------------------------------------------------------

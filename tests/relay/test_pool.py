@@ -6,6 +6,7 @@ relay killed or closed leaves none of its pooled desktops behind."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -171,6 +172,37 @@ async def test_a_killed_relay_leaves_its_pool_to_the_next_which_stops_it(
             assert not Path(f"/tmp/.X11-unix/X{record['display']}").exists()
     finally:
         await second.close(stop_desktops=True)
+
+
+async def test_a_pooled_start_that_fails_leaves_no_record_and_nothing_running(
+    light_config: DesktopSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Too short for x11vnc to answer: every pooled start fails, as a start can under load.
+    config = dataclasses.replace(light_config, start_timeout_s=0.1)
+    mgr = process_desktops(config)
+    pool = pooled(mgr)
+    spawned: set[int] = set()
+
+    def failed() -> bool:
+        if config.state_file.exists():
+            spawned.update(g for r in starting_records(config) for g in pgids_of(r))
+        return "did not start" in caplog.text
+
+    try:
+        await wait_until(failed, scaled(30), "the pooled start to fail")
+        assert spawned, "the start spawned nothing before it failed"
+        # Until the pool tries again, nothing of the failed start is left: no record that
+        # the next relay would take for a start in progress, no process.
+        assert pool.report()["profiles"][0] == {
+            "profile": "minimal",
+            "size": 1,
+            "ready": 0,
+            "starting": 0,
+        }
+        assert starting_records(config) == []
+        assert not live_groups(sorted(spawned))
+    finally:
+        await mgr.close(stop_desktops=True)
 
 
 async def test_a_closing_relay_stops_its_pool_and_keeps_its_desktops(

@@ -11,10 +11,14 @@ served it (``backend``; each JSON element and each match says its own). The elem
 (``desktop_click``, ``desktop_type``, ``desktop_key``, ``desktop_scroll``, ``desktop_focus``,
 ``desktop_read``) take either kind of ref: a browser ref runs as the browser tool of the same
 act (``relay/browser/service.py``), found again live, with the page's effect verdict.
+``desktop_wait`` where a browser shows pages is that routed find, looked at again until its
+first match meets the condition.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any, Final
 
 from relay.a11y.service import A11yService
@@ -30,6 +34,11 @@ from wire.ops import RelayRow
 
 # The calls whose answer may hold a browser's pages.
 PAGE_CALLS: Final = frozenset({"observe", "find"})
+# The calls routed by what the window shows: those, and ``wait`` (a find until it holds).
+ROUTED_CALLS: Final = PAGE_CALLS | {"wait"}
+# How often a wait that a page takes part in looks again (a page's find: a few ms).
+WAIT_CHECK_S: Final = 0.1
+WAIT_ADVICE: Final = "look at what desktop_find matches now, or wait longer (timeout_ms)"
 # The calls on one element, named by its ref.
 ELEMENT_CALLS: Final = frozenset({"act", "read"})
 # One step of desktop_scroll's wheel on a page, in CSS pixels (Chromium's own step).
@@ -55,8 +64,10 @@ class PageRouting:
         if call in ELEMENT_CALLS and _browser_ref(params.get("ref")):
             target = await self.browser.target(backend, row)
             return await self._element(target, call, params) | {"backend": "cdp"}
-        routed = call in PAGE_CALLS and params.get("backend", "auto") == "auto"
+        routed = call in ROUTED_CALLS and params.get("backend", "auto") == "auto"
         groups = await self.browser.page_groups(backend, row) if routed else []
+        if call == "wait" and groups:
+            return await self._wait(backend, row, params)
         asked = {k: v for k, v in params.items() if k != "backend"}
         asked |= {PAGE_GROUPS: groups} if groups else {}
         result = await self.a11y.call(backend, row, call, asked)
@@ -74,6 +85,44 @@ class PageRouting:
             else:
                 await self._find_pages(target, result, pages, params)
         return result
+
+    async def _wait(
+        self, backend: DesktopBackend, row: RelayRow, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``desktop_wait`` where a browser shows pages: the routed find, again every
+        ``WAIT_CHECK_S``, until its first match meets the condition (the AT-SPI worker's
+        ``wait`` answers, and fails, the same way)."""
+        condition = str(params.get("condition", "exists"))
+        timeout_s = float(params.get("timeout_ms", 5000)) / 1000
+        asked = {k: params[k] for k in ("selector", "app", "window") if k in params}
+        started = time.monotonic()
+        checks = 0
+        while True:
+            checks += 1
+            try:
+                found = await self.call(backend, row, "find", asked | {"limit": 1})
+            except OpError as err:
+                if err.code is not ErrorCode.APP_NOT_FOUND:
+                    raise
+                found = {"matches": []}
+            first = found["matches"][0] if found["matches"] else None
+            if _met(condition, first):
+                done = {
+                    "satisfied": True,
+                    "condition": condition,
+                    "checks": checks,
+                    "elapsed_ms": round((time.monotonic() - started) * 1000),
+                }
+                return done | (found if first is not None else {"backend": found["backend"]})
+            left = started + timeout_s - time.monotonic()
+            if left <= 0:
+                raise OpError(
+                    ErrorCode.TIMEOUT,
+                    f"{condition} not reached for {str(params.get('selector'))!r} "
+                    f"in {timeout_s:g} s",
+                    {"suggestion": WAIT_ADVICE, "checks": checks},
+                )
+            await asyncio.sleep(min(left, WAIT_CHECK_S))
 
     async def _observe_pages(
         self,
@@ -180,6 +229,27 @@ class PageRouting:
         if action == "type":
             answer |= {"text": done["value"], "confirmed": done["value"] == asked["text"]}
         return answer
+
+
+def _met(condition: str, match: dict[str, Any] | None) -> bool:
+    """Whether the first match (None: nothing matched) meets a wait's ``condition``; a page's
+    element is visible unless its tree says it is hidden (the tree lists no other)."""
+    if condition == "gone":
+        return match is None
+    if match is None:
+        return False
+    states = set(match.get("states") or ())
+    if condition == "visible":
+        return (
+            "hidden" not in states
+            if match["backend"] == "cdp"
+            else {"showing", "visible"} <= states
+        )
+    if condition == "enabled":
+        return "enabled" in states or "sensitive" in states
+    if condition == "focused":
+        return "focused" in states
+    return True
 
 
 def _browser_ref(ref: object) -> bool:

@@ -123,3 +123,30 @@ async def test_a_page_ref_gone_is_stale(stack, base_url):
         assert (status, body["error"]["code"]) == (409, "stale_ref"), body
     finally:
         await stack.ok("browser_open", url=f"{base_url}/form.html")
+
+
+async def test_wait_sees_a_page_element_arrive_over_cdp_and_the_chrome_over_atspi(stack, base_url):
+    await stack.ok("browser_open", url=f"{base_url}/late.html")  # its button comes 0.8 s later
+    try:
+        waited = await stack.ok(
+            "desktop_wait", selector='push_button[name="Arrived"]', timeout_ms=10000
+        )
+        assert waited["satisfied"] is True and waited["backend"] == "cdp", waited
+        assert waited["matches"][0]["ref"].startswith("@b"), waited
+        pressed = await stack.ok("desktop_click", ref=waited["matches"][0]["ref"])
+        assert pressed["backend"] == "cdp", pressed
+        bar = await stack.ok(
+            "desktop_wait", selector='entry[name="Address and search bar"]', timeout_ms=5000
+        )
+        assert bar["backend"] == "atspi" and bar["matches"][0]["backend"] == "atspi", bar
+        status, body = await stack.act(
+            "desktop_wait", selector='push_button[name="Never there"]', timeout_ms=500
+        )
+        assert body["error"]["code"] == "timeout" and body["error"]["checks"] >= 1, body
+        assert status == 504, body
+        gone = await stack.ok(
+            "desktop_wait", selector='push_button[name="Never there"]', condition="gone"
+        )
+        assert gone["satisfied"] is True and gone["checks"] == 1, gone
+    finally:
+        await stack.ok("browser_open", url=f"{base_url}/form.html")

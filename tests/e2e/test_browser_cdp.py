@@ -28,7 +28,9 @@ from tests.support.processes import scaled
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
 WINDOW = "Order form - Chromium"
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "playwright_agent.py"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO_ROOT / "examples" / "playwright_agent.py"
+BROWSER_USE_DRIVER = REPO_ROOT / "tests" / "browser_use" / "agent_driver.py"
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +147,43 @@ async def test_the_playwright_example_runs(stack, base_url):
     assert child.returncode == 0, err.decode()
     assert out.decode().splitlines() == ["title: Order form", "read: Ordered: Grace"]
     assert (await stack.ok("browser_tabs"))["tabs"][0]["title"] == "Order form"
+
+
+async def test_browser_uses_agent_orders_in_the_browser_the_person_sees(stack, base_url):
+    """browser-use's own Agent, configured as examples/browser_use_agent.py configures it, with
+    a scripted model (the one seam faked: no model service runs here)."""
+    python = REPO_ROOT / ".venv-browser-use" / "bin" / "python"
+    assert python.exists(), f"{python} is missing: scripts/install builds it (Python >= 3.12)"
+    before = await stack.ok("browser_tabs")
+    command = [
+        str(python),
+        str(BROWSER_USE_DRIVER),
+        stack.url,
+        stack.seed.conversation_id,
+        stack.relay_id,
+        f"{base_url}/form.html",
+    ]
+    quiet = {"ANONYMIZED_TELEMETRY": "false", "BROWSER_USE_CLOUD_SYNC": "false"}
+    env = {**os.environ, **quiet, "RELAYDESK_API_TOKEN": stack.seed.api_token}
+    child = await asyncio.create_subprocess_exec(
+        *command, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(child.communicate(), scaled(120))
+    assert child.returncode == 0, err.decode()[-4000:]
+    answer = json.loads(out.decode().strip().splitlines()[-1])
+    assert answer["actions"] == ["navigate", "input", "click", "done"], answer
+    assert (answer["final"], answer["success"], answer["errors"]) == ("placed", True, []), answer
+    # The person's browser shows the order, in the same tab, at the window's own size.
+    seen = await stack.ok(
+        "desktop_wait", selector='"Ordered: Ada"', window=WINDOW, timeout_ms=int(scaled(20) * 1000)
+    )
+    assert seen["satisfied"] is True, seen
+    after = await stack.ok("browser_tabs")
+    assert [t["id"] for t in after["tabs"]] == [t["id"] for t in before["tabs"]], after
+    size = await stack.ok("browser_evaluate", expression="[innerWidth, outerWidth]")
+    assert size["value"][0] <= size["value"][1] < 1900, size  # no 1920x1080 page emulated
+    ops = [r.op for r in await _ops(stack, "desktop.browser.cdp_")]
+    assert ops.count("desktop.browser.cdp_connect") >= 1, ops
 
 
 async def test_connect_and_disconnect_are_audited(stack, browser):

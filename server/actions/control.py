@@ -93,7 +93,7 @@ async def agent_stop(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]
 
 
 async def safety_checks_list(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:
-    return {"requests": control_of(ctx).approvals.listing(ctx.conversation_id)}
+    return {"requests": await control_of(ctx).approvals.listing(ctx.conversation_id)}
 
 
 async def safety_checks_decide(ctx: ActionContext, args: dict[str, Any]) -> dict[str, Any]:

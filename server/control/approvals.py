@@ -9,17 +9,23 @@ session, never an API token) approves or denies it with ``safety_checks_decide``
 :data:`APPROVAL_TTL_S` after the decision, a request nobody decides lapses as long after it
 was asked, and Stop revokes both on its desktop.
 
-The requests live in the memory of the server process that received the call.
+The requests live in the control store (``server/control/store.py``): in this process's
+memory, or in Redis where several replicas serve the conversation, so that a request asked
+through one replica is listed and decided through any other. A decision is kept only while
+the request is still pending (one atomic step in the store): two people deciding at once on
+two replicas get one decision and one ``session_conflict``.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
+from server.control.store import ControlStore
 from server.events.bus import EventBus
 from server.events.conversations import topic_for
 from wire.errors import ErrorCode, OpError
@@ -27,7 +33,7 @@ from wire.errors import ErrorCode, OpError
 # A pending request lapses this long after it was asked, an approval this long after it was
 # given.
 APPROVAL_TTL_S: Final = 600.0
-# Requests kept per server process; the oldest decided ones go first.
+# Requests kept; the oldest decided ones go first.
 MAX_APPROVALS: Final = 1024
 PENDING_EVENT: Final = "safety_checks_pending"
 DECIDED_EVENT: Final = "safety_checks_decided"
@@ -77,6 +83,39 @@ class SafetyApproval:
     def ids(self) -> frozenset[str]:
         return frozenset(check.id for check in self.checks)
 
+    def encode(self) -> str:
+        """The request as the control store keeps it (compact JSON)."""
+        where = self.where
+        data = {
+            "approval_id": self.approval_id,
+            "where": [where.conversation_id, where.relay, where.kind, where.slot],
+            "agent_id": self.agent_id,
+            "agent_name": self.agent_name,
+            "checks": [[c.id, c.code, c.message] for c in self.checks],
+            "call_id": self.call_id,
+            "state": self.state,
+            "asked_at": self.asked_at,
+            "expires_at": self.expires_at,
+            "decided_by": self.decided_by,
+        }
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, raw: str) -> SafetyApproval:
+        data = json.loads(raw)
+        return cls(
+            approval_id=data["approval_id"],
+            where=Where(*data["where"]),
+            agent_id=data["agent_id"],
+            agent_name=data["agent_name"],
+            checks=tuple(Check(*check) for check in data["checks"]),
+            call_id=data["call_id"],
+            state=data["state"],
+            asked_at=float(data["asked_at"]),
+            expires_at=float(data["expires_at"]),
+            decided_by=data["decided_by"],
+        )
+
     def info(self, messages: bool = True) -> dict[str, Any]:
         """The request as ``safety_checks_list`` shows it; without the checks' ``messages``
         (what the model saw on the desktop) on the event stream, which ``read`` members
@@ -103,30 +142,35 @@ def _iso(at: float) -> str:
 
 
 class SafetyApprovals:
-    """The requests of this server process, and the events that tell people about them."""
+    """The requests of every replica (kept in the control store), and the events that tell
+    people about them."""
 
-    def __init__(self, bus: EventBus, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, bus: EventBus, store: ControlStore, clock: Callable[[], float] = time.time
+    ) -> None:
         self._bus = bus
+        self._store = store
         self._clock = clock
-        self._requests: dict[str, SafetyApproval] = {}
 
-    def _lapse(self) -> None:
+    async def _requests(self) -> dict[str, SafetyApproval]:
+        """Every request kept, those past their time shown ``expired``; beyond
+        :data:`MAX_APPROVALS`, the oldest decided ones are forgotten."""
         now = self._clock()
-        for approval_id, request in list(self._requests.items()):
+        requests: dict[str, SafetyApproval] = {}
+        for raw in await self._store.approvals():
+            request = SafetyApproval.decode(raw)
             if request.state in ("pending", "approved") and request.expires_at <= now:
-                self._requests[approval_id] = replace(request, state="expired")
-        decided = [r for r in self._requests.values() if r.state != "pending"]
-        for request in sorted(decided, key=lambda r: r.asked_at):
-            if len(self._requests) <= MAX_APPROVALS:
-                break
-            del self._requests[request.approval_id]
-
-    def _covering(self, where: Where, agent_id: str, ids: frozenset[str]) -> list[SafetyApproval]:
-        return [
-            r
-            for r in self._requests.values()
-            if r.where == where and r.agent_id == agent_id and r.ids & ids
-        ]
+                request = replace(request, state="expired")
+            requests[request.approval_id] = request
+        decided = sorted(
+            (r for r in requests.values() if r.state != "pending"), key=lambda r: r.asked_at
+        )
+        gone = [r.approval_id for r in decided[: max(0, len(requests) - MAX_APPROVALS)]]
+        if gone:
+            await self._store.drop_approvals(gone)
+            for approval_id in gone:
+                del requests[approval_id]
+        return requests
 
     async def settle(
         self,
@@ -139,9 +183,12 @@ class SafetyApprovals:
         """Nothing when a person approved every one of ``checks`` for this agent and desktop;
         else ``OpError`` ``approval_required`` (a request is asked for, or still pending) or
         ``policy_denied`` (a person denied one)."""
-        self._lapse()
         ids = frozenset(check.id for check in checks)
-        found = self._covering(where, agent_id, ids)
+        found = [
+            r
+            for r in (await self._requests()).values()
+            if r.where == where and r.agent_id == agent_id and r.ids & ids
+        ]
         denied = [r for r in found if r.state == "denied"]
         if denied:
             raise _denied(denied[0])
@@ -173,7 +220,7 @@ class SafetyApprovals:
             asked_at=now,
             expires_at=now + APPROVAL_TTL_S,
         )
-        self._requests[request.approval_id] = request
+        await self._store.put_approval(request.approval_id, request.encode(), None)
         await self._publish(PENDING_EVENT, request)
         return request
 
@@ -181,32 +228,33 @@ class SafetyApprovals:
         self, conversation_id: str, approval_id: str, decision: Decision, person: str
     ) -> SafetyApproval:
         """A person's decision on a pending request of ``conversation_id``."""
-        self._lapse()
-        request = self._requests.get(approval_id)
+        request = (await self._requests()).get(approval_id)
         if request is None or request.where.conversation_id != conversation_id:
             raise OpError(
                 ErrorCode.NOT_FOUND,
                 "no such safety-check request in this conversation",
                 {"field": "approval_id"},
             )
-        if request.state != "pending":
-            raise OpError(
-                ErrorCode.SESSION_CONFLICT,
-                f"this request is {request.state} already",
-                {"field": "approval_id"},
-            )
         now = self._clock()
         state: State = "approved" if decision == "approve" else "denied"
         expires = now + APPROVAL_TTL_S if state == "approved" else request.expires_at
         decided = replace(request, state=state, decided_by=person, expires_at=expires)
-        self._requests[approval_id] = decided
+        if request.state != "pending" or not await self._store.put_approval(
+            approval_id, decided.encode(), "pending"
+        ):
+            latest = (await self._requests()).get(approval_id, request)
+            raise OpError(
+                ErrorCode.SESSION_CONFLICT,
+                f"this request is {latest.state} already",
+                {"field": "approval_id"},
+            )
         await self._publish(DECIDED_EVENT, decided)
         return decided
 
-    def listing(self, conversation_id: str) -> list[dict[str, Any]]:
+    async def listing(self, conversation_id: str) -> list[dict[str, Any]]:
         """The conversation's requests, newest first."""
-        self._lapse()
-        mine = [r for r in self._requests.values() if r.where.conversation_id == conversation_id]
+        requests = (await self._requests()).values()
+        mine = [r for r in requests if r.where.conversation_id == conversation_id]
         return [r.info() for r in sorted(mine, key=lambda r: r.asked_at, reverse=True)]
 
     async def revoke(
@@ -216,15 +264,16 @@ class SafetyApprovals:
         agent) are revoked; how many."""
         names = set(relay_names)
         revoked = 0
-        for request in list(self._requests.values()):
+        for request in (await self._requests()).values():
             where = request.where
             if where.relay not in names or (where.kind, where.slot) != (kind, slot):
                 continue
             if agent_id is not None and request.agent_id != agent_id:
                 continue
-            if request.state in ("pending", "approved"):
-                done = replace(request, state="revoked", decided_by=person)
-                self._requests[request.approval_id] = done
+            if request.state not in ("pending", "approved"):
+                continue
+            done = replace(request, state="revoked", decided_by=person)
+            if await self._store.put_approval(request.approval_id, done.encode(), request.state):
                 await self._publish(DECIDED_EVENT, done)
                 revoked += 1
         return revoked

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ class MemoryControlStore:
 
     def __init__(self) -> None:
         self._records: dict[DesktopKey, DesktopControl] = {}
+        self._approvals: dict[str, str] = {}
 
     async def read_many(self, keys: Sequence[DesktopKey]) -> list[DesktopControl]:
         return [self._records.get(key, EMPTY) for key in keys]
@@ -39,8 +41,23 @@ class MemoryControlStore:
         await asyncio.Event().wait()  # no other replica to hear from
         yield {}
 
+    async def approvals(self) -> list[str]:
+        return list(self._approvals.values())
+
+    async def put_approval(self, approval_id: str, record: str, if_state: str | None) -> bool:
+        kept = self._approvals.get(approval_id)
+        if if_state is not None and (kept is None or json.loads(kept)["state"] != if_state):
+            return False
+        self._approvals[approval_id] = record
+        return True
+
+    async def drop_approvals(self, approval_ids: Sequence[str]) -> None:
+        for approval_id in approval_ids:
+            self._approvals.pop(approval_id, None)
+
     def __len__(self) -> int:
         return len(self._records)
 
     async def close(self) -> None:
         self._records.clear()
+        self._approvals.clear()

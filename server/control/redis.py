@@ -5,7 +5,8 @@ record as compact JSON with a TTL (refreshed by every change; a desktop nobody t
 day is forgotten). A change is an optimistic transaction: ``WATCH`` the key, read it, apply the
 pure change, ``MULTI``/``SET``/``EXEC``; a concurrent writer makes ``EXEC`` fail and the change
 runs again on the newer record. Redis not answering is ``unavailable``: agent input is then
-refused rather than let through unchecked.
+refused rather than let through unchecked. The safety-check requests waiting for a person live
+in one hash beside them (:data:`APPROVALS`), so that any replica lists and decides them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,19 @@ PREFIX: Final = "relaydesk:control:"
 # Pub/sub channel of Stop: each replica cancels its own requests in flight of the agents named.
 STOPS_CHANNEL: Final = PREFIX + "stops"
 TTL_S: Final = 24 * 3600
+# The safety-check requests of every replica (server/control/approvals.py): one hash, the
+# request's id to its JSON; each replica prunes what lapsed long ago.
+APPROVALS: Final = PREFIX + "approvals"
+# HSET of a request, or of a decision only while the kept request is in the state it was
+# decided from (ARGV[3]; empty: unconditionally).
+PUT_APPROVAL: Final = """
+if ARGV[3] ~= '' then
+  local kept = redis.call('HGET', KEYS[1], ARGV[1])
+  if not kept or cjson.decode(kept)['state'] ~= ARGV[3] then return 0 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
 ATTEMPTS: Final = 20
 SOCKET_TIMEOUT_S: Final = 5.0
 
@@ -76,6 +90,7 @@ class RedisControlStore:
         self._redis = redis.Redis.from_url(
             url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S
         )
+        self._put_approval = self._redis.register_script(PUT_APPROVAL)
 
     async def read_many(self, keys: Sequence[DesktopKey]) -> list[DesktopControl]:
         if not keys:
@@ -135,6 +150,30 @@ class RedisControlStore:
             raise _unreachable(err) from err
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def approvals(self) -> list[str]:
+        try:
+            kept = await self._redis.hgetall(APPROVALS)
+        except RedisError as err:
+            raise _unreachable(err) from err
+        return [v.decode() if isinstance(v, bytes) else str(v) for v in kept.values()]
+
+    async def put_approval(self, approval_id: str, record: str, if_state: str | None) -> bool:
+        try:
+            kept = await self._put_approval(
+                keys=[APPROVALS], args=[approval_id, record, if_state or ""]
+            )
+        except RedisError as err:
+            raise _unreachable(err) from err
+        return bool(kept)
+
+    async def drop_approvals(self, approval_ids: Sequence[str]) -> None:
+        if not approval_ids:
+            return
+        try:
+            await self._redis.hdel(APPROVALS, *approval_ids)
+        except RedisError as err:
+            raise _unreachable(err) from err
 
     async def close(self) -> None:
         await self._redis.aclose()

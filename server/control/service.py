@@ -128,7 +128,7 @@ class ControlService:
         # recordings' timeline (server/recordings/service.py).
         self.state_listeners: list[Callable[[DesktopKey, ControlInfo], None]] = []
         # A model's safety checks waiting for a person (the computer-use doors).
-        self.approvals = SafetyApprovals(bus, clock)
+        self.approvals = SafetyApprovals(bus, store, clock)
         self._bus = bus
         self._audit = GrantAudit(audit)
         self._clock = clock

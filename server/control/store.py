@@ -49,6 +49,20 @@ class ControlStore(Protocol):
         """Stops announced by any replica, as they come (never ends in one process)."""
         ...
 
+    async def approvals(self) -> list[str]:
+        """Every safety-check request kept (``server.control.approvals``), as kept: JSON
+        objects with their ``approval_id`` and ``state``."""
+        ...
+
+    async def put_approval(self, approval_id: str, record: str, if_state: str | None) -> bool:
+        """Keep a request; ``if_state``: only when the kept one is in that state (a decision
+        is made once, whichever replica it reaches). Whether it was kept."""
+        ...
+
+    async def drop_approvals(self, approval_ids: Sequence[str]) -> None:
+        """Forget these requests."""
+        ...
+
     async def close(self) -> None: ...
 
 

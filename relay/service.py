@@ -28,6 +28,7 @@ from relay.handlers import Handlers
 from relay.local_desktop import HostHelperClient, LocalDesktop
 from relay.recording.service import RelayRecordings
 from relay.worker import RelayWorker, process_age_s
+from wire.ids import DesktopSessionId
 from wire.ops import RelayRow
 
 log = logging.getLogger(__name__)
@@ -145,9 +146,10 @@ class RelayService:
             recordings=self.recordings,
             pool=pool.report if pool is not None else None,
         )
-        # A stop closes the desktop's viewer channels before it ends its processes.
-        self.desktops.on_leaving = self.handlers.channels.close_desktop
-        self.docker.desktops.on_leaving = self.handlers.channels.close_desktop
+        # A stop ends the desktop's recording and closes its viewer channels before it ends
+        # its processes.
+        self.desktops.on_leaving = self._desktop_leaving
+        self.docker.desktops.on_leaving = self._desktop_leaving
         # Desktops nobody uses are paused (RELAYDESK_IDLE_PAUSE_S; relay/desktops/idle.py).
         self.idle = IdlePause(
             desktop_config.idle_pause_s,
@@ -173,6 +175,10 @@ class RelayService:
     async def _desktop_changed(self, row: Mapping[str, Any]) -> None:
         await self.recordings.desktop_changed(row)
         await self.worker.send_event("desktop.changed", dict(row))
+
+    async def _desktop_leaving(self, desktop_session_id: DesktopSessionId) -> None:
+        await self.recordings.desktop_left(desktop_session_id)
+        await self.handlers.channels.close_desktop(desktop_session_id)
 
     async def _send_event(self, name: str, data: dict[str, Any]) -> None:
         await self.worker.send_event(name, data)

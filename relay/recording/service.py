@@ -194,10 +194,17 @@ class RelayRecordings:
         log.info("recording %s as %s", session_id, state.recording_id)
 
     async def desktop_changed(self, row: Mapping[str, Any]) -> None:
-        """A desktop that ended ends its recording (its last segment finished)."""
-        session_id = str(row.get("desktop_session_id"))
-        if row.get("state") in ENDED_STATES and session_id in self.recorders:
-            await self.recorders.pop(session_id).stop()
+        """A desktop that ended on its own (failed) ends its recording."""
+        if row.get("state") in ENDED_STATES:
+            await self.desktop_left(str(row.get("desktop_session_id")))
+
+    async def desktop_left(self, desktop_session_id: str) -> None:
+        """A desktop is ending (a stop, a reset, a failure): its recording ends with it, the
+        open segment finished while its screen is still there. A recorder left running would
+        go on grabbing a display number the next desktop may take."""
+        recorder = self.recorders.pop(desktop_session_id, None)
+        if recorder is not None:
+            await recorder.stop()
 
     def adopt(self, rows: Iterable[RelayRow]) -> None:
         """After a restart: go on recording the re-adopted desktops that were recorded; the

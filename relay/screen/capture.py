@@ -109,12 +109,18 @@ class ScreenCapture:
             }
         try:
             shot = self._mss.grab(monitor)
-        except mss.ScreenShotError as err:
+        except (mss.ScreenShotError, AssertionError) as err:
+            # mss asserts where the X server's reply did not come (its connection lost: the
+            # display's server ended) rather than raising its own error.
             raise OpError(ErrorCode.UNAVAILABLE, f"capture failed on {self._display}") from err
         return np.asarray(shot)
 
     def close(self) -> None:
-        self._mss.close()
+        """Close the connection; one the display's server already ended is closed too."""
+        try:
+            self._mss.close()
+        except mss.ScreenShotError as err:
+            logger.debug("closing the capture of %s: %s", self._display, err)
 
 
 def encode_screenshot(bgra: npt.NDArray[np.uint8]) -> tuple[BandedPng, RGBArray]:

@@ -237,6 +237,16 @@ async def test_a_fork_asked_to_record_is_recorded(stack: Stack) -> None:
     await stack.ok(
         "desktop_stop_confirm", kind="virtual", slot="recorded", desktop_session_id=session_id
     )
+    # Stopped while recording: the recording ends with the desktop, its video handed over
+    # (nothing left in the relay's spool, nothing grabbing the display number it freed).
+    spool = stack.seed.data_dir / "relay-state" / "recordings" / session_id
+    await wait_until(lambda: not spool.exists(), scaled(30), "the recording handed over")
+    url = f"/api/v1/conversations/{stack.seed.conversation_id}/recordings"
+    headers = {"Authorization": f"Bearer {stack.seed.api_token}"}
+    async with httpx.AsyncClient(base_url=stack.url, timeout=scaled(30)) as client:
+        listed_recordings = (await client.get(url, headers=headers)).json()["recordings"]
+    (recording,) = [r for r in listed_recordings if r["recording_id"] == fork["recording_id"]]
+    assert recording["recording"] is False and recording["segments"] >= 1, recording
 
 
 async def test_another_conversation_can_neither_see_nor_start_the_snapshot(stack: Stack) -> None:

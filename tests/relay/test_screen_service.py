@@ -560,3 +560,25 @@ async def test_the_pyautogui_backend_holds_and_releases_alike(xvfb, recorder):
     }
     mask, down = _x_state(xvfb.display)
     assert down == set() and not mask & X.Button1Mask
+
+
+async def test_a_display_whose_server_ended_answers_unavailable_and_is_let_go_cleanly():
+    """A desktop stopped while its display's connection stays open (a recording's grab, the
+    screen tool): a capture says ``unavailable``, never an internal error, and binding the
+    display number to the next desktop closes that connection without failing the action."""
+    service = ScreenService()
+    try:
+        with private_xvfb(320, 200) as first:
+            await service.bind(first.display, "a" * 32)
+            shot = await service.run_in_display(first.display, lambda c: c.grab_bgra())
+            assert shot.shape[:2] == (200, 320)
+            first.stop()
+            with pytest.raises(OpError) as gone:
+                await service.run_in_display(first.display, lambda c: c.grab_bgra())
+            assert gone.value.code is ErrorCode.UNAVAILABLE, gone.value
+            await service.bind(first.display, "b" * 32)  # the next desktop on that number
+            with pytest.raises(OpError) as none_yet:
+                await service.run_in_display(first.display, lambda c: c.grab_bgra())
+            assert none_yet.value.code is ErrorCode.UNAVAILABLE, none_yet.value
+    finally:
+        service.close()

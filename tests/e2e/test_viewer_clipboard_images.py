@@ -61,6 +61,16 @@ READ_BROWSER_CLIPBOARD = """async () => {
   return null;
 }"""
 
+# What the browser's clipboard holds instead, and what the viewer wrote there (a failure's
+# message).
+DESCRIBE_BROWSER_CLIPBOARD = """async () => {
+  const items = await navigator.clipboard.read().catch((e) => String(e));
+  const types = Array.isArray(items) ? items.map((item) => item.types) : items;
+  const text = await navigator.clipboard.readText().catch((e) => String(e));
+  const { clipboardWrites, echoesIgnored } = window.relaydeskBridge;
+  return { types, text: text.slice(0, 80), clipboardWrites, echoesIgnored };
+}"""
+
 
 def picture(seed: int, size: tuple[int, int] = (97, 61)) -> Image.Image:
     """A small picture no two seeds share: gradients and a block of the seed's colour."""
@@ -225,7 +235,7 @@ async def test_get_image_writes_the_desktops_png_to_the_browsers_clipboard(
         shown = await preview.evaluate("(img) => [img.naturalWidth, img.naturalHeight]")
         assert tuple(shown) == image.size
         copied = await page.evaluate(READ_BROWSER_CLIPBOARD)
-        assert copied is not None
+        assert copied is not None, await page.evaluate(DESCRIBE_BROWSER_CLIPBOARD)
         assert same_picture(base64.b64decode(copied), image)
     finally:
         owner.kill()

@@ -242,6 +242,35 @@ async def test_get_image_writes_the_desktops_png_to_the_browsers_clipboard(
         owner.wait()
 
 
+async def test_an_image_copied_on_the_desktop_never_reaches_the_persons_clipboard_as_text(
+    page: Page, desktop: Desktop, tmp_path: Path
+) -> None:
+    """The desktop's clipboard holding an image answers x11vnc's request for text with the
+    image's bytes; the viewer sees them as the desktop's clipboard text and leaves the
+    person's clipboard alone."""
+    await page.bring_to_front()
+    await page.evaluate("(t) => navigator.clipboard.writeText(t)", "the person's own text")
+    image = picture(4, (60, 40))
+    source = tmp_path / "copied.png"
+    source.write_bytes(png_bytes(image))
+    owner = subprocess.Popen(
+        ["xclip", "-quiet", "-selection", "clipboard", "-t", PNG, "-i", str(source)],
+        env=_env(desktop),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await wait_until(lambda: _holds(desktop, image), 10, "the desktop's own copy")
+        await page.wait_for_function(
+            "() => window.relaydeskBridge.binaryIgnored > 0", timeout=scaled(15) * 1000
+        )
+        text = await page.evaluate("() => navigator.clipboard.readText()")
+        assert text == "the person's own text", await page.evaluate(DESCRIBE_BROWSER_CLIPBOARD)
+    finally:
+        owner.kill()
+        owner.wait()
+
+
 async def _holds(desktop: Desktop, image: Image.Image) -> bool:
     data = await desktop_png(desktop)
     return data is not None and same_picture(data, image)

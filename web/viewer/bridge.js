@@ -67,7 +67,12 @@ function installPageHooks() {
 }
 
 export const stats = { numLockPresses: 0, aligns: [], pastes: 0, repeats: 0, clipboardWrites: 0,
-  pasteConfirms: [], pasteWaitsMs: [], echoesIgnored: 0, imagePastes: [] };
+  pasteConfirms: [], pasteWaitsMs: [], echoesIgnored: 0, binaryIgnored: 0, imagePastes: [] };
+
+// Control characters no text holds (tab, line breaks, form feed and escape aside): a desktop
+// clipboard that holds an image answers x11vnc's request for text with the image's bytes
+// (cut at the first NUL: "\x89PNG\r\n\x1a\n"), which is not text to put on anyone's clipboard.
+const NOT_TEXT = /[\x00-\x08\x0e-\x1a\x1c-\x1f]/;
 
 const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
 
@@ -207,8 +212,12 @@ class Bridge {
 
   async remoteClipboard(text) {
     // An empty text says nothing (the desktop's clipboard may hold an image instead): it
-    // never clears what the person's clipboard holds.
+    // never clears what the person's clipboard holds; nor do an image's bytes sent as text.
     if (typeof text !== "string" || text === "" || !navigator.clipboard) return;
+    if (NOT_TEXT.test(text)) {
+      stats.binaryIgnored += 1;
+      return;
+    }
     if (this.sent && text === this.sent.text && performance.now() - this.sent.at < ECHO_WINDOW_MS) {
       stats.echoesIgnored += 1;
       return;

@@ -8,7 +8,10 @@ whoever waits for the task to end waits for ever. Measured with the project's Re
 a loop of ``GET`` cancelled at a random moment carried on in 324 of 400 tries.
 
 :func:`cancel_and_wait` cancels again until the task has ended; :func:`stop_if_cancelled`
-ends a loop at the step where the cancellation was lost.
+ends a loop at the step where the cancellation was lost. A loop needs both: one that never
+pauses between its commands can lose cancel after cancel on a loaded machine (seen here: a
+loop of ``GET`` went on for more than 5 s of re-cancels), and a task that is not a loop of
+ours is only reached by the cancel sent again.
 """
 
 from __future__ import annotations

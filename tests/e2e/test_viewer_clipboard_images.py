@@ -18,7 +18,7 @@ import io
 import json
 import os
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -213,16 +213,7 @@ async def test_get_image_writes_the_desktops_png_to_the_browsers_clipboard(
     page: Page, desktop: Desktop, tmp_path: Path
 ) -> None:
     image = picture(3, (140, 90))
-    source = tmp_path / "copied.png"
-    source.write_bytes(png_bytes(image))
-    # An app on the desktop copies an image (xclip stays in the foreground with -quiet).
-    owner = subprocess.Popen(
-        ["xclip", "-quiet", "-selection", "clipboard", "-t", PNG, "-i", str(source)],
-        env=_env(desktop),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with _copied_on_desktop(desktop, image, tmp_path):
         await wait_until(
             lambda: _holds(desktop, image), 10, "the desktop's own copy on its clipboard"
         )
@@ -237,9 +228,6 @@ async def test_get_image_writes_the_desktops_png_to_the_browsers_clipboard(
         copied = await page.evaluate(READ_BROWSER_CLIPBOARD)
         assert copied is not None, await page.evaluate(DESCRIBE_BROWSER_CLIPBOARD)
         assert same_picture(base64.b64decode(copied), image)
-    finally:
-        owner.kill()
-        owner.wait()
 
 
 async def test_an_image_copied_on_the_desktop_never_reaches_the_persons_clipboard_as_text(
@@ -251,6 +239,19 @@ async def test_an_image_copied_on_the_desktop_never_reaches_the_persons_clipboar
     await page.bring_to_front()
     await page.evaluate("(t) => navigator.clipboard.writeText(t)", "the person's own text")
     image = picture(4, (60, 40))
+    with _copied_on_desktop(desktop, image, tmp_path):
+        await wait_until(lambda: _holds(desktop, image), 10, "the desktop's own copy")
+        await page.wait_for_function(
+            "() => window.relaydeskBridge.binaryIgnored > 0", timeout=scaled(15) * 1000
+        )
+        text = await page.evaluate("() => navigator.clipboard.readText()")
+        assert text == "the person's own text", await page.evaluate(DESCRIBE_BROWSER_CLIPBOARD)
+
+
+@contextlib.contextmanager
+def _copied_on_desktop(desktop: Desktop, image: Image.Image, tmp_path: Path) -> Iterator[None]:
+    """An app on the desktop copies ``image`` (xclip stays in the foreground with -quiet,
+    stopped by its pid on exit)."""
     source = tmp_path / "copied.png"
     source.write_bytes(png_bytes(image))
     owner = subprocess.Popen(
@@ -260,12 +261,7 @@ async def test_an_image_copied_on_the_desktop_never_reaches_the_persons_clipboar
         stderr=subprocess.DEVNULL,
     )
     try:
-        await wait_until(lambda: _holds(desktop, image), 10, "the desktop's own copy")
-        await page.wait_for_function(
-            "() => window.relaydeskBridge.binaryIgnored > 0", timeout=scaled(15) * 1000
-        )
-        text = await page.evaluate("() => navigator.clipboard.readText()")
-        assert text == "the person's own text", await page.evaluate(DESCRIBE_BROWSER_CLIPBOARD)
+        yield
     finally:
         owner.kill()
         owner.wait()

@@ -208,7 +208,8 @@ async def running_row(ctx: ActionContext, args: dict[str, Any]) -> DesktopRow:
 
 async def _refuse_replaced(ctx: ActionContext, args: dict[str, Any]) -> None:
     """``desktop_changed`` (409, with the current session id) for the session id of a desktop
-    a reset replaced, while its successor holds the slot (docs/desktops.md, "Reset")."""
+    a reset replaced, while its successor holds the slot; ``not_running`` with ``reason:
+    reset`` while the slot holds none (docs/desktops.md, "Reset")."""
     session_id = args.get("desktop_session_id")
     if not isinstance(session_id, str):
         return
@@ -222,6 +223,13 @@ async def _refuse_replaced(ctx: ActionContext, args: dict[str, Any]) -> None:
             "this desktop was reset: its slot holds a new desktop_session_id",
             {"current_session_id": current.desktop_session_id, "field": "desktop_session_id"},
         )
+    # The relay's word that the old desktop ended can come a moment before the reset's answer
+    # records the new one (or the new start failed): a viewer waits a while on this reason.
+    raise OpError(
+        ErrorCode.NOT_RUNNING,
+        "this desktop was reset and its slot holds no new desktop yet",
+        {"field": "desktop_session_id", "reason": "reset"},
+    )
 
 
 def _paused(ctx: ActionContext, row: DesktopRow) -> OpError:

@@ -87,11 +87,13 @@ export async function refreshToken(sid, token) {
 
 // After a desktop_reset the stopped session has a successor in its slot: desktop_attach on
 // the old session answers 409 desktop_changed with the new id, and desktop_attach on that one
-// the new viewer URL. The reset is recorded a moment after the old stream closes, so the old
-// session is asked again for a few seconds; null when there is no successor (a real stop) or
-// no cookie session to ask with.
-const SUCCESSOR_TRIES = 20;
-const SUCCESSOR_WAIT_MS = 500;
+// the new viewer URL. The old stream closes as the new desktop starts, and the reset is
+// recorded once that start is done (a cold start under load takes seconds): so the old
+// session is asked again while the server still lists it running, or answers not_running
+// with reason "reset" (the relay said it ended, the new one is not recorded yet), up to
+// SUCCESSOR_WAIT_S. null when there is no successor (a real stop) or no cookie session.
+const SUCCESSOR_WAIT_S = 60;
+const SUCCESSOR_RETRY_MS = 500;
 async function attach(grant, csrf, sid) {
   const response = await fetch("/api/v1/actions/desktop_attach", {
     method: "POST",
@@ -105,19 +107,22 @@ async function attach(grant, csrf, sid) {
 export async function successorUrl(sid, token) {
   const grant = grantOf(token);
   if (!grant) return null;
+  const deadline = performance.now() + SUCCESSOR_WAIT_S * 1000;
   try {
     const me = await fetch("/api/v1/me", { credentials: "same-origin", cache: "no-store" });
     if (!me.ok) return null;
     const { csrf_token: csrf } = await me.json();
-    for (let attempt = 0; attempt < SUCCESSOR_TRIES; attempt += 1) {
+    while (performance.now() < deadline) {
       const { status, body } = await attach(grant, csrf, sid);
       const error = body.error || {};
       if (status === 409 && error.code === "desktop_changed" && error.current_session_id) {
         const next = await attach(grant, csrf, error.current_session_id);
-        return next.status === 200 ? next.body.viewer_url : null;
+        if (next.status === 200) return next.body.viewer_url;
+        if (next.status !== 409) return null;  // not ours to ask; a 409: not running yet
+      } else if (status !== 200 && !(error.code === "not_running" && error.reason === "reset")) {
+        return null;  // stopped for good, or not ours to ask
       }
-      if (status !== 200) return null;  // stopped for good, or not ours to ask
-      await new Promise((resolve) => setTimeout(resolve, SUCCESSOR_WAIT_MS));
+      await new Promise((resolve) => setTimeout(resolve, SUCCESSOR_RETRY_MS));
     }
   } catch {
     return null;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import httpx
 import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, BrowserContext, Page, ViewportSize
+from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.e2e.viewer_stack import ViewerStack, viewer_stack
 from tests.support.browser import chromium
@@ -40,8 +42,23 @@ async def context(browser: Browser, chat_stack: ViewerStack) -> AsyncIterator[Br
 
 
 async def sign_in(page: Page, stack: ViewerStack) -> None:
-    """Through the login form, as the seeded user."""
+    """Through the login form, as the seeded user. A form that never shows fails naming what
+    the page saw: its view, console errors, failed requests and the answers it got."""
+    seen: list[str] = []
+    started = time.monotonic()
+
+    def note(what: str) -> None:
+        seen.append(f"{time.monotonic() - started:.2f}s {what}")
+
+    page.on("console", lambda m: m.type == "error" and note(f"console: {m.text}"))
+    page.on("requestfailed", lambda r: note(f"failed: {r.url} {r.failure}"))
+    page.on("response", lambda r: note(f"{r.status} {r.url}"))
     await page.goto(stack.url + "/")
+    try:
+        await page.wait_for_selector("body[data-view='login']", timeout=scaled(30) * 1000)
+    except PlaywrightTimeoutError:
+        view = await page.evaluate("document.body.dataset.view")
+        raise AssertionError(f"the login form never showed (view {view!r}); seen: {seen}") from None
     await page.get_by_label("Username").fill(stack.seed.user["username"])
     await page.get_by_label("Password").fill(stack.seed.user["password"])
     await page.get_by_role("button", name="Sign in").click()

@@ -10,7 +10,15 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, BrowserContext, Page, ViewportSize
+from playwright.async_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    Page,
+    Request,
+    Response,
+    ViewportSize,
+)
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.e2e.viewer_stack import ViewerStack, viewer_stack
@@ -50,9 +58,19 @@ async def sign_in(page: Page, stack: ViewerStack) -> None:
     def note(what: str) -> None:
         seen.append(f"{time.monotonic() - started:.2f}s {what}")
 
-    page.on("console", lambda m: m.type == "error" and note(f"console: {m.text}"))
-    page.on("requestfailed", lambda r: note(f"failed: {r.url} {r.failure}"))
-    page.on("response", lambda r: note(f"{r.status} {r.url}"))
+    def console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            note(f"console: {message.text}")
+
+    def failed(request: Request) -> None:
+        note(f"failed: {request.url} {request.failure}")
+
+    def answered(response: Response) -> None:
+        note(f"{response.status} {response.url}")
+
+    page.on("console", console)
+    page.on("requestfailed", failed)
+    page.on("response", answered)
     await page.goto(stack.url + "/")
     try:
         await page.wait_for_selector("body[data-view='login']", timeout=scaled(30) * 1000)

@@ -158,7 +158,10 @@ def prepare_home(path: Path, user: DesktopUser | None, *, fresh: bool) -> Path:
 def _parent_dirs(path: Path, mode: int) -> None:
     missing = [p for p in (path, *path.parents) if not p.exists()]
     for directory in reversed(missing):
-        directory.mkdir(mode=mode)
+        try:
+            directory.mkdir(mode=mode)
+        except FileExistsError:
+            continue  # made by a start beside this one (the pool fills while a start runs)
         directory.chmod(mode)
     info = path.lstat()
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():

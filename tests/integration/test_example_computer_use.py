@@ -18,9 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import httpx2  # the SDKs' HTTP library
-import openai
 import pytest
 import pytest_asyncio
 from Xlib import X
@@ -33,9 +31,9 @@ from wire.ids import RelayId
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
+# The examples (and the SDKs they load, ~4 s) are imported by the tests that run them: every
+# run of the suite collects this module, the fast loop included.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-import anthropic_agent  # noqa: E402
-import openai_agent  # noqa: E402
 
 SIZE = (1280, 800)
 
@@ -132,6 +130,9 @@ async def test_the_anthropic_example_types_into_the_editor_and_saves(desk, tmp_p
         _message(4, _use(4, action="key", text="ctrl+s")),
         _message(5, [{"type": "text", "text": "Saved."}], "end_turn"),
     ]
+    import anthropic
+    import anthropic_agent
+
     sent: list[dict[str, Any]] = []
     client = anthropic.Anthropic(
         api_key="test",
@@ -205,6 +206,9 @@ async def test_the_openai_example_types_into_the_editor_and_saves(desk, tmp_path
         _response(4, _call(4, {"type": "keypress", "keys": ["CTRL", "S"]})),
         _response(5, done),
     ]
+    import openai
+    import openai_agent
+
     sent: list[dict[str, Any]] = []
     client = openai.OpenAI(
         api_key="test",

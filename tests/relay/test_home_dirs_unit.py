@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.desktops.user import PRIVATE_DIR_MODE, prepare_home
+from relay.desktops.credentials import PRIVATE_DIR_MODE
+from relay.desktops.user import prepare_home
 
 pytestmark = pytest.mark.unit
 

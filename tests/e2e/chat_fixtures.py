@@ -77,6 +77,10 @@ async def sign_in(page: Page, stack: ViewerStack) -> None:
     except PlaywrightTimeoutError:
         view = await page.evaluate("document.body.dataset.view")
         raise AssertionError(f"the login form never showed (view {view!r}); seen: {seen}") from None
+    finally:  # the page's later life is the test's, not the login's
+        page.remove_listener("console", console)
+        page.remove_listener("requestfailed", failed)
+        page.remove_listener("response", answered)
     await page.get_by_label("Username").fill(stack.seed.user["username"])
     await page.get_by_label("Password").fill(stack.seed.user["password"])
     await page.get_by_role("button", name="Sign in").click()

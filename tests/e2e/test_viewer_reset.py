@@ -6,13 +6,12 @@ docs/desktops.md, "Reset".
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import BrowserContext, Page
+from playwright.async_api import BrowserContext, Page, Response
 
 from tests.e2e import chat_fixtures
 from tests.e2e.chat_fixtures import shot, sign_in
@@ -70,6 +69,14 @@ async def test_a_viewer_waits_for_a_successor_recorded_late(
     await page.goto(chat_stack.url + chat_stack.viewer_path(desktop))
     await _connected_to(page, desktop.desktop_session_id)
 
+    # The page's questions the server refused (409) once the old desktop's end is recorded.
+    refused: list[str] = []
+
+    def answered(response: Response) -> None:
+        if response.url.endswith("/desktop_attach") and response.status == 409:
+            refused.append(response.url)
+
+    page.on("response", answered)
     # The relay resets; the server hears only the old desktop's end ("reset"), as in the gap.
     request = DesktopResetArgs(
         desktop_session_id=desktop.desktop_session_id, kind="virtual", slot="late"
@@ -83,7 +90,7 @@ async def test_a_viewer_waits_for_a_successor_recorded_late(
         10,
         "the old desktop's end, recorded",
     )
-    await asyncio.sleep(SUCCESSOR_GAP_S)  # several of the page's questions fall in the gap
+    await wait_until(lambda: len(refused) >= GAP_QUESTIONS, 10, "the page's questions in the gap")
     state = await page.evaluate("window.relaydeskViewer.state")
     assert state == "reconnecting", f"the page gave up in the gap: {state}"
 
@@ -92,7 +99,8 @@ async def test_a_viewer_waits_for_a_successor_recorded_late(
     await _connected_to(page, row.desktop_session_id)
 
 
-SUCCESSOR_GAP_S = 3.0
+# Questions the page asks in the gap before the new desktop is recorded (one every 0.5 s).
+GAP_QUESTIONS = 3
 
 
 async def _ended(inventory: Any, relay_id: str, session_id: str) -> bool:

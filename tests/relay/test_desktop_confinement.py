@@ -28,6 +28,7 @@ from relay.desktops.audio import AudioSettings, PulseAudioStarter
 from relay.desktops.displays import clean_stale_x_locks
 from relay.desktops.homes import Homes
 from relay.desktops.leases import (
+    REMEMBERED_NAME,
     lease_configured,
     lease_from_pool,
     proc_hides_processes,
@@ -358,9 +359,11 @@ async def test_a_kept_home_stays_out_of_reach_of_the_next_holder_of_its_account(
                 check=False,
             )
             assert denied.returncode != 0 and b"alice-secret" not in denied.stdout, argv
-        # An account nobody holds, while ``other`` holds the first one.
-        lease = lease_from_pool(tmp_path / "elsewhere", light_config.desktop_user_pool)
-        lease.release()
+        # An account nobody holds, while ``other`` holds the first one; claimed for the first
+        # relay until it comes back (released, it is the first free one for any relay on the
+        # host), which still remembers ``owner`` as the account it ran as.
+        lease = lease_from_pool(first_config.state_dir, light_config.desktop_user_pool)
+        (first_config.state_dir / REMEMBERED_NAME).write_text(owner.name + "\n")
     finally:
         await other.close(stop_desktops=True)
     # The first relay comes back as another account: its kept home follows it.
@@ -374,6 +377,7 @@ async def test_a_kept_home_stays_out_of_reach_of_the_next_holder_of_its_account(
         assert (home / "notes.txt").stat().st_uid == user.uid
         _as_user(user, ["grep", "-q", "alice-secret", str(home / "notes.txt")])
     finally:
+        lease.release()
         await again.close(stop_desktops=True)
 
 
@@ -461,16 +465,19 @@ time.sleep(600)
 def test_an_account_is_shared_by_the_same_relay_only(tmp_path: Path) -> None:
     # A relay process replacing another on the same state directory shares its account while
     # both run; a relay with another state directory never gets it.
-    lease = lease_from_pool(tmp_path / "probe", 64)
+    # Held under the same relay until the holder shares it: a released pool account is the
+    # first free one for any other relay on the host (tests running alongside included).
+    lease = lease_from_pool(tmp_path / "relay", 64)
     name = lease.user.name
-    lease.release()
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, name, str(tmp_path / "relay")],
         stdout=subprocess.PIPE,
         cwd=Path(__file__).resolve().parents[2],
     )
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        held = holder.stdout is not None and holder.stdout.readline()
+        lease.release()
+        assert held == b"held\n"
         with pytest.raises(OpError) as refused:
             lease_configured(name, tmp_path / "another")
         assert name in refused.value.message and refused.value.details["field"] == "desktop_user"
@@ -493,8 +500,9 @@ def test_a_pool_account_that_still_runs_processes_goes_to_no_other_relay(
     (tmp_path / "first").mkdir()  # a relay's state directory, where it remembers its account
     first = lease_from_pool(tmp_path / "first", 64)
     user = first.user
-    first.release()
+    # Released once a process of it runs: before, another relay could take it.
     left = subprocess.Popen(["sleep", "600"], user=user.uid, group=user.gid, extra_groups=[])
+    first.release()
     try:
         other = lease_from_pool(tmp_path / "other", 64)
         other.release()

@@ -454,7 +454,7 @@ def describe_database(database_url: str) -> str:
 
 async def _with_store(call: AdminCall, args: argparse.Namespace, database_url: str) -> Any:
     from server import admin
-    from server.cluster.build import shared_caches
+    from server.cluster.caches import shared_caches
     from server.db.lock import sqlite_path
     from server.db.migrate import upgrade
     from server.db.store import Store

@@ -37,7 +37,8 @@ from server.auth.ratelimit import LoginRateLimiter
 from server.auth.streams import StreamGuard, ViewerStreams, stream_guard
 from server.chat.feature import build_chat
 from server.chat.ports import ChatService
-from server.cluster.build import login_limits, routing, shared_caches
+from server.cluster.build import login_limits, routing
+from server.cluster.caches import shared_caches
 from server.config import Settings, recordings_path
 from server.control.model import DesktopKey
 from server.control.policy import PolicyBook

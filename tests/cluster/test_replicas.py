@@ -30,7 +30,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from server import admin
-from server.cluster.build import shared_caches
+from server.cluster.caches import shared_caches
 from server.cluster.channel import NotOwner
 from server.cluster.ownership import OWNERS, Owner, parse_owner
 from server.cluster.peers import Peers

@@ -23,6 +23,7 @@ from server.app import create_app
 from server.config import Settings
 from server.db.migrate import upgrade
 from server.db.store import Store
+from server.secrets.passwords import fast_hasher
 from tests.support.processes import ManagedProcess, ProcessFactory, free_port, scaled
 
 # Short liveness figures so tests see disconnects quickly (never timing assertions).
@@ -77,11 +78,15 @@ async def seed_database(
     data_dir: Path, relay_name: str = "relay-1", *, co_located: bool = False
 ) -> Seed:
     """Migrate a SQLite database in ``data_dir`` and create the usual test principals
-    (``co_located``: the relay is registered as running on the server's host)."""
+    (``co_located``: the relay is registered as running on the server's host).
+
+    The user's password is stored with a cheap argon2 hash: most tests never log in, and a
+    server re-hashes it with its own parameters at the first login (as for any older hash),
+    so what a login costs and checks stays the server's."""
     data_dir.mkdir(parents=True, exist_ok=True)
     url = f"sqlite+aiosqlite:///{data_dir / 'relaydesk.db'}"
     await upgrade(url)
-    store = await Store.open(url)
+    store = await Store.open(url, password_hasher=fast_hasher())
     try:
         user = await admin.create_user(store, "alice", is_admin=True)
         token = await admin.create_token(store, "alice")

@@ -4,7 +4,8 @@
   websockify with the desktop's VNC secret, then a whole FramebufferUpdate), minimal profile;
 * ``resume`` → first frame: a desktop paused (its cgroup frozen) is resumed and a viewer
   connects to it as the viewer page does after a resume, p50 over the rounds (target
-  <= 100 ms), and its ratio to the cold start;
+  <= 100 ms), and its ratio to the cold start; the ``pause`` op alone (it connects the
+  relay's held viewer first: relay/desktops/wake.py);
 * a paused desktop's CPU over the window (target 0 ticks), while a program in it loops: the
   cgroup's ``cpu.stat`` ``usage_usec`` and the sum of utime + stime of its processes from
   ``/proc``; the same window running, for comparison;
@@ -28,7 +29,7 @@ Snapshots, forks and reset (standard profile, ``snapshot_*`` below):
 
 Needs a root relay on a host with a writable cgroup2 hierarchy (desktops get a cgroup only
 then). Run: ``.venv/bin/python -m benchmarks.bench_instant [--quick]
-[--snapshots-only | --pool-only]``.
+[--snapshots-only | --pool-only | --pause-only]``.
 """
 
 from __future__ import annotations
@@ -99,9 +100,11 @@ async def resumes(mgr: ProcessDesktops, row: RelayRow, count: int) -> dict[str, 
     """``count`` rounds of: pause, resume → first frame of a new viewer; pause with a viewer
     connected, resume → a whole frame on that viewer; and the resume op alone."""
     session = row["desktop_session_id"]
-    times: dict[str, list[float]] = {"new": [], "kept": [], "op": []}
+    times: dict[str, list[float]] = {"new": [], "kept": [], "op": [], "pause": []}
     for _ in range(count):
+        started = time.perf_counter()
         await mgr.pause(slot="main", desktop_session_id=session)
+        times["pause"].append(time.perf_counter() - started)
         await asyncio.sleep(0.2)
         started = time.perf_counter()
         resumed = await mgr.resume(slot="main", desktop_session_id=session)
@@ -356,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     cli = parser(__doc__.splitlines()[0])
     cli.add_argument("--snapshots-only", action="store_true", help="only snapshots and forks")
     cli.add_argument("--pool-only", action="store_true", help="only the warm pool and resets")
+    cli.add_argument("--pause-only", action="store_true", help="only pause and resume")
     args = cli.parse_args(argv)
     if os.geteuid() != 0:
         print("needs root: desktops get a cgroup (and a pause) only on a root relay")
@@ -365,12 +369,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.pool_only:
         pool_main(args.quick)
         return 0
+    if args.pause_only:
+        return 0 if pause_main(args.quick, with_pool=False) else 1
     paused_ok = pause_main(args.quick)
     return 0 if snapshot_main(args.quick) == 0 and paused_ok else 1
 
 
-def pause_main(quick: bool) -> bool:
-    """The pause and resume part; whether its paused desktop used no CPU."""
+def pause_main(quick: bool, with_pool: bool = True) -> bool:
+    """The pause and resume part (then the pool's, ``with_pool``); whether its paused desktop
+    used no CPU."""
     rounds, window_s = (2, 1.0) if quick else (10, 30.0)
     with tempfile.TemporaryDirectory() as tmp:
         config = DesktopSettings(state_dir=Path(tmp), default_profile="minimal")
@@ -391,13 +398,15 @@ def pause_main(quick: bool) -> bool:
     k50, o50 = statistics.median(kept), statistics.median(op)
     print(
         f"resume → whole frame on a viewer kept connected: p50 {k50:.1f} ms; ratio to cold"
-        f" start {k50 / c50:.3f}; the resume op alone p50 {o50:.1f} ms"
+        f" start {k50 / c50:.3f}; the resume op alone p50 {o50:.1f} ms; the pause op alone"
+        f" p50 {statistics.median(rounds_ms['pause']):.1f} ms"
     )
     print(
         f"CPU over {window_s:.0f} s with a looping program: running {run_usec / 1e6:.2f} s"
         f" ({run_ticks} ticks); paused {paused_usec} µs ({paused_ticks} ticks; target 0)"
     )
-    pool_main(quick)
+    if with_pool:
+        pool_main(quick)
     return paused_ticks == 0 and paused_usec == 0
 
 

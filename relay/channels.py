@@ -137,6 +137,11 @@ class TargetStream(asyncio.BufferedProtocol):
         self._writable.set()
 
     # -- use -----------------------------------------------------------------------------------
+    @property
+    def hung_up(self) -> bool:
+        """Whether the connection is gone (either end closed it)."""
+        return self._lost.is_set()
+
     async def read(self) -> Chunk:
         """The next chunk the target sent (after :data:`HEADROOM`); empty once it hung up."""
         while not self._chunks:

@@ -49,6 +49,7 @@ from relay.desktops.state import Desktop, StartingDesktop
 from relay.desktops.teardown import Teardown
 from relay.desktops.user import DesktopUser, directory_size
 from relay.desktops.validation import StartRequest, check_slot, normalise_kind, parse_start
+from relay.desktops.wake import WakeViewers
 from wire.errors import ErrorCode, OpError
 from wire.ids import DesktopSessionId
 from wire.ops import (
@@ -112,6 +113,7 @@ class ProcessLauncher:
         # The apps desktop_launch started in each live desktop, in order (what a snapshot
         # relaunches in its forks).
         self.launched: dict[str, list[str]] = {}
+        self._wakes = WakeViewers()
 
     def lifecycle(self, on_change: OnChange | None = None) -> ProcessDesktops:
         """The lifecycle that runs this launcher's desktops."""
@@ -174,11 +176,17 @@ class ProcessLauncher:
                 "this relay cannot pause desktops: they have no cgroup of their own (the relay "
                 "runs as root on a host with a writable cgroup2 hierarchy to give them one)",
             )
+        session = desktop.desktop_session_id
+        if frozen:  # its first viewer after the resume is served at once (relay/desktops/wake.py)
+            await self._wakes.hold(session, desktop.vnc_port, self.vnc_secret(session))
         if not await asyncio.to_thread(cgroups.freeze, cgroup, frozen):
             if frozen:  # half frozen helps no one: back to running
                 await asyncio.to_thread(cgroups.freeze, cgroup, False)
+                await self._wakes.let_go(session)
             verb = "paused" if frozen else "resumed"
             raise OpError(ErrorCode.UNAVAILABLE, f"the desktop could not be {verb}")
+        if not frozen:
+            self._wakes.let_go_later(session)
 
     def cgroup(self, desktop_session_id: str) -> Path | None:
         """The cgroup of a desktop of this relay (None: the host gives desktops none)."""
@@ -191,6 +199,7 @@ class ProcessLauncher:
 
     async def remove(self, desktop: Desktop) -> bool:
         self.launched.pop(desktop.desktop_session_id, None)
+        await self._wakes.let_go(desktop.desktop_session_id)
         return await self._teardown.remove(desktop)
 
     async def recorded(self) -> Records[Desktop, StartingDesktop]:
@@ -255,6 +264,7 @@ class ProcessLauncher:
 
     async def close(self, left: bool) -> None:
         """The relay's end: its account, its (empty) cgroup and TMPDIR parent go back."""
+        await self._wakes.close()
         self._homes.release()
         if (parent := self._teardown.cgroups()) is not None:
             cgroups.remove_if_empty(parent)

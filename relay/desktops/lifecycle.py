@@ -45,7 +45,7 @@ class Pool(Protocol[D_co]):
 
     def start(self, after: Awaitable[None] | None = None) -> None: ...
 
-    def take(self, req: StartRequest) -> D_co | None: ...
+    async def take(self, req: StartRequest) -> D_co | None: ...
 
     async def close(self, stop: bool) -> None: ...
 
@@ -603,7 +603,7 @@ class Desktops(Generic[D, S, L]):
 
     async def _take_pooled(self, req: StartRequest) -> D | None:
         """A ready desktop of the pool for ``req``, now in its slot (None: start one)."""
-        desktop = self.pool.take(req) if self.pool is not None else None
+        desktop = await self.pool.take(req) if self.pool is not None else None
         if desktop is not None:
             self._desktops[desktop.slot] = desktop
             await self.slots.save()

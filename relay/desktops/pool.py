@@ -8,6 +8,10 @@ stops it like any start that did not finish. Taken, it gets the start's slot, st
 start time and becomes a desktop like any other; stopped, it is gone (nothing is reused). The
 pool refills in the background, ``concurrency`` starts at a time (docs/desktops.md,
 "Warm pool").
+
+While it waits, a ready desktop is frozen as a pause freezes one (no CPU at all), with the
+relay's viewer held on its x11vnc (relay/desktops/wake.py); a take thaws it, and its first
+viewer is served at once. A relay whose desktops have no cgroup keeps them running.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from relay.desktops.profiles import Profile
 from relay.desktops.slots import now_iso
 from relay.desktops.state import Desktop
 from relay.desktops.validation import StartRequest
+from wire.errors import OpError
 from wire.ids import DesktopSessionId
 from wire.ops import PoolReport
 
@@ -87,6 +92,9 @@ class WarmPool:
         }
         self._ready: dict[str, list[Desktop]] = {name: [] for name in self.sizes}
         self._filling: dict[str, set[int]] = {name: set() for name in self.sizes}
+        # Ready desktops frozen while they wait (by session).
+        self._frozen: set[str] = set()
+        self._freezes = True  # False once the host said it cannot freeze (said once)
         self._gate = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._after: Awaitable[None] | None = None
@@ -101,13 +109,16 @@ class WarmPool:
         self._after, self._open = after, True
         self.refill()
 
-    def take(self, req: StartRequest) -> Desktop | None:
-        """A ready desktop for ``req`` given its slot, or None: ``req`` does not match the
-        pool's start, or the pool is empty (a miss). The caller holds the lifecycle lock."""
+    async def take(self, req: StartRequest) -> Desktop | None:
+        """A ready desktop for ``req`` given its slot, thawed, or None: ``req`` does not match
+        the pool's start, or the pool is empty (a miss). The caller holds the lifecycle lock."""
         profile = self._matching(req)
         if profile is None:
             return None
         desktop = self._pop_live(profile)
+        if desktop is not None and not await self._thawed(desktop):
+            self._dropping(desktop)
+            desktop = None
         if desktop is None:
             self.misses += 1
             logger.info("pool of %s empty: a cold start for slot=%s", profile, req.slot)
@@ -186,11 +197,16 @@ class WarmPool:
             self.refill()
             return
         self._filling[profile].discard(index)
-        if not self._open:  # closed while it started: it never joins the pool
-            async with self._desktops.slots.lock:
+        async with self._desktops.slots.lock:  # a take never sees it half frozen
+            if not self._open:  # closed while it started: it never joins the pool
                 await self._discard(desktop)
-            return
-        self._ready[profile].append(desktop)
+                return
+            try:
+                await self._rest(desktop)
+            except BaseException:  # cancelled: the pool is closing
+                await asyncio.shield(self._discard(desktop))
+                raise
+            self._ready[profile].append(desktop)
         logger.info(
             "pooled %s desktop ready (%d of %d)",
             profile,
@@ -236,9 +252,34 @@ class WarmPool:
 
     async def _discard(self, desktop: Desktop) -> None:
         """Stop a pooled desktop that is not taken (caller holds the lock)."""
+        await self._thawed(desktop)  # a frozen process cannot act on the stop's SIGTERM
         # Forgotten first: the last desktop's removal ends whatever its user left running.
         self._desktops.slots.starting.pop(desktop.desktop_session_id, None)
         await run_to_completion(self._launcher.remove(desktop))
+
+    async def _rest(self, desktop: Desktop) -> None:
+        """Freeze a ready desktop until it is taken (kept running where that cannot be)."""
+        if not self._freezes:
+            return
+        self._frozen.add(desktop.desktop_session_id)  # before: a cancelled freeze may be done
+        try:
+            await self._launcher.freeze(desktop, True)
+        except OpError as err:
+            self._frozen.discard(desktop.desktop_session_id)
+            self._freezes = False
+            logger.info("pooled desktops wait running: %s", err.message)
+
+    async def _thawed(self, desktop: Desktop) -> bool:
+        """Thaw a ready desktop the pool froze; False: it could not be (it is dropped)."""
+        if desktop.desktop_session_id not in self._frozen:
+            return True
+        self._frozen.discard(desktop.desktop_session_id)
+        try:
+            await self._launcher.freeze(desktop, False)
+        except OpError as err:
+            logger.warning("a pooled desktop could not be thawed; dropped: %s", err.message)
+            return False
+        return True
 
     def _indexes(self, profile: str) -> set[int]:
         prefix = f"{SLOT_PREFIX}{profile}."

@@ -178,7 +178,7 @@ class ProcessLauncher:
             )
         session = desktop.desktop_session_id
         if frozen:  # its first viewer after the resume is served at once (relay/desktops/wake.py)
-            await self._wakes.hold(session, desktop.vnc_port, self.vnc_secret(session))
+            await self._wakes.hold(session, desktop.vnc_port, desktop.vnc_secret)
         if not await asyncio.to_thread(cgroups.freeze, cgroup, frozen):
             if frozen:  # half frozen helps no one: back to running
                 await asyncio.to_thread(cgroups.freeze, cgroup, False)

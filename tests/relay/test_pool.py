@@ -1,13 +1,15 @@
 """The warm pool with real desktops: a matching start takes a ready desktop (it runs and a
-viewer gets a frame), the pool refills, an empty pool or another geometry is a cold start, a
-stopped desktop is never handed out again, a pooled desktop is invisible until taken, and a
-relay killed or closed leaves none of its pooled desktops behind."""
+viewer gets a frame; it waited frozen, using no CPU), the pool refills, an empty pool or
+another geometry is a cold start, a stopped desktop is never handed out again, a pooled
+desktop is invisible until taken, and a relay killed or closed leaves none of its pooled
+desktops behind."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ import pytest
 
 from benchmarks.rfb import RFBClient
 from relay.config import RelayConfigError, RelaySettings
-from relay.desktops import DesktopSettings, ProcessDesktops, process_desktops
+from relay.desktops import DesktopSettings, ProcessDesktops, cgroups, process_desktops
 from relay.desktops.pool import WarmPool
 from tests.relay.conftest import live_groups, pgids_of, state_records
 from tests.support.processes import scaled
@@ -93,6 +95,25 @@ async def test_a_matching_start_takes_a_ready_desktop_and_the_pool_refills(
     assert again["desktop_session_id"] != row["desktop_session_id"]
     assert again["display"] != row["display"]
     assert pool.report()["hits"] == 2 and pool.report()["misses"] == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="desktop cgroups need a root relay")
+async def test_a_ready_desktop_waits_frozen_and_runs_once_taken(
+    pool_manager: ProcessDesktops,
+) -> None:
+    pool = pooled(pool_manager)
+    await filled(pool)
+    [waiting] = starting_records(pool_manager.launcher.config)
+    cgroup = pool_manager.launcher.cgroup(waiting["desktop_session_id"])
+    assert cgroup is not None and cgroups.is_frozen(cgroup)
+    used = cgroups.cpu_usec(cgroup)
+    await asyncio.sleep(1.0)
+    assert cgroups.cpu_usec(cgroup) == used, "a waiting desktop used CPU"
+    row = await pool_manager.start(slot="agent")
+    assert row["from_pool"] and row["desktop_session_id"] == waiting["desktop_session_id"]
+    assert not cgroups.is_frozen(cgroup)
+    assert await first_frame(pool_manager, row) == (1280, 800)
+    assert (cgroups.cpu_usec(cgroup) or 0) > (used or 0)
 
 
 async def test_an_empty_pool_or_another_shape_is_a_cold_start(

@@ -198,8 +198,9 @@ async def test_a_killed_relay_leaves_its_pool_to_the_next_which_stops_it(
 async def test_a_pooled_start_that_fails_leaves_no_record_and_nothing_running(
     light_config: DesktopSettings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Too short for x11vnc to answer: every pooled start fails, as a start can under load.
-    config = dataclasses.replace(light_config, start_timeout_s=0.1)
+    # An x11vnc that exits at once: every pooled start fails after spawning the display, as a
+    # start can (a start timeout short enough to fail still let one start in ten through).
+    config = dataclasses.replace(light_config, x11vnc_binary="/bin/false")
     mgr = process_desktops(config)
     pool = pooled(mgr)
     spawned: set[int] = set()

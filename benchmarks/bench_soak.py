@@ -282,7 +282,7 @@ async def recover(soak: Soak, client: httpx.AsyncClient, kind: str, began: float
     soak.windows[-1] = (soak.windows[-1][0], soak.now())
 
 
-def print_log_tails(soak: Soak, lines: int = 40) -> None:
+def print_log_tails(soak: Soak, lines: int = 150) -> None:
     """The last lines of the server's and the relay's logs, to tell why a recovery failed."""
     for name in ("relay.log", "server.log"):
         with contextlib.suppress(OSError):

@@ -15,12 +15,12 @@ import asyncio
 import logging
 from typing import Final
 
+from relay.desktops.probe import LOOPBACK
 from relay.vnc_target import VncTarget
 from wire.errors import RfbHandshakeError
 
 logger = logging.getLogger(__name__)
 
-LOOPBACK: Final = "127.0.0.1"
 # How long a pause waits for x11vnc to take the connection (it may be busy or gone).
 CONNECT_TIMEOUT_S: Final = 2.0
 # How long after a resume x11vnc keeps its client: time for a viewer or an agent to come back
@@ -70,9 +70,7 @@ class WakeViewers:
         timer = self._letting_go.pop(desktop_session_id, None)
         if timer is not None:
             timer.cancel()
-        target = self._held.pop(desktop_session_id, None)
-        if target is not None:
-            await target.aclose()
+        await self._close(desktop_session_id)
 
     async def close(self) -> None:
         for desktop_session_id in [*self._held, *self._letting_go]:
@@ -80,7 +78,10 @@ class WakeViewers:
 
     async def _let_go_after(self, desktop_session_id: str) -> None:
         await asyncio.sleep(self._hold_after_resume_s)
-        self._letting_go.pop(desktop_session_id, None)
+        self._letting_go.pop(desktop_session_id, None)  # this task: never cancelled by itself
+        await self._close(desktop_session_id)
+
+    async def _close(self, desktop_session_id: str) -> None:
         target = self._held.pop(desktop_session_id, None)
         if target is not None:
             await target.aclose()

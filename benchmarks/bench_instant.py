@@ -41,6 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.common import parser
@@ -454,6 +455,17 @@ class SnapshotMeasured:
     snapshot_kb: int
     reset: list[float]  # s, reset to the snapshot → running
     reset_fresh: list[float]  # s, reset to a fresh start → running
+    cold_cpu: float  # s of CPU the cold start's desktop used until its browser was mapped
+    forks_cpu: float  # s of CPU the forks' desktops used until all browsers were mapped
+
+
+def desktop_cpu_s(mgr: ProcessDesktops, rows: Sequence[RelayRow]) -> float:
+    """CPU seconds the desktops' cgroups have used since their start."""
+    used = 0
+    for row in rows:
+        cgroup = mgr.launcher.cgroup(row["desktop_session_id"])
+        used += (desktop_cgroups.cpu_usec(cgroup) or 0) if cgroup is not None else 0
+    return used / 1e6
 
 
 async def snapshot_run(config: DesktopSettings, forks: int, rounds: int) -> SnapshotMeasured:
@@ -469,6 +481,7 @@ async def snapshot_run(config: DesktopSettings, forks: int, rounds: int) -> Snap
         cold_op = time.perf_counter() - started
         await browser_mapped(cold_row)
         cold = time.perf_counter() - started
+        cold_cpu = desktop_cpu_s(mgr, [cold_row])
         await mgr.stop(slot="cold", desktop_session_id=cold_row["desktop_session_id"])
 
         source = await mgr.start(slot="source", profile="standard")
@@ -489,6 +502,7 @@ async def snapshot_run(config: DesktopSettings, forks: int, rounds: int) -> Snap
             raise SystemExit(f"forks failed: {forked['failed']}")
         await asyncio.gather(*(browser_mapped(row) for row in forked["desktops"]))
         forks_mapped = time.perf_counter() - started
+        forks_cpu = desktop_cpu_s(mgr, forked["desktops"])
         for row in forked["desktops"][1:]:
             await mgr.stop(slot=row["slot"], desktop_session_id=row["desktop_session_id"])
 
@@ -515,6 +529,8 @@ async def snapshot_run(config: DesktopSettings, forks: int, rounds: int) -> Snap
             saved["size_bytes"] // 1024,
             resets[True],
             resets[False],
+            cold_cpu,
+            forks_cpu,
         )
     finally:
         await snapshots.aclose()
@@ -541,6 +557,13 @@ def snapshot_main(quick: bool) -> int:
         f"{result.forks} forks at once → all browser windows mapped: {mapped:.0f} ms"
         f" (fork op alone, all running: {result.forks_op * 1000:.0f} ms);"
         f" ratio to the cold start {ratio:.2f} (target <= {TARGET_FORKS_RATIO:.0f})"
+    )
+    cores = os.cpu_count() or 1
+    floor = result.forks_cpu / cores * 1000
+    print(
+        f"CPU until the browser is mapped: the cold start's desktop {result.cold_cpu * 1000:.0f}"
+        f" ms; the {result.forks} forks' desktops {result.forks_cpu * 1000:.0f} ms in all, so at"
+        f" least {floor:.0f} ms on {cores} cores = {floor / cold:.2f}x the cold start"
     )
     reset = statistics.median(result.reset) * 1000
     fresh = statistics.median(result.reset_fresh) * 1000

@@ -47,15 +47,45 @@ def _reap(pid: int) -> None:
 
 
 def group_exists(pgid: int) -> bool:
-    """True while any process (zombies included) remains in process group ``pgid``."""
+    """True while a process of group ``pgid`` runs.
+
+    A member that has exited and waits to be collected (a zombie) no longer counts: it runs
+    nothing and holds nothing but its pid. The members a desktop's programs leave behind are
+    collected by the host's init (their parents are gone), which some hosts do only every second
+    or so; a stop that waited for them waited that long (docs/desktops.md, "Stop")."""
     _reap(pgid)
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    return _runs_in_group(pgid)
+
+
+def _stat_fields(pid: str) -> list[str] | None:
+    """``/proc/<pid>/stat`` from its state on (the name before it may hold spaces)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 2 :].decode("ascii", "replace").split()
+
+
+def _runs_in_group(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` that is not a zombie remains (read from /proc)."""
+    fields = _stat_fields(str(pgid))  # the leader, most often the one still running
+    if fields is not None and fields[2] == str(pgid) and fields[0] != "Z":
         return True
-    return True
+    try:
+        pids = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return True
+    for pid in pids:
+        fields = _stat_fields(pid)
+        if fields is not None and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -360,7 +390,12 @@ class DesktopProcesses:
             return True
         for child in live:
             if not child.group_gone():
-                logger.info("%s pid=%d ignored SIGTERM; killing its group", child.name, child.pid)
+                logger.info(
+                    "%s pid=%d did not end within %.1f s of SIGTERM; killing its group",
+                    child.name,
+                    child.pid,
+                    grace_s,
+                )
                 _signal_group(child.pgid, signal.SIGKILL)
         gone = await _wait_until(lambda: all(c.group_gone() for c in live), kill_wait_s)
         if not gone:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -251,3 +253,38 @@ async def test_children_start_in_the_home_directory(tmp_path: Path) -> None:
     finally:
         child.kill()
         assert await DesktopProcesses([child]).stop(grace_s=5)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_group_whose_members_have_all_exited_is_gone_before_they_are_collected() -> None:
+    leader = subprocess.Popen(["sleep", "600"], process_group=0)
+    exited = os.posix_spawn("/bin/true", ["true"], {}, setpgroup=leader.pid)
+    running = os.posix_spawn("/bin/sleep", ["sleep", "600"], {}, setpgroup=leader.pid)
+    try:
+        deadline = time.monotonic() + 10
+        while not _zombie(exited) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _zombie(exited), "the member did not exit"
+        leader.kill()
+        leader.wait()
+        # The leader is gone; a member still runs.
+        assert group_exists(leader.pid)
+        os.kill(running, signal.SIGKILL)
+        os.waitpid(running, 0)
+        # Only a member that exited remains, uncollected by its parent: nothing of the group
+        # runs, and a stop does not wait for that parent.
+        os.killpg(leader.pid, 0)
+        assert not group_exists(leader.pid)
+    finally:
+        for pid in (running, exited):
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        leader.kill()
+        leader.wait()

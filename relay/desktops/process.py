@@ -72,10 +72,23 @@ def _stat_fields(pid: str) -> list[str] | None:
     return raw[raw.rfind(b")") + 2 :].decode("ascii", "replace").split()
 
 
+def _runs(pid: str, fields: list[str]) -> bool:
+    """Whether the process ``pid`` (its stat ``fields``) runs. A process whose first thread
+    has ended shows that thread's state, ``Z``, while its other threads still run (Firefox
+    shutting down): it is a zombie only once it has no other thread."""
+    if fields[0] != "Z":
+        return True
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False
+
+
 def _runs_in_group(pgid: int) -> bool:
     """Whether a process of group ``pgid`` that is not a zombie remains (read from /proc)."""
-    fields = _stat_fields(str(pgid))  # the leader, most often the one still running
-    if fields is not None and fields[2] == str(pgid) and fields[0] != "Z":
+    leader = str(pgid)
+    fields = _stat_fields(leader)  # the leader, most often the one still running
+    if fields is not None and fields[2] == leader and _runs(leader, fields):
         return True
     try:
         pids = [entry for entry in os.listdir("/proc") if entry.isdigit()]
@@ -83,7 +96,7 @@ def _runs_in_group(pgid: int) -> bool:
         return True
     for pid in pids:
         fields = _stat_fields(pid)
-        if fields is not None and fields[2] == str(pgid) and fields[0] != "Z":
+        if fields is not None and fields[2] == leader and _runs(pid, fields):
             return True
     return False
 
@@ -268,7 +281,13 @@ class ChildProcess:
     def group_gone(self) -> bool:
         if self._popen is not None:
             self._popen.poll()
-        return not group_exists(self.pgid)
+        if group_exists(self.pgid):
+            return False
+        if self._popen is not None:
+            # The leader may have exited since the poll above; it is a zombie until collected
+            # here (``group_exists`` does not count zombies), with its exit status.
+            self._popen.poll()
+        return True
 
     def to_record(self) -> dict[str, Any]:
         return {

@@ -288,3 +288,28 @@ def test_a_group_whose_members_have_all_exited_is_gone_before_they_are_collected
                 os.waitpid(pid, 0)
         leader.kill()
         leader.wait()
+
+
+# Its first thread ends, another runs on (as Firefox's process does while it shuts down).
+FIRST_THREAD_ENDS = (
+    "import ctypes, threading, time;"
+    "threading.Thread(target=time.sleep, args=(600,)).start();"
+    "ctypes.CDLL(None).pthread_exit(None)"
+)
+
+
+def test_a_process_whose_first_thread_ended_still_runs_while_another_thread_does() -> None:
+    program = subprocess.Popen([sys.executable, "-c", FIRST_THREAD_ENDS], process_group=0)
+    try:
+        deadline = time.monotonic() + 10
+        while not _zombie(program.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _zombie(program.pid), "the first thread did not end"
+        assert len(os.listdir(f"/proc/{program.pid}/task")) == 2
+        assert group_exists(program.pid)
+        program.kill()
+        program.wait()
+        assert not group_exists(program.pid)
+    finally:
+        program.kill()
+        program.wait()

@@ -66,7 +66,9 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
     except OSError:
         continue
     rows.append({"pid": pid, "comm": fields["Name"].strip(),
-                 "uid": fields["Uid"].split()[0], "stat": fields["State"].split()[0]})
+                 "uid": fields["Uid"].split()[0], "stat": fields["State"].split()[0],
+                 "ppid": fields["PPid"].strip(),
+                 "pgid": open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[2]})
 print(json.dumps(rows))
 """
 
@@ -179,7 +181,7 @@ class Container:
         return bool(self.inspect()["State"]["Running"])
 
     def processes(self) -> list[dict[str, str]]:
-        """Every other process in the container: pid, real user id, state letter, name."""
+        """Every other process in the container: pid, real user id, state letter, name, parent."""
         out = self.exec("python3", "-c", _LIST_PROCESSES)
         rows: list[dict[str, str]] = json.loads(out)
         return rows
@@ -399,10 +401,16 @@ class RelayStack:
     def wait_relay_idle(self, timeout: float = 15.0) -> float:
         """Wait until only tini and the relay run in the relay container; no zombie is left."""
 
-        def idle() -> bool:
-            return {p["comm"] for p in self.relay.processes()} <= IDLE_RELAY_COMMANDS
+        left: list[dict[str, str]] = []
 
-        waited = wait_for(idle, timeout, "the relay container to hold only tini and the relay")
+        def idle() -> bool:
+            left[:] = [p for p in self.relay.processes() if p["comm"] not in IDLE_RELAY_COMMANDS]
+            return not left
+
+        try:
+            waited = wait_for(idle, timeout, "the relay container to hold only tini and the relay")
+        except AssertionError as err:
+            raise AssertionError(f"{err}; still there: {left}") from None
         zombies = [p for p in self.relay.processes() if p["stat"].startswith("Z")]
         assert not zombies, zombies
         return waited

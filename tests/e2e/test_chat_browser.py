@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.async_api import BrowserContext, Page, expect
+from playwright.async_api import BrowserContext, Page, Route, expect
 
 from server import admin
 from server.chat.routes import MAX_MESSAGE_CHARS
@@ -232,6 +232,39 @@ async def test_an_expired_session_returns_to_login_and_keeps_the_draft(
     await sign_in(page, chat_stack)
     await expect(composer).to_have_value(draft)
     await shot(page, artifacts_dir, "02-restored")
+
+
+async def test_the_message_box_waits_for_the_conversation_and_keeps_what_is_typed(
+    context: BrowserContext, chat_stack: ViewerStack
+) -> None:
+    page = await context.new_page()
+    held = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow_conversation(route: Route) -> None:
+        held.set()
+        await release.wait()
+        await route.continue_()
+
+    cid = chat_stack.seed.conversation_id
+    await page.route(f"**/api/v1/conversations/{cid}", slow_conversation)
+    await page.goto(chat_stack.url + "/")
+    await page.get_by_label("Username").fill(chat_stack.seed.user["username"])
+    await page.get_by_label("Password").fill(chat_stack.seed.user["password"])
+    await page.get_by_role("button", name="Sign in").click()
+    await page.wait_for_selector("body[data-view='app']")
+    await asyncio.wait_for(held.wait(), scaled(15))
+    composer = page.get_by_label("Message", exact=True)
+    # The conversation is still opening: nothing typed now could be sent, or kept.
+    await expect(composer).to_be_disabled()
+    await expect(page.get_by_role("button", name="Send")).to_be_disabled()
+    release.set()
+    await composer.fill("typed as soon as it could be")
+    await expect(page.locator("#conversation-title")).to_have_text("Team")
+    await expect(composer).to_have_value("typed as soon as it could be")
+    await composer.press("Enter")
+    await expect(page.locator("#transcript")).to_contain_text("typed as soon as it could be")
+    await page.close()
 
 
 async def test_narrow_window_is_usable(chat_page: Page, artifacts_dir: Path) -> None:

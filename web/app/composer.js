@@ -63,6 +63,14 @@ export class Composer {
     this.input.value = sessionStorage.getItem(DRAFT_PREFIX + conversationId) || "";
     this.error.textContent = "";
     this.hide();
+    this.ready(true);
+  }
+
+  // Typing waits for an open conversation: what was typed before it opened would be replaced
+  // by the conversation's draft, and a message sent then would have nowhere to go.
+  ready(on) {
+    this.input.disabled = !on;
+    this.form.querySelector("button[type='submit']").disabled = !on;
   }
 
   fill(text) {

@@ -71,6 +71,7 @@ byId("logout-button").addEventListener("click", async () => {
 async function start(user) {
   state.user = user;
   byId("whoami").textContent = user.username;
+  composer.ready(false);
   setView("app");
   const { conversations } = await api.conversations();
   showConversations(conversations);
@@ -96,8 +97,7 @@ function showEmptyState(empty, user) {
   byId("chat").hidden = empty;
   byId("conversations").hidden = empty;
   byId("dock-button").hidden = empty;
-  byId("composer-input").disabled = empty;
-  byId("composer-send").disabled = empty;
+  if (empty) composer.ready(false); // else it opens with the conversation
   byId("conversation-title").textContent = empty ? "No conversations yet" : "";
   byId("empty-command").textContent =
     `relaydesk admin create-conversation "Team" --member ${user.username}:write`;

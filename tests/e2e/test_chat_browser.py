@@ -267,6 +267,27 @@ async def test_the_message_box_waits_for_the_conversation_and_keeps_what_is_type
     await page.close()
 
 
+async def test_a_page_whose_script_failed_to_load_loads_again(
+    context: BrowserContext, chat_stack: ViewerStack
+) -> None:
+    page = await context.new_page()
+    failed: list[str] = []
+
+    async def once_cut(route: Route) -> None:
+        if not failed:  # as a network change aborts a load in flight
+            failed.append(route.request.url)
+            await route.abort("internetdisconnected")
+        else:
+            await route.continue_()
+
+    await page.route("**/app/viewers.js", once_cut)
+    await page.goto(chat_stack.url + "/")
+    await page.wait_for_selector("body[data-view='login']", timeout=scaled(30) * 1000)
+    assert failed, "the script was never cut"
+    await expect(page.get_by_label("Username")).to_be_visible()
+    await page.close()
+
+
 async def test_narrow_window_is_usable(chat_page: Page, artifacts_dir: Path) -> None:
     await chat_page.set_viewport_size({"width": 420, "height": 800})
     await expect(chat_page.get_by_label("Message", exact=True)).to_be_visible()

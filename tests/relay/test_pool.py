@@ -170,11 +170,14 @@ async def test_a_pooled_desktop_is_invisible_until_taken(
     assert [r["desktop_session_id"] for r in await pool_manager.status()] == [session_id]
 
 
-def _inode(path: Path) -> int | None:
+def _made(path: Path) -> tuple[int, int] | None:
+    """Which file is at ``path`` (its inode and change time: the filesystem gives a freed inode
+    to the next file at once), or None."""
     try:
-        return path.stat().st_ino
+        info = path.stat()
     except FileNotFoundError:
         return None
+    return info.st_ino, info.st_ctime_ns
 
 
 async def test_a_killed_relay_leaves_its_pool_to_the_next_which_stops_it(
@@ -188,7 +191,7 @@ async def test_a_killed_relay_leaves_its_pool_to_the_next_which_stops_it(
     assert len(pooled_records) == 2
     pooled_groups = [g for r in pooled_records for g in pgids_of(r)]
     sockets = [Path(f"/tmp/.X11-unix/X{r['display']}") for r in pooled_records]
-    inodes = [socket.stat().st_ino for socket in sockets]
+    made = [_made(socket) for socket in sockets]
     del first, pool  # like SIGKILL of the relay: no close, no stop
     second = process_desktops(light_config)
     try:
@@ -198,10 +201,10 @@ async def test_a_killed_relay_leaves_its_pool_to_the_next_which_stops_it(
         assert starting_records(light_config) == []
         run_dirs = {p.name for p in light_config.run_dir.iterdir() if p.is_dir()}
         assert run_dirs == {taken["desktop_session_id"]}
-        for socket, inode in zip(sockets, inodes, strict=True):
+        for socket, was in zip(sockets, made, strict=True):
             # Gone, or another desktop's X server (the suite runs on several workers) took the
             # display number since.
-            assert _inode(socket) != inode, socket
+            assert _made(socket) != was, socket
     finally:
         await second.close(stop_desktops=True)
 

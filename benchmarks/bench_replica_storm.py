@@ -62,7 +62,7 @@ from server.secrets import tokens
 from tests.cluster.test_replicas import _seed
 from tests.support.haproxy import start_haproxy
 from tests.support.postgres import PostgresCluster, start_cluster
-from tests.support.processes import ManagedProcess, ProcessTracker, free_port
+from tests.support.processes import ManagedProcess, ProcessTracker
 from tests.support.redis import RedisServer, start_redis
 from tests.support.stack import Seed, ServerProcess, start_server
 
@@ -639,7 +639,7 @@ class Options:
 async def _start_replicas(
     tracker: ProcessTracker, seed: Seed, env: dict[str, str]
 ) -> list[ServerProcess]:
-    starting = (start_server(tracker.start, seed, free_port(), env) for _ in range(REPLICAS_COUNT))
+    starting = (start_server(tracker.start, seed, env=env) for _ in range(REPLICAS_COUNT))
     return list(await asyncio.gather(*starting))
 
 

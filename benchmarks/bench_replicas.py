@@ -53,7 +53,7 @@ from server.screen.revisions import RevisionStore
 from server.screen.tool import Caller, ScreenTool
 from tests.cluster.test_replicas import _seed
 from tests.support.postgres import PostgresCluster, start_cluster
-from tests.support.processes import ProcessTracker, free_port
+from tests.support.processes import ProcessTracker
 from tests.support.redis import RedisServer, start_redis
 from tests.support.stack import (
     Seed,
@@ -190,9 +190,7 @@ async def _through_the_api(count: int, pg: PostgresCluster, rd: RedisServer) -> 
     }
     try:
         seed = await _seed(root / "data", pg.create_database("bench_replicas_api"))
-        a, b = await asyncio.gather(
-            *(start_server(tracker.start, seed, free_port(), env) for _ in range(2))
-        )
+        a, b = await asyncio.gather(*(start_server(tracker.start, seed, env=env) for _ in range(2)))
         start_relay(
             tracker.start,
             seed,

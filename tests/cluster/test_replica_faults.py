@@ -21,7 +21,7 @@ from server.cluster.ownership import OWNERS
 from tests.cluster.test_replicas import _seed
 from tests.support import postgres
 from tests.support.haproxy import start_haproxy
-from tests.support.processes import ProcessTracker, free_port, scaled
+from tests.support.processes import ProcessTracker, scaled
 from tests.support.redis import RedisServer, start_redis
 from tests.support.stack import Seed, ServerProcess, start_relay, start_server, wait_until
 
@@ -107,7 +107,7 @@ async def faults(
     }
     client = redis.Redis.from_url(redis_server.url)
     try:
-        replicas = [await start_server(tracker.start, seed, free_port(), env) for _ in range(2)]
+        replicas = [await start_server(tracker.start, seed, env=env) for _ in range(2)]
         _, port = start_haproxy(tracker.start, root, [r.port for r in replicas])
         balancer = f"http://127.0.0.1:{port}"
         start_relay(

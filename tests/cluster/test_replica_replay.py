@@ -24,7 +24,7 @@ from server.cluster.signing import NONCE, SIGNATURE, TIMESTAMP, ClusterSigner, _
 from tests.cluster.test_replicas import _seed
 from tests.support import postgres
 from tests.support import redis as redis_support
-from tests.support.processes import ProcessTracker, free_port
+from tests.support.processes import ProcessTracker
 from tests.support.stack import ServerProcess, start_server
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="module")]
@@ -56,8 +56,8 @@ async def pair(
     env = {"RELAYDESK_REDIS_URL": redis_url, "RELAYDESK_CLUSTER_SECRET": secret}
     client = redis.Redis.from_url(redis_url)
     try:
-        r1 = await start_server(tracker.start, seed, free_port(), env)
-        r2 = await start_server(tracker.start, seed, free_port(), env)
+        r1 = await start_server(tracker.start, seed, env=env)
+        r2 = await start_server(tracker.start, seed, env=env)
         yield Pair(r1, r2, secret, client)
     except BaseException:
         for process in tracker.processes:

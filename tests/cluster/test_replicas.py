@@ -49,7 +49,7 @@ from tests.integration.test_viewer_tunnel import (
 from tests.support import postgres
 from tests.support import redis as redis_support
 from tests.support.haproxy import start_haproxy
-from tests.support.processes import ManagedProcess, ProcessTracker, free_port, scaled
+from tests.support.processes import ManagedProcess, ProcessTracker, scaled
 from tests.support.stack import Seed, ServerProcess, start_relay, start_server, wait_until
 from tests.support.xrecorder import XRecorder
 from wire.errors import CloseCode, ErrorCode, OpError
@@ -143,7 +143,7 @@ async def cluster(
     try:
         replicas = {}
         for _ in range(3):
-            server = await start_server(tracker.start, seed, free_port(), env)
+            server = await start_server(tracker.start, seed, env=env)
             replicas[str(server.port)] = server
         _, port = start_haproxy(tracker.start, root, [r.port for r in replicas.values()])
         balancer = f"http://127.0.0.1:{port}"

@@ -23,7 +23,7 @@ from server.db.store import Store
 from tests.relaydesk.test_admin_cli import admin_cli
 from tests.support import postgres
 from tests.support import redis as redis_support
-from tests.support.processes import ProcessTracker, free_port, scaled
+from tests.support.processes import ProcessTracker, scaled
 from tests.support.sse import SseStream, open_sse
 from tests.support.stack import Seed, ServerProcess, start_server
 
@@ -84,8 +84,8 @@ async def replicas(
         "RELAYDESK_CLUSTER_DEAD_AFTER_S": "2",
     }
     try:
-        a = await start_server(tracker.start, seed, free_port(), env)
-        b = await start_server(tracker.start, seed, free_port(), env)
+        a = await start_server(tracker.start, seed, env=env)
+        b = await start_server(tracker.start, seed, env=env)
         yield Replicas(seed, a, b, redis_url)
     except BaseException:
         for process in tracker.processes:

@@ -7,13 +7,22 @@ import contextlib
 import json
 import signal
 import socket
+from collections.abc import Sequence
+from typing import Any
 
 import httpx
 import pytest
 
 from relay.desktops.process import group_exists
 from server.db.store import Store
-from tests.support.processes import ProcessFactory, scaled
+from tests.support import stack
+from tests.support.processes import (
+    ManagedProcess,
+    ProcessExited,
+    ProcessFactory,
+    free_port,
+    scaled,
+)
 from tests.support.stack import (
     Seed,
     inprocess_server,
@@ -204,3 +213,33 @@ async def test_a_relay_told_to_stop_while_still_connecting_exits_at_once(
     finally:
         for connection in [*held, silent]:
             connection.close()
+
+
+async def test_a_server_port_taken_before_its_bind_is_picked_again_and_a_given_one_is_not(
+    seed: Seed, process_factory: ProcessFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The suite's own helper: a port another process took after ``free_port`` chose it (the
+    race behind servers that "never became ready") makes it pick another port; a port the test
+    asked for fails at once, with the server's reason."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        picks = iter([busy])
+        monkeypatch.setattr(stack, "free_port", lambda: next(picks, None) or free_port())
+
+        started: list[ManagedProcess] = []
+
+        def factory(argv: Sequence[str], **kwargs: Any) -> ManagedProcess:
+            started.append(process_factory(argv, **kwargs))
+            return started[-1]
+
+        server = await start_server(factory, seed)
+        assert server.port != busy
+        assert server.relays_connected() == 0
+        assert [p.is_alive() for p in started] == [False, True]
+        assert f"127.0.0.1:{busy}: Address already in use" in started[0].log_text()
+
+        server.process.terminate(scaled(10))  # one server per database
+        with pytest.raises(ProcessExited, match=f"127.0.0.1:{busy}: Address already in use"):
+            await start_server(process_factory, seed, port=busy)

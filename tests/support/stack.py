@@ -24,7 +24,13 @@ from server.config import Settings
 from server.db.migrate import upgrade
 from server.db.store import Store
 from server.secrets.passwords import fast_hasher
-from tests.support.processes import ManagedProcess, ProcessFactory, free_port, scaled
+from tests.support.processes import (
+    ManagedProcess,
+    ProcessExited,
+    ProcessFactory,
+    free_port,
+    scaled,
+)
 
 # Short liveness figures so tests see disconnects quickly (never timing assertions).
 FAST_ENV = {
@@ -154,14 +160,46 @@ class ServerProcess:
 async def start_server(
     factory: ProcessFactory, seed: Seed, port: int | None = None, env: dict[str, str] | None = None
 ) -> ServerProcess:
-    port = port or free_port()
-    process = factory(
-        relaydesk_argv("server", "--host", "127.0.0.1", "--port", str(port)),
-        name="server",
-        env={**seed.env(), **(env or {})},
-    )
-    server = ServerProcess(process, port)
-    await wait_until(lambda: server.relays_connected() >= 0, 30, "the server to be ready")
+    """A server process on ``port``, or on a free port of its own: another process may bind a
+    port between ``free_port`` and the server's bind (the tests' clients take ephemeral ports
+    all the time), so a port of its own that turns out taken is picked again (3 tries)."""
+    for attempt in range(3):
+        chosen = port or free_port()
+        process = factory(
+            relaydesk_argv("server", "--host", "127.0.0.1", "--port", str(chosen)),
+            name="server",
+            env={**seed.env(), **(env or {})},
+        )
+        try:
+            return await _ready(ServerProcess(process, chosen))
+        except ProcessExited:
+            if port is not None or attempt == 2 or PORT_TAKEN not in process.log_text():
+                raise
+    raise AssertionError("unreachable")
+
+
+# What the server says when its address is taken (relaydesk/run.py).
+PORT_TAKEN = "Address already in use"
+
+
+async def _ready(server: ServerProcess) -> ServerProcess:
+    """``server`` once ``/readyz`` answers; its log in the error when it exits or times out."""
+    process = server.process
+
+    def ready() -> bool:
+        if server.relays_connected() >= 0:
+            return True
+        if not process.is_alive():
+            raise ProcessExited(
+                f"the server exited (status {process.returncode}) before /readyz answered; "
+                f"log {process.log_path}:\n{process.log_tail()}"
+            )
+        return False
+
+    try:
+        await wait_until(ready, 30, "the server to be ready")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; log {process.log_path}:\n{process.log_tail()}") from None
     return server
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, BrowserContext, Page, ViewportSize
+from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.e2e.viewer_stack import Desktop, ViewerStack, viewer_stack
 from tests.support.browser import chromium
@@ -86,17 +87,46 @@ async def context(browser: Browser, stack: ViewerStack) -> AsyncIterator[Browser
 
 
 async def show_viewer(
-    page: Page, stack: ViewerStack, desktop: Desktop, timeout_s: float = 10
+    page: Page, stack: ViewerStack, desktop: Desktop, timeout_s: float = 30
 ) -> None:
-    """``page`` goes to the desktop's viewer and waits until the viewer says it is connected."""
-    await page.goto(stack.url + stack.viewer_path(desktop))
-    await page.wait_for_function(
-        "() => document.body.dataset.state === 'connected'", timeout=scaled(timeout_s) * 1000
+    """``page`` goes to the desktop's viewer and waits until the viewer says it is connected;
+    if it does not, the error says what the page showed and what failed on its way.
+
+    The wait is a hang's limit, not a speed check (bench_viewer measures that): a viewer that
+    connects in 3-6 s took over 10 s once with three workers beside a busy core."""
+    seen: list[str] = []
+    page.on("console", lambda message: seen.append(f"console {message.type}: {message.text}"))
+    page.on("pageerror", lambda error: seen.append(f"page error: {error}"))
+    page.on(
+        "requestfailed",
+        lambda request: seen.append(f"request failed: {request.url} {request.failure}"),
     )
+    page.on("framenavigated", lambda frame: seen.append(f"navigated: {frame.url}"))
+    began = asyncio.get_running_loop().time()
+    await page.goto(stack.url + stack.viewer_path(desktop))
+    try:
+        await page.wait_for_function(
+            "() => document.body.dataset.state === 'connected'", timeout=scaled(timeout_s) * 1000
+        )
+    except PlaywrightTimeoutError:
+        shown = await page.evaluate(VIEWER_STATE)
+        waited = asyncio.get_running_loop().time() - began
+        events = "\n".join(seen[-30:])
+        raise AssertionError(
+            f"the viewer did not say connected within {waited:.1f} s; it shows {shown}\n{events}"
+        ) from None
+
+
+# What a viewer page shows and knows of its connection (web/viewer/viewer.js).
+VIEWER_STATE = """() => ({
+    state: document.body.dataset.state,
+    status: document.getElementById("status")?.textContent,
+    info: window.relaydeskViewer ?? null,
+})"""
 
 
 async def open_viewer(
-    context: BrowserContext, stack: ViewerStack, desktop: Desktop, timeout_s: float = 10
+    context: BrowserContext, stack: ViewerStack, desktop: Desktop, timeout_s: float = 30
 ) -> Page:
     """A new page of ``context`` on the desktop's viewer, connected."""
     page = await context.new_page()

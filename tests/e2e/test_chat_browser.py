@@ -270,21 +270,47 @@ async def test_the_message_box_waits_for_the_conversation_and_keeps_what_is_type
 async def test_a_page_whose_script_failed_to_load_loads_again(
     context: BrowserContext, chat_stack: ViewerStack
 ) -> None:
+    """A network change aborts the page's loads in flight, three times in a row (containers
+    starting one after another): the page loads again, waiting longer each time, and works."""
     page = await context.new_page()
     failed: list[str] = []
 
-    async def once_cut(route: Route) -> None:
-        if not failed:  # as a network change aborts a load in flight
+    async def cut_three_times(route: Route) -> None:
+        if len(failed) < 3:  # as a network change aborts a load in flight
             failed.append(route.request.url)
             await route.abort("internetdisconnected")
         else:
             await route.continue_()
 
-    await page.route("**/app/viewers.js", once_cut)
+    await page.route("**/app/viewers.js", cut_three_times)
     await page.goto(chat_stack.url + "/")
     await page.wait_for_selector("body[data-view='login']", timeout=scaled(30) * 1000)
-    assert failed, "the script was never cut"
+    assert len(failed) == 3, failed
     await expect(page.get_by_label("Username")).to_be_visible()
+    await page.close()
+
+
+async def test_a_page_whose_scripts_never_load_says_so_after_five_tries(
+    context: BrowserContext, chat_stack: ViewerStack
+) -> None:
+    page = await context.new_page()
+    failed: list[str] = []
+
+    async def cut(route: Route) -> None:
+        failed.append(route.request.url)
+        await route.abort("internetdisconnected")
+
+    await page.route("**/app/viewers.js", cut)
+    await page.goto(chat_stack.url + "/")
+    alert = page.get_by_role("alert")
+    await expect(alert).to_have_text(
+        "This page could not load its scripts. Check the connection and reload.",
+        timeout=scaled(30) * 1000,
+    )
+    assert len(failed) == 6, failed  # the first load and five more
+    await page.unroute("**/app/viewers.js")
+    await page.reload()  # the person's reload: the page works again
+    await page.wait_for_selector("body[data-view='login']", timeout=scaled(30) * 1000)
     await page.close()
 
 

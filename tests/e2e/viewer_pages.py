@@ -9,7 +9,7 @@ root shows the test picture).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -95,16 +95,19 @@ async def show_viewer(
     The wait is a hang's limit, not a speed check (bench_viewer measures that): a viewer that
     connects in 3-6 s took over 10 s once with three workers beside a busy core."""
     seen: list[str] = []
-    page.on("console", lambda message: seen.append(f"console {message.type}: {message.text}"))
-    page.on("pageerror", lambda error: seen.append(f"page error: {error}"))
-    page.on(
-        "requestfailed",
-        lambda request: seen.append(f"request failed: {request.url} {request.failure}"),
-    )
-    page.on("framenavigated", lambda frame: seen.append(f"navigated: {frame.url}"))
+    listeners: dict[str, Callable[[Any], None]] = {
+        "console": lambda message: seen.append(f"console {message.type}: {message.text}"),
+        "pageerror": lambda error: seen.append(f"page error: {error}"),
+        "requestfailed": lambda request: seen.append(
+            f"request failed: {request.url} {request.failure}"
+        ),
+        "framenavigated": lambda frame: seen.append(f"navigated: {frame.url}"),
+    }
+    for event, listener in listeners.items():
+        page.on(event, listener)  # type: ignore[call-overload]
     began = asyncio.get_running_loop().time()
-    await page.goto(stack.url + stack.viewer_path(desktop))
     try:
+        await page.goto(stack.url + stack.viewer_path(desktop))
         await page.wait_for_function(
             "() => document.body.dataset.state === 'connected'", timeout=scaled(timeout_s) * 1000
         )
@@ -115,6 +118,9 @@ async def show_viewer(
         raise AssertionError(
             f"the viewer did not say connected within {waited:.1f} s; it shows {shown}\n{events}"
         ) from None
+    finally:
+        for event, listener in listeners.items():
+            page.remove_listener(event, listener)
 
 
 # What a viewer page shows and knows of its connection (web/viewer/viewer.js).

@@ -227,7 +227,7 @@ class ManagedProcess:
                 return match
         return None
 
-    def _not_ready(self, what: str, waited: float) -> Exception:
+    def not_ready(self, what: str, waited: float) -> Exception:
         if self._leader_exited():
             return ProcessExited(
                 f"{self.name} exited (status {self.returncode}) before {what}; "
@@ -251,7 +251,7 @@ class ManagedProcess:
                 match = self._match_line(regex)
                 if match:
                     return match
-                raise self._not_ready(f"line matching {regex.pattern!r}", limit)
+                raise self.not_ready(f"line matching {regex.pattern!r}", limit)
             time.sleep(POLL_INTERVAL_S)
 
     def wait_for_port(self, port: int, timeout: float, host: str = "127.0.0.1") -> None:
@@ -260,7 +260,7 @@ class ManagedProcess:
         deadline = time.monotonic() + limit
         while not port_is_open(port, host):
             if self._leader_exited() or time.monotonic() >= deadline:
-                raise self._not_ready(f"listener on {host}:{port}", limit)
+                raise self.not_ready(f"listener on {host}:{port}", limit)
             time.sleep(POLL_INTERVAL_S)
 
     async def wait_for_line_async(
@@ -278,7 +278,7 @@ class ManagedProcess:
                 match = self._match_line(regex)
                 if match:
                     return match
-                raise self._not_ready(f"line matching {regex.pattern!r}", limit)
+                raise self.not_ready(f"line matching {regex.pattern!r}", limit)
             await asyncio.sleep(POLL_INTERVAL_S)
 
     async def wait_for_port_async(self, port: int, timeout: float, host: str = "127.0.0.1") -> None:
@@ -287,7 +287,7 @@ class ManagedProcess:
         deadline = time.monotonic() + limit
         while not await asyncio.to_thread(port_is_open, port, host):
             if self._leader_exited() or time.monotonic() >= deadline:
-                raise self._not_ready(f"listener on {host}:{port}", limit)
+                raise self.not_ready(f"listener on {host}:{port}", limit)
             await asyncio.sleep(POLL_INTERVAL_S)
 
 

@@ -163,7 +163,8 @@ async def start_server(
     """A server process on ``port``, or on a free port of its own: another process may bind a
     port between ``free_port`` and the server's bind (the tests' clients take ephemeral ports
     all the time), so a port of its own that turns out taken is picked again (3 tries)."""
-    for attempt in range(3):
+    tries = 3
+    while True:
         chosen = port or free_port()
         process = factory(
             relaydesk_argv("server", "--host", "127.0.0.1", "--port", str(chosen)),
@@ -173,33 +174,31 @@ async def start_server(
         try:
             return await _ready(ServerProcess(process, chosen))
         except ProcessExited:
-            if port is not None or attempt == 2 or PORT_TAKEN not in process.log_text():
+            tries -= 1
+            if port is not None or not tries or PORT_TAKEN not in process.log_text():
                 raise
-    raise AssertionError("unreachable")
 
 
 # What the server says when its address is taken (relaydesk/run.py).
 PORT_TAKEN = "Address already in use"
+READY_TIMEOUT_S = 30.0
 
 
 async def _ready(server: ServerProcess) -> ServerProcess:
-    """``server`` once ``/readyz`` answers; its log in the error when it exits or times out."""
+    """``server`` once ``/readyz`` answers; the error names its exit or the wait, with its log."""
     process = server.process
 
-    def ready() -> bool:
-        if server.relays_connected() >= 0:
+    async def ready() -> bool:
+        if await asyncio.to_thread(server.relays_connected) >= 0:
             return True
         if not process.is_alive():
-            raise ProcessExited(
-                f"the server exited (status {process.returncode}) before /readyz answered; "
-                f"log {process.log_path}:\n{process.log_tail()}"
-            )
+            raise process.not_ready("/readyz answering", scaled(READY_TIMEOUT_S))
         return False
 
     try:
-        await wait_until(ready, 30, "the server to be ready")
-    except AssertionError as err:
-        raise AssertionError(f"{err}; log {process.log_path}:\n{process.log_tail()}") from None
+        await wait_until(ready, READY_TIMEOUT_S, "the server to be ready")
+    except AssertionError:
+        raise process.not_ready("/readyz answering", scaled(READY_TIMEOUT_S)) from None
     return server
 
 

@@ -11,7 +11,12 @@ On one desktop whose Chromium (started by the relay) shows a page of ~500 elemen
    as routed (the chrome over AT-SPI, the page over DevTools);
 2. ``browser_click`` by ref against ``desktop_click`` of the same button through AT-SPI
    (target: p50 <= 15 ms), and ``browser_downloads`` (a call that reaches the relay's browser
-   service and asks the browser nothing): the floor of any browser call on that machine.
+   service and asks the browser nothing): the floor of any browser call on that machine;
+3. each backend's read right after its own act: ``browser_snapshot`` after ``browser_click``
+   (the click changed the page: its tree is read again) against ``desktop_observe`` through
+   AT-SPI after ``desktop_click`` (an act drops the app's kept tree: the window is read
+   again). Round 1's observe answers from the tree AT-SPI keeps for up to a second; this
+   pair is what an agent meets after each act with either backend.
 
 Run: ``python -m benchmarks.bench_browser [--quick]``. Needs Xvfb, x11vnc, websockify and
 Chromium (scripts/install installs them).
@@ -34,7 +39,8 @@ BUTTONS = "".join(
     f"<button onclick=\"this.textContent='Done {n}'\">Step {n}</button>" for n in range(1, 61)
 )
 ROWS = "".join(f"<tr><td>Row {n}</td><td>{n * 7} EUR</td></tr>" for n in range(1, 201))
-PAGES["/bench.html"] = (
+BENCH_PAGE = "/bench.html"
+PAGES[BENCH_PAGE] = (
     "<!doctype html><html><head><title>Bench page</title></head><body><h1>Bench page</h1>"
     '<form><label for="q">Query</label> <input id="q"><button type="button">Search</button>'
     f'</form>{BUTTONS}<table aria-label="Rows">{ROWS}</table></body></html>'
@@ -93,7 +99,7 @@ async def _measure(timer: Timer, base_url: str, rounds: int) -> None:
     deadline = time.monotonic() + scaled(60)
     while True:
         try:
-            await timer.call("browser_open", url=f"{base_url}/bench.html")
+            await timer.call("browser_open", url=f"{base_url}{BENCH_PAGE}")
             break
         except RuntimeError:
             if time.monotonic() > deadline:
@@ -131,9 +137,19 @@ async def _measure(timer: Timer, base_url: str, rounds: int) -> None:
     click_ms: list[float] = []
     a11y_click_ms: list[float] = []
     floor_ms: list[float] = []
+    clicked_ms: list[float] = []
+    reread_ms: list[float] = []
     for _ in range(rounds):
         click_ms.append((await timer.call("browser_click", ref=ref))[0])
+        elapsed, snap = await timer.call("browser_snapshot", max_nodes=1000)
+        clicked_ms.append(elapsed)
+        ref = _ref(snap["text"], 'push_button "Done 30"')
         a11y_click_ms.append((await timer.call("desktop_click", ref=a11y_ref))[0])
+        # An act drops the app's kept tree: this observe reads the window again.
+        elapsed, _ = await timer.call(
+            "desktop_observe", window=WINDOW, max_nodes=1000, backend="atspi"
+        )
+        reread_ms.append(elapsed)
         floor_ms.append((await timer.call("browser_downloads"))[0])
     print(summary(f"browser_snapshot ({sizes['snapshot']} elements)", snapshot_ms))
     print(summary("browser_snapshot after a change in the page", changed_ms))
@@ -147,6 +163,10 @@ async def _measure(timer: Timer, base_url: str, rounds: int) -> None:
     print(summary("browser_downloads (the floor: no browser call)", floor_ms))
     ratio = percentile(click_ms, 0.5) / percentile(a11y_click_ms, 0.5)
     print(f"browser_click / desktop_click p50 ratio: {ratio:.2f}")
+    print(summary("browser_snapshot right after browser_click", clicked_ms))
+    print(summary("desktop_observe atspi right after desktop_click (read again)", reread_ms))
+    ratio = percentile(clicked_ms, 0.5) / percentile(reread_ms, 0.5)
+    print(f"after an act, snapshot / observe p50 ratio: {ratio:.2f}")
 
 
 def main() -> None:

@@ -16,6 +16,9 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
+import orjson
+
+from wire import jsontext
 from wire.errors import ErrorCode, OpError
 
 logger = logging.getLogger(__name__)
@@ -46,11 +49,11 @@ class Framer:
         self._buffer += data
         messages: list[dict[str, Any]] = []
         while (end := self._buffer.find(NUL, self._scanned)) >= 0:
-            raw = bytes(self._buffer[:end])
+            raw = self._buffer[:end]
             del self._buffer[: end + 1]
             self._scanned = 0
             with contextlib.suppress(ValueError):
-                message = json.loads(raw)
+                message = _parse(raw)
                 if isinstance(message, dict):
                     messages.append(message)
         self._scanned = len(self._buffer)
@@ -59,9 +62,19 @@ class Framer:
         return messages
 
 
+def _parse(raw: bytearray) -> Any:
+    """One message's JSON: orjson (a whole page's tree, ~600 KB, in 3 ms rather than 5), or the
+    standard library for what orjson refuses and the browser writes: a string with a lone
+    surrogate (JavaScript strings may hold one; the browser escapes it as ``\\udXXX``)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
 def encode(message: dict[str, Any]) -> bytes:
     """One message as the browser reads it."""
-    return json.dumps(message, separators=(",", ":")).encode() + NUL
+    return jsontext.dumps(message) + NUL
 
 
 class CdpConnection:

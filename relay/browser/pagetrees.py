@@ -28,7 +28,7 @@ from wire.errors import OpError
 
 TABS_KEPT: Final = 8
 RENDERS_KEPT: Final = 4
-_STATE: Final = (
+PAGE_STATE: Final = (
     "(()=>{const k='__relaydeskTree';"
     "if(!window[k]){const c={n:0};Object.defineProperty(window,k,{value:c});"
     "const bump=()=>{c.n++;};"
@@ -86,7 +86,7 @@ class PageTrees:
     async def tree(self, browser: Browser, tab: str) -> PageTree:
         """The tab's tree: the kept one while the page's state is unchanged, else read."""
         try:
-            state = await browser.evaluate(tab, _STATE)
+            state = await browser.evaluate(tab, PAGE_STATE)
         except OpError:  # no document to ask (navigating): read, keep nothing
             state = None
         kept = self._kept.get(tab)

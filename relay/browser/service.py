@@ -163,8 +163,9 @@ class BrowserService:
         session = await session_of(backend, row)
         assert isinstance(backend, VirtualBackend)  # session_of refuses the other kinds
         state_dir = backend.desktops.launcher.config.state_dir
-        pids = [c.pid for c in session.processes.children if c.is_alive()]
-        cdp = await self._connection([pipe.socket_path(state_dir, pid) for pid in pids])
+        cdp = await self._connection(
+            [(pipe.socket_path(state_dir, c.pid), c.is_alive) for c in session.processes.children]
+        )
         browser = await self._browser(cdp, session.home / DOWNLOADS)
         home = session.home if self.allow_file else None
         return Target(
@@ -177,12 +178,17 @@ class BrowserService:
             home,
         )
 
-    async def _connection(self, paths: list[Path]) -> CdpConnection:
-        """The open connection to the first of ``paths`` a holder serves (a holder just
-        started is given a moment to listen)."""
+    async def _connection(self, sockets: list[tuple[Path, Callable[[], bool]]]) -> CdpConnection:
+        """The open connection to the first holder's socket of ``sockets`` that is served for
+        a browser still running (each socket with its browser's ``is_alive``; a holder just
+        started is given a moment to listen). A socket is looked for before its process is
+        asked or a connection tried: a desktop runs a dozen processes, and each refused
+        connection cost more than the rest of finding the browser (0.3 ms of 0.5)."""
         deadline = time.monotonic() + HOLDER_WAIT_S
         while True:
-            for path in paths:
+            for path, alive in sockets:
+                if not path.exists() or not alive():
+                    continue
                 held = self._connections.pop(path, None)
                 if held is not None and not held.closed:
                     self._connections[path] = held

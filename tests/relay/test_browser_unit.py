@@ -27,6 +27,19 @@ def test_messages_are_split_at_nul_across_chunks():
     assert framer.feed(b"nope\0[1]\0" + encode({"id": 2})) == [{"id": 2}]
 
 
+def test_a_lone_surrogate_the_browser_escapes_still_arrives_and_can_be_sent():
+    # What Chromium writes for Runtime.evaluate of 'a\ud800b' (JavaScript strings may hold one).
+    written = b'{"id":3,"result":{"result":{"type":"string","value":"a\\ud800b"}}}\0'
+    framer = Framer()
+    assert framer.feed(written) == [
+        {"id": 3, "result": {"result": {"type": "string", "value": "a\ud800b"}}}
+    ]
+    sent = encode({"id": 4, "method": "Input.insertText", "params": {"text": "a\ud800b"}})
+    assert Framer().feed(sent) == [
+        {"id": 4, "method": "Input.insertText", "params": {"text": "a\ud800b"}}
+    ]
+
+
 def test_encode_ends_each_message_with_one_nul():
     assert encode({"id": 7, "method": "Target.getTargets", "params": {}}) == (
         b'{"id":7,"method":"Target.getTargets","params":{}}\0'

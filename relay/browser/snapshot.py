@@ -168,7 +168,7 @@ class Snapshots:
 
 def role_of(node: dict[str, Any]) -> str:
     raw = str((node.get("role") or {}).get("value", ""))
-    return ROLES.get(raw, raw.lower())
+    return ROLES.get(raw) or raw.lower()
 
 
 def _text(node: dict[str, Any], key: str) -> str:
@@ -208,17 +208,19 @@ class Tree:
         left out by the depth."""
         if self.root is None:
             return
+        nodes = self.nodes
         stack: list[tuple[dict[str, Any], int, str | None]] = [(self.root, 0, None)]
         while stack:
             node, depth, parent = stack.pop()
             ignored = bool(node.get("ignored"))
             below, above = (depth, parent) if ignored else (depth + 1, str(node["nodeId"]))
-            children = [self.nodes[c] for c in node.get("childIds", []) if c in self.nodes]
+            child_ids = node.get("childIds")
+            children = [nodes[c] for c in reversed(child_ids) if c in nodes] if child_ids else []
             cut = below > max_depth and bool(children)
             if not ignored:
                 yield node, parent, cut
-            if not cut:
-                stack.extend((c, below, above) for c in reversed(children))
+            if children and not cut:
+                stack.extend([(c, below, above) for c in children])
 
 
 def listed(node: dict[str, Any], role: str, view: str) -> bool:

@@ -26,6 +26,7 @@ installs it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -125,8 +126,9 @@ async def run(quick: bool) -> None:
             await _measure(Browser(cdp), url, rounds)
         finally:
             cdp.close()
-            for started in (child, *holders):
-                os.killpg(started.pid, signal.SIGTERM)
+            for started in (child, *holders):  # each leads a group of its own
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(started.pid, signal.SIGTERM)
                 started.wait(10)
 
 

@@ -21,20 +21,13 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from playwright.async_api import Page, Playwright, async_playwright
 
-from benchmarks.common import parser, percentile, summary
+from benchmarks.common import parser, percentile, summary, timed
 from tests.support.browser_stack import browser_stack, page_server
 from tests.support.processes import free_port, scaled
-
-
-async def _timed(work: Callable[[], Awaitable[object]]) -> float:
-    started = time.perf_counter()
-    await work()
-    return (time.perf_counter() - started) * 1000
 
 
 def _direct_browser(profile: Path, port: int, url: str) -> subprocess.Popen[bytes]:
@@ -89,10 +82,10 @@ async def run(quick: bool) -> None:
                     for n in range(rounds + 10):
                         x = 5 + n % 50
                         timings = (
-                            await _timed(lambda: through.evaluate("1")),
-                            await _timed(lambda: straight.evaluate("1")),
-                            await _timed(functools.partial(through.mouse.move, x, 5)),
-                            await _timed(functools.partial(straight.mouse.move, x, 5)),
+                            (await timed(lambda: through.evaluate("1")))[0],
+                            (await timed(lambda: straight.evaluate("1")))[0],
+                            (await timed(functools.partial(through.mouse.move, x, 5)))[0],
+                            (await timed(functools.partial(straight.mouse.move, x, 5)))[0],
                         )
                         if n >= 10:  # warm-up
                             for key, ms in zip(samples, timings, strict=True):

@@ -32,12 +32,10 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from benchmarks import bench_browser
-from benchmarks.common import parser, percentile, summary
+from benchmarks.common import parser, percentile, summary, timed
 from relay.browser import pipe
 from relay.browser.cdp import CdpConnection
 from relay.browser.pagetrees import PAGE_STATE
@@ -67,12 +65,6 @@ def _spawn(argv: list[str], fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-
-
-async def _timed(work: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
-    started = time.perf_counter()
-    value = await work()
-    return (time.perf_counter() - started) * 1000, value
 
 
 async def _connected(socket: Path) -> CdpConnection:
@@ -142,8 +134,8 @@ async def _measure(browser: Browser, url: str, rounds: int) -> None:
     sizes: dict[str, int] = {}
     for n in range(rounds):
         await browser.evaluate(tab, f"document.querySelector('#q').value = 'round {n}'")
-        state_ms.append((await _timed(lambda: browser.evaluate(tab, PAGE_STATE)))[0])
-        elapsed, answer = await _timed(lambda: browser.send(tab, "Accessibility.getFullAXTree"))
+        state_ms.append((await timed(lambda: browser.evaluate(tab, PAGE_STATE)))[0])
+        elapsed, answer = await timed(lambda: browser.send(tab, "Accessibility.getFullAXTree"))
         read_ms.append(elapsed)
         sizes["nodes"] = len(answer.get("nodes", []))
         started = time.perf_counter()
@@ -152,9 +144,9 @@ async def _measure(browser: Browser, url: str, rounds: int) -> None:
         )
         render_ms.append((time.perf_counter() - started) * 1000)
         sizes["listed"] = result["nodes"]
-        floor_ms.append((await _timed(lambda: browser.evaluate(tab, "1")))[0])
+        floor_ms.append((await timed(lambda: browser.evaluate(tab, "1")))[0])
         await browser.evaluate(tab, f"document.querySelector('#q').value = 'walk {n}'")
-        elapsed, walked = await _timed(lambda: browser.evaluate(tab, WALK))
+        elapsed, walked = await timed(lambda: browser.evaluate(tab, WALK))
         walk_ms.append(elapsed)
         sizes["walked"] = len(walked)
     floor = percentile(floor_ms, 0.5)

@@ -7,12 +7,15 @@ import asyncio
 import contextlib
 import json
 import statistics
+import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from relay.screen.service import ScreenService
+
+T = TypeVar("T")
 
 
 def percentile(samples: Sequence[float], fraction: float) -> float:
@@ -25,6 +28,13 @@ def summary(name: str, samples_ms: Sequence[float]) -> str:
     p50, p99 = percentile(samples_ms, 0.5), percentile(samples_ms, 0.99)
     mean = statistics.fmean(samples_ms)
     return f"{name}: p50 {p50:.3f} ms  p99 {p99:.3f} ms  mean {mean:.3f} ms  n={len(samples_ms)}"
+
+
+async def timed(work: Callable[[], Awaitable[T]]) -> tuple[float, T]:
+    """How long ``work()`` took, in ms, and what it answered."""
+    started = time.perf_counter()
+    value = await work()
+    return (time.perf_counter() - started) * 1000, value
 
 
 def click_call(
